@@ -1,0 +1,136 @@
+//! Per-dialect classification of one upstream SSE event, and of one non-streamed body.
+//!
+//! The tables are those of `streaming-protocols.md` §1.5 (Chat), §2.1 (Responses) and §3.1
+//! (Messages). An event is effective only when its delta string is non-empty. JSON is parsed only
+//! for the fields a class or the usage needs (borrowed, so a typical event allocates nothing).
+
+mod chat;
+mod messages;
+mod responses;
+
+use crate::usage::UsageReport;
+use crate::Dialect;
+
+/// What kind of model output an effective event carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EffectiveKind {
+    /// Visible answer text: the only kind that sets `first_visible`.
+    Text,
+    /// Reasoning, thinking or a reasoning summary (including opaque `redacted_thinking`).
+    Reasoning,
+    Refusal,
+    /// Function/tool-call arguments (`tool_calls[].function.arguments`, `input_json_delta`, …).
+    ToolArgs,
+    /// Custom tool input (`response.custom_tool_call_input.delta`).
+    ToolInput,
+    /// Any other generated output: audio, images, code, unknown `*.delta` types.
+    Other,
+}
+
+impl EffectiveKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EffectiveKind::Text => "text",
+            EffectiveKind::Reasoning => "reasoning",
+            EffectiveKind::Refusal => "refusal",
+            EffectiveKind::ToolArgs => "tool_args",
+            EffectiveKind::ToolInput => "tool_input",
+            EffectiveKind::Other => "other",
+        }
+    }
+}
+
+/// The class of one event. Usage and stop hints ride beside it in [`Classification`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventClass {
+    /// Keep-alive with no meaning (`ping`, `keepalive`). SSE comments never reach the classifier.
+    Heartbeat,
+    /// Lifecycle or metadata: the model produced nothing new.
+    Envelope,
+    /// New model output with a non-empty delta.
+    Effective(EffectiveKind),
+    /// Protocol-level end: completed.
+    TerminalOk,
+    /// Protocol-level end: incomplete (length, content filter, max tokens).
+    TerminalIncomplete,
+    /// Protocol-level end: an error (in-stream error event, `response.failed`).
+    TerminalError,
+}
+
+impl EventClass {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            EventClass::TerminalOk | EventClass::TerminalIncomplete | EventClass::TerminalError
+        )
+    }
+}
+
+/// A finish hint carried by a non-terminal event (Chat `finish_reason`, Anthropic `stop_reason`):
+/// the stream's later terminal is then an incomplete end rather than a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopHint {
+    /// A normal stop (`stop`, `end_turn`, `tool_calls`, `tool_use`, …).
+    Complete,
+    /// Cut short: `length`, `max_tokens`, `model_context_window_exceeded`.
+    Length,
+    /// `content_filter`.
+    ContentFilter,
+    /// Anthropic `refusal` stop reason.
+    Refusal,
+}
+
+/// Everything the observer needs from one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classification {
+    pub class: EventClass,
+    /// Token fields this event carried (Chat usage on any chunk, Responses terminal `response.usage`,
+    /// Anthropic `message_start` / `message_delta`).
+    pub usage: Option<UsageReport>,
+    pub stop: Option<StopHint>,
+    /// This is the frame the in-band timing comment is written before: Chat `[DONE]`, Responses
+    /// `response.completed|incomplete|failed`, Anthropic `message_stop` or `error`.
+    pub terminal_frame: bool,
+}
+
+impl Classification {
+    pub fn of(class: EventClass) -> Self {
+        Classification {
+            class,
+            usage: None,
+            stop: None,
+            terminal_frame: false,
+        }
+    }
+}
+
+/// Classifies one dispatched SSE event. `event` is the SSE `event:` field, if any; `data` the
+/// joined `data:` lines. Unparseable data is an envelope (it is still counted as an event).
+pub fn classify_event(dialect: Dialect, event: Option<&str>, data: &str) -> Classification {
+    match dialect {
+        Dialect::Chat => chat::classify(data),
+        Dialect::Responses => responses::classify(event, data),
+        Dialect::Messages => messages::classify(event, data),
+    }
+}
+
+/// What a non-streamed (JSON) body says: usage, how it stopped, and whether it is an error body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BodySummary {
+    pub usage: UsageReport,
+    pub stop: Option<StopHint>,
+    /// The body is an error object (`{"error":…}` or Anthropic `{"type":"error",…}`), or a
+    /// Responses object with `status: "failed"`.
+    pub error: bool,
+    /// The body holds non-empty visible text (for text-delta counts of non-streamed answers).
+    pub has_text: bool,
+}
+
+/// Summarises a whole non-streamed response body of the dialect.
+pub fn classify_body(dialect: Dialect, body: &[u8]) -> BodySummary {
+    match dialect {
+        Dialect::Chat => chat::body(body),
+        Dialect::Responses => responses::body(body),
+        Dialect::Messages => messages::body(body),
+    }
+}

@@ -1,0 +1,28 @@
+//! The pure core of laptime: everything that decides what a number means, with no I/O.
+//!
+//! Layout, in the order a streamed byte meets it:
+//! - [`dialect`]: which of the three wire formats a request speaks.
+//! - [`sse`]: the incremental SSE scanner (WHATWG framing, any split of the bytes).
+//! - [`classify`]: per-dialect classification of one SSE event (heartbeat, envelope, effective,
+//!   usage, terminal) and of a whole non-streamed body.
+//! - [`usage`]: token counts, last value per field wins, normalised across dialects.
+//! - [`observe`]: the stream observer that turns bytes-at-instants into marks, counts and the
+//!   place where the in-band timing comment goes.
+//! - [`timeline`]: marks as offsets from t0, outcomes, attempts and the finished record.
+//! - [`slow`]: the slow-request classifier (which stage was slow).
+//! - [`views`]: the two vocabularies a record is read in (`other.timing` and the usage API), and
+//!   the in-band timing line.
+//!
+//! Time enters this crate only as `Duration` offsets handed in by the edges, so every rule here is
+//! testable without a clock.
+
+pub mod classify;
+pub mod dialect;
+pub mod observe;
+pub mod slow;
+pub mod sse;
+pub mod timeline;
+pub mod usage;
+pub mod views;
+
+pub use dialect::Dialect;
