@@ -1,1 +1,249 @@
-fn main() {}
+//! Scan + classify throughput: a realistic 1,000-event stream per dialect, fed in realistic
+//! chunks (1–3 events per read, every fourth read cut inside an event), through a fresh
+//! `SseScanner` and `classify_event`, as the observer does for one request.
+//!
+//! Run: `cargo bench -p laptime-core --bench scan_classify`. Each figure is per stream (one
+//! request); the items/s throughput counts events, so time per event = time / 1,000. The
+//! allocation profiler shows allocations per stream.
+
+use std::hint::black_box;
+
+use divan::counter::ItemsCount;
+use divan::Bencher;
+use laptime_core::classify::{classify_event, EventClass};
+use laptime_core::sse::{SseItem, SseScanner};
+use laptime_core::Dialect;
+
+#[global_allocator]
+static ALLOC: divan::AllocProfiler = divan::AllocProfiler::system();
+
+fn main() {
+    divan::main();
+}
+
+/// Events per stream.
+const EVENTS: usize = 1000;
+
+/// Token-sized text pieces, a few with JSON escapes (newlines, quotes) as real answers have.
+const WORDS: [&str; 12] = [
+    " the",
+    " quick",
+    " brown",
+    " fox",
+    ",",
+    " jumps",
+    " over",
+    "\\n\\n",
+    " \\\"lazy\\\"",
+    " dog",
+    " — ",
+    ".",
+];
+
+/// Deterministic pseudo-random numbers (no dependency, same stream every run).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        usize::try_from(self.0 >> 33).unwrap_or(0) % below.max(1)
+    }
+}
+
+/// The SSE events of one stream of the dialect: a start envelope, text deltas, the usage and
+/// the terminal, exactly `EVENTS` of them.
+fn events(dialect: Dialect) -> Vec<String> {
+    let mut out = Vec::with_capacity(EVENTS);
+    match dialect {
+        Dialect::Chat => {
+            let head = r#""id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_fc9f1d7035""#;
+            out.push(format!(
+                r#"data: {{{head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":"","refusal":null}},"logprobs":null,"finish_reason":null}}],"usage":null,"obfuscation":"Ao9o8bhF"}}"#
+            ));
+            for i in 0..EVENTS - 4 {
+                let word = WORDS[i % WORDS.len()];
+                out.push(format!(
+                    r#"data: {{{head},"choices":[{{"index":0,"delta":{{"content":"{word}"}},"logprobs":null,"finish_reason":null}}],"usage":null,"obfuscation":"x7Kq2"}}"#
+                ));
+            }
+            out.push(format!(
+                r#"data: {{{head},"choices":[{{"index":0,"delta":{{}},"logprobs":null,"finish_reason":"stop"}}],"usage":null,"obfuscation":"qd"}}"#
+            ));
+            out.push(format!(
+                r#"data: {{{head},"choices":[],"usage":{{"prompt_tokens":1017,"completion_tokens":996,"total_tokens":2013,"prompt_tokens_details":{{"cached_tokens":896,"audio_tokens":0}},"completion_tokens_details":{{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}},"obfuscation":"hN"}}"#
+            ));
+            out.push("data: [DONE]".to_owned());
+        }
+        Dialect::Responses => {
+            let response = |status: &str, usage: &str| {
+                format!(
+                    r#"{{"id":"resp_68c1f0a2b3c48190a1b2c3d4e5f60718","object":"response","created_at":1757540514,"status":"{status}","background":false,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":"gpt-5-2025-08-07","output":[],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{{"effort":"minimal","summary":null}},"service_tier":"auto","store":true,"temperature":1.0,"text":{{"format":{{"type":"text"}},"verbosity":"medium"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":{usage},"user":null,"metadata":{{}}}}"#
+                )
+            };
+            let mut seq = 0;
+            let mut push = |kind: &str, rest: String| {
+                out.push(format!(
+                    "event: {kind}\ndata: {{\"type\":\"{kind}\",\"sequence_number\":{seq},{rest}}}"
+                ));
+                seq += 1;
+            };
+            push(
+                "response.created",
+                format!(r#""response":{}"#, response("in_progress", "null")),
+            );
+            push(
+                "response.in_progress",
+                format!(r#""response":{}"#, response("in_progress", "null")),
+            );
+            push(
+                "response.output_item.added",
+                r#""output_index":0,"item":{"id":"msg_68c1f0a3c4d58190","type":"message","status":"in_progress","content":[],"role":"assistant"}"#.to_owned(),
+            );
+            push(
+                "response.content_part.added",
+                r#""item_id":"msg_68c1f0a3c4d58190","output_index":0,"content_index":0,"part":{"type":"output_text","annotations":[],"logprobs":[],"text":""}"#.to_owned(),
+            );
+            for i in 0..EVENTS - 8 {
+                let word = WORDS[i % WORDS.len()];
+                push(
+                    "response.output_text.delta",
+                    format!(
+                        r#""item_id":"msg_68c1f0a3c4d58190","output_index":0,"content_index":0,"delta":"{word}","logprobs":[],"obfuscation":"Jm3tq9w""#
+                    ),
+                );
+            }
+            push(
+                "response.output_text.done",
+                r#""item_id":"msg_68c1f0a3c4d58190","output_index":0,"content_index":0,"text":"The quick brown fox.","logprobs":[]"#.to_owned(),
+            );
+            push(
+                "response.content_part.done",
+                r#""item_id":"msg_68c1f0a3c4d58190","output_index":0,"content_index":0,"part":{"type":"output_text","annotations":[],"logprobs":[],"text":"The quick brown fox."}"#.to_owned(),
+            );
+            push(
+                "response.output_item.done",
+                r#""output_index":0,"item":{"id":"msg_68c1f0a3c4d58190","type":"message","status":"completed","content":[{"type":"output_text","annotations":[],"logprobs":[],"text":"The quick brown fox."}],"role":"assistant"}"#.to_owned(),
+            );
+            push(
+                "response.completed",
+                format!(
+                    r#""response":{}"#,
+                    response(
+                        "completed",
+                        r#"{"input_tokens":1017,"input_tokens_details":{"cached_tokens":896},"output_tokens":992,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":2009}"#
+                    )
+                ),
+            );
+        }
+        Dialect::Messages => {
+            out.push(r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":121,"cache_creation_input_tokens":0,"cache_read_input_tokens":896,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":0},"output_tokens":1,"service_tier":"standard"}}}"#.to_owned());
+            out.push(
+                r#"event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#
+                    .to_owned(),
+            );
+            out.push("event: ping\ndata: {\"type\": \"ping\"}".to_owned());
+            for i in 0..EVENTS - 6 {
+                let word = WORDS[i % WORDS.len()];
+                out.push(format!(
+                    r#"event: content_block_delta
+data: {{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"{word}"}}}}"#
+                ));
+            }
+            out.push(
+                r#"event: content_block_stop
+data: {"type":"content_block_stop","index":0}"#
+                    .to_owned(),
+            );
+            out.push(r#"event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":994}}"#.to_owned());
+            out.push("event: message_stop\ndata: {\"type\":\"message_stop\"}".to_owned());
+        }
+    }
+    assert_eq!(out.len(), EVENTS);
+    out
+}
+
+/// The stream's bytes as the upstream reads deliver them: 1–3 events per read, and every
+/// fourth read ends inside the next event.
+fn chunks(dialect: Dialect) -> Vec<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut ends = Vec::with_capacity(EVENTS);
+    for event in events(dialect) {
+        bytes.extend_from_slice(event.as_bytes());
+        bytes.extend_from_slice(b"\n\n");
+        ends.push(bytes.len());
+    }
+    let mut rng = Lcg(0x5eed);
+    let (mut chunks, mut from, mut next) = (Vec::new(), 0, 0);
+    while next < ends.len() {
+        next = (next + 1 + rng.next(3)).min(ends.len());
+        let mut to = ends[next - 1];
+        if rng.next(4) == 0 && next < ends.len() {
+            to += 1 + rng.next(ends[next] - to - 1);
+        }
+        chunks.push(bytes[from..to].to_vec());
+        from = to;
+    }
+    if from < bytes.len() {
+        chunks.push(bytes[from..].to_vec());
+    }
+    chunks
+}
+
+/// What one stream added up to (kept so the work cannot be optimised away).
+#[derive(Default)]
+struct Tally {
+    events: usize,
+    effective: usize,
+    terminal: usize,
+    usage: usize,
+}
+
+fn scan_and_classify(dialect: Dialect, chunks: &[Vec<u8>]) -> Tally {
+    let mut scanner = SseScanner::new();
+    let mut tally = Tally::default();
+    for chunk in chunks {
+        scanner.feed(chunk, &mut |item| {
+            if let SseItem::Event { event, data, .. } = item {
+                let c = classify_event(dialect, event, data);
+                tally.events += 1;
+                tally.effective += usize::from(matches!(c.class, EventClass::Effective(_)));
+                tally.terminal += usize::from(c.terminal_frame);
+                tally.usage += usize::from(c.usage.is_some());
+            }
+        });
+    }
+    scanner.finish();
+    tally
+}
+
+fn bench(bencher: Bencher, dialect: Dialect) {
+    let chunks = chunks(dialect);
+    let check = scan_and_classify(dialect, &chunks);
+    assert_eq!(check.events, EVENTS);
+    assert_eq!(check.terminal, 1);
+    assert!(check.effective >= EVENTS - 8 && check.usage >= 1);
+    bencher
+        .counter(ItemsCount::new(EVENTS))
+        .bench_local(|| scan_and_classify(dialect, black_box(&chunks)));
+}
+
+#[divan::bench]
+fn chat(bencher: Bencher) {
+    bench(bencher, Dialect::Chat);
+}
+
+#[divan::bench]
+fn responses(bencher: Bencher) {
+    bench(bencher, Dialect::Responses);
+}
+
+#[divan::bench]
+fn messages(bencher: Bencher) {
+    bench(bencher, Dialect::Messages);
+}

@@ -1,1 +1,412 @@
-//! placeholder
+//! The stream observer: turns upstream bytes, each chunk stamped with its arrival offset, into
+//! the stream's marks, counts, usage and outcome, and says where the in-band timing comment goes.
+//!
+//! It is pure: the edge stamps time where the bytes arrive (inside `poll_frame`) and hands the
+//! offset in. Bytes after the last event boundary of a chunk are an incomplete event; the edge
+//! holds them until the event completes. No SSE consumer can act on half an event, so holding it
+//! costs the client nothing, and it guarantees that the terminal frame starts inside what is
+//! released, so the comment can always be written before it.
+
+use std::time::Duration;
+
+use crate::classify::{classify_event, EffectiveKind, EventClass, StopHint};
+use crate::sse::{SseItem, SseScanner};
+use crate::timeline::{ErrorClass, Hedge, Marks, Outcome};
+use crate::usage::{Tokens, UsageAcc};
+use crate::views::InBand;
+use crate::Dialect;
+
+/// Where the timing comment goes in what a chunk releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Before the bytes held back from earlier chunks (the terminal frame began there).
+    BeforeHeld,
+    /// At this offset of the current chunk.
+    InChunk(usize),
+}
+
+/// What the edge does with one chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkPlan {
+    /// Bytes of the chunk before this offset complete an event and are released now (after any
+    /// held bytes); the rest start an incomplete event and are held.
+    pub release_to: usize,
+    /// Set once per stream: the terminal frame is in what is released, the comment goes here.
+    pub comment_at: Option<Placement>,
+}
+
+/// How the upstream body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyEnd {
+    /// Clean end of the body.
+    Eof,
+    /// The body broke (reset, protocol error).
+    Error,
+}
+
+/// Observes one streamed upstream body.
+#[derive(Debug)]
+pub struct StreamObserver {
+    dialect: Dialect,
+    scanner: SseScanner,
+    usage: UsageAcc,
+    marks: Marks,
+    terminal: Option<EventClass>,
+    stop: Option<StopHint>,
+    event_count: u32,
+    text_delta_count: u32,
+    comment_placed: bool,
+    ended: Option<BodyEnd>,
+}
+
+/// What the observer concluded; `outcome` is absent while the stream is still open.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StreamSummary {
+    /// Stream marks only (`first_byte` … `upstream_done`); the rest stay `None`.
+    pub marks: Marks,
+    pub outcome: Option<Outcome>,
+    pub error_class: Option<ErrorClass>,
+    pub tokens: Tokens,
+    pub event_count: u32,
+    pub text_delta_count: u32,
+}
+
+impl StreamObserver {
+    /// `upstream_start` is the attempt's dispatch (t1), so the in-band values can be computed.
+    pub fn new(dialect: Dialect, upstream_start: Option<Duration>) -> Self {
+        StreamObserver {
+            dialect,
+            scanner: SseScanner::new(),
+            usage: UsageAcc::new(dialect),
+            marks: Marks {
+                upstream_start,
+                ..Marks::default()
+            },
+            terminal: None,
+            stop: None,
+            event_count: 0,
+            text_delta_count: 0,
+            comment_placed: false,
+            ended: None,
+        }
+    }
+
+    /// Sets the head's arrival (t2), for the in-band values' consistency with the record.
+    pub fn set_headers(&mut self, at: Duration) {
+        self.marks.upstream_headers = Some(at);
+    }
+
+    /// Feeds one chunk that arrived at `at` (offset from t0).
+    pub fn on_chunk(&mut self, at: Duration, chunk: &[u8]) -> ChunkPlan {
+        if chunk.is_empty() {
+            return ChunkPlan {
+                release_to: 0,
+                comment_at: None,
+            };
+        }
+        if self.marks.first_byte.is_none() {
+            self.marks.first_byte = Some(at);
+        }
+        let mut release_to = 0;
+        let mut comment_at = None;
+        let dialect = self.dialect;
+        let Self {
+            scanner,
+            usage,
+            marks,
+            terminal,
+            stop,
+            event_count,
+            text_delta_count,
+            comment_placed,
+            ..
+        } = self;
+        scanner.feed(chunk, &mut |item| match item {
+            SseItem::Comment => {}
+            SseItem::Boundary { end } => release_to = end,
+            SseItem::Event {
+                event,
+                data,
+                start,
+                end,
+            } => {
+                release_to = end;
+                let c = classify_event(dialect, event, data);
+                if let Some(u) = &c.usage {
+                    usage.apply(u);
+                }
+                if c.stop.is_some() {
+                    *stop = c.stop;
+                }
+                match c.class {
+                    EventClass::Heartbeat => return,
+                    EventClass::Envelope => {}
+                    EventClass::Effective(kind) => {
+                        marks.first_effective.get_or_insert(at);
+                        marks.last_effective = Some(at);
+                        if kind == EffectiveKind::Text {
+                            marks.first_visible.get_or_insert(at);
+                            *text_delta_count += 1;
+                        }
+                    }
+                    EventClass::TerminalOk
+                    | EventClass::TerminalIncomplete
+                    | EventClass::TerminalError => {
+                        if terminal.is_none() {
+                            *terminal = Some(c.class);
+                            marks.upstream_done = Some(at);
+                        }
+                    }
+                }
+                *event_count += 1;
+                marks.first_event.get_or_insert(at);
+                if c.terminal_frame && !*comment_placed {
+                    *comment_placed = true;
+                    comment_at = Some(match start {
+                        Some(s) => Placement::InChunk(s),
+                        None => Placement::BeforeHeld,
+                    });
+                }
+            }
+        });
+        ChunkPlan {
+            release_to,
+            comment_at,
+        }
+    }
+
+    /// The body ended at `at`. Without a terminal event this is a close, never a completion.
+    pub fn on_end(&mut self, at: Duration, how: BodyEnd) {
+        if self.ended.is_some() {
+            return;
+        }
+        self.scanner.finish();
+        self.ended = Some(how);
+        if self.marks.upstream_done.is_none() {
+            self.marks.upstream_done = Some(at);
+        }
+    }
+
+    /// Whether the terminal event has arrived (what follows it does not change the outcome).
+    pub fn terminal_seen(&self) -> bool {
+        self.terminal.is_some()
+    }
+
+    pub fn tokens(&self) -> Tokens {
+        self.usage.tokens()
+    }
+
+    /// The values for the in-band comment and trailers, as of now.
+    pub fn inband(&self, hedge: Hedge) -> InBand {
+        InBand::new(&self.marks, &self.tokens(), hedge)
+    }
+
+    pub fn summary(&self) -> StreamSummary {
+        let (outcome, error_class) = match (self.terminal, self.ended) {
+            (Some(EventClass::TerminalError), _) => {
+                (Some(Outcome::UpstreamError), Some(ErrorClass::StreamError))
+            }
+            (Some(EventClass::TerminalIncomplete), _) => (Some(Outcome::Incomplete), None),
+            (Some(_), _) => match self.stop {
+                Some(StopHint::Length | StopHint::ContentFilter) => {
+                    (Some(Outcome::Incomplete), None)
+                }
+                _ => (Some(Outcome::Completed), None),
+            },
+            (None, Some(BodyEnd::Eof)) => (
+                Some(Outcome::UpstreamClosedEarly),
+                Some(ErrorClass::ClosedEarly),
+            ),
+            (None, Some(BodyEnd::Error)) => (
+                Some(Outcome::UpstreamClosedEarly),
+                Some(ErrorClass::BodyError),
+            ),
+            (None, None) => (None, None),
+        };
+        StreamSummary {
+            marks: self.marks,
+            outcome,
+            error_class,
+            tokens: self.tokens(),
+            event_count: self.event_count,
+            text_delta_count: self.text_delta_count,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    /// Feeds chunks as the edge would, holding incomplete events, and returns the bytes a client
+    /// would receive with the comment placed.
+    fn relay(obs: &mut StreamObserver, chunks: &[(u64, &str)]) -> String {
+        let mut out = String::new();
+        let mut held = String::new();
+        for (t, chunk) in chunks {
+            let plan = obs.on_chunk(at(*t), chunk.as_bytes());
+            let released = &chunk[..plan.release_to];
+            let comment = obs.inband(Hedge::None).comment();
+            match plan.comment_at {
+                Some(Placement::BeforeHeld) => {
+                    out.push_str(&comment);
+                    out.push_str(&held);
+                    out.push_str(released);
+                    held.clear();
+                }
+                Some(Placement::InChunk(i)) => {
+                    out.push_str(&held);
+                    out.push_str(&released[..i]);
+                    out.push_str(&comment);
+                    out.push_str(&released[i..]);
+                    held.clear();
+                }
+                None if plan.release_to > 0 => {
+                    out.push_str(&held);
+                    out.push_str(released);
+                    held.clear();
+                }
+                None => {}
+            }
+            held.push_str(&chunk[plan.release_to..]);
+        }
+        out.push_str(&held);
+        out
+    }
+
+    const CHAT: [&str; 5] = [
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\n",
+        "data: [DONE]\n\n",
+    ];
+
+    #[test]
+    fn marks_follow_the_classes_of_a_chat_stream() {
+        let mut obs = StreamObserver::new(Dialect::Chat, Some(at(1)));
+        let out = relay(
+            &mut obs,
+            &[
+                (10, ": keep-alive\n\n"),
+                (20, CHAT[0]),
+                (30, CHAT[1]),
+                (40, CHAT[2]),
+                (50, CHAT[3]),
+                (60, CHAT[4]),
+            ],
+        );
+        obs.on_end(at(70), BodyEnd::Eof);
+        let s = obs.summary();
+        assert_eq!(s.marks.first_byte, Some(at(10)));
+        assert_eq!(s.marks.first_event, Some(at(20)));
+        assert_eq!(s.marks.first_effective, Some(at(30)));
+        assert_eq!(s.marks.first_visible, Some(at(30)));
+        assert_eq!(s.marks.upstream_done, Some(at(60)));
+        assert_eq!(s.outcome, Some(Outcome::Completed));
+        assert_eq!(s.event_count, 5);
+        assert_eq!(s.text_delta_count, 1);
+        assert_eq!(s.tokens.cache_read, Some(3));
+        let expected_comment =
+            ": x-laptime-timing upstream_ms=59 ttft_ms=9 cached_tokens=3 hedge=none\n\n";
+        let mut expected = String::from(": keep-alive\n\n");
+        expected.push_str(&CHAT[..4].concat());
+        expected.push_str(expected_comment);
+        expected.push_str(CHAT[4]);
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn terminal_frame_split_across_chunks_still_gets_the_comment_before_it() {
+        let mut obs = StreamObserver::new(Dialect::Chat, Some(at(0)));
+        let whole = CHAT.concat();
+        let cut = whole.len() - 5;
+        let out = relay(&mut obs, &[(1, &whole[..cut]), (2, &whole[cut..])]);
+        let comment_pos = out.find(": x-laptime-timing").unwrap();
+        assert_eq!(&out[comment_pos..].lines().nth(2), &Some("data: [DONE]"));
+        assert_eq!(
+            out.replace(&out[comment_pos..out.find("data: [DONE]").unwrap()], ""),
+            whole
+        );
+    }
+
+    #[test]
+    fn close_without_terminal_is_closed_early_not_completed() {
+        let mut obs = StreamObserver::new(Dialect::Chat, Some(at(0)));
+        relay(&mut obs, &[(5, CHAT[0]), (6, CHAT[1])]);
+        obs.on_end(at(9), BodyEnd::Eof);
+        let s = obs.summary();
+        assert_eq!(s.outcome, Some(Outcome::UpstreamClosedEarly));
+        assert_eq!(s.error_class, Some(ErrorClass::ClosedEarly));
+        assert_eq!(s.marks.upstream_done, Some(at(9)));
+    }
+
+    #[test]
+    fn reset_is_closed_early_with_a_body_error() {
+        let mut obs = StreamObserver::new(Dialect::Messages, Some(at(0)));
+        obs.on_end(at(3), BodyEnd::Error);
+        assert_eq!(obs.summary().error_class, Some(ErrorClass::BodyError));
+        assert_eq!(obs.summary().marks.first_byte, None);
+    }
+
+    #[test]
+    fn chat_error_event_then_done_is_an_upstream_error_with_the_comment_before_done() {
+        let mut obs = StreamObserver::new(Dialect::Chat, Some(at(0)));
+        let out = relay(
+            &mut obs,
+            &[
+                (1, CHAT[0]),
+                (
+                    2,
+                    "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n\n",
+                ),
+                (3, "data: [DONE]\n\n"),
+            ],
+        );
+        obs.on_end(at(4), BodyEnd::Eof);
+        let s = obs.summary();
+        assert_eq!(s.outcome, Some(Outcome::UpstreamError));
+        assert_eq!(s.marks.upstream_done, Some(at(2)));
+        assert!(out.ends_with("hedge=none\n\ndata: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn finish_reason_length_makes_the_stream_incomplete() {
+        let mut obs = StreamObserver::new(Dialect::Chat, Some(at(0)));
+        relay(
+            &mut obs,
+            &[
+                (1, CHAT[1]),
+                (2, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n"),
+                (3, CHAT[4]),
+            ],
+        );
+        assert_eq!(obs.summary().outcome, Some(Outcome::Incomplete));
+    }
+
+    #[test]
+    fn anthropic_ping_is_not_the_first_event_and_usage_is_normalised() {
+        let mut obs = StreamObserver::new(Dialect::Messages, Some(at(0)));
+        relay(
+            &mut obs,
+            &[
+                (1, "event: ping\ndata: {\"type\":\"ping\"}\n\n"),
+                (2, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":100,\"cache_creation_input_tokens\":5,\"output_tokens\":1}}}\n\n"),
+                (3, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\"}}\n\n"),
+                (4, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"),
+                (5, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":7}}\n\n"),
+                (6, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+            ],
+        );
+        let s = obs.summary();
+        assert_eq!(s.marks.first_event, Some(at(2)));
+        assert_eq!(s.marks.first_effective, Some(at(4)));
+        assert_eq!(s.tokens.input, Some(115));
+        assert_eq!(s.tokens.output, Some(7));
+        assert_eq!(s.outcome, Some(Outcome::Completed));
+    }
+}

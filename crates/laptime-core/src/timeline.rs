@@ -1,1 +1,389 @@
-//! placeholder
+//! The request timeline: marks as offsets from t0, the outcome, the attempts, and the finished
+//! record that the store keeps and the views read.
+//!
+//! Every mark is an offset from one origin (t0, the moment the gateway has the request head),
+//! measured by the edges on one monotonic clock. A mark that did not happen is `None`, never zero.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::usage::Tokens;
+use crate::Dialect;
+
+/// The marks of one request, each an offset from t0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marks {
+    /// Duration of the token lookup and check.
+    pub auth: Option<Duration>,
+    /// Duration of reading the downstream body (exposes slow uploads).
+    pub body_read: Option<Duration>,
+    /// Duration of channel selection.
+    pub distribution: Option<Duration>,
+    /// t1: the winning attempt was dispatched.
+    pub upstream_start: Option<Duration>,
+    /// t2: the winning attempt's response head was parsed.
+    pub upstream_headers: Option<Duration>,
+    /// First response-body byte of the winning attempt (comments included).
+    pub first_byte: Option<Duration>,
+    /// t3: first non-heartbeat SSE event.
+    pub first_event: Option<Duration>,
+    /// t4: first effective output.
+    pub first_effective: Option<Duration>,
+    /// t5: first non-empty visible text.
+    pub first_visible: Option<Duration>,
+    /// Last effective output, the end of the decode window.
+    pub last_effective: Option<Duration>,
+    /// t6: terminal event, or the end or break of the body without one.
+    pub upstream_done: Option<Duration>,
+    /// t7: the gateway finished relaying (last byte handed to the client, or the client left).
+    pub handler_done: Option<Duration>,
+}
+
+/// How a request ended. One per request; a close is never a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Completed,
+    /// Length, content filter or max tokens.
+    Incomplete,
+    /// An error status, or an in-stream error event.
+    UpstreamError,
+    /// EOF or reset without a terminal event.
+    UpstreamClosedEarly,
+    ClientCancelled,
+    Timeout,
+    /// Auth, bad input or no route: no upstream was called.
+    Rejected,
+    CacheHit,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Completed,
+        Outcome::Incomplete,
+        Outcome::UpstreamError,
+        Outcome::UpstreamClosedEarly,
+        Outcome::ClientCancelled,
+        Outcome::Timeout,
+        Outcome::Rejected,
+        Outcome::CacheHit,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Incomplete => "incomplete",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::UpstreamClosedEarly => "upstream_closed_early",
+            Outcome::ClientCancelled => "client_cancelled",
+            Outcome::Timeout => "timeout",
+            Outcome::Rejected => "rejected",
+            Outcome::CacheHit => "cache_hit",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        Outcome::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+
+    /// Whether the request produced the answer the client asked for.
+    pub fn is_success(self) -> bool {
+        matches!(
+            self,
+            Outcome::Completed | Outcome::Incomplete | Outcome::CacheHit
+        )
+    }
+}
+
+/// Whose fault an error is: the answer decides retries, status codes and alerts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// The client sent something wrong or went away.
+    Downstream,
+    /// The provider failed or misbehaved.
+    Upstream,
+    /// The gateway itself.
+    Internal,
+}
+
+/// Why an attempt or a request failed, with a low-cardinality name for stores and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// TCP connect refused or unreachable.
+    ConnectFailed,
+    ConnectTimeout,
+    Tls,
+    /// Upstream answered 429.
+    RateLimited,
+    /// Upstream answered 5xx.
+    UpstreamStatus5xx,
+    /// Upstream answered another 4xx (a problem with the request as sent).
+    UpstreamStatus4xx,
+    /// An error event inside a 200 stream.
+    StreamError,
+    /// The body ended or broke without a terminal event.
+    ClosedEarly,
+    /// The body broke with an I/O error (reset).
+    BodyError,
+    Timeout,
+    ClientCancelled,
+    /// Missing or invalid credentials.
+    Unauthorized,
+    /// The token lacks the scope for this route.
+    Forbidden,
+    BadRequest,
+    PayloadTooLarge,
+    UnknownModel,
+    /// A bug or resource problem inside the gateway.
+    Internal,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::ConnectFailed => "connect_failed",
+            ErrorClass::ConnectTimeout => "connect_timeout",
+            ErrorClass::Tls => "tls",
+            ErrorClass::RateLimited => "rate_limited",
+            ErrorClass::UpstreamStatus5xx => "upstream_status_5xx",
+            ErrorClass::UpstreamStatus4xx => "upstream_status_4xx",
+            ErrorClass::StreamError => "stream_error",
+            ErrorClass::ClosedEarly => "closed_early",
+            ErrorClass::BodyError => "body_error",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::ClientCancelled => "client_cancelled",
+            ErrorClass::Unauthorized => "unauthorized",
+            ErrorClass::Forbidden => "forbidden",
+            ErrorClass::BadRequest => "bad_request",
+            ErrorClass::PayloadTooLarge => "payload_too_large",
+            ErrorClass::UnknownModel => "unknown_model",
+            ErrorClass::Internal => "internal",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ErrorClass> {
+        use ErrorClass::*;
+        [
+            ConnectFailed,
+            ConnectTimeout,
+            Tls,
+            RateLimited,
+            UpstreamStatus5xx,
+            UpstreamStatus4xx,
+            StreamError,
+            ClosedEarly,
+            BodyError,
+            Timeout,
+            ClientCancelled,
+            Unauthorized,
+            Forbidden,
+            BadRequest,
+            PayloadTooLarge,
+            UnknownModel,
+            Internal,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+
+    pub fn fault(self) -> Fault {
+        use ErrorClass::*;
+        match self {
+            ConnectFailed | ConnectTimeout | Tls | RateLimited | UpstreamStatus5xx
+            | StreamError | ClosedEarly | BodyError | Timeout => Fault::Upstream,
+            // A 4xx from upstream answers the client's request as forwarded.
+            UpstreamStatus4xx | ClientCancelled | Unauthorized | Forbidden | BadRequest
+            | PayloadTooLarge | UnknownModel => Fault::Downstream,
+            Internal => Fault::Internal,
+        }
+    }
+
+    /// Whether another attempt (on this or another channel) could succeed, before any byte was
+    /// relayed.
+    pub fn retryable(self) -> bool {
+        use ErrorClass::*;
+        matches!(
+            self,
+            ConnectFailed
+                | ConnectTimeout
+                | Tls
+                | RateLimited
+                | UpstreamStatus5xx
+                | ClosedEarly
+                | BodyError
+                | Timeout
+        )
+    }
+
+    /// The class of an upstream status code, if it is an error.
+    pub fn from_status(status: u16) -> Option<ErrorClass> {
+        match status {
+            429 => Some(ErrorClass::RateLimited),
+            500..=599 => Some(ErrorClass::UpstreamStatus5xx),
+            400..=499 => Some(ErrorClass::UpstreamStatus4xx),
+            _ => None,
+        }
+    }
+}
+
+/// Which attempt won a hedged race; `none` when the request was not hedged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hedge {
+    #[default]
+    None,
+    Primary,
+    Hedge,
+}
+
+impl Hedge {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hedge::None => "none",
+            Hedge::Primary => "primary",
+            Hedge::Hedge => "hedge",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Hedge> {
+        [Hedge::None, Hedge::Primary, Hedge::Hedge]
+            .into_iter()
+            .find(|h| h.as_str() == s)
+    }
+}
+
+/// One upstream call, with its own marks (offsets from the request's t0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub channel: String,
+    /// `primary`, `failover` or `hedge`.
+    pub role: String,
+    pub won: bool,
+    /// Upstream HTTP status, absent when no head arrived.
+    pub status: Option<u16>,
+    pub error_class: Option<ErrorClass>,
+    pub start: Option<Duration>,
+    pub headers: Option<Duration>,
+    pub first_byte: Option<Duration>,
+    pub end: Option<Duration>,
+}
+
+/// The request's shape, so that latency can be compared under controlled conditions. Parsed from
+/// the request body's top-level fields only; never content.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestShape {
+    pub max_output_tokens: Option<u64>,
+    pub reasoning_effort: Option<String>,
+    pub tool_count: Option<u32>,
+    pub tool_choice: Option<String>,
+    /// `text`, `json_object` or `json_schema`.
+    pub response_format: Option<String>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+}
+
+/// The finished record of one request: exactly one per request that reached the gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub request_id: String,
+    pub workspace_id: Option<String>,
+    /// The id of the token used (never the token).
+    pub key_id: Option<String>,
+    /// Wall-clock time of t0, unix microseconds.
+    pub created_at_us: i64,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub channel: Option<String>,
+    pub group: Option<String>,
+    pub dialect: Dialect,
+    pub stream: bool,
+    /// HTTP status the client got.
+    pub status: u16,
+    pub outcome: Outcome,
+    /// Which timer fired, for `Outcome::Timeout`.
+    pub timeout_kind: Option<String>,
+    pub error_class: Option<ErrorClass>,
+    pub classification: String,
+    pub flags: Vec<String>,
+    pub marks: Marks,
+    pub tokens: Tokens,
+    pub event_count: u32,
+    pub text_delta_count: u32,
+    /// Requests in flight on the chosen channel at dispatch (this one included).
+    pub channel_inflight: Option<u32>,
+    pub attempts: Vec<Attempt>,
+    pub hedge: Hedge,
+    pub failover_count: u32,
+    pub cached: bool,
+    pub shape: RequestShape,
+    pub region: Option<String>,
+    pub trace_id: Option<String>,
+}
+
+/// The offset of a mark from t0, truncated to the microsecond the store keeps, so that every
+/// figure computed in flight (in-band, `Server-Timing`) equals the one computed from the row.
+pub fn offset(t0_to_mark: Duration) -> Duration {
+    Duration::from_micros(u64::try_from(t0_to_mark.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Saturating difference of two marks: absent when either is absent.
+pub fn between(from: Option<Duration>, to: Option<Duration>) -> Option<Duration> {
+    Some(to?.saturating_sub(from?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn between_is_absent_when_either_mark_is_absent() {
+        let d = Some(Duration::from_millis(5));
+        assert_eq!(between(None, d), None);
+        assert_eq!(between(d, None), None);
+        assert_eq!(
+            between(Some(Duration::from_millis(2)), d),
+            Some(Duration::from_millis(3))
+        );
+    }
+
+    #[test]
+    fn between_saturates_instead_of_going_negative() {
+        assert_eq!(
+            between(
+                Some(Duration::from_millis(9)),
+                Some(Duration::from_millis(2))
+            ),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for o in Outcome::ALL {
+            assert_eq!(Outcome::parse(o.as_str()), Some(o));
+        }
+        for c in [
+            ErrorClass::ConnectFailed,
+            ErrorClass::Internal,
+            ErrorClass::StreamError,
+        ] {
+            assert_eq!(ErrorClass::parse(c.as_str()), Some(c));
+        }
+        for h in [Hedge::None, Hedge::Primary, Hedge::Hedge] {
+            assert_eq!(Hedge::parse(h.as_str()), Some(h));
+        }
+    }
+
+    #[test]
+    fn upstream_status_classes_say_whose_fault() {
+        assert_eq!(ErrorClass::from_status(200), None);
+        assert!(ErrorClass::from_status(503).is_some_and(|c| c.retryable()));
+        assert!(ErrorClass::from_status(429).is_some_and(|c| c.retryable()));
+        let bad = ErrorClass::from_status(400);
+        assert_eq!(bad.map(|c| c.fault()), Some(Fault::Downstream));
+        assert!(!bad.is_some_and(|c| c.retryable()));
+    }
+}

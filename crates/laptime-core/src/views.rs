@@ -1,1 +1,361 @@
-//! placeholder
+//! The two vocabularies a record is read in — `other.timing` (snake_case, REST) and the usage
+//! API's figures (`latencyMs`, `ttftMs`, `upstreamMs`) — and the in-band timing line clients get.
+//! All three derive from the same marks, so they cannot disagree.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::slow::visible_output_tps;
+use crate::timeline::{between, Attempt, Hedge, Marks, RequestRecord};
+use crate::usage::Tokens;
+
+/// Milliseconds with microsecond precision (the store keeps microseconds).
+pub fn ms(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
+fn opt_ms(d: Option<Duration>) -> Option<f64> {
+    d.map(ms)
+}
+
+/// `other.timing`: phase durations, and milestones as offsets from t0 (upstream headers from t1).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimingView {
+    pub auth_ms: Option<f64>,
+    pub distribution_ms: Option<f64>,
+    pub body_read_ms: Option<f64>,
+    /// t2 − t1: the origin is the upstream start, not t0.
+    pub upstream_headers_ms: Option<f64>,
+    pub first_sse_event_ms: Option<f64>,
+    pub first_response_ms: Option<f64>,
+    pub first_text_delta_ms: Option<f64>,
+    pub upstream_done_ms: Option<f64>,
+    pub total_handler_ms: Option<f64>,
+    /// Output tokens ÷ (t6 − t5) seconds.
+    pub visible_output_tps: Option<f64>,
+}
+
+impl TimingView {
+    pub fn new(marks: &Marks, tokens: &Tokens) -> Self {
+        TimingView {
+            auth_ms: opt_ms(marks.auth),
+            distribution_ms: opt_ms(marks.distribution),
+            body_read_ms: opt_ms(marks.body_read),
+            upstream_headers_ms: opt_ms(between(marks.upstream_start, marks.upstream_headers)),
+            first_sse_event_ms: opt_ms(marks.first_event),
+            first_response_ms: opt_ms(marks.first_effective),
+            first_text_delta_ms: opt_ms(marks.first_visible),
+            upstream_done_ms: opt_ms(marks.upstream_done),
+            total_handler_ms: opt_ms(marks.handler_done),
+            visible_output_tps: visible_output_tps(marks, tokens.output),
+        }
+    }
+}
+
+/// t7 − t0. Always present on a finished record (the handler end is always stamped).
+pub fn latency_ms(marks: &Marks) -> f64 {
+    ms(marks.handler_done.unwrap_or_default())
+}
+
+/// First response byte of the winning attempt, from its dispatch (hedged: the primary's).
+pub fn ttft_ms(marks: &Marks) -> Option<f64> {
+    opt_ms(between(marks.upstream_start, marks.first_byte))
+}
+
+/// Upstream done, from the winning attempt's dispatch.
+pub fn upstream_ms(marks: &Marks) -> Option<f64> {
+    opt_ms(between(marks.upstream_start, marks.upstream_done))
+}
+
+/// The values a client gets in-band: the SSE comment before the terminal frame and the trailers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InBand {
+    pub upstream_ms: Option<f64>,
+    pub ttft_ms: Option<f64>,
+    pub cached_tokens: Option<u64>,
+    pub cache_write_tokens: Option<u64>,
+    pub hedge: Hedge,
+}
+
+/// Trailer names, in the order the comment lists the same values.
+pub const TRAILER_NAMES: [&str; 5] = [
+    "x-laptime-upstream-ms",
+    "x-laptime-ttft-ms",
+    "x-laptime-cached-tokens",
+    "x-laptime-cache-write-tokens",
+    "x-laptime-hedge",
+];
+
+impl InBand {
+    pub fn new(marks: &Marks, tokens: &Tokens, hedge: Hedge) -> Self {
+        InBand {
+            upstream_ms: upstream_ms(marks),
+            ttft_ms: ttft_ms(marks),
+            cached_tokens: tokens.cache_read,
+            cache_write_tokens: tokens.cache_write,
+            hedge,
+        }
+    }
+
+    pub fn of_record(r: &RequestRecord) -> Self {
+        InBand::new(&r.marks, &r.tokens, r.hedge)
+    }
+
+    /// `(name, value)` pairs, absent values left out (never written as 0).
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::with_capacity(5);
+        if let Some(v) = self.upstream_ms {
+            out.push(("upstream_ms", v.to_string()));
+        }
+        if let Some(v) = self.ttft_ms {
+            out.push(("ttft_ms", v.to_string()));
+        }
+        if let Some(v) = self.cached_tokens {
+            out.push(("cached_tokens", v.to_string()));
+        }
+        if let Some(v) = self.cache_write_tokens {
+            out.push(("cache_write_tokens", v.to_string()));
+        }
+        out.push(("hedge", self.hedge.as_str().to_string()));
+        out
+    }
+
+    /// The SSE comment block, blank line included: `: x-laptime-timing k=v …\n\n`.
+    pub fn comment(&self) -> String {
+        let mut line = String::from(": x-laptime-timing");
+        for (k, v) in self.pairs() {
+            line.push(' ');
+            line.push_str(k);
+            line.push('=');
+            line.push_str(&v);
+        }
+        line.push_str("\n\n");
+        line
+    }
+
+    /// The same values as HTTP trailers.
+    pub fn trailers(&self) -> Vec<(&'static str, String)> {
+        self.pairs()
+            .into_iter()
+            .map(|(k, v)| {
+                let name = match k {
+                    "upstream_ms" => TRAILER_NAMES[0],
+                    "ttft_ms" => TRAILER_NAMES[1],
+                    "cached_tokens" => TRAILER_NAMES[2],
+                    "cache_write_tokens" => TRAILER_NAMES[3],
+                    _ => TRAILER_NAMES[4],
+                };
+                (name, v)
+            })
+            .collect()
+    }
+}
+
+/// Parses a timing comment line back into its pairs (for clients, tests and `laptime bench`).
+pub fn parse_comment(line: &str) -> Option<Vec<(String, String)>> {
+    let rest = line
+        .trim_end()
+        .strip_prefix(':')?
+        .trim_start()
+        .strip_prefix("x-laptime-timing")?;
+    Some(
+        rest.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+/// One attempt in the REST shape (offsets from t0 in ms).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptView {
+    pub channel: String,
+    pub role: String,
+    pub won: bool,
+    pub status: Option<u16>,
+    pub error_class: Option<&'static str>,
+    pub start_ms: Option<f64>,
+    pub headers_ms: Option<f64>,
+    pub first_byte_ms: Option<f64>,
+    pub end_ms: Option<f64>,
+}
+
+impl AttemptView {
+    pub fn new(a: &Attempt) -> Self {
+        AttemptView {
+            channel: a.channel.clone(),
+            role: a.role.clone(),
+            won: a.won,
+            status: a.status,
+            error_class: a.error_class.map(|c| c.as_str()),
+            start_ms: opt_ms(a.start),
+            headers_ms: opt_ms(a.headers),
+            first_byte_ms: opt_ms(a.first_byte),
+            end_ms: opt_ms(a.end),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Other {
+    pub timing: TimingView,
+}
+
+/// The REST request-log entry (DESIGN §4), snake_case.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestLogView {
+    pub request_id: String,
+    pub workspace_id: Option<String>,
+    pub created_at: String,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub channel: Option<String>,
+    pub group: Option<String>,
+    pub dialect: &'static str,
+    pub stream: bool,
+    pub status: u16,
+    pub outcome: &'static str,
+    pub timeout_kind: Option<String>,
+    pub error_class: Option<&'static str>,
+    pub classification: String,
+    pub flags: Vec<String>,
+    pub latency_ms: f64,
+    pub ttft_ms: Option<f64>,
+    pub upstream_ms: Option<f64>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub reasoning_tokens: Option<u64>,
+    pub cache_read_tokens: Option<u64>,
+    pub cache_write_tokens: Option<u64>,
+    pub failover_count: u32,
+    pub cached: bool,
+    pub hedge: &'static str,
+    pub event_count: u32,
+    pub text_delta_count: u32,
+    pub channel_inflight: Option<u32>,
+    pub trace_id: Option<String>,
+    pub region: Option<String>,
+    pub attempts: Vec<AttemptView>,
+    pub other: Other,
+}
+
+/// RFC 3339 UTC with microseconds, from unix microseconds.
+pub fn rfc3339(unix_us: i64) -> String {
+    let nanos = i128::from(unix_us) * 1000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+impl RequestLogView {
+    pub fn new(r: &RequestRecord) -> Self {
+        RequestLogView {
+            request_id: r.request_id.clone(),
+            workspace_id: r.workspace_id.clone(),
+            created_at: rfc3339(r.created_at_us),
+            model: r.model.clone(),
+            provider: r.provider.clone(),
+            channel: r.channel.clone(),
+            group: r.group.clone(),
+            dialect: r.dialect.as_str(),
+            stream: r.stream,
+            status: r.status,
+            outcome: r.outcome.as_str(),
+            timeout_kind: r.timeout_kind.clone(),
+            error_class: r.error_class.map(|c| c.as_str()),
+            classification: r.classification.clone(),
+            flags: r.flags.clone(),
+            latency_ms: latency_ms(&r.marks),
+            ttft_ms: ttft_ms(&r.marks),
+            upstream_ms: upstream_ms(&r.marks),
+            input_tokens: r.tokens.input,
+            output_tokens: r.tokens.output,
+            reasoning_tokens: r.tokens.reasoning,
+            cache_read_tokens: r.tokens.cache_read,
+            cache_write_tokens: r.tokens.cache_write,
+            failover_count: r.failover_count,
+            cached: r.cached,
+            hedge: r.hedge.as_str(),
+            event_count: r.event_count,
+            text_delta_count: r.text_delta_count,
+            channel_inflight: r.channel_inflight,
+            trace_id: r.trace_id.clone(),
+            region: r.region.clone(),
+            attempts: r.attempts.iter().map(AttemptView::new).collect(),
+            other: Other {
+                timing: TimingView::new(&r.marks, &r.tokens),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms_d(v: u64) -> Option<Duration> {
+        Some(Duration::from_millis(v))
+    }
+
+    #[test]
+    fn comment_leaves_absent_values_out_instead_of_writing_zero() {
+        let marks = Marks {
+            upstream_start: ms_d(2),
+            upstream_done: ms_d(1002),
+            ..Marks::default()
+        };
+        let line = InBand::new(&marks, &Tokens::default(), Hedge::None).comment();
+        assert_eq!(line, ": x-laptime-timing upstream_ms=1000 hedge=none\n\n");
+    }
+
+    #[test]
+    fn comment_round_trips_through_the_parser() {
+        let marks = Marks {
+            upstream_start: Some(Duration::from_micros(1500)),
+            first_byte: Some(Duration::from_micros(241_750)),
+            upstream_done: Some(Duration::from_micros(9_201_500)),
+            ..Marks::default()
+        };
+        let tokens = Tokens {
+            cache_read: Some(512),
+            cache_write: Some(0),
+            ..Tokens::default()
+        };
+        let inband = InBand::new(&marks, &tokens, Hedge::Primary);
+        let parsed = parse_comment(inband.comment().lines().next().unwrap()).unwrap();
+        let get = |k: &str| parsed.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("upstream_ms").as_deref(), Some("9200"));
+        assert_eq!(get("ttft_ms").as_deref(), Some("240.25"));
+        assert_eq!(get("cached_tokens").as_deref(), Some("512"));
+        assert_eq!(get("cache_write_tokens").as_deref(), Some("0"));
+        assert_eq!(get("hedge").as_deref(), Some("primary"));
+        assert_eq!(inband.trailers().len(), 5);
+    }
+
+    #[test]
+    fn upstream_headers_are_measured_from_upstream_start_and_others_from_t0() {
+        let marks = Marks {
+            upstream_start: ms_d(10),
+            upstream_headers: ms_d(250),
+            first_event: ms_d(320),
+            ..Marks::default()
+        };
+        let v = TimingView::new(&marks, &Tokens::default());
+        assert_eq!(v.upstream_headers_ms, Some(240.0));
+        assert_eq!(v.first_sse_event_ms, Some(320.0));
+        assert_eq!(v.first_text_delta_ms, None);
+    }
+
+    #[test]
+    fn rfc3339_formats_unix_microseconds() {
+        assert_eq!(
+            rfc3339(1_700_000_000_123_456),
+            "2023-11-14T22:13:20.123456Z"
+        );
+    }
+}

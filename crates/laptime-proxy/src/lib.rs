@@ -1,1 +1,61 @@
-//! placeholder
+//! laptime's request path and its HTTP edges.
+//!
+//! Modules in the order a request meets them:
+//! - [`config`]: the typed, validated configuration.
+//! - [`ingress`]: request and trace ids, the borrowed parse of the body's top-level fields.
+//! - [`auth`]: bearer token → principal.
+//! - [`routing`]: model + dialect → channel.
+//! - [`attempt`]: one upstream call.
+//! - [`observe`]: the bodies that stamp marks as bytes arrive and record exactly once.
+//! - [`respond`]: error shapes and relayed headers.
+//! - [`record`]: assembling the record.
+//! - [`pipeline`]: the proxy handler that runs those stages in order.
+//! - [`api`]: reading records back; [`server`]: the router, serving and shutdown.
+
+pub mod api;
+pub mod attempt;
+pub mod auth;
+pub mod config;
+pub mod ingress;
+pub mod observe;
+pub mod pipeline;
+pub mod record;
+pub mod respond;
+pub mod routing;
+pub mod server;
+
+use std::sync::Arc;
+
+use laptime_store::auth::Principal;
+use laptime_store::recorder::Recorder;
+use laptime_store::Store;
+
+use crate::attempt::HttpClient;
+use crate::auth::Authenticator;
+use crate::config::Config;
+use crate::routing::Router;
+
+/// Shared state of a running gateway.
+pub struct App {
+    pub config: Config,
+    pub router: Router,
+    pub auth: Authenticator,
+    pub client: HttpClient,
+    pub recorder: Recorder,
+    pub store: Store,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App").field("router", &self.router).finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// The routing group a principal's requests use.
+    pub fn group_of(&self, _principal: &Principal) -> &str {
+        "default"
+    }
+}
+
+pub type SharedApp = Arc<App>;

@@ -1,1 +1,35 @@
-//! placeholder
+//! laptime-sim: a faithful fake of an LLM provider, for a gateway to use as its upstream.
+//!
+//! It speaks OpenAI Chat Completions, OpenAI Responses and Anthropic Messages byte for byte
+//! (event names, JSON fields, first chunks, endings, usage placement as the real streams have
+//! them) and plays each answer on a script: when the head comes, when the first event, the
+//! first effective output, the first text and the terminal come, and how the answer ends
+//! (normally, cut by the token limit, with an in-band error, a clean close, a TCP reset, a
+//! stall, or an HTTP error status).
+//!
+//! Layout, from the script to the socket:
+//! - [`script`]: the [`Script`] type, the named [`preset`]s (the DESIGN's seed traces
+//!   `sim-trace-a|b|c` and `sim-fast`), and [`schedule`], which turns a script into the exact
+//!   bytes and instants of one response. Pure: no tokio, no clock.
+//! - `wire`: the bytes of each dialect (streamed events, non-streamed bodies, error bodies).
+//!   Pure.
+//! - `json`: an ordered JSON builder, so fields come out in the providers' order.
+//! - [`server`]: the HTTP server (HTTP/1.1 and h2c) that plays schedules against the clock,
+//!   with `/sim/stats` and `/sim/requests` for tests.
+//!
+//! A request picks its script with a top-level `"laptime_sim": {…}` object (any [`Script`]
+//! fields), or by naming a preset as its `model`.
+
+pub mod script;
+pub mod server;
+
+mod json;
+#[cfg(test)]
+mod testkit;
+mod wire;
+
+pub use script::{
+    preset, schedule, EffectiveKind, End, Finish, FirstEffective, Schedule, Script, Step,
+    UsageSpec, PRESET_NAMES,
+};
+pub use server::{serve, spawn_local, Sim, SimRequest, SimStats};

@@ -1,1 +1,149 @@
-//! placeholder
+//! laptime's store: where records, workspaces and tokens live.
+//!
+//! - [`schema`]: versioned migrations (SQLite, WAL).
+//! - [`records`]: writing and reading request records with their attempts.
+//! - [`auth`]: workspaces and hashed bearer tokens.
+//! - [`recorder`]: the bounded queue and batching writer that the request path hands records to
+//!   without ever waiting on the store.
+//! - [`Store`]: opens the database and lends short-lived read connections.
+
+pub mod auth;
+pub mod recorder;
+pub mod records;
+pub mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
+
+/// A store error: always the gateway's own fault (the database is local), never retryable by a
+/// client.
+#[derive(Debug)]
+pub enum StoreError {
+    Sqlite(rusqlite::Error),
+    Io(std::io::Error),
+    /// A value in the database that this version cannot read.
+    Corrupt(String),
+    /// A name or id that does not exist.
+    NotFound(String),
+    /// A name that exists already.
+    Conflict(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Sqlite(e) => write!(f, "database error: {e}"),
+            StoreError::Io(e) => write!(f, "store I/O error: {e}"),
+            StoreError::Corrupt(m) => write!(f, "unreadable stored value: {m}"),
+            StoreError::NotFound(m) => write!(f, "not found: {m}"),
+            StoreError::Conflict(m) => write!(f, "already exists: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sqlite(e)
+    }
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError::Io(e)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// The embedded SQLite store. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    /// Idle read connections. The lock is held only to take or return one, never across a query.
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+/// The database file name inside the data dir.
+pub const DB_FILE: &str = "laptime.db";
+
+impl Store {
+    /// Opens (creating if needed) the store under `data_dir` and runs pending migrations.
+    pub fn open_dir(data_dir: &Path) -> Result<Store> {
+        std::fs::create_dir_all(data_dir)?;
+        Store::open(&data_dir.join(DB_FILE))
+    }
+
+    pub fn open(path: &Path) -> Result<Store> {
+        let mut conn = open_connection(path)?;
+        schema::migrate(&mut conn)?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                readers: Mutex::new(vec![conn]),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// A new connection for a long-lived writer.
+    pub fn connect(&self) -> Result<Connection> {
+        open_connection(&self.inner.path)
+    }
+
+    /// Runs `f` on a pooled connection. Blocking: call from a blocking thread in async code.
+    pub fn with_conn<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        let pooled = self
+            .inner
+            .readers
+            .lock()
+            .map_err(|_| StoreError::Corrupt("reader pool poisoned".into()))?
+            .pop();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => self.connect()?,
+        };
+        let out = f(&mut conn);
+        if let Ok(mut pool) = self.inner.readers.lock() {
+            if pool.len() < 8 {
+                pool.push(conn);
+            }
+        }
+        out
+    }
+}
+
+fn open_connection(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+/// Wall-clock now in unix microseconds (records carry wall time beside the monotonic marks).
+pub fn now_unix_us() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}

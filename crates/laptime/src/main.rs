@@ -1,1 +1,273 @@
-fn main() {}
+//! The `laptime` binary: a thin command line over the proxy, the store and the sim.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use laptime_core::views::RequestLogView;
+use laptime_proxy::config::Config;
+use laptime_proxy::server::{bind, Gateway};
+use laptime_store::auth::{self, Scope};
+use laptime_store::{records, Store};
+
+#[derive(Parser)]
+#[command(name = "laptime", version, about = "An AI API gateway that records an honest latency timeline for every request")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (with no config: the embedded default, SQLite and an in-process sim).
+    Serve {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        listen: Option<String>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Run the simulated upstream on its own.
+    Sim {
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        listen: String,
+    },
+    /// Manage workspaces.
+    Workspace {
+        #[command(subcommand)]
+        command: WorkspaceCommand,
+    },
+    /// Manage tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Print recent requests of a workspace as a table.
+    Requests {
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[arg(long, default_value = auth::DEFAULT_WORKSPACE)]
+        workspace: String,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a config and print the effective configuration (secrets are env names only).
+    CheckConfig {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum WorkspaceCommand {
+    Create {
+        name: String,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    Create {
+        #[arg(long)]
+        workspace: String,
+        #[arg(long, value_parser = ["proxy", "read", "admin"])]
+        scope: String,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn load_config(path: Option<&Path>) -> Result<Config, String> {
+    let mut cfg = match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            Config::from_toml(&text, &p.display().to_string()).map_err(|e| e.to_string())?
+        }
+        None => Config::embedded_default(&env),
+    };
+    cfg.apply_env(&env);
+    Ok(cfg)
+}
+
+fn open_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store, String> {
+    let cfg = load_config(config)?;
+    let dir = data_dir.unwrap_or(cfg.server.data_dir);
+    Store::open_dir(&dir).map_err(|e| format!("opening the store in {}: {e}", dir.display()))
+}
+
+fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}");
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut stderr = std::io::stderr().lock();
+            let _ = writeln!(stderr, "laptime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Serve { config, listen, data_dir } => {
+            let mut cfg = load_config(config.as_deref())?;
+            if let Some(l) = listen {
+                cfg.server.listen = l;
+            }
+            if let Some(d) = data_dir {
+                cfg.server.data_dir = d;
+            }
+            cfg.validate(&env).map_err(|e| e.to_string())?;
+            runtime()?.block_on(serve(cfg))
+        }
+        Command::Sim { listen } => runtime()?.block_on(async move {
+            let (listener, addr) = bind(&listen).await.map_err(|e| format!("binding {listen}: {e}"))?;
+            tracing::info!(%addr, "sim listening");
+            out(&format!("laptime sim listening on http://{addr}"));
+            laptime_sim::serve(listener, laptime_sim::Sim::new(), shutdown_signal())
+                .await
+                .map_err(|e| e.to_string())
+        }),
+        Command::Workspace { command: WorkspaceCommand::Create { name, data_dir, config } } => {
+            let store = open_store(config.as_deref(), data_dir)?;
+            let ws = store.with_conn(|c| auth::create_workspace(c, &name)).map_err(|e| e.to_string())?;
+            out(&format!("workspace {} created (id {})", ws.name, ws.id));
+            Ok(())
+        }
+        Command::Token { command: TokenCommand::Create { workspace, scope, data_dir, config } } => {
+            let store = open_store(config.as_deref(), data_dir)?;
+            let scope = Scope::parse(&scope).ok_or("scope must be proxy, read or admin")?;
+            let t = store.with_conn(|c| auth::create_token(c, &workspace, scope)).map_err(|e| e.to_string())?;
+            out(&format!(
+                "{} token for workspace {} (key id {}); shown once, store it now:\n{}",
+                t.scope.as_str(),
+                t.workspace.name,
+                t.key_id,
+                t.token
+            ));
+            Ok(())
+        }
+        Command::Requests { limit, workspace, data_dir, config } => {
+            let store = open_store(config.as_deref(), data_dir)?;
+            let rows = store
+                .with_conn(|c| {
+                    let ws = auth::find_workspace(c, &workspace)?
+                        .ok_or_else(|| laptime_store::StoreError::NotFound(format!("workspace {workspace:?}")))?;
+                    records::recent(c, &ws.id, limit.clamp(1, 500))
+                })
+                .map_err(|e| e.to_string())?;
+            out(&requests_table(&rows.iter().map(RequestLogView::new).collect::<Vec<_>>()));
+            Ok(())
+        }
+        Command::CheckConfig { config } => {
+            let cfg = load_config(config.as_deref())?;
+            cfg.validate(&env).map_err(|e| e.to_string())?;
+            out(&cfg.to_toml());
+            Ok(())
+        }
+    }
+}
+
+fn fmt_ms(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into())
+}
+
+fn requests_table(rows: &[RequestLogView]) -> String {
+    let mut s = format!(
+        "{:<36} {:<10} {:<14} {:<22} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n",
+        "request_id", "dialect", "model", "outcome", "status", "hdrs_ms", "first_ms", "text_ms", "total_ms", "tok/s", "classification"
+    );
+    for r in rows {
+        let t = &r.other.timing;
+        s.push_str(&format!(
+            "{:<36} {:<10} {:<14} {:<22} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n",
+            r.request_id,
+            r.dialect,
+            r.model.as_deref().unwrap_or("-"),
+            r.outcome,
+            r.status,
+            fmt_ms(t.upstream_headers_ms),
+            fmt_ms(t.first_response_ms),
+            fmt_ms(t.first_text_delta_ms),
+            fmt_ms(t.total_handler_ms),
+            fmt_ms(t.visible_output_tps),
+            r.classification
+        ));
+    }
+    s
+}
+
+async fn serve(cfg: Config) -> Result<(), String> {
+    let store = Store::open_dir(&cfg.server.data_dir)
+        .map_err(|e| format!("opening the store in {}: {e}", cfg.server.data_dir.display()))?;
+    let bootstrap = env("LAPTIME_BOOTSTRAP_TOKEN");
+    match store.with_conn(|c| auth::bootstrap(c, bootstrap.as_deref())).map_err(|e| e.to_string())? {
+        Some(t) if bootstrap.is_some() => {
+            tracing::info!(key_id = %t.key_id, "LAPTIME_BOOTSTRAP_TOKEN installed as the admin token");
+        }
+        Some(t) => out(&format!(
+            "First start: admin token for workspace {} (shown once, store it now):\n{}",
+            t.workspace.name, t.token
+        )),
+        None => {}
+    }
+    let listen = cfg.server.listen.clone();
+    let gateway = Gateway::start(cfg, store, &env).await.map_err(|e| e.to_string())?;
+    let (listener, addr) = bind(&listen).await.map_err(|e| format!("binding {listen}: {e}"))?;
+    tracing::info!(%addr, "laptime listening");
+    out(&format!("laptime listening on http://{addr}"));
+    gateway.serve(listener, shutdown_signal()).await.map_err(|e| e.to_string())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,378 @@
+//! Typed, strict configuration: TOML with `deny_unknown_fields`, environment overrides
+//! (`LAPTIME_LISTEN`, `LAPTIME_DATA_DIR`, `LAPTIME_REGION`), and a validation pass that reports
+//! every problem with its key. Secrets are only ever named by environment variable.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use laptime_core::slow::Thresholds;
+use laptime_core::Dialect;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub thresholds: Thresholds,
+    #[serde(default)]
+    pub channels: Vec<ChannelConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub data_dir: PathBuf,
+    /// Largest request body accepted, bytes.
+    pub max_body_bytes: usize,
+    /// How long in-flight streams may run on after SIGINT/SIGTERM before they are cut.
+    pub drain_s: u64,
+    /// Records the recorder queue holds before it drops (and counts) new ones.
+    pub recorder_queue: usize,
+    /// Coarse region label stored with every record.
+    pub region: Option<String>,
+    /// Connect timeout for upstream calls.
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            data_dir: PathBuf::from("./laptime-data"),
+            max_body_bytes: 32 * 1024 * 1024,
+            drain_s: 30,
+            recorder_queue: 10_000,
+            region: None,
+            connect_timeout_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    /// OpenAI or compatible: Chat Completions and Responses.
+    Openai,
+    /// Anthropic or compatible: Messages.
+    Anthropic,
+    /// The built-in simulated upstream (all three dialects).
+    Sim,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Openai => "openai",
+            Provider::Anthropic => "anthropic",
+            Provider::Sim => "sim",
+        }
+    }
+
+    pub fn serves(self, dialect: Dialect) -> bool {
+        match self {
+            Provider::Openai => matches!(dialect, Dialect::Chat | Dialect::Responses),
+            Provider::Anthropic => dialect == Dialect::Messages,
+            Provider::Sim => true,
+        }
+    }
+}
+
+/// `models = ["a", "b"]` serves those names as they are; `models = { fast = "gpt-4.1-mini" }`
+/// maps a public name to the upstream's. `"*"` serves any model no other channel names.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Models {
+    List(Vec<String>),
+    Map(BTreeMap<String, String>),
+}
+
+impl Default for Models {
+    fn default() -> Self {
+        Models::List(Vec::new())
+    }
+}
+
+impl Models {
+    /// (public name, upstream name) pairs.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        match self {
+            Models::List(v) => v.iter().map(|m| (m.clone(), m.clone())).collect(),
+            Models::Map(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    pub name: String,
+    pub provider: Provider,
+    /// The base URL the provider's official SDK takes. Optional only for `sim` (the in-process
+    /// simulator is used).
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the provider key.
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub models: Models,
+    #[serde(default = "default_group")]
+    pub group: String,
+}
+
+fn default_group() -> String {
+    "default".into()
+}
+
+/// Every problem found, each naming its key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "invalid configuration ({} problems):", self.0.len())?;
+        for p in &self.0 {
+            writeln!(f, "  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// The sim models the embedded default serves.
+pub const SIM_MODELS: [&str; 4] = ["sim-trace-a", "sim-trace-b", "sim-trace-c", "sim-fast"];
+
+impl Config {
+    /// Parses TOML text; `origin` names the source in error messages.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
+        toml::from_str::<Config>(text).map_err(|e| ConfigErrors(vec![format!("{origin}: {e}")]))
+    }
+
+    /// The embedded default: an in-process sim channel, plus real channels for the provider keys
+    /// present in the environment.
+    pub fn embedded_default(env: &dyn Fn(&str) -> Option<String>) -> Config {
+        let mut channels = vec![ChannelConfig {
+            name: "sim".into(),
+            provider: Provider::Sim,
+            base_url: None,
+            api_key_env: None,
+            models: Models::List(SIM_MODELS.iter().map(|s| s.to_string()).collect()),
+            group: default_group(),
+        }];
+        if env("OPENAI_API_KEY").is_some() {
+            channels.push(ChannelConfig {
+                name: "openai".into(),
+                provider: Provider::Openai,
+                base_url: Some("https://api.openai.com/v1".into()),
+                api_key_env: Some("OPENAI_API_KEY".into()),
+                models: Models::List(vec!["*".into()]),
+                group: default_group(),
+            });
+        }
+        if env("ANTHROPIC_API_KEY").is_some() {
+            channels.push(ChannelConfig {
+                name: "anthropic".into(),
+                provider: Provider::Anthropic,
+                base_url: Some("https://api.anthropic.com".into()),
+                api_key_env: Some("ANTHROPIC_API_KEY".into()),
+                models: Models::List(vec!["*".into()]),
+                group: default_group(),
+            });
+        }
+        Config {
+            server: ServerConfig::default(),
+            thresholds: Thresholds::default(),
+            channels,
+        }
+    }
+
+    /// Applies `LAPTIME_LISTEN`, `LAPTIME_DATA_DIR` and `LAPTIME_REGION`.
+    pub fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) {
+        if let Some(v) = env("LAPTIME_LISTEN") {
+            self.server.listen = v;
+        }
+        if let Some(v) = env("LAPTIME_DATA_DIR") {
+            self.server.data_dir = PathBuf::from(v);
+        }
+        if let Some(v) = env("LAPTIME_REGION") {
+            self.server.region = Some(v);
+        }
+    }
+
+    /// Checks everything and reports every problem at once.
+    pub fn validate(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigErrors> {
+        let mut errs = Vec::new();
+        if self.server.listen.parse::<SocketAddr>().is_err() {
+            errs.push(format!(
+                "server.listen: {:?} is not an address like 127.0.0.1:8080",
+                self.server.listen
+            ));
+        }
+        if self.server.max_body_bytes == 0 {
+            errs.push("server.max_body_bytes: must be positive".into());
+        }
+        if self.server.recorder_queue == 0 {
+            errs.push("server.recorder_queue: must be positive".into());
+        }
+        if self.channels.is_empty() {
+            errs.push("channels: at least one channel is needed".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, c) in self.channels.iter().enumerate() {
+            let key = format!("channels[{i}]");
+            if c.name.trim().is_empty() {
+                errs.push(format!("{key}.name: must not be empty"));
+            } else if !names.insert(c.name.as_str()) {
+                errs.push(format!("{key}.name: {:?} is used by another channel", c.name));
+            }
+            match (&c.base_url, c.provider) {
+                (None, Provider::Sim) => {}
+                (None, _) => errs.push(format!("{key}.base_url: required for provider {}", c.provider.as_str())),
+                (Some(u), _) => {
+                    let ok = u
+                        .parse::<http::Uri>()
+                        .ok()
+                        .is_some_and(|uri| matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some());
+                    if !ok {
+                        errs.push(format!("{key}.base_url: {u:?} is not an http(s) URL"));
+                    }
+                }
+            }
+            match (&c.api_key_env, c.provider) {
+                (Some(var), _) if env(var).is_none() => errs.push(format!(
+                    "{key}.api_key_env: environment variable {var} is not set"
+                )),
+                (None, Provider::Openai | Provider::Anthropic) => errs.push(format!(
+                    "{key}.api_key_env: required for provider {}",
+                    c.provider.as_str()
+                )),
+                _ => {}
+            }
+            let pairs = c.models.pairs();
+            if pairs.is_empty() {
+                errs.push(format!("{key}.models: at least one model is needed"));
+            }
+            for (public, upstream) in pairs {
+                if public.trim().is_empty() || upstream.trim().is_empty() {
+                    errs.push(format!("{key}.models: model names must not be empty"));
+                }
+            }
+            if c.group.trim().is_empty() {
+                errs.push(format!("{key}.group: must not be empty"));
+            }
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors(errs))
+        }
+    }
+
+    /// The effective configuration as TOML. Secrets are only env-var names, so nothing is
+    /// redacted by omission; values of the variables are never read into this text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn the_issue_example_parses_and_validates() {
+        let text = r#"
+            [server]
+            listen = "127.0.0.1:8080"
+            data_dir = "./laptime-data"
+
+            [[channels]]
+            name = "openai"
+            provider = "openai"
+            base_url = "https://api.openai.com/v1"
+            api_key_env = "OPENAI_API_KEY"
+            models = ["gpt-4.1-mini", "o4-mini"]
+            group = "default"
+
+            [[channels]]
+            name = "mapped"
+            provider = "openai"
+            base_url = "http://127.0.0.1:9000/v1"
+            api_key_env = "OPENAI_API_KEY"
+            models = { fast = "gpt-4.1-mini" }
+        "#;
+        let cfg = Config::from_toml(text, "test.toml").unwrap();
+        let env = |k: &str| (k == "OPENAI_API_KEY").then(|| "sk-test".to_string());
+        cfg.validate(&env).unwrap();
+        assert_eq!(
+            cfg.channels[1].models.pairs(),
+            vec![("fast".to_string(), "gpt-4.1-mini".to_string())]
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name() {
+        let err = Config::from_toml("[server]\nlisen = \"x\"\n", "c.toml").unwrap_err();
+        assert!(err.0[0].contains("lisen"), "{err}");
+        assert!(err.0[0].starts_with("c.toml"));
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let text = r#"
+            [server]
+            listen = "nowhere"
+            [[channels]]
+            name = "a"
+            provider = "openai"
+            base_url = "ftp://x"
+            models = []
+            [[channels]]
+            name = "a"
+            provider = "anthropic"
+            base_url = "https://api.anthropic.com"
+            api_key_env = "MISSING_KEY"
+            models = ["claude"]
+        "#;
+        let errs = Config::from_toml(text, "c").unwrap().validate(&no_env).unwrap_err();
+        let all = errs.to_string();
+        for needle in [
+            "server.listen",
+            "channels[0].base_url",
+            "channels[0].api_key_env",
+            "channels[0].models",
+            "channels[1].name",
+            "channels[1].api_key_env: environment variable MISSING_KEY is not set",
+        ] {
+            assert!(all.contains(needle), "missing {needle} in {all}");
+        }
+    }
+
+    #[test]
+    fn embedded_default_adds_real_channels_only_when_keys_are_set() {
+        let cfg = Config::embedded_default(&no_env);
+        assert_eq!(cfg.channels.len(), 1);
+        cfg.validate(&no_env).unwrap();
+        let env = |k: &str| (k == "ANTHROPIC_API_KEY").then(|| "x".to_string());
+        let cfg = Config::embedded_default(&env);
+        assert_eq!(cfg.channels.len(), 2);
+        assert_eq!(cfg.channels[1].provider, Provider::Anthropic);
+        cfg.validate(&env).unwrap();
+    }
+
+    #[test]
+    fn printed_config_never_holds_a_key_value() {
+        let env = |k: &str| (k == "OPENAI_API_KEY").then(|| "sk-canary-123".to_string());
+        let cfg = Config::embedded_default(&env);
+        let text = cfg.to_toml();
+        assert!(text.contains("OPENAI_API_KEY"));
+        assert!(!text.contains("sk-canary-123"));
+    }
+}

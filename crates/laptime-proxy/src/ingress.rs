@@ -1,0 +1,270 @@
+//! Ingress: the request id, the trace id, and a borrowed parse of only the top-level fields the
+//! gateway needs (`model`, `stream`, `stream_options` and the request's shape). The body bytes
+//! themselves go upstream as the client sent them; only the model value may be spliced.
+
+use laptime_core::timeline::RequestShape;
+use rand::RngCore;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// A new request id: `req_` + 128 random bits.
+pub fn request_id() -> String {
+    let mut b = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut b);
+    format!("req_{}", hex::encode(b))
+}
+
+/// The W3C trace context to propagate: the client's trace id when it sent a valid `traceparent`,
+/// else a new one; always a new span id for the upstream hop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    pub trace_id: String,
+    pub traceparent: String,
+}
+
+pub fn trace(client_traceparent: Option<&str>) -> Trace {
+    let trace_id = client_traceparent
+        .and_then(|tp| {
+            let parts: Vec<&str> = tp.trim().split('-').collect();
+            match parts.as_slice() {
+                [ver, tid, sid, flags]
+                    if ver.len() == 2
+                        && tid.len() == 32
+                        && sid.len() == 16
+                        && flags.len() == 2
+                        && tid.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                        && tid.bytes().any(|b| b != b'0') =>
+                {
+                    Some(tid.to_string())
+                }
+                _ => None,
+            }
+        })
+        .unwrap_or_else(|| {
+            let mut b = [0u8; 16];
+            rand::thread_rng().fill_bytes(&mut b);
+            hex::encode(b)
+        });
+    let mut span = [0u8; 8];
+    rand::thread_rng().fill_bytes(&mut span);
+    Trace {
+        traceparent: format!("00-{trace_id}-{}-01", hex::encode(span)),
+        trace_id,
+    }
+}
+
+/// Why a body was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyProblem {
+    NotJson(String),
+    NotAnObject,
+    NoModel,
+}
+
+impl BodyProblem {
+    pub fn message(&self) -> String {
+        match self {
+            BodyProblem::NotJson(e) => format!("request body is not valid JSON: {e}"),
+            BodyProblem::NotAnObject => "request body must be a JSON object".into(),
+            BodyProblem::NoModel => "request body has no \"model\" string".into(),
+        }
+    }
+}
+
+/// What the gateway reads of a request body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestHead {
+    pub model: String,
+    /// Byte range of the model's JSON string (quotes included) in the body, for splicing.
+    pub model_span: (usize, usize),
+    pub stream: bool,
+    pub shape: RequestShape,
+}
+
+#[derive(Deserialize)]
+struct Reasoning<'a> {
+    #[serde(borrow)]
+    effort: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct Thinking {
+    budget_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct FormatType<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct TextOptions<'a> {
+    #[serde(borrow)]
+    format: Option<FormatType<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ToolChoice<'a> {
+    Name(&'a str),
+    Object(FormatType<'a>),
+}
+
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    model: Option<&'a RawValue>,
+    stream: Option<bool>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    max_output_tokens: Option<u64>,
+    #[serde(borrow)]
+    reasoning_effort: Option<&'a str>,
+    #[serde(borrow)]
+    reasoning: Option<Reasoning<'a>>,
+    thinking: Option<Thinking>,
+    tools: Option<Vec<serde::de::IgnoredAny>>,
+    #[serde(borrow)]
+    tool_choice: Option<ToolChoice<'a>>,
+    #[serde(borrow)]
+    response_format: Option<FormatType<'a>>,
+    #[serde(borrow)]
+    text: Option<TextOptions<'a>>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+}
+
+/// Parses the fields the gateway needs from a request body.
+pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
+    let trimmed = body.iter().position(|b| !b.is_ascii_whitespace());
+    if trimmed.map(|i| body[i]) != Some(b'{') {
+        // Distinguish "not JSON" from "JSON but not an object" for a clearer message.
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            Ok(_) => Err(BodyProblem::NotAnObject),
+            Err(e) => Err(BodyProblem::NotJson(e.to_string())),
+        };
+    }
+    let head: Head<'_> =
+        serde_json::from_slice(body).map_err(|e| BodyProblem::NotJson(e.to_string()))?;
+    let raw = head.model.ok_or(BodyProblem::NoModel)?;
+    let model: String = match serde_json::from_str::<String>(raw.get()) {
+        Ok(m) if !m.trim().is_empty() => m,
+        _ => return Err(BodyProblem::NoModel),
+    };
+    // RawValue borrows from `body`, so its offset is a pointer difference.
+    let start = (raw.get().as_ptr() as usize).saturating_sub(body.as_ptr() as usize);
+    let span = (start, start + raw.get().len());
+    let response_format = head
+        .response_format
+        .and_then(|f| f.kind)
+        .or_else(|| head.text.and_then(|t| t.format).and_then(|f| f.kind))
+        .map(str::to_string);
+    let reasoning_effort = head
+        .reasoning_effort
+        .or_else(|| head.reasoning.and_then(|r| r.effort))
+        .map(str::to_string)
+        .or_else(|| {
+            head.thinking
+                .and_then(|t| t.budget_tokens)
+                .map(|b| format!("budget_tokens:{b}"))
+        });
+    Ok(RequestHead {
+        model,
+        model_span: span,
+        stream: head.stream.unwrap_or(false),
+        shape: RequestShape {
+            max_output_tokens: head
+                .max_completion_tokens
+                .or(head.max_output_tokens)
+                .or(head.max_tokens),
+            reasoning_effort,
+            tool_count: head.tools.map(|t| u32::try_from(t.len()).unwrap_or(u32::MAX)),
+            tool_choice: head.tool_choice.and_then(|c| match c {
+                ToolChoice::Name(n) => Some(n.to_string()),
+                ToolChoice::Object(o) => o.kind.map(str::to_string),
+            }),
+            response_format,
+            temperature: head.temperature,
+            top_p: head.top_p,
+        },
+    })
+}
+
+/// The body with the model value replaced, every other byte as sent.
+pub fn splice_model(body: &bytes::Bytes, span: (usize, usize), upstream_model: &str) -> bytes::Bytes {
+    let quoted = serde_json::Value::String(upstream_model.to_string()).to_string();
+    let mut out = Vec::with_capacity(body.len() + quoted.len());
+    out.extend_from_slice(&body[..span.0]);
+    out.extend_from_slice(quoted.as_bytes());
+    out.extend_from_slice(&body[span.1..]);
+    bytes::Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_reads_model_stream_and_shape() {
+        let body = br#"{"model":"gpt-4.1-mini","stream":true,"max_completion_tokens":64,
+            "reasoning_effort":"low","tools":[{},{}],"tool_choice":"auto",
+            "response_format":{"type":"json_schema"},"temperature":0.2,"top_p":0.9,
+            "messages":[{"role":"user","content":"hi"}]}"#;
+        let h = parse_head(body).unwrap();
+        assert_eq!(h.model, "gpt-4.1-mini");
+        assert!(h.stream);
+        assert_eq!(&body[h.model_span.0..h.model_span.1], br#""gpt-4.1-mini""#);
+        assert_eq!(h.shape.max_output_tokens, Some(64));
+        assert_eq!(h.shape.reasoning_effort.as_deref(), Some("low"));
+        assert_eq!(h.shape.tool_count, Some(2));
+        assert_eq!(h.shape.tool_choice.as_deref(), Some("auto"));
+        assert_eq!(h.shape.response_format.as_deref(), Some("json_schema"));
+        assert_eq!(h.shape.temperature, Some(0.2));
+    }
+
+    #[test]
+    fn responses_and_anthropic_shapes_are_read_too() {
+        let h = parse_head(br#"{"model":"o4-mini","reasoning":{"effort":"high"},"text":{"format":{"type":"json_object"}},"max_output_tokens":9,"tool_choice":{"type":"function","name":"f"}}"#).unwrap();
+        assert_eq!(h.shape.reasoning_effort.as_deref(), Some("high"));
+        assert_eq!(h.shape.response_format.as_deref(), Some("json_object"));
+        assert_eq!(h.shape.tool_choice.as_deref(), Some("function"));
+        let h = parse_head(br#"{"model":"claude","max_tokens":100,"thinking":{"type":"enabled","budget_tokens":2048}}"#).unwrap();
+        assert_eq!(h.shape.max_output_tokens, Some(100));
+        assert_eq!(h.shape.reasoning_effort.as_deref(), Some("budget_tokens:2048"));
+        assert!(!h.stream);
+    }
+
+    #[test]
+    fn bad_bodies_say_what_is_wrong() {
+        assert!(matches!(parse_head(b"{nope"), Err(BodyProblem::NotJson(_))));
+        assert_eq!(parse_head(b"[1,2]"), Err(BodyProblem::NotAnObject));
+        assert_eq!(parse_head(b"{\"stream\":true}"), Err(BodyProblem::NoModel));
+        assert_eq!(parse_head(b"{\"model\":\"\"}"), Err(BodyProblem::NoModel));
+        assert_eq!(parse_head(b"{\"model\":7}"), Err(BodyProblem::NoModel));
+    }
+
+    #[test]
+    fn splicing_the_model_keeps_every_other_byte() {
+        let body = bytes::Bytes::from_static(br#"{ "x": 1, "model" : "fast" ,"y":"\u00e9"}"#);
+        let h = parse_head(&body).unwrap();
+        let out = splice_model(&body, h.model_span, "gpt-4.1-mini");
+        assert_eq!(&out[..], &br#"{ "x": 1, "model" : "gpt-4.1-mini" ,"y":"\u00e9"}"#[..]);
+    }
+
+    #[test]
+    fn escaped_model_names_are_unescaped() {
+        let h = parse_head(br#"{"model":"a\/b"}"#).unwrap();
+        assert_eq!(h.model, "a/b");
+    }
+
+    #[test]
+    fn client_trace_id_is_kept_and_a_bad_one_replaced() {
+        let t = trace(Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+        assert_eq!(t.trace_id, "0af7651916cd43dd8448eb211c80319c");
+        assert!(t.traceparent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"));
+        assert!(!t.traceparent.contains("b7ad6b7169203331"));
+        let t = trace(Some("garbage"));
+        assert_eq!(t.trace_id.len(), 32);
+    }
+}

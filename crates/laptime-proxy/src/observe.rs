@@ -1,0 +1,248 @@
+//! Observe: the bodies the gateway answers with. [`ObservedBody`] wraps a streamed upstream body:
+//! it stamps each frame inside `poll_frame`, where the bytes arrive, feeds the pure
+//! [`StreamObserver`], relays the bytes untouched (writing the timing comment before the
+//! terminal frame), adds trailers when asked, and records exactly once — at the end, on an
+//! upstream error, or when dropped because the client went away. [`BufferedBody`] does the same
+//! for an answer the gateway already holds whole.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName};
+use http_body::{Body, Frame};
+use laptime_core::observe::{BodyEnd, Placement, StreamObserver};
+use laptime_core::timeline::{self, ErrorClass, Hedge, Outcome};
+use tokio::time::Instant;
+
+use crate::record::{Ending, Finisher};
+use crate::respond::header_value;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A streamed answer, observed as it is relayed.
+pub struct ObservedBody<B> {
+    /// The upstream body; dropped as soon as it ends (or with this body, which closes the
+    /// upstream connection when the client leaves early).
+    inner: Option<B>,
+    t0: Instant,
+    obs: StreamObserver,
+    /// Bytes of an event that has not completed yet.
+    held: BytesMut,
+    /// Frames ready to hand to the client, in order.
+    queue: VecDeque<Bytes>,
+    upstream_end: Option<BodyEnd>,
+    trailers: bool,
+    hedge: Hedge,
+    status: u16,
+    finisher: Option<Finisher>,
+}
+
+impl<B> std::fmt::Debug for ObservedBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObservedBody").finish_non_exhaustive()
+    }
+}
+
+impl<B> ObservedBody<B> {
+    pub fn new(inner: B, obs: StreamObserver, finisher: Finisher, status: u16, trailers: bool) -> Self {
+        ObservedBody {
+            inner: Some(inner),
+            t0: finisher.pending.t0,
+            hedge: finisher.pending.hedge,
+            obs,
+            held: BytesMut::new(),
+            queue: VecDeque::new(),
+            upstream_end: None,
+            trailers,
+            status,
+            finisher: Some(finisher),
+        }
+    }
+
+    fn push(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.queue.push_back(b);
+        }
+    }
+
+    fn push_held(&mut self) {
+        if !self.held.is_empty() {
+            let held = self.held.split().freeze();
+            self.queue.push_back(held);
+        }
+    }
+
+    fn on_data(&mut self, data: Bytes) {
+        let at = timeline::offset(Instant::now().saturating_duration_since(self.t0));
+        let plan = self.obs.on_chunk(at, &data);
+        let released = data.slice(..plan.release_to);
+        match plan.comment_at {
+            Some(Placement::BeforeHeld) => {
+                let comment = Bytes::from(self.obs.inband(self.hedge).comment());
+                self.push(comment);
+                self.push_held();
+                self.push(released);
+            }
+            Some(Placement::InChunk(i)) => {
+                let comment = Bytes::from(self.obs.inband(self.hedge).comment());
+                self.push_held();
+                self.push(released.slice(..i));
+                self.push(comment);
+                self.push(released.slice(i..));
+            }
+            None if plan.release_to > 0 => {
+                self.push_held();
+                self.push(released);
+            }
+            None => {}
+        }
+        if plan.release_to < data.len() {
+            self.held.extend_from_slice(&data[plan.release_to..]);
+        }
+    }
+
+    fn on_upstream_end(&mut self, how: BodyEnd) {
+        let at = timeline::offset(Instant::now().saturating_duration_since(self.t0));
+        self.obs.on_end(at, how);
+        // An unterminated last event is relayed as it came: the bytes are the upstream's.
+        self.push_held();
+        self.upstream_end = Some(how);
+        self.inner = None;
+    }
+
+    fn trailer_map(&self) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in self.obs.inband(self.hedge).trailers() {
+            map.insert(HeaderName::from_static(name), header_value(&value));
+        }
+        map
+    }
+
+    fn finish(&mut self, cancelled: bool) {
+        let Some(finisher) = self.finisher.take() else {
+            return;
+        };
+        let summary = self.obs.summary();
+        let (outcome, error_class) = match summary.outcome {
+            // Everything the upstream sent reached the client: its outcome stands.
+            Some(o) if !cancelled || self.queue.is_empty() => (o, summary.error_class),
+            _ => (Outcome::ClientCancelled, Some(ErrorClass::ClientCancelled)),
+        };
+        finisher.finish(Ending {
+            status: self.status,
+            outcome,
+            error_class,
+            stream: Some(summary),
+        });
+    }
+}
+
+impl<B> Body for ObservedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(b) = this.queue.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+            if let Some(how) = this.upstream_end {
+                if this.trailers {
+                    this.trailers = false;
+                    let map = this.trailer_map();
+                    return Poll::Ready(Some(Ok(Frame::trailers(map))));
+                }
+                this.finish(false);
+                return Poll::Ready(match how {
+                    BodyEnd::Eof => None,
+                    // The client must see that the stream broke, not a clean end.
+                    BodyEnd::Error => Some(Err("upstream stream broke".into())),
+                });
+            }
+            let Some(inner) = this.inner.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match ready!(Pin::new(inner).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        this.on_data(data);
+                    }
+                }
+                Some(Err(e)) => {
+                    let e: BoxError = e.into();
+                    tracing::debug!(error = %e, "upstream body error");
+                    this.on_upstream_end(BodyEnd::Error);
+                }
+                None => this.on_upstream_end(BodyEnd::Eof),
+            }
+        }
+    }
+}
+
+impl<B> Drop for ObservedBody<B> {
+    fn drop(&mut self) {
+        // Dropped before the end: the client went away. Drop the upstream body first so its
+        // connection closes now.
+        self.inner = None;
+        self.finish(true);
+    }
+}
+
+/// An answer the gateway holds whole (non-streamed upstream answers and the gateway's own
+/// errors). Recorded when the last byte is handed over, or as cancelled if dropped before.
+pub struct BufferedBody {
+    data: Option<Bytes>,
+    finisher: Option<(Finisher, Ending)>,
+}
+
+impl std::fmt::Debug for BufferedBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferedBody").finish_non_exhaustive()
+    }
+}
+
+impl BufferedBody {
+    pub fn new(data: Bytes, finisher: Finisher, ending: Ending) -> Self {
+        BufferedBody {
+            data: Some(data),
+            finisher: Some((finisher, ending)),
+        }
+    }
+}
+
+impl Body for BufferedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        if let Some(d) = this.data.take() {
+            if !d.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(d))));
+            }
+        }
+        if let Some((f, ending)) = this.finisher.take() {
+            f.finish(ending);
+        }
+        Poll::Ready(None)
+    }
+}
+
+impl Drop for BufferedBody {
+    fn drop(&mut self) {
+        if let Some((f, mut ending)) = self.finisher.take() {
+            if self.data.is_some() {
+                ending.outcome = Outcome::ClientCancelled;
+                ending.error_class = Some(ErrorClass::ClientCancelled);
+            }
+            f.finish(ending);
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The request path, in order: ingress → auth → body → routing → attempt → observe → respond →
+//! record. Each stage stamps its mark on the pending record; every exit goes through a body that
+//! finishes the record exactly once.
+
+use std::sync::Arc;
+
+use axum::body::Body as AxumBody;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use laptime_core::classify::{classify_body, StopHint};
+use laptime_core::observe::{StreamObserver, StreamSummary};
+use laptime_core::timeline::{Attempt, ErrorClass, Marks, Outcome};
+use laptime_core::usage::UsageAcc;
+use laptime_core::views::{ms, upstream_ms};
+use laptime_core::Dialect;
+use laptime_store::auth::Scope;
+use tokio::time::Instant;
+
+use crate::attempt;
+use crate::auth::AuthFailure;
+use crate::ingress;
+use crate::observe::{BufferedBody, ObservedBody};
+use crate::record::{Ending, Finisher, Pending};
+use crate::respond::{header_value, relay_headers, wants_trailers, GatewayError, REQUEST_ID};
+use crate::App;
+
+/// Handles one proxied model call.
+pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> Response {
+    // === ingress ===
+    let t0 = Instant::now();
+    let mut pending = Pending::new(t0, laptime_store::now_unix_us(), ingress::request_id(), dialect);
+    pending.region = app.config.server.region.clone();
+    let (parts, body) = req.into_parts();
+    let trace = ingress::trace(parts.headers.get("traceparent").and_then(|v| v.to_str().ok()));
+    pending.trace_id = Some(trace.trace_id.clone());
+    let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds);
+
+    // === auth ===
+    let started = Instant::now();
+    let principal = app.auth.authenticate(&parts.headers).await;
+    let mut finisher = finisher;
+    finisher.pending.marks.auth = Some(finisher.pending.since(started));
+    let principal = match principal {
+        Ok(p) => p,
+        Err(AuthFailure::Unavailable) => {
+            return reject(finisher, GatewayError::new(ErrorClass::Internal, "credentials could not be checked"))
+        }
+        Err(AuthFailure::Missing) => {
+            return reject(
+                finisher,
+                GatewayError::new(ErrorClass::Unauthorized, "missing credentials: send Authorization: Bearer <token> or x-api-key"),
+            )
+        }
+        Err(AuthFailure::Invalid) => {
+            return reject(finisher, GatewayError::new(ErrorClass::Unauthorized, "invalid or revoked token"))
+        }
+    };
+    finisher.pending.workspace_id = Some(principal.workspace_id.clone());
+    finisher.pending.key_id = Some(principal.key_id.clone());
+    if !principal.scope.allows(Scope::Proxy) {
+        return reject(
+            finisher,
+            GatewayError::new(ErrorClass::Forbidden, format!("a {} token cannot call models", principal.scope.as_str())),
+        );
+    }
+
+    // === body ===
+    let started = Instant::now();
+    let read = Limited::new(body, app.config.server.max_body_bytes).collect().await;
+    finisher.pending.marks.body_read = Some(finisher.pending.since(started));
+    let body: Bytes = match read {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            let limit = app.config.server.max_body_bytes;
+            return reject(
+                finisher,
+                GatewayError::new(ErrorClass::PayloadTooLarge, format!("request body is over the {limit}-byte limit")),
+            );
+        }
+        Err(_) => {
+            return reject(finisher, GatewayError::new(ErrorClass::BadRequest, "the request body could not be read"));
+        }
+    };
+    let head = match ingress::parse_head(&body) {
+        Ok(h) => h,
+        Err(p) => return reject(finisher, GatewayError::new(ErrorClass::BadRequest, p.message())),
+    };
+    finisher.pending.model = Some(head.model.clone());
+    finisher.pending.stream = head.stream;
+    finisher.pending.shape = head.shape.clone();
+
+    // === routing ===
+    let started = Instant::now();
+    let group = app.group_of(&principal);
+    let route = app.router.route(dialect, group, &head.model);
+    finisher.pending.marks.distribution = Some(finisher.pending.since(started));
+    finisher.pending.group = Some(group.to_string());
+    let Some(route) = route else {
+        return reject(
+            finisher,
+            GatewayError::new(ErrorClass::UnknownModel, format!("model {:?} is not served for {} requests", head.model, dialect.path())),
+        );
+    };
+    let channel = route.channel.clone();
+    finisher.pending.channel = Some(channel.name.clone());
+    finisher.pending.provider = Some(channel.provider.as_str().to_string());
+    let upstream_body = if route.upstream_model == head.model {
+        body
+    } else {
+        ingress::splice_model(&body, head.model_span, &route.upstream_model)
+    };
+
+    // === attempt ===
+    let request = match attempt::build_request(&channel, dialect, upstream_body, &parts.headers, &trace.traceparent) {
+        Ok(r) => r,
+        Err(e) => return reject(finisher, e),
+    };
+    let (guard, inflight) = channel.enter();
+    finisher.hold_inflight(guard);
+    finisher.pending.channel_inflight = Some(inflight);
+    let t1 = Instant::now();
+    let start = finisher.pending.offset(t1);
+    finisher.pending.marks.upstream_start = Some(start);
+    let sent = app.client.request(request).await;
+    let t2 = finisher.pending.offset(Instant::now());
+    let mut attempt = Attempt {
+        channel: channel.name.clone(),
+        role: "primary".into(),
+        won: false,
+        status: None,
+        error_class: None,
+        start: Some(start),
+        headers: None,
+        first_byte: None,
+        end: None,
+    };
+    let response = match sent {
+        Ok(r) => r,
+        Err(e) => {
+            let class = attempt::classify_error(&e);
+            tracing::debug!(channel = %channel.name, error = %e, "upstream call failed");
+            attempt.error_class = Some(class);
+            attempt.end = Some(t2);
+            finisher.pending.attempts.push(attempt);
+            let err = GatewayError::new(class, format!("upstream channel {:?} could not be reached", channel.name));
+            let status = err.status();
+            let ending = Ending {
+                status: status.as_u16(),
+                outcome: if class == ErrorClass::ConnectTimeout { Outcome::Timeout } else { Outcome::UpstreamError },
+                error_class: Some(class),
+                stream: None,
+            };
+            return buffered(finisher, status, HeaderMap::new(), json_headers(), err.body(dialect), ending);
+        }
+    };
+    finisher.pending.marks.upstream_headers = Some(t2);
+    attempt.headers = Some(t2);
+    attempt.status = Some(response.status().as_u16());
+    attempt.won = true;
+    finisher.pending.attempts.push(attempt);
+    let (up_parts, up_body) = response.into_parts();
+    let status = up_parts.status;
+    let is_sse = up_parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+
+    // === observe + respond ===
+    if status.is_success() && is_sse {
+        let mut obs = StreamObserver::new(dialect, Some(start));
+        obs.set_headers(t2);
+        let trailers = wants_trailers(&parts.headers);
+        let request_id = finisher.pending.request_id.clone();
+        let body = ObservedBody::new(up_body, obs, finisher, status.as_u16(), trailers);
+        let mut resp = Response::new(AxumBody::new(body));
+        *resp.status_mut() = status;
+        relay_headers(&up_parts.headers, resp.headers_mut());
+        resp.headers_mut().insert(REQUEST_ID, header_value(&request_id));
+        if trailers {
+            resp.headers_mut().insert(
+                http::header::TRAILER,
+                HeaderValue::from_static(
+                    "X-Laptime-Upstream-Ms, X-Laptime-TTFT-Ms, X-Laptime-Cached-Tokens, X-Laptime-Cache-Write-Tokens, X-Laptime-Hedge",
+                ),
+            );
+        }
+        return resp;
+    }
+
+    // A whole answer: read it, stamping as the bytes arrive, then answer with Server-Timing.
+    let mut summary = StreamSummary {
+        marks: Marks::default(),
+        outcome: None,
+        error_class: None,
+        tokens: Default::default(),
+        event_count: 0,
+        text_delta_count: 0,
+    };
+    let mut buf = Vec::new();
+    let mut up_body = up_body;
+    let read_ok = loop {
+        match up_body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    if !data.is_empty() {
+                        summary.marks.first_byte.get_or_insert(finisher.pending.offset(Instant::now()));
+                        buf.extend_from_slice(&data);
+                    }
+                }
+            }
+            Some(Err(_)) => break false,
+            None => break true,
+        }
+    };
+    summary.marks.upstream_done = Some(finisher.pending.offset(Instant::now()));
+    let body_summary = classify_body(dialect, &buf);
+    let mut usage = UsageAcc::new(dialect);
+    usage.apply(&body_summary.usage);
+    summary.tokens = usage.tokens();
+    summary.text_delta_count = u32::from(body_summary.has_text);
+    let (outcome, error_class) = if !read_ok {
+        (Outcome::UpstreamClosedEarly, Some(ErrorClass::BodyError))
+    } else if let Some(class) = ErrorClass::from_status(status.as_u16()) {
+        (Outcome::UpstreamError, Some(class))
+    } else if body_summary.error {
+        (Outcome::UpstreamError, Some(ErrorClass::StreamError))
+    } else if matches!(body_summary.stop, Some(StopHint::Length | StopHint::ContentFilter)) {
+        (Outcome::Incomplete, None)
+    } else {
+        (Outcome::Completed, None)
+    };
+    summary.outcome = Some(outcome);
+    summary.error_class = error_class;
+    if !read_ok {
+        let err = GatewayError::new(ErrorClass::BodyError, format!("upstream channel {:?} broke off its answer", channel.name));
+        let status = err.status();
+        let ending = Ending { status: status.as_u16(), outcome, error_class, stream: Some(summary) };
+        return buffered(finisher, status, HeaderMap::new(), json_headers(), err.body(dialect), ending);
+    }
+    let mut marks = finisher.pending.marks;
+    marks.upstream_done = summary.marks.upstream_done;
+    let mut extra = HeaderMap::new();
+    if let Some(up) = upstream_ms(&marks) {
+        let mut timing = format!("upstream;dur={up}");
+        if let Some(h) = marks.upstream_headers.and_then(|h| h.checked_sub(start)) {
+            timing.push_str(&format!(", upstream-headers;dur={}", ms(h)));
+        }
+        extra.insert("server-timing", header_value(&timing));
+    }
+    let ending = Ending { status: status.as_u16(), outcome, error_class, stream: Some(summary) };
+    buffered(finisher, status, up_parts.headers, extra, Bytes::from(buf), ending)
+}
+
+fn json_headers() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h
+}
+
+/// Answers with a gateway error in the dialect's shape, recorded as rejected.
+fn reject(finisher: Finisher, err: GatewayError) -> Response {
+    let status = err.status();
+    let body = err.body(finisher.pending.dialect);
+    let ending = Ending::rejected(status.as_u16(), err.class);
+    buffered(finisher, status, HeaderMap::new(), json_headers(), body, ending)
+}
+
+/// A whole answer: upstream headers relayed, then the gateway's own.
+fn buffered(
+    finisher: Finisher,
+    status: StatusCode,
+    upstream_headers: HeaderMap,
+    extra: HeaderMap,
+    body: Bytes,
+    ending: Ending,
+) -> Response {
+    let request_id = finisher.pending.request_id.clone();
+    let len = body.len();
+    let mut resp = Response::new(AxumBody::new(BufferedBody::new(body, finisher, ending)));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    relay_headers(&upstream_headers, h);
+    for (k, v) in extra {
+        if let Some(k) = k {
+            h.insert(k, v);
+        }
+    }
+    h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(REQUEST_ID, header_value(&request_id));
+    resp
+}

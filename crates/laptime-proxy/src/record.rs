@@ -1,0 +1,197 @@
+//! Record: what the request path learns about one request, and the single place where it
+//! becomes a [`RequestRecord`] and is handed to the recorder. `Finisher::finish` consumes the
+//! finisher, so a request is recorded exactly once.
+
+use std::time::Duration;
+
+use laptime_core::observe::StreamSummary;
+use laptime_core::slow::{self, Thresholds};
+use laptime_core::timeline::{self, Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape};
+use laptime_core::usage::Tokens;
+use laptime_core::Dialect;
+use laptime_store::recorder::Recorder;
+use tokio::time::Instant;
+
+use crate::routing::InflightGuard;
+
+/// Everything known about a request while it is in flight.
+#[derive(Debug)]
+pub struct Pending {
+    /// t0: the gateway has the request head.
+    pub t0: Instant,
+    pub created_at_us: i64,
+    pub request_id: String,
+    pub dialect: Dialect,
+    pub workspace_id: Option<String>,
+    pub key_id: Option<String>,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub channel: Option<String>,
+    pub group: Option<String>,
+    pub stream: bool,
+    pub shape: RequestShape,
+    pub region: Option<String>,
+    pub trace_id: Option<String>,
+    pub marks: Marks,
+    pub channel_inflight: Option<u32>,
+    pub attempts: Vec<Attempt>,
+    pub hedge: Hedge,
+}
+
+impl Pending {
+    pub fn new(t0: Instant, created_at_us: i64, request_id: String, dialect: Dialect) -> Self {
+        Pending {
+            t0,
+            created_at_us,
+            request_id,
+            dialect,
+            workspace_id: None,
+            key_id: None,
+            model: None,
+            provider: None,
+            channel: None,
+            group: None,
+            stream: false,
+            shape: RequestShape::default(),
+            region: None,
+            trace_id: None,
+            marks: Marks::default(),
+            channel_inflight: None,
+            attempts: Vec::new(),
+            hedge: Hedge::None,
+        }
+    }
+
+    /// Offset of `at` from t0.
+    pub fn offset(&self, at: Instant) -> Duration {
+        timeline::offset(at.saturating_duration_since(self.t0))
+    }
+
+    /// A phase duration from `from` to now, at the store's microsecond precision.
+    pub fn since(&self, from: Instant) -> Duration {
+        timeline::offset(Instant::now().saturating_duration_since(from))
+    }
+}
+
+/// How a request ended, as the respond stage saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending {
+    pub status: u16,
+    pub outcome: Outcome,
+    pub error_class: Option<ErrorClass>,
+    /// What the upstream body showed (marks from `first_byte` on, tokens, counts); `None` when
+    /// no upstream body was read.
+    pub stream: Option<StreamSummary>,
+}
+
+impl Ending {
+    pub fn rejected(status: u16, class: ErrorClass) -> Self {
+        Ending {
+            status,
+            outcome: Outcome::Rejected,
+            error_class: Some(class),
+            stream: None,
+        }
+    }
+}
+
+/// Carries a request to its record. Dropping it without `finish` records nothing, so every path
+/// ends in `finish`.
+#[derive(Debug)]
+pub struct Finisher {
+    pub pending: Pending,
+    recorder: Recorder,
+    thresholds: Thresholds,
+    /// Held so the channel counts this request in flight until it is done.
+    _inflight: Option<InflightGuard>,
+}
+
+impl Finisher {
+    pub fn new(pending: Pending, recorder: Recorder, thresholds: Thresholds) -> Self {
+        Finisher {
+            pending,
+            recorder,
+            thresholds,
+            _inflight: None,
+        }
+    }
+
+    pub fn hold_inflight(&mut self, guard: InflightGuard) {
+        self._inflight = Some(guard);
+    }
+
+    /// Stamps t7 now, builds the record and queues it. Returns the record for tests.
+    pub fn finish(self, ending: Ending) -> RequestRecord {
+        let handler_done = self.pending.since(self.pending.t0);
+        let record = build(self.pending, ending, handler_done, &self.thresholds);
+        self.recorder.record(record.clone());
+        record
+    }
+}
+
+/// Pure assembly of the record from what the request path gathered.
+pub fn build(p: Pending, ending: Ending, handler_done: Duration, thresholds: &Thresholds) -> RequestRecord {
+    let mut marks = p.marks;
+    let mut tokens = Tokens::default();
+    let mut event_count = 0;
+    let mut text_delta_count = 0;
+    if let Some(s) = ending.stream {
+        marks.first_byte = s.marks.first_byte;
+        marks.first_event = s.marks.first_event;
+        marks.first_effective = s.marks.first_effective;
+        marks.first_visible = s.marks.first_visible;
+        marks.last_effective = s.marks.last_effective;
+        marks.upstream_done = s.marks.upstream_done;
+        tokens = s.tokens;
+        event_count = s.event_count;
+        text_delta_count = s.text_delta_count;
+    }
+    marks.handler_done = Some(handler_done);
+    let mut attempts = p.attempts;
+    if let Some(winner) = attempts.iter_mut().rev().find(|a| a.won) {
+        winner.first_byte = marks.first_byte;
+        if marks.upstream_done.is_some() {
+            winner.end = marks.upstream_done;
+        }
+        if winner.error_class.is_none() && ending.outcome != Outcome::ClientCancelled {
+            winner.error_class = ending.error_class;
+        }
+    }
+    // Failed attempts before the one that answered; without a winner, all but the last failed
+    // before the final failure.
+    let failover_count = attempts
+        .iter()
+        .position(|a| a.won)
+        .unwrap_or(attempts.len().saturating_sub(1)) as u32;
+    let (classification, flags) = slow::classify(&marks, tokens.output, ending.outcome, thresholds);
+    RequestRecord {
+        request_id: p.request_id,
+        workspace_id: p.workspace_id,
+        key_id: p.key_id,
+        created_at_us: p.created_at_us,
+        model: p.model,
+        provider: p.provider,
+        channel: p.channel,
+        group: p.group,
+        dialect: p.dialect,
+        stream: p.stream,
+        status: ending.status,
+        outcome: ending.outcome,
+        timeout_kind: None,
+        error_class: ending.error_class,
+        classification,
+        flags,
+        marks,
+        tokens,
+        event_count,
+        text_delta_count,
+        channel_inflight: p.channel_inflight,
+        attempts,
+        hedge: p.hedge,
+        failover_count,
+        cached: false,
+        shape: p.shape,
+        region: p.region,
+        trace_id: p.trace_id,
+    }
+}

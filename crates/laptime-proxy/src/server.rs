@@ -1,0 +1,163 @@
+//! Serving: the axum router (every route with its declared auth), the listener with
+//! `TCP_NODELAY` (HTTP/1.1 and h2c), the in-process sim, and graceful shutdown: stop accepting,
+//! let streams in flight finish within a bounded drain, flush every record.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use laptime_core::Dialect;
+use laptime_store::recorder::{Recorder, RecorderTask};
+use laptime_store::Store;
+
+use crate::auth::Authenticator;
+use crate::config::{Config, Provider};
+use crate::routing::{Channel, Router};
+use crate::{api, attempt, pipeline, App};
+
+/// Routes that answer without a token. Every other route authenticates in its handler.
+pub const UNAUTHENTICATED: [&str; 2] = ["/healthz", "/readyz"];
+
+/// A gateway ready to serve: the app, the recorder's writer and the in-process sim (if any).
+pub struct Gateway {
+    pub app: Arc<App>,
+    recorder_task: RecorderTask,
+    sim: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+pub struct StartError(pub String);
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
+
+impl Gateway {
+    /// Opens the store, starts the recorder and the in-process sim, and builds the channels.
+    /// `env` reads provider keys (by the names the config gives).
+    pub async fn start(config: Config, store: Store, env: &dyn Fn(&str) -> Option<String>) -> Result<Gateway, StartError> {
+        let (recorder, recorder_task) =
+            Recorder::start(&store, config.server.recorder_queue).map_err(|e| StartError(format!("recorder: {e}")))?;
+        let needs_sim = config.channels.iter().any(|c| c.provider == Provider::Sim && c.base_url.is_none());
+        let mut sim = None;
+        let mut sim_base = String::new();
+        if needs_sim {
+            let (addr, handle) = laptime_sim::spawn_local(laptime_sim::Sim::new())
+                .await
+                .map_err(|e| StartError(format!("in-process sim: {e}")))?;
+            sim_base = format!("http://{addr}");
+            sim = Some(handle);
+        }
+        let channels = config
+            .channels
+            .iter()
+            .map(|c| {
+                let base = c.base_url.clone().unwrap_or_else(|| sim_base.clone());
+                Arc::new(Channel::from_config(c, base, env))
+            })
+            .collect();
+        let client = attempt::client(Duration::from_millis(config.server.connect_timeout_ms))
+            .map_err(|e| StartError(e.message))?;
+        let app = Arc::new(App {
+            router: Router::new(channels),
+            auth: Authenticator::new(store.clone()),
+            client,
+            recorder,
+            store,
+            config,
+        });
+        Ok(Gateway { app, recorder_task, sim })
+    }
+
+    pub fn router(&self) -> axum::Router {
+        router(self.app.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then drains streams in flight for at most
+    /// the configured drain time and flushes the recorder.
+    pub async fn serve(self, listener: tokio::net::TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let drain = Duration::from_secs(self.app.config.server.drain_s);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut stopped = stop_rx.clone();
+        let serve = axum::serve(
+            axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            }),
+            self.router(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        });
+        let serving = tokio::spawn(async move { serve.await });
+        shutdown.await;
+        tracing::info!(drain_s = drain.as_secs(), "shutting down: no new connections, draining streams in flight");
+        let _ = stop_tx.send(true);
+        drop(stop_rx);
+        match tokio::time::timeout(drain, serving).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "server error"),
+            Ok(Err(e)) => tracing::error!(error = %e, "server task failed"),
+            Err(_) => tracing::warn!("drain time over; cutting the remaining streams"),
+        }
+        // Streams cut at the drain deadline record themselves as they drop; give them a moment.
+        tokio::task::yield_now().await;
+        if !self.app.recorder.shutdown(self.recorder_task, Duration::from_secs(30)).await {
+            tracing::error!("the recorder did not flush in time");
+        }
+        if let Some(sim) = self.sim {
+            sim.abort();
+        }
+        Ok(())
+    }
+}
+
+/// The HTTP surface. Layers sit in the order a request meets them; auth is per handler so each
+/// route states what it needs.
+pub fn router(app: Arc<App>) -> axum::Router {
+    fn proxy_route(dialect: Dialect) -> axum::routing::MethodRouter<Arc<App>> {
+        post(move |State(app): State<Arc<App>>, req: Request| pipeline::proxy(app, dialect, req))
+    }
+    axum::Router::new()
+        .route(Dialect::Chat.path(), proxy_route(Dialect::Chat))
+        .route(Dialect::Responses.path(), proxy_route(Dialect::Responses))
+        .route(Dialect::Messages.path(), proxy_route(Dialect::Messages))
+        .route("/v1/models", get(|State(app): State<Arc<App>>, h| api::models(app, h)))
+        .route("/api/requests", get(|State(app): State<Arc<App>>, h, q| api::list(app, h, q)))
+        .route("/api/requests/{id}", get(|State(app): State<Arc<App>>, h, p| api::one(app, h, p)))
+        .route(UNAUTHENTICATED[0], get(|| async { "ok" }))
+        .route(UNAUTHENTICATED[1], get(readyz))
+        .with_state(app)
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> axum::response::Response {
+    let store = app.store.clone();
+    let ok = tokio::task::spawn_blocking(move || store.with_conn(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?)))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    if ok {
+        "ready".into_response()
+    } else {
+        (http::StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+    }
+}
+
+/// Binds the configured listen address.
+pub async fn bind(addr: &str) -> std::io::Result<(tokio::net::TcpListener, SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    Ok((listener, local))
+}

@@ -1,0 +1,175 @@
+//! A gateway on 127.0.0.1 in front of a real sim, over real sockets, with a real SQLite store.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use laptime_proxy::config::{ChannelConfig, Config};
+use laptime_proxy::server::{bind, Gateway};
+use laptime_store::auth;
+use laptime_store::Store;
+use serde_json::Value;
+
+pub struct Harness {
+    pub addr: SocketAddr,
+    pub sim_addr: SocketAddr,
+    pub token: String,
+    pub store: Store,
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    join: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn start() -> Harness {
+    start_with(|_, _| {}).await
+}
+
+/// Starts a gateway whose `sim` channel points at a fresh sim; `tweak` may change the config
+/// (it gets the sim's base URL).
+pub async fn start_with(tweak: impl FnOnce(&mut Config, &str)) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_dir(dir.path()).unwrap();
+    let token = store.with_conn(|c| auth::bootstrap(c, None)).unwrap().unwrap().token;
+    let (sim_addr, _sim) = laptime_sim::spawn_local(laptime_sim::Sim::new()).await.unwrap();
+    let sim_base = format!("http://{sim_addr}");
+    let mut cfg = Config::embedded_default(&|_| None);
+    cfg.channels[0].base_url = Some(sim_base.clone());
+    cfg.server.data_dir = dir.path().to_path_buf();
+    cfg.server.drain_s = 2;
+    tweak(&mut cfg, &sim_base);
+    let env = |k: &str| (k == "CANARY_KEY").then(|| "sk-canary-7f3a9e".to_string());
+    cfg.validate(&env).unwrap();
+    let gw = Gateway::start(cfg, store.clone(), &env).await.unwrap();
+    let (listener, addr) = bind("127.0.0.1:0").await.unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let join = tokio::spawn(gw.serve(listener, async move {
+        let _ = rx.await;
+    }));
+    Harness {
+        addr,
+        sim_addr,
+        token,
+        store,
+        http: reqwest::Client::new(),
+        stop: Some(tx),
+        join: Some(join),
+        _dir: dir,
+    }
+}
+
+pub fn channel(name: &str, base_url: &str, models: &[&str]) -> ChannelConfig {
+    ChannelConfig {
+        name: name.into(),
+        provider: laptime_proxy::config::Provider::Sim,
+        base_url: Some(base_url.into()),
+        api_key_env: None,
+        models: laptime_proxy::config::Models::List(models.iter().map(|m| m.to_string()).collect()),
+        group: "default".into(),
+    }
+}
+
+impl Harness {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn sim_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.sim_addr, path)
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The stored row in the REST shape, waiting for the recorder (at most 3 s).
+    pub async fn row(&self, request_id: &str) -> Value {
+        for _ in 0..300 {
+            let r = self
+                .http
+                .get(self.url(&format!("/api/requests/{request_id}")))
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .unwrap();
+            if r.status() == 200 {
+                return r.json().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no row for {request_id}");
+    }
+
+    pub async fn sim_stats(&self) -> Value {
+        self.http.get(self.sim_url("/sim/stats")).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// Stops the gateway the way SIGTERM does and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(j) = self.join.take() {
+            j.await.unwrap().unwrap();
+        }
+    }
+}
+
+pub fn body_for(dialect: &str, model: &str, stream: bool) -> Value {
+    match dialect {
+        "chat" => serde_json::json!({
+            "model": model, "stream": stream, "stream_options": {"include_usage": true},
+            "messages": [{"role": "user", "content": "hello"}]
+        }),
+        "responses" => serde_json::json!({"model": model, "stream": stream, "input": "hello"}),
+        _ => serde_json::json!({
+            "model": model, "stream": stream, "max_tokens": 64,
+            "messages": [{"role": "user", "content": "hello"}]
+        }),
+    }
+}
+
+pub fn path_for(dialect: &str) -> &'static str {
+    match dialect {
+        "chat" => "/v1/chat/completions",
+        "responses" => "/v1/responses",
+        _ => "/v1/messages",
+    }
+}
+
+/// The first line of the terminal frame the comment must precede.
+pub fn terminal_for(dialect: &str) -> &'static str {
+    match dialect {
+        "chat" => "data: [DONE]",
+        "responses" => "event: response.completed",
+        _ => "event: message_stop",
+    }
+}
+
+pub const DIALECTS: [&str; 3] = ["chat", "responses", "messages"];
+
+/// Splits a client stream into (bytes without the comment block, the comment line, what
+/// follows the comment).
+pub fn cut_comment(text: &str) -> (String, String, String) {
+    assert_eq!(text.matches(": x-laptime-timing").count(), 1, "exactly one timing comment in:\n{text}");
+    let start = text.find(": x-laptime-timing").unwrap();
+    let end = start + text[start..].find("\n\n").unwrap() + 2;
+    let without = format!("{}{}", &text[..start], &text[end..]);
+    (without, text[start..end - 2].to_string(), text[end..].to_string())
+}
+
+/// Numeric equality of a comment value and a JSON number.
+pub fn same_number(comment_value: Option<&String>, json: &Value) -> bool {
+    match (comment_value, json.as_f64()) {
+        (None, None) => json.is_null(),
+        (Some(c), Some(j)) => c.parse::<f64>().is_ok_and(|c| (c - j).abs() < 1e-9),
+        _ => false,
+    }
+}

@@ -1,0 +1,206 @@
+//! A tiny JSON value that keeps object keys in the order they were written.
+//!
+//! The providers put `type`, `id` and `object` first and clients that sniff prefixes (or humans
+//! diffing captures) see that order. `serde_json::Value` sorts keys unless its `preserve_order`
+//! feature is on, which this workspace does not enable, so the wire shapes are built from this
+//! type instead. Encoding is infallible (no `Result` to unwrap on the hot path) and escapes exactly
+//! what `serde_json` escapes, so the bytes match what the real servers send.
+
+/// An ordered JSON value. Built with the [`obj!`] and [`arr!`] macros.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum J {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Arr(Vec<J>),
+    Obj(Vec<(&'static str, J)>),
+}
+
+/// `obj!{"key": value, ...}` builds a [`J::Obj`] in the written order; values go through `J::from`.
+macro_rules! obj {
+    ($($k:literal : $v:expr),* $(,)?) => {
+        $crate::json::J::Obj(vec![$(($k, $crate::json::J::from($v))),*])
+    };
+}
+
+/// `arr![a, b]` builds a [`J::Arr`]; values go through `J::from`.
+macro_rules! arr {
+    ($($v:expr),* $(,)?) => {
+        $crate::json::J::Arr(vec![$($crate::json::J::from($v)),*])
+    };
+}
+
+pub(crate) use {arr, obj};
+
+impl J {
+    /// Compact JSON text, as the providers send it (no spaces).
+    pub(crate) fn encode(&self) -> String {
+        let mut out = String::with_capacity(128);
+        self.write(&mut out);
+        out
+    }
+
+    fn write(&self, out: &mut String) {
+        match self {
+            J::Null => out.push_str("null"),
+            J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            J::Int(n) => out.push_str(&n.to_string()),
+            // Non-finite numbers have no JSON form; serde_json writes them as null too.
+            J::Float(f) if !f.is_finite() => out.push_str("null"),
+            J::Float(f) => out.push_str(&f.to_string()),
+            J::Str(s) => write_str(s, out),
+            J::Arr(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    item.write(out);
+                }
+                out.push(']');
+            }
+            J::Obj(fields) => {
+                out.push('{');
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_str(k, out);
+                    out.push(':');
+                    v.write(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// Appends a field to an object (no-op on other values); used for fields that only some
+    /// variants of an event carry.
+    pub(crate) fn with(mut self, key: &'static str, value: impl Into<J>) -> J {
+        if let J::Obj(fields) = &mut self {
+            fields.push((key, value.into()));
+        }
+        self
+    }
+
+    /// Replaces a field of an object, or appends it if absent (no-op on other values).
+    pub(crate) fn set(mut self, key: &'static str, value: impl Into<J>) -> J {
+        if let J::Obj(fields) = &mut self {
+            let value = value.into();
+            match fields.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => *v = value,
+                None => fields.push((key, value)),
+            }
+        }
+        self
+    }
+}
+
+/// A JSON string literal with serde_json's escaping: `"`, `\`, and control characters.
+fn write_str(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+impl From<&str> for J {
+    fn from(s: &str) -> J {
+        J::Str(s.to_owned())
+    }
+}
+impl From<String> for J {
+    fn from(s: String) -> J {
+        J::Str(s)
+    }
+}
+impl From<&String> for J {
+    fn from(s: &String) -> J {
+        J::Str(s.clone())
+    }
+}
+impl From<bool> for J {
+    fn from(b: bool) -> J {
+        J::Bool(b)
+    }
+}
+impl From<u32> for J {
+    fn from(n: u32) -> J {
+        J::Int(i64::from(n))
+    }
+}
+impl From<u64> for J {
+    fn from(n: u64) -> J {
+        J::Int(i64::try_from(n).unwrap_or(i64::MAX))
+    }
+}
+impl From<usize> for J {
+    fn from(n: usize) -> J {
+        J::Int(i64::try_from(n).unwrap_or(i64::MAX))
+    }
+}
+impl From<u16> for J {
+    fn from(n: u16) -> J {
+        J::Int(i64::from(n))
+    }
+}
+impl From<i64> for J {
+    fn from(n: i64) -> J {
+        J::Int(n)
+    }
+}
+impl From<f64> for J {
+    fn from(f: f64) -> J {
+        J::Float(f)
+    }
+}
+impl From<Vec<J>> for J {
+    fn from(items: Vec<J>) -> J {
+        J::Arr(items)
+    }
+}
+impl<T: Into<J>> From<Option<T>> for J {
+    fn from(v: Option<T>) -> J {
+        v.map_or(J::Null, Into::into)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_keep_their_written_key_order() {
+        let v = obj! {"type": "b", "a": 1u32, "list": arr![true, J::Null]};
+        assert_eq!(v.encode(), r#"{"type":"b","a":1,"list":[true,null]}"#);
+    }
+
+    #[test]
+    fn strings_are_escaped_like_serde_json() {
+        let s = "quote\" back\\ nl\n tab\t bell\u{7} é /";
+        assert_eq!(J::from(s).encode(), serde_json::to_string(s).unwrap());
+    }
+
+    #[test]
+    fn with_appends_to_objects_only() {
+        assert_eq!(obj! {"a": 1u32}.with("b", 2u32).encode(), r#"{"a":1,"b":2}"#);
+        assert_eq!(J::Null.with("b", 2u32), J::Null);
+        assert_eq!(
+            obj! {"a": 1u32, "b": 2u32}.set("a", 3u32).encode(),
+            r#"{"a":3,"b":2}"#
+        );
+    }
+}

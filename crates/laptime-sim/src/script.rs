@@ -1,0 +1,1141 @@
+//! What the fake provider will do and when: the [`Script`] a request asks for, the named
+//! [`preset`]s, and [`schedule`], which turns a script into the exact bytes and instants of one
+//! response.
+//!
+//! Pure: no tokio, no clock. Every instant is an offset from the arrival of the request head,
+//! computed absolutely from the script (never by adding gaps), so the terminal frame of a
+//! scripted 2.8 s decode lands on exactly 2.8 s whatever the token count. The per-dialect byte
+//! shapes live in [`crate::wire`]; this module owns the timing.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use laptime_core::Dialect;
+use serde::{Deserialize, Serialize};
+
+use crate::wire;
+
+// === Script ===
+
+/// A scripted answer, as sent in a request's top-level `"laptime_sim"` object or looked up by
+/// model name with [`preset`]. Every field is optional; a missing field takes the value of
+/// [`Script::default`], which is the `sim-fast` preset. All times are milliseconds from the
+/// arrival of the request head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Script {
+    /// Delay from request arrival to the response head.
+    pub headers_ms: u64,
+    /// The first non-heartbeat SSE event: the envelope (Chat role chunk with `content:""`,
+    /// Responses `response.created` + `response.in_progress`, Anthropic `message_start` +
+    /// `content_block_start`). Never before the head.
+    pub first_event_ms: u64,
+    /// The first effective (non-empty, model-generated) output when it is not the text itself.
+    pub first_effective: Option<FirstEffective>,
+    /// How many reasoning (or tool-argument) deltas are sent, evenly spaced from
+    /// `first_effective.at_ms` up to (not including) the first text. At least one is sent when
+    /// `first_effective` names reasoning or tool args. Without text they are paced at
+    /// `tokens_per_s`.
+    pub reasoning_deltas: u32,
+    /// The first visible text delta; `null` means the answer has no text at all.
+    pub first_text_ms: Option<u64>,
+    /// Number of text deltas, one token each.
+    pub text_tokens: u32,
+    /// Pace of the text deltas. Delta `i` is sent at `first_text_ms + i / tokens_per_s` and the
+    /// terminal event at `first_text_ms + text_tokens / tokens_per_s`. `null` (infinite) sends
+    /// them all at once.
+    #[serde(with = "pace")]
+    pub tokens_per_s: f64,
+    /// Token counts reported in the usage event and non-streamed body.
+    pub usage: UsageSpec,
+    /// Sends a heartbeat this often between the head and the first event (Chat `: keep-alive`
+    /// comment, Responses `keepalive` event, Anthropic `ping`).
+    pub heartbeat_ms: Option<u64>,
+    /// How the answer ends.
+    pub end: End,
+    /// Status code for `end: status` (and for a non-streamed `end: error_event`).
+    pub status: u16,
+}
+
+impl Default for Script {
+    /// The `sim-fast` preset: everything at 0 ms, 16 text tokens at once.
+    fn default() -> Self {
+        Script {
+            headers_ms: 0,
+            first_event_ms: 0,
+            first_effective: None,
+            reasoning_deltas: 0,
+            first_text_ms: Some(0),
+            text_tokens: 16,
+            tokens_per_s: f64::INFINITY,
+            usage: UsageSpec::default(),
+            heartbeat_ms: None,
+            end: End::Terminal,
+            status: 500,
+        }
+    }
+}
+
+/// Where the first effective output comes from, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FirstEffective {
+    pub kind: EffectiveKind,
+    pub at_ms: u64,
+}
+
+/// The kind of the first effective output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EffectiveKind {
+    /// Reasoning text (Chat `reasoning_content`, Responses reasoning summary, Anthropic thinking).
+    Reasoning,
+    /// Tool-call arguments (Chat `tool_calls`, Responses `function_call`, Anthropic `tool_use`).
+    ToolArgs,
+    /// The visible text itself: the same as `first_text_ms` (`at_ms` is used when
+    /// `first_text_ms` is null).
+    Text,
+}
+
+/// Token counts. `input_tokens` excludes cached tokens (Anthropic's convention); the OpenAI
+/// dialects report `input + cache_read + cache_write` as their prompt/input total.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsageSpec {
+    pub input_tokens: u32,
+    pub cache_read_tokens: u32,
+    pub cache_write_tokens: u32,
+    /// Defaults to the number of text deltas plus reasoning/tool deltas actually sent.
+    pub output_tokens: Option<u32>,
+    /// Defaults to the number of reasoning deltas (0 for tool args), capped at the output.
+    pub reasoning_tokens: Option<u32>,
+}
+
+impl Default for UsageSpec {
+    fn default() -> Self {
+        UsageSpec {
+            input_tokens: 10,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            output_tokens: None,
+            reasoning_tokens: None,
+        }
+    }
+}
+
+/// How a scripted answer ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    /// The dialect's normal terminal: `[DONE]`, `response.completed`, `message_stop`.
+    #[default]
+    Terminal,
+    /// Cut by the token limit: `finish_reason:"length"`, `response.incomplete`,
+    /// `stop_reason:"max_tokens"`.
+    Incomplete,
+    /// An in-band error after HTTP 200: Chat `data:{"error":…}` then `[DONE]`; Responses `error`
+    /// (nested shape) then `response.failed`; Anthropic `event: error`.
+    ErrorEvent,
+    /// Clean EOF right after the last delta, no terminal event.
+    Close,
+    /// A TCP RST right after the last delta.
+    Reset,
+    /// Nothing more after the last delta; the connection stays open until the client goes
+    /// away (at most 10 minutes).
+    Stall,
+    /// No stream: `status` and the dialect's JSON error body at `headers_ms`.
+    Status,
+}
+
+/// Limits that keep a hostile or mistyped script from allocating without bound.
+const MAX_DELTAS: u32 = 1_000_000;
+const MAX_HEARTBEATS: u64 = 100_000;
+
+impl Script {
+    /// Rejects scripts that cannot be played: a non-positive or NaN pace, an impossible status
+    /// code, a zero heartbeat period, or absurd counts. [`schedule`] tolerates them anyway
+    /// (it treats a bad pace as infinite, skips a zero heartbeat), so this is for the server
+    /// to answer 400 rather than guess.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.tokens_per_s.is_nan() || self.tokens_per_s <= 0.0 {
+            return Err(format!(
+                "laptime_sim.tokens_per_s must be positive or null (infinite), got {}",
+                self.tokens_per_s
+            ));
+        }
+        if !(100..=999).contains(&self.status) {
+            return Err(format!(
+                "laptime_sim.status must be an HTTP status code, got {}",
+                self.status
+            ));
+        }
+        if self.text_tokens > MAX_DELTAS || self.reasoning_deltas > MAX_DELTAS {
+            return Err(format!(
+                "laptime_sim.text_tokens and reasoning_deltas are limited to {MAX_DELTAS}"
+            ));
+        }
+        if let Some(hb) = self.heartbeat_ms {
+            if hb == 0 {
+                return Err("laptime_sim.heartbeat_ms must be positive".to_owned());
+            }
+            let first = self.first_event_ms.saturating_sub(self.headers_ms);
+            if first / hb > MAX_HEARTBEATS {
+                return Err(format!(
+                    "laptime_sim.heartbeat_ms gives more than {MAX_HEARTBEATS} heartbeats"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `tokens_per_s` is `f64::INFINITY` for "as fast as possible", which JSON cannot spell:
+/// it is written and read as `null`.
+mod pace {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else {
+            s.serialize_none()
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+    }
+}
+
+// === Presets ===
+
+/// The model names [`preset`] knows, in the order `GET /v1/models` lists them.
+pub const PRESET_NAMES: [&str; 4] = ["sim-trace-a", "sim-trace-b", "sim-trace-c", "sim-fast"];
+
+/// The script served for a model name, if it is a preset. The `sim-trace-*` numbers are the
+/// seed traces of the DESIGN (slow-request classification): A is slow to headers, B is late to
+/// visible text, C decodes slowly; `sim-fast` answers at once.
+pub fn preset(name: &str) -> Option<Script> {
+    let reasoning_at = |at_ms| {
+        Some(FirstEffective {
+            kind: EffectiveKind::Reasoning,
+            at_ms,
+        })
+    };
+    match name {
+        // Headers at 6100, envelope 6300, one reasoning delta 6350, text 6400,
+        // 118 tokens over 2.8 s: terminal at 9200.
+        "sim-trace-a" => Some(Script {
+            headers_ms: 6100,
+            first_event_ms: 6300,
+            first_effective: reasoning_at(6350),
+            reasoning_deltas: 1,
+            first_text_ms: Some(6400),
+            text_tokens: 118,
+            tokens_per_s: 118.0 / 2.8,
+            usage: UsageSpec {
+                input_tokens: 1200,
+                output_tokens: Some(118),
+                ..UsageSpec::default()
+            },
+            ..Script::default()
+        }),
+        // Headers 240, envelope 310, reasoning every 100 ms from 2900 to 8600, text at 8700,
+        // 83 tokens over 1.5 s: terminal at 10200 (≈ 55.3 tok/s).
+        "sim-trace-b" => Some(Script {
+            headers_ms: 240,
+            first_event_ms: 310,
+            first_effective: reasoning_at(2900),
+            reasoning_deltas: 58,
+            first_text_ms: Some(8700),
+            text_tokens: 83,
+            tokens_per_s: 83.0 / 1.5,
+            usage: UsageSpec {
+                input_tokens: 800,
+                cache_read_tokens: 512,
+                output_tokens: Some(83),
+                ..UsageSpec::default()
+            },
+            ..Script::default()
+        }),
+        // Headers 260, envelope 330, one reasoning delta 420, text at 430,
+        // 196 tokens at 9.8 tok/s: terminal at 20430.
+        "sim-trace-c" => Some(Script {
+            headers_ms: 260,
+            first_event_ms: 330,
+            first_effective: reasoning_at(420),
+            reasoning_deltas: 1,
+            first_text_ms: Some(430),
+            text_tokens: 196,
+            tokens_per_s: 9.8,
+            usage: UsageSpec {
+                input_tokens: 640,
+                output_tokens: Some(196),
+                ..UsageSpec::default()
+            },
+            ..Script::default()
+        }),
+        "sim-fast" => Some(Script::default()),
+        _ => None,
+    }
+}
+
+// === Schedule ===
+
+/// One body frame and the instant (from request arrival) it is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub at: Duration,
+    pub bytes: Bytes,
+}
+
+/// What happens after the last step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The body ends cleanly.
+    Eof,
+    /// The connection is reset (TCP RST).
+    Reset,
+    /// Nothing more is sent; the connection is held open until the client leaves.
+    Stall,
+}
+
+/// A whole response: head, body frames with their instants, and how it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub head_at: Duration,
+    pub steps: Vec<Step>,
+    pub finish: Finish,
+}
+
+pub(crate) const SSE: &str = "text/event-stream";
+pub(crate) const JSON: &str = "application/json";
+
+/// The response `script` gives in `dialect` for `model`.
+///
+/// - `stream`: SSE events, one [`Step`] per event (or comment), the head at `headers_ms`.
+/// - not `stream`: the head and the whole JSON body at the instant the stream would have ended.
+///   `end: close | reset | stall` send the head and the first half of the body, then finish
+///   that way; `end: error_event` answers `status` with the dialect's error body.
+/// - `end: status`: `status` and the dialect's error body at `headers_ms`, streamed or not.
+///
+/// `include_usage` (Chat only) adds the `choices:[]` usage chunk before `[DONE]` and
+/// `"usage":null` on every other chunk, as OpenAI does for `stream_options.include_usage`.
+pub fn schedule(
+    dialect: Dialect,
+    script: &Script,
+    model: &str,
+    stream: bool,
+    include_usage: bool,
+) -> Schedule {
+    let timeline = Timeline::new(script);
+    let usage = Usage::resolve(script, &timeline);
+    let ctx = wire::Ctx {
+        dialect,
+        model,
+        timeline: &timeline,
+        usage,
+        end: script.end,
+        status: script.status,
+        include_usage: include_usage && dialect == Dialect::Chat,
+    };
+    let whole = |status: u16, at: Duration, body: String| Schedule {
+        status,
+        content_type: JSON,
+        head_at: at,
+        steps: vec![Step {
+            at,
+            bytes: Bytes::from(body),
+        }],
+        finish: Finish::Eof,
+    };
+    if script.end == End::Status {
+        return whole(script.status, timeline.head, wire::scripted_error(&ctx));
+    }
+    let finish = match script.end {
+        End::Reset => Finish::Reset,
+        End::Stall => Finish::Stall,
+        _ => Finish::Eof,
+    };
+    if stream {
+        return Schedule {
+            status: 200,
+            content_type: SSE,
+            head_at: timeline.head,
+            steps: wire::stream(&ctx),
+            finish,
+        };
+    }
+    match script.end {
+        End::ErrorEvent => whole(script.status, timeline.end, wire::scripted_error(&ctx)),
+        End::Close | End::Reset | End::Stall => {
+            // The answer is cut in the middle of its JSON: half a body, then the scripted end.
+            let mut body = wire::body(&ctx);
+            body.truncate(body.len() / 2);
+            Schedule {
+                finish,
+                ..whole(200, timeline.end, body)
+            }
+        }
+        End::Terminal | End::Incomplete | End::Status => {
+            whole(200, timeline.end, wire::body(&ctx))
+        }
+    }
+}
+
+// === Timeline ===
+
+/// Non-text effective output: what it is and the instant of each delta.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Work {
+    pub(crate) kind: WorkKind,
+    pub(crate) at: Vec<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WorkKind {
+    Reasoning,
+    ToolArgs,
+}
+
+/// The visible text: when it starts and the instant of each delta (possibly none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Text {
+    pub(crate) start: Duration,
+    pub(crate) at: Vec<Duration>,
+}
+
+/// Every instant of one scripted answer, independent of the dialect. Instants never go
+/// backwards: a script whose times are out of order is clamped (first event not before the
+/// head, effective output not before the first event, text not before effective output).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Timeline {
+    pub(crate) head: Duration,
+    pub(crate) heartbeats: Vec<Duration>,
+    pub(crate) first_event: Duration,
+    pub(crate) work: Option<Work>,
+    pub(crate) text: Option<Text>,
+    /// The terminal event (or, for a non-streamed answer, the head and body).
+    pub(crate) end: Duration,
+}
+
+/// Offsets of token `i` at a steady pace, computed from `i` alone so no rounding error builds
+/// up: token `i` is due at `i / tokens_per_s`, rounded to the nanosecond.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    tokens_per_s: f64,
+}
+
+impl Pace {
+    fn offset(self, i: u32) -> Duration {
+        if !self.tokens_per_s.is_finite() || self.tokens_per_s <= 0.0 {
+            // Infinite (or unusable) pace: everything at once.
+            return Duration::ZERO;
+        }
+        let nanos = (f64::from(i) * 1e9 / self.tokens_per_s).round();
+        Duration::from_nanos(nanos as u64)
+    }
+}
+
+impl Timeline {
+    pub(crate) fn new(script: &Script) -> Timeline {
+        let ms = Duration::from_millis;
+        let pace = Pace {
+            tokens_per_s: script.tokens_per_s,
+        };
+        let head = ms(script.headers_ms);
+        let first_event = ms(script.first_event_ms).max(head);
+
+        let (work_start, first_text_ms) = match script.first_effective {
+            Some(FirstEffective {
+                kind: EffectiveKind::Text,
+                at_ms,
+            }) => (None, script.first_text_ms.or(Some(at_ms))),
+            Some(FirstEffective {
+                kind: EffectiveKind::Reasoning,
+                at_ms,
+            }) => (
+                Some((WorkKind::Reasoning, ms(at_ms).max(first_event))),
+                script.first_text_ms,
+            ),
+            Some(FirstEffective {
+                kind: EffectiveKind::ToolArgs,
+                at_ms,
+            }) => (
+                Some((WorkKind::ToolArgs, ms(at_ms).max(first_event))),
+                script.first_text_ms,
+            ),
+            None => (None, script.first_text_ms),
+        };
+
+        let text_start = first_text_ms.map(|t| {
+            let floor = work_start.map_or(first_event, |(_, at)| at);
+            ms(t).max(floor)
+        });
+
+        let work = work_start.map(|(kind, start)| {
+            let n = script.reasoning_deltas.clamp(1, MAX_DELTAS);
+            let at = match text_start {
+                // Evenly spaced in [start, text), the first one at `start`; integer arithmetic
+                // so 58 deltas over 5.8 s are exactly 100 ms apart.
+                Some(text) => {
+                    let span = (text - start).as_nanos();
+                    (0..n)
+                        .map(|i| start + nanos(span * u128::from(i) / u128::from(n)))
+                        .collect()
+                }
+                None => (0..n).map(|i| start + pace.offset(i)).collect(),
+            };
+            Work { kind, at }
+        });
+
+        let text = text_start.map(|start| Text {
+            start,
+            at: (0..script.text_tokens.min(MAX_DELTAS))
+                .map(|i| start + pace.offset(i))
+                .collect(),
+        });
+
+        let end = match (&text, &work) {
+            (Some(text), _) => text.start + pace.offset(script.text_tokens.min(MAX_DELTAS)),
+            (None, Some(work)) => {
+                let n = u32::try_from(work.at.len()).unwrap_or(MAX_DELTAS);
+                work.at.first().copied().unwrap_or(first_event) + pace.offset(n)
+            }
+            (None, None) => first_event,
+        };
+
+        let heartbeats = match script.heartbeat_ms {
+            Some(period) if period > 0 => (1..=MAX_HEARTBEATS)
+                .map(|k| head + ms(period.saturating_mul(k)))
+                .take_while(|&t| t < first_event)
+                .collect(),
+            _ => Vec::new(),
+        };
+
+        Timeline {
+            head,
+            heartbeats,
+            first_event,
+            work,
+            text,
+            end,
+        }
+    }
+}
+
+fn nanos(n: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+// === Usage ===
+
+/// The token counts one answer reports, with the script's defaults filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Usage {
+    /// Input tokens not read from or written to the cache (Anthropic's `input_tokens`).
+    pub(crate) input: u32,
+    pub(crate) cache_read: u32,
+    pub(crate) cache_write: u32,
+    pub(crate) output: u32,
+    pub(crate) reasoning: u32,
+}
+
+impl Usage {
+    pub(crate) fn resolve(script: &Script, timeline: &Timeline) -> Usage {
+        let spec = &script.usage;
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let text_deltas = timeline.text.as_ref().map_or(0, |t| count(t.at.len()));
+        let work_deltas = timeline.work.as_ref().map_or(0, |w| count(w.at.len()));
+        let output = spec
+            .output_tokens
+            .unwrap_or(text_deltas.saturating_add(work_deltas));
+        let reasoning = spec.reasoning_tokens.unwrap_or(match &timeline.work {
+            Some(w) if w.kind == WorkKind::Reasoning => work_deltas.min(output),
+            _ => 0,
+        });
+        Usage {
+            input: spec.input_tokens,
+            cache_read: spec.cache_read_tokens,
+            cache_write: spec.cache_write_tokens,
+            output,
+            reasoning,
+        }
+    }
+
+    /// All input tokens, cached or not: OpenAI's `prompt_tokens` / `input_tokens`.
+    pub(crate) fn input_total(&self) -> u32 {
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
+    }
+
+    pub(crate) fn total(&self) -> u32 {
+        self.input_total().saturating_add(self.output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{self, ms, Class};
+
+    /// A seed trace of the DESIGN as the gateway should measure it (ms from request arrival).
+    struct Seed {
+        name: &'static str,
+        head: u64,
+        first_event: u64,
+        first_effective: u64,
+        first_text: u64,
+        terminal: u64,
+        input_total: u64,
+        cache_read: u64,
+        output: u64,
+    }
+
+    const SEEDS: [Seed; 4] = [
+        Seed {
+            name: "sim-trace-a",
+            head: 6100,
+            first_event: 6300,
+            first_effective: 6350,
+            first_text: 6400,
+            terminal: 9200,
+            input_total: 1200,
+            cache_read: 0,
+            output: 118,
+        },
+        Seed {
+            name: "sim-trace-b",
+            head: 240,
+            first_event: 310,
+            first_effective: 2900,
+            first_text: 8700,
+            terminal: 10200,
+            input_total: 800 + 512,
+            cache_read: 512,
+            output: 83,
+        },
+        Seed {
+            name: "sim-trace-c",
+            head: 260,
+            first_event: 330,
+            first_effective: 420,
+            first_text: 430,
+            terminal: 20430,
+            input_total: 640,
+            cache_read: 0,
+            output: 196,
+        },
+        Seed {
+            name: "sim-fast",
+            head: 0,
+            first_event: 0,
+            first_effective: 0,
+            first_text: 0,
+            terminal: 0,
+            input_total: 10,
+            cache_read: 0,
+            output: 16,
+        },
+    ];
+
+    fn streamed(dialect: Dialect, script: &Script) -> (Schedule, Vec<testkit::Ev>) {
+        let s = schedule(dialect, script, "m", true, true);
+        let evs = testkit::events(&s);
+        (s, evs)
+    }
+
+    fn custom(json: &str) -> Script {
+        let script: Script = serde_json::from_str(json).unwrap();
+        script.validate().unwrap();
+        script
+    }
+
+    #[test]
+    fn presets_hit_the_seed_trace_times_exactly_in_every_dialect() {
+        for seed in &SEEDS {
+            for dialect in Dialect::ALL {
+                let at = format!("{} / {dialect}", seed.name);
+                let s = schedule(dialect, &preset(seed.name).unwrap(), seed.name, true, true);
+                let evs = testkit::events(&s);
+                let m = testkit::marks(dialect, &evs);
+                assert_eq!(s.status, 200, "{at}");
+                assert_eq!(s.content_type, "text/event-stream", "{at}");
+                assert_eq!(s.finish, Finish::Eof, "{at}");
+                assert_eq!(s.head_at, ms(seed.head), "head, {at}");
+                assert_eq!(m.first_event, Some(ms(seed.first_event)), "first event, {at}");
+                assert_eq!(
+                    m.first_effective,
+                    Some(ms(seed.first_effective)),
+                    "first effective, {at}"
+                );
+                assert_eq!(m.first_text, Some(ms(seed.first_text)), "first text, {at}");
+                assert_eq!(
+                    m.terminal,
+                    Some((ms(seed.terminal), Class::TerminalOk)),
+                    "terminal, {at}"
+                );
+                assert_eq!(s.steps.last().unwrap().at, ms(seed.terminal), "{at}");
+
+                let usage = testkit::usage(dialect, &evs).unwrap();
+                assert_eq!(usage.output, seed.output, "output tokens, {at}");
+                assert_eq!(usage.input_total, seed.input_total, "input tokens, {at}");
+                assert_eq!(usage.cache_read, seed.cache_read, "cache read, {at}");
+                // The event carrying the final counts comes at the terminal instant.
+                let carrier = evs
+                    .iter()
+                    .rev()
+                    .find(|e| match dialect {
+                        Dialect::Chat => testkit::classify(dialect, e) == Class::Usage,
+                        Dialect::Responses => e.event.as_deref() == Some("response.completed"),
+                        Dialect::Messages => e.event.as_deref() == Some("message_delta"),
+                    })
+                    .unwrap();
+                assert_eq!(carrier.at, ms(seed.terminal), "usage event, {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn preset_names_all_resolve_and_unknown_names_do_not() {
+        for name in PRESET_NAMES {
+            assert!(preset(name).unwrap().validate().is_ok(), "{name}");
+        }
+        assert_eq!(preset("gpt-4o"), None);
+        assert_eq!(preset("sim-fast"), Some(Script::default()));
+    }
+
+    #[test]
+    fn trace_b_reasons_every_100_ms_until_its_text() {
+        let (_, evs) = streamed(Dialect::Chat, &preset("sim-trace-b").unwrap());
+        let reasoning: Vec<Duration> = evs
+            .iter()
+            .filter(|e| testkit::classify(Dialect::Chat, e) == Class::Effective)
+            .map(|e| e.at)
+            .collect();
+        let expected: Vec<Duration> = (0..58).map(|i| ms(2900 + 100 * i)).collect();
+        assert_eq!(reasoning, expected);
+    }
+
+    #[test]
+    fn text_deltas_follow_the_pace_and_the_last_comes_before_the_terminal() {
+        for (name, tokens, tokens_per_s, first_text, terminal) in [
+            ("sim-trace-a", 118, 118.0 / 2.8, 6400, 9200),
+            ("sim-trace-b", 83, 83.0 / 1.5, 8700, 10200),
+            ("sim-trace-c", 196, 9.8, 430, 20430),
+        ] {
+            for dialect in Dialect::ALL {
+                let (_, evs) = streamed(dialect, &preset(name).unwrap());
+                let text: Vec<Duration> = evs
+                    .iter()
+                    .filter(|e| testkit::classify(dialect, e) == Class::Visible)
+                    .map(|e| e.at)
+                    .collect();
+                assert_eq!(text.len(), tokens, "{name} / {dialect}");
+                for (i, at) in text.iter().enumerate() {
+                    let expected = ms(first_text) + Duration::from_secs_f64(i as f64 / tokens_per_s);
+                    let error = at.abs_diff(expected);
+                    assert!(error < Duration::from_micros(1), "{name} delta {i}: {at:?}");
+                }
+                assert!(*text.last().unwrap() < ms(terminal), "{name} / {dialect}");
+            }
+        }
+    }
+
+    #[test]
+    fn instants_never_go_backwards_and_never_precede_the_head() {
+        let scripts = [
+            preset("sim-trace-a").unwrap(),
+            // Out of order on purpose: everything is clamped forward.
+            custom(
+                r#"{"headers_ms": 50, "first_event_ms": 10,
+                    "first_effective": {"kind": "reasoning", "at_ms": 5},
+                    "reasoning_deltas": 3, "first_text_ms": 1, "text_tokens": 4,
+                    "tokens_per_s": 100}"#,
+            ),
+        ];
+        for script in &scripts {
+            for dialect in Dialect::ALL {
+                let (s, evs) = streamed(dialect, script);
+                assert!(s.steps.windows(2).all(|w| w[0].at <= w[1].at));
+                assert!(s.steps.iter().all(|step| step.at >= s.head_at));
+                let m = testkit::marks(dialect, &evs);
+                assert!(m.first_event <= m.first_effective);
+                assert!(m.first_effective <= m.first_text);
+            }
+        }
+        let (s, evs) = streamed(Dialect::Chat, &scripts[1]);
+        let m = testkit::marks(Dialect::Chat, &evs);
+        assert_eq!(s.head_at, ms(50));
+        assert_eq!(m.first_event, Some(ms(50)));
+        assert_eq!(m.first_text, Some(ms(50)));
+        assert_eq!(m.terminal.map(|t| t.0), Some(ms(90)));
+    }
+
+    #[test]
+    fn chat_usage_chunk_is_sent_only_when_include_usage_is_set() {
+        let script = preset("sim-trace-b").unwrap();
+        let without = testkit::events(&schedule(Dialect::Chat, &script, "m", true, false));
+        assert!(without
+            .iter()
+            .filter_map(|e| e.json.as_ref())
+            .all(|j| j.get("usage").is_none() && !j["choices"].as_array().unwrap().is_empty()));
+        assert_eq!(testkit::usage(Dialect::Chat, &without), None);
+
+        let with = testkit::events(&schedule(Dialect::Chat, &script, "m", true, true));
+        let (last, rest) = with.split_last().unwrap();
+        assert_eq!(last.raw, "data: [DONE]\n\n");
+        let (usage_chunk, chunks) = rest.split_last().unwrap();
+        let usage = usage_chunk.json.as_ref().unwrap();
+        assert_eq!(usage["choices"], serde_json::json!([]));
+        assert_eq!(usage["usage"]["prompt_tokens"], 1312);
+        assert_eq!(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 512);
+        assert_eq!(usage["usage"]["completion_tokens"], 83);
+        assert_eq!(usage["usage"]["total_tokens"], 1312 + 83);
+        assert!(usage["usage"]["completion_tokens_details"]["reasoning_tokens"].is_u64());
+        assert!(chunks
+            .iter()
+            .all(|e| e.json.as_ref().unwrap()["usage"].is_null()
+                && e.json.as_ref().unwrap().get("usage").is_some()));
+        // include_usage means nothing to the other dialects.
+        for dialect in [Dialect::Responses, Dialect::Messages] {
+            assert_eq!(
+                schedule(dialect, &script, "m", true, true),
+                schedule(dialect, &script, "m", true, false)
+            );
+        }
+    }
+
+    fn with_end(end: End) -> Script {
+        Script {
+            end,
+            ..custom(
+                r#"{"headers_ms": 10, "first_event_ms": 20, "first_text_ms": 30,
+                    "text_tokens": 5, "tokens_per_s": 100, "status": 503}"#,
+            )
+        }
+    }
+
+    #[test]
+    fn a_terminal_end_closes_normally_in_every_dialect() {
+        for dialect in Dialect::ALL {
+            let (s, evs) = streamed(dialect, &with_end(End::Terminal));
+            let m = testkit::marks(dialect, &evs);
+            assert_eq!(s.finish, Finish::Eof);
+            assert_eq!(m.terminal, Some((ms(80), Class::TerminalOk)), "{dialect}");
+            let last = &evs.last().unwrap().raw;
+            match dialect {
+                Dialect::Chat => assert_eq!(last, "data: [DONE]\n\n"),
+                Dialect::Responses => assert!(last.starts_with("event: response.completed\n")),
+                Dialect::Messages => {
+                    assert_eq!(last, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_incomplete_end_reports_the_token_limit_in_each_dialects_words() {
+        for dialect in Dialect::ALL {
+            let (_, evs) = streamed(dialect, &with_end(End::Incomplete));
+            let m = testkit::marks(dialect, &evs);
+            let jsons: Vec<&serde_json::Value> = evs.iter().filter_map(|e| e.json.as_ref()).collect();
+            match dialect {
+                Dialect::Chat => {
+                    assert_eq!(m.terminal, Some((ms(80), Class::TerminalIncomplete)));
+                    assert!(jsons.iter().any(|j| j["choices"][0]["finish_reason"] == "length"));
+                }
+                Dialect::Responses => {
+                    assert_eq!(m.terminal, Some((ms(80), Class::TerminalIncomplete)));
+                    let last = jsons.last().unwrap();
+                    assert_eq!(last["response"]["status"], "incomplete");
+                    assert_eq!(
+                        last["response"]["incomplete_details"]["reason"],
+                        "max_output_tokens"
+                    );
+                    assert_eq!(last["response"]["usage"]["output_tokens"], 5);
+                }
+                Dialect::Messages => {
+                    assert_eq!(m.terminal, Some((ms(80), Class::TerminalOk)));
+                    let delta = jsons.iter().find(|j| j["type"] == "message_delta").unwrap();
+                    assert_eq!(delta["delta"]["stop_reason"], "max_tokens");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_event_end_sends_each_dialects_in_band_error() {
+        for dialect in Dialect::ALL {
+            let (s, evs) = streamed(dialect, &with_end(End::ErrorEvent));
+            let m = testkit::marks(dialect, &evs);
+            assert_eq!(s.status, 200);
+            assert_eq!(m.terminal, Some((ms(80), Class::TerminalError)), "{dialect}");
+            let tail: Vec<&str> = evs.iter().rev().take(2).map(|e| e.raw.as_str()).collect();
+            match dialect {
+                Dialect::Chat => {
+                    assert_eq!(tail[0], "data: [DONE]\n\n");
+                    let error = &evs[evs.len() - 2].json.as_ref().unwrap()["error"];
+                    assert_eq!(error["type"], "server_error");
+                    assert!(error.get("message").is_some() && error.get("code").is_some());
+                }
+                Dialect::Responses => {
+                    assert!(tail[1].starts_with("event: error\n"));
+                    assert!(tail[0].starts_with("event: response.failed\n"));
+                    let error = &evs[evs.len() - 2].json.as_ref().unwrap()["error"];
+                    assert_eq!(error["type"], "server_error");
+                    assert!(error["param"].is_null());
+                    let failed = &evs[evs.len() - 1].json.as_ref().unwrap()["response"];
+                    assert_eq!(failed["status"], "failed");
+                    assert_eq!(failed["error"]["code"], error["code"]);
+                    assert!(failed["usage"].is_null());
+                }
+                Dialect::Messages => {
+                    let error = evs.last().unwrap();
+                    assert_eq!(error.event.as_deref(), Some("error"));
+                    let j = error.json.as_ref().unwrap();
+                    assert_eq!(j["type"], "error");
+                    assert_eq!(j["error"]["type"], "api_error");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn close_reset_and_stall_stop_right_after_the_last_delta() {
+        for (end, finish) in [
+            (End::Close, Finish::Eof),
+            (End::Reset, Finish::Reset),
+            (End::Stall, Finish::Stall),
+        ] {
+            for dialect in Dialect::ALL {
+                let (s, evs) = streamed(dialect, &with_end(end));
+                let m = testkit::marks(dialect, &evs);
+                assert_eq!(s.finish, finish, "{end:?} / {dialect}");
+                assert_eq!(m.terminal, None, "{end:?} / {dialect}");
+                let last = evs.last().unwrap();
+                assert_eq!(testkit::classify(dialect, last), Class::Visible);
+                assert_eq!(last.at, ms(70), "the 5th token at 30 + 4 × 10 ms");
+                // No final counts: only Anthropic's message_start (input side) was sent.
+                if dialect != Dialect::Messages {
+                    assert_eq!(testkit::usage(dialect, &evs), None);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_status_end_answers_the_status_with_an_error_body_at_the_head() {
+        for stream in [true, false] {
+            for dialect in Dialect::ALL {
+                let s = schedule(dialect, &with_end(End::Status), "m", stream, true);
+                assert_eq!(s.status, 503);
+                assert_eq!(s.content_type, "application/json");
+                assert_eq!(s.head_at, ms(10));
+                assert_eq!(s.finish, Finish::Eof);
+                assert_eq!(s.steps.len(), 1);
+                assert_eq!(s.steps[0].at, ms(10));
+                let body: serde_json::Value = serde_json::from_slice(&s.steps[0].bytes).unwrap();
+                if dialect == Dialect::Messages {
+                    assert_eq!(body["type"], "error");
+                    assert_eq!(body["error"]["type"], "api_error");
+                    assert!(body["error"]["message"].is_string());
+                } else {
+                    let e = &body["error"];
+                    assert_eq!(e["type"], "server_error");
+                    assert!(e["message"].is_string() && e["param"].is_null());
+                    assert!(e.get("code").is_some());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn non_streamed_answers_come_whole_at_the_instant_the_stream_would_end() {
+        let script = preset("sim-trace-b").unwrap();
+        for dialect in Dialect::ALL {
+            let s = schedule(dialect, &script, "sim-trace-b", false, false);
+            assert_eq!(s.status, 200);
+            assert_eq!(s.content_type, "application/json");
+            assert_eq!(s.head_at, ms(10200));
+            assert_eq!(s.steps.len(), 1);
+            assert_eq!(s.steps[0].at, ms(10200));
+            let body: serde_json::Value = serde_json::from_slice(&s.steps[0].bytes).unwrap();
+            let usage = match dialect {
+                Dialect::Chat => {
+                    assert_eq!(body["object"], "chat.completion");
+                    let message = &body["choices"][0]["message"];
+                    assert_eq!(message["role"], "assistant");
+                    assert!(message["content"].as_str().unwrap().starts_with("Sure, here is"));
+                    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+                    testkit::chat_usage(&body["usage"])
+                }
+                Dialect::Responses => {
+                    assert_eq!(body["object"], "response");
+                    assert_eq!(body["status"], "completed");
+                    let output = body["output"].as_array().unwrap();
+                    assert_eq!(output[0]["type"], "reasoning");
+                    assert_eq!(output[1]["type"], "message");
+                    testkit::responses_usage(&body["usage"])
+                }
+                Dialect::Messages => {
+                    assert_eq!(body["type"], "message");
+                    assert_eq!(body["stop_reason"], "end_turn");
+                    assert_eq!(body["content"][0]["type"], "thinking");
+                    assert_eq!(body["content"][1]["type"], "text");
+                    testkit::messages_usage(&body["usage"])
+                }
+            };
+            assert_eq!(usage.input_total, 1312, "{dialect}");
+            assert_eq!(usage.cache_read, 512, "{dialect}");
+            assert_eq!(usage.output, 83, "{dialect}");
+        }
+    }
+
+    #[test]
+    fn non_streamed_cut_answers_send_half_a_body_then_end_as_scripted() {
+        for (end, finish) in [
+            (End::Close, Finish::Eof),
+            (End::Reset, Finish::Reset),
+            (End::Stall, Finish::Stall),
+        ] {
+            for dialect in Dialect::ALL {
+                let s = schedule(dialect, &with_end(end), "m", false, false);
+                let whole = schedule(dialect, &with_end(End::Terminal), "m", false, false);
+                assert_eq!((s.status, s.finish, s.head_at), (200, finish, ms(80)));
+                assert_eq!(s.steps[0].bytes.len(), whole.steps[0].bytes.len() / 2);
+                assert!(serde_json::from_slice::<serde_json::Value>(&s.steps[0].bytes).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn a_non_streamed_error_event_answers_the_scripted_status_at_the_end() {
+        for dialect in Dialect::ALL {
+            let s = schedule(dialect, &with_end(End::ErrorEvent), "m", false, false);
+            assert_eq!((s.status, s.head_at), (503, ms(80)));
+            let body: serde_json::Value = serde_json::from_slice(&s.steps[0].bytes).unwrap();
+            assert!(body["error"]["message"].is_string(), "{dialect}");
+        }
+    }
+
+    #[test]
+    fn heartbeats_fill_the_wait_between_head_and_first_event() {
+        let script = custom(r#"{"headers_ms": 100, "first_event_ms": 1000, "heartbeat_ms": 250}"#);
+        for dialect in Dialect::ALL {
+            let (_, evs) = streamed(dialect, &script);
+            let beats: Vec<&testkit::Ev> = evs
+                .iter()
+                .take_while(|e| testkit::classify(dialect, e) == Class::Heartbeat)
+                .collect();
+            let times: Vec<Duration> = beats.iter().map(|e| e.at).collect();
+            assert_eq!(times, vec![ms(350), ms(600), ms(850)], "{dialect}");
+            let first = &beats[0].raw;
+            match dialect {
+                Dialect::Chat => assert_eq!(first, ": keep-alive\n\n"),
+                Dialect::Responses => assert_eq!(
+                    first,
+                    "event: keepalive\ndata: {\"type\":\"keepalive\",\"sequence_number\":0}\n\n"
+                ),
+                Dialect::Messages => assert_eq!(first, "event: ping\ndata: {\"type\": \"ping\"}\n\n"),
+            }
+            assert_eq!(testkit::marks(dialect, &evs).first_event, Some(ms(1000)));
+        }
+    }
+
+    #[test]
+    fn tool_args_without_text_are_paced_and_end_as_a_tool_call() {
+        let script = custom(
+            r#"{"first_event_ms": 5, "first_effective": {"kind": "tool_args", "at_ms": 10},
+                "reasoning_deltas": 4, "first_text_ms": null, "tokens_per_s": 200}"#,
+        );
+        for dialect in Dialect::ALL {
+            let (_, evs) = streamed(dialect, &script);
+            let m = testkit::marks(dialect, &evs);
+            let args: Vec<Duration> = evs
+                .iter()
+                .filter(|e| testkit::classify(dialect, e) == Class::Effective)
+                .map(|e| e.at)
+                .collect();
+            assert_eq!(args, vec![ms(10), ms(15), ms(20), ms(25)], "{dialect}");
+            assert_eq!(m.first_text, None);
+            assert_eq!(m.terminal, Some((ms(30), Class::TerminalOk)));
+            assert_eq!(testkit::usage(dialect, &evs).unwrap().output, 4);
+            let stop = evs.iter().filter_map(|e| e.json.as_ref()).find_map(|j| match dialect {
+                Dialect::Chat => j["choices"][0]["finish_reason"].as_str().map(str::to_owned),
+                Dialect::Messages => j["delta"]["stop_reason"].as_str().map(str::to_owned),
+                Dialect::Responses => (j["type"] == "response.completed")
+                    .then(|| j["response"]["output"][0]["type"].as_str().unwrap().to_owned()),
+            });
+            let expected = match dialect {
+                Dialect::Chat => "tool_calls",
+                Dialect::Responses => "function_call",
+                Dialect::Messages => "tool_use",
+            };
+            assert_eq!(stop.as_deref(), Some(expected), "{dialect}");
+        }
+    }
+
+    #[test]
+    fn a_text_first_effective_is_the_first_text() {
+        let script = custom(r#"{"first_effective": {"kind": "text", "at_ms": 40}, "first_text_ms": null}"#);
+        let (_, evs) = streamed(Dialect::Messages, &script);
+        let m = testkit::marks(Dialect::Messages, &evs);
+        assert_eq!((m.first_effective, m.first_text), (Some(ms(40)), Some(ms(40))));
+    }
+
+    #[test]
+    fn usage_defaults_count_the_deltas_actually_sent() {
+        let script = custom(
+            r#"{"first_effective": {"kind": "reasoning", "at_ms": 0}, "reasoning_deltas": 7,
+                "text_tokens": 5, "usage": {"input_tokens": 3, "cache_write_tokens": 2}}"#,
+        );
+        let (_, evs) = streamed(Dialect::Chat, &script);
+        let u = testkit::usage(Dialect::Chat, &evs).unwrap();
+        assert_eq!((u.input_total, u.cache_write, u.output, u.reasoning), (5, 2, 12, 7));
+        let (_, evs) = streamed(Dialect::Messages, &script);
+        let u = testkit::usage(Dialect::Messages, &evs).unwrap();
+        assert_eq!((u.input_total, u.cache_write, u.output), (5, 2, 12));
+    }
+
+    #[test]
+    fn script_fields_default_to_sim_fast_and_unknown_fields_are_rejected() {
+        assert_eq!(serde_json::from_str::<Script>("{}").unwrap(), Script::default());
+        let s: Script = serde_json::from_str(r#"{"end": "error_event", "first_text_ms": null}"#).unwrap();
+        assert_eq!((s.end, s.first_text_ms, s.text_tokens), (End::ErrorEvent, None, 16));
+        let e = serde_json::from_str::<Script>(r#"{"header_ms": 1}"#).unwrap_err();
+        assert!(e.to_string().contains("header_ms"), "{e}");
+        assert!(serde_json::from_str::<Script>(r#"{"usage": {"input": 1}}"#).is_err());
+        assert!(serde_json::from_str::<Script>(r#"{"end": "explode"}"#).is_err());
+    }
+
+    #[test]
+    fn an_infinite_pace_is_written_and_read_as_null() {
+        let fast = serde_json::to_value(Script::default()).unwrap();
+        assert!(fast["tokens_per_s"].is_null());
+        let back: Script = serde_json::from_value(fast).unwrap();
+        assert!(back.tokens_per_s.is_infinite());
+        let c = preset("sim-trace-c").unwrap();
+        let back: Script = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn validate_rejects_scripts_that_cannot_be_played() {
+        let bad = [
+            r#"{"tokens_per_s": 0}"#,
+            r#"{"tokens_per_s": -3}"#,
+            r#"{"status": 42}"#,
+            r#"{"heartbeat_ms": 0}"#,
+            r#"{"text_tokens": 2000000}"#,
+            r#"{"first_event_ms": 100000000, "heartbeat_ms": 1}"#,
+        ];
+        for json in bad {
+            let script: Script = serde_json::from_str(json).unwrap();
+            assert!(script.validate().is_err(), "{json}");
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Workspaces and bearer tokens. A token is `lt_` + 256 random bits (hex), shown once and stored
+//! only as its SHA-256; lookups compare hashes in constant time.
+
+use rand::RngCore;
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::{now_unix_us, Result, StoreError};
+
+pub const TOKEN_PREFIX: &str = "lt_";
+/// The workspace every embedded default starts with.
+pub const DEFAULT_WORKSPACE: &str = "default";
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Call models.
+    Proxy,
+    /// Read its own workspace's records.
+    Read,
+    /// Manage, and everything the others may.
+    Admin,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Proxy => "proxy",
+            Scope::Read => "read",
+            Scope::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scope> {
+        [Scope::Proxy, Scope::Read, Scope::Admin]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+
+    /// Whether a token of this scope may act with `needed`.
+    pub fn allows(self, needed: Scope) -> bool {
+        self == Scope::Admin || self == needed
+    }
+}
+
+/// Who a valid token speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub workspace_id: String,
+    pub workspace_name: String,
+    pub key_id: String,
+    pub scope: Scope,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    pub id: String,
+    pub name: String,
+}
+
+/// A new token: the plaintext exists only here, to be shown once.
+#[derive(Debug)]
+pub struct NewToken {
+    pub key_id: String,
+    pub token: String,
+    pub workspace: Workspace,
+    pub scope: Scope,
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rngs::OsRng.fill_bytes(&mut buf);
+    hex::encode(buf)
+}
+
+pub fn hash_token(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Whether a string has the shape of a laptime token (checked before any lookup).
+pub fn looks_like_token(token: &str) -> bool {
+    token
+        .strip_prefix(TOKEN_PREFIX)
+        .is_some_and(|rest| rest.len() == 64 && rest.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+pub fn generate_token() -> String {
+    format!("{TOKEN_PREFIX}{}", random_hex(32))
+}
+
+pub fn create_workspace(conn: &Connection, name: &str) -> Result<Workspace> {
+    let name = name.trim();
+    if name.is_empty() || name.len() > 64 {
+        return Err(StoreError::Conflict(
+            "workspace name must be 1 to 64 characters".into(),
+        ));
+    }
+    if find_workspace(conn, name)?.is_some() {
+        return Err(StoreError::Conflict(format!("workspace {name:?}")));
+    }
+    let ws = Workspace {
+        id: format!("ws_{}", random_hex(8)),
+        name: name.to_string(),
+    };
+    conn.execute(
+        "INSERT INTO workspaces (id, name, created_at_us) VALUES (?1, ?2, ?3)",
+        params![ws.id, ws.name, now_unix_us()],
+    )?;
+    Ok(ws)
+}
+
+pub fn find_workspace(conn: &Connection, name: &str) -> Result<Option<Workspace>> {
+    Ok(conn
+        .query_row(
+            "SELECT id, name FROM workspaces WHERE name = ?1 OR id = ?1",
+            [name],
+            |r| {
+                Ok(Workspace {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+fn insert_token(conn: &Connection, ws: &Workspace, scope: Scope, token: String) -> Result<NewToken> {
+    let key_id = format!("key_{}", random_hex(8));
+    conn.execute(
+        "INSERT INTO tokens (id, workspace_id, hash, scope, created_at_us) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![key_id, ws.id, hash_token(&token).as_slice(), scope.as_str(), now_unix_us()],
+    )?;
+    Ok(NewToken {
+        key_id,
+        token,
+        workspace: ws.clone(),
+        scope,
+    })
+}
+
+/// Creates a token in a workspace (by name or id).
+pub fn create_token(conn: &Connection, workspace: &str, scope: Scope) -> Result<NewToken> {
+    let ws = find_workspace(conn, workspace)?
+        .ok_or_else(|| StoreError::NotFound(format!("workspace {workspace:?}")))?;
+    insert_token(conn, &ws, scope, generate_token())
+}
+
+pub fn token_count(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("SELECT count(*) FROM tokens", [], |r| r.get(0))?)
+}
+
+/// On a store with no tokens: makes the default workspace and its first admin token, from
+/// `bootstrap` when given (it must look like a token), else generated. Returns the new token, or
+/// `None` when tokens already exist.
+pub fn bootstrap(conn: &Connection, bootstrap: Option<&str>) -> Result<Option<NewToken>> {
+    if token_count(conn)? > 0 {
+        return Ok(None);
+    }
+    let ws = match find_workspace(conn, DEFAULT_WORKSPACE)? {
+        Some(ws) => ws,
+        None => create_workspace(conn, DEFAULT_WORKSPACE)?,
+    };
+    let token = match bootstrap {
+        Some(t) if looks_like_token(t) => t.to_string(),
+        Some(_) => {
+            return Err(StoreError::Conflict(
+                "LAPTIME_BOOTSTRAP_TOKEN must be lt_ followed by 64 hex characters".into(),
+            ))
+        }
+        None => generate_token(),
+    };
+    insert_token(conn, &ws, Scope::Admin, token).map(Some)
+}
+
+/// Looks a presented token up. Unknown, malformed and revoked tokens are all `None`.
+pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>> {
+    if !looks_like_token(token) {
+        return Ok(None);
+    }
+    let hash = hash_token(token);
+    let row = conn
+        .query_row(
+            "SELECT t.id, t.hash, t.scope, w.id, w.name FROM tokens t
+             JOIN workspaces w ON w.id = t.workspace_id
+             WHERE t.hash = ?1 AND t.revoked_at_us IS NULL",
+            [hash.as_slice()],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Vec<u8>>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            },
+        )
+        .optional()?;
+    let Some((key_id, stored, scope, workspace_id, workspace_name)) = row else {
+        return Ok(None);
+    };
+    if !bool::from(stored.as_slice().ct_eq(hash.as_slice())) {
+        return Ok(None);
+    }
+    let scope = Scope::parse(&scope).ok_or_else(|| StoreError::Corrupt(format!("scope {scope}")))?;
+    Ok(Some(Principal {
+        workspace_id,
+        workspace_name,
+        key_id,
+        scope,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Store;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn tokens_are_prefixed_256_bit_and_stored_only_as_hash() {
+        let (_d, store) = store();
+        let t = store
+            .with_conn(|c| {
+                create_workspace(c, "team")?;
+                create_token(c, "team", Scope::Proxy)
+            })
+            .unwrap();
+        assert!(looks_like_token(&t.token));
+        let stored: Vec<u8> = store
+            .with_conn(|c| Ok(c.query_row("SELECT hash FROM tokens", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(stored, hash_token(&t.token).to_vec());
+        let raw = std::fs::read(store.path()).unwrap();
+        assert!(!raw.windows(t.token.len()).any(|w| w == t.token.as_bytes()));
+    }
+
+    #[test]
+    fn authenticate_finds_the_principal_and_refuses_others() {
+        let (_d, store) = store();
+        let t = store
+            .with_conn(|c| {
+                create_workspace(c, "team")?;
+                create_token(c, "team", Scope::Read)
+            })
+            .unwrap();
+        let p = store.with_conn(|c| authenticate(c, &t.token)).unwrap().unwrap();
+        assert_eq!(p.workspace_name, "team");
+        assert_eq!(p.scope, Scope::Read);
+        assert!(store
+            .with_conn(|c| authenticate(c, &generate_token()))
+            .unwrap()
+            .is_none());
+        assert!(store.with_conn(|c| authenticate(c, "nope")).unwrap().is_none());
+    }
+
+    #[test]
+    fn bootstrap_uses_the_given_token_once() {
+        let (_d, store) = store();
+        let given = generate_token();
+        let first = store.with_conn(|c| bootstrap(c, Some(&given))).unwrap().unwrap();
+        assert_eq!(first.token, given);
+        assert_eq!(first.scope, Scope::Admin);
+        assert!(store.with_conn(|c| bootstrap(c, None)).unwrap().is_none());
+    }
+
+    #[test]
+    fn bootstrap_rejects_a_malformed_token() {
+        let (_d, store) = store();
+        assert!(store.with_conn(|c| bootstrap(c, Some("secret"))).is_err());
+    }
+
+    #[test]
+    fn scopes_admin_allows_everything_others_only_themselves() {
+        assert!(Scope::Admin.allows(Scope::Proxy));
+        assert!(Scope::Proxy.allows(Scope::Proxy));
+        assert!(!Scope::Proxy.allows(Scope::Read));
+        assert!(!Scope::Read.allows(Scope::Proxy));
+    }
+}

@@ -1,0 +1,217 @@
+//! The recorder: the request path hands finished records to a bounded queue and moves on; one
+//! writer thread drains the queue in batches, one transaction per batch.
+//!
+//! The choice: the request path must never wait on the store, so a full queue drops the record
+//! and counts the drop (exposed as a metric) rather than applying back-pressure to live traffic.
+//! Batching comes for free from draining whatever is queued when the writer wakes. Shutdown
+//! sends a stop message behind every queued record and waits for the writer to flush them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use laptime_core::timeline::RequestRecord;
+use tokio::sync::mpsc;
+
+use crate::{records, Result, Store};
+
+enum Msg {
+    Record(Box<RequestRecord>),
+    Stop(std::sync::mpsc::Sender<()>),
+}
+
+/// Counters the metrics endpoint exposes.
+#[derive(Debug, Default)]
+pub struct RecorderStats {
+    pub written: AtomicU64,
+    pub dropped: AtomicU64,
+    pub failed: AtomicU64,
+    pub batches: AtomicU64,
+    /// Duration of the last batch write, microseconds.
+    pub last_batch_us: AtomicU64,
+}
+
+/// The request path's handle. Cheap to clone; `record` never blocks.
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<Msg>,
+    stats: Arc<RecorderStats>,
+    capacity: usize,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+/// Owns the writer thread; `shutdown` drains and joins it.
+pub struct RecorderTask {
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RecorderTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecorderTask")
+    }
+}
+
+/// The most records one transaction writes.
+const MAX_BATCH: usize = 512;
+
+impl Recorder {
+    /// Starts the writer on its own thread (SQLite is blocking) with a queue of `capacity`.
+    pub fn start(store: &Store, capacity: usize) -> Result<(Recorder, RecorderTask)> {
+        let mut conn = store.connect()?;
+        let (tx, mut rx) = mpsc::channel::<Msg>(capacity.max(1));
+        let stats = Arc::new(RecorderStats::default());
+        let writer_stats = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("laptime-recorder".into())
+            .spawn(move || {
+                let mut batch: Vec<RequestRecord> = Vec::with_capacity(MAX_BATCH);
+                let mut stop: Option<std::sync::mpsc::Sender<()>> = None;
+                while let Some(first) = rx.blocking_recv() {
+                    let mut next = Some(first);
+                    while let Some(msg) = next.take() {
+                        match msg {
+                            Msg::Record(r) => batch.push(*r),
+                            Msg::Stop(ack) => stop = Some(ack),
+                        }
+                        if batch.len() < MAX_BATCH && stop.is_none() {
+                            next = rx.try_recv().ok();
+                        }
+                    }
+                    write(&mut conn, &mut batch, &writer_stats);
+                    if let Some(ack) = stop.take() {
+                        let _ = ack.send(());
+                        break;
+                    }
+                }
+            })?;
+        Ok((
+            Recorder {
+                tx,
+                stats,
+                capacity,
+            },
+            RecorderTask {
+                thread: Some(thread),
+            },
+        ))
+    }
+
+    /// Queues a record; a full queue drops it and counts the drop. Never waits.
+    pub fn record(&self, record: RequestRecord) -> bool {
+        match self.tx.try_send(Msg::Record(Box::new(record))) {
+            Ok(()) => true,
+            Err(_) => {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("recorder queue full or closed; record dropped");
+                false
+            }
+        }
+    }
+
+    pub fn stats(&self) -> &RecorderStats {
+        &self.stats
+    }
+
+    /// Records waiting to be written.
+    pub fn queue_depth(&self) -> usize {
+        self.capacity.saturating_sub(self.tx.capacity())
+    }
+
+    /// Flushes everything queued so far and stops the writer; waits at most `timeout` for the
+    /// flush. The wait runs on a blocking thread, which also keeps paused-time tests from
+    /// auto-advancing past it.
+    pub async fn shutdown(&self, task: RecorderTask, timeout: Duration) -> bool {
+        let tx = self.tx.clone();
+        let flushed = tokio::task::spawn_blocking(move || {
+            let (ack_tx, ack_rx) = std::sync::mpsc::channel();
+            tx.blocking_send(Msg::Stop(ack_tx)).is_ok() && ack_rx.recv_timeout(timeout).is_ok()
+        })
+        .await
+        .unwrap_or(false);
+        drop(task);
+        flushed
+    }
+}
+
+impl Drop for RecorderTask {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            // The writer exits after the stop message or when every sender is gone.
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn write(conn: &mut rusqlite::Connection, batch: &mut Vec<RequestRecord>, stats: &RecorderStats) {
+    if batch.is_empty() {
+        return;
+    }
+    let started = tokio::time::Instant::now();
+    match records::insert_batch(conn, batch) {
+        Ok(()) => {
+            stats
+                .written
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        }
+        Err(e) => {
+            stats.failed.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            tracing::error!(error = %e, records = batch.len(), "writing a record batch failed");
+        }
+    }
+    stats.batches.fetch_add(1, Ordering::Relaxed);
+    let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    stats.last_batch_us.store(us, Ordering::Relaxed);
+    batch.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::tests::sample;
+
+    #[tokio::test]
+    async fn shutdown_flushes_every_queued_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let (rec, task) = Recorder::start(&store, 1000).unwrap();
+        for i in 0..300 {
+            assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
+        }
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
+        let n: i64 = store
+            .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(n, 300);
+        assert_eq!(rec.stats().written.load(Ordering::Relaxed), 300);
+        assert!(rec.stats().batches.load(Ordering::Relaxed) >= 1);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts_instead_of_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        // Hold the database's write lock so the writer stalls and the queue fills.
+        let blocker = store.connect().unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (rec, task) = Recorder::start(&store, 4).unwrap();
+        let accepted = (0..50)
+            .filter(|i| rec.record(sample(&format!("r{i}"), "ws", *i)))
+            .count();
+        assert!(accepted < 50);
+        assert_eq!(
+            rec.stats().dropped.load(Ordering::Relaxed),
+            (50 - accepted) as u64
+        );
+        blocker.execute_batch("COMMIT").unwrap();
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
+    }
+}

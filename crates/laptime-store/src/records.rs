@@ -1,0 +1,391 @@
+//! Request records and their attempts: one row per request, one row per upstream call.
+
+use std::time::Duration;
+
+use laptime_core::timeline::{Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape};
+use laptime_core::usage::Tokens;
+use laptime_core::Dialect;
+use rusqlite::{params, Connection, Row};
+
+use crate::{Result, StoreError};
+
+fn us(d: Option<Duration>) -> Option<i64> {
+    d.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+fn dur(v: Option<i64>) -> Option<Duration> {
+    v.map(|v| Duration::from_micros(v.max(0) as u64))
+}
+
+fn tok(v: Option<u64>) -> Option<i64> {
+    v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn untok(v: Option<i64>) -> Option<u64> {
+    v.map(|v| v.max(0) as u64)
+}
+
+/// Writes records with their attempts in one transaction.
+pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut req = tx.prepare_cached(
+            "INSERT OR REPLACE INTO requests (
+                request_id, workspace_id, key_id, created_at_us, model, provider, channel, grp,
+                dialect, stream, status, outcome, timeout_kind, error_class, classification, flags,
+                auth_us, body_read_us, distribution_us, upstream_start_us, upstream_headers_us,
+                first_byte_us, first_event_us, first_effective_us, first_visible_us,
+                last_effective_us, upstream_done_us, handler_done_us,
+                input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
+                event_count, text_delta_count, channel_inflight, hedge, failover_count, cached,
+                max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
+                temperature, top_p, region, trace_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
+                ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48)",
+        )?;
+        let mut att = tx.prepare_cached(
+            "INSERT OR REPLACE INTO attempts (request_id, idx, channel, role, won, status,
+                error_class, start_us, headers_us, first_byte_us, end_us)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )?;
+        for r in records {
+            let m = &r.marks;
+            let flags = serde_json::to_string(&r.flags)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            req.execute(params![
+                r.request_id,
+                r.workspace_id,
+                r.key_id,
+                r.created_at_us,
+                r.model,
+                r.provider,
+                r.channel,
+                r.group,
+                r.dialect.as_str(),
+                r.stream,
+                r.status,
+                r.outcome.as_str(),
+                r.timeout_kind,
+                r.error_class.map(|c| c.as_str()),
+                r.classification,
+                flags,
+                us(m.auth),
+                us(m.body_read),
+                us(m.distribution),
+                us(m.upstream_start),
+                us(m.upstream_headers),
+                us(m.first_byte),
+                us(m.first_event),
+                us(m.first_effective),
+                us(m.first_visible),
+                us(m.last_effective),
+                us(m.upstream_done),
+                us(m.handler_done),
+                tok(r.tokens.input),
+                tok(r.tokens.output),
+                tok(r.tokens.cache_read),
+                tok(r.tokens.cache_write),
+                tok(r.tokens.reasoning),
+                r.event_count,
+                r.text_delta_count,
+                r.channel_inflight,
+                r.hedge.as_str(),
+                r.failover_count,
+                r.cached,
+                tok(r.shape.max_output_tokens),
+                r.shape.reasoning_effort,
+                r.shape.tool_count,
+                r.shape.tool_choice,
+                r.shape.response_format,
+                r.shape.temperature,
+                r.shape.top_p,
+                r.region,
+                r.trace_id,
+            ])?;
+            for (i, a) in r.attempts.iter().enumerate() {
+                att.execute(params![
+                    r.request_id,
+                    i as i64,
+                    a.channel,
+                    a.role,
+                    a.won,
+                    a.status,
+                    a.error_class.map(|c| c.as_str()),
+                    us(a.start),
+                    us(a.headers),
+                    us(a.first_byte),
+                    us(a.end),
+                ])?;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+const SELECT: &str = "SELECT request_id, workspace_id, key_id, created_at_us, model, provider,
+    channel, grp, dialect, stream, status, outcome, timeout_kind, error_class, classification,
+    flags, auth_us, body_read_us, distribution_us, upstream_start_us, upstream_headers_us,
+    first_byte_us, first_event_us, first_effective_us, first_visible_us, last_effective_us,
+    upstream_done_us, handler_done_us, input_tokens, output_tokens, cache_read_tokens,
+    cache_write_tokens, reasoning_tokens, event_count, text_delta_count, channel_inflight, hedge,
+    failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
+    response_format, temperature, top_p, region, trace_id FROM requests";
+
+fn corrupt(what: &str, v: &str) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        0,
+        rusqlite::types::Type::Text,
+        Box::new(StoreError::Corrupt(format!("{what}: {v}"))),
+    )
+}
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
+    let dialect: String = row.get(8)?;
+    let outcome: String = row.get(11)?;
+    let error_class: Option<String> = row.get(13)?;
+    let flags: String = row.get(15)?;
+    let hedge: String = row.get(36)?;
+    Ok(RequestRecord {
+        request_id: row.get(0)?,
+        workspace_id: row.get(1)?,
+        key_id: row.get(2)?,
+        created_at_us: row.get(3)?,
+        model: row.get(4)?,
+        provider: row.get(5)?,
+        channel: row.get(6)?,
+        group: row.get(7)?,
+        dialect: Dialect::parse(&dialect).ok_or_else(|| corrupt("dialect", &dialect))?,
+        stream: row.get(9)?,
+        status: row.get(10)?,
+        outcome: Outcome::parse(&outcome).ok_or_else(|| corrupt("outcome", &outcome))?,
+        timeout_kind: row.get(12)?,
+        error_class: match error_class {
+            Some(c) => Some(ErrorClass::parse(&c).ok_or_else(|| corrupt("error_class", &c))?),
+            None => None,
+        },
+        classification: row.get(14)?,
+        flags: serde_json::from_str(&flags).map_err(|_| corrupt("flags", &flags))?,
+        marks: Marks {
+            auth: dur(row.get(16)?),
+            body_read: dur(row.get(17)?),
+            distribution: dur(row.get(18)?),
+            upstream_start: dur(row.get(19)?),
+            upstream_headers: dur(row.get(20)?),
+            first_byte: dur(row.get(21)?),
+            first_event: dur(row.get(22)?),
+            first_effective: dur(row.get(23)?),
+            first_visible: dur(row.get(24)?),
+            last_effective: dur(row.get(25)?),
+            upstream_done: dur(row.get(26)?),
+            handler_done: dur(row.get(27)?),
+        },
+        tokens: Tokens {
+            input: untok(row.get(28)?),
+            output: untok(row.get(29)?),
+            cache_read: untok(row.get(30)?),
+            cache_write: untok(row.get(31)?),
+            reasoning: untok(row.get(32)?),
+        },
+        event_count: row.get(33)?,
+        text_delta_count: row.get(34)?,
+        channel_inflight: row.get(35)?,
+        hedge: Hedge::parse(&hedge).ok_or_else(|| corrupt("hedge", &hedge))?,
+        failover_count: row.get(37)?,
+        cached: row.get(38)?,
+        shape: RequestShape {
+            max_output_tokens: untok(row.get(39)?),
+            reasoning_effort: row.get(40)?,
+            tool_count: row.get(41)?,
+            tool_choice: row.get(42)?,
+            response_format: row.get(43)?,
+            temperature: row.get(44)?,
+            top_p: row.get(45)?,
+        },
+        region: row.get(46)?,
+        trace_id: row.get(47)?,
+        attempts: Vec::new(),
+    })
+}
+
+fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT channel, role, won, status, error_class, start_us, headers_us, first_byte_us,
+            end_us FROM attempts WHERE request_id = ?1 ORDER BY idx",
+    )?;
+    let rows = stmt.query_map([&record.request_id], |row| {
+        let class: Option<String> = row.get(4)?;
+        Ok(Attempt {
+            channel: row.get(0)?,
+            role: row.get(1)?,
+            won: row.get(2)?,
+            status: row.get(3)?,
+            error_class: match class {
+                Some(c) => Some(ErrorClass::parse(&c).ok_or_else(|| corrupt("error_class", &c))?),
+                None => None,
+            },
+            start: dur(row.get(5)?),
+            headers: dur(row.get(6)?),
+            first_byte: dur(row.get(7)?),
+            end: dur(row.get(8)?),
+        })
+    })?;
+    record.attempts = rows.collect::<rusqlite::Result<_>>()?;
+    Ok(())
+}
+
+/// The newest records of a workspace, newest first.
+pub fn recent(conn: &Connection, workspace_id: &str, limit: u32) -> Result<Vec<RequestRecord>> {
+    let sql = format!(
+        "{SELECT} WHERE workspace_id = ?1 ORDER BY created_at_us DESC, rowid DESC LIMIT ?2"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut out = stmt
+        .query_map(params![workspace_id, limit], from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    for r in &mut out {
+        load_attempts(conn, r)?;
+    }
+    Ok(out)
+}
+
+/// One record of a workspace; `None` both when it does not exist and when it belongs to another
+/// workspace, so the two cannot be told apart.
+pub fn get(conn: &Connection, workspace_id: &str, request_id: &str) -> Result<Option<RequestRecord>> {
+    let sql = format!("{SELECT} WHERE workspace_id = ?1 AND request_id = ?2");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query_map(params![workspace_id, request_id], from_row)?;
+    match rows.next() {
+        Some(r) => {
+            let mut r = r?;
+            load_attempts(conn, &mut r)?;
+            Ok(Some(r))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Deletes records older than `cutoff_us`; returns how many went.
+pub fn delete_older_than(conn: &Connection, cutoff_us: i64) -> Result<usize> {
+    Ok(conn.execute("DELETE FROM requests WHERE created_at_us < ?1", [cutoff_us])?)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::Store;
+
+    pub(crate) fn sample(id: &str, ws: &str, created: i64) -> RequestRecord {
+        let ms = |v: u64| Some(Duration::from_millis(v));
+        RequestRecord {
+            request_id: id.into(),
+            workspace_id: Some(ws.into()),
+            key_id: Some("tok_1".into()),
+            created_at_us: created,
+            model: Some("sim-fast".into()),
+            provider: Some("sim".into()),
+            channel: Some("sim".into()),
+            group: Some("default".into()),
+            dialect: Dialect::Messages,
+            stream: true,
+            status: 200,
+            outcome: Outcome::Completed,
+            timeout_kind: None,
+            error_class: None,
+            classification: "ok".into(),
+            flags: vec!["first_event_slow".into()],
+            marks: Marks {
+                auth: Some(Duration::from_micros(12)),
+                upstream_start: ms(1),
+                upstream_headers: ms(5),
+                first_byte: ms(6),
+                first_event: ms(6),
+                upstream_done: ms(9),
+                handler_done: ms(10),
+                ..Marks::default()
+            },
+            tokens: Tokens {
+                input: Some(10),
+                output: Some(16),
+                ..Tokens::default()
+            },
+            event_count: 20,
+            text_delta_count: 16,
+            channel_inflight: Some(1),
+            attempts: vec![Attempt {
+                channel: "sim".into(),
+                role: "primary".into(),
+                won: true,
+                status: Some(200),
+                error_class: None,
+                start: ms(1),
+                headers: ms(5),
+                first_byte: ms(6),
+                end: ms(9),
+            }],
+            hedge: Hedge::None,
+            failover_count: 0,
+            cached: false,
+            shape: RequestShape {
+                max_output_tokens: Some(64),
+                temperature: Some(0.5),
+                ..RequestShape::default()
+            },
+            region: None,
+            trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+        }
+    }
+
+    #[test]
+    fn a_record_reads_back_exactly_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let r = sample("req_1", "ws_a", 1_000);
+        store
+            .with_conn(|c| insert_batch(c, std::slice::from_ref(&r)))
+            .unwrap();
+        let back = store.with_conn(|c| get(c, "ws_a", "req_1")).unwrap();
+        assert_eq!(back, Some(r));
+    }
+
+    #[test]
+    fn another_workspace_cannot_read_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        store
+            .with_conn(|c| insert_batch(c, &[sample("req_1", "ws_a", 1)]))
+            .unwrap();
+        assert_eq!(store.with_conn(|c| get(c, "ws_b", "req_1")).unwrap(), None);
+        assert!(store.with_conn(|c| recent(c, "ws_b", 10)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn recent_is_newest_first_and_limited() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let batch: Vec<_> = (0..5)
+            .map(|i| sample(&format!("req_{i}"), "ws_a", i64::from(i) * 10))
+            .collect();
+        store.with_conn(|c| insert_batch(c, &batch)).unwrap();
+        let got = store.with_conn(|c| recent(c, "ws_a", 3)).unwrap();
+        let ids: Vec<_> = got.iter().map(|r| r.request_id.as_str()).collect();
+        assert_eq!(ids, ["req_4", "req_3", "req_2"]);
+        assert_eq!(got[0].attempts.len(), 1);
+    }
+
+    #[test]
+    fn retention_deletes_old_rows_and_their_attempts() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        store
+            .with_conn(|c| insert_batch(c, &[sample("old", "ws", 5), sample("new", "ws", 50)]))
+            .unwrap();
+        let n = store.with_conn(|c| delete_older_than(c, 10)).unwrap();
+        assert_eq!(n, 1);
+        let left: i64 = store
+            .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(left, 1);
+    }
+}
