@@ -24,9 +24,12 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
     headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim)
 }
 
+/// Token hash → what the store said (a principal, or no such token) and when it was asked.
+type AuthCache = HashMap<[u8; 32], (Option<Principal>, Instant)>;
+
 pub struct Authenticator {
     store: Store,
-    cache: Mutex<HashMap<[u8; 32], (Option<Principal>, Instant)>>,
+    cache: Mutex<AuthCache>,
 }
 
 impl std::fmt::Debug for Authenticator {

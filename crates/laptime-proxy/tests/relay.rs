@@ -1,6 +1,8 @@
 //! The relay end to end over real sockets: gateway + sim in all three dialects, streamed and
 //! not, checked byte for byte and against the stored row.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "test helpers fail loudly")]
+
 mod common;
 
 use std::collections::HashMap;

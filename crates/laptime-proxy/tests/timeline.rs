@@ -1,6 +1,8 @@
 //! The timeline under paused tokio time: the sim's seed-trace schedules played into the observed
 //! body give the seed's exact values and classification, and a real SQLite store keeps them.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "test helpers fail loudly")]
+
 use std::time::Duration;
 
 use bytes::Bytes;

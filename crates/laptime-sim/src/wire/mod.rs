@@ -358,6 +358,298 @@ impl ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::script::{preset, schedule, Schedule, Script, PRESET_NAMES};
+    use crate::testkit::{self, Class, Ev};
+    use serde_json::{json, Value};
+
+    /// Every preset plus scripts that exercise tool args, heartbeats and answers without text.
+    fn scripts() -> Vec<Script> {
+        let mut all: Vec<Script> = PRESET_NAMES.iter().filter_map(|n| preset(n)).collect();
+        for custom in [
+            r#"{"headers_ms": 5, "first_event_ms": 40, "heartbeat_ms": 10,
+                "first_effective": {"kind": "tool_args", "at_ms": 50}, "reasoning_deltas": 6,
+                "first_text_ms": 90, "text_tokens": 4, "tokens_per_s": 50}"#,
+            r#"{"first_effective": {"kind": "tool_args", "at_ms": 1}, "reasoning_deltas": 1,
+                "first_text_ms": null}"#,
+            r#"{"first_effective": {"kind": "reasoning", "at_ms": 1}, "reasoning_deltas": 3,
+                "first_text_ms": null, "tokens_per_s": 10}"#,
+            r#"{"first_text_ms": null}"#,
+            r#"{"text_tokens": 0}"#,
+        ] {
+            all.push(serde_json::from_str(custom).unwrap());
+        }
+        all
+    }
+
+    const ENDS: [End; 6] = [
+        End::Terminal,
+        End::Incomplete,
+        End::ErrorEvent,
+        End::Close,
+        End::Reset,
+        End::Stall,
+    ];
+
+    /// Every streamed schedule the fake can produce for these scripts.
+    fn every_stream() -> Vec<(Dialect, End, bool, Schedule)> {
+        let mut out = Vec::new();
+        for script in scripts() {
+            for end in ENDS {
+                let script = Script { end, ..script.clone() };
+                for dialect in Dialect::ALL {
+                    for include_usage in [false, true] {
+                        let s = schedule(dialect, &script, "sim-model", true, include_usage);
+                        out.push((dialect, end, include_usage, s));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn json(ev: &Ev) -> &Value {
+        ev.json.as_ref().unwrap()
+    }
+
+    fn check_chat(evs: &[Ev], end: End, include_usage: bool) {
+        let first = evs.iter().find(|e| !e.comment).unwrap();
+        assert_eq!(
+            json(first)["choices"][0]["delta"],
+            json!({"role": "assistant", "content": "", "refusal": null})
+        );
+        for ev in evs.iter().filter(|e| e.json.is_some()) {
+            assert!(ev.event.is_none(), "Chat has no event lines");
+            let j = json(ev);
+            if j.get("error").is_some() {
+                continue;
+            }
+            assert_eq!(j["object"], "chat.completion.chunk");
+            assert_eq!(j["model"], "sim-model");
+            assert!(j["id"].is_string() && j["created"].is_u64());
+            assert_eq!(j.get("usage").is_some(), include_usage);
+            for c in j["choices"].as_array().unwrap() {
+                assert_eq!(c["index"], 0);
+                assert!(c["logprobs"].is_null());
+                assert!(c.get("finish_reason").is_some());
+                if !c["finish_reason"].is_null() {
+                    assert_eq!(c["delta"], json!({}), "finish_reason rides on an empty delta");
+                }
+                for call in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
+                    assert_eq!(call["index"], 0);
+                    if call.get("id").is_some() {
+                        assert_eq!(call["type"], "function");
+                        assert_eq!(call["function"]["arguments"], "");
+                        assert!(call["function"]["name"].is_string());
+                    }
+                }
+            }
+        }
+        let done = evs.iter().filter(|e| e.data.as_deref() == Some("[DONE]")).count();
+        let expect_done = matches!(end, End::Terminal | End::Incomplete | End::ErrorEvent);
+        assert_eq!(done, usize::from(expect_done));
+        if expect_done {
+            assert_eq!(evs.last().unwrap().raw, "data: [DONE]\n\n");
+        }
+    }
+
+    fn check_responses(evs: &[Ev]) {
+        let mut expected_seq = 0;
+        for ev in evs {
+            let j = json(ev);
+            assert_eq!(ev.event.as_deref(), j["type"].as_str(), "event line names the type");
+            assert_eq!(j["sequence_number"], expected_seq);
+            expected_seq += 1;
+        }
+        let types: Vec<&str> = evs
+            .iter()
+            .map(|e| json(e)["type"].as_str().unwrap())
+            .filter(|t| *t != "keepalive")
+            .collect();
+        assert_eq!(&types[..2], ["response.created", "response.in_progress"]);
+        for ev in evs {
+            let j = json(ev);
+            if let Some(r) = j.get("response") {
+                assert_eq!(r["object"], "response");
+                assert_eq!(r["model"], "sim-model");
+            }
+            // Items open and close in order: every item_id seen was added first.
+            if let Some(id) = j.get("item_id") {
+                assert!(evs.iter().take_while(|e| !std::ptr::eq(*e, ev)).any(|e| {
+                    json(e)["type"] == "response.output_item.added" && json(e)["item"]["id"] == *id
+                }));
+            }
+        }
+    }
+
+    fn check_messages(evs: &[Ev]) {
+        for ev in evs {
+            let j = json(ev);
+            assert_eq!(ev.event.as_deref(), j["type"].as_str(), "event line names the type");
+        }
+        let names: Vec<&str> = evs.iter().map(|e| e.event.as_deref().unwrap()).collect();
+        let start = names.iter().position(|n| *n != "ping").unwrap();
+        assert_eq!(
+            &names[start..start + 3],
+            ["message_start", "content_block_start", "ping"],
+            "the first ping comes right after the first block start"
+        );
+        let message = &json(&evs[start])["message"];
+        assert_eq!(message["model"], "sim-model");
+        assert_eq!(message["usage"]["output_tokens"], 1);
+        assert_eq!(message["content"], json!([]));
+        // Blocks: a delta or stop only for the open block; starts and stops alternate.
+        let mut open: Option<u64> = None;
+        let mut next = 0;
+        for ev in evs {
+            let j = json(ev);
+            match j["type"].as_str().unwrap() {
+                "content_block_start" => {
+                    assert_eq!(open, None);
+                    assert_eq!(j["index"], next);
+                    let block = &j["content_block"];
+                    match block["type"].as_str().unwrap() {
+                        "text" => assert_eq!(block["text"], ""),
+                        "thinking" => assert_eq!(block["signature"], ""),
+                        "tool_use" => assert_eq!(block["input"], json!({})),
+                        other => panic!("unexpected block {other}"),
+                    }
+                    open = j["index"].as_u64();
+                    next += 1;
+                }
+                "content_block_delta" => assert_eq!(j["index"].as_u64(), open),
+                "content_block_stop" => {
+                    assert_eq!(j["index"].as_u64(), open);
+                    open = None;
+                }
+                "message_delta" => {
+                    assert_eq!(open, None, "all blocks stop before message_delta");
+                    assert!(j["delta"]["stop_reason"].is_string());
+                    assert!(j["usage"]["output_tokens"].is_u64());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn every_streamed_schedule_is_valid_sse_shaped_like_the_reference() {
+        let streams = every_stream();
+        assert!(streams.len() > 300);
+        for (dialect, end, include_usage, s) in &streams {
+            let at = format!("{dialect} / {end:?} / include_usage {include_usage}");
+            assert_eq!(s.content_type, "text/event-stream", "{at}");
+            assert!(s.steps.windows(2).all(|w| w[0].at <= w[1].at), "{at}");
+            let evs = testkit::events(s);
+            match dialect {
+                Dialect::Chat => check_chat(&evs, *end, *include_usage),
+                Dialect::Responses => check_responses(&evs),
+                Dialect::Messages => check_messages(&evs),
+            }
+            // Exactly one protocol terminal, last, for the ends that have one; none otherwise.
+            let classes: Vec<Class> = evs.iter().map(|e| testkit::classify(*dialect, e)).collect();
+            let terminals = classes
+                .iter()
+                .filter(|c| matches!(c, Class::TerminalOk | Class::TerminalIncomplete | Class::TerminalError))
+                .count();
+            let marks = testkit::marks(*dialect, &evs);
+            match end {
+                End::Terminal | End::Incomplete => {
+                    assert_eq!(terminals, 1, "{at}");
+                    let kind = if *end == End::Incomplete && *dialect != Dialect::Messages {
+                        Class::TerminalIncomplete
+                    } else {
+                        Class::TerminalOk
+                    };
+                    assert_eq!(marks.terminal.map(|t| t.1), Some(kind), "{at}");
+                }
+                End::ErrorEvent => {
+                    assert_eq!(marks.terminal.map(|t| t.1), Some(Class::TerminalError), "{at}")
+                }
+                _ => {
+                    assert_eq!(terminals, 0, "{at}");
+                    // The stream stops right after its last delta (or its envelope).
+                    let last = classes.last().unwrap();
+                    let has_deltas = marks.first_effective.is_some();
+                    if has_deltas {
+                        assert!(matches!(last, Class::Effective | Class::Visible), "{at}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn streamed_deltas_concatenate_to_the_non_streamed_answer() {
+        for script in scripts() {
+            for dialect in Dialect::ALL {
+                let s = schedule(dialect, &script, "m", true, false);
+                let evs = testkit::events(&s);
+                let text: String = evs
+                    .iter()
+                    .filter(|e| testkit::classify(dialect, e) == Class::Visible)
+                    .map(|e| {
+                        let j = json(e);
+                        match dialect {
+                            Dialect::Chat => j["choices"][0]["delta"]["content"].as_str(),
+                            Dialect::Responses => j["delta"].as_str(),
+                            Dialect::Messages => j["delta"]["text"].as_str(),
+                        }
+                        .unwrap()
+                        .to_owned()
+                    })
+                    .collect();
+                let whole = schedule(dialect, &script, "m", false, false);
+                let body: Value = serde_json::from_slice(&whole.steps[0].bytes).unwrap();
+                let answer = match dialect {
+                    Dialect::Chat => body["choices"][0]["message"]["content"].as_str().unwrap_or(""),
+                    Dialect::Responses => body["output"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|i| i["type"] == "message")
+                        .map_or("", |m| m["content"][0]["text"].as_str().unwrap()),
+                    Dialect::Messages => body["content"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|b| b["type"] == "text")
+                        .map_or("", |b| b["text"].as_str().unwrap()),
+                };
+                assert_eq!(text, answer, "{dialect}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_thinking_block_ends_with_an_empty_thinking_delta_then_its_signature() {
+        let s = schedule(Dialect::Messages, &preset("sim-trace-c").unwrap(), "m", true, false);
+        let evs = testkit::events(&s);
+        let stop = evs
+            .iter()
+            .position(|e| e.event.as_deref() == Some("content_block_stop"))
+            .unwrap();
+        let before: Vec<&Value> = evs[stop - 2..stop].iter().map(|e| &json(e)["delta"]).collect();
+        assert_eq!(before[0], &json!({"type": "thinking_delta", "thinking": ""}));
+        assert_eq!(before[1]["type"], "signature_delta");
+        assert!(!before[1]["signature"].as_str().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_tool_use_block_opens_with_an_empty_input_json_delta() {
+        let script: Script = serde_json::from_str(
+            r#"{"first_effective": {"kind": "tool_args", "at_ms": 3}, "reasoning_deltas": 2}"#,
+        )
+        .unwrap();
+        let s = schedule(Dialect::Messages, &script, "m", true, false);
+        let evs = testkit::events(&s);
+        let deltas: Vec<&Value> = evs
+            .iter()
+            .filter(|e| e.event.as_deref() == Some("content_block_delta"))
+            .map(|e| &json(e)["delta"])
+            .collect();
+        assert_eq!(deltas[0], &json!({"type": "input_json_delta", "partial_json": ""}));
+        assert_eq!(deltas[1]["partial_json"], "{\"query\":\"weather");
+    }
 
     #[test]
     fn tool_fragments_concatenate_to_the_encoded_input() {

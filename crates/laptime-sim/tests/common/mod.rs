@@ -1,0 +1,112 @@
+//! Shared support for the socket tests: a simulator on 127.0.0.1, a reqwest client, an SSE
+//! reader and a poller for `/sim/stats`.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use std::time::Duration;
+
+use laptime_sim::{spawn_local, Sim};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+/// A running simulator and a client for it. Dropping it stops the server.
+pub struct Harness {
+    pub sim: Sim,
+    pub base: String,
+    pub client: reqwest::Client,
+    server: JoinHandle<()>,
+}
+
+impl Harness {
+    pub async fn start() -> Harness {
+        let sim = Sim::new();
+        let (addr, server) = spawn_local(sim.clone()).await.unwrap();
+        Harness {
+            sim,
+            base: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+            server,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn get_json(&self, path: &str) -> Value {
+        let resp = self.client.get(self.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "GET {path}");
+        resp.json().await.unwrap()
+    }
+
+    /// Polls `/sim/stats` every 20 ms for up to 2 s until `done` holds; returns the last value.
+    pub async fn wait_for_stats(&self, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            let stats = self.get_json("/sim/stats").await;
+            if done(&stats) || tokio::time::Instant::now() >= deadline {
+                return stats;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// One dispatched SSE event (comments are skipped).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sse {
+    pub event: Option<String>,
+    pub data: String,
+}
+
+impl Sse {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap()
+    }
+}
+
+/// Splits a complete SSE body (LF line ends, as the fake writes) into its events.
+pub fn sse(body: &str) -> Vec<Sse> {
+    body.split("\n\n")
+        .filter(|block| !block.is_empty())
+        .filter_map(|block| {
+            let mut event = None;
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    event = Some(v.to_owned());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = Some(v.to_owned());
+                }
+            }
+            data.map(|data| Sse { event, data })
+        })
+        .collect()
+}
+
+/// The body of a streamed test request for `dialect`'s path with a custom script.
+pub fn scripted(stream: bool, script: Value) -> Value {
+    serde_json::json!({
+        "model": "custom-model",
+        "stream": stream,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 64,
+        "laptime_sim": script,
+    })
+}

@@ -1,0 +1,177 @@
+"""Session fixture: run the real `laptime` binary for the official-SDK tests.
+
+The gateway is started once per test session with no config file, so it uses
+its embedded default (SQLite in a temp data dir plus the in-process simulated
+upstream), on 127.0.0.1 with an ephemeral port and a freshly generated
+bootstrap admin token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "laptime"
+LISTEN_PREFIX = "laptime listening on "
+STARTUP_TIMEOUT_S = 20.0
+SHUTDOWN_TIMEOUT_S = 10.0
+ROW_POLL_TIMEOUT_S = 3.0
+
+
+@dataclass
+class Gateway:
+    base_url: str  # http://127.0.0.1:PORT
+    token: str
+    proc: subprocess.Popen
+    data_dir: Path
+    stderr_path: Path
+    stdout_lines: list[str] = field(default_factory=list)
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base_url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.base_url
+
+    def stored_request(self, request_id: str, timeout_s: float = ROW_POLL_TIMEOUT_S) -> dict:
+        """GET /api/requests/{id}; the row is written asynchronously, so poll."""
+        url = f"{self.base_url}/api/requests/{request_id}"
+        deadline = time.monotonic() + timeout_s
+        last = "no attempt made"
+        while True:
+            req = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}"})
+            try:
+                with urllib.request.urlopen(req, timeout=2) as resp:
+                    body = resp.read()
+                    row = json.loads(body)
+                    if row.get("outcome") is not None:
+                        return row
+                    last = f"200 without outcome: {body[:500]!r}"
+            except urllib.error.HTTPError as err:
+                last = f"HTTP {err.code}: {err.read()[:500]!r}"
+            except (urllib.error.URLError, OSError) as err:
+                last = f"{type(err).__name__}: {err}"
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"request row {request_id} not readable within {timeout_s}s; last: {last}"
+                )
+            time.sleep(0.05)
+
+
+def _stderr_tail(path: Path, limit: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return "<no stderr>"
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory):
+    binary = Path(os.environ.get("LAPTIME_BIN", str(DEFAULT_BIN)))
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        pytest.fail(
+            f"laptime binary not found or not executable at {binary}; "
+            "build it with `cargo build -p laptime --locked` or set LAPTIME_BIN",
+            pytrace=False,
+        )
+
+    data_dir = tmp_path_factory.mktemp("laptime-data")
+    stderr_path = data_dir.parent / f"{data_dir.name}-stderr.log"
+    token = "lt_" + secrets.token_hex(32)
+    env = dict(os.environ)
+    env["LAPTIME_BOOTSTRAP_TOKEN"] = token
+    env.setdefault("NO_COLOR", "1")
+
+    stderr_file = open(stderr_path, "wb")
+    proc = subprocess.Popen(
+        [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=stderr_file,
+        env=env,
+        text=True,
+        bufsize=1,
+    )
+
+    lines: list[str] = []
+    found: dict[str, str] = {}
+    ready = threading.Event()
+
+    def pump_stdout() -> None:
+        # Keep draining stdout for the whole session so the gateway never blocks on it.
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            lines.append(line)
+            if not ready.is_set() and line.startswith(LISTEN_PREFIX):
+                found["url"] = line[len(LISTEN_PREFIX):].strip().rstrip("/")
+                ready.set()
+        ready.set()  # EOF: wake the waiter so it can report the failure
+
+    pump = threading.Thread(target=pump_stdout, name="laptime-stdout", daemon=True)
+    pump.start()
+
+    def abort(reason: str) -> None:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+        stderr_file.close()
+        pytest.fail(
+            f"{reason}\nexit code: {proc.returncode}\nstdout: {lines!r}\n"
+            f"stderr tail:\n{_stderr_tail(stderr_path)}",
+            pytrace=False,
+        )
+
+    ready.wait(timeout=STARTUP_TIMEOUT_S)
+    if "url" not in found:
+        abort(f"laptime did not print '{LISTEN_PREFIX}http://ADDR' within {STARTUP_TIMEOUT_S}s")
+
+    gw = Gateway(
+        base_url=found["url"],
+        token=token,
+        proc=proc,
+        data_dir=data_dir,
+        stderr_path=stderr_path,
+        stdout_lines=lines,
+    )
+    try:
+        yield gw
+    finally:
+        still_running = proc.poll() is None
+        if still_running:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+            stderr_file.close()
+            pytest.fail(
+                f"laptime did not exit within {SHUTDOWN_TIMEOUT_S}s of SIGTERM\n"
+                f"stderr tail:\n{_stderr_tail(stderr_path)}",
+                pytrace=False,
+            )
+        pump.join(timeout=2)
+        stderr_file.close()
+        assert still_running, (
+            f"laptime exited on its own during the tests (code {code})\n"
+            f"stderr tail:\n{_stderr_tail(stderr_path)}"
+        )
+        assert code == 0, (
+            f"laptime exited with {code} after SIGTERM, expected 0\n"
+            f"stderr tail:\n{_stderr_tail(stderr_path)}"
+        )

@@ -1,0 +1,291 @@
+"""The official OpenAI and Anthropic Python SDKs talk to a real laptime gateway.
+
+The gateway (see conftest.py) serves the simulated model `sim-fast`, which
+answers with 16 text tokens and reports usage input 10 / output 16 in every
+dialect. These tests use the SDKs exactly as a customer would, pointed at the
+gateway's base URL, and then check what the gateway stored for the request.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import anthropic
+import openai
+import pytest
+
+MODEL = "sim-fast"
+EXPECTED_OUTPUT_TOKENS = 16
+EXPECTED_INPUT_TOKENS = 10
+PROMPT = "Why was my request slow?"
+REQUEST_ID_HEADER = "x-laptime-request-id"
+
+
+@pytest.fixture
+def openai_client(gateway):
+    client = openai.OpenAI(
+        api_key=gateway.token, base_url=gateway.openai_base_url, max_retries=0, timeout=10.0
+    )
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def anthropic_client(gateway):
+    client = anthropic.Anthropic(
+        api_key=gateway.token, base_url=gateway.anthropic_base_url, max_retries=0, timeout=10.0
+    )
+    yield client
+    client.close()
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def assert_stored_row_is_a_completed_stream(gateway, request_id: str, dialect: str) -> dict:
+    assert request_id and request_id.startswith("req_"), f"bad request id header: {request_id!r}"
+    row = gateway.stored_request(request_id)
+    assert row["request_id"] == request_id
+    assert row["outcome"] == "completed", row
+    assert row["dialect"] == dialect, row
+    assert row["stream"] is True, row
+    assert row["model"] == MODEL, row
+    assert row["output_tokens"] == EXPECTED_OUTPUT_TOKENS, row
+    assert _is_number(row["ttft_ms"]) and row["ttft_ms"] >= 0, row
+    assert _is_number(row["upstream_ms"]) and row["upstream_ms"] >= row["ttft_ms"], row
+    first_text = row["other"]["timing"]["first_text_delta_ms"]
+    assert _is_number(first_text) and first_text >= 0, row
+    return row
+
+
+def assert_server_timing_has_upstream_duration(headers) -> None:
+    server_timing = headers.get("server-timing")
+    assert server_timing, f"no Server-Timing header in {dict(headers)!r}"
+    entries = [part.strip() for part in server_timing.split(",")]
+    upstream = [e for e in entries if e.split(";", 1)[0].strip() == "upstream"]
+    assert upstream, f"Server-Timing has no 'upstream' metric: {server_timing!r}"
+    params = dict(
+        p.strip().split("=", 1) for p in upstream[0].split(";")[1:] if "=" in p
+    )
+    assert "dur" in params and float(params["dur"]) >= 0, server_timing
+
+
+# --- OpenAI: chat completions ---------------------------------------------
+
+
+def test_openai_chat_completion_streams_text_and_reports_usage_in_the_final_chunk(
+    gateway, openai_client
+):
+    raw = openai_client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": PROMPT}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    request_id = raw.headers.get(REQUEST_ID_HEADER)
+    stream = raw.parse()
+
+    chunks = list(stream)
+    text = "".join(
+        choice.delta.content or "" for chunk in chunks for choice in chunk.choices
+    )
+    finish_reasons = [c.finish_reason for chunk in chunks for c in chunk.choices if c.finish_reason]
+
+    assert text.strip(), f"no text in {len(chunks)} chunks"
+    assert finish_reasons == ["stop"]
+    final = chunks[-1]
+    assert final.choices == []
+    assert final.usage is not None, final
+    assert final.usage.completion_tokens == EXPECTED_OUTPUT_TOKENS
+    assert final.usage.prompt_tokens == EXPECTED_INPUT_TOKENS
+    assert all(chunk.usage is None for chunk in chunks[:-1])
+
+    assert_stored_row_is_a_completed_stream(gateway, request_id, "chat")
+
+
+def test_openai_chat_completion_without_streaming_returns_text_usage_and_server_timing(
+    gateway, openai_client
+):
+    raw = openai_client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPT}]
+    )
+    completion = raw.parse()
+
+    assert completion.choices[0].message.role == "assistant"
+    assert completion.choices[0].message.content.strip()
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage.completion_tokens == EXPECTED_OUTPUT_TOKENS
+    assert completion.usage.prompt_tokens == EXPECTED_INPUT_TOKENS
+    assert raw.headers.get(REQUEST_ID_HEADER, "").startswith("req_")
+    assert_server_timing_has_upstream_duration(raw.headers)
+
+
+# --- OpenAI: responses ----------------------------------------------------
+
+
+def test_openai_responses_stream_text_deltas_and_finish_with_a_completed_event_carrying_usage(
+    gateway, openai_client
+):
+    raw = openai_client.responses.with_raw_response.create(
+        model=MODEL, input=PROMPT, stream=True
+    )
+    request_id = raw.headers.get(REQUEST_ID_HEADER)
+    events = list(raw.parse())
+
+    types = [event.type for event in events]
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    done_texts = [e.text for e in events if e.type == "response.output_text.done"]
+    completed = [e for e in events if e.type == "response.completed"]
+
+    assert types[0] == "response.created", types
+    assert types[-1] == "response.completed", types
+    assert "".join(deltas).strip(), types
+    assert done_texts == ["".join(deltas)]
+    assert len(completed) == 1
+    response = completed[0].response
+    assert response.status == "completed"
+    assert response.output_text == "".join(deltas)
+    assert response.usage.output_tokens == EXPECTED_OUTPUT_TOKENS
+    assert response.usage.input_tokens == EXPECTED_INPUT_TOKENS
+
+    assert_stored_row_is_a_completed_stream(gateway, request_id, "responses")
+
+
+def test_openai_responses_without_streaming_return_output_text_and_usage(
+    gateway, openai_client
+):
+    raw = openai_client.responses.with_raw_response.create(model=MODEL, input=PROMPT)
+    response = raw.parse()
+
+    assert response.status == "completed"
+    assert response.output_text.strip()
+    assert response.usage.output_tokens == EXPECTED_OUTPUT_TOKENS
+    assert response.usage.input_tokens == EXPECTED_INPUT_TOKENS
+    assert response.usage.total_tokens == EXPECTED_INPUT_TOKENS + EXPECTED_OUTPUT_TOKENS
+    assert_server_timing_has_upstream_duration(raw.headers)
+
+
+# --- Anthropic: messages --------------------------------------------------
+
+
+def test_anthropic_message_stream_yields_text_and_a_final_message_that_ended_its_turn(
+    gateway, anthropic_client
+):
+    with anthropic_client.messages.stream(
+        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": PROMPT}]
+    ) as stream:
+        request_id = stream.response.headers.get(REQUEST_ID_HEADER)
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+
+    assert text.strip()
+    assert final.role == "assistant"
+    assert final.stop_reason == "end_turn"
+    assert final.usage.output_tokens == EXPECTED_OUTPUT_TOKENS
+    assert final.usage.input_tokens == EXPECTED_INPUT_TOKENS
+    assert [block.type for block in final.content] == ["text"]
+    assert final.content[0].text == text
+
+    assert_stored_row_is_a_completed_stream(gateway, request_id, "messages")
+
+
+def test_anthropic_create_with_stream_true_yields_the_documented_event_sequence(
+    gateway, anthropic_client
+):
+    stream = anthropic_client.messages.create(
+        model=MODEL,
+        max_tokens=64,
+        messages=[{"role": "user", "content": PROMPT}],
+        stream=True,
+    )
+    with stream:
+        events = list(stream)
+
+    types = [event.type for event in events]
+    assert types[0] == "message_start", types
+    assert types[-1] == "message_stop", types
+    assert types[-2] == "message_delta", types
+    text = "".join(
+        e.delta.text
+        for e in events
+        if e.type == "content_block_delta" and e.delta.type == "text_delta"
+    )
+    assert text.strip()
+    message_delta = events[-2]
+    assert message_delta.delta.stop_reason == "end_turn"
+    assert message_delta.usage.output_tokens == EXPECTED_OUTPUT_TOKENS
+
+
+def test_anthropic_message_without_streaming_returns_text_and_usage(
+    gateway, anthropic_client
+):
+    raw = anthropic_client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": PROMPT}]
+    )
+    message = raw.parse()
+
+    assert message.content[0].type == "text"
+    assert message.content[0].text.strip()
+    assert message.stop_reason == "end_turn"
+    assert message.usage.output_tokens == EXPECTED_OUTPUT_TOKENS
+    assert message.usage.input_tokens == EXPECTED_INPUT_TOKENS
+    assert raw.headers.get(REQUEST_ID_HEADER, "").startswith("req_")
+    assert_server_timing_has_upstream_duration(raw.headers)
+
+
+# --- Errors the SDKs must map to their typed exceptions -------------------
+
+
+def _wrong_token() -> str:
+    return "lt_" + "0" * 64
+
+
+def test_openai_sdk_raises_authentication_error_for_a_wrong_token(gateway):
+    client = openai.OpenAI(
+        api_key=_wrong_token(), base_url=gateway.openai_base_url, max_retries=0, timeout=10.0
+    )
+    with client, pytest.raises(openai.AuthenticationError) as excinfo:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": PROMPT}]
+        )
+    assert excinfo.value.status_code == 401
+    assert excinfo.value.response.headers.get(REQUEST_ID_HEADER, "").startswith("req_")
+
+
+def test_anthropic_sdk_raises_authentication_error_for_a_wrong_token(gateway):
+    client = anthropic.Anthropic(
+        api_key=_wrong_token(), base_url=gateway.anthropic_base_url, max_retries=0, timeout=10.0
+    )
+    with client, pytest.raises(anthropic.AuthenticationError) as excinfo:
+        client.messages.create(
+            model=MODEL, max_tokens=64, messages=[{"role": "user", "content": PROMPT}]
+        )
+    assert excinfo.value.status_code == 401
+    assert excinfo.value.response.json()["error"]["type"] == "authentication_error"
+
+
+def test_openai_sdk_raises_not_found_error_for_an_unknown_model_in_chat_completions(
+    openai_client,
+):
+    with pytest.raises(openai.NotFoundError) as excinfo:
+        openai_client.chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": PROMPT}]
+        )
+    assert excinfo.value.status_code == 404
+    assert excinfo.value.code == "model_not_found"
+
+
+def test_openai_sdk_raises_not_found_error_for_an_unknown_model_in_responses(openai_client):
+    with pytest.raises(openai.NotFoundError) as excinfo:
+        openai_client.responses.create(model="no-such-model", input=PROMPT, stream=True)
+    assert excinfo.value.status_code == 404
+
+
+def test_anthropic_sdk_raises_not_found_error_for_an_unknown_model(anthropic_client):
+    with pytest.raises(anthropic.NotFoundError) as excinfo:
+        anthropic_client.messages.create(
+            model="no-such-model", max_tokens=64, messages=[{"role": "user", "content": PROMPT}]
+        )
+    assert excinfo.value.status_code == 404
+    assert excinfo.value.response.json()["error"]["type"] == "not_found_error"
