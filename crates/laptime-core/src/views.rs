@@ -351,6 +351,97 @@ mod tests {
         assert_eq!(v.first_text_delta_ms, None);
     }
 
+    /// The REST row's wire shape: a change here is a change users see.
+    #[test]
+    fn request_log_view_shape_is_stable() {
+        use crate::timeline::{Attempt, Outcome, RequestShape};
+        use crate::Dialect;
+        let marks = Marks {
+            auth: Some(Duration::from_micros(40)),
+            body_read: Some(Duration::from_micros(10)),
+            distribution: Some(Duration::from_micros(5)),
+            upstream_start: ms_d(1),
+            upstream_headers: ms_d(241),
+            first_byte: ms_d(300),
+            first_event: ms_d(311),
+            first_effective: ms_d(2901),
+            first_visible: ms_d(8701),
+            last_effective: ms_d(10_000),
+            upstream_done: ms_d(10_201),
+            handler_done: ms_d(10_202),
+        };
+        let record = RequestRecord {
+            request_id: "req_1".into(),
+            workspace_id: Some("ws_1".into()),
+            key_id: Some("key_1".into()),
+            created_at_us: 1_700_000_000_000_000,
+            model: Some("sim-trace-b".into()),
+            provider: Some("sim".into()),
+            channel: Some("sim".into()),
+            group: Some("default".into()),
+            dialect: Dialect::Chat,
+            stream: true,
+            status: 200,
+            outcome: Outcome::Completed,
+            timeout_kind: None,
+            error_class: None,
+            classification: "visible_text_late".into(),
+            flags: vec!["visible_text_late".into()],
+            marks,
+            tokens: Tokens {
+                input: Some(800),
+                output: Some(75),
+                cache_read: Some(512),
+                cache_write: None,
+                reasoning: None,
+            },
+            event_count: 90,
+            text_delta_count: 75,
+            channel_inflight: Some(1),
+            attempts: vec![Attempt {
+                channel: "sim".into(),
+                role: "primary".into(),
+                won: true,
+                status: Some(200),
+                error_class: None,
+                start: ms_d(1),
+                headers: ms_d(241),
+                first_byte: ms_d(300),
+                end: ms_d(10_201),
+            }],
+            hedge: Hedge::None,
+            failover_count: 0,
+            cached: false,
+            shape: RequestShape::default(),
+            region: None,
+            trace_id: Some("t".into()),
+        };
+        let got = serde_json::to_value(RequestLogView::new(&record)).unwrap();
+        let expected: serde_json::Value = serde_json::from_str(
+            r#"{
+            "request_id": "req_1", "workspace_id": "ws_1", "created_at": "2023-11-14T22:13:20Z",
+            "model": "sim-trace-b", "provider": "sim", "channel": "sim", "group": "default",
+            "dialect": "chat", "stream": true, "status": 200, "outcome": "completed",
+            "timeout_kind": null, "error_class": null, "classification": "visible_text_late",
+            "flags": ["visible_text_late"], "latency_ms": 10202.0, "ttft_ms": 299.0,
+            "upstream_ms": 10200.0, "input_tokens": 800, "output_tokens": 75,
+            "reasoning_tokens": null, "cache_read_tokens": 512, "cache_write_tokens": null,
+            "failover_count": 0, "cached": false, "hedge": "none", "event_count": 90,
+            "text_delta_count": 75, "channel_inflight": 1, "trace_id": "t", "region": null,
+            "attempts": [{"channel": "sim", "role": "primary", "won": true, "status": 200,
+                "error_class": null, "start_ms": 1.0, "headers_ms": 241.0,
+                "first_byte_ms": 300.0, "end_ms": 10201.0}],
+            "other": {"timing": {"auth_ms": 0.04, "distribution_ms": 0.005, "body_read_ms": 0.01,
+                "upstream_headers_ms": 240.0, "first_sse_event_ms": 311.0,
+                "first_response_ms": 2901.0, "first_text_delta_ms": 8701.0,
+                "upstream_done_ms": 10201.0, "total_handler_ms": 10202.0,
+                "visible_output_tps": 50.0}}
+        }"#,
+        )
+        .unwrap();
+        assert_eq!(got, expected);
+    }
+
     #[test]
     fn rfc3339_formats_unix_microseconds() {
         assert_eq!(

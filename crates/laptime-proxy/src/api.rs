@@ -24,15 +24,29 @@ fn api_error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// Authenticates a management request and checks its scope.
-pub async fn principal(app: &App, headers: &HeaderMap, needed: Scope) -> Result<Principal, Response> {
+pub async fn principal(
+    app: &App,
+    headers: &HeaderMap,
+    needed: Scope,
+) -> Result<Principal, Response> {
     match app.auth.authenticate(headers).await {
         Ok(p) if p.scope.allows(needed) => Ok(p),
         Ok(p) => Err(api_error(
             StatusCode::FORBIDDEN,
-            format!("a {} token cannot do this; it needs {}", p.scope.as_str(), needed.as_str()),
+            format!(
+                "a {} token cannot do this; it needs {}",
+                p.scope.as_str(),
+                needed.as_str()
+            ),
         )),
-        Err(AuthFailure::Unavailable) => Err(api_error(StatusCode::INTERNAL_SERVER_ERROR, "credentials could not be checked")),
-        Err(_) => Err(api_error(StatusCode::UNAUTHORIZED, "missing or invalid token")),
+        Err(AuthFailure::Unavailable) => Err(api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "credentials could not be checked",
+        )),
+        Err(_) => Err(api_error(
+            StatusCode::UNAUTHORIZED,
+            "missing or invalid token",
+        )),
     }
 }
 
@@ -49,16 +63,27 @@ pub async fn list(app: Arc<App>, headers: HeaderMap, Query(q): Query<ListQuery>)
     let limit = match q.limit.as_deref().map(str::parse::<u32>) {
         None => DEFAULT_LIMIT,
         Some(Ok(n)) if (1..=MAX_LIMIT).contains(&n) => n,
-        Some(_) => return api_error(StatusCode::BAD_REQUEST, format!("limit must be a whole number from 1 to {MAX_LIMIT}")),
+        Some(_) => {
+            return api_error(
+                StatusCode::BAD_REQUEST,
+                format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
+            )
+        }
     };
     let store = app.store.clone();
-    let rows = tokio::task::spawn_blocking(move || store.with_conn(|c| records::recent(c, &p.workspace_id, limit))).await;
+    let rows = tokio::task::spawn_blocking(move || {
+        store.with_conn(|c| records::recent(c, &p.workspace_id, limit))
+    })
+    .await;
     match rows {
         Ok(Ok(rows)) => {
             let views: Vec<RequestLogView> = rows.iter().map(RequestLogView::new).collect();
             Json(json!({ "requests": views })).into_response()
         }
-        _ => api_error(StatusCode::INTERNAL_SERVER_ERROR, "the request log could not be read"),
+        _ => api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the request log could not be read",
+        ),
     }
 }
 
@@ -68,12 +93,18 @@ pub async fn one(app: Arc<App>, headers: HeaderMap, Path(id): Path<String>) -> R
         Err(r) => return r,
     };
     let store = app.store.clone();
-    let row = tokio::task::spawn_blocking(move || store.with_conn(|c| records::get(c, &p.workspace_id, &id))).await;
+    let row = tokio::task::spawn_blocking(move || {
+        store.with_conn(|c| records::get(c, &p.workspace_id, &id))
+    })
+    .await;
     match row {
         Ok(Ok(Some(r))) => Json(RequestLogView::new(&r)).into_response(),
         // Another workspace's id answers exactly like an id that does not exist.
         Ok(Ok(None)) => api_error(StatusCode::NOT_FOUND, "no such request"),
-        _ => api_error(StatusCode::INTERNAL_SERVER_ERROR, "the request log could not be read"),
+        _ => api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the request log could not be read",
+        ),
     }
 }
 
@@ -92,7 +123,8 @@ pub async fn models(app: Arc<App>, headers: HeaderMap) -> Response {
             .collect();
         let first = models.first().map(|m| m.0.clone());
         let last = models.last().map(|m| m.0.clone());
-        return Json(json!({"data": data, "has_more": false, "first_id": first, "last_id": last})).into_response();
+        return Json(json!({"data": data, "has_more": false, "first_id": first, "last_id": last}))
+            .into_response();
     }
     let data: Vec<_> = models
         .iter()

@@ -58,10 +58,19 @@ pub fn build_request(
         .body(Full::new(body))
         .map_err(|e| GatewayError::new(ErrorClass::Internal, format!("bad upstream URL: {e}")))?;
     let h = req.headers_mut();
-    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     // The scanner reads the stream as sent; compressed SSE would hide it.
-    h.insert(http::header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-    h.insert(http::header::USER_AGENT, HeaderValue::from_static(concat!("laptime/", env!("CARGO_PKG_VERSION"))));
+    h.insert(
+        http::header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    h.insert(
+        http::header::USER_AGENT,
+        HeaderValue::from_static(concat!("laptime/", env!("CARGO_PKG_VERSION"))),
+    );
     if let Some(accept) = client_headers.get(http::header::ACCEPT) {
         h.insert(http::header::ACCEPT, accept.clone());
     }
@@ -83,7 +92,10 @@ pub fn build_request(
         };
     }
     if dialect == Dialect::Messages && !h.contains_key("anthropic-version") {
-        h.insert("anthropic-version", HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION));
+        h.insert(
+            "anthropic-version",
+            HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION),
+        );
     }
     Ok(req)
 }
@@ -99,7 +111,10 @@ pub fn classify_error(e: &hyper_util::client::legacy::Error) -> ErrorClass {
             if io.kind() == std::io::ErrorKind::TimedOut {
                 return ErrorClass::ConnectTimeout;
             }
-            if io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>())
+            {
                 return ErrorClass::Tls;
             }
         }
@@ -126,7 +141,9 @@ mod tests {
             models: Models::List(vec!["m".into()]),
             group: "default".into(),
         };
-        Channel::from_config(&cfg, "http://127.0.0.1:9/v1".into(), &|_| Some("sk-canary".into()))
+        Channel::from_config(&cfg, "http://127.0.0.1:9/v1".into(), &|_| {
+            Some("sk-canary".into())
+        })
     }
 
     #[test]
@@ -136,13 +153,27 @@ mod tests {
         client.insert("x-api-key", "lt_client".parse().unwrap());
         client.insert("cookie", "a=b".parse().unwrap());
         client.insert("anthropic-version", "2023-06-01".parse().unwrap());
-        let req = build_request(&channel(Provider::Openai), Dialect::Chat, Bytes::from_static(b"{}"), &client, "00-a-b-01").unwrap();
+        let req = build_request(
+            &channel(Provider::Openai),
+            Dialect::Chat,
+            Bytes::from_static(b"{}"),
+            &client,
+            "00-a-b-01",
+        )
+        .unwrap();
         assert_eq!(req.headers()["authorization"], "Bearer sk-canary");
         assert!(req.headers()["authorization"].is_sensitive());
         assert!(!req.headers().contains_key("x-api-key"));
         assert!(!req.headers().contains_key("cookie"));
         assert_eq!(req.uri(), "http://127.0.0.1:9/v1/chat/completions");
-        let req = build_request(&channel(Provider::Anthropic), Dialect::Messages, Bytes::new(), &client, "00-a-b-01").unwrap();
+        let req = build_request(
+            &channel(Provider::Anthropic),
+            Dialect::Messages,
+            Bytes::new(),
+            &client,
+            "00-a-b-01",
+        )
+        .unwrap();
         assert_eq!(req.headers()["x-api-key"], "sk-canary");
         assert!(!req.headers().contains_key("authorization"));
         assert_eq!(req.headers()["anthropic-version"], "2023-06-01");

@@ -21,7 +21,10 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
         let (scheme, token) = v.split_once(' ')?;
         return scheme.eq_ignore_ascii_case("bearer").then(|| token.trim());
     }
-    headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim)
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
 }
 
 /// Token hash → what the store said (a principal, or no such token) and when it was asked.
@@ -71,13 +74,14 @@ impl Authenticator {
         }
         let store = self.store.clone();
         let token = token.to_string();
-        let looked = tokio::task::spawn_blocking(move || store.with_conn(|c| auth::authenticate(c, &token)))
-            .await
-            .map_err(|_| AuthFailure::Unavailable)?
-            .map_err(|e| {
-                tracing::error!(error = %e, "token lookup failed");
-                AuthFailure::Unavailable
-            })?;
+        let looked =
+            tokio::task::spawn_blocking(move || store.with_conn(|c| auth::authenticate(c, &token)))
+                .await
+                .map_err(|_| AuthFailure::Unavailable)?
+                .map_err(|e| {
+                    tracing::error!(error = %e, "token lookup failed");
+                    AuthFailure::Unavailable
+                })?;
         if let Ok(mut cache) = self.cache.lock() {
             if cache.len() >= CACHE_MAX {
                 cache.clear();

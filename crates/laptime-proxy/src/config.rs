@@ -226,16 +226,21 @@ impl Config {
             if c.name.trim().is_empty() {
                 errs.push(format!("{key}.name: must not be empty"));
             } else if !names.insert(c.name.as_str()) {
-                errs.push(format!("{key}.name: {:?} is used by another channel", c.name));
+                errs.push(format!(
+                    "{key}.name: {:?} is used by another channel",
+                    c.name
+                ));
             }
             match (&c.base_url, c.provider) {
                 (None, Provider::Sim) => {}
-                (None, _) => errs.push(format!("{key}.base_url: required for provider {}", c.provider.as_str())),
+                (None, _) => errs.push(format!(
+                    "{key}.base_url: required for provider {}",
+                    c.provider.as_str()
+                )),
                 (Some(u), _) => {
-                    let ok = u
-                        .parse::<http::Uri>()
-                        .ok()
-                        .is_some_and(|uri| matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some());
+                    let ok = u.parse::<http::Uri>().ok().is_some_and(|uri| {
+                        matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
+                    });
                     if !ok {
                         errs.push(format!("{key}.base_url: {u:?} is not an http(s) URL"));
                     }
@@ -341,7 +346,10 @@ mod tests {
             api_key_env = "MISSING_KEY"
             models = ["claude"]
         "#;
-        let errs = Config::from_toml(text, "c").unwrap().validate(&no_env).unwrap_err();
+        let errs = Config::from_toml(text, "c")
+            .unwrap()
+            .validate(&no_env)
+            .unwrap_err();
         let all = errs.to_string();
         for needle in [
             "server.listen",

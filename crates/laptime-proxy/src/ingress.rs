@@ -32,7 +32,9 @@ pub fn trace(client_traceparent: Option<&str>) -> Trace {
                         && tid.len() == 32
                         && sid.len() == 16
                         && flags.len() == 2
-                        && tid.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                        && tid
+                            .bytes()
+                            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
                         && tid.bytes().any(|b| b != b'0') =>
                 {
                     Some(tid.to_string())
@@ -179,7 +181,9 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
                 .or(head.max_output_tokens)
                 .or(head.max_tokens),
             reasoning_effort,
-            tool_count: head.tools.map(|t| u32::try_from(t.len()).unwrap_or(u32::MAX)),
+            tool_count: head
+                .tools
+                .map(|t| u32::try_from(t.len()).unwrap_or(u32::MAX)),
             tool_choice: head.tool_choice.and_then(|c| match c {
                 ToolChoice::Name(n) => Some(n.to_string()),
                 ToolChoice::Object(o) => o.kind.map(str::to_string),
@@ -192,7 +196,11 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
 }
 
 /// The body with the model value replaced, every other byte as sent.
-pub fn splice_model(body: &bytes::Bytes, span: (usize, usize), upstream_model: &str) -> bytes::Bytes {
+pub fn splice_model(
+    body: &bytes::Bytes,
+    span: (usize, usize),
+    upstream_model: &str,
+) -> bytes::Bytes {
     let quoted = serde_json::Value::String(upstream_model.to_string()).to_string();
     let mut out = Vec::with_capacity(body.len() + quoted.len());
     out.extend_from_slice(&body[..span.0]);
@@ -231,7 +239,10 @@ mod tests {
         assert_eq!(h.shape.tool_choice.as_deref(), Some("function"));
         let h = parse_head(br#"{"model":"claude","max_tokens":100,"thinking":{"type":"enabled","budget_tokens":2048}}"#).unwrap();
         assert_eq!(h.shape.max_output_tokens, Some(100));
-        assert_eq!(h.shape.reasoning_effort.as_deref(), Some("budget_tokens:2048"));
+        assert_eq!(
+            h.shape.reasoning_effort.as_deref(),
+            Some("budget_tokens:2048")
+        );
         assert!(!h.stream);
     }
 
@@ -249,7 +260,10 @@ mod tests {
         let body = bytes::Bytes::from_static(br#"{ "x": 1, "model" : "fast" ,"y":"\u00e9"}"#);
         let h = parse_head(&body).unwrap();
         let out = splice_model(&body, h.model_span, "gpt-4.1-mini");
-        assert_eq!(&out[..], &br#"{ "x": 1, "model" : "gpt-4.1-mini" ,"y":"\u00e9"}"#[..]);
+        assert_eq!(
+            &out[..],
+            &br#"{ "x": 1, "model" : "gpt-4.1-mini" ,"y":"\u00e9"}"#[..]
+        );
     }
 
     #[test]
@@ -260,9 +274,13 @@ mod tests {
 
     #[test]
     fn client_trace_id_is_kept_and_a_bad_one_replaced() {
-        let t = trace(Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+        let t = trace(Some(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ));
         assert_eq!(t.trace_id, "0af7651916cd43dd8448eb211c80319c");
-        assert!(t.traceparent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"));
+        assert!(t
+            .traceparent
+            .starts_with("00-0af7651916cd43dd8448eb211c80319c-"));
         assert!(!t.traceparent.contains("b7ad6b7169203331"));
         let t = trace(Some("garbage"));
         assert_eq!(t.trace_id.len(), 32);

@@ -47,7 +47,9 @@ pub struct App {
 
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("App").field("router", &self.router).finish_non_exhaustive()
+        f.debug_struct("App")
+            .field("router", &self.router)
+            .finish_non_exhaustive()
     }
 }
 

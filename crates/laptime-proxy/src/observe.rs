@@ -46,7 +46,13 @@ impl<B> std::fmt::Debug for ObservedBody<B> {
 }
 
 impl<B> ObservedBody<B> {
-    pub fn new(inner: B, obs: StreamObserver, finisher: Finisher, status: u16, trailers: bool) -> Self {
+    pub fn new(
+        inner: B,
+        obs: StreamObserver,
+        finisher: Finisher,
+        status: u16,
+        trailers: bool,
+    ) -> Self {
         ObservedBody {
             inner: Some(inner),
             t0: finisher.pending.t0,
@@ -147,7 +153,10 @@ where
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         loop {
             if let Some(b) = this.queue.pop_front() {
@@ -221,7 +230,10 @@ impl Body for BufferedBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         if let Some(d) = this.data.take() {
             if !d.is_empty() {

@@ -30,10 +30,20 @@ use crate::App;
 pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> Response {
     // === ingress ===
     let t0 = Instant::now();
-    let mut pending = Pending::new(t0, laptime_store::now_unix_us(), ingress::request_id(), dialect);
+    let mut pending = Pending::new(
+        t0,
+        laptime_store::now_unix_us(),
+        ingress::request_id(),
+        dialect,
+    );
     pending.region = app.config.server.region.clone();
     let (parts, body) = req.into_parts();
-    let trace = ingress::trace(parts.headers.get("traceparent").and_then(|v| v.to_str().ok()));
+    let trace = ingress::trace(
+        parts
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok()),
+    );
     pending.trace_id = Some(trace.trace_id.clone());
     let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds);
 
@@ -45,16 +55,25 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     let principal = match principal {
         Ok(p) => p,
         Err(AuthFailure::Unavailable) => {
-            return reject(finisher, GatewayError::new(ErrorClass::Internal, "credentials could not be checked"))
+            return reject(
+                finisher,
+                GatewayError::new(ErrorClass::Internal, "credentials could not be checked"),
+            )
         }
         Err(AuthFailure::Missing) => {
             return reject(
                 finisher,
-                GatewayError::new(ErrorClass::Unauthorized, "missing credentials: send Authorization: Bearer <token> or x-api-key"),
+                GatewayError::new(
+                    ErrorClass::Unauthorized,
+                    "missing credentials: send Authorization: Bearer <token> or x-api-key",
+                ),
             )
         }
         Err(AuthFailure::Invalid) => {
-            return reject(finisher, GatewayError::new(ErrorClass::Unauthorized, "invalid or revoked token"))
+            return reject(
+                finisher,
+                GatewayError::new(ErrorClass::Unauthorized, "invalid or revoked token"),
+            )
         }
     };
     finisher.pending.workspace_id = Some(principal.workspace_id.clone());
@@ -62,13 +81,18 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     if !principal.scope.allows(Scope::Proxy) {
         return reject(
             finisher,
-            GatewayError::new(ErrorClass::Forbidden, format!("a {} token cannot call models", principal.scope.as_str())),
+            GatewayError::new(
+                ErrorClass::Forbidden,
+                format!("a {} token cannot call models", principal.scope.as_str()),
+            ),
         );
     }
 
     // === body ===
     let started = Instant::now();
-    let read = Limited::new(body, app.config.server.max_body_bytes).collect().await;
+    let read = Limited::new(body, app.config.server.max_body_bytes)
+        .collect()
+        .await;
     finisher.pending.marks.body_read = Some(finisher.pending.since(started));
     let body: Bytes = match read {
         Ok(c) => c.to_bytes(),
@@ -76,16 +100,27 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             let limit = app.config.server.max_body_bytes;
             return reject(
                 finisher,
-                GatewayError::new(ErrorClass::PayloadTooLarge, format!("request body is over the {limit}-byte limit")),
+                GatewayError::new(
+                    ErrorClass::PayloadTooLarge,
+                    format!("request body is over the {limit}-byte limit"),
+                ),
             );
         }
         Err(_) => {
-            return reject(finisher, GatewayError::new(ErrorClass::BadRequest, "the request body could not be read"));
+            return reject(
+                finisher,
+                GatewayError::new(ErrorClass::BadRequest, "the request body could not be read"),
+            );
         }
     };
     let head = match ingress::parse_head(&body) {
         Ok(h) => h,
-        Err(p) => return reject(finisher, GatewayError::new(ErrorClass::BadRequest, p.message())),
+        Err(p) => {
+            return reject(
+                finisher,
+                GatewayError::new(ErrorClass::BadRequest, p.message()),
+            )
+        }
     };
     finisher.pending.model = Some(head.model.clone());
     finisher.pending.stream = head.stream;
@@ -100,7 +135,14 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     let Some(route) = route else {
         return reject(
             finisher,
-            GatewayError::new(ErrorClass::UnknownModel, format!("model {:?} is not served for {} requests", head.model, dialect.path())),
+            GatewayError::new(
+                ErrorClass::UnknownModel,
+                format!(
+                    "model {:?} is not served for {} requests",
+                    head.model,
+                    dialect.path()
+                ),
+            ),
         );
     };
     let channel = route.channel.clone();
@@ -113,7 +155,13 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     };
 
     // === attempt ===
-    let request = match attempt::build_request(&channel, dialect, upstream_body, &parts.headers, &trace.traceparent) {
+    let request = match attempt::build_request(
+        &channel,
+        dialect,
+        upstream_body,
+        &parts.headers,
+        &trace.traceparent,
+    ) {
         Ok(r) => r,
         Err(e) => return reject(finisher, e),
     };
@@ -144,15 +192,29 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             attempt.error_class = Some(class);
             attempt.end = Some(t2);
             finisher.pending.attempts.push(attempt);
-            let err = GatewayError::new(class, format!("upstream channel {:?} could not be reached", channel.name));
+            let err = GatewayError::new(
+                class,
+                format!("upstream channel {:?} could not be reached", channel.name),
+            );
             let status = err.status();
             let ending = Ending {
                 status: status.as_u16(),
-                outcome: if class == ErrorClass::ConnectTimeout { Outcome::Timeout } else { Outcome::UpstreamError },
+                outcome: if class == ErrorClass::ConnectTimeout {
+                    Outcome::Timeout
+                } else {
+                    Outcome::UpstreamError
+                },
                 error_class: Some(class),
                 stream: None,
             };
-            return buffered(finisher, status, HeaderMap::new(), json_headers(), err.body(dialect), ending);
+            return buffered(
+                finisher,
+                status,
+                HeaderMap::new(),
+                json_headers(),
+                err.body(dialect),
+                ending,
+            );
         }
     };
     finisher.pending.marks.upstream_headers = Some(t2);
@@ -166,7 +228,11 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         .headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        });
 
     // === observe + respond ===
     if status.is_success() && is_sse {
@@ -178,7 +244,8 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         let mut resp = Response::new(AxumBody::new(body));
         *resp.status_mut() = status;
         relay_headers(&up_parts.headers, resp.headers_mut());
-        resp.headers_mut().insert(REQUEST_ID, header_value(&request_id));
+        resp.headers_mut()
+            .insert(REQUEST_ID, header_value(&request_id));
         if trailers {
             resp.headers_mut().insert(
                 http::header::TRAILER,
@@ -206,7 +273,10 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     if !data.is_empty() {
-                        summary.marks.first_byte.get_or_insert(finisher.pending.offset(Instant::now()));
+                        summary
+                            .marks
+                            .first_byte
+                            .get_or_insert(finisher.pending.offset(Instant::now()));
                         buf.extend_from_slice(&data);
                     }
                 }
@@ -227,7 +297,10 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         (Outcome::UpstreamError, Some(class))
     } else if body_summary.error {
         (Outcome::UpstreamError, Some(ErrorClass::StreamError))
-    } else if matches!(body_summary.stop, Some(StopHint::Length | StopHint::ContentFilter)) {
+    } else if matches!(
+        body_summary.stop,
+        Some(StopHint::Length | StopHint::ContentFilter)
+    ) {
         (Outcome::Incomplete, None)
     } else {
         (Outcome::Completed, None)
@@ -235,10 +308,25 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     summary.outcome = Some(outcome);
     summary.error_class = error_class;
     if !read_ok {
-        let err = GatewayError::new(ErrorClass::BodyError, format!("upstream channel {:?} broke off its answer", channel.name));
+        let err = GatewayError::new(
+            ErrorClass::BodyError,
+            format!("upstream channel {:?} broke off its answer", channel.name),
+        );
         let status = err.status();
-        let ending = Ending { status: status.as_u16(), outcome, error_class, stream: Some(summary) };
-        return buffered(finisher, status, HeaderMap::new(), json_headers(), err.body(dialect), ending);
+        let ending = Ending {
+            status: status.as_u16(),
+            outcome,
+            error_class,
+            stream: Some(summary),
+        };
+        return buffered(
+            finisher,
+            status,
+            HeaderMap::new(),
+            json_headers(),
+            err.body(dialect),
+            ending,
+        );
     }
     let mut marks = finisher.pending.marks;
     marks.upstream_done = summary.marks.upstream_done;
@@ -250,13 +338,28 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         }
         extra.insert("server-timing", header_value(&timing));
     }
-    let ending = Ending { status: status.as_u16(), outcome, error_class, stream: Some(summary) };
-    buffered(finisher, status, up_parts.headers, extra, Bytes::from(buf), ending)
+    let ending = Ending {
+        status: status.as_u16(),
+        outcome,
+        error_class,
+        stream: Some(summary),
+    };
+    buffered(
+        finisher,
+        status,
+        up_parts.headers,
+        extra,
+        Bytes::from(buf),
+        ending,
+    )
 }
 
 fn json_headers() -> HeaderMap {
     let mut h = HeaderMap::new();
-    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     h
 }
 
@@ -265,7 +368,14 @@ fn reject(finisher: Finisher, err: GatewayError) -> Response {
     let status = err.status();
     let body = err.body(finisher.pending.dialect);
     let ending = Ending::rejected(status.as_u16(), err.class);
-    buffered(finisher, status, HeaderMap::new(), json_headers(), body, ending)
+    buffered(
+        finisher,
+        status,
+        HeaderMap::new(),
+        json_headers(),
+        body,
+        ending,
+    )
 }
 
 /// A whole answer: upstream headers relayed, then the gateway's own.

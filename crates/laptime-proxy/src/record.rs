@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use laptime_core::observe::StreamSummary;
 use laptime_core::slow::{self, Thresholds};
-use laptime_core::timeline::{self, Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape};
+use laptime_core::timeline::{
+    self, Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+};
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
 use laptime_store::recorder::Recorder;
@@ -130,7 +132,12 @@ impl Finisher {
 }
 
 /// Pure assembly of the record from what the request path gathered.
-pub fn build(p: Pending, ending: Ending, handler_done: Duration, thresholds: &Thresholds) -> RequestRecord {
+pub fn build(
+    p: Pending,
+    ending: Ending,
+    handler_done: Duration,
+    thresholds: &Thresholds,
+) -> RequestRecord {
     let mut marks = p.marks;
     let mut tokens = Tokens::default();
     let mut event_count = 0;

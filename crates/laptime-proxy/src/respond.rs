@@ -39,7 +39,9 @@ impl GatewayError {
             | ErrorClass::BodyError => StatusCode::BAD_GATEWAY,
             ErrorClass::ConnectTimeout | ErrorClass::Timeout => StatusCode::GATEWAY_TIMEOUT,
             // Nobody reads this answer; the status is for the record.
-            ErrorClass::ClientCancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+            ErrorClass::ClientCancelled => {
+                StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
+            }
             ErrorClass::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -47,12 +49,30 @@ impl GatewayError {
     /// (OpenAI `type`, OpenAI `code`, Anthropic `type`).
     fn kinds(&self) -> (&'static str, Option<&'static str>, &'static str) {
         match self.class {
-            ErrorClass::Unauthorized => ("invalid_request_error", Some("invalid_api_key"), "authentication_error"),
-            ErrorClass::Forbidden => ("invalid_request_error", Some("insufficient_scope"), "permission_error"),
+            ErrorClass::Unauthorized => (
+                "invalid_request_error",
+                Some("invalid_api_key"),
+                "authentication_error",
+            ),
+            ErrorClass::Forbidden => (
+                "invalid_request_error",
+                Some("insufficient_scope"),
+                "permission_error",
+            ),
             ErrorClass::BadRequest => ("invalid_request_error", None, "invalid_request_error"),
-            ErrorClass::PayloadTooLarge => ("invalid_request_error", Some("request_too_large"), "request_too_large"),
-            ErrorClass::UnknownModel => ("invalid_request_error", Some("model_not_found"), "not_found_error"),
-            ErrorClass::ConnectTimeout | ErrorClass::Timeout => ("api_error", Some("upstream_timeout"), "timeout_error"),
+            ErrorClass::PayloadTooLarge => (
+                "invalid_request_error",
+                Some("request_too_large"),
+                "request_too_large",
+            ),
+            ErrorClass::UnknownModel => (
+                "invalid_request_error",
+                Some("model_not_found"),
+                "not_found_error",
+            ),
+            ErrorClass::ConnectTimeout | ErrorClass::Timeout => {
+                ("api_error", Some("upstream_timeout"), "timeout_error")
+            }
             ErrorClass::ConnectFailed
             | ErrorClass::Tls
             | ErrorClass::RateLimited
@@ -61,7 +81,9 @@ impl GatewayError {
             | ErrorClass::StreamError
             | ErrorClass::ClosedEarly
             | ErrorClass::BodyError => ("api_error", Some("upstream_unavailable"), "api_error"),
-            ErrorClass::ClientCancelled | ErrorClass::Internal => ("server_error", None, "api_error"),
+            ErrorClass::ClientCancelled | ErrorClass::Internal => {
+                ("server_error", None, "api_error")
+            }
         }
     }
 
@@ -110,8 +132,10 @@ pub fn header_value(s: &str) -> HeaderValue {
 /// Whether the client accepts trailers (`TE: trailers`).
 pub fn wants_trailers(headers: &HeaderMap) -> bool {
     headers.get_all(http::header::TE).iter().any(|v| {
-        v.to_str()
-            .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers")))
+        v.to_str().is_ok_and(|s| {
+            s.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+        })
     })
 }
 

@@ -53,7 +53,11 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Channel {
-    pub fn from_config(c: &ChannelConfig, base_url: String, env: &dyn Fn(&str) -> Option<String>) -> Self {
+    pub fn from_config(
+        c: &ChannelConfig,
+        base_url: String,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Self {
         Channel {
             name: c.name.clone(),
             provider: c.provider,
@@ -121,17 +125,23 @@ impl Router {
         };
         eligible()
             .find_map(|c| {
-                c.models.iter().find(|(public, _)| public == model).map(|(_, up)| Route {
-                    channel: c.clone(),
-                    upstream_model: up.clone(),
-                })
+                c.models
+                    .iter()
+                    .find(|(public, _)| public == model)
+                    .map(|(_, up)| Route {
+                        channel: c.clone(),
+                        upstream_model: up.clone(),
+                    })
             })
             .or_else(|| {
                 eligible().find_map(|c| {
-                    c.models.iter().any(|(public, _)| public == "*").then(|| Route {
-                        channel: c.clone(),
-                        upstream_model: model.to_string(),
-                    })
+                    c.models
+                        .iter()
+                        .any(|(public, _)| public == "*")
+                        .then(|| Route {
+                            channel: c.clone(),
+                            upstream_model: model.to_string(),
+                        })
                 })
             })
     }
@@ -169,21 +179,45 @@ mod tests {
             models,
             group: "default".into(),
         };
-        Arc::new(Channel::from_config(&cfg, "http://127.0.0.1:1/v1/".into(), &|_| None))
+        Arc::new(Channel::from_config(
+            &cfg,
+            "http://127.0.0.1:1/v1/".into(),
+            &|_| None,
+        ))
     }
 
     #[test]
     fn exact_names_win_over_wildcards_and_dialects_must_match() {
         let r = Router::new(vec![
             channel("any", Provider::Openai, Models::List(vec!["*".into()])),
-            channel("mapped", Provider::Openai, Models::Map([("fast".to_string(), "gpt-4.1-mini".to_string())].into())),
-            channel("claude", Provider::Anthropic, Models::List(vec!["claude-x".into()])),
+            channel(
+                "mapped",
+                Provider::Openai,
+                Models::Map([("fast".to_string(), "gpt-4.1-mini".to_string())].into()),
+            ),
+            channel(
+                "claude",
+                Provider::Anthropic,
+                Models::List(vec!["claude-x".into()]),
+            ),
         ]);
         let route = r.route(Dialect::Chat, "default", "fast").unwrap();
         assert_eq!(route.channel.name, "mapped");
         assert_eq!(route.upstream_model, "gpt-4.1-mini");
-        assert_eq!(r.route(Dialect::Responses, "default", "o4").unwrap().channel.name, "any");
-        assert_eq!(r.route(Dialect::Messages, "default", "claude-x").unwrap().channel.name, "claude");
+        assert_eq!(
+            r.route(Dialect::Responses, "default", "o4")
+                .unwrap()
+                .channel
+                .name,
+            "any"
+        );
+        assert_eq!(
+            r.route(Dialect::Messages, "default", "claude-x")
+                .unwrap()
+                .channel
+                .name,
+            "claude"
+        );
         assert!(r.route(Dialect::Messages, "default", "nope").is_none());
         assert!(r.route(Dialect::Chat, "other-group", "fast").is_none());
     }
@@ -191,7 +225,10 @@ mod tests {
     #[test]
     fn urls_follow_each_sdks_base_url_convention() {
         let c = channel("o", Provider::Openai, Models::List(vec!["m".into()]));
-        assert_eq!(c.url(Dialect::Chat), "http://127.0.0.1:1/v1/chat/completions");
+        assert_eq!(
+            c.url(Dialect::Chat),
+            "http://127.0.0.1:1/v1/chat/completions"
+        );
         assert_eq!(c.url(Dialect::Responses), "http://127.0.0.1:1/v1/responses");
     }
 

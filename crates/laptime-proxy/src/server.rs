@@ -49,10 +49,17 @@ impl std::error::Error for StartError {}
 impl Gateway {
     /// Opens the store, starts the recorder and the in-process sim, and builds the channels.
     /// `env` reads provider keys (by the names the config gives).
-    pub async fn start(config: Config, store: Store, env: &dyn Fn(&str) -> Option<String>) -> Result<Gateway, StartError> {
-        let (recorder, recorder_task) =
-            Recorder::start(&store, config.server.recorder_queue).map_err(|e| StartError(format!("recorder: {e}")))?;
-        let needs_sim = config.channels.iter().any(|c| c.provider == Provider::Sim && c.base_url.is_none());
+    pub async fn start(
+        config: Config,
+        store: Store,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Gateway, StartError> {
+        let (recorder, recorder_task) = Recorder::start(&store, config.server.recorder_queue)
+            .map_err(|e| StartError(format!("recorder: {e}")))?;
+        let needs_sim = config
+            .channels
+            .iter()
+            .any(|c| c.provider == Provider::Sim && c.base_url.is_none());
         let mut sim = None;
         let mut sim_base = String::new();
         if needs_sim {
@@ -80,7 +87,11 @@ impl Gateway {
             store,
             config,
         });
-        Ok(Gateway { app, recorder_task, sim })
+        Ok(Gateway {
+            app,
+            recorder_task,
+            sim,
+        })
     }
 
     pub fn router(&self) -> axum::Router {
@@ -89,7 +100,11 @@ impl Gateway {
 
     /// Serves on `listener` until `shutdown` resolves, then drains streams in flight for at most
     /// the configured drain time and flushes the recorder.
-    pub async fn serve(self, listener: tokio::net::TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let drain = Duration::from_secs(self.app.config.server.drain_s);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let mut stopped = stop_rx.clone();
@@ -104,7 +119,10 @@ impl Gateway {
         });
         let serving = tokio::spawn(async move { serve.await });
         shutdown.await;
-        tracing::info!(drain_s = drain.as_secs(), "shutting down: no new connections, draining streams in flight");
+        tracing::info!(
+            drain_s = drain.as_secs(),
+            "shutting down: no new connections, draining streams in flight"
+        );
         let _ = stop_tx.send(true);
         drop(stop_rx);
         match tokio::time::timeout(drain, serving).await {
@@ -115,7 +133,12 @@ impl Gateway {
         }
         // Streams cut at the drain deadline record themselves as they drop; give them a moment.
         tokio::task::yield_now().await;
-        if !self.app.recorder.shutdown(self.recorder_task, Duration::from_secs(30)).await {
+        if !self
+            .app
+            .recorder
+            .shutdown(self.recorder_task, Duration::from_secs(30))
+            .await
+        {
             tracing::error!("the recorder did not flush in time");
         }
         if let Some(sim) = self.sim {
@@ -135,9 +158,18 @@ pub fn router(app: Arc<App>) -> axum::Router {
         .route(Dialect::Chat.path(), proxy_route(Dialect::Chat))
         .route(Dialect::Responses.path(), proxy_route(Dialect::Responses))
         .route(Dialect::Messages.path(), proxy_route(Dialect::Messages))
-        .route("/v1/models", get(|State(app): State<Arc<App>>, h| api::models(app, h)))
-        .route("/api/requests", get(|State(app): State<Arc<App>>, h, q| api::list(app, h, q)))
-        .route("/api/requests/{id}", get(|State(app): State<Arc<App>>, h, p| api::one(app, h, p)))
+        .route(
+            "/v1/models",
+            get(|State(app): State<Arc<App>>, h| api::models(app, h)),
+        )
+        .route(
+            "/api/requests",
+            get(|State(app): State<Arc<App>>, h, q| api::list(app, h, q)),
+        )
+        .route(
+            "/api/requests/{id}",
+            get(|State(app): State<Arc<App>>, h, p| api::one(app, h, p)),
+        )
         .route(UNAUTHENTICATED[0], get(|| async { "ok" }))
         .route(UNAUTHENTICATED[1], get(readyz))
         .with_state(app)
@@ -145,9 +177,11 @@ pub fn router(app: Arc<App>) -> axum::Router {
 
 async fn readyz(State(app): State<Arc<App>>) -> axum::response::Response {
     let store = app.store.clone();
-    let ok = tokio::task::spawn_blocking(move || store.with_conn(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?)))
-        .await
-        .is_ok_and(|r| r.is_ok());
+    let ok = tokio::task::spawn_blocking(move || {
+        store.with_conn(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
+    })
+    .await
+    .is_ok_and(|r| r.is_ok());
     if ok {
         "ready".into_response()
     } else {

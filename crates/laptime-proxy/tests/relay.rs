@@ -1,7 +1,12 @@
 //! The relay end to end over real sockets: gateway + sim in all three dialects, streamed and
 //! not, checked byte for byte and against the stored row.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "test helpers fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
 
 mod common;
 
@@ -13,7 +18,10 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 fn comment_pairs(line: &str) -> HashMap<String, String> {
-    laptime_core::views::parse_comment(line).unwrap().into_iter().collect()
+    laptime_core::views::parse_comment(line)
+        .unwrap()
+        .into_iter()
+        .collect()
 }
 
 #[tokio::test]
@@ -21,30 +29,64 @@ async fn streamed_bytes_are_the_upstream_bytes_plus_one_comment_before_the_termi
     let h = start().await;
     for dialect in DIALECTS {
         let body = body_for(dialect, "sim-fast", true);
-        let direct = h.http.post(h.sim_url(path_for(dialect))).json(&body).send().await.unwrap();
+        let direct = h
+            .http
+            .post(h.sim_url(path_for(dialect)))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let direct = direct.text().await.unwrap();
         let resp = h.post(path_for(dialect), &body).await;
         assert_eq!(resp.status(), 200, "{dialect}");
-        assert_eq!(resp.headers()["content-type"], "text/event-stream", "{dialect}");
-        let id = resp.headers()["x-laptime-request-id"].to_str().unwrap().to_string();
+        assert_eq!(
+            resp.headers()["content-type"],
+            "text/event-stream",
+            "{dialect}"
+        );
+        let id = resp.headers()["x-laptime-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let text = resp.text().await.unwrap();
         let (without, comment, after) = cut_comment(&text);
-        assert_eq!(without, direct, "{dialect}: relayed bytes differ from the upstream's");
-        assert!(after.starts_with(terminal_for(dialect)), "{dialect}: comment not before the terminal frame");
+        assert_eq!(
+            without, direct,
+            "{dialect}: relayed bytes differ from the upstream's"
+        );
+        assert!(
+            after.starts_with(terminal_for(dialect)),
+            "{dialect}: comment not before the terminal frame"
+        );
 
         let row = h.row(&id).await;
         assert_eq!(row["outcome"], "completed", "{dialect}");
         assert_eq!(row["dialect"], dialect);
         assert_eq!(row["stream"], true);
         let pairs = comment_pairs(&comment);
-        assert!(same_number(pairs.get("upstream_ms"), &row["upstream_ms"]), "{dialect}: {comment} vs {row}");
-        assert!(same_number(pairs.get("ttft_ms"), &row["ttft_ms"]), "{dialect}");
-        assert!(same_number(pairs.get("cached_tokens"), &row["cache_read_tokens"]), "{dialect}");
-        assert!(same_number(pairs.get("cache_write_tokens"), &row["cache_write_tokens"]), "{dialect}");
+        assert!(
+            same_number(pairs.get("upstream_ms"), &row["upstream_ms"]),
+            "{dialect}: {comment} vs {row}"
+        );
+        assert!(
+            same_number(pairs.get("ttft_ms"), &row["ttft_ms"]),
+            "{dialect}"
+        );
+        assert!(
+            same_number(pairs.get("cached_tokens"), &row["cache_read_tokens"]),
+            "{dialect}"
+        );
+        assert!(
+            same_number(pairs.get("cache_write_tokens"), &row["cache_write_tokens"]),
+            "{dialect}"
+        );
         assert_eq!(pairs.get("hedge").map(String::as_str), Some("none"));
         assert_eq!(row["output_tokens"], 16, "{dialect}");
         assert_eq!(row["text_delta_count"], 16, "{dialect}");
-        assert!(row["other"]["timing"]["first_text_delta_ms"].is_number(), "{dialect}");
+        assert!(
+            row["other"]["timing"]["first_text_delta_ms"].is_number(),
+            "{dialect}"
+        );
         assert_eq!(row["attempts"][0]["won"], true);
     }
     h.stop().await;
@@ -55,17 +97,38 @@ async fn non_streamed_answers_are_relayed_whole_with_server_timing() {
     let h = start().await;
     for dialect in DIALECTS {
         let body = body_for(dialect, "sim-fast", false);
-        let direct = h.http.post(h.sim_url(path_for(dialect))).json(&body).send().await.unwrap();
+        let direct = h
+            .http
+            .post(h.sim_url(path_for(dialect)))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let direct = direct.bytes().await.unwrap();
         let resp = h.post(path_for(dialect), &body).await;
         assert_eq!(resp.status(), 200);
-        let id = resp.headers()["x-laptime-request-id"].to_str().unwrap().to_string();
-        let timing = resp.headers()["server-timing"].to_str().unwrap().to_string();
+        let id = resp.headers()["x-laptime-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let timing = resp.headers()["server-timing"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let got = resp.bytes().await.unwrap();
         assert_eq!(got, direct, "{dialect}");
         let row = h.row(&id).await;
-        let dur = timing.strip_prefix("upstream;dur=").unwrap().split(',').next().unwrap();
-        assert!(same_number(Some(&dur.to_string()), &row["upstream_ms"]), "{timing} vs {}", row["upstream_ms"]);
+        let dur = timing
+            .strip_prefix("upstream;dur=")
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap();
+        assert!(
+            same_number(Some(&dur.to_string()), &row["upstream_ms"]),
+            "{timing} vs {}",
+            row["upstream_ms"]
+        );
         assert_eq!(row["outcome"], "completed");
         assert_eq!(row["stream"], false);
         assert_eq!(row["output_tokens"], 16);
@@ -79,7 +142,10 @@ async fn trailers_carry_the_comment_values_when_the_client_sends_te_trailers() {
     use http_body_util::BodyExt;
     let h = start().await;
     let stream = tokio::net::TcpStream::connect(h.addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
     tokio::spawn(conn);
     let body = body_for("messages", "sim-fast", true).to_string();
     let req = http::Request::post("/v1/messages")
@@ -96,8 +162,14 @@ async fn trailers_carry_the_comment_values_when_the_client_sends_te_trailers() {
     let text = String::from_utf8(collected.to_bytes().to_vec()).unwrap();
     let (_, comment, _) = cut_comment(&text);
     let pairs = comment_pairs(&comment);
-    assert_eq!(trailers["x-laptime-upstream-ms"].to_str().unwrap(), pairs["upstream_ms"]);
-    assert_eq!(trailers["x-laptime-ttft-ms"].to_str().unwrap(), pairs["ttft_ms"]);
+    assert_eq!(
+        trailers["x-laptime-upstream-ms"].to_str().unwrap(),
+        pairs["upstream_ms"]
+    );
+    assert_eq!(
+        trailers["x-laptime-ttft-ms"].to_str().unwrap(),
+        pairs["ttft_ms"]
+    );
     assert_eq!(trailers["x-laptime-hedge"].to_str().unwrap(), "none");
     h.stop().await;
 }
@@ -109,9 +181,14 @@ async fn a_refused_upstream_connection_is_a_502_with_null_ttft_and_upstream() {
     drop(closed);
     let h = start_with(|cfg, _| cfg.channels.push(channel("dead", &dead, &["dead-model"]))).await;
     for dialect in DIALECTS {
-        let resp = h.post(path_for(dialect), &body_for(dialect, "dead-model", true)).await;
+        let resp = h
+            .post(path_for(dialect), &body_for(dialect, "dead-model", true))
+            .await;
         assert_eq!(resp.status(), 502, "{dialect}");
-        let id = resp.headers()["x-laptime-request-id"].to_str().unwrap().to_string();
+        let id = resp.headers()["x-laptime-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let err: Value = resp.json().await.unwrap();
         if dialect == "messages" {
             assert_eq!(err["type"], "error");
@@ -136,9 +213,15 @@ async fn a_close_without_terminal_event_is_recorded_as_closed_early() {
         let mut body = body_for(dialect, "sim-fast", true);
         body["laptime_sim"] = json!({"text_tokens": 5, "end": "close"});
         let resp = h.post(path_for(dialect), &body).await;
-        let id = resp.headers()["x-laptime-request-id"].to_str().unwrap().to_string();
+        let id = resp.headers()["x-laptime-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let text = resp.text().await.unwrap();
-        assert!(!text.contains("x-laptime-timing"), "{dialect}: no terminal frame, no comment");
+        assert!(
+            !text.contains("x-laptime-timing"),
+            "{dialect}: no terminal frame, no comment"
+        );
         let row = h.row(&id).await;
         assert_eq!(row["outcome"], "upstream_closed_early", "{dialect}");
         assert_eq!(row["error_class"], "closed_early");
@@ -154,7 +237,10 @@ async fn an_upstream_reset_breaks_the_client_stream_and_is_recorded() {
     let mut body = body_for("chat", "sim-fast", true);
     body["laptime_sim"] = json!({"text_tokens": 5, "end": "reset"});
     let resp = h.post(path_for("chat"), &body).await;
-    let id = resp.headers()["x-laptime-request-id"].to_str().unwrap().to_string();
+    let id = resp.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
     assert!(resp.bytes().await.is_err(), "the client must see the break");
     let row = h.row(&id).await;
     assert_eq!(row["outcome"], "upstream_closed_early");
@@ -167,8 +253,13 @@ async fn a_client_leaving_mid_stream_is_cancelled_and_the_upstream_call_is_dropp
     let h = start().await;
     for dialect in DIALECTS {
         let before = h.sim_stats().await["streams_dropped"].as_u64().unwrap();
-        let mut resp = h.post(path_for(dialect), &body_for(dialect, "sim-trace-c", true)).await;
-        let id = resp.headers()["x-laptime-request-id"].to_str().unwrap().to_string();
+        let mut resp = h
+            .post(path_for(dialect), &body_for(dialect, "sim-trace-c", true))
+            .await;
+        let id = resp.headers()["x-laptime-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
         // Wait for real output, then go away.
         let mut seen = String::new();
         while !seen.contains("delta") {
@@ -178,7 +269,10 @@ async fn a_client_leaving_mid_stream_is_cancelled_and_the_upstream_call_is_dropp
         drop(resp);
         let row = h.row(&id).await;
         assert_eq!(row["outcome"], "client_cancelled", "{dialect}");
-        assert!(row["upstream_ms"].is_null(), "{dialect}: no terminal event, no upstream done");
+        assert!(
+            row["upstream_ms"].is_null(),
+            "{dialect}: no terminal event, no upstream done"
+        );
         assert!(row["ttft_ms"].is_number());
         let mut dropped = before;
         for _ in 0..100 {
@@ -188,7 +282,10 @@ async fn a_client_leaving_mid_stream_is_cancelled_and_the_upstream_call_is_dropp
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(dropped > before, "{dialect}: the upstream stream was not dropped");
+        assert!(
+            dropped > before,
+            "{dialect}: the upstream stream was not dropped"
+        );
     }
     h.stop().await;
 }
@@ -197,23 +294,60 @@ async fn a_client_leaving_mid_stream_is_cancelled_and_the_upstream_call_is_dropp
 async fn bad_input_gets_the_dialects_error_shape_and_a_row() {
     let h = start_with(|cfg, _| cfg.server.max_body_bytes = 4096).await;
     let cases: Vec<(&str, Option<&str>, Vec<u8>, u16)> = vec![
-        ("chat", None, body_for("chat", "sim-fast", false).to_string().into_bytes(), 401),
-        ("messages", Some("lt_0000000000000000000000000000000000000000000000000000000000000000"), body_for("messages", "sim-fast", false).to_string().into_bytes(), 401),
-        ("chat", Some("T"), body_for("chat", "no-such-model", false).to_string().into_bytes(), 404),
-        ("messages", Some("T"), body_for("messages", "no-such-model", false).to_string().into_bytes(), 404),
+        (
+            "chat",
+            None,
+            body_for("chat", "sim-fast", false).to_string().into_bytes(),
+            401,
+        ),
+        (
+            "messages",
+            Some("lt_0000000000000000000000000000000000000000000000000000000000000000"),
+            body_for("messages", "sim-fast", false)
+                .to_string()
+                .into_bytes(),
+            401,
+        ),
+        (
+            "chat",
+            Some("T"),
+            body_for("chat", "no-such-model", false)
+                .to_string()
+                .into_bytes(),
+            404,
+        ),
+        (
+            "messages",
+            Some("T"),
+            body_for("messages", "no-such-model", false)
+                .to_string()
+                .into_bytes(),
+            404,
+        ),
         ("responses", Some("T"), b"{not json".to_vec(), 400),
         ("chat", Some("T"), b"{\"stream\":true}".to_vec(), 400),
         ("messages", Some("T"), vec![b' '; 5000], 413),
     ];
     for (dialect, token, body, status) in cases {
-        let mut req = h.http.post(h.url(path_for(dialect))).header("content-type", "application/json").body(body);
+        let mut req = h
+            .http
+            .post(h.url(path_for(dialect)))
+            .header("content-type", "application/json")
+            .body(body);
         if let Some(t) = token {
-            let t = if t == "T" { h.token.clone() } else { t.to_string() };
+            let t = if t == "T" {
+                h.token.clone()
+            } else {
+                t.to_string()
+            };
             req = req.header("x-api-key", t);
         }
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status(), status, "{dialect} {status}");
-        let id = resp.headers()["x-laptime-request-id"].to_str().unwrap().to_string();
+        let id = resp.headers()["x-laptime-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let err: Value = resp.json().await.unwrap();
         let message = if dialect == "messages" {
             assert_eq!(err["type"], "error", "{err}");
@@ -229,9 +363,11 @@ async fn bad_input_gets_the_dialects_error_shape_and_a_row() {
             found = h
                 .store
                 .with_conn(move |c| {
-                    Ok(c.query_row("SELECT outcome, status FROM requests WHERE request_id = ?1", [&id2], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, u16>(1)?))
-                    })
+                    Ok(c.query_row(
+                        "SELECT outcome, status FROM requests WHERE request_id = ?1",
+                        [&id2],
+                        |r| Ok((r.get::<_, String>(0)?, r.get::<_, u16>(1)?)),
+                    )
                     .ok())
                 })
                 .unwrap();
@@ -240,7 +376,11 @@ async fn bad_input_gets_the_dialects_error_shape_and_a_row() {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(found, Some(("rejected".to_string(), status)), "{dialect} {status}");
+        assert_eq!(
+            found,
+            Some(("rejected".to_string(), status)),
+            "{dialect} {status}"
+        );
     }
     h.stop().await;
 }
@@ -256,15 +396,42 @@ async fn nothing_in_the_request_can_redirect_the_upstream_and_the_body_goes_as_s
         .header("content-type", "application/json")
         .header("host", "127.0.0.1:1")
         .header("x-forwarded-host", "127.0.0.1:1")
+        .header(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
         .body(raw.to_vec())
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(resp.headers()["x-sim-body-sha256"].to_str().unwrap(), hex::encode(Sha256::digest(raw)));
-    let seen: Value = h.http.get(h.sim_url("/sim/requests")).send().await.unwrap().json().await.unwrap();
+    let resp_id = resp.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        resp.headers()["x-sim-body-sha256"].to_str().unwrap(),
+        hex::encode(Sha256::digest(raw))
+    );
+    let seen: Value = h
+        .http
+        .get(h.sim_url("/sim/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let last = seen.as_array().and_then(|a| a.last()).cloned().unwrap();
     assert_eq!(last["path"], "/v1/chat/completions");
+    // The client's trace continues upstream with a new span, and the row keeps the trace id.
+    let tp = last["traceparent"].as_str().unwrap();
+    assert!(
+        tp.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && !tp.contains("00f067aa0ba902b7"),
+        "{tp}"
+    );
+    let row = h.row(resp_id.as_str()).await;
+    assert_eq!(row["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
     // The client's own token never goes upstream.
     assert!(!last.to_string().contains(&h.token));
     h.stop().await;
@@ -274,7 +441,9 @@ async fn nothing_in_the_request_can_redirect_the_upstream_and_the_body_goes_as_s
 async fn a_mapped_model_name_is_the_only_byte_change() {
     let h = start_with(|cfg, sim| {
         let mut c = channel("alias", sim, &[]);
-        c.models = laptime_proxy::config::Models::Map([("fast-alias".to_string(), "sim-fast".to_string())].into());
+        c.models = laptime_proxy::config::Models::Map(
+            [("fast-alias".to_string(), "sim-fast".to_string())].into(),
+        );
         cfg.channels.push(c);
     })
     .await;
@@ -289,14 +458,20 @@ async fn a_mapped_model_name_is_the_only_byte_change() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let expected = br#"{"model" : "sim-fast", "input":"hi"}"#;
-    assert_eq!(resp.headers()["x-sim-body-sha256"].to_str().unwrap(), hex::encode(Sha256::digest(expected)));
+    assert_eq!(
+        resp.headers()["x-sim-body-sha256"].to_str().unwrap(),
+        hex::encode(Sha256::digest(expected))
+    );
     h.stop().await;
 }
 
 #[tokio::test]
 async fn h2c_clients_are_served() {
     let h = start().await;
-    let client = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
     let resp = client
         .post(h.url("/v1/messages"))
         .bearer_auth(&h.token)
@@ -317,8 +492,15 @@ async fn the_request_log_lists_newest_first_and_validates_limit() {
     let h = start().await;
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let resp = h.post("/v1/chat/completions", &body_for("chat", "sim-fast", false)).await;
-        ids.push(resp.headers()["x-laptime-request-id"].to_str().unwrap().to_string());
+        let resp = h
+            .post("/v1/chat/completions", &body_for("chat", "sim-fast", false))
+            .await;
+        ids.push(
+            resp.headers()["x-laptime-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
         let _ = resp.bytes().await;
     }
     h.row(ids.last().unwrap()).await;
@@ -332,13 +514,36 @@ async fn the_request_log_lists_newest_first_and_validates_limit() {
         .json()
         .await
         .unwrap();
-    let got: Vec<&str> = list["requests"].as_array().unwrap().iter().map(|r| r["request_id"].as_str().unwrap()).collect();
+    let got: Vec<&str> = list["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["request_id"].as_str().unwrap())
+        .collect();
     assert_eq!(got, vec![ids[2].as_str(), ids[1].as_str()]);
     let row = &list["requests"][0];
-    for key in ["created_at", "latency_ms", "ttft_ms", "upstream_ms", "classification", "flags", "attempts", "channel_inflight", "failover_count", "cached", "hedge"] {
+    for key in [
+        "created_at",
+        "latency_ms",
+        "ttft_ms",
+        "upstream_ms",
+        "classification",
+        "flags",
+        "attempts",
+        "channel_inflight",
+        "failover_count",
+        "cached",
+        "hedge",
+    ] {
         assert!(row.get(key).is_some(), "missing {key}");
     }
-    let bad = h.http.get(h.url("/api/requests?limit=0")).bearer_auth(&h.token).send().await.unwrap();
+    let bad = h
+        .http
+        .get(h.url("/api/requests?limit=0"))
+        .bearer_auth(&h.token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
     let unauth = h.http.get(h.url("/api/requests")).send().await.unwrap();
     assert_eq!(unauth.status(), 401);

@@ -1,7 +1,12 @@
 //! The timeline under paused tokio time: the sim's seed-trace schedules played into the observed
 //! body give the seed's exact values and classification, and a real SQLite store keeps them.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "test helpers fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
 
 use std::time::Duration;
 
@@ -86,9 +91,36 @@ struct Seed {
 }
 
 const SEEDS: [Seed; 3] = [
-    Seed { model: "sim-trace-a", headers: 6100.0, first_event: 6300.0, first_response: 6350.0, first_text: 6400.0, total: 9200.0, tps: 42.0, classification: "upstream_headers_slow" },
-    Seed { model: "sim-trace-b", headers: 240.0, first_event: 310.0, first_response: 2900.0, first_text: 8700.0, total: 10200.0, tps: 55.0, classification: "visible_text_late" },
-    Seed { model: "sim-trace-c", headers: 260.0, first_event: 330.0, first_response: 420.0, first_text: 430.0, total: 20430.0, tps: 9.8, classification: "generation_slow_tps" },
+    Seed {
+        model: "sim-trace-a",
+        headers: 6100.0,
+        first_event: 6300.0,
+        first_response: 6350.0,
+        first_text: 6400.0,
+        total: 9200.0,
+        tps: 42.0,
+        classification: "upstream_headers_slow",
+    },
+    Seed {
+        model: "sim-trace-b",
+        headers: 240.0,
+        first_event: 310.0,
+        first_response: 2900.0,
+        first_text: 8700.0,
+        total: 10200.0,
+        tps: 55.0,
+        classification: "visible_text_late",
+    },
+    Seed {
+        model: "sim-trace-c",
+        headers: 260.0,
+        first_event: 330.0,
+        first_response: 420.0,
+        first_text: 430.0,
+        total: 20430.0,
+        tps: 9.8,
+        classification: "generation_slow_tps",
+    },
 ];
 
 async fn check_seeds(dialect: Dialect) {
@@ -101,7 +133,11 @@ async fn check_seeds(dialect: Dialect) {
         assert_eq!(t.first_response_ms, Some(seed.first_response), "{what}");
         assert_eq!(t.first_text_delta_ms, Some(seed.first_text), "{what}");
         assert_eq!(t.total_handler_ms, Some(seed.total), "{what}");
-        assert!(close(t.visible_output_tps, seed.tps, 0.01), "{what}: tps {:?}", t.visible_output_tps);
+        assert!(
+            close(t.visible_output_tps, seed.tps, 0.01),
+            "{what}: tps {:?}",
+            t.visible_output_tps
+        );
         assert_eq!(r.classification, seed.classification, "{what}");
         assert_eq!(r.outcome, Outcome::Completed, "{what}");
         // The client got the comment, with the record's values, before the terminal frame.

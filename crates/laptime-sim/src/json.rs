@@ -196,7 +196,10 @@ mod tests {
 
     #[test]
     fn with_appends_to_objects_only() {
-        assert_eq!(obj! {"a": 1u32}.with("b", 2u32).encode(), r#"{"a":1,"b":2}"#);
+        assert_eq!(
+            obj! {"a": 1u32}.with("b", 2u32).encode(),
+            r#"{"a":1,"b":2}"#
+        );
         assert_eq!(J::Null.with("b", 2u32), J::Null);
         assert_eq!(
             obj! {"a": 1u32, "b": 2u32}.set("a", 3u32).encode(),

@@ -379,9 +379,7 @@ pub fn schedule(
                 ..whole(200, timeline.end, body)
             }
         }
-        End::Terminal | End::Incomplete | End::Status => {
-            whole(200, timeline.end, wire::body(&ctx))
-        }
+        End::Terminal | End::Incomplete | End::Status => whole(200, timeline.end, wire::body(&ctx)),
     }
 }
 
@@ -666,7 +664,11 @@ mod tests {
                 assert_eq!(s.content_type, "text/event-stream", "{at}");
                 assert_eq!(s.finish, Finish::Eof, "{at}");
                 assert_eq!(s.head_at, ms(seed.head), "head, {at}");
-                assert_eq!(m.first_event, Some(ms(seed.first_event)), "first event, {at}");
+                assert_eq!(
+                    m.first_event,
+                    Some(ms(seed.first_event)),
+                    "first event, {at}"
+                );
                 assert_eq!(
                     m.first_effective,
                     Some(ms(seed.first_effective)),
@@ -736,7 +738,8 @@ mod tests {
                     .collect();
                 assert_eq!(text.len(), tokens, "{name} / {dialect}");
                 for (i, at) in text.iter().enumerate() {
-                    let expected = ms(first_text) + Duration::from_secs_f64(i as f64 / tokens_per_s);
+                    let expected =
+                        ms(first_text) + Duration::from_secs_f64(i as f64 / tokens_per_s);
                     let error = at.abs_diff(expected);
                     assert!(error < Duration::from_micros(1), "{name} delta {i}: {at:?}");
                 }
@@ -792,7 +795,10 @@ mod tests {
         let usage = usage_chunk.json.as_ref().unwrap();
         assert_eq!(usage["choices"], serde_json::json!([]));
         assert_eq!(usage["usage"]["prompt_tokens"], 1312);
-        assert_eq!(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 512);
+        assert_eq!(
+            usage["usage"]["prompt_tokens_details"]["cached_tokens"],
+            512
+        );
         assert_eq!(usage["usage"]["completion_tokens"], 83);
         assert_eq!(usage["usage"]["total_tokens"], 1312 + 83);
         assert!(usage["usage"]["completion_tokens_details"]["reasoning_tokens"].is_u64());
@@ -831,7 +837,10 @@ mod tests {
                 Dialect::Chat => assert_eq!(last, "data: [DONE]\n\n"),
                 Dialect::Responses => assert!(last.starts_with("event: response.completed\n")),
                 Dialect::Messages => {
-                    assert_eq!(last, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+                    assert_eq!(
+                        last,
+                        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+                    )
                 }
             }
         }
@@ -842,11 +851,14 @@ mod tests {
         for dialect in Dialect::ALL {
             let (_, evs) = streamed(dialect, &with_end(End::Incomplete));
             let m = testkit::marks(dialect, &evs);
-            let jsons: Vec<&serde_json::Value> = evs.iter().filter_map(|e| e.json.as_ref()).collect();
+            let jsons: Vec<&serde_json::Value> =
+                evs.iter().filter_map(|e| e.json.as_ref()).collect();
             match dialect {
                 Dialect::Chat => {
                     assert_eq!(m.terminal, Some((ms(80), Class::TerminalIncomplete)));
-                    assert!(jsons.iter().any(|j| j["choices"][0]["finish_reason"] == "length"));
+                    assert!(jsons
+                        .iter()
+                        .any(|j| j["choices"][0]["finish_reason"] == "length"));
                 }
                 Dialect::Responses => {
                     assert_eq!(m.terminal, Some((ms(80), Class::TerminalIncomplete)));
@@ -873,7 +885,11 @@ mod tests {
             let (s, evs) = streamed(dialect, &with_end(End::ErrorEvent));
             let m = testkit::marks(dialect, &evs);
             assert_eq!(s.status, 200);
-            assert_eq!(m.terminal, Some((ms(80), Class::TerminalError)), "{dialect}");
+            assert_eq!(
+                m.terminal,
+                Some((ms(80), Class::TerminalError)),
+                "{dialect}"
+            );
             let tail: Vec<&str> = evs.iter().rev().take(2).map(|e| e.raw.as_str()).collect();
             match dialect {
                 Dialect::Chat => {
@@ -969,7 +985,10 @@ mod tests {
                     assert_eq!(body["object"], "chat.completion");
                     let message = &body["choices"][0]["message"];
                     assert_eq!(message["role"], "assistant");
-                    assert!(message["content"].as_str().unwrap().starts_with("Sure, here is"));
+                    assert!(message["content"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("Sure, here is"));
                     assert_eq!(body["choices"][0]["finish_reason"], "stop");
                     testkit::chat_usage(&body["usage"])
                 }
@@ -1040,7 +1059,9 @@ mod tests {
                     first,
                     "event: keepalive\ndata: {\"type\":\"keepalive\",\"sequence_number\":0}\n\n"
                 ),
-                Dialect::Messages => assert_eq!(first, "event: ping\ndata: {\"type\": \"ping\"}\n\n"),
+                Dialect::Messages => {
+                    assert_eq!(first, "event: ping\ndata: {\"type\": \"ping\"}\n\n")
+                }
             }
             assert_eq!(testkit::marks(dialect, &evs).first_event, Some(ms(1000)));
         }
@@ -1064,12 +1085,19 @@ mod tests {
             assert_eq!(m.first_text, None);
             assert_eq!(m.terminal, Some((ms(30), Class::TerminalOk)));
             assert_eq!(testkit::usage(dialect, &evs).unwrap().output, 4);
-            let stop = evs.iter().filter_map(|e| e.json.as_ref()).find_map(|j| match dialect {
-                Dialect::Chat => j["choices"][0]["finish_reason"].as_str().map(str::to_owned),
-                Dialect::Messages => j["delta"]["stop_reason"].as_str().map(str::to_owned),
-                Dialect::Responses => (j["type"] == "response.completed")
-                    .then(|| j["response"]["output"][0]["type"].as_str().unwrap().to_owned()),
-            });
+            let stop = evs
+                .iter()
+                .filter_map(|e| e.json.as_ref())
+                .find_map(|j| match dialect {
+                    Dialect::Chat => j["choices"][0]["finish_reason"].as_str().map(str::to_owned),
+                    Dialect::Messages => j["delta"]["stop_reason"].as_str().map(str::to_owned),
+                    Dialect::Responses => (j["type"] == "response.completed").then(|| {
+                        j["response"]["output"][0]["type"]
+                            .as_str()
+                            .unwrap()
+                            .to_owned()
+                    }),
+                });
             let expected = match dialect {
                 Dialect::Chat => "tool_calls",
                 Dialect::Responses => "function_call",
@@ -1081,10 +1109,14 @@ mod tests {
 
     #[test]
     fn a_text_first_effective_is_the_first_text() {
-        let script = custom(r#"{"first_effective": {"kind": "text", "at_ms": 40}, "first_text_ms": null}"#);
+        let script =
+            custom(r#"{"first_effective": {"kind": "text", "at_ms": 40}, "first_text_ms": null}"#);
         let (_, evs) = streamed(Dialect::Messages, &script);
         let m = testkit::marks(Dialect::Messages, &evs);
-        assert_eq!((m.first_effective, m.first_text), (Some(ms(40)), Some(ms(40))));
+        assert_eq!(
+            (m.first_effective, m.first_text),
+            (Some(ms(40)), Some(ms(40)))
+        );
     }
 
     #[test]
@@ -1095,7 +1127,10 @@ mod tests {
         );
         let (_, evs) = streamed(Dialect::Chat, &script);
         let u = testkit::usage(Dialect::Chat, &evs).unwrap();
-        assert_eq!((u.input_total, u.cache_write, u.output, u.reasoning), (5, 2, 12, 7));
+        assert_eq!(
+            (u.input_total, u.cache_write, u.output, u.reasoning),
+            (5, 2, 12, 7)
+        );
         let (_, evs) = streamed(Dialect::Messages, &script);
         let u = testkit::usage(Dialect::Messages, &evs).unwrap();
         assert_eq!((u.input_total, u.cache_write, u.output), (5, 2, 12));
@@ -1103,9 +1138,16 @@ mod tests {
 
     #[test]
     fn script_fields_default_to_sim_fast_and_unknown_fields_are_rejected() {
-        assert_eq!(serde_json::from_str::<Script>("{}").unwrap(), Script::default());
-        let s: Script = serde_json::from_str(r#"{"end": "error_event", "first_text_ms": null}"#).unwrap();
-        assert_eq!((s.end, s.first_text_ms, s.text_tokens), (End::ErrorEvent, None, 16));
+        assert_eq!(
+            serde_json::from_str::<Script>("{}").unwrap(),
+            Script::default()
+        );
+        let s: Script =
+            serde_json::from_str(r#"{"end": "error_event", "first_text_ms": null}"#).unwrap();
+        assert_eq!(
+            (s.end, s.first_text_ms, s.text_tokens),
+            (End::ErrorEvent, None, 16)
+        );
         let e = serde_json::from_str::<Script>(r#"{"header_ms": 1}"#).unwrap_err();
         assert!(e.to_string().contains("header_ms"), "{e}");
         assert!(serde_json::from_str::<Script>(r#"{"usage": {"input": 1}}"#).is_err());

@@ -380,7 +380,10 @@ async fn handle(
         _ => Dialect::Chat,
     };
 
-    let body = Limited::new(body, MAX_BODY).collect().await.map(|c| c.to_bytes());
+    let body = Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map(|c| c.to_bytes());
     let digest = body
         .as_ref()
         .map(|b| hex::encode(Sha256::digest(b)))
@@ -396,39 +399,51 @@ async fn handle(
         }
         (_, Ok(bytes)) => {
             sim.shared.requests.fetch_add(1, Ordering::Relaxed);
-            let mut model = None;
-            let response = match route {
-                Route::Api(dialect) => match plan(dialect, &bytes) {
-                    Ok(play) => {
-                        model = Some(play.model.clone());
-                        answer(&sim, &ctl, stop, start, play).await
-                    }
-                    Err((named, error)) => {
-                        model = named;
-                        error_response(&error, dialect)
-                    }
-                },
-                Route::Models => models_response(&parts.headers),
-                Route::MethodNotAllowed => error_response(
-                    &ApiError::route(405, format!("Method {} not allowed on {path}", parts.method)),
-                    error_dialect,
-                ),
-                _ => error_response(
-                    &ApiError::route(404, format!("Unknown request URL: {} {path}", parts.method)),
-                    error_dialect,
-                ),
+            let planned = match route {
+                Route::Api(dialect) => Some((dialect, plan(dialect, &bytes))),
+                _ => None,
             };
+            // Logged on arrival, so a test sees the request while its answer is still playing.
             sim.record(SimRequest {
                 request_id: request_id.clone(),
                 path: path.clone(),
-                model,
+                model: planned.as_ref().and_then(|(_, p)| p.model.clone()),
                 authorization: header(&parts.headers, "authorization"),
                 x_api_key: header(&parts.headers, "x-api-key"),
                 anthropic_version: header(&parts.headers, "anthropic-version"),
                 traceparent: header(&parts.headers, "traceparent"),
                 body_sha256: digest.clone(),
             });
-            response
+            match (planned, route) {
+                (
+                    Some((
+                        _,
+                        Planned {
+                            answer: Ok(schedule),
+                            ..
+                        },
+                    )),
+                    _,
+                ) => answer(&sim, &ctl, stop, start, schedule).await,
+                (
+                    Some((
+                        dialect,
+                        Planned {
+                            answer: Err(error), ..
+                        },
+                    )),
+                    _,
+                ) => error_response(&error, dialect),
+                (None, Route::Models) => models_response(&parts.headers),
+                (None, Route::MethodNotAllowed) => {
+                    let message = format!("Method {} not allowed on {path}", parts.method);
+                    error_response(&ApiError::route(405, message), error_dialect)
+                }
+                (None, _) => {
+                    let message = format!("Unknown request URL: {} {path}", parts.method);
+                    error_response(&ApiError::route(404, message), error_dialect)
+                }
+            }
         }
     };
 
@@ -458,58 +473,63 @@ fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
     }
 }
 
-/// A request's answer, decided but not yet played.
-struct Play {
-    model: String,
-    schedule: Schedule,
+/// A request's answer, decided but not yet played, and the model it named (for the log).
+struct Planned {
+    model: Option<String>,
+    answer: Result<Schedule, ApiError>,
 }
 
 /// Picks the script for a request body: its own `laptime_sim` object, else the preset named by
-/// `model`. The error side carries the model name when there was one, for the request log.
-fn plan(dialect: Dialect, body: &[u8]) -> Result<Play, (Option<String>, ApiError)> {
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-        let message = format!("We could not parse the JSON body of your request: {e}");
-        (None, ApiError::invalid_request(message))
-    })?;
-    if !value.is_object() {
-        let message = "The request body must be a JSON object.".to_owned();
-        return Err((None, ApiError::invalid_request(message)));
-    }
+/// `model`, and schedules it.
+fn plan(dialect: Dialect, body: &[u8]) -> Planned {
+    let value: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(e) => {
+            let message = format!("We could not parse the JSON body of your request: {e}");
+            return Planned {
+                model: None,
+                answer: Err(ApiError::invalid_request(message)),
+            };
+        }
+    };
     let model = value
         .get("model")
         .and_then(serde_json::Value::as_str)
         .map(str::to_owned);
-    let stream = value
-        .get("stream")
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
-    let include_usage = value
-        .pointer("/stream_options/include_usage")
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
+    let answer = choose(&value, model.as_deref()).map(|script| {
+        let stream = value
+            .get("stream")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
+        let include_usage = value
+            .pointer("/stream_options/include_usage")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
+        let name = model.as_deref().unwrap_or(SCRIPTED_MODEL);
+        script::schedule(dialect, &script, name, stream, include_usage)
+    });
+    Planned { model, answer }
+}
 
-    let script = match value.get("laptime_sim") {
-        Some(custom) => {
-            let script = Script::deserialize(custom).map_err(|e| {
-                let message = format!("Invalid laptime_sim script: {e}");
-                (model.clone(), ApiError::invalid_request(message))
-            })?;
-            script
-                .validate()
-                .map_err(|message| (model.clone(), ApiError::invalid_request(message)))?;
-            script
-        }
-        None => match model.as_deref() {
-            Some(name) => preset(name).ok_or_else(|| (model.clone(), ApiError::model_not_found(name)))?,
-            None => {
-                let message = "you must provide a model parameter".to_owned();
-                return Err((None, ApiError::invalid_request(message)));
-            }
-        },
-    };
-    let model = model.unwrap_or_else(|| SCRIPTED_MODEL.to_owned());
-    let schedule = script::schedule(dialect, &script, &model, stream, include_usage);
-    Ok(Play { model, schedule })
+/// The request's own script if it has one (the model name is then free), else the preset its
+/// model names.
+fn choose(value: &serde_json::Value, model: Option<&str>) -> Result<Script, ApiError> {
+    if !value.is_object() {
+        let message = "The request body must be a JSON object.".to_owned();
+        return Err(ApiError::invalid_request(message));
+    }
+    if let Some(custom) = value.get("laptime_sim") {
+        let script = Script::deserialize(custom)
+            .map_err(|e| ApiError::invalid_request(format!("Invalid laptime_sim script: {e}")))?;
+        script.validate().map_err(ApiError::invalid_request)?;
+        return Ok(script);
+    }
+    match model {
+        Some(name) => preset(name).ok_or_else(|| ApiError::model_not_found(name)),
+        None => Err(ApiError::invalid_request(
+            "you must provide a model parameter".to_owned(),
+        )),
+    }
 }
 
 /// Waits for the head's instant and answers; the body plays the rest of the schedule.
@@ -518,7 +538,7 @@ async fn answer(
     ctl: &Arc<ConnCtl>,
     stop: watch::Receiver<bool>,
     start: Instant,
-    play: Play,
+    schedule: Schedule,
 ) -> Response<Body> {
     let Schedule {
         status,
@@ -526,7 +546,7 @@ async fn answer(
         head_at,
         steps,
         finish,
-    } = play.schedule;
+    } = schedule;
     // Created before the wait: a client that leaves before the head is a dropped answer too.
     let mut guard = PlayGuard::new(sim.clone());
     sleep_to(start + head_at).await;
@@ -539,9 +559,8 @@ async fn answer(
         builder = builder.header(CACHE_CONTROL, "no-cache");
     }
     // A JSON answer that is whole at the head goes out with a Content-Length, like a real one.
-    let whole = content_type == JSON
-        && finish == Finish::Eof
-        && steps.iter().all(|s| s.at <= head_at);
+    let whole =
+        content_type == JSON && finish == Finish::Eof && steps.iter().all(|s| s.at <= head_at);
     let body = if whole {
         guard.finish();
         let bytes: Vec<u8> = steps.iter().flat_map(|s| s.bytes.iter().copied()).collect();

@@ -68,7 +68,10 @@ pub(crate) fn events(schedule: &Schedule) -> Vec<Ev> {
                     panic!("unexpected SSE line {line:?} in {raw:?}");
                 }
             }
-            assert!(ev.comment != ev.data.is_some(), "neither comment nor data: {raw:?}");
+            assert!(
+                ev.comment != ev.data.is_some(),
+                "neither comment nor data: {raw:?}"
+            );
             if let Some(data) = ev.data.as_deref().filter(|d| *d != "[DONE]") {
                 ev.json = Some(serde_json::from_str(data).unwrap_or_else(|e| {
                     panic!("invalid JSON in {raw:?}: {e}");
@@ -107,9 +110,9 @@ pub(crate) fn classify(dialect: Dialect, ev: &Ev) -> Class {
                 if non_empty(&d["content"]) {
                     return Class::Visible;
                 }
-                let args = d["tool_calls"]
-                    .as_array()
-                    .is_some_and(|calls| calls.iter().any(|t| non_empty(&t["function"]["arguments"])));
+                let args = d["tool_calls"].as_array().is_some_and(|calls| {
+                    calls.iter().any(|t| non_empty(&t["function"]["arguments"]))
+                });
                 if non_empty(&d["reasoning_content"]) || non_empty(&d["reasoning"]) || args {
                     class = Class::Effective;
                 }
@@ -222,12 +225,12 @@ pub(crate) fn usage(dialect: Dialect, evs: &[Ev]) -> Option<SeenUsage> {
     match dialect {
         Dialect::Chat => jsons
             .filter_map(|j| j.get("usage").filter(|u| !u.is_null()))
-            .last()
+            .next_back()
             .map(chat_usage),
         Dialect::Responses => jsons
             .filter_map(|j| j.get("response"))
             .filter_map(|r| r.get("usage").filter(|u| !u.is_null()))
-            .last()
+            .next_back()
             .map(responses_usage),
         Dialect::Messages => {
             let mut seen = None;

@@ -1,6 +1,13 @@
 //! Whole answers over real sockets: streams in each dialect, non-streamed bodies, scripted
 //! statuses and the fake's own request errors.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
 mod common;
 
 use std::time::Duration;
@@ -29,7 +36,13 @@ async fn stream_sim_fast(h: &Harness, dialect: Dialect) -> Vec<common::Sse> {
     assert_eq!(resp.headers()["transfer-encoding"], "chunked");
     assert!(resp.headers().get("content-length").is_none());
     let body = resp.text().await.unwrap();
-    let expected = schedule(dialect, &preset("sim-fast").unwrap(), "sim-fast", true, true);
+    let expected = schedule(
+        dialect,
+        &preset("sim-fast").unwrap(),
+        "sim-fast",
+        true,
+        true,
+    );
     let expected: String = expected
         .steps
         .iter()
@@ -54,7 +67,11 @@ async fn a_sim_fast_chat_stream_arrives_whole_and_ends_with_done() {
     assert!(text.starts_with("Sure, here is"), "{text}");
     let deltas = chunks
         .iter()
-        .filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()))
+        .filter(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
         .count();
     assert_eq!(deltas, 16);
     let usage = &chunks.last().unwrap()["usage"];
@@ -86,8 +103,14 @@ async fn a_sim_fast_messages_stream_arrives_whole_and_ends_with_message_stop() {
     assert_eq!(events[0].event.as_deref(), Some("message_start"));
     assert_eq!(events[0].json()["message"]["usage"]["input_tokens"], 10);
     let names: Vec<&str> = events.iter().filter_map(|e| e.event.as_deref()).collect();
-    assert_eq!(&names[names.len() - 3..], ["content_block_stop", "message_delta", "message_stop"]);
-    let delta = events.iter().find(|e| e.event.as_deref() == Some("message_delta")).unwrap();
+    assert_eq!(
+        &names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"]
+    );
+    let delta = events
+        .iter()
+        .find(|e| e.event.as_deref() == Some("message_delta"))
+        .unwrap();
     assert_eq!(delta.json()["usage"]["output_tokens"], 16);
     assert_eq!(delta.json()["delta"]["stop_reason"], "end_turn");
 }
@@ -104,15 +127,24 @@ async fn non_streamed_answers_are_valid_json_with_usage() {
         let (input, output) = match dialect {
             Dialect::Chat => {
                 assert_eq!(body["object"], "chat.completion");
-                (&body["usage"]["prompt_tokens"], &body["usage"]["completion_tokens"])
+                (
+                    &body["usage"]["prompt_tokens"],
+                    &body["usage"]["completion_tokens"],
+                )
             }
             Dialect::Responses => {
                 assert_eq!(body["status"], "completed");
-                (&body["usage"]["input_tokens"], &body["usage"]["output_tokens"])
+                (
+                    &body["usage"]["input_tokens"],
+                    &body["usage"]["output_tokens"],
+                )
             }
             Dialect::Messages => {
                 assert_eq!(body["type"], "message");
-                (&body["usage"]["input_tokens"], &body["usage"]["output_tokens"])
+                (
+                    &body["usage"]["input_tokens"],
+                    &body["usage"]["output_tokens"],
+                )
             }
         };
         assert_eq!((input, output), (&json!(10), &json!(16)), "{dialect}");
@@ -123,7 +155,10 @@ async fn non_streamed_answers_are_valid_json_with_usage() {
 async fn end_status_answers_the_status_with_the_dialects_error_body() {
     let h = Harness::start().await;
     for dialect in Dialect::ALL {
-        let body = scripted(true, json!({"end": "status", "status": 429, "headers_ms": 20}));
+        let body = scripted(
+            true,
+            json!({"end": "status", "status": 429, "headers_ms": 20}),
+        );
         let resp = h.post(dialect.path(), &body).await;
         assert_eq!(resp.status(), 429, "{dialect}");
         let error: Value = resp.json().await.unwrap();
@@ -142,7 +177,9 @@ async fn end_status_answers_the_status_with_the_dialects_error_body() {
 async fn an_unknown_model_is_a_404_in_the_dialects_error_shape() {
     let h = Harness::start().await;
     for dialect in Dialect::ALL {
-        let resp = h.post(dialect.path(), &json!({"model": "gpt-nonexistent"})).await;
+        let resp = h
+            .post(dialect.path(), &json!({"model": "gpt-nonexistent"}))
+            .await;
         assert_eq!(resp.status(), 404, "{dialect}");
         let error: Value = resp.json().await.unwrap();
         if dialect == Dialect::Messages {
@@ -167,13 +204,20 @@ async fn invalid_json_and_invalid_scripts_are_a_400() {
     let error: Value = resp.json().await.unwrap();
     assert_eq!(error["error"]["type"], "invalid_request_error");
 
-    let resp = h.post("/v1/messages", &scripted(true, json!({"headers": 5}))).await;
+    let resp = h
+        .post("/v1/messages", &scripted(true, json!({"headers": 5})))
+        .await;
     assert_eq!(resp.status(), 400);
     let error: Value = resp.json().await.unwrap();
     assert_eq!(error["type"], "error");
-    assert!(error["error"]["message"].as_str().unwrap().contains("headers"));
+    assert!(error["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("headers"));
 
-    let resp = h.post("/v1/responses", &scripted(true, json!({"tokens_per_s": 0}))).await;
+    let resp = h
+        .post("/v1/responses", &scripted(true, json!({"tokens_per_s": 0})))
+        .await;
     assert_eq!(resp.status(), 400);
 }
 
@@ -216,15 +260,26 @@ async fn the_head_and_the_terminal_keep_their_scripted_instants() {
     }
     let end = start.elapsed();
     // Not a timing benchmark: only that the fake waits, and not wildly longer.
-    assert!(head >= Duration::from_millis(150) && head < Duration::from_millis(400), "{head:?}");
-    assert!(end >= Duration::from_millis(450) && end < Duration::from_millis(700), "{end:?}");
-    assert!(String::from_utf8(body).unwrap().ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    assert!(
+        head >= Duration::from_millis(150) && head < Duration::from_millis(400),
+        "{head:?}"
+    );
+    assert!(
+        end >= Duration::from_millis(450) && end < Duration::from_millis(700),
+        "{end:?}"
+    );
+    assert!(String::from_utf8(body)
+        .unwrap()
+        .ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
 }
 
 #[tokio::test]
 async fn h2c_with_prior_knowledge_streams_the_same_bytes() {
     let h = Harness::start().await;
-    let client = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
     let resp = client
         .post(h.url("/v1/chat/completions"))
         .body(sim_fast(true).to_string())

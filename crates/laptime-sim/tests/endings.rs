@@ -1,6 +1,13 @@
 //! Answers that end badly, over real sockets: a clean close without a terminal, a TCP reset, a
 //! stall, and a client that leaves mid-stream; and what `/sim/stats` says about each.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
 mod common;
 
 use std::time::Duration;
@@ -40,7 +47,12 @@ fn five_tokens(end: &str) -> Value {
 #[tokio::test]
 async fn end_close_ends_the_body_cleanly_without_a_terminal() {
     let h = Harness::start().await;
-    let mut resp = h.post("/v1/chat/completions", &scripted(true, five_tokens("close"))).await;
+    let mut resp = h
+        .post(
+            "/v1/chat/completions",
+            &scripted(true, five_tokens("close")),
+        )
+        .await;
     assert_eq!(resp.status(), 200);
     let (body, end) = read_all(&mut resp).await;
     assert!(end.is_ok(), "a clean EOF: {end:?}");
@@ -54,7 +66,9 @@ async fn end_close_ends_the_body_cleanly_without_a_terminal() {
 #[tokio::test]
 async fn end_reset_makes_the_client_see_a_connection_reset_mid_body() {
     let h = Harness::start().await;
-    let mut resp = h.post("/v1/responses", &scripted(true, five_tokens("reset"))).await;
+    let mut resp = h
+        .post("/v1/responses", &scripted(true, five_tokens("reset")))
+        .await;
     assert_eq!(resp.status(), 200, "the head arrives before the reset");
     let (body, end) = read_all(&mut resp).await;
     let error = end.expect_err("the body must fail, not end");
@@ -66,11 +80,17 @@ async fn end_reset_makes_the_client_see_a_connection_reset_mid_body() {
 #[tokio::test]
 async fn end_stall_delivers_the_deltas_then_nothing_until_the_client_leaves() {
     let h = Harness::start().await;
-    let mut resp = h.post("/v1/messages", &scripted(true, five_tokens("stall"))).await;
+    let mut resp = h
+        .post("/v1/messages", &scripted(true, five_tokens("stall")))
+        .await;
     assert_eq!(resp.status(), 200);
     let mut body = String::new();
     while body.matches("text_delta").count() < 5 {
-        let chunk = resp.chunk().await.unwrap().expect("the stall holds the body open");
+        let chunk = resp
+            .chunk()
+            .await
+            .unwrap()
+            .expect("the stall holds the body open");
         body.push_str(std::str::from_utf8(&chunk).unwrap());
     }
     // Nothing more comes, and the body does not end.
@@ -105,7 +125,11 @@ async fn a_client_leaving_mid_stream_of_trace_c_is_counted_as_dropped() {
 async fn a_client_leaving_before_the_head_is_counted_as_dropped() {
     let h = Harness::start().await;
     let request = scripted(false, json!({"headers_ms": 5000}));
-    let pending = h.client.post(h.url("/v1/chat/completions")).body(request.to_string()).send();
+    let pending = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .body(request.to_string())
+        .send();
     let gave_up = tokio::time::timeout(Duration::from_millis(150), pending).await;
     assert!(gave_up.is_err());
     let stats = h.wait_for_stats(|s| s["streams_dropped"] == 1).await;
@@ -124,7 +148,9 @@ async fn open_connections_follow_the_sockets() {
         .unwrap();
     resp.text().await.unwrap();
     // The pooled keep-alive connection is still open.
-    let stats = h.wait_for_stats(|s| s["open_connections"].as_u64() >= Some(1)).await;
+    let stats = h
+        .wait_for_stats(|s| s["open_connections"].as_u64() >= Some(1))
+        .await;
     assert!(stats["open_connections"].as_u64() >= Some(1), "{stats}");
     drop(client);
     // Only the harness's own stats connection is left.
@@ -138,9 +164,13 @@ async fn serve_returns_after_shutdown_even_with_a_stalled_stream() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(laptime_sim::serve(listener, laptime_sim::Sim::new(), async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(laptime_sim::serve(
+        listener,
+        laptime_sim::Sim::new(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
     let mut resp = reqwest::Client::new()
         .post(format!("http://{addr}/v1/chat/completions"))
         .body(scripted(true, five_tokens("stall")).to_string())

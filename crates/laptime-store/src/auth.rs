@@ -127,7 +127,12 @@ pub fn find_workspace(conn: &Connection, name: &str) -> Result<Option<Workspace>
         .optional()?)
 }
 
-fn insert_token(conn: &Connection, ws: &Workspace, scope: Scope, token: String) -> Result<NewToken> {
+fn insert_token(
+    conn: &Connection,
+    ws: &Workspace,
+    scope: Scope,
+    token: String,
+) -> Result<NewToken> {
     let key_id = format!("key_{}", random_hex(8));
     conn.execute(
         "INSERT INTO tokens (id, workspace_id, hash, scope, created_at_us) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -204,7 +209,8 @@ pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>>
     if !bool::from(stored.as_slice().ct_eq(hash.as_slice())) {
         return Ok(None);
     }
-    let scope = Scope::parse(&scope).ok_or_else(|| StoreError::Corrupt(format!("scope {scope}")))?;
+    let scope =
+        Scope::parse(&scope).ok_or_else(|| StoreError::Corrupt(format!("scope {scope}")))?;
     Ok(Some(Principal {
         workspace_id,
         workspace_name,
@@ -251,21 +257,30 @@ mod tests {
                 create_token(c, "team", Scope::Read)
             })
             .unwrap();
-        let p = store.with_conn(|c| authenticate(c, &t.token)).unwrap().unwrap();
+        let p = store
+            .with_conn(|c| authenticate(c, &t.token))
+            .unwrap()
+            .unwrap();
         assert_eq!(p.workspace_name, "team");
         assert_eq!(p.scope, Scope::Read);
         assert!(store
             .with_conn(|c| authenticate(c, &generate_token()))
             .unwrap()
             .is_none());
-        assert!(store.with_conn(|c| authenticate(c, "nope")).unwrap().is_none());
+        assert!(store
+            .with_conn(|c| authenticate(c, "nope"))
+            .unwrap()
+            .is_none());
     }
 
     #[test]
     fn bootstrap_uses_the_given_token_once() {
         let (_d, store) = store();
         let given = generate_token();
-        let first = store.with_conn(|c| bootstrap(c, Some(&given))).unwrap().unwrap();
+        let first = store
+            .with_conn(|c| bootstrap(c, Some(&given)))
+            .unwrap()
+            .unwrap();
         assert_eq!(first.token, given);
         assert_eq!(first.scope, Scope::Admin);
         assert!(store.with_conn(|c| bootstrap(c, None)).unwrap().is_none());

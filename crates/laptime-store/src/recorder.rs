@@ -163,7 +163,9 @@ fn write(conn: &mut rusqlite::Connection, batch: &mut Vec<RequestRecord>, stats:
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
         Err(e) => {
-            stats.failed.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            stats
+                .failed
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
             tracing::error!(error = %e, records = batch.len(), "writing a record batch failed");
         }
     }

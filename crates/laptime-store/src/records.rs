@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use laptime_core::timeline::{Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape};
+use laptime_core::timeline::{
+    Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+};
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
 use rusqlite::{params, Connection, Row};
@@ -51,8 +53,8 @@ pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<
         )?;
         for r in records {
             let m = &r.marks;
-            let flags = serde_json::to_string(&r.flags)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let flags =
+                serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             req.execute(params![
                 r.request_id,
                 r.workspace_id,
@@ -252,7 +254,11 @@ pub fn recent(conn: &Connection, workspace_id: &str, limit: u32) -> Result<Vec<R
 
 /// One record of a workspace; `None` both when it does not exist and when it belongs to another
 /// workspace, so the two cannot be told apart.
-pub fn get(conn: &Connection, workspace_id: &str, request_id: &str) -> Result<Option<RequestRecord>> {
+pub fn get(
+    conn: &Connection,
+    workspace_id: &str,
+    request_id: &str,
+) -> Result<Option<RequestRecord>> {
     let sql = format!("{SELECT} WHERE workspace_id = ?1 AND request_id = ?2");
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query_map(params![workspace_id, request_id], from_row)?;
@@ -357,7 +363,10 @@ pub(crate) mod tests {
             .with_conn(|c| insert_batch(c, &[sample("req_1", "ws_a", 1)]))
             .unwrap();
         assert_eq!(store.with_conn(|c| get(c, "ws_b", "req_1")).unwrap(), None);
-        assert!(store.with_conn(|c| recent(c, "ws_b", 10)).unwrap().is_empty());
+        assert!(store
+            .with_conn(|c| recent(c, "ws_b", 10))
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

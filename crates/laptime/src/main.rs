@@ -12,7 +12,11 @@ use laptime_store::auth::{self, Scope};
 use laptime_store::{records, Store};
 
 #[derive(Parser)]
-#[command(name = "laptime", version, about = "An AI API gateway that records an honest latency timeline for every request")]
+#[command(
+    name = "laptime",
+    version,
+    about = "An AI API gateway that records an honest latency timeline for every request"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -119,7 +123,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
     match run(cli) {
@@ -141,7 +146,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Serve { config, listen, data_dir } => {
+        Command::Serve {
+            config,
+            listen,
+            data_dir,
+        } => {
             let mut cfg = load_config(config.as_deref())?;
             if let Some(l) = listen {
                 cfg.server.listen = l;
@@ -153,23 +162,44 @@ fn run(cli: Cli) -> Result<(), String> {
             runtime()?.block_on(serve(cfg))
         }
         Command::Sim { listen } => runtime()?.block_on(async move {
-            let (listener, addr) = bind(&listen).await.map_err(|e| format!("binding {listen}: {e}"))?;
+            let (listener, addr) = bind(&listen)
+                .await
+                .map_err(|e| format!("binding {listen}: {e}"))?;
             tracing::info!(%addr, "sim listening");
             out(&format!("laptime sim listening on http://{addr}"));
             laptime_sim::serve(listener, laptime_sim::Sim::new(), shutdown_signal())
                 .await
                 .map_err(|e| e.to_string())
         }),
-        Command::Workspace { command: WorkspaceCommand::Create { name, data_dir, config } } => {
+        Command::Workspace {
+            command:
+                WorkspaceCommand::Create {
+                    name,
+                    data_dir,
+                    config,
+                },
+        } => {
             let store = open_store(config.as_deref(), data_dir)?;
-            let ws = store.with_conn(|c| auth::create_workspace(c, &name)).map_err(|e| e.to_string())?;
+            let ws = store
+                .with_conn(|c| auth::create_workspace(c, &name))
+                .map_err(|e| e.to_string())?;
             out(&format!("workspace {} created (id {})", ws.name, ws.id));
             Ok(())
         }
-        Command::Token { command: TokenCommand::Create { workspace, scope, data_dir, config } } => {
+        Command::Token {
+            command:
+                TokenCommand::Create {
+                    workspace,
+                    scope,
+                    data_dir,
+                    config,
+                },
+        } => {
             let store = open_store(config.as_deref(), data_dir)?;
             let scope = Scope::parse(&scope).ok_or("scope must be proxy, read or admin")?;
-            let t = store.with_conn(|c| auth::create_token(c, &workspace, scope)).map_err(|e| e.to_string())?;
+            let t = store
+                .with_conn(|c| auth::create_token(c, &workspace, scope))
+                .map_err(|e| e.to_string())?;
             out(&format!(
                 "{} token for workspace {} (key id {}); shown once, store it now:\n{}",
                 t.scope.as_str(),
@@ -179,16 +209,24 @@ fn run(cli: Cli) -> Result<(), String> {
             ));
             Ok(())
         }
-        Command::Requests { limit, workspace, data_dir, config } => {
+        Command::Requests {
+            limit,
+            workspace,
+            data_dir,
+            config,
+        } => {
             let store = open_store(config.as_deref(), data_dir)?;
             let rows = store
                 .with_conn(|c| {
-                    let ws = auth::find_workspace(c, &workspace)?
-                        .ok_or_else(|| laptime_store::StoreError::NotFound(format!("workspace {workspace:?}")))?;
+                    let ws = auth::find_workspace(c, &workspace)?.ok_or_else(|| {
+                        laptime_store::StoreError::NotFound(format!("workspace {workspace:?}"))
+                    })?;
                     records::recent(c, &ws.id, limit.clamp(1, 500))
                 })
                 .map_err(|e| e.to_string())?;
-            out(&requests_table(&rows.iter().map(RequestLogView::new).collect::<Vec<_>>()));
+            out(&requests_table(
+                &rows.iter().map(RequestLogView::new).collect::<Vec<_>>(),
+            ));
             Ok(())
         }
         Command::CheckConfig { config } => {
@@ -207,7 +245,17 @@ fn fmt_ms(v: Option<f64>) -> String {
 fn requests_table(rows: &[RequestLogView]) -> String {
     let mut s = format!(
         "{:<36} {:<10} {:<14} {:<22} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n",
-        "request_id", "dialect", "model", "outcome", "status", "hdrs_ms", "first_ms", "text_ms", "total_ms", "tok/s", "classification"
+        "request_id",
+        "dialect",
+        "model",
+        "outcome",
+        "status",
+        "hdrs_ms",
+        "first_ms",
+        "text_ms",
+        "total_ms",
+        "tok/s",
+        "classification"
     );
     for r in rows {
         let t = &r.other.timing;
@@ -230,10 +278,17 @@ fn requests_table(rows: &[RequestLogView]) -> String {
 }
 
 async fn serve(cfg: Config) -> Result<(), String> {
-    let store = Store::open_dir(&cfg.server.data_dir)
-        .map_err(|e| format!("opening the store in {}: {e}", cfg.server.data_dir.display()))?;
+    let store = Store::open_dir(&cfg.server.data_dir).map_err(|e| {
+        format!(
+            "opening the store in {}: {e}",
+            cfg.server.data_dir.display()
+        )
+    })?;
     let bootstrap = env("LAPTIME_BOOTSTRAP_TOKEN");
-    match store.with_conn(|c| auth::bootstrap(c, bootstrap.as_deref())).map_err(|e| e.to_string())? {
+    match store
+        .with_conn(|c| auth::bootstrap(c, bootstrap.as_deref()))
+        .map_err(|e| e.to_string())?
+    {
         Some(t) if bootstrap.is_some() => {
             tracing::info!(key_id = %t.key_id, "LAPTIME_BOOTSTRAP_TOKEN installed as the admin token");
         }
@@ -244,11 +299,18 @@ async fn serve(cfg: Config) -> Result<(), String> {
         None => {}
     }
     let listen = cfg.server.listen.clone();
-    let gateway = Gateway::start(cfg, store, &env).await.map_err(|e| e.to_string())?;
-    let (listener, addr) = bind(&listen).await.map_err(|e| format!("binding {listen}: {e}"))?;
+    let gateway = Gateway::start(cfg, store, &env)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (listener, addr) = bind(&listen)
+        .await
+        .map_err(|e| format!("binding {listen}: {e}"))?;
     tracing::info!(%addr, "laptime listening");
     out(&format!("laptime listening on http://{addr}"));
-    gateway.serve(listener, shutdown_signal()).await.map_err(|e| e.to_string())
+    gateway
+        .serve(listener, shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn shutdown_signal() {

@@ -1,6 +1,11 @@
 //! The binary as an operator runs it: real processes, real sockets, real SQLite files.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -23,8 +28,13 @@ struct Proc {
 impl Proc {
     fn spawn(args: &[&str], envs: &[(&str, &str)]) -> Proc {
         let mut cmd = Command::new(BIN);
-        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
-        cmd.env_remove("OPENAI_API_KEY").env_remove("ANTHROPIC_API_KEY").env_remove("LAPTIME_BOOTSTRAP_TOKEN");
+        cmd.args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
+        cmd.env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("LAPTIME_BOOTSTRAP_TOKEN");
         for (k, v) in envs {
             cmd.env(k, v);
         }
@@ -42,13 +52,21 @@ impl Proc {
             let _ = stderr.read_to_string(&mut s);
             s
         });
-        Proc { child, lines: rx, stdout_seen: Vec::new(), stderr }
+        Proc {
+            child,
+            lines: rx,
+            stdout_seen: Vec::new(),
+            stderr,
+        }
     }
 
     /// Waits for a stdout line starting with `prefix`; returns the rest of it.
     fn wait_line(&mut self, prefix: &str) -> String {
         loop {
-            let line = self.lines.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("no line {prefix:?}; saw {:?}", self.stdout_seen));
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("no line {prefix:?}; saw {:?}", self.stdout_seen));
             self.stdout_seen.push(line.clone());
             if let Some(rest) = line.strip_prefix(prefix) {
                 return rest.trim().to_string();
@@ -57,7 +75,10 @@ impl Proc {
     }
 
     fn term(&self) {
-        let ok = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
         assert!(ok.success());
     }
 
@@ -85,13 +106,24 @@ impl Proc {
 }
 
 fn run(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(BIN).args(args).env_remove("OPENAI_API_KEY").env_remove("ANTHROPIC_API_KEY").output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn count_rows(dir: &Path) -> i64 {
     let store = laptime_store::Store::open_dir(dir).unwrap();
-    store.with_conn(|c| Ok(c.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))?)).unwrap()
+    store
+        .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))?))
+        .unwrap()
 }
 
 fn chat_body(model: &str, stream: bool) -> Value {
@@ -102,40 +134,76 @@ fn chat_body(model: &str, stream: bool) -> Value {
 async fn first_start_prints_the_admin_token_once_and_sigterm_drains_streams_and_flushes_records() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
-    let mut gw = Proc::spawn(&["serve", "--listen", "127.0.0.1:0", "--data-dir", data], &[]);
+    let mut gw = Proc::spawn(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+        &[],
+    );
     gw.wait_line("First start: admin token");
     let token = gw.wait_line("");
     assert!(token.starts_with("lt_") && token.len() == 67, "{token}");
     let base = gw.wait_line("laptime listening on");
     let http = reqwest::Client::new();
     for stream in [false, true] {
-        let r = http.post(format!("{base}/v1/chat/completions")).bearer_auth(&token).json(&chat_body("sim-fast", stream)).send().await.unwrap();
+        let r = http
+            .post(format!("{base}/v1/chat/completions"))
+            .bearer_auth(&token)
+            .json(&chat_body("sim-fast", stream))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         r.bytes().await.unwrap();
     }
     // A one-second stream is in flight when SIGTERM arrives: it must finish, not be cut.
     let mut slow = chat_body("sim-fast", true);
     slow["laptime_sim"] = json!({"first_text_ms": 100, "text_tokens": 10, "tokens_per_s": 10.0});
-    let mut resp = http.post(format!("{base}/v1/chat/completions")).bearer_auth(&token).json(&slow).send().await.unwrap();
+    let mut resp = http
+        .post(format!("{base}/v1/chat/completions"))
+        .bearer_auth(&token)
+        .json(&slow)
+        .send()
+        .await
+        .unwrap();
     let first = resp.chunk().await.unwrap().unwrap();
     gw.term();
     let mut text = String::from_utf8_lossy(&first).to_string();
     while let Some(c) = resp.chunk().await.unwrap() {
         text.push_str(&String::from_utf8_lossy(&c));
     }
-    assert!(text.ends_with("data: [DONE]\n\n"), "the in-flight stream was cut: {text}");
+    assert!(
+        text.ends_with("data: [DONE]\n\n"),
+        "the in-flight stream was cut: {text}"
+    );
     assert!(text.contains("x-laptime-timing"));
-    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || gw.wait()).await.unwrap();
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || gw.wait())
+        .await
+        .unwrap();
     assert_eq!(code, Some(0), "stderr: {stderr}");
-    assert_eq!(stdout.matches(&token).count(), 1, "the token is printed exactly once");
-    assert!(!stderr.contains(&token), "the token must not reach the logs");
-    assert_eq!(count_rows(dir.path()), 3, "every request was recorded before exit");
+    assert_eq!(
+        stdout.matches(&token).count(),
+        1,
+        "the token is printed exactly once"
+    );
+    assert!(
+        !stderr.contains(&token),
+        "the token must not reach the logs"
+    );
+    assert_eq!(
+        count_rows(dir.path()),
+        3,
+        "every request was recorded before exit"
+    );
 
     // A second start on the same store prints no token.
-    let mut again = Proc::spawn(&["serve", "--listen", "127.0.0.1:0", "--data-dir", data], &[]);
+    let mut again = Proc::spawn(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+        &[],
+    );
     again.wait_line("laptime listening on");
     again.term();
-    let (code, stdout, _) = tokio::task::spawn_blocking(move || again.wait()).await.unwrap();
+    let (code, stdout, _) = tokio::task::spawn_blocking(move || again.wait())
+        .await
+        .unwrap();
     assert_eq!(code, Some(0));
     assert!(!stdout.contains("admin token"), "{stdout}");
 }
@@ -188,37 +256,91 @@ models = {{ "claude-canary" = "sim-fast" }}
     let calls = [
         ("/v1/chat/completions", chat_body("gpt-canary", true)),
         ("/v1/chat/completions", chat_body("gpt-canary", false)),
-        ("/v1/responses", json!({"model": "gpt-canary", "input": "hi", "stream": true})),
-        ("/v1/messages", json!({"model": "claude-canary", "max_tokens": 5, "messages": [], "stream": true})),
-        ("/v1/messages", json!({"model": "claude-canary", "max_tokens": 5, "messages": [], "laptime_sim": {"end": "status", "status": 500}})),
-        ("/v1/chat/completions", json!({"model": "gpt-canary", "laptime_sim": {"end": "error_event"}, "stream": true})),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-canary", "input": "hi", "stream": true}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "claude-canary", "max_tokens": 5, "messages": [], "stream": true}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "claude-canary", "max_tokens": 5, "messages": [], "laptime_sim": {"end": "status", "status": 500}}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-canary", "laptime_sim": {"end": "error_event"}, "stream": true}),
+        ),
         ("/v1/chat/completions", json!({"model": "no-such-model"})),
-        ("/v1/chat/completions", json!({"model": "gpt-canary", "api_base": "http://127.0.0.1:1", "base_url": "http://127.0.0.1:1"})),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-canary", "api_base": "http://127.0.0.1:1", "base_url": "http://127.0.0.1:1"}),
+        ),
     ];
     for (path, body) in calls {
-        let r = http.post(format!("{base}{path}")).bearer_auth(&bootstrap).json(&body).send().await.unwrap();
+        let r = http
+            .post(format!("{base}{path}"))
+            .bearer_auth(&bootstrap)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         seen.push_str(&format!("{:?}", r.headers()));
         seen.push_str(&r.text().await.unwrap());
     }
-    let r = http.post(format!("{base}/v1/chat/completions")).bearer_auth("lt_wrong").json(&chat_body("gpt-canary", false)).send().await.unwrap();
+    let r = http
+        .post(format!("{base}/v1/chat/completions"))
+        .bearer_auth("lt_wrong")
+        .json(&chat_body("gpt-canary", false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     seen.push_str(&r.text().await.unwrap());
     // The sim saw the keys, so the canaries really went upstream.
-    let upstream_seen = http.get(format!("{sim_base}/sim/requests")).send().await.unwrap().text().await.unwrap();
+    let upstream_seen = http
+        .get(format!("{sim_base}/sim/requests"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(upstream_seen.contains(OPENAI_CANARY) && upstream_seen.contains(ANTHROPIC_CANARY));
-    assert!(!upstream_seen.contains(&bootstrap), "the client's token must not go upstream");
+    assert!(
+        !upstream_seen.contains(&bootstrap),
+        "the client's token must not go upstream"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let api = http.get(format!("{base}/api/requests?limit=500")).bearer_auth(&bootstrap).send().await.unwrap().text().await.unwrap();
+    let api = http
+        .get(format!("{base}/api/requests?limit=500"))
+        .bearer_auth(&bootstrap)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let rows: Value = serde_json::from_str(&api).unwrap();
     assert_eq!(rows["requests"].as_array().unwrap().len(), 8, "{api}");
     seen.push_str(&api);
-    let check = Command::new(BIN).args(["check-config", "--config", config.to_str().unwrap()]).envs(envs).output().unwrap();
+    let check = Command::new(BIN)
+        .args(["check-config", "--config", config.to_str().unwrap()])
+        .envs(envs)
+        .output()
+        .unwrap();
     assert!(check.status.success());
     seen.push_str(&String::from_utf8_lossy(&check.stdout));
     gw.term();
-    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || gw.wait()).await.unwrap();
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || gw.wait())
+        .await
+        .unwrap();
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stderr.contains("DEBUG") || stderr.contains("INFO"), "logs were captured");
+    assert!(
+        stderr.contains("DEBUG") || stderr.contains("INFO"),
+        "logs were captured"
+    );
     sim.term();
     let _ = tokio::task::spawn_blocking(move || sim.wait()).await;
     let mut store_bytes = Vec::new();
@@ -227,7 +349,12 @@ models = {{ "claude-canary" = "sim-fast" }}
     }
     let store_text = String::from_utf8_lossy(&store_bytes);
     for secret in [OPENAI_CANARY, ANTHROPIC_CANARY, bootstrap.as_str()] {
-        for (place, text) in [("responses", seen.as_str()), ("stdout", stdout.as_str()), ("logs", stderr.as_str()), ("store", &*store_text)] {
+        for (place, text) in [
+            ("responses", seen.as_str()),
+            ("stdout", stdout.as_str()),
+            ("logs", stderr.as_str()),
+            ("store", &*store_text),
+        ] {
             assert!(!text.contains(secret), "{secret} leaked into {place}");
         }
     }
@@ -243,14 +370,41 @@ fn workspace_token_and_requests_commands_work_on_the_store() {
     let (ok, _, err) = run(&["workspace", "create", "team", "--data-dir", data]);
     assert!(!ok);
     assert!(err.contains("already exists"), "{err}");
-    let (ok, out, _) = run(&["token", "create", "--workspace", "team", "--scope", "read", "--data-dir", data]);
+    let (ok, out, _) = run(&[
+        "token",
+        "create",
+        "--workspace",
+        "team",
+        "--scope",
+        "read",
+        "--data-dir",
+        data,
+    ]);
     assert!(ok);
     let token = out.lines().last().unwrap();
     assert!(token.starts_with("lt_") && token.len() == 67);
-    let (ok, _, err) = run(&["token", "create", "--workspace", "nope", "--scope", "read", "--data-dir", data]);
+    let (ok, _, err) = run(&[
+        "token",
+        "create",
+        "--workspace",
+        "nope",
+        "--scope",
+        "read",
+        "--data-dir",
+        data,
+    ]);
     assert!(!ok);
     assert!(err.contains("not found"), "{err}");
-    let (ok, _, err) = run(&["token", "create", "--workspace", "team", "--scope", "root", "--data-dir", data]);
+    let (ok, _, err) = run(&[
+        "token",
+        "create",
+        "--workspace",
+        "team",
+        "--scope",
+        "root",
+        "--data-dir",
+        data,
+    ]);
     assert!(!ok);
     assert!(err.contains("proxy"), "{err}");
     let (ok, out, _) = run(&["requests", "--workspace", "team", "--data-dir", data]);
@@ -265,7 +419,12 @@ fn a_bad_config_reports_every_problem_and_exits_non_zero() {
     std::fs::write(&config, "[server]\nlisten = \"nowhere\"\n[[channels]]\nname = \"x\"\nprovider = \"openai\"\nmodels = []\n").unwrap();
     let (ok, _, err) = run(&["check-config", "--config", config.to_str().unwrap()]);
     assert!(!ok);
-    for key in ["server.listen", "channels[0].base_url", "channels[0].api_key_env", "channels[0].models"] {
+    for key in [
+        "server.listen",
+        "channels[0].base_url",
+        "channels[0].api_key_env",
+        "channels[0].models",
+    ] {
         assert!(err.contains(key), "{key} missing in {err}");
     }
 }

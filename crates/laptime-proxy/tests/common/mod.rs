@@ -1,8 +1,12 @@
 //! A gateway on 127.0.0.1 in front of a real sim, over real sockets, with a real SQLite store.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code, reason = "test helpers fail loudly")]
-
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    dead_code,
+    reason = "test helpers fail loudly"
+)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -33,8 +37,14 @@ pub async fn start() -> Harness {
 pub async fn start_with(tweak: impl FnOnce(&mut Config, &str)) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
-    let token = store.with_conn(|c| auth::bootstrap(c, None)).unwrap().unwrap().token;
-    let (sim_addr, _sim) = laptime_sim::spawn_local(laptime_sim::Sim::new()).await.unwrap();
+    let token = store
+        .with_conn(|c| auth::bootstrap(c, None))
+        .unwrap()
+        .unwrap()
+        .token;
+    let (sim_addr, _sim) = laptime_sim::spawn_local(laptime_sim::Sim::new())
+        .await
+        .unwrap();
     let sim_base = format!("http://{sim_addr}");
     let mut cfg = Config::embedded_default(&|_| None);
     cfg.channels[0].base_url = Some(sim_base.clone());
@@ -110,7 +120,14 @@ impl Harness {
     }
 
     pub async fn sim_stats(&self) -> Value {
-        self.http.get(self.sim_url("/sim/stats")).send().await.unwrap().json().await.unwrap()
+        self.http
+            .get(self.sim_url("/sim/stats"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
     }
 
     /// Stops the gateway the way SIGTERM does and waits for it.
@@ -160,11 +177,19 @@ pub const DIALECTS: [&str; 3] = ["chat", "responses", "messages"];
 /// Splits a client stream into (bytes without the comment block, the comment line, what
 /// follows the comment).
 pub fn cut_comment(text: &str) -> (String, String, String) {
-    assert_eq!(text.matches(": x-laptime-timing").count(), 1, "exactly one timing comment in:\n{text}");
+    assert_eq!(
+        text.matches(": x-laptime-timing").count(),
+        1,
+        "exactly one timing comment in:\n{text}"
+    );
     let start = text.find(": x-laptime-timing").unwrap();
     let end = start + text[start..].find("\n\n").unwrap() + 2;
     let without = format!("{}{}", &text[..start], &text[end..]);
-    (without, text[start..end - 2].to_string(), text[end..].to_string())
+    (
+        without,
+        text[start..end - 2].to_string(),
+        text[end..].to_string(),
+    )
 }
 
 /// Numeric equality of a comment value and a JSON number.

@@ -12,8 +12,8 @@ use crate::json::{arr, obj, J};
 use crate::script::WorkKind;
 
 use super::{
-    full_reasoning, full_text, named_event, reasoning_token, text_token, tool_fragment,
-    tool_input, ApiError, Ctx, Ending, Out, SIGNATURE, TOOL_NAME,
+    full_reasoning, full_text, named_event, reasoning_token, text_token, tool_fragment, tool_input,
+    ApiError, Ctx, Ending, Out, SIGNATURE, TOOL_NAME,
 };
 
 const ID: &str = "msg_laptimesim0001";

@@ -224,7 +224,12 @@ impl ApiError {
     /// The error a provider gives with `status`, with its usual type and wording.
     pub(crate) fn scripted(status: u16) -> ApiError {
         let (openai_type, openai_code, anthropic_type, message) = match status {
-            400 => ("invalid_request_error", None, "invalid_request_error", "Invalid request."),
+            400 => (
+                "invalid_request_error",
+                None,
+                "invalid_request_error",
+                "Invalid request.",
+            ),
             401 => (
                 "invalid_request_error",
                 Some("invalid_api_key"),
@@ -295,9 +300,7 @@ impl ApiError {
     pub(crate) fn model_not_found(model: &str) -> ApiError {
         ApiError {
             status: 404,
-            message: format!(
-                "The model `{model}` does not exist or you do not have access to it."
-            ),
+            message: format!("The model `{model}` does not exist or you do not have access to it."),
             openai_type: "invalid_request_error",
             openai_code: Some("model_not_found"),
             anthropic_type: "not_found_error",
@@ -395,7 +398,10 @@ mod tests {
         let mut out = Vec::new();
         for script in scripts() {
             for end in ENDS {
-                let script = Script { end, ..script.clone() };
+                let script = Script {
+                    end,
+                    ..script.clone()
+                };
                 for dialect in Dialect::ALL {
                     for include_usage in [false, true] {
                         let s = schedule(dialect, &script, "sim-model", true, include_usage);
@@ -432,7 +438,11 @@ mod tests {
                 assert!(c["logprobs"].is_null());
                 assert!(c.get("finish_reason").is_some());
                 if !c["finish_reason"].is_null() {
-                    assert_eq!(c["delta"], json!({}), "finish_reason rides on an empty delta");
+                    assert_eq!(
+                        c["delta"],
+                        json!({}),
+                        "finish_reason rides on an empty delta"
+                    );
                 }
                 for call in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
                     assert_eq!(call["index"], 0);
@@ -444,7 +454,10 @@ mod tests {
                 }
             }
         }
-        let done = evs.iter().filter(|e| e.data.as_deref() == Some("[DONE]")).count();
+        let done = evs
+            .iter()
+            .filter(|e| e.data.as_deref() == Some("[DONE]"))
+            .count();
         let expect_done = matches!(end, End::Terminal | End::Incomplete | End::ErrorEvent);
         assert_eq!(done, usize::from(expect_done));
         if expect_done {
@@ -453,12 +466,14 @@ mod tests {
     }
 
     fn check_responses(evs: &[Ev]) {
-        let mut expected_seq = 0;
-        for ev in evs {
+        for (seq, ev) in evs.iter().enumerate() {
             let j = json(ev);
-            assert_eq!(ev.event.as_deref(), j["type"].as_str(), "event line names the type");
-            assert_eq!(j["sequence_number"], expected_seq);
-            expected_seq += 1;
+            assert_eq!(
+                ev.event.as_deref(),
+                j["type"].as_str(),
+                "event line names the type"
+            );
+            assert_eq!(j["sequence_number"], seq, "numbered from 0 without gaps");
         }
         let types: Vec<&str> = evs
             .iter()
@@ -484,7 +499,11 @@ mod tests {
     fn check_messages(evs: &[Ev]) {
         for ev in evs {
             let j = json(ev);
-            assert_eq!(ev.event.as_deref(), j["type"].as_str(), "event line names the type");
+            assert_eq!(
+                ev.event.as_deref(),
+                j["type"].as_str(),
+                "event line names the type"
+            );
         }
         let names: Vec<&str> = evs.iter().map(|e| e.event.as_deref().unwrap()).collect();
         let start = names.iter().position(|n| *n != "ping").unwrap();
@@ -549,7 +568,12 @@ mod tests {
             let classes: Vec<Class> = evs.iter().map(|e| testkit::classify(*dialect, e)).collect();
             let terminals = classes
                 .iter()
-                .filter(|c| matches!(c, Class::TerminalOk | Class::TerminalIncomplete | Class::TerminalError))
+                .filter(|c| {
+                    matches!(
+                        c,
+                        Class::TerminalOk | Class::TerminalIncomplete | Class::TerminalError
+                    )
+                })
                 .count();
             let marks = testkit::marks(*dialect, &evs);
             match end {
@@ -563,7 +587,11 @@ mod tests {
                     assert_eq!(marks.terminal.map(|t| t.1), Some(kind), "{at}");
                 }
                 End::ErrorEvent => {
-                    assert_eq!(marks.terminal.map(|t| t.1), Some(Class::TerminalError), "{at}")
+                    assert_eq!(
+                        marks.terminal.map(|t| t.1),
+                        Some(Class::TerminalError),
+                        "{at}"
+                    )
                 }
                 _ => {
                     assert_eq!(terminals, 0, "{at}");
@@ -601,7 +629,9 @@ mod tests {
                 let whole = schedule(dialect, &script, "m", false, false);
                 let body: Value = serde_json::from_slice(&whole.steps[0].bytes).unwrap();
                 let answer = match dialect {
-                    Dialect::Chat => body["choices"][0]["message"]["content"].as_str().unwrap_or(""),
+                    Dialect::Chat => body["choices"][0]["message"]["content"]
+                        .as_str()
+                        .unwrap_or(""),
                     Dialect::Responses => body["output"]
                         .as_array()
                         .unwrap()
@@ -622,14 +652,26 @@ mod tests {
 
     #[test]
     fn a_thinking_block_ends_with_an_empty_thinking_delta_then_its_signature() {
-        let s = schedule(Dialect::Messages, &preset("sim-trace-c").unwrap(), "m", true, false);
+        let s = schedule(
+            Dialect::Messages,
+            &preset("sim-trace-c").unwrap(),
+            "m",
+            true,
+            false,
+        );
         let evs = testkit::events(&s);
         let stop = evs
             .iter()
             .position(|e| e.event.as_deref() == Some("content_block_stop"))
             .unwrap();
-        let before: Vec<&Value> = evs[stop - 2..stop].iter().map(|e| &json(e)["delta"]).collect();
-        assert_eq!(before[0], &json!({"type": "thinking_delta", "thinking": ""}));
+        let before: Vec<&Value> = evs[stop - 2..stop]
+            .iter()
+            .map(|e| &json(e)["delta"])
+            .collect();
+        assert_eq!(
+            before[0],
+            &json!({"type": "thinking_delta", "thinking": ""})
+        );
         assert_eq!(before[1]["type"], "signature_delta");
         assert!(!before[1]["signature"].as_str().unwrap().is_empty());
     }
@@ -647,7 +689,10 @@ mod tests {
             .filter(|e| e.event.as_deref() == Some("content_block_delta"))
             .map(|e| &json(e)["delta"])
             .collect();
-        assert_eq!(deltas[0], &json!({"type": "input_json_delta", "partial_json": ""}));
+        assert_eq!(
+            deltas[0],
+            &json!({"type": "input_json_delta", "partial_json": ""})
+        );
         assert_eq!(deltas[1]["partial_json"], "{\"query\":\"weather");
     }
 

@@ -12,8 +12,8 @@ use crate::json::{arr, obj, J};
 use crate::script::WorkKind;
 
 use super::{
-    full_reasoning, full_text, named_event, reasoning_token, text_token, tool_fragment,
-    tool_input, ApiError, Ctx, Ending, Out, CREATED, TOOL_NAME,
+    full_reasoning, full_text, named_event, reasoning_token, text_token, tool_fragment, tool_input,
+    ApiError, Ctx, Ending, Out, CREATED, TOOL_NAME,
 };
 
 const ID: &str = "resp_laptimesim0001";
@@ -32,7 +32,10 @@ struct Events<'o> {
 impl Events<'_> {
     /// `fields` is an object of the event's own fields; `type` and `sequence_number` go first.
     fn emit(&mut self, at: Duration, ty: &'static str, fields: J) {
-        let mut all = vec![("type", J::from(ty)), ("sequence_number", J::from(self.seq))];
+        let mut all = vec![
+            ("type", J::from(ty)),
+            ("sequence_number", J::from(self.seq)),
+        ];
         if let J::Obj(rest) = fields {
             all.extend(rest);
         }

@@ -1,7 +1,13 @@
 //! Shared support for the socket tests: a simulator on 127.0.0.1, a reqwest client, an SSE
 //! reader and a poller for `/sim/stats`.
 
-#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    dead_code,
+    reason = "test helpers fail loudly; each test binary uses a different subset"
+)]
 
 use std::time::Duration;
 
