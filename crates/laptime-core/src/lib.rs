@@ -12,6 +12,8 @@
 //! - [`slow`]: the slow-request classifier (which stage was slow).
 //! - [`views`]: the two vocabularies a record is read in (`other.timing` and the usage API), and
 //!   the in-band timing line.
+//! - [`rollup`]: mergeable summaries of many records (counts, token sums, log-bucketed percentile
+//!   sketches) that the usage API answers from.
 //!
 //! Time enters this crate only as `Duration` offsets handed in by the edges, so every rule here is
 //! testable without a clock.
@@ -19,6 +21,7 @@
 pub mod classify;
 pub mod dialect;
 pub mod observe;
+pub mod rollup;
 pub mod slow;
 pub mod sse;
 pub mod timeline;

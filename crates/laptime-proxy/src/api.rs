@@ -1,5 +1,6 @@
 //! The read-back API: `GET /api/requests` and `GET /api/requests/{id}`, scoped to the token's
-//! workspace, in the snake_case request-log shape; plus `GET /v1/models`.
+//! workspace, in the snake_case request-log shape, with the usage API's filters; `GET /api/usage`,
+//! the usage rollup as JSON; plus `GET /v1/models`.
 
 use std::sync::Arc;
 
@@ -10,7 +11,10 @@ use http::{HeaderMap, StatusCode};
 use laptime_core::views::RequestLogView;
 use laptime_store::auth::{Principal, Scope};
 use laptime_store::records;
-use serde::Deserialize;
+use laptime_store::usage::{self, GroupDim, UsageFilter};
+use serde::{Deserialize, Serialize};
+
+use crate::reports::{FilterInput, UsageReport, WindowInput};
 use serde_json::json;
 
 use crate::auth::AuthFailure;
@@ -19,8 +23,32 @@ use crate::App;
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
 
-fn api_error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({"error": {"message": message.into()}}))).into_response()
+/// An API error: its status and a message, answered as `{"error": {"message": …}}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": {"message": self.message}})),
+        )
+            .into_response()
+    }
+}
+
+fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status,
+        message: message.into(),
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> ApiError {
+    api_error(StatusCode::BAD_REQUEST, message)
 }
 
 /// Authenticates a management request and checks its scope.
@@ -28,7 +56,7 @@ pub async fn principal(
     app: &App,
     headers: &HeaderMap,
     needed: Scope,
-) -> Result<Principal, Response> {
+) -> Result<Principal, ApiError> {
     match app.auth.authenticate(headers).await {
         Ok(p) if p.scope.allows(needed) => Ok(p),
         Ok(p) => Err(api_error(
@@ -50,71 +78,189 @@ pub async fn principal(
     }
 }
 
-#[derive(Debug, Deserialize)]
-pub struct ListQuery {
+/// Query parameters of `GET /api/requests` and `GET /api/usage`: the usage API's filters and
+/// window, flat, as strings (so a bad value gets a message naming it).
+#[derive(Debug, Default, Deserialize)]
+pub struct LogQuery {
     limit: Option<String>,
+    model: Option<String>,
+    provider: Option<String>,
+    channel: Option<String>,
+    group: Option<String>,
+    dialect: Option<String>,
+    stream: Option<String>,
+    status: Option<String>,
+    outcome: Option<String>,
+    classification: Option<String>,
+    last: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    group_by: Option<String>,
+    recent: Option<String>,
 }
 
-pub async fn list(app: Arc<App>, headers: HeaderMap, Query(q): Query<ListQuery>) -> Response {
-    let p = match principal(&app, &headers, Scope::Read).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    let limit = match q.limit.as_deref().map(str::parse::<u32>) {
-        None => DEFAULT_LIMIT,
-        Some(Ok(n)) if (1..=MAX_LIMIT).contains(&n) => n,
-        Some(_) => {
-            return api_error(
-                StatusCode::BAD_REQUEST,
-                format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
-            )
-        }
-    };
-    let store = app.store.clone();
-    let rows = tokio::task::spawn_blocking(move || {
-        store.with_conn(|c| records::recent(c, &p.workspace_id, limit))
-    })
-    .await;
-    match rows {
-        Ok(Ok(rows)) => {
-            let views: Vec<RequestLogView> = rows.iter().map(RequestLogView::new).collect();
-            Json(json!({ "requests": views })).into_response()
-        }
-        _ => api_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the request log could not be read",
-        ),
+fn parse_limit(v: Option<&str>, name: &str, default: u32) -> Result<u32, ApiError> {
+    match v.map(str::parse::<u32>) {
+        None => Ok(default),
+        Some(Ok(n)) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        Some(_) => Err(bad_request(format!(
+            "{name} must be a whole number from 1 to {MAX_LIMIT}"
+        ))),
     }
 }
 
-pub async fn one(app: Arc<App>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let p = match principal(&app, &headers, Scope::Read).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+impl LogQuery {
+    fn filter(&self) -> Result<UsageFilter, ApiError> {
+        let bad = |name: &str, v: &str| bad_request(format!("{name}: {v:?} is not valid"));
+        let stream = match self.stream.as_deref() {
+            None => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(v) => return Err(bad("stream", v)),
+        };
+        let status = match self.status.as_deref() {
+            None => None,
+            Some(v) => Some(v.parse::<u16>().map_err(|_| bad("status", v))?),
+        };
+        Ok(FilterInput {
+            model: self.model.clone(),
+            provider: self.provider.clone(),
+            channel: self.channel.clone(),
+            group: self.group.clone(),
+            dialect: self.dialect.clone(),
+            stream,
+            status,
+            outcome: self.outcome.clone(),
+            classification: self.classification.clone(),
+        }
+        .into())
+    }
+
+    fn window(&self) -> WindowInput {
+        WindowInput {
+            last: self.last.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+        }
+    }
+
+    /// The window, only when one was asked for (the request log has none by default).
+    fn explicit_window(&self) -> Result<Option<(i64, i64)>, ApiError> {
+        if self.last.is_none() && self.from.is_none() && self.to.is_none() {
+            return Ok(None);
+        }
+        self.window()
+            .resolve(laptime_store::now_unix_us())
+            .map(Some)
+            .map_err(bad_request)
+    }
+
+    fn group_by(&self) -> Result<Vec<GroupDim>, ApiError> {
+        let Some(v) = self.group_by.as_deref() else {
+            return Ok(Vec::new());
+        };
+        v.split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                GroupDim::parse(s.trim())
+                    .ok_or_else(|| bad_request(format!("group_by: {s:?} is not a dimension")))
+            })
+            .collect()
+    }
+}
+
+async fn read<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(&mut laptime_store::Connection) -> laptime_store::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
     let store = app.store.clone();
-    let row = tokio::task::spawn_blocking(move || {
-        store.with_conn(|c| records::get(c, &p.workspace_id, &id))
-    })
-    .await;
-    match row {
-        Ok(Ok(Some(r))) => Json(RequestLogView::new(&r)).into_response(),
-        // Another workspace's id answers exactly like an id that does not exist.
-        Ok(Ok(None)) => api_error(StatusCode::NOT_FOUND, "no such request"),
-        _ => api_error(
+    match tokio::task::spawn_blocking(move || store.with_conn(f)).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "request log read failed");
+            Err(api_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the request log could not be read",
+            ))
+        }
+        Err(_) => Err(api_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the request log could not be read",
-        ),
+        )),
+    }
+}
+
+/// `GET /api/requests`: newest first, with the usage API's filters and an optional window.
+pub async fn list(
+    app: Arc<App>,
+    headers: HeaderMap,
+    Query(q): Query<LogQuery>,
+) -> Result<Response, ApiError> {
+    let p = principal(&app, &headers, Scope::Read).await?;
+    let limit = parse_limit(q.limit.as_deref(), "limit", DEFAULT_LIMIT)?;
+    let filter = q.filter()?;
+    let window = q.explicit_window()?;
+    let rows = read(&app, move |c| {
+        usage::recent_filtered(c, &p.workspace_id, &filter, window, limit)
+    })
+    .await?;
+    let views: Vec<RequestLogView> = rows.iter().map(RequestLogView::new).collect();
+    Ok(Json(json!({ "requests": views })).into_response())
+}
+
+#[derive(Serialize)]
+struct UsageBody {
+    #[serde(flatten)]
+    report: UsageReport,
+    recent: Vec<RequestLogView>,
+}
+
+/// `GET /api/usage`: the usage rollup as JSON for scripts (same figures as GraphQL `usage`).
+pub async fn usage_report(
+    app: Arc<App>,
+    headers: HeaderMap,
+    Query(q): Query<LogQuery>,
+) -> Result<Response, ApiError> {
+    let p = principal(&app, &headers, Scope::Read).await?;
+    let (from, to) = q
+        .window()
+        .resolve(laptime_store::now_unix_us())
+        .map_err(bad_request)?;
+    let filter = q.filter()?;
+    let dims = q.group_by()?;
+    let recent = parse_limit(q.recent.as_deref(), "recent", 20)?;
+    let (u, rows) = read(&app, move |c| {
+        let u = usage::usage(c, &p.workspace_id, from, to, &filter, &dims)?;
+        let window = Some((u.window.from_us, u.window.to_us));
+        let rows = usage::recent_filtered(c, &p.workspace_id, &filter, window, recent)?;
+        Ok((u, rows))
+    })
+    .await?;
+    Ok(Json(UsageBody {
+        report: UsageReport::from(&u),
+        recent: rows.iter().map(RequestLogView::new).collect(),
+    })
+    .into_response())
+}
+
+/// `GET /api/requests/{id}`.
+pub async fn one(
+    app: Arc<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let p = principal(&app, &headers, Scope::Read).await?;
+    match read(&app, move |c| records::get(c, &p.workspace_id, &id)).await? {
+        Some(r) => Ok(Json(RequestLogView::new(&r)).into_response()),
+        // Another workspace's id answers exactly like an id that does not exist.
+        None => Err(api_error(StatusCode::NOT_FOUND, "no such request")),
     }
 }
 
 /// `GET /v1/models` in the OpenAI list shape, or Anthropic's when the client sends
 /// `anthropic-version`.
-pub async fn models(app: Arc<App>, headers: HeaderMap) -> Response {
-    let p = match principal(&app, &headers, Scope::Proxy).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+pub async fn models(app: Arc<App>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let p = principal(&app, &headers, Scope::Proxy).await?;
     let models = app.router.models(app.group_of(&p));
     if headers.contains_key("anthropic-version") {
         let data: Vec<_> = models
@@ -123,12 +269,14 @@ pub async fn models(app: Arc<App>, headers: HeaderMap) -> Response {
             .collect();
         let first = models.first().map(|m| m.0.clone());
         let last = models.last().map(|m| m.0.clone());
-        return Json(json!({"data": data, "has_more": false, "first_id": first, "last_id": last}))
-            .into_response();
+        return Ok(Json(
+            json!({"data": data, "has_more": false, "first_id": first, "last_id": last}),
+        )
+        .into_response());
     }
     let data: Vec<_> = models
         .iter()
         .map(|(id, owner)| json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
         .collect();
-    Json(json!({"object": "list", "data": data})).into_response()
+    Ok(Json(json!({"object": "list", "data": data})).into_response())
 }

@@ -58,6 +58,13 @@ impl Authenticator {
         }
     }
 
+    /// Drops every cached lookup, so a revocation takes effect on the next request.
+    pub fn forget_cached(&self) {
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.clear();
+        }
+    }
+
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthFailure> {
         let token = credential(headers).ok_or(AuthFailure::Missing)?;
         if !auth::looks_like_token(token) {

@@ -16,6 +16,8 @@ pub struct Config {
     #[serde(default)]
     pub server: ServerConfig,
     #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
     pub thresholds: Thresholds,
     #[serde(default)]
     pub channels: Vec<ChannelConfig>,
@@ -36,6 +38,8 @@ pub struct ServerConfig {
     pub region: Option<String>,
     /// Connect timeout for upstream calls.
     pub connect_timeout_ms: u64,
+    /// Serve `GET /metrics` without a token (default: a `read` or `admin` token is needed).
+    pub metrics_public: bool,
 }
 
 impl Default for ServerConfig {
@@ -48,6 +52,25 @@ impl Default for ServerConfig {
             recorder_queue: 10_000,
             region: None,
             connect_timeout_ms: 10_000,
+            metrics_public: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Rows older than this many days are deleted by a background job.
+    pub retention_days: u32,
+    /// How often the retention job runs, seconds.
+    pub retention_interval_s: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            retention_days: 30,
+            retention_interval_s: 3600,
         }
     }
 }
@@ -184,6 +207,7 @@ impl Config {
         }
         Config {
             server: ServerConfig::default(),
+            store: StoreConfig::default(),
             thresholds: Thresholds::default(),
             channels,
         }
@@ -216,6 +240,12 @@ impl Config {
         }
         if self.server.recorder_queue == 0 {
             errs.push("server.recorder_queue: must be positive".into());
+        }
+        if self.store.retention_days == 0 {
+            errs.push("store.retention_days: must be at least 1".into());
+        }
+        if self.store.retention_interval_s == 0 {
+            errs.push("store.retention_interval_s: must be positive".into());
         }
         if self.channels.is_empty() {
             errs.push("channels: at least one channel is needed".into());

@@ -11,15 +11,20 @@
 //! - [`record`]: assembling the record.
 //! - [`pipeline`]: the proxy handler that runs those stages in order.
 //! - [`api`]: reading records back; [`server`]: the router, serving and shutdown.
+//! - [`metrics`]: `GET /metrics`, observed once per finished record.
+//! - [`graphql`]: the usage API; [`reports`]: the read-back shapes GraphQL and REST share.
 
 pub mod api;
 pub mod attempt;
 pub mod auth;
 pub mod config;
+pub mod graphql;
 pub mod ingress;
+pub mod metrics;
 pub mod observe;
 pub mod pipeline;
 pub mod record;
+pub mod reports;
 pub mod respond;
 pub mod routing;
 pub mod server;
@@ -33,6 +38,7 @@ use laptime_store::Store;
 use crate::attempt::HttpClient;
 use crate::auth::Authenticator;
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::routing::Router;
 
 /// Shared state of a running gateway.
@@ -43,6 +49,10 @@ pub struct App {
     pub client: HttpClient,
     pub recorder: Recorder,
     pub store: Store,
+    /// Observed once per finished request (the Finisher holds a handle).
+    pub metrics: Arc<Metrics>,
+    /// The usage API's schema; the app and the principal are attached per request.
+    pub graphql: graphql::LaptimeSchema,
 }
 
 impl std::fmt::Debug for App {

@@ -45,7 +45,8 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             .and_then(|v| v.to_str().ok()),
     );
     pending.trace_id = Some(trace.trace_id.clone());
-    let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds);
+    let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds)
+        .with_metrics(app.metrics.clone());
 
     // === auth ===
     let started = Instant::now();

@@ -1,7 +1,8 @@
 //! Record: what the request path learns about one request, and the single place where it
-//! becomes a [`RequestRecord`] and is handed to the recorder. `Finisher::finish` consumes the
-//! finisher, so a request is recorded exactly once.
+//! becomes a [`RequestRecord`], is observed into the metrics and is handed to the recorder.
+//! `Finisher::finish` consumes the finisher, so a request is recorded exactly once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use laptime_core::observe::StreamSummary;
@@ -14,6 +15,7 @@ use laptime_core::Dialect;
 use laptime_store::recorder::Recorder;
 use tokio::time::Instant;
 
+use crate::metrics::Metrics;
 use crate::routing::InflightGuard;
 
 /// Everything known about a request while it is in flight.
@@ -104,6 +106,8 @@ pub struct Finisher {
     pub pending: Pending,
     recorder: Recorder,
     thresholds: Thresholds,
+    /// Observes the finished record (absent in tests that build a finisher alone).
+    metrics: Option<Arc<Metrics>>,
     /// Held so the channel counts this request in flight until it is done.
     _inflight: Option<InflightGuard>,
 }
@@ -114,8 +118,15 @@ impl Finisher {
             pending,
             recorder,
             thresholds,
+            metrics: None,
             _inflight: None,
         }
+    }
+
+    /// Observes the record into `metrics` when it is finished.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn hold_inflight(&mut self, guard: InflightGuard) {
@@ -126,6 +137,9 @@ impl Finisher {
     pub fn finish(self, ending: Ending) -> RequestRecord {
         let handler_done = self.pending.since(self.pending.t0);
         let record = build(self.pending, ending, handler_done, &self.thresholds);
+        if let Some(m) = &self.metrics {
+            m.observe(&record);
+        }
         self.recorder.record(record.clone());
         record
     }

@@ -1,6 +1,11 @@
 //! Serving: the axum router (every route with its declared auth), the listener with
 //! `TCP_NODELAY` (HTTP/1.1 and h2c), the in-process sim, and graceful shutdown: stop accepting,
 //! let streams in flight finish within a bounded drain, flush every record.
+//!
+//! Auth is per route: a route answers without a token only when [`unauthenticated`] lists it,
+//! and that list is the constant [`UNAUTHENTICATED`] (`/healthz`, `/readyz`) plus the configured
+//! extra (`/metrics` when `server.metrics_public = true`). Every other route authenticates in its
+//! handler.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,17 +21,32 @@ use laptime_store::Store;
 
 use crate::auth::Authenticator;
 use crate::config::{Config, Provider};
+use crate::metrics::{self, Metrics};
 use crate::routing::{Channel, Router};
-use crate::{api, attempt, pipeline, App};
+use crate::{api, attempt, graphql, pipeline, App};
 
-/// Routes that answer without a token. Every other route authenticates in its handler.
-pub const UNAUTHENTICATED: [&str; 2] = ["/healthz", "/readyz"];
+/// Routes that always answer without a token. [`unauthenticated`] adds the configured extra.
+/// `GET /graphql` is the static GraphiQL page: it holds no data, and the queries it sends are
+/// `POST /graphql`, which authenticates.
+pub const UNAUTHENTICATED: [&str; 3] = ["/healthz", "/readyz", "GET /graphql"];
+
+/// Every route that answers without a token under `config`: [`UNAUTHENTICATED`], plus
+/// [`metrics::PATH`] when `server.metrics_public` is set. Every other route authenticates in its
+/// handler.
+pub fn unauthenticated(config: &Config) -> Vec<&'static str> {
+    let mut routes = UNAUTHENTICATED.to_vec();
+    if config.server.metrics_public {
+        routes.push(metrics::PATH);
+    }
+    routes
+}
 
 /// A gateway ready to serve: the app, the recorder's writer and the in-process sim (if any).
 pub struct Gateway {
     pub app: Arc<App>,
     recorder_task: RecorderTask,
     sim: Option<tokio::task::JoinHandle<()>>,
+    retention: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -79,6 +99,7 @@ impl Gateway {
             .collect();
         let client = attempt::client(Duration::from_millis(config.server.connect_timeout_ms))
             .map_err(|e| StartError(e.message))?;
+        let metrics = Metrics::new().map_err(|e| StartError(format!("metrics: {e}")))?;
         let app = Arc::new(App {
             router: Router::new(channels),
             auth: Authenticator::new(store.clone()),
@@ -86,11 +107,15 @@ impl Gateway {
             recorder,
             store,
             config,
+            metrics: Arc::new(metrics),
+            graphql: graphql::schema(),
         });
+        let retention = tokio::spawn(retention_job(app.clone()));
         Ok(Gateway {
             app,
             recorder_task,
             sim,
+            retention,
         })
     }
 
@@ -141,10 +166,49 @@ impl Gateway {
         {
             tracing::error!("the recorder did not flush in time");
         }
+        self.retention.abort();
         if let Some(sim) = self.sim {
             sim.abort();
         }
         Ok(())
+    }
+}
+
+/// Rows deleted per retention transaction: small, so the recorder's writer never waits long.
+const RETENTION_BATCH: usize = 1_000;
+
+/// Deletes rows older than `store.retention_days`, now and then every interval.
+async fn retention_job(app: Arc<App>) {
+    let every = Duration::from_secs(app.config.store.retention_interval_s);
+    loop {
+        let _ = run_retention(&app).await;
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// One retention pass; returns how many requests were deleted.
+pub async fn run_retention(app: &Arc<App>) -> Option<usize> {
+    let days = i64::from(app.config.store.retention_days);
+    let cutoff = laptime_store::now_unix_us() - days * 86_400_000_000;
+    let store = app.store.clone();
+    let deleted = tokio::task::spawn_blocking(move || {
+        store.with_conn(|c| {
+            laptime_store::records::delete_older_than_batched(c, cutoff, RETENTION_BATCH)
+        })
+    })
+    .await;
+    match deleted {
+        Ok(Ok(n)) => {
+            if n > 0 {
+                tracing::info!(deleted = n, retention_days = days, "retention pass");
+            }
+            Some(n)
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "retention pass failed");
+            None
+        }
+        Err(_) => None,
     }
 }
 
@@ -169,6 +233,19 @@ pub fn router(app: Arc<App>) -> axum::Router {
         .route(
             "/api/requests/{id}",
             get(|State(app): State<Arc<App>>, h, p| api::one(app, h, p)),
+        )
+        .route(
+            metrics::PATH,
+            get(|State(app): State<Arc<App>>, h| metrics::handler(app, h)),
+        )
+        .route(
+            "/api/usage",
+            get(|State(app): State<Arc<App>>, h, q| api::usage_report(app, h, q)),
+        )
+        .route(
+            "/graphql",
+            get(graphql::graphiql)
+                .post(|State(app): State<Arc<App>>, h, body| graphql::handle(app, h, body)),
         )
         .route(UNAUTHENTICATED[0], get(|| async { "ok" }))
         .route(UNAUTHENTICATED[1], get(readyz))

@@ -1,5 +1,6 @@
 //! Request records and their attempts: one row per request, one row per upstream call.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use laptime_core::timeline::{
@@ -7,8 +8,10 @@ use laptime_core::timeline::{
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
-use rusqlite::{params, Connection, Row};
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
+use crate::rollups::{self, RollupKey};
+use crate::usage::{self, UsageFilter};
 use crate::{Result, StoreError};
 
 fn us(d: Option<Duration>) -> Option<i64> {
@@ -27,12 +30,30 @@ fn untok(v: Option<i64>) -> Option<u64> {
     v.map(|v| v.max(0) as u64)
 }
 
-/// Writes records with their attempts in one transaction.
+/// Writes records with their attempts, and folds them into the per-minute rollups, in one
+/// transaction. A record whose request id is already stored replaces that row (and its attempts);
+/// the rollups it touches are then rebuilt from the rows, since a sketch cannot subtract.
 pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<()> {
-    let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let rebuild = insert_rows(&tx, records)?;
+    let mut delta = rollups::aggregate(records);
+    delta.retain(|k, _| !rebuild.contains(k));
+    rollups::merge_into(&tx, delta)?;
+    rollups::rebuild(&tx, &rebuild)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// Writes the rows of `records` and their attempts (no rollups); returns the rollup keys that
+/// replaced rows touched, which must be rebuilt from the rows.
+pub(crate) fn insert_rows(
+    tx: &Connection,
+    records: &[RequestRecord],
+) -> Result<HashSet<RollupKey>> {
+    let mut rebuild: HashSet<RollupKey> = HashSet::new();
     {
         let mut req = tx.prepare_cached(
-            "INSERT OR REPLACE INTO requests (
+            "INSERT INTO requests (
                 request_id, workspace_id, key_id, created_at_us, model, provider, channel, grp,
                 dialect, stream, status, outcome, timeout_kind, error_class, classification, flags,
                 auth_us, body_read_us, distribution_us, upstream_start_us, upstream_headers_us,
@@ -44,7 +65,8 @@ pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<
                 temperature, top_p, region, trace_id)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
-                ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48)",
+                ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48)
+             ON CONFLICT (request_id) DO NOTHING",
         )?;
         let mut att = tx.prepare_cached(
             "INSERT OR REPLACE INTO attempts (request_id, idx, channel, role, won, status,
@@ -52,59 +74,16 @@ pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )?;
         for r in records {
-            let m = &r.marks;
-            let flags =
-                serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            req.execute(params![
-                r.request_id,
-                r.workspace_id,
-                r.key_id,
-                r.created_at_us,
-                r.model,
-                r.provider,
-                r.channel,
-                r.group,
-                r.dialect.as_str(),
-                r.stream,
-                r.status,
-                r.outcome.as_str(),
-                r.timeout_kind,
-                r.error_class.map(|c| c.as_str()),
-                r.classification,
-                flags,
-                us(m.auth),
-                us(m.body_read),
-                us(m.distribution),
-                us(m.upstream_start),
-                us(m.upstream_headers),
-                us(m.first_byte),
-                us(m.first_event),
-                us(m.first_effective),
-                us(m.first_visible),
-                us(m.last_effective),
-                us(m.upstream_done),
-                us(m.handler_done),
-                tok(r.tokens.input),
-                tok(r.tokens.output),
-                tok(r.tokens.cache_read),
-                tok(r.tokens.cache_write),
-                tok(r.tokens.reasoning),
-                r.event_count,
-                r.text_delta_count,
-                r.channel_inflight,
-                r.hedge.as_str(),
-                r.failover_count,
-                r.cached,
-                tok(r.shape.max_output_tokens),
-                r.shape.reasoning_effort,
-                r.shape.tool_count,
-                r.shape.tool_choice,
-                r.shape.response_format,
-                r.shape.temperature,
-                r.shape.top_p,
-                r.region,
-                r.trace_id,
-            ])?;
+            if insert_row(&mut req, r)? == 0 {
+                // The id is taken: replace the old row, and rebuild both its rollup and ours.
+                rebuild.extend(get_row(tx, &r.request_id)?.as_ref().and_then(RollupKey::of));
+                rebuild.extend(RollupKey::of(r));
+                tx.prepare_cached("DELETE FROM attempts WHERE request_id = ?1")?
+                    .execute([&r.request_id])?;
+                tx.prepare_cached("DELETE FROM requests WHERE request_id = ?1")?
+                    .execute([&r.request_id])?;
+                insert_row(&mut req, r)?;
+            }
             for (i, a) in r.attempts.iter().enumerate() {
                 att.execute(params![
                     r.request_id,
@@ -122,11 +101,74 @@ pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<
             }
         }
     }
-    tx.commit()?;
-    Ok(())
+    Ok(rebuild)
 }
 
-const SELECT: &str = "SELECT request_id, workspace_id, key_id, created_at_us, model, provider,
+/// Inserts one request row unless its id exists; returns the rows inserted (0 or 1).
+fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Result<usize> {
+    let m = &r.marks;
+    let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(stmt.execute(params![
+        r.request_id,
+        r.workspace_id,
+        r.key_id,
+        r.created_at_us,
+        r.model,
+        r.provider,
+        r.channel,
+        r.group,
+        r.dialect.as_str(),
+        r.stream,
+        r.status,
+        r.outcome.as_str(),
+        r.timeout_kind,
+        r.error_class.map(|c| c.as_str()),
+        r.classification,
+        flags,
+        us(m.auth),
+        us(m.body_read),
+        us(m.distribution),
+        us(m.upstream_start),
+        us(m.upstream_headers),
+        us(m.first_byte),
+        us(m.first_event),
+        us(m.first_effective),
+        us(m.first_visible),
+        us(m.last_effective),
+        us(m.upstream_done),
+        us(m.handler_done),
+        tok(r.tokens.input),
+        tok(r.tokens.output),
+        tok(r.tokens.cache_read),
+        tok(r.tokens.cache_write),
+        tok(r.tokens.reasoning),
+        r.event_count,
+        r.text_delta_count,
+        r.channel_inflight,
+        r.hedge.as_str(),
+        r.failover_count,
+        r.cached,
+        tok(r.shape.max_output_tokens),
+        r.shape.reasoning_effort,
+        r.shape.tool_count,
+        r.shape.tool_choice,
+        r.shape.response_format,
+        r.shape.temperature,
+        r.shape.top_p,
+        r.region,
+        r.trace_id,
+    ])?)
+}
+
+/// One stored row by id, in any workspace, without its attempts.
+fn get_row(conn: &Connection, request_id: &str) -> Result<Option<RequestRecord>> {
+    let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE request_id = ?1"))?;
+    Ok(stmt.query_row([request_id], from_row).optional()?)
+}
+
+/// The columns [`from_row`] reads, in its order.
+pub(crate) const SELECT: &str =
+    "SELECT request_id, workspace_id, key_id, created_at_us, model, provider,
     channel, grp, dialect, stream, status, outcome, timeout_kind, error_class, classification,
     flags, auth_us, body_read_us, distribution_us, upstream_start_us, upstream_headers_us,
     first_byte_us, first_event_us, first_effective_us, first_visible_us, last_effective_us,
@@ -143,7 +185,7 @@ fn corrupt(what: &str, v: &str) -> rusqlite::Error {
     )
 }
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
+pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let dialect: String = row.get(8)?;
     let outcome: String = row.get(11)?;
     let error_class: Option<String> = row.get(13)?;
@@ -211,7 +253,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     })
 }
 
-fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Result<()> {
+pub(crate) fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Result<()> {
     let mut stmt = conn.prepare_cached(
         "SELECT channel, role, won, status, error_class, start_us, headers_us, first_byte_us,
             end_us FROM attempts WHERE request_id = ?1 ORDER BY idx",
@@ -239,17 +281,7 @@ fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Result<()> {
 
 /// The newest records of a workspace, newest first.
 pub fn recent(conn: &Connection, workspace_id: &str, limit: u32) -> Result<Vec<RequestRecord>> {
-    let sql = format!(
-        "{SELECT} WHERE workspace_id = ?1 ORDER BY created_at_us DESC, rowid DESC LIMIT ?2"
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut out = stmt
-        .query_map(params![workspace_id, limit], from_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    for r in &mut out {
-        load_attempts(conn, r)?;
-    }
-    Ok(out)
+    usage::recent_filtered(conn, workspace_id, &UsageFilter::default(), None, limit)
 }
 
 /// One record of a workspace; `None` both when it does not exist and when it belongs to another
@@ -272,9 +304,91 @@ pub fn get(
     }
 }
 
-/// Deletes records older than `cutoff_us`; returns how many went.
+/// Deletes records older than `cutoff_us` with their attempts, and the rollups of the minutes
+/// wholly before it; returns how many records went. See [`delete_older_than_batched`].
 pub fn delete_older_than(conn: &Connection, cutoff_us: i64) -> Result<usize> {
-    Ok(conn.execute("DELETE FROM requests WHERE created_at_us < ?1", [cutoff_us])?)
+    delete_older_than_batched(conn, cutoff_us, RETENTION_BATCH)
+}
+
+/// Rows one retention transaction deletes by default.
+pub const RETENTION_BATCH: usize = 1000;
+
+/// Retention that never holds the write lock for long: deletes records older than `cutoff_us`
+/// (with their attempts), then the rollups of every minute that ends at or before the cutoff
+/// (the minute holding the cutoff keeps its rollup), each in transactions of at most `batch`
+/// rows. Between transactions it sleeps as long as the last one took (1–50 ms), so the recorder
+/// gets the lock at least half the time. Blocking: run it on a blocking thread. Returns how many
+/// records were deleted.
+pub fn delete_older_than_batched(conn: &Connection, cutoff_us: i64, batch: usize) -> Result<usize> {
+    let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
+    let mut deleted = 0;
+    loop {
+        let started = tokio::time::Instant::now();
+        let tx = write_transaction(conn)?;
+        let ids: Vec<(i64, String)> = tx
+            .prepare_cached(
+                "SELECT rowid, request_id FROM requests WHERE created_at_us < ?1
+                 ORDER BY created_at_us LIMIT ?2",
+            )?
+            .query_map(params![cutoff_us, batch], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        if ids.is_empty() {
+            break;
+        }
+        {
+            let mut att = tx.prepare_cached("DELETE FROM attempts WHERE request_id = ?1")?;
+            let mut req = tx.prepare_cached("DELETE FROM requests WHERE rowid = ?1")?;
+            for (rowid, id) in &ids {
+                att.execute([id])?;
+                deleted += req.execute([rowid])?;
+            }
+        }
+        tx.commit()?;
+        yield_lock(started);
+    }
+    let minute_cutoff = rollups::floor_minute(cutoff_us);
+    loop {
+        let started = tokio::time::Instant::now();
+        let tx = write_transaction(conn)?;
+        // The minute of the batch-th oldest rollup row: delete through it (whole minutes).
+        let through: Option<i64> = tx
+            .prepare_cached(
+                "SELECT minute_us FROM rollups WHERE minute_us < ?1
+                 ORDER BY minute_us LIMIT 1 OFFSET ?2",
+            )?
+            .query_row(params![minute_cutoff, batch - 1], |r| r.get(0))
+            .optional()?;
+        let n = match through {
+            Some(m) => tx
+                .prepare_cached("DELETE FROM rollups WHERE minute_us <= ?1")?
+                .execute([m])?,
+            None => tx
+                .prepare_cached("DELETE FROM rollups WHERE minute_us < ?1")?
+                .execute([minute_cutoff])?,
+        };
+        tx.commit()?;
+        if n == 0 || through.is_none() {
+            break;
+        }
+        yield_lock(started);
+    }
+    Ok(deleted)
+}
+
+/// A transaction that takes the write lock at once (waiting out the busy timeout for it). A
+/// deferred one that reads first would fail outright when the recorder commits in between, since
+/// SQLite cannot upgrade a stale read snapshot to a write.
+fn write_transaction(conn: &Connection) -> Result<Transaction<'_>> {
+    Ok(Transaction::new_unchecked(
+        conn,
+        TransactionBehavior::Immediate,
+    )?)
+}
+
+/// Sleeps as long as the transaction that started at `started` took, within 1–50 ms.
+fn yield_lock(started: tokio::time::Instant) {
+    let took = started.elapsed();
+    std::thread::sleep(took.clamp(Duration::from_millis(1), Duration::from_millis(50)));
 }
 
 #[cfg(test)]

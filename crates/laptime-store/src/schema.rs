@@ -1,14 +1,34 @@
-//! Versioned migrations. `PRAGMA user_version` is the applied version; each migration runs once,
-//! in a transaction. A column added by a later migration is NULL on older rows, which is exactly
+//! Versioned migrations. `PRAGMA user_version` is the applied version; each migration runs once.
+//! A column added by a later migration is NULL on older rows, which is exactly
 //! "recorded before the field existed".
+//!
+//! A migration may carry Rust code (migration 2 backfills the rollups of existing rows). All
+//! pending migrations run in one transaction: every pending SQL step first, then the Rust steps,
+//! so that Rust code reads rows with today's reader against today's columns.
 
 use rusqlite::Connection;
 
-use crate::Result;
+use crate::{rollups, Result};
 
-const MIGRATIONS: &[&str] = &[
+struct Migration {
+    sql: &'static str,
+    after: Option<fn(&Connection) -> Result<()>>,
+}
+
+const MIGRATIONS: &[Migration] = &[
     // 1: workspaces, tokens, requests, attempts.
-    r#"
+    Migration {
+        sql: V1,
+        after: None,
+    },
+    // 2: per-minute rollups (backfilled from the rows), and the indexes the usage filters use.
+    Migration {
+        sql: V2,
+        after: Some(rollups::backfill),
+    },
+];
+
+const V1: &str = r#"
     CREATE TABLE workspaces (
         id TEXT PRIMARY KEY,
         name TEXT NOT NULL UNIQUE,
@@ -88,20 +108,69 @@ const MIGRATIONS: &[&str] = &[
         end_us INTEGER,
         PRIMARY KEY (request_id, idx)
     );
-    "#,
-];
+"#;
+
+/// Rollups keyed by workspace, minute and every filterable dimension ('' = absent), the encoded
+/// `Rollup` as the value; clustered on the key so that a window is one range scan.
+///
+/// On `requests`: the newest-first scans (`ORDER BY created_at_us DESC, rowid DESC`) walk an
+/// ascending index backwards, which yields exactly that order (the DESC index of v1 made SQLite
+/// sort ties). One index per filter whose values can be rare (model, channel, status, outcome,
+/// classification), so that "the last 50 failed requests" does not scan the workspace.
+/// Provider, group, dialect and stream have few values each and are checked while scanning.
+const V2: &str = r#"
+    CREATE TABLE rollups (
+        workspace_id TEXT NOT NULL,
+        minute_us INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        grp TEXT NOT NULL,
+        dialect TEXT NOT NULL,
+        stream INTEGER NOT NULL,
+        status INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        classification TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (workspace_id, minute_us, model, provider, channel, grp, dialect, stream,
+            status, outcome, classification)
+    ) WITHOUT ROWID;
+    CREATE INDEX rollups_minute ON rollups(minute_us);
+    DROP INDEX requests_workspace_created;
+    CREATE INDEX requests_workspace_created ON requests(workspace_id, created_at_us);
+    CREATE INDEX requests_ws_model ON requests(workspace_id, model, created_at_us);
+    CREATE INDEX requests_ws_channel ON requests(workspace_id, channel, created_at_us);
+    CREATE INDEX requests_ws_status ON requests(workspace_id, status, created_at_us);
+    CREATE INDEX requests_ws_outcome ON requests(workspace_id, outcome, created_at_us);
+    CREATE INDEX requests_ws_classification
+        ON requests(workspace_id, classification, created_at_us);
+"#;
 
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
 pub fn migrate(conn: &mut Connection) -> Result<()> {
+    migrate_to(conn, MIGRATIONS.len())
+}
+
+/// Applies the migrations after the database's version, up to and including `target`.
+fn migrate_to(conn: &mut Connection, target: usize) -> Result<()> {
     let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current.max(0) as usize) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
+    let pending = MIGRATIONS
+        .get(current.max(0) as usize..target.min(MIGRATIONS.len()))
+        .unwrap_or_default();
+    if pending.is_empty() {
+        return Ok(());
     }
+    let tx = conn.transaction()?;
+    for m in pending {
+        tx.execute_batch(m.sql)?;
+    }
+    for after in pending.iter().filter_map(|m| m.after) {
+        after(&tx)?;
+    }
+    tx.pragma_update(None, "user_version", target.min(MIGRATIONS.len()) as i64)?;
+    tx.commit()?;
     Ok(())
 }
 
@@ -119,5 +188,69 @@ mod tests {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
         assert_eq!(v, VERSION);
+    }
+
+    #[test]
+    fn upgrading_a_v1_store_backfills_rollups_and_keeps_absent_marks_absent() {
+        use crate::records::tests::sample;
+        use crate::usage::{usage, UsageFilter};
+        use laptime_core::rollup::{Metric, Rollup};
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("t.db")).unwrap();
+        migrate_to(&mut conn, 1).unwrap();
+        // Rows a v1 gateway wrote: two minutes, two workspaces, one row without a workspace.
+        let mut rows: Vec<_> = (0..6)
+            .map(|i| sample(&format!("r{i}"), "ws", 60_000_000 * (i % 2) + i))
+            .collect();
+        rows[3].outcome = laptime_core::timeline::Outcome::UpstreamError;
+        rows[3].classification = "failed".into();
+        rows.push(sample("other", "ws_b", 5));
+        let mut orphan = sample("orphan", "ws", 7);
+        orphan.workspace_id = None;
+        rows.push(orphan);
+        crate::records::insert_rows(&conn, &rows).unwrap();
+        // A row from before most fields existed: only the columns v1 requires.
+        conn.execute(
+            "INSERT INTO requests (request_id, workspace_id, created_at_us, dialect, stream, status,
+                outcome, classification, flags, event_count, text_delta_count, hedge,
+                failover_count, cached, handler_done_us)
+             VALUES ('bare', 'ws', 10, 'chat', 0, 200, 'completed', 'ok', '[]', 0, 0, 'none', 0,
+                0, 2500)",
+            [],
+        )
+        .unwrap();
+
+        migrate(&mut conn).unwrap();
+        let v: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, VERSION);
+
+        let got = usage(&conn, "ws", 0, 120_000_000, &UsageFilter::default(), &[]).unwrap();
+        let bare = crate::records::get(&conn, "ws", "bare").unwrap().unwrap();
+        let mut want = Rollup::new();
+        for r in rows[..6].iter().chain([&bare]) {
+            want.add(r);
+        }
+        assert!(got.total.agrees_with(&want), "{:?}\n{want:?}", got.total);
+        assert_eq!(got.total.requests, 7);
+        assert_eq!(got.total.errors, 1);
+
+        // The bare row reads back without marks, and the usage API counts it as a null.
+        assert_eq!(bare.marks.upstream_start, None);
+        assert_eq!(bare.marks.first_byte, None);
+        assert_eq!(bare.tokens.output, None);
+        let ttft = got.total.stats(Metric::TtftMs);
+        assert_eq!((ttft.count, ttft.null_count), (6, 1));
+        assert!(
+            ttft.min.is_some_and(|m| m > 0.0),
+            "never a 0 for the absent value"
+        );
+        let lat = got.total.stats(Metric::LatencyMs);
+        assert_eq!((lat.count, lat.null_count, lat.min), (7, 0, Some(2.5)));
+
+        let b = usage(&conn, "ws_b", 0, 120_000_000, &UsageFilter::default(), &[]).unwrap();
+        assert_eq!(b.total.requests, 1);
     }
 }

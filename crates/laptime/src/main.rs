@@ -7,9 +7,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use laptime_core::views::RequestLogView;
 use laptime_proxy::config::Config;
+use laptime_proxy::reports::{RollupOut, UsageReport, WindowInput};
 use laptime_proxy::server::{bind, Gateway};
 use laptime_store::auth::{self, Scope};
-use laptime_store::{records, Store};
+use laptime_store::{records, usage, Store};
 
 #[derive(Parser)]
 #[command(
@@ -59,6 +60,23 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Print the usage rollup of a window as a table (p50/p95/p99 per milestone).
+    Usage {
+        /// The window, e.g. 15m, 1h, 7d.
+        #[arg(long, default_value = "1h")]
+        last: String,
+        /// Group by a dimension: model, provider, channel, group, dialect, stream, status, outcome, classification.
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long, default_value = auth::DEFAULT_WORKSPACE)]
+        workspace: String,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Print the GraphQL schema (SDL) of the usage API.
+    GraphqlSchema,
     /// Validate a config and print the effective configuration (secrets are env names only).
     CheckConfig {
         #[arg(long)]
@@ -229,6 +247,40 @@ fn run(cli: Cli) -> Result<(), String> {
             ));
             Ok(())
         }
+        Command::Usage {
+            last,
+            by,
+            workspace,
+            data_dir,
+            config,
+        } => {
+            let store = open_store(config.as_deref(), data_dir)?;
+            let dims = match by.as_deref() {
+                None => Vec::new(),
+                Some(b) => vec![usage::GroupDim::parse(b)
+                    .ok_or_else(|| format!("--by: {b:?} is not a dimension"))?],
+            };
+            let window = WindowInput {
+                last: Some(last),
+                from: None,
+                to: None,
+            };
+            let (from, to) = window.resolve(laptime_store::now_unix_us())?;
+            let result = store
+                .with_conn(|c| {
+                    let ws = auth::find_workspace(c, &workspace)?.ok_or_else(|| {
+                        laptime_store::StoreError::NotFound(format!("workspace {workspace:?}"))
+                    })?;
+                    usage::usage(c, &ws.id, from, to, &usage::UsageFilter::default(), &dims)
+                })
+                .map_err(|e| e.to_string())?;
+            out(&usage_table(&UsageReport::from(&result)));
+            Ok(())
+        }
+        Command::GraphqlSchema => {
+            out(&laptime_proxy::graphql::sdl());
+            Ok(())
+        }
         Command::CheckConfig { config } => {
             let cfg = load_config(config.as_deref())?;
             cfg.validate(&env).map_err(|e| e.to_string())?;
@@ -273,6 +325,62 @@ fn requests_table(rows: &[RequestLogView]) -> String {
             fmt_ms(t.visible_output_tps),
             r.classification
         ));
+    }
+    s
+}
+
+fn usage_table(u: &UsageReport) -> String {
+    let mut s = format!(
+        "window {} .. {}\n{}\n\n",
+        u.window.from, u.window.to, u.percentile_method
+    );
+    let mut section = |title: &str, r: &RollupOut| {
+        s.push_str(&format!(
+            "{title}: {} requests, {} errors ({}), {} cache hits, {} failovers, tokens in {} out {} (cache read {}, write {})\n",
+            r.request_count,
+            r.error_count,
+            r.error_rate.map(|e| format!("{:.1}%", e * 100.0)).unwrap_or_else(|| "-".into()),
+            r.cache_hit_count,
+            r.failover_total,
+            r.input_tokens,
+            r.output_tokens,
+            r.cache_read_tokens,
+            r.cache_write_tokens
+        ));
+        s.push_str(&format!(
+            "  {:<22} {:>10} {:>10} {:>10} {:>8} {:>6}\n",
+            "metric", "p50", "p95", "p99", "n", "nulls"
+        ));
+        for (name, m) in [
+            ("upstream_headers_ms", &r.upstream_headers_ms),
+            ("first_sse_event_ms", &r.first_sse_event_ms),
+            ("first_response_ms", &r.first_response_ms),
+            ("first_text_delta_ms", &r.first_text_delta_ms),
+            ("upstream_done_ms", &r.upstream_done_ms),
+            ("total_handler_ms", &r.total_handler_ms),
+            ("ttft_ms", &r.ttft_ms),
+            ("upstream_ms", &r.upstream_ms),
+            ("visible_output_tps", &r.visible_output_tps),
+        ] {
+            s.push_str(&format!(
+                "  {:<22} {:>10} {:>10} {:>10} {:>8} {:>6}\n",
+                name,
+                fmt_ms(m.p50),
+                fmt_ms(m.p95),
+                fmt_ms(m.p99),
+                m.count,
+                m.null_count
+            ));
+        }
+    };
+    section("all", &u.rollup);
+    for g in &u.groups {
+        let key: Vec<String> = g
+            .key
+            .iter()
+            .map(|k| format!("{}={}", k.dimension, k.value.as_deref().unwrap_or("-")))
+            .collect();
+        section(&key.join(","), &g.rollup);
     }
     s
 }

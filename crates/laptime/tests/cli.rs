@@ -410,6 +410,28 @@ fn workspace_token_and_requests_commands_work_on_the_store() {
     let (ok, out, _) = run(&["requests", "--workspace", "team", "--data-dir", data]);
     assert!(ok);
     assert!(out.starts_with("request_id"), "{out}");
+    let (ok, out, err) = run(&[
+        "usage",
+        "--last",
+        "1h",
+        "--by",
+        "model",
+        "--workspace",
+        "team",
+        "--data-dir",
+        data,
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("all: 0 requests") && out.contains("nearest-rank"),
+        "{out}"
+    );
+    let (ok, _, err) = run(&["usage", "--last", "soon", "--data-dir", data]);
+    assert!(!ok);
+    assert!(err.contains("window.last"), "{err}");
+    let (ok, out, _) = run(&["graphql-schema"]);
+    assert!(ok);
+    assert!(out.contains("type Query") && out.contains("recentRequests"));
 }
 
 #[test]

@@ -1,0 +1,441 @@
+//! The GraphQL usage API at `/graphql` (GraphiQL on GET): recent requests, one request, usage
+//! rollups with percentiles, and admin mutations for workspaces and tokens.
+//!
+//! Tenant isolation: a `read` token reads only its own workspace, and asking for another
+//! workspace's id answers exactly as for an id that does not exist; `admin` manages and reads all;
+//! `proxy` tokens cannot read. Depth and complexity are limited; every failure is a GraphQL
+//! error, never a panic.
+
+use std::sync::Arc;
+
+use async_graphql::{
+    ComplexObject, Context, EmptySubscription, Enum, Error, Object, Result, Schema, SimpleObject,
+    ID,
+};
+use laptime_store::auth::{self, Principal, Scope};
+use laptime_store::manage;
+use laptime_store::usage::{self, GroupDim, UsageFilter};
+use laptime_store::StoreError;
+
+use crate::reports::{
+    FilterInput, GroupDimension, RequestEvent, RollupOut, UsageGroup, UsageReport, WindowInput,
+    WindowOut,
+};
+use crate::App;
+
+pub type LaptimeSchema = Schema<Query, Mutation, EmptySubscription>;
+
+pub const MAX_DEPTH: usize = 10;
+pub const MAX_COMPLEXITY: usize = 2_000;
+pub const MAX_RECENT: i32 = 500;
+
+/// Builds the schema. The app and the principal are attached to each request, not the schema.
+pub fn schema() -> LaptimeSchema {
+    Schema::build(Query, Mutation, EmptySubscription)
+        .limit_depth(MAX_DEPTH)
+        .limit_complexity(MAX_COMPLEXITY)
+        .finish()
+}
+
+/// The SDL, for `laptime graphql-schema` and the schema snapshot test.
+pub fn sdl() -> String {
+    schema().sdl()
+}
+
+fn app<'a>(ctx: &Context<'a>) -> Result<&'a Arc<App>> {
+    ctx.data::<Arc<App>>()
+}
+
+fn principal<'a>(ctx: &Context<'a>) -> Result<&'a Principal> {
+    ctx.data::<Principal>()
+        .map_err(|_| Error::new("unauthenticated"))
+}
+
+fn not_found() -> Error {
+    Error::new("workspace not found")
+}
+
+fn internal(e: impl std::fmt::Display) -> Error {
+    tracing::error!(error = %e, "usage API store error");
+    Error::new("internal error reading the store")
+}
+
+/// Runs a blocking store call off the async threads; store errors become GraphQL errors
+/// (conflicts and missing names say so, anything else is an internal error).
+async fn blocking<T: Send + 'static>(
+    app: &Arc<App>,
+    f: impl FnOnce(&mut laptime_store::Connection) -> laptime_store::Result<T> + Send + 'static,
+) -> Result<T> {
+    let store = app.store.clone();
+    match tokio::task::spawn_blocking(move || store.with_conn(f)).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e @ (StoreError::Conflict(_) | StoreError::NotFound(_)))) => {
+            Err(Error::new(e.to_string()))
+        }
+        Ok(Err(e)) => Err(internal(e)),
+        Err(e) => Err(internal(e)),
+    }
+}
+
+/// The workspace id a principal may read, given the id (or name) it asked for. Another
+/// workspace's id and an unknown id give the same error.
+async fn readable_workspace(ctx: &Context<'_>, asked: &str) -> Result<String> {
+    let p = principal(ctx)?;
+    if !p.scope.allows(Scope::Read) {
+        return Err(Error::new(format!(
+            "a {} token cannot read usage",
+            p.scope.as_str()
+        )));
+    }
+    if p.scope == Scope::Admin {
+        let app = app(ctx)?;
+        let asked = asked.to_string();
+        return blocking(app, move |c| auth::find_workspace(c, &asked))
+            .await?
+            .map(|w| w.id)
+            .ok_or_else(not_found);
+    }
+    if asked == p.workspace_id || asked == p.workspace_name {
+        Ok(p.workspace_id.clone())
+    } else {
+        Err(not_found())
+    }
+}
+
+fn require_admin(ctx: &Context<'_>) -> Result<()> {
+    let p = principal(ctx)?;
+    if p.scope == Scope::Admin {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "a {} token cannot manage workspaces or tokens",
+            p.scope.as_str()
+        )))
+    }
+}
+
+fn now_us() -> i64 {
+    laptime_store::now_unix_us()
+}
+
+pub struct Query;
+
+#[Object]
+impl Query {
+    /// The newest requests of a workspace, newest first (at most 500).
+    async fn recent_requests(
+        &self,
+        ctx: &Context<'_>,
+        workspace_id: ID,
+        #[graphql(default = 50)] limit: i32,
+    ) -> Result<Vec<RequestEvent>> {
+        if !(1..=MAX_RECENT).contains(&limit) {
+            return Err(Error::new(format!("limit must be from 1 to {MAX_RECENT}")));
+        }
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let rows = blocking(app(ctx)?, move |c| {
+            usage::recent_filtered(c, &ws, &UsageFilter::default(), None, limit as u32)
+        })
+        .await?;
+        Ok(rows.iter().map(RequestEvent::from).collect())
+    }
+
+    /// One request of a workspace; null when there is none.
+    async fn request(
+        &self,
+        ctx: &Context<'_>,
+        workspace_id: ID,
+        request_id: ID,
+    ) -> Result<Option<RequestEvent>> {
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let id = request_id.to_string();
+        let row = blocking(app(ctx)?, move |c| laptime_store::records::get(c, &ws, &id)).await?;
+        Ok(row.as_ref().map(RequestEvent::from))
+    }
+
+    /// Usage over a window: the rollup, one per group, and the recent events.
+    async fn usage(
+        &self,
+        ctx: &Context<'_>,
+        workspace_id: ID,
+        window: Option<WindowInput>,
+        filter: Option<FilterInput>,
+        group_by: Option<Vec<GroupDimension>>,
+    ) -> Result<Usage> {
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let (from, to) = window
+            .unwrap_or_default()
+            .resolve(now_us())
+            .map_err(Error::new)?;
+        let filter: UsageFilter = filter.unwrap_or_default().into();
+        let dims: Vec<GroupDim> = group_by
+            .unwrap_or_default()
+            .into_iter()
+            .map(GroupDim::from)
+            .collect();
+        let (ws2, filter2) = (ws.clone(), filter.clone());
+        let result = blocking(app(ctx)?, move |c| {
+            usage::usage(c, &ws2, from, to, &filter2, &dims)
+        })
+        .await?;
+        let report = UsageReport::from(&result);
+        Ok(Usage {
+            window: report.window,
+            percentile_method: report.percentile_method,
+            relative_error: report.relative_error,
+            rollup: report.rollup,
+            groups: report.groups,
+            workspace_id: ws,
+            filter,
+            range: (result.window.from_us, result.window.to_us),
+        })
+    }
+
+    /// Workspaces this token can see: all for admin, its own otherwise.
+    async fn workspaces(&self, ctx: &Context<'_>) -> Result<Vec<WorkspaceOut>> {
+        let p = principal(ctx)?.clone();
+        if p.scope != Scope::Admin {
+            return Ok(vec![WorkspaceOut {
+                id: ID(p.workspace_id),
+                name: p.workspace_name,
+            }]);
+        }
+        let all = blocking(app(ctx)?, |c| manage::list_workspaces(c)).await?;
+        Ok(all
+            .into_iter()
+            .map(|w| WorkspaceOut {
+                id: ID(w.id),
+                name: w.name,
+            })
+            .collect())
+    }
+
+    /// The tokens of a workspace (admin only); never the token values.
+    async fn tokens(&self, ctx: &Context<'_>, workspace_id: ID) -> Result<Vec<TokenOut>> {
+        require_admin(ctx)?;
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let rows = blocking(app(ctx)?, move |c| manage::list_tokens(c, &ws)).await?;
+        Ok(rows.into_iter().map(TokenOut::from).collect())
+    }
+
+    /// Who the presented token is.
+    async fn me(&self, ctx: &Context<'_>) -> Result<Me> {
+        let p = principal(ctx)?;
+        Ok(Me {
+            workspace_id: ID(p.workspace_id.clone()),
+            workspace_name: p.workspace_name.clone(),
+            key_id: ID(p.key_id.clone()),
+            scope: p.scope.into(),
+        })
+    }
+}
+
+/// A usage answer.
+#[derive(SimpleObject)]
+#[graphql(complex)]
+pub struct Usage {
+    /// The window actually used (whole minutes).
+    pub window: WindowOut,
+    pub percentile_method: String,
+    pub relative_error: f64,
+    pub rollup: RollupOut,
+    pub groups: Vec<UsageGroup>,
+    #[graphql(skip)]
+    workspace_id: String,
+    #[graphql(skip)]
+    filter: UsageFilter,
+    #[graphql(skip)]
+    range: (i64, i64),
+}
+
+#[ComplexObject]
+impl Usage {
+    /// The newest requests in the window that match the filter.
+    async fn recent(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 20)] limit: i32,
+    ) -> Result<Vec<RequestEvent>> {
+        if !(1..=MAX_RECENT).contains(&limit) {
+            return Err(Error::new(format!("limit must be from 1 to {MAX_RECENT}")));
+        }
+        let (ws, filter, range) = (self.workspace_id.clone(), self.filter.clone(), self.range);
+        let rows = blocking(app(ctx)?, move |c| {
+            usage::recent_filtered(c, &ws, &filter, Some(range), limit as u32)
+        })
+        .await?;
+        Ok(rows.iter().map(RequestEvent::from).collect())
+    }
+}
+
+#[derive(SimpleObject)]
+#[graphql(name = "Workspace")]
+pub struct WorkspaceOut {
+    pub id: ID,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+#[graphql(name = "Scope")]
+pub enum ScopeOut {
+    Proxy,
+    Read,
+    Admin,
+}
+
+impl From<Scope> for ScopeOut {
+    fn from(s: Scope) -> Self {
+        match s {
+            Scope::Proxy => ScopeOut::Proxy,
+            Scope::Read => ScopeOut::Read,
+            Scope::Admin => ScopeOut::Admin,
+        }
+    }
+}
+
+impl From<ScopeOut> for Scope {
+    fn from(s: ScopeOut) -> Self {
+        match s {
+            ScopeOut::Proxy => Scope::Proxy,
+            ScopeOut::Read => Scope::Read,
+            ScopeOut::Admin => Scope::Admin,
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+#[graphql(name = "Token")]
+pub struct TokenOut {
+    pub key_id: ID,
+    pub workspace_id: ID,
+    pub scope: ScopeOut,
+    pub created_at: String,
+    pub revoked_at: Option<String>,
+}
+
+impl From<manage::TokenInfo> for TokenOut {
+    fn from(t: manage::TokenInfo) -> Self {
+        TokenOut {
+            key_id: ID(t.key_id),
+            workspace_id: ID(t.workspace_id),
+            scope: t.scope.into(),
+            created_at: laptime_core::views::rfc3339(t.created_at_us),
+            revoked_at: t.revoked_at_us.map(laptime_core::views::rfc3339),
+        }
+    }
+}
+
+/// A new token: the only time its value is shown.
+#[derive(SimpleObject)]
+pub struct NewToken {
+    pub key_id: ID,
+    pub workspace_id: ID,
+    pub scope: ScopeOut,
+    pub token: String,
+}
+
+#[derive(SimpleObject)]
+pub struct Me {
+    pub workspace_id: ID,
+    pub workspace_name: String,
+    pub key_id: ID,
+    pub scope: ScopeOut,
+}
+
+pub struct Mutation;
+
+#[Object]
+impl Mutation {
+    /// Creates a workspace (admin).
+    async fn create_workspace(&self, ctx: &Context<'_>, name: String) -> Result<WorkspaceOut> {
+        require_admin(ctx)?;
+        let ws = blocking(app(ctx)?, move |c| auth::create_workspace(c, &name)).await?;
+        Ok(WorkspaceOut {
+            id: ID(ws.id),
+            name: ws.name,
+        })
+    }
+
+    /// Creates a token in a workspace (admin); its value is returned once.
+    async fn create_token(
+        &self,
+        ctx: &Context<'_>,
+        workspace_id: ID,
+        scope: ScopeOut,
+    ) -> Result<NewToken> {
+        require_admin(ctx)?;
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let t = blocking(app(ctx)?, move |c| auth::create_token(c, &ws, scope.into())).await?;
+        Ok(NewToken {
+            key_id: ID(t.key_id),
+            workspace_id: ID(t.workspace.id),
+            scope: t.scope.into(),
+            token: t.token,
+        })
+    }
+
+    /// Revokes a token (admin). It stops working on the next request.
+    async fn revoke_token(&self, ctx: &Context<'_>, workspace_id: ID, key_id: ID) -> Result<bool> {
+        require_admin(ctx)?;
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let key = key_id.to_string();
+        let app = app(ctx)?;
+        let revoked = blocking(app, move |c| manage::revoke_token(c, &ws, &key)).await?;
+        if !revoked {
+            return Err(Error::new("token not found"));
+        }
+        app.auth.forget_cached();
+        Ok(true)
+    }
+}
+
+// === HTTP ===
+
+/// `POST /graphql`: authenticates the bearer token, then runs the query as that principal.
+pub async fn handle(
+    app: Arc<App>,
+    headers: http::HeaderMap,
+    body: bytes::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let errors = |status: http::StatusCode, message: &str| {
+        (
+            status,
+            axum::Json(serde_json::json!({"errors": [{"message": message}]})),
+        )
+            .into_response()
+    };
+    let principal = match app.auth.authenticate(&headers).await {
+        Ok(p) => p,
+        Err(crate::auth::AuthFailure::Unavailable) => {
+            return errors(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "credentials could not be checked",
+            )
+        }
+        Err(_) => return errors(http::StatusCode::UNAUTHORIZED, "missing or invalid token"),
+    };
+    let request: async_graphql::Request = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return errors(
+                http::StatusCode::BAD_REQUEST,
+                &format!("not a GraphQL request: {e}"),
+            )
+        }
+    };
+    let response = app
+        .graphql
+        .execute(request.data(app.clone()).data(principal))
+        .await;
+    axum::Json(response).into_response()
+}
+
+/// `GET /graphql`: the GraphiQL page (static; it holds no data and queries with the user's token).
+pub async fn graphiql() -> axum::response::Html<String> {
+    axum::response::Html(
+        async_graphql::http::GraphiQLSource::build()
+            .endpoint("/graphql")
+            .finish(),
+    )
+}

@@ -1,0 +1,526 @@
+//! The read-back shapes shared by the GraphQL API (camelCase) and REST (snake_case): each struct
+//! derives both, so the two cannot drift apart. Also the window and filter parsing both use.
+
+use async_graphql::{Enum, InputObject, SimpleObject, ID};
+use laptime_core::rollup::{Metric, MetricStats, Rollup, RELATIVE_ERROR};
+use laptime_core::timeline::RequestRecord;
+use laptime_core::views::{latency_ms, rfc3339, ttft_ms, upstream_ms, AttemptView, TimingView};
+use laptime_store::usage::{GroupDim, UsageFilter, UsageResult};
+use serde::{Deserialize, Serialize};
+
+/// How percentiles are computed, as every usage answer states it.
+pub fn percentile_method() -> String {
+    format!(
+        "nearest-rank over a log-bucketed sketch merged from per-minute rollups; each percentile is within {}% (relative) of the exact nearest-rank value; nulls are left out and counted in nullCount",
+        RELATIVE_ERROR * 100.0
+    )
+}
+
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+#[graphql(name = "MetricStats")]
+pub struct MetricStatsOut {
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+    /// Requests that had this value.
+    pub count: u64,
+    /// Requests without it (left out of the percentiles).
+    pub null_count: u64,
+}
+
+impl From<MetricStats> for MetricStatsOut {
+    fn from(s: MetricStats) -> Self {
+        MetricStatsOut {
+            p50: s.p50,
+            p95: s.p95,
+            p99: s.p99,
+            min: s.min,
+            max: s.max,
+            mean: s.mean,
+            count: s.count,
+            null_count: s.null_count,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+pub struct ClassificationCount {
+    pub classification: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+#[graphql(name = "Rollup")]
+pub struct RollupOut {
+    pub request_count: u64,
+    /// Requests whose outcome was not a success (failures are never dropped from the counts).
+    pub error_count: u64,
+    pub error_rate: Option<f64>,
+    pub cache_hit_count: u64,
+    pub failover_total: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub classifications: Vec<ClassificationCount>,
+    pub latency_ms: MetricStatsOut,
+    pub ttft_ms: MetricStatsOut,
+    pub upstream_ms: MetricStatsOut,
+    pub auth_ms: MetricStatsOut,
+    pub distribution_ms: MetricStatsOut,
+    pub body_read_ms: MetricStatsOut,
+    pub upstream_headers_ms: MetricStatsOut,
+    pub first_sse_event_ms: MetricStatsOut,
+    pub first_response_ms: MetricStatsOut,
+    pub first_text_delta_ms: MetricStatsOut,
+    pub upstream_done_ms: MetricStatsOut,
+    pub total_handler_ms: MetricStatsOut,
+    pub visible_output_tps: MetricStatsOut,
+}
+
+impl From<&Rollup> for RollupOut {
+    fn from(r: &Rollup) -> Self {
+        let s = |m: Metric| MetricStatsOut::from(r.stats(m));
+        RollupOut {
+            request_count: r.requests,
+            error_count: r.errors,
+            error_rate: r.error_rate(),
+            cache_hit_count: r.cache_hits,
+            failover_total: r.failovers,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            cache_read_tokens: r.cache_read_tokens,
+            cache_write_tokens: r.cache_write_tokens,
+            reasoning_tokens: r.reasoning_tokens,
+            classifications: r
+                .classifications
+                .iter()
+                .map(|(c, n)| ClassificationCount {
+                    classification: c.clone(),
+                    count: *n,
+                })
+                .collect(),
+            latency_ms: s(Metric::LatencyMs),
+            ttft_ms: s(Metric::TtftMs),
+            upstream_ms: s(Metric::UpstreamMs),
+            auth_ms: s(Metric::AuthMs),
+            distribution_ms: s(Metric::DistributionMs),
+            body_read_ms: s(Metric::BodyReadMs),
+            upstream_headers_ms: s(Metric::UpstreamHeadersMs),
+            first_sse_event_ms: s(Metric::FirstSseEventMs),
+            first_response_ms: s(Metric::FirstResponseMs),
+            first_text_delta_ms: s(Metric::FirstTextDeltaMs),
+            upstream_done_ms: s(Metric::UpstreamDoneMs),
+            total_handler_ms: s(Metric::TotalHandlerMs),
+            visible_output_tps: s(Metric::VisibleOutputTps),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+pub struct GroupKey {
+    pub dimension: String,
+    pub value: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+pub struct UsageGroup {
+    pub key: Vec<GroupKey>,
+    pub rollup: RollupOut,
+}
+
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+#[graphql(name = "Window")]
+pub struct WindowOut {
+    /// RFC 3339, inclusive.
+    pub from: String,
+    /// RFC 3339, exclusive.
+    pub to: String,
+}
+
+/// A usage answer without its `recent` events (resolved separately).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageReport {
+    pub window: WindowOut,
+    pub percentile_method: String,
+    pub relative_error: f64,
+    pub rollup: RollupOut,
+    pub groups: Vec<UsageGroup>,
+}
+
+impl From<&UsageResult> for UsageReport {
+    fn from(u: &UsageResult) -> Self {
+        UsageReport {
+            window: WindowOut {
+                from: rfc3339(u.window.from_us),
+                to: rfc3339(u.window.to_us),
+            },
+            percentile_method: percentile_method(),
+            relative_error: RELATIVE_ERROR,
+            rollup: RollupOut::from(&u.total),
+            groups: u
+                .groups
+                .iter()
+                .map(|(key, r)| UsageGroup {
+                    key: key
+                        .iter()
+                        .map(|(d, v)| GroupKey {
+                            dimension: d.as_str().to_string(),
+                            value: v.clone(),
+                        })
+                        .collect(),
+                    rollup: RollupOut::from(r),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, SimpleObject)]
+#[graphql(name = "Timing")]
+pub struct TimingOut {
+    pub auth_ms: Option<f64>,
+    pub distribution_ms: Option<f64>,
+    pub body_read_ms: Option<f64>,
+    pub upstream_headers_ms: Option<f64>,
+    pub first_sse_event_ms: Option<f64>,
+    pub first_response_ms: Option<f64>,
+    pub first_text_delta_ms: Option<f64>,
+    pub upstream_done_ms: Option<f64>,
+    pub total_handler_ms: Option<f64>,
+    pub visible_output_tps: Option<f64>,
+}
+
+impl From<TimingView> for TimingOut {
+    fn from(t: TimingView) -> Self {
+        TimingOut {
+            auth_ms: t.auth_ms,
+            distribution_ms: t.distribution_ms,
+            body_read_ms: t.body_read_ms,
+            upstream_headers_ms: t.upstream_headers_ms,
+            first_sse_event_ms: t.first_sse_event_ms,
+            first_response_ms: t.first_response_ms,
+            first_text_delta_ms: t.first_text_delta_ms,
+            upstream_done_ms: t.upstream_done_ms,
+            total_handler_ms: t.total_handler_ms,
+            visible_output_tps: t.visible_output_tps,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, SimpleObject)]
+#[graphql(name = "Attempt")]
+pub struct AttemptOut {
+    pub channel: String,
+    pub role: String,
+    pub won: bool,
+    pub status: Option<u16>,
+    pub error_class: Option<String>,
+    pub start_ms: Option<f64>,
+    pub headers_ms: Option<f64>,
+    pub first_byte_ms: Option<f64>,
+    pub end_ms: Option<f64>,
+}
+
+impl From<AttemptView> for AttemptOut {
+    fn from(a: AttemptView) -> Self {
+        AttemptOut {
+            channel: a.channel,
+            role: a.role,
+            won: a.won,
+            status: a.status,
+            error_class: a.error_class.map(str::to_string),
+            start_ms: a.start_ms,
+            headers_ms: a.headers_ms,
+            first_byte_ms: a.first_byte_ms,
+            end_ms: a.end_ms,
+        }
+    }
+}
+
+/// One request in the usage API's vocabulary.
+#[derive(Debug, Clone, PartialEq, SimpleObject)]
+pub struct RequestEvent {
+    pub request_id: ID,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub channel: Option<String>,
+    pub group: Option<String>,
+    pub dialect: String,
+    pub stream: bool,
+    pub status: u16,
+    pub outcome: String,
+    pub error_class: Option<String>,
+    pub classification: String,
+    pub flags: Vec<String>,
+    /// t0 as RFC 3339.
+    pub ts: String,
+    /// t7 − t0; always present.
+    pub latency_ms: f64,
+    /// First response byte of the winning attempt, from its dispatch.
+    pub ttft_ms: Option<f64>,
+    /// Upstream done, from the winning attempt's dispatch.
+    pub upstream_ms: Option<f64>,
+    pub cache_read_tokens: Option<u64>,
+    pub cache_write_tokens: Option<u64>,
+    pub failover_count: u32,
+    pub cached: bool,
+    pub hedge: String,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub reasoning_tokens: Option<u64>,
+    pub event_count: u32,
+    pub text_delta_count: u32,
+    pub channel_inflight: Option<u32>,
+    pub timing: TimingOut,
+    pub attempts: Vec<AttemptOut>,
+}
+
+impl From<&RequestRecord> for RequestEvent {
+    fn from(r: &RequestRecord) -> Self {
+        RequestEvent {
+            request_id: ID(r.request_id.clone()),
+            model: r.model.clone(),
+            provider: r.provider.clone(),
+            channel: r.channel.clone(),
+            group: r.group.clone(),
+            dialect: r.dialect.as_str().to_string(),
+            stream: r.stream,
+            status: r.status,
+            outcome: r.outcome.as_str().to_string(),
+            error_class: r.error_class.map(|c| c.as_str().to_string()),
+            classification: r.classification.clone(),
+            flags: r.flags.clone(),
+            ts: rfc3339(r.created_at_us),
+            latency_ms: latency_ms(&r.marks),
+            ttft_ms: ttft_ms(&r.marks),
+            upstream_ms: upstream_ms(&r.marks),
+            cache_read_tokens: r.tokens.cache_read,
+            cache_write_tokens: r.tokens.cache_write,
+            failover_count: r.failover_count,
+            cached: r.cached,
+            hedge: r.hedge.as_str().to_string(),
+            input_tokens: r.tokens.input,
+            output_tokens: r.tokens.output,
+            reasoning_tokens: r.tokens.reasoning,
+            event_count: r.event_count,
+            text_delta_count: r.text_delta_count,
+            channel_inflight: r.channel_inflight,
+            timing: TimingOut::from(TimingView::new(&r.marks, &r.tokens)),
+            attempts: r
+                .attempts
+                .iter()
+                .map(|a| AttemptOut::from(AttemptView::new(a)))
+                .collect(),
+        }
+    }
+}
+
+/// A window: `last` ("90s", "15m", "1h", "7d") or `from`/`to` (RFC 3339). Default: last 1 h.
+#[derive(Debug, Clone, Default, PartialEq, Eq, InputObject, Deserialize)]
+#[graphql(name = "WindowInput")]
+pub struct WindowInput {
+    pub last: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+/// The longest window a query may span.
+const MAX_WINDOW_US: i64 = 400 * 24 * 3600 * 1_000_000;
+
+fn parse_rfc3339(s: &str, what: &str) -> Result<i64, String> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("window.{what}: {s:?} is not an RFC 3339 time ({e})"))?;
+    i64::try_from(t.unix_timestamp_nanos() / 1000)
+        .map_err(|_| format!("window.{what}: out of range"))
+}
+
+fn parse_last(s: &str) -> Result<i64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: i64 = n
+        .parse()
+        .map_err(|_| format!("window.last: {s:?} is not like 15m, 1h or 7d"))?;
+    let unit_us: i64 = match unit.trim() {
+        "s" => 1_000_000,
+        "m" => 60_000_000,
+        "h" => 3_600_000_000,
+        "d" => 86_400_000_000,
+        _ => return Err(format!("window.last: {s:?} needs a unit s, m, h or d")),
+    };
+    n.checked_mul(unit_us)
+        .filter(|v| *v > 0)
+        .ok_or_else(|| format!("window.last: {s:?} is out of range"))
+}
+
+impl WindowInput {
+    /// (from, to) in unix microseconds.
+    pub fn resolve(&self, now_us: i64) -> Result<(i64, i64), String> {
+        let (from, to) = match (&self.last, &self.from, &self.to) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+                return Err("window: give either last or from/to, not both".into())
+            }
+            (Some(last), None, None) => (now_us - parse_last(last)?, now_us),
+            (None, Some(f), to) => {
+                let to = match to {
+                    Some(t) => parse_rfc3339(t, "to")?,
+                    None => now_us,
+                };
+                (parse_rfc3339(f, "from")?, to)
+            }
+            (None, None, Some(_)) => return Err("window: to needs from".into()),
+            (None, None, None) => (now_us - 3_600_000_000, now_us),
+        };
+        if from >= to {
+            return Err("window: from must be before to".into());
+        }
+        if to - from > MAX_WINDOW_US {
+            return Err("window: at most 400 days".into());
+        }
+        Ok((from, to))
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, InputObject, Deserialize)]
+#[graphql(name = "UsageFilterInput")]
+pub struct FilterInput {
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub channel: Option<String>,
+    pub group: Option<String>,
+    pub dialect: Option<String>,
+    pub stream: Option<bool>,
+    pub status: Option<u16>,
+    pub outcome: Option<String>,
+    pub classification: Option<String>,
+}
+
+impl From<FilterInput> for UsageFilter {
+    fn from(f: FilterInput) -> Self {
+        UsageFilter {
+            model: f.model,
+            provider: f.provider,
+            channel: f.channel,
+            group: f.group,
+            dialect: f.dialect,
+            stream: f.stream,
+            status: f.status,
+            outcome: f.outcome,
+            classification: f.classification,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum GroupDimension {
+    Model,
+    Provider,
+    Channel,
+    Group,
+    Dialect,
+    Stream,
+    Status,
+    Outcome,
+    Classification,
+}
+
+impl From<GroupDimension> for GroupDim {
+    fn from(d: GroupDimension) -> Self {
+        match d {
+            GroupDimension::Model => GroupDim::Model,
+            GroupDimension::Provider => GroupDim::Provider,
+            GroupDimension::Channel => GroupDim::Channel,
+            GroupDimension::Group => GroupDim::Group,
+            GroupDimension::Dialect => GroupDim::Dialect,
+            GroupDimension::Stream => GroupDim::Stream,
+            GroupDimension::Status => GroupDim::Status,
+            GroupDimension::Outcome => GroupDim::Outcome,
+            GroupDimension::Classification => GroupDim::Classification,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_700_000_000_000_000;
+
+    #[test]
+    fn windows_resolve_from_last_or_from_to() {
+        let w = WindowInput {
+            last: Some("15m".into()),
+            ..Default::default()
+        };
+        assert_eq!(w.resolve(NOW), Ok((NOW - 900_000_000, NOW)));
+        assert_eq!(
+            WindowInput::default().resolve(NOW),
+            Ok((NOW - 3_600_000_000, NOW))
+        );
+        let w = WindowInput {
+            from: Some("2023-11-14T22:00:00Z".into()),
+            to: Some("2023-11-14T23:00:00Z".into()),
+            ..Default::default()
+        };
+        let (f, t) = w.resolve(NOW).unwrap();
+        assert_eq!(t - f, 3_600_000_000);
+    }
+
+    #[test]
+    fn bad_windows_say_what_is_wrong() {
+        for (w, needle) in [
+            (
+                WindowInput {
+                    last: Some("15".into()),
+                    ..Default::default()
+                },
+                "unit",
+            ),
+            (
+                WindowInput {
+                    last: Some("x1h".into()),
+                    ..Default::default()
+                },
+                "not like",
+            ),
+            (
+                WindowInput {
+                    last: Some("1h".into()),
+                    from: Some("x".into()),
+                    ..Default::default()
+                },
+                "either",
+            ),
+            (
+                WindowInput {
+                    from: Some("yesterday".into()),
+                    ..Default::default()
+                },
+                "RFC 3339",
+            ),
+            (
+                WindowInput {
+                    last: Some("500d".into()),
+                    ..Default::default()
+                },
+                "400 days",
+            ),
+            (
+                WindowInput {
+                    from: Some("2023-11-14T23:00:00Z".into()),
+                    to: Some("2023-11-14T22:00:00Z".into()),
+                    ..Default::default()
+                },
+                "before",
+            ),
+        ] {
+            let e = w.resolve(NOW).unwrap_err();
+            assert!(e.contains(needle), "{e}");
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! Load and time the usage API's data side on a fresh SQLite store.
+//!
+//! Run: `cargo run --release -p laptime-store --example usage_load -- --rows 1000000`
+//! (options: `--rows N`, `--queue N` recorder queue capacity, default 10,000 as in the gateway's
+//! config; `--runs N` timed runs per query, default 5; `--keep DIR` writes the store under DIR
+//! instead of a temp dir that is removed at the end; `--skip-load` with `--keep` only times the
+//! queries on a store loaded before).
+//!
+//! 1. Pushes N synthetic records, spread evenly over the last 24 h in time order, through the
+//!    real `Recorder` as fast as it accepts them. A full queue is waited out and retried (never
+//!    dropped); how often it was full is reported, and drops must be zero.
+//! 2. Times, as the median of the runs: `usage` over the last 24 h (ungrouped, grouped by model,
+//!    filtered by model), `usage` over the last 1 h, and `recent_filtered` (limit 50) without and
+//!    with a filter on a rare outcome.
+//!
+//! The records are realistic in shape: eight models over two providers with skewed traffic, two
+//! channels per provider, three dialects, streamed and not, log-normal latencies with heavy
+//! tails, token counts, failures of each kind (~6 %), cache hits (~1 %), failovers, and marks
+//! absent where the outcome says so. Classifications come from the real slow-request classifier.
+
+#![expect(
+    clippy::print_stdout,
+    reason = "a load tool reports its figures on stdout"
+)]
+
+use std::error::Error;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use laptime_core::slow::{classify, Thresholds};
+use laptime_core::timeline::{
+    Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+};
+use laptime_core::usage::Tokens;
+use laptime_core::Dialect;
+use laptime_store::recorder::Recorder;
+use laptime_store::usage::{recent_filtered, usage, GroupDim, UsageFilter};
+use laptime_store::{now_unix_us, Store};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+const HOUR_US: i64 = 3_600_000_000;
+const DAY_US: i64 = 24 * HOUR_US;
+
+struct Args {
+    rows: u64,
+    queue: usize,
+    runs: usize,
+    keep: Option<PathBuf>,
+    skip_load: bool,
+}
+
+fn args() -> Result<Args, Box<dyn Error>> {
+    let mut a = Args {
+        rows: 1_000_000,
+        queue: 10_000,
+        runs: 5,
+        keep: None,
+        skip_load: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--rows" => a.rows = value()?.parse()?,
+            "--queue" => a.queue = value()?.parse()?,
+            "--runs" => a.runs = value()?.parse::<usize>()?.max(1),
+            "--keep" => a.keep = Some(value()?.into()),
+            "--skip-load" => a.skip_load = true,
+            other => return Err(format!("unknown option {other}").into()),
+        }
+    }
+    Ok(a)
+}
+
+// === synthetic records ===
+
+/// (model, provider, share of traffic, median ms to first byte, median output tokens/s)
+const MODELS: [(&str, &str, f64, f64, f64); 8] = [
+    ("gpt-4o-mini", "openai", 0.28, 350.0, 90.0),
+    ("gpt-4o", "openai", 0.20, 550.0, 60.0),
+    ("claude-sonnet-4", "anthropic", 0.18, 900.0, 55.0),
+    ("claude-haiku-3.5", "anthropic", 0.10, 450.0, 110.0),
+    ("o3-mini", "openai", 0.08, 2_500.0, 120.0),
+    ("gpt-4.1", "openai", 0.07, 600.0, 70.0),
+    ("claude-opus-4", "anthropic", 0.05, 1_600.0, 35.0),
+    ("gpt-4.1-nano", "openai", 0.04, 250.0, 150.0),
+];
+
+struct Synth {
+    rng: StdRng,
+    thresholds: Thresholds,
+}
+
+impl Synth {
+    fn pick<T: Copy>(&mut self, items: &[(T, f64)]) -> T {
+        let mut x = self.rng.gen::<f64>();
+        for (item, w) in items {
+            if x < *w {
+                return *item;
+            }
+            x -= w;
+        }
+        items[items.len() - 1].0
+    }
+
+    /// Log-normal with the given median and shape σ (Box–Muller).
+    fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
+        let u1: f64 = self.rng.gen_range(f64::EPSILON..1.0);
+        let u2: f64 = self.rng.gen();
+        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        median * (sigma * z).exp()
+    }
+
+    fn record(&mut self, ws: &str, created_at_us: i64) -> RequestRecord {
+        let weights: Vec<(usize, f64)> = MODELS.iter().enumerate().map(|(i, m)| (i, m.2)).collect();
+        let (model, provider, _, ttfb_median, tps_median) = MODELS[self.pick(&weights)];
+        let anthropic = provider == "anthropic";
+        let dialect = if anthropic {
+            Dialect::Messages
+        } else {
+            self.pick(&[(Dialect::Chat, 0.7), (Dialect::Responses, 0.3)])
+        };
+        let channel = format!(
+            "{provider}-{}",
+            self.pick(&[("primary", 0.9), ("backup", 0.1)])
+        );
+        let group = self.pick(&[(Some("default"), 0.8), (Some("batch"), 0.15), (None, 0.05)]);
+        let stream = self.rng.gen_bool(0.75);
+        let outcome = self.pick(&[
+            (Outcome::Completed, 0.90),
+            (Outcome::Incomplete, 0.02),
+            (Outcome::UpstreamError, 0.03),
+            (Outcome::UpstreamClosedEarly, 0.01),
+            (Outcome::ClientCancelled, 0.015),
+            (Outcome::Timeout, 0.005),
+            (Outcome::Rejected, 0.01),
+            (Outcome::CacheHit, 0.01),
+        ]);
+
+        let us = |ms: f64| Some(Duration::from_micros((ms.max(0.0) * 1000.0) as u64));
+        let auth = self.lognormal(0.08, 0.5);
+        let body = self.lognormal(0.05, 1.0);
+        let dist = self.lognormal(0.02, 0.5);
+        let t1 = auth + body + dist + self.lognormal(0.1, 0.3);
+        let failover =
+            outcome != Outcome::Rejected && outcome != Outcome::CacheHit && self.rng.gen_bool(0.03);
+        let t1 = if failover {
+            t1 + self.lognormal(300.0, 0.8)
+        } else {
+            t1
+        };
+        let headers = self.lognormal(ttfb_median * 0.8, 0.6);
+        let first_byte = headers + self.lognormal(ttfb_median * 0.2, 0.5);
+        let output = self.lognormal(300.0, 1.0).round().max(1.0) as u64;
+        let tps = self.lognormal(tps_median, 0.35);
+        let decode = output as f64 / tps * 1000.0;
+        let reasoning = model
+            .starts_with("o3")
+            .then_some((output as f64 * 2.5) as u64);
+        let tool_only = self.rng.gen_bool(0.08);
+
+        let mut marks = Marks {
+            auth: us(auth),
+            body_read: us(body),
+            distribution: us(dist),
+            upstream_start: us(t1),
+            upstream_headers: us(t1 + headers),
+            first_byte: us(t1 + first_byte),
+            first_event: us(t1 + first_byte + 0.3),
+            first_effective: us(t1 + first_byte + 1.0),
+            first_visible: (!tool_only).then(|| us(t1 + first_byte + 1.2)).flatten(),
+            last_effective: us(t1 + first_byte + decode),
+            upstream_done: us(t1 + first_byte + decode + 2.0),
+            handler_done: us(t1 + first_byte + decode + 2.4),
+        };
+        let mut tokens = Tokens {
+            input: Some(self.lognormal(1_500.0, 1.2).round() as u64),
+            output: Some(output),
+            cache_read: self
+                .rng
+                .gen_bool(0.4)
+                .then(|| self.rng.gen_range(256..4_096)),
+            cache_write: (anthropic && self.rng.gen_bool(0.1))
+                .then(|| self.rng.gen_range(0..2_048)),
+            reasoning,
+        };
+        let mut status = 200;
+        let mut error_class = None;
+        let mut timeout_kind = None;
+        let mut attempts_ok = true;
+        match outcome {
+            Outcome::Completed | Outcome::Incomplete => {}
+            Outcome::UpstreamError => {
+                let (s, class) = self.pick(&[
+                    ((429, ErrorClass::RateLimited), 0.5),
+                    ((500, ErrorClass::UpstreamStatus5xx), 0.2),
+                    ((502, ErrorClass::UpstreamStatus5xx), 0.2),
+                    ((503, ErrorClass::UpstreamStatus5xx), 0.1),
+                ]);
+                status = s;
+                error_class = Some(class);
+                attempts_ok = false;
+                marks.first_byte = None;
+                marks.first_event = None;
+                marks.first_effective = None;
+                marks.first_visible = None;
+                marks.last_effective = None;
+                marks.upstream_done = us(t1 + headers);
+                marks.handler_done = us(t1 + headers + 0.5);
+                tokens = Tokens::default();
+            }
+            Outcome::UpstreamClosedEarly => {
+                error_class = Some(ErrorClass::ClosedEarly);
+                tokens.output = None;
+                tokens.reasoning = None;
+            }
+            Outcome::ClientCancelled => {
+                error_class = Some(ErrorClass::ClientCancelled);
+                marks.upstream_done = None;
+                tokens.output = None;
+            }
+            Outcome::Timeout => {
+                status = 504;
+                error_class = Some(ErrorClass::Timeout);
+                timeout_kind = Some("first_byte".to_string());
+                attempts_ok = false;
+                marks.upstream_headers = None;
+                marks.first_byte = None;
+                marks.first_event = None;
+                marks.first_effective = None;
+                marks.first_visible = None;
+                marks.last_effective = None;
+                marks.upstream_done = us(t1 + 30_000.0);
+                marks.handler_done = us(t1 + 30_000.5);
+                tokens = Tokens::default();
+            }
+            Outcome::Rejected => {
+                status = self.pick(&[(401, 0.6), (400, 0.3), (404, 0.1)]);
+                error_class = Some(match status {
+                    401 => ErrorClass::Unauthorized,
+                    400 => ErrorClass::BadRequest,
+                    _ => ErrorClass::UnknownModel,
+                });
+                marks = Marks {
+                    auth: us(auth),
+                    handler_done: us(auth + 0.05),
+                    ..Marks::default()
+                };
+                tokens = Tokens::default();
+            }
+            Outcome::CacheHit => {
+                marks = Marks {
+                    auth: us(auth),
+                    body_read: us(body),
+                    handler_done: us(auth + body + self.lognormal(1.5, 0.4)),
+                    ..Marks::default()
+                };
+            }
+        }
+        let (classification, flags) = classify(&marks, tokens.output, outcome, &self.thresholds);
+        let mut attempts = Vec::new();
+        if marks.upstream_start.is_some() {
+            if failover {
+                attempts.push(Attempt {
+                    channel: format!("{provider}-backup"),
+                    role: "primary".into(),
+                    won: false,
+                    status: Some(503),
+                    error_class: Some(ErrorClass::UpstreamStatus5xx),
+                    start: us(auth + body + dist),
+                    headers: us(t1 - 1.0),
+                    first_byte: None,
+                    end: us(t1 - 0.5),
+                });
+            }
+            attempts.push(Attempt {
+                channel: channel.clone(),
+                role: if failover { "failover" } else { "primary" }.into(),
+                won: attempts_ok,
+                status: marks.upstream_headers.map(|_| status),
+                error_class,
+                start: marks.upstream_start,
+                headers: marks.upstream_headers,
+                first_byte: marks.first_byte,
+                end: marks.upstream_done,
+            });
+        }
+        let mut id = [0_u8; 16];
+        self.rng.fill(&mut id);
+        RequestRecord {
+            request_id: format!("req_{}", hex::encode(id)),
+            workspace_id: Some(ws.to_string()),
+            key_id: Some("key_load".into()),
+            created_at_us,
+            model: Some(model.to_string()),
+            provider: (outcome != Outcome::Rejected).then(|| provider.to_string()),
+            channel: marks.upstream_start.map(|_| channel),
+            group: group.map(str::to_string),
+            dialect,
+            stream,
+            status,
+            outcome,
+            timeout_kind,
+            error_class,
+            classification,
+            flags,
+            marks,
+            tokens,
+            event_count: (output / 3) as u32 + 4,
+            text_delta_count: (output / 3) as u32,
+            channel_inflight: Some(self.rng.gen_range(1..64)),
+            attempts,
+            hedge: Hedge::None,
+            failover_count: u32::from(failover),
+            cached: outcome == Outcome::CacheHit,
+            shape: RequestShape {
+                max_output_tokens: Some(4_096),
+                temperature: Some(0.7),
+                ..RequestShape::default()
+            },
+            region: Some("eu-west".into()),
+            trace_id: Some(hex::encode(id)),
+        }
+    }
+}
+
+// === timing ===
+
+/// Median, min and max wall time of `runs` calls of `f`, and its last result.
+fn time<T>(
+    runs: usize,
+    mut f: impl FnMut() -> laptime_store::Result<T>,
+) -> Result<(Duration, Duration, Duration, T), Box<dyn Error>> {
+    let mut took = Vec::with_capacity(runs);
+    let mut last = None;
+    for _ in 0..runs {
+        let started = Instant::now();
+        last = Some(f()?);
+        took.push(started.elapsed());
+    }
+    took.sort();
+    let out = last.ok_or("no runs")?;
+    Ok((took[took.len() / 2], took[0], took[took.len() - 1], out))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let a = args()?;
+    let tmp = tempfile::tempdir()?;
+    let dir = a.keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    let store = Store::open_dir(&dir)?;
+    let ws = "ws_load";
+    let now = now_unix_us();
+    // Every row inside the last 24 h, in time order, the newest a second ago.
+    let start = now - DAY_US + 1_000_000;
+    let step = (DAY_US - 2_000_000) as f64 / a.rows.max(1) as f64;
+    let mut synth = Synth {
+        rng: StdRng::seed_from_u64(7),
+        thresholds: Thresholds::default(),
+    };
+
+    if !(a.skip_load && a.keep.is_some()) {
+        load(&a, &store, ws, start, step, &mut synth).await?;
+    }
+    query(&a, &store, ws)?;
+    drop(tmp);
+    Ok(())
+}
+
+async fn load(
+    a: &Args,
+    store: &Store,
+    ws: &str,
+    start: i64,
+    step: f64,
+    synth: &mut Synth,
+) -> Result<(), Box<dyn Error>> {
+    println!(
+        "usage_load: {} rows into {} (queue {}, SQLite {})",
+        a.rows,
+        store.path().display(),
+        a.queue,
+        rusqlite::version()
+    );
+    let (recorder, task) = Recorder::start(store, a.queue)?;
+    let mut full = 0_u64;
+    let mut waited = Duration::ZERO;
+    let started = Instant::now();
+    for i in 0..a.rows {
+        let created = start + (i as f64 * step) as i64;
+        let mut pending = Box::new(synth.record(ws, created));
+        loop {
+            match recorder.try_record(pending) {
+                Ok(()) => break,
+                Err(back) => {
+                    pending = back;
+                    full += 1;
+                    let w = Instant::now();
+                    tokio::time::sleep(Duration::from_micros(500)).await;
+                    waited += w.elapsed();
+                }
+            }
+        }
+    }
+    let pushed = started.elapsed();
+    if !recorder.shutdown(task, Duration::from_secs(600)).await {
+        return Err("the recorder did not flush within 10 minutes".into());
+    }
+    let total = started.elapsed();
+    let stats = recorder.stats();
+    let written = stats.written.load(Ordering::Relaxed);
+    let dropped = stats.dropped.load(Ordering::Relaxed);
+    let failed = stats.failed.load(Ordering::Relaxed);
+    let batches = stats.batches.load(Ordering::Relaxed).max(1);
+    println!(
+        "recorder: {written} written, {dropped} dropped, {failed} failed in {:.1} s = {:.0} records/s sustained \
+         ({batches} batches, {:.0} records/batch; pushing took {:.1} s; queue full {full} times, {:.1} s waited)",
+        total.as_secs_f64(),
+        written as f64 / total.as_secs_f64(),
+        written as f64 / batches as f64,
+        pushed.as_secs_f64(),
+        waited.as_secs_f64(),
+    );
+    if dropped > 0 || failed > 0 || written != a.rows {
+        return Err(format!("lost records: {dropped} dropped, {failed} failed").into());
+    }
+    Ok(())
+}
+
+fn query(a: &Args, store: &Store, ws: &str) -> Result<(), Box<dyn Error>> {
+    let (rows, rollups, rollup_bytes): (i64, i64, i64) = store.with_conn(|c| {
+        Ok(c.query_row(
+            "SELECT (SELECT count(*) FROM requests), count(*), coalesce(sum(length(data)), 0)
+             FROM rollups",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?)
+    })?;
+    let db_bytes = std::fs::metadata(store.path())?.len();
+    println!(
+        "store: {rows} rows, {rollups} rollup rows ({:.1} MB of rollups, {:.0} B each), database {:.0} MB",
+        rollup_bytes as f64 / 1e6,
+        rollup_bytes as f64 / rollups.max(1) as f64,
+        db_bytes as f64 / 1e6
+    );
+
+    // "Now" for the queries: a second after the newest row, so that "the last 24 h" holds every
+    // row however long the load took.
+    let newest: Option<i64> = store.with_conn(|c| {
+        Ok(c.query_row(
+            "SELECT max(created_at_us) FROM requests WHERE workspace_id = ?1",
+            [ws],
+            |r| r.get(0),
+        )?)
+    })?;
+    let now = newest.ok_or("the store is empty")? + 1_000_000;
+    let no = UsageFilter::default();
+    let opus = UsageFilter {
+        model: Some("claude-opus-4".into()),
+        ..UsageFilter::default()
+    };
+    let timeouts = UsageFilter {
+        outcome: Some("timeout".into()),
+        ..UsageFilter::default()
+    };
+    println!();
+    println!(
+        "| query (median of {} runs)                 |  median ms |    min ms |    max ms | answer",
+        a.runs
+    );
+    println!(
+        "|-------------------------------------------|-----------:|----------:|----------:|-------"
+    );
+    let row = |name: &str, t: (Duration, Duration, Duration), answer: String| {
+        println!(
+            "| {name:<41} | {:>10.2} | {:>9.2} | {:>9.2} | {answer}",
+            ms(t.0),
+            ms(t.1),
+            ms(t.2)
+        );
+    };
+    let (m, lo, hi, u) = time(a.runs, || {
+        store.with_conn(|c| usage(c, ws, now - DAY_US, now, &no, &[]))
+    })?;
+    let p = u.total.stats(laptime_core::rollup::Metric::LatencyMs);
+    row(
+        "usage, last 24 h, ungrouped",
+        (m, lo, hi),
+        format!(
+            "{} requests, {} errors, latency p50 {:.0} p95 {:.0} p99 {:.0} ms",
+            u.total.requests,
+            u.total.errors,
+            p.p50.unwrap_or(f64::NAN),
+            p.p95.unwrap_or(f64::NAN),
+            p.p99.unwrap_or(f64::NAN)
+        ),
+    );
+    let (m, lo, hi, u) = time(a.runs, || {
+        store.with_conn(|c| usage(c, ws, now - DAY_US, now, &no, &[GroupDim::Model]))
+    })?;
+    row(
+        "usage, last 24 h, grouped by model",
+        (m, lo, hi),
+        format!("{} groups, {} requests", u.groups.len(), u.total.requests),
+    );
+    let (m, lo, hi, u) = time(a.runs, || {
+        store.with_conn(|c| usage(c, ws, now - DAY_US, now, &opus, &[]))
+    })?;
+    row(
+        "usage, last 24 h, model = claude-opus-4",
+        (m, lo, hi),
+        format!("{} requests", u.total.requests),
+    );
+    let (m, lo, hi, u) = time(a.runs, || {
+        store.with_conn(|c| usage(c, ws, now - HOUR_US, now, &no, &[]))
+    })?;
+    row(
+        "usage, last 1 h, ungrouped",
+        (m, lo, hi),
+        format!("{} requests", u.total.requests),
+    );
+    let (m, lo, hi, r) = time(a.runs, || {
+        store.with_conn(|c| recent_filtered(c, ws, &no, None, 50))
+    })?;
+    row(
+        "recent_filtered, limit 50",
+        (m, lo, hi),
+        format!("{} rows", r.len()),
+    );
+    let (m, lo, hi, r) = time(a.runs, || {
+        store.with_conn(|c| recent_filtered(c, ws, &timeouts, Some((now - DAY_US, now)), 50))
+    })?;
+    row(
+        "recent_filtered, limit 50, outcome=timeout",
+        (m, lo, hi),
+        format!("{} rows", r.len()),
+    );
+    Ok(())
+}

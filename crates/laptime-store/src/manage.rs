@@ -1,0 +1,96 @@
+//! Managing workspaces and tokens: listing and revoking. Creating lives in [`crate::auth`].
+
+use rusqlite::{params, Connection};
+
+use crate::auth::{Scope, Workspace};
+use crate::{now_unix_us, Result, StoreError};
+
+/// A token as an admin sees it: never the token itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub key_id: String,
+    pub workspace_id: String,
+    pub scope: Scope,
+    pub created_at_us: i64,
+    pub revoked_at_us: Option<i64>,
+}
+
+pub fn list_workspaces(conn: &Connection) -> Result<Vec<Workspace>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT id, name FROM workspaces ORDER BY created_at_us, id")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Workspace {
+            id: r.get(0)?,
+            name: r.get(1)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn list_tokens(conn: &Connection, workspace_id: &str) -> Result<Vec<TokenInfo>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, workspace_id, scope, created_at_us, revoked_at_us FROM tokens
+         WHERE workspace_id = ?1 ORDER BY created_at_us, id",
+    )?;
+    let rows = stmt.query_map([workspace_id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, Option<i64>>(4)?,
+        ))
+    })?;
+    rows.map(|row| {
+        let (key_id, workspace_id, scope, created_at_us, revoked_at_us) = row?;
+        let scope =
+            Scope::parse(&scope).ok_or_else(|| StoreError::Corrupt(format!("scope {scope}")))?;
+        Ok(TokenInfo {
+            key_id,
+            workspace_id,
+            scope,
+            created_at_us,
+            revoked_at_us,
+        })
+    })
+    .collect()
+}
+
+/// Revokes a token of a workspace. `false` when the workspace has no such live token.
+pub fn revoke_token(conn: &Connection, workspace_id: &str, key_id: &str) -> Result<bool> {
+    let n = conn.execute(
+        "UPDATE tokens SET revoked_at_us = ?3 WHERE workspace_id = ?1 AND id = ?2 AND revoked_at_us IS NULL",
+        params![workspace_id, key_id, now_unix_us()],
+    )?;
+    Ok(n == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{authenticate, create_token, create_workspace};
+    use crate::Store;
+
+    #[test]
+    fn a_revoked_token_no_longer_authenticates_and_only_its_workspace_can_revoke_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        store
+            .with_conn(|c| {
+                let a = create_workspace(c, "a")?;
+                let b = create_workspace(c, "b")?;
+                let t = create_token(c, "a", Scope::Read)?;
+                assert!(!revoke_token(c, &b.id, &t.key_id)?);
+                assert!(authenticate(c, &t.token)?.is_some());
+                assert!(revoke_token(c, &a.id, &t.key_id)?);
+                assert!(!revoke_token(c, &a.id, &t.key_id)?);
+                assert!(authenticate(c, &t.token)?.is_none());
+                let listed = list_tokens(c, &a.id)?;
+                assert_eq!(listed.len(), 1);
+                assert!(listed[0].revoked_at_us.is_some());
+                assert_eq!(list_workspaces(c)?.len(), 2);
+                Ok(())
+            })
+            .unwrap();
+    }
+}
