@@ -1,18 +1,10 @@
-//! Auth: bearer token (or `x-api-key`) → principal. Lookups go to the store on a blocking
-//! thread and are cached for a few seconds, so the hot path costs a hash and a map lookup.
-
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+//! Auth: bearer token (or `x-api-key`) → principal. Every request asks the store (an indexed
+//! lookup of the token's SHA-256 on a blocking thread): nothing is cached, so a revocation takes
+//! effect on the next request on every instance that shares the store.
 
 use http::HeaderMap;
 use laptime_store::auth::{self, Principal};
 use laptime_store::Store;
-use tokio::time::Instant;
-
-/// How long a looked-up token is trusted without asking the store again.
-const CACHE_TTL: Duration = Duration::from_secs(2);
-const CACHE_MAX: usize = 10_000;
 
 /// The presented credential: `Authorization: Bearer …`, else `x-api-key` (Anthropic clients).
 pub fn credential(headers: &HeaderMap) -> Option<&str> {
@@ -27,12 +19,8 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Token hash → what the store said (a principal, or no such token) and when it was asked.
-type AuthCache = HashMap<[u8; 32], (Option<Principal>, Instant)>;
-
 pub struct Authenticator {
     store: Store,
-    cache: Mutex<AuthCache>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -52,32 +40,14 @@ pub enum AuthFailure {
 
 impl Authenticator {
     pub fn new(store: Store) -> Self {
-        Authenticator {
-            store,
-            cache: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Drops every cached lookup, so a revocation takes effect on the next request.
-    pub fn forget_cached(&self) {
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.clear();
-        }
+        Authenticator { store }
     }
 
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthFailure> {
         let token = credential(headers).ok_or(AuthFailure::Missing)?;
+        // Malformed tokens are refused before any lookup.
         if !auth::looks_like_token(token) {
             return Err(AuthFailure::Invalid);
-        }
-        let hash = auth::hash_token(token);
-        let now = Instant::now();
-        if let Ok(cache) = self.cache.lock() {
-            if let Some((p, at)) = cache.get(&hash) {
-                if now.saturating_duration_since(*at) < CACHE_TTL {
-                    return p.clone().ok_or(AuthFailure::Invalid);
-                }
-            }
         }
         let store = self.store.clone();
         let token = token.to_string();
@@ -89,12 +59,6 @@ impl Authenticator {
                     tracing::error!(error = %e, "token lookup failed");
                     AuthFailure::Unavailable
                 })?;
-        if let Ok(mut cache) = self.cache.lock() {
-            if cache.len() >= CACHE_MAX {
-                cache.clear();
-            }
-            cache.insert(hash, (looked.clone(), now));
-        }
         looked.ok_or(AuthFailure::Invalid)
     }
 }

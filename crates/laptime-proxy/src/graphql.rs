@@ -128,13 +128,15 @@ impl Query {
         ctx: &Context<'_>,
         workspace_id: ID,
         #[graphql(default = 50)] limit: i32,
+        filter: Option<FilterInput>,
     ) -> Result<Vec<RequestEvent>> {
         if !(1..=MAX_RECENT).contains(&limit) {
             return Err(Error::new(format!("limit must be from 1 to {MAX_RECENT}")));
         }
         let ws = readable_workspace(ctx, &workspace_id).await?;
+        let filter: UsageFilter = filter.unwrap_or_default().into();
         let rows = blocking(app(ctx)?, move |c| {
-            usage::recent_filtered(c, &ws, &UsageFilter::default(), None, limit as u32)
+            usage::recent_filtered(c, &ws, &filter, None, limit as u32)
         })
         .await?;
         Ok(rows.iter().map(RequestEvent::from).collect())
@@ -218,6 +220,29 @@ impl Query {
         Ok(rows.into_iter().map(TokenOut::from).collect())
     }
 
+    /// The configured channels with their requests in flight now (any token that can read).
+    async fn channels(&self, ctx: &Context<'_>) -> Result<Vec<ChannelOut>> {
+        let p = principal(ctx)?;
+        if !p.scope.allows(Scope::Read) {
+            return Err(Error::new(format!(
+                "a {} token cannot read usage",
+                p.scope.as_str()
+            )));
+        }
+        Ok(app(ctx)?
+            .router
+            .channels()
+            .iter()
+            .map(|c| ChannelOut {
+                name: c.name.clone(),
+                provider: c.provider.as_str().to_string(),
+                group: c.group.clone(),
+                models: c.models.iter().map(|(public, _)| public.clone()).collect(),
+                inflight: c.inflight.load(std::sync::atomic::Ordering::Relaxed),
+            })
+            .collect())
+    }
+
     /// Who the presented token is.
     async fn me(&self, ctx: &Context<'_>) -> Result<Me> {
         let p = principal(ctx)?;
@@ -266,6 +291,18 @@ impl Usage {
         .await?;
         Ok(rows.iter().map(RequestEvent::from).collect())
     }
+}
+
+/// A channel as configured (never its key or URL), with its live in-flight count. Error rates
+/// and percentiles per channel come from `usage(groupBy: [CHANNEL])`.
+#[derive(SimpleObject)]
+#[graphql(name = "Channel")]
+pub struct ChannelOut {
+    pub name: String,
+    pub provider: String,
+    pub group: String,
+    pub models: Vec<String>,
+    pub inflight: u32,
 }
 
 #[derive(SimpleObject)]
@@ -384,7 +421,6 @@ impl Mutation {
         if !revoked {
             return Err(Error::new("token not found"));
         }
-        app.auth.forget_cached();
         Ok(true)
     }
 }

@@ -305,6 +305,23 @@ async fn no_token_reads_another_workspace_and_the_answer_is_that_of_a_missing_id
         let (_, proxy) = gql(&h, &t.a_proxy, q, with(&t.a)).await;
         assert!(!error_of(&proxy).is_empty(), "{name}: {proxy}");
     }
+    // Not workspace-scoped, but admin-only: creating workspaces.
+    for token in [&t.a_read, &t.a_proxy] {
+        let (_, v) = gql(
+            &h,
+            token,
+            "mutation { createWorkspace(name: \"evil\") { id } }",
+            json!({}),
+        )
+        .await;
+        assert!(error_of(&v).contains("cannot manage"), "{v}");
+    }
+    let (_, v) = gql(&h, &t.a_read, "{ workspaces { id } }", json!({})).await;
+    assert_eq!(
+        v["data"]["workspaces"],
+        json!([{"id": t.a}]),
+        "a read token sees only its workspace"
+    );
     // B's read token sees its own data.
     let (_, v) = gql(
         &h,
@@ -357,7 +374,21 @@ async fn no_token_reads_another_workspace_and_the_answer_is_that_of_a_missing_id
         1,
         "A sees only its own rows"
     );
-    for route in ["/api/requests", "/api/usage"] {
+    let mine: Value = h
+        .http
+        .get(h.url("/api/usage"))
+        .bearer_auth(&t.a_read)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        mine["rollup"]["request_count"], 1,
+        "A's usage counts only A's requests"
+    );
+    for route in ["/api/requests", "/api/usage", "/metrics"] {
         let r = h
             .http
             .get(h.url(route))

@@ -91,7 +91,14 @@ impl Recorder {
                             Msg::Record(r) => batch.push(*r),
                             Msg::Stop(ack) => stop = Some(ack),
                         }
-                        if batch.len() < std::env::var("LT_BATCH").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(MAX_BATCH) && stop.is_none() { // TEMP
+                        if batch.len()
+                            < std::env::var("LT_BATCH")
+                                .ok()
+                                .and_then(|v| v.parse::<usize>().ok())
+                                .unwrap_or(MAX_BATCH)
+                            && stop.is_none()
+                        {
+                            // TEMP
                             next = rx.try_recv().ok();
                         }
                     }
