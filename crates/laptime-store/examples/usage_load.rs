@@ -12,6 +12,8 @@
 //! 2. Times, as the median of the runs: `usage` over the last 24 h (ungrouped, grouped by model,
 //!    filtered by model), `usage` over the last 1 h, and `recent_filtered` (limit 50) without and
 //!    with a filter on a rare outcome.
+//! 3. Checks the sketch: the 24 h latency p50, p95 and p99 against the exact nearest-rank values
+//!    found by sorting the rows.
 //!
 //! The records are realistic in shape: eight models over two providers with skewed traffic, two
 //! channels per provider, three dialects, streamed and not, log-normal latencies with heavy
@@ -419,9 +421,10 @@ async fn load(
     let dropped = stats.dropped.load(Ordering::Relaxed);
     let failed = stats.failed.load(Ordering::Relaxed);
     let batches = stats.batches.load(Ordering::Relaxed).max(1);
+    let max_batch_ms = stats.max_batch_us.load(Ordering::Relaxed) as f64 / 1000.0;
     println!(
         "recorder: {written} written, {dropped} dropped, {failed} failed in {:.1} s = {:.0} records/s sustained \
-         ({batches} batches, {:.0} records/batch; pushing took {:.1} s; queue full {full} times, {:.1} s waited)",
+         ({batches} batches, {:.0} records/batch, longest batch {max_batch_ms:.0} ms; pushing took {:.1} s; queue full {full} times, {:.1} s waited)",
         total.as_secs_f64(),
         written as f64 / total.as_secs_f64(),
         written as f64 / batches as f64,
@@ -490,6 +493,7 @@ fn query(a: &Args, store: &Store, ws: &str) -> Result<(), Box<dyn Error>> {
         store.with_conn(|c| usage(c, ws, now - DAY_US, now, &no, &[]))
     })?;
     let p = u.total.stats(laptime_core::rollup::Metric::LatencyMs);
+    let u_window = (u.window.from_us, u.window.to_us);
     row(
         "usage, last 24 h, ungrouped",
         (m, lo, hi),
@@ -542,5 +546,35 @@ fn query(a: &Args, store: &Store, ws: &str) -> Result<(), Box<dyn Error>> {
         (m, lo, hi),
         format!("{} rows", r.len()),
     );
+
+    // The sketch against the rows: exact nearest-rank latency percentiles by sorting every row.
+    let exact = |q: f64| -> Result<f64, Box<dyn Error>> {
+        let rank = laptime_core::rollup::nearest_rank(q, p.count);
+        let us: i64 = store.with_conn(|c| {
+            Ok(c.query_row(
+                "SELECT handler_done_us FROM requests
+                 WHERE workspace_id = ?1 AND created_at_us >= ?2 AND created_at_us < ?3
+                   AND handler_done_us IS NOT NULL
+                 ORDER BY handler_done_us LIMIT 1 OFFSET ?4",
+                rusqlite::params![ws, u_window.0, u_window.1, rank as i64 - 1],
+                |r| r.get(0),
+            )?)
+        })?;
+        Ok(us as f64 / 1000.0)
+    };
+    println!();
+    for (name, q, got) in [
+        ("p50", 0.5, p.p50),
+        ("p95", 0.95, p.p95),
+        ("p99", 0.99, p.p99),
+    ] {
+        let want = exact(q)?;
+        let got = got.unwrap_or(f64::NAN);
+        println!(
+            "latency {name}, last 24 h: sketch {got:.3} ms, exact {want:.3} ms, error {:+.3} % (bound ±{} %)",
+            (got - want) / want * 100.0,
+            laptime_core::rollup::RELATIVE_ERROR * 100.0
+        );
+    }
     Ok(())
 }
