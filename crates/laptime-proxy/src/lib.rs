@@ -13,11 +13,13 @@
 //! - [`api`]: reading records back; [`server`]: the router, serving and shutdown.
 //! - [`metrics`]: `GET /metrics`, observed once per finished record.
 //! - [`graphql`]: the usage API; [`reports`]: the read-back shapes GraphQL and REST share.
+//! - [`dashboard`]: the static dashboard page at `/`, which reads the usage API.
 
 pub mod api;
 pub mod attempt;
 pub mod auth;
 pub mod config;
+pub mod dashboard;
 pub mod graphql;
 pub mod ingress;
 pub mod metrics;

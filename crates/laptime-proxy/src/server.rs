@@ -3,9 +3,9 @@
 //! let streams in flight finish within a bounded drain, flush every record.
 //!
 //! Auth is per route: a route answers without a token only when [`unauthenticated`] lists it,
-//! and that list is the constant [`UNAUTHENTICATED`] (`/healthz`, `/readyz`) plus the configured
-//! extra (`/metrics` when `server.metrics_public = true`). Every other route authenticates in its
-//! handler.
+//! and that list is the constant [`UNAUTHENTICATED`] (`/healthz`, `/readyz`, the static GraphiQL
+//! and dashboard pages) plus the configured extra (`/metrics` when `server.metrics_public =
+//! true`). Every other route authenticates in its handler.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,12 +23,20 @@ use crate::auth::Authenticator;
 use crate::config::{Config, Provider};
 use crate::metrics::{self, Metrics};
 use crate::routing::{Channel, Router};
-use crate::{api, attempt, graphql, pipeline, App};
+use crate::{api, attempt, dashboard, graphql, pipeline, App};
 
 /// Routes that always answer without a token. [`unauthenticated`] adds the configured extra.
 /// `GET /graphql` is the static GraphiQL page: it holds no data, and the queries it sends are
-/// `POST /graphql`, which authenticates.
-pub const UNAUTHENTICATED: [&str; 3] = ["/healthz", "/readyz", "GET /graphql"];
+/// `POST /graphql`, which authenticates. `GET /` and `GET /assets/*` are the dashboard's static
+/// page, script and style ([`dashboard`]): they hold no data either, and the page queries
+/// `POST /graphql` with the user's token.
+pub const UNAUTHENTICATED: [&str; 5] = [
+    "/healthz",
+    "/readyz",
+    "GET /graphql",
+    "GET /",
+    "GET /assets/*",
+];
 
 /// Every route that answers without a token under `config`: [`UNAUTHENTICATED`], plus
 /// [`metrics::PATH`] when `server.metrics_public` is set. Every other route authenticates in its
@@ -247,6 +255,10 @@ pub fn router(app: Arc<App>) -> axum::Router {
             get(graphql::graphiql)
                 .post(|State(app): State<Arc<App>>, h, body| graphql::handle(app, h, body)),
         )
+        // The dashboard: static files only, so no token (see UNAUTHENTICATED): the page holds
+        // no data and reads `POST /graphql` with the signed-in user's token.
+        .route("/", get(dashboard::index))
+        .route("/assets/{file}", get(dashboard::asset))
         .route(UNAUTHENTICATED[0], get(|| async { "ok" }))
         .route(UNAUTHENTICATED[1], get(readyz))
         .with_state(app)

@@ -593,7 +593,14 @@ async fn metrics_public_serves_without_a_token_and_lists_the_route() {
     cfg.server.metrics_public = true;
     assert_eq!(
         laptime_proxy::server::unauthenticated(&cfg),
-        ["/healthz", "/readyz", "GET /graphql", "/metrics"]
+        [
+            "/healthz",
+            "/readyz",
+            "GET /graphql",
+            "GET /",
+            "GET /assets/*",
+            "/metrics"
+        ]
     );
     let parsed =
         laptime_proxy::config::Config::from_toml("[server]\nmetrics_public = true\n", "test.toml")
