@@ -183,9 +183,10 @@ fn run(cli: Cli) -> Result<(), String> {
             let (listener, addr) = bind(&listen)
                 .await
                 .map_err(|e| format!("binding {listen}: {e}"))?;
+            let shutdown = shutdown_signal();
             tracing::info!(%addr, "sim listening");
             out(&format!("laptime sim listening on http://{addr}"));
-            laptime_sim::serve(listener, laptime_sim::Sim::new(), shutdown_signal())
+            laptime_sim::serve(listener, laptime_sim::Sim::new(), shutdown)
                 .await
                 .map_err(|e| e.to_string())
         }),
@@ -392,6 +393,11 @@ async fn serve(cfg: Config) -> Result<(), String> {
             cfg.server.data_dir.display()
         )
     })?;
+    // Bind before making the first token, so a start that cannot listen prints no token.
+    let listen = cfg.server.listen.clone();
+    let (listener, addr) = bind(&listen)
+        .await
+        .map_err(|e| format!("binding {listen}: {e}"))?;
     let bootstrap = env("LAPTIME_BOOTSTRAP_TOKEN");
     match store
         .with_conn(|c| auth::bootstrap(c, bootstrap.as_deref()))
@@ -406,38 +412,44 @@ async fn serve(cfg: Config) -> Result<(), String> {
         )),
         None => {}
     }
-    let listen = cfg.server.listen.clone();
     let gateway = Gateway::start(cfg, store, &env)
         .await
         .map_err(|e| e.to_string())?;
-    let (listener, addr) = bind(&listen)
-        .await
-        .map_err(|e| format!("binding {listen}: {e}"))?;
+    let shutdown = shutdown_signal();
     tracing::info!(%addr, "laptime listening");
     out(&format!("laptime listening on http://{addr}"));
     gateway
-        .serve(listener, shutdown_signal())
+        .serve(listener, shutdown)
         .await
         .map_err(|e| e.to_string())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGINT or SIGTERM. The handlers are installed when this is called (not when the future is
+/// first polled), so a signal that arrives right after "listening" is printed is not lost.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {},
+                        _ = int.recv() => {},
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
