@@ -140,6 +140,8 @@ mod tests {
             api_key_env: Some("K".into()),
             models: Models::List(vec!["m".into()]),
             group: "default".into(),
+            priority: 0,
+            weight: 1,
         };
         Channel::from_config(&cfg, "http://127.0.0.1:9/v1".into(), &|_| {
             Some("sk-canary".into())

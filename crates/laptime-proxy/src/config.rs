@@ -21,6 +21,8 @@ pub struct Config {
     pub thresholds: Thresholds,
     #[serde(default)]
     pub channels: Vec<ChannelConfig>,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -143,6 +145,73 @@ pub struct ChannelConfig {
     pub models: Models,
     #[serde(default = "default_group")]
     pub group: String,
+    /// Lower tiers are tried first.
+    #[serde(default)]
+    pub priority: u32,
+    /// Weighted random choice within a tier.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// Per-model policy: which failures move on to the next channel, and the deadlines of an attempt.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// A model name, or `*` for every model no other route names.
+    pub model: String,
+    #[serde(default)]
+    pub failover: FailoverConfig,
+    #[serde(default)]
+    pub timeouts: TimeoutsConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FailoverConfig {
+    /// Upstream calls at most, the first included.
+    pub max_attempts: u32,
+    /// Upstream statuses that move on to the next channel (before any byte reached the client).
+    pub on_status: Vec<u16>,
+}
+
+impl Default for FailoverConfig {
+    fn default() -> Self {
+        FailoverConfig {
+            max_attempts: 3,
+            on_status: vec![429, 500, 502, 503, 504],
+        }
+    }
+}
+
+/// Deadlines, in milliseconds. Headers count from the attempt's dispatch; the others from t0,
+/// except idle (since the last byte) and progress (since the last effective output or the first
+/// event).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutsConfig {
+    pub headers_ms: u64,
+    pub first_event_ms: u64,
+    pub first_output_ms: u64,
+    pub idle_ms: u64,
+    pub progress_ms: u64,
+    pub total_ms: u64,
+}
+
+impl Default for TimeoutsConfig {
+    fn default() -> Self {
+        TimeoutsConfig {
+            headers_ms: 15_000,
+            first_event_ms: 30_000,
+            first_output_ms: 60_000,
+            idle_ms: 30_000,
+            progress_ms: 120_000,
+            total_ms: 600_000,
+        }
+    }
 }
 
 fn default_group() -> String {
@@ -165,6 +234,22 @@ impl std::fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+impl Config {
+    /// The policy for a model: its own route, else the `*` route, else the defaults.
+    pub fn route_for(&self, model: &str) -> RouteConfig {
+        self.routes
+            .iter()
+            .find(|r| r.model == model)
+            .or_else(|| self.routes.iter().find(|r| r.model == "*"))
+            .cloned()
+            .unwrap_or_else(|| RouteConfig {
+                model: "*".into(),
+                failover: FailoverConfig::default(),
+                timeouts: TimeoutsConfig::default(),
+            })
+    }
+}
+
 /// The sim models the embedded default serves.
 pub const SIM_MODELS: [&str; 4] = ["sim-trace-a", "sim-trace-b", "sim-trace-c", "sim-fast"];
 
@@ -184,6 +269,8 @@ impl Config {
             api_key_env: None,
             models: Models::List(SIM_MODELS.iter().map(|s| s.to_string()).collect()),
             group: default_group(),
+            priority: 0,
+            weight: 1,
         }];
         if env("OPENAI_API_KEY").is_some() {
             channels.push(ChannelConfig {
@@ -193,6 +280,8 @@ impl Config {
                 api_key_env: Some("OPENAI_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
                 group: default_group(),
+                priority: 0,
+                weight: 1,
             });
         }
         if env("ANTHROPIC_API_KEY").is_some() {
@@ -203,6 +292,8 @@ impl Config {
                 api_key_env: Some("ANTHROPIC_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
                 group: default_group(),
+                priority: 0,
+                weight: 1,
             });
         }
         Config {
@@ -210,6 +301,7 @@ impl Config {
             store: StoreConfig::default(),
             thresholds: Thresholds::default(),
             channels,
+            routes: Vec::new(),
         }
     }
 
@@ -297,6 +389,43 @@ impl Config {
             }
             if c.group.trim().is_empty() {
                 errs.push(format!("{key}.group: must not be empty"));
+            }
+        }
+        let mut route_models = std::collections::HashSet::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            let key = format!("routes[{i}]");
+            if r.model.trim().is_empty() {
+                errs.push(format!("{key}.model: must not be empty"));
+            } else if !route_models.insert(r.model.as_str()) {
+                errs.push(format!("{key}.model: {:?} has another route", r.model));
+            }
+            if r.failover.max_attempts == 0 {
+                errs.push(format!("{key}.failover.max_attempts: must be at least 1"));
+            }
+            for s in &r.failover.on_status {
+                if !(400..=599).contains(s) {
+                    errs.push(format!(
+                        "{key}.failover.on_status: {s} is not an error status"
+                    ));
+                }
+            }
+            let t = &r.timeouts;
+            for (name, v) in [
+                ("headers_ms", t.headers_ms),
+                ("first_event_ms", t.first_event_ms),
+                ("first_output_ms", t.first_output_ms),
+                ("idle_ms", t.idle_ms),
+                ("progress_ms", t.progress_ms),
+                ("total_ms", t.total_ms),
+            ] {
+                if v == 0 {
+                    errs.push(format!("{key}.timeouts.{name}: must be positive"));
+                }
+            }
+        }
+        for (i, c) in self.channels.iter().enumerate() {
+            if c.weight == 0 {
+                errs.push(format!("channels[{i}].weight: must be positive"));
             }
         }
         if errs.is_empty() {

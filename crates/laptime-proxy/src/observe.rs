@@ -6,18 +6,20 @@
 //! for an answer the gateway already holds whole.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName};
 use http_body::{Body, Frame};
 use laptime_core::observe::{BodyEnd, Placement, StreamObserver};
 use laptime_core::timeline::{self, ErrorClass, Hedge, Outcome};
-use tokio::time::Instant;
+use laptime_core::Dialect;
+use tokio::time::{Instant, Sleep};
 
 use crate::record::{Ending, Finisher};
-use crate::respond::header_value;
+use crate::respond::{header_value, in_band_error};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -37,6 +39,54 @@ pub struct ObservedBody<B> {
     hedge: Hedge,
     status: u16,
     finisher: Option<Finisher>,
+    /// Stream deadlines after the head was relayed; a miss ends the stream with an in-band
+    /// error event (no failover past the commit point).
+    deadlines: Option<StreamDeadlines>,
+    timer: Option<Pin<Box<Sleep>>>,
+    last_byte: Option<std::time::Duration>,
+    timed_out: Option<&'static str>,
+}
+
+/// Deadlines of a relayed stream. `first_event`, `first_output` and `total` count from t0;
+/// `idle` from the last byte (or the head); `progress` from the last effective output (or the
+/// head), so heartbeats do not reset it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamDeadlines {
+    pub dialect: Dialect,
+    pub first_event: std::time::Duration,
+    pub first_output: std::time::Duration,
+    pub idle: std::time::Duration,
+    pub progress: std::time::Duration,
+    pub total: std::time::Duration,
+}
+
+impl StreamDeadlines {
+    /// The earliest deadline still open, as (offset from t0, kind).
+    fn next(
+        &self,
+        s: &laptime_core::observe::StreamSummary,
+        last_byte: Option<std::time::Duration>,
+    ) -> (std::time::Duration, &'static str) {
+        let head = s.marks.upstream_headers.unwrap_or_default();
+        let mut next = (self.total, "total");
+        let mut consider = |at: std::time::Duration, kind: &'static str| {
+            if at < next.0 {
+                next = (at, kind);
+            }
+        };
+        if s.marks.first_event.is_none() {
+            consider(self.first_event, "first_event");
+        }
+        if s.marks.first_effective.is_none() {
+            consider(self.first_output, "first_output");
+        }
+        consider(last_byte.unwrap_or(head) + self.idle, "idle");
+        consider(
+            s.marks.last_effective.unwrap_or(head) + self.progress,
+            "progress",
+        );
+        next
+    }
 }
 
 impl<B> std::fmt::Debug for ObservedBody<B> {
@@ -64,7 +114,53 @@ impl<B> ObservedBody<B> {
             trailers,
             status,
             finisher: Some(finisher),
+            deadlines: None,
+            timer: None,
+            last_byte: None,
+            timed_out: None,
         }
+    }
+
+    /// Enforces stream deadlines while relaying.
+    pub fn with_deadlines(mut self, deadlines: StreamDeadlines) -> Self {
+        self.deadlines = Some(deadlines);
+        self
+    }
+
+    /// Polls the next open deadline; `Some(kind)` when it has passed.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Option<&'static str> {
+        let d = self.deadlines?;
+        let (at, kind) = d.next(&self.obs.summary(), self.last_byte);
+        let when = self.t0 + at;
+        match self.timer.as_mut() {
+            Some(t) if t.deadline() == when => {}
+            Some(t) => t.as_mut().reset(when),
+            None => self.timer = Some(Box::pin(tokio::time::sleep_until(when))),
+        }
+        let timer = self.timer.as_mut()?;
+        timer.as_mut().poll(cx).is_ready().then_some(kind)
+    }
+
+    /// A deadline passed: the client gets an error event in its dialect and the stream ends.
+    /// An incomplete event held back is dropped (a client would discard it at the end anyway).
+    fn on_deadline(&mut self, kind: &'static str) {
+        if self.obs.terminal_seen() {
+            // The answer is complete; the upstream merely did not close.
+            self.on_upstream_end(BodyEnd::Eof);
+            return;
+        }
+        let dialect = self.deadlines.map(|d| d.dialect).unwrap_or(Dialect::Chat);
+        self.held.clear();
+        self.push(in_band_error(
+            dialect,
+            "upstream_timeout",
+            &format!("the upstream missed the {kind} deadline"),
+        ));
+        self.timed_out = Some(kind);
+        let at = timeline::offset(Instant::now().saturating_duration_since(self.t0));
+        self.obs.on_end(at, BodyEnd::Eof);
+        self.upstream_end = Some(BodyEnd::Eof);
+        self.inner = None;
     }
 
     fn push(&mut self, b: Bytes) {
@@ -82,6 +178,9 @@ impl<B> ObservedBody<B> {
 
     fn on_data(&mut self, data: Bytes) {
         let at = timeline::offset(Instant::now().saturating_duration_since(self.t0));
+        if !data.is_empty() {
+            self.last_byte = Some(at);
+        }
         let plan = self.obs.on_chunk(at, &data);
         let released = data.slice(..plan.release_to);
         match plan.comment_at {
@@ -131,6 +230,16 @@ impl<B> ObservedBody<B> {
             return;
         };
         let summary = self.obs.summary();
+        if let Some(kind) = self.timed_out {
+            finisher.finish(Ending {
+                status: self.status,
+                outcome: Outcome::Timeout,
+                error_class: Some(ErrorClass::Timeout),
+                timeout_kind: Some(kind),
+                stream: Some(summary),
+            });
+            return;
+        }
         let (outcome, error_class) = match summary.outcome {
             // Everything the upstream sent reached the client: its outcome stands.
             Some(o) if !cancelled || self.queue.is_empty() => (o, summary.error_class),
@@ -140,6 +249,7 @@ impl<B> ObservedBody<B> {
             status: self.status,
             outcome,
             error_class,
+            timeout_kind: None,
             stream: Some(summary),
         });
     }
@@ -178,7 +288,17 @@ where
             let Some(inner) = this.inner.as_mut() else {
                 return Poll::Ready(None);
             };
-            match ready!(Pin::new(inner).poll_frame(cx)) {
+            let polled = match Pin::new(inner).poll_frame(cx) {
+                Poll::Ready(v) => v,
+                Poll::Pending => {
+                    if let Some(kind) = this.poll_deadline(cx) {
+                        this.on_deadline(kind);
+                        continue;
+                    }
+                    return Poll::Pending;
+                }
+            };
+            match polled {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         this.on_data(data);

@@ -16,12 +16,14 @@ use laptime_core::usage::UsageAcc;
 use laptime_core::views::{ms, upstream_ms};
 use laptime_core::Dialect;
 use laptime_store::auth::Scope;
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use crate::attempt;
 use crate::auth::AuthFailure;
 use crate::ingress;
-use crate::observe::{BufferedBody, ObservedBody};
+use crate::observe::{BufferedBody, ObservedBody, StreamDeadlines};
 use crate::record::{Ending, Finisher, Pending};
 use crate::respond::{header_value, relay_headers, wants_trailers, GatewayError, REQUEST_ID};
 use crate::App;
@@ -130,10 +132,13 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     // === routing ===
     let started = Instant::now();
     let group = app.group_of(&principal);
-    let route = app.router.route(dialect, group, &head.model);
+    let candidates =
+        app.router
+            .candidates(dialect, group, &head.model, laptime_store::now_unix_us());
+    let policy = app.config.route_for(&head.model);
     finisher.pending.marks.distribution = Some(finisher.pending.since(started));
     finisher.pending.group = Some(group.to_string());
-    let Some(route) = route else {
+    if candidates.is_empty() {
         return reject(
             finisher,
             GatewayError::new(
@@ -145,84 +150,124 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
                 ),
             ),
         );
-    };
-    let channel = route.channel.clone();
-    finisher.pending.channel = Some(channel.name.clone());
-    finisher.pending.provider = Some(channel.provider.as_str().to_string());
-    let upstream_body = if route.upstream_model == head.model {
-        body
-    } else {
-        ingress::splice_model(&body, head.model_span, &route.upstream_model)
-    };
+    }
 
-    // === attempt ===
-    let request = match attempt::build_request(
-        &channel,
-        dialect,
-        upstream_body,
-        &parts.headers,
-        &trace.traceparent,
-    ) {
-        Ok(r) => r,
-        Err(e) => return reject(finisher, e),
-    };
-    let (guard, inflight) = channel.enter();
-    finisher.hold_inflight(guard);
-    finisher.pending.channel_inflight = Some(inflight);
-    let t1 = Instant::now();
-    let start = finisher.pending.offset(t1);
-    finisher.pending.marks.upstream_start = Some(start);
-    let sent = app.client.request(request).await;
-    let t2 = finisher.pending.offset(Instant::now());
-    let mut attempt = Attempt {
-        channel: channel.name.clone(),
-        role: "primary".into(),
-        won: false,
-        status: None,
-        error_class: None,
-        start: Some(start),
-        headers: None,
-        first_byte: None,
-        end: None,
-    };
-    let response = match sent {
-        Ok(r) => r,
-        Err(e) => {
-            let class = attempt::classify_error(&e);
-            tracing::debug!(channel = %channel.name, error = %e, "upstream call failed");
-            attempt.error_class = Some(class);
-            attempt.end = Some(t2);
-            finisher.pending.attempts.push(attempt);
-            let err = GatewayError::new(
-                class,
-                format!("upstream channel {:?} could not be reached", channel.name),
-            );
-            let status = err.status();
-            let ending = Ending {
-                status: status.as_u16(),
-                outcome: if class == ErrorClass::ConnectTimeout {
-                    Outcome::Timeout
-                } else {
-                    Outcome::UpstreamError
-                },
-                error_class: Some(class),
-                stream: None,
-            };
-            return buffered(
-                finisher,
-                status,
-                HeaderMap::new(),
-                json_headers(),
-                err.body(dialect),
-                ending,
-            );
+    // === attempt: failover to the next candidate while nothing has reached the client ===
+    let tries = candidates
+        .len()
+        .min(policy.failover.max_attempts.max(1) as usize);
+    let headers_deadline = Duration::from_millis(policy.timeouts.headers_ms);
+    let mut failure: Option<(ErrorClass, Option<&'static str>)> = None;
+    let mut won = None;
+    for (i, route) in candidates.into_iter().take(tries).enumerate() {
+        let last = i + 1 == tries;
+        let channel = route.channel.clone();
+        finisher.pending.channel = Some(channel.name.clone());
+        finisher.pending.provider = Some(channel.provider.as_str().to_string());
+        let upstream_body = if route.upstream_model == head.model {
+            body.clone()
+        } else {
+            ingress::splice_model(&body, head.model_span, &route.upstream_model)
+        };
+        let request = match attempt::build_request(
+            &channel,
+            dialect,
+            upstream_body,
+            &parts.headers,
+            &trace.traceparent,
+        ) {
+            Ok(r) => r,
+            Err(e) => return reject(finisher, e),
+        };
+        let (guard, inflight) = channel.enter();
+        let start = finisher.pending.offset(Instant::now());
+        finisher.pending.marks.upstream_start = Some(start);
+        finisher.pending.channel_inflight = Some(inflight);
+        let sent = tokio::time::timeout(headers_deadline, app.client.request(request)).await;
+        let t2 = finisher.pending.offset(Instant::now());
+        let mut attempt = Attempt {
+            channel: channel.name.clone(),
+            role: if i == 0 { "primary" } else { "failover" }.into(),
+            won: false,
+            status: None,
+            error_class: None,
+            start: Some(start),
+            headers: None,
+            first_byte: None,
+            end: Some(t2),
+        };
+        let response = match sent {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                let class = attempt::classify_error(&e);
+                tracing::debug!(channel = %channel.name, error = %e, "upstream call failed");
+                attempt.error_class = Some(class);
+                finisher.pending.attempts.push(attempt);
+                failure = Some((class, None));
+                if class.retryable() {
+                    continue;
+                }
+                break;
+            }
+            Err(_) => {
+                attempt.error_class = Some(ErrorClass::Timeout);
+                finisher.pending.attempts.push(attempt);
+                failure = Some((ErrorClass::Timeout, Some("headers")));
+                continue;
+            }
+        };
+        let status = response.status().as_u16();
+        if let Some(wait) = retry_after(response.headers()) {
+            channel.cool_down_until(laptime_store::now_unix_us() + wait);
         }
+        attempt.status = Some(status);
+        attempt.headers = Some(t2);
+        if !last && policy.failover.on_status.contains(&status) {
+            // Dropped unread: the connection closes instead of going back to the pool.
+            drop(response);
+            attempt.error_class = ErrorClass::from_status(status);
+            finisher.pending.attempts.push(attempt);
+            continue;
+        }
+        attempt.end = None;
+        attempt.won = true;
+        finisher.pending.attempts.push(attempt);
+        finisher.pending.marks.upstream_headers = Some(t2);
+        finisher.hold_inflight(guard);
+        won = Some((response, start, t2, channel));
+        break;
+    }
+    let Some((response, start, t2, channel)) = won else {
+        let (class, timeout_kind) = failure.unwrap_or((ErrorClass::Internal, None));
+        let err = GatewayError::new(
+            class,
+            match timeout_kind {
+                Some(kind) => format!("no upstream channel answered within the {kind} deadline"),
+                None => format!("no upstream channel could be reached ({})", class.as_str()),
+            },
+        );
+        let status = err.status();
+        let ending = Ending {
+            status: status.as_u16(),
+            outcome: if matches!(class, ErrorClass::ConnectTimeout | ErrorClass::Timeout) {
+                Outcome::Timeout
+            } else {
+                Outcome::UpstreamError
+            },
+            error_class: Some(class),
+            timeout_kind: timeout_kind
+                .or((class == ErrorClass::ConnectTimeout).then_some("connect")),
+            stream: None,
+        };
+        return buffered(
+            finisher,
+            status,
+            HeaderMap::new(),
+            json_headers(),
+            err.body(dialect),
+            ending,
+        );
     };
-    finisher.pending.marks.upstream_headers = Some(t2);
-    attempt.headers = Some(t2);
-    attempt.status = Some(response.status().as_u16());
-    attempt.won = true;
-    finisher.pending.attempts.push(attempt);
     let (up_parts, up_body) = response.into_parts();
     let status = up_parts.status;
     let is_sse = up_parts
@@ -241,7 +286,17 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         obs.set_headers(t2);
         let trailers = wants_trailers(&parts.headers);
         let request_id = finisher.pending.request_id.clone();
-        let body = ObservedBody::new(up_body, obs, finisher, status.as_u16(), trailers);
+        let t = &policy.timeouts;
+        let deadlines = StreamDeadlines {
+            dialect,
+            first_event: Duration::from_millis(t.first_event_ms),
+            first_output: Duration::from_millis(t.first_output_ms),
+            idle: Duration::from_millis(t.idle_ms),
+            progress: Duration::from_millis(t.progress_ms),
+            total: Duration::from_millis(t.total_ms),
+        };
+        let body = ObservedBody::new(up_body, obs, finisher, status.as_u16(), trailers)
+            .with_deadlines(deadlines);
         let mut resp = Response::new(AxumBody::new(body));
         *resp.status_mut() = status;
         relay_headers(&up_parts.headers, resp.headers_mut());
@@ -269,8 +324,31 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     };
     let mut buf = Vec::new();
     let mut up_body = up_body;
+    let total = finisher.pending.t0 + Duration::from_millis(policy.timeouts.total_ms);
     let read_ok = loop {
-        match up_body.frame().await {
+        let Ok(frame) = tokio::time::timeout_at(total, up_body.frame()).await else {
+            let err = GatewayError::new(
+                ErrorClass::Timeout,
+                "the upstream missed the total deadline",
+            );
+            let status = err.status();
+            let ending = Ending {
+                status: status.as_u16(),
+                outcome: Outcome::Timeout,
+                error_class: Some(ErrorClass::Timeout),
+                timeout_kind: Some("total"),
+                stream: Some(summary),
+            };
+            return buffered(
+                finisher,
+                status,
+                HeaderMap::new(),
+                json_headers(),
+                err.body(dialect),
+                ending,
+            );
+        };
+        match frame {
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     if !data.is_empty() {
@@ -318,6 +396,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             status: status.as_u16(),
             outcome,
             error_class,
+            timeout_kind: None,
             stream: Some(summary),
         };
         return buffered(
@@ -343,6 +422,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         status: status.as_u16(),
         outcome,
         error_class,
+        timeout_kind: None,
         stream: Some(summary),
     };
     buffered(
@@ -362,6 +442,19 @@ fn json_headers() -> HeaderMap {
         HeaderValue::from_static("application/json"),
     );
     h
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is not used by LLM providers), as microseconds,
+/// capped at an hour.
+fn retry_after(headers: &HeaderMap) -> Option<i64> {
+    let secs: i64 = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(secs.clamp(0, 3600) * 1_000_000)
 }
 
 /// Answers with a gateway error in the dialect's shape, recorded as rejected.

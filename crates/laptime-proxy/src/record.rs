@@ -83,6 +83,8 @@ pub struct Ending {
     pub status: u16,
     pub outcome: Outcome,
     pub error_class: Option<ErrorClass>,
+    /// Which deadline fired, for `Outcome::Timeout`.
+    pub timeout_kind: Option<&'static str>,
     /// What the upstream body showed (marks from `first_byte` on, tokens, counts); `None` when
     /// no upstream body was read.
     pub stream: Option<StreamSummary>,
@@ -94,6 +96,7 @@ impl Ending {
             status,
             outcome: Outcome::Rejected,
             error_class: Some(class),
+            timeout_kind: None,
             stream: None,
         }
     }
@@ -198,7 +201,7 @@ pub fn build(
         stream: p.stream,
         status: ending.status,
         outcome: ending.outcome,
-        timeout_kind: None,
+        timeout_kind: ending.timeout_kind.map(str::to_string),
         error_class: ending.error_class,
         classification,
         flags,

@@ -99,6 +99,26 @@ impl GatewayError {
     }
 }
 
+/// An error event in the dialect's own stream shape, for a failure after the head was relayed.
+/// No terminal frame follows it.
+pub fn in_band_error(dialect: Dialect, code: &str, message: &str) -> Bytes {
+    let event = match dialect {
+        Dialect::Chat => format!(
+            "data: {}\n\n",
+            json!({"error": {"message": message, "type": "timeout", "param": null, "code": code}})
+        ),
+        Dialect::Responses => format!(
+            "event: error\ndata: {}\n\n",
+            json!({"type": "error", "code": code, "message": message, "param": null})
+        ),
+        Dialect::Messages => format!(
+            "event: error\ndata: {}\n\n",
+            json!({"type": "error", "error": {"type": "timeout_error", "message": message}})
+        ),
+    };
+    Bytes::from(event)
+}
+
 /// Hop-by-hop and framing headers that are never relayed from upstream: the gateway frames its
 /// own response.
 const NOT_RELAYED: [&str; 10] = [

@@ -1,8 +1,10 @@
-//! Routing: model + dialect → the channel that serves it and the model name to send upstream.
-//! Exact names win over a channel's `*`; a channel is eligible only for the dialects its
-//! provider speaks. Upstream URLs come from configuration only.
+//! Routing: model + dialect → the ordered candidates that may serve it (channel and the model
+//! name to send upstream). Channels that name the model come before `*` channels; within those,
+//! lower priority tiers first, and a weighted random order within a tier. A channel is eligible
+//! only for the dialects its provider speaks, and not while it is cooling down after a
+//! `Retry-After`. Upstream URLs come from configuration only.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use laptime_core::Dialect;
@@ -21,6 +23,10 @@ pub struct Channel {
     pub models: Vec<(String, String)>,
     /// Requests in flight on this channel.
     pub inflight: AtomicU32,
+    pub priority: u32,
+    pub weight: u32,
+    /// Unix microseconds before which the channel is skipped (set from `Retry-After`).
+    pub cooldown_until_us: AtomicI64,
 }
 
 impl std::fmt::Debug for Channel {
@@ -66,6 +72,9 @@ impl Channel {
             group: c.group.clone(),
             models: c.models.pairs(),
             inflight: AtomicU32::new(0),
+            priority: c.priority,
+            weight: c.weight.max(1),
+            cooldown_until_us: AtomicI64::new(0),
         }
     }
 
@@ -78,6 +87,16 @@ impl Channel {
             (_, Dialect::Chat) => format!("{}/chat/completions", self.base_url),
             (_, Dialect::Responses) => format!("{}/responses", self.base_url),
         }
+    }
+
+    /// Skips this channel until `until_us` (an upstream asked to be left alone).
+    pub fn cool_down_until(&self, until_us: i64) {
+        self.cooldown_until_us
+            .fetch_max(until_us, Ordering::Relaxed);
+    }
+
+    pub fn cooling_down(&self, now_us: i64) -> bool {
+        self.cooldown_until_us.load(Ordering::Relaxed) > now_us
     }
 
     /// Marks a request in flight until the guard drops; returns the count including it.
@@ -117,14 +136,22 @@ impl Router {
         &self.channels
     }
 
-    pub fn route(&self, dialect: Dialect, group: &str, model: &str) -> Option<Route> {
+    /// The channels that may serve `model`, in the order to try them. Channels cooling down go
+    /// last rather than nowhere, so a request still has somewhere to go when all of them are.
+    pub fn candidates(
+        &self,
+        dialect: Dialect,
+        group: &str,
+        model: &str,
+        now_us: i64,
+    ) -> Vec<Route> {
         let eligible = || {
             self.channels
                 .iter()
                 .filter(move |c| c.provider.serves(dialect) && c.group == group)
         };
-        eligible()
-            .find_map(|c| {
+        let exact: Vec<Route> = eligible()
+            .filter_map(|c| {
                 c.models
                     .iter()
                     .find(|(public, _)| public == model)
@@ -133,17 +160,18 @@ impl Router {
                         upstream_model: up.clone(),
                     })
             })
-            .or_else(|| {
-                eligible().find_map(|c| {
-                    c.models
-                        .iter()
-                        .any(|(public, _)| public == "*")
-                        .then(|| Route {
-                            channel: c.clone(),
-                            upstream_model: model.to_string(),
-                        })
-                })
+            .collect();
+        let wildcard: Vec<Route> = eligible()
+            .filter(|c| c.models.iter().any(|(public, _)| public == "*"))
+            .filter(|c| !exact.iter().any(|r| Arc::ptr_eq(&r.channel, c)))
+            .map(|c| Route {
+                channel: c.clone(),
+                upstream_model: model.to_string(),
             })
+            .collect();
+        let mut out = order(exact, now_us);
+        out.extend(order(wildcard, now_us));
+        out
     }
 
     /// Every (model, channel) a group can call, for `GET /v1/models`.
@@ -165,12 +193,43 @@ impl Router {
     }
 }
 
+/// Cooling-down channels last, then priority tiers ascending, then a weighted random order
+/// within a tier (Efraimidis–Spirakis keys u^(1/w)).
+fn order(routes: Vec<Route>, now_us: i64) -> Vec<Route> {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    let mut keyed: Vec<(bool, u32, f64, Route)> = routes
+        .into_iter()
+        .map(|r| {
+            let u: f64 = rng.gen_range(f64::MIN_POSITIVE..1.0);
+            let key = u.powf(1.0 / f64::from(r.channel.weight.max(1)));
+            (r.channel.cooling_down(now_us), r.channel.priority, key, r)
+        })
+        .collect();
+    keyed.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then(a.1.cmp(&b.1))
+            .then(b.2.partial_cmp(&a.2).unwrap_or(std::cmp::Ordering::Equal))
+    });
+    keyed.into_iter().map(|(_, _, _, r)| r).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Models;
 
     fn channel(name: &str, provider: Provider, models: Models) -> Arc<Channel> {
+        tiered(name, provider, models, 0, 1)
+    }
+
+    fn tiered(
+        name: &str,
+        provider: Provider,
+        models: Models,
+        priority: u32,
+        weight: u32,
+    ) -> Arc<Channel> {
         let cfg = ChannelConfig {
             name: name.into(),
             provider,
@@ -178,6 +237,8 @@ mod tests {
             api_key_env: None,
             models,
             group: "default".into(),
+            priority,
+            weight,
         };
         Arc::new(Channel::from_config(
             &cfg,
@@ -201,25 +262,71 @@ mod tests {
                 Models::List(vec!["claude-x".into()]),
             ),
         ]);
-        let route = r.route(Dialect::Chat, "default", "fast").unwrap();
+        let route = r.candidates(Dialect::Chat, "default", "fast", 0).remove(0);
         assert_eq!(route.channel.name, "mapped");
         assert_eq!(route.upstream_model, "gpt-4.1-mini");
         assert_eq!(
-            r.route(Dialect::Responses, "default", "o4")
-                .unwrap()
+            r.candidates(Dialect::Responses, "default", "o4", 0)[0]
                 .channel
                 .name,
             "any"
         );
         assert_eq!(
-            r.route(Dialect::Messages, "default", "claude-x")
-                .unwrap()
+            r.candidates(Dialect::Messages, "default", "claude-x", 0)[0]
                 .channel
                 .name,
             "claude"
         );
-        assert!(r.route(Dialect::Messages, "default", "nope").is_none());
-        assert!(r.route(Dialect::Chat, "other-group", "fast").is_none());
+        // The `*` channel is a later candidate for a named model too.
+        let names: Vec<_> = r
+            .candidates(Dialect::Chat, "default", "fast", 0)
+            .iter()
+            .map(|c| c.channel.name.clone())
+            .collect();
+        assert_eq!(names, ["mapped", "any"]);
+        assert!(r
+            .candidates(Dialect::Messages, "default", "nope", 0)
+            .is_empty());
+        assert!(r
+            .candidates(Dialect::Chat, "other-group", "fast", 0)
+            .is_empty());
+    }
+
+    #[test]
+    fn tiers_come_in_order_weights_share_a_tier_and_cooling_channels_go_last() {
+        let m = || Models::List(vec!["m".into()]);
+        let r = Router::new(vec![
+            tiered("backup", Provider::Openai, m(), 1, 1),
+            tiered("heavy", Provider::Openai, m(), 0, 9),
+            tiered("light", Provider::Openai, m(), 0, 1),
+        ]);
+        let mut heavy_first = 0;
+        for _ in 0..2000 {
+            let names: Vec<_> = r
+                .candidates(Dialect::Chat, "default", "m", 0)
+                .iter()
+                .map(|c| c.channel.name.clone())
+                .collect();
+            assert_eq!(names[2], "backup", "the lower tier is tried first");
+            if names[0] == "heavy" {
+                heavy_first += 1;
+            }
+        }
+        // Weight 9 against 1: heavy leads about 90 % of the time.
+        assert!((1700..=1900).contains(&heavy_first), "{heavy_first}");
+        r.channels()[1].cool_down_until(1_000);
+        let names: Vec<_> = r
+            .candidates(Dialect::Chat, "default", "m", 500)
+            .iter()
+            .map(|c| c.channel.name.clone())
+            .collect();
+        assert_eq!(names, ["light", "backup", "heavy"]);
+        let names: Vec<_> = r
+            .candidates(Dialect::Chat, "default", "m", 1_000)
+            .iter()
+            .map(|c| c.channel.name.clone())
+            .collect();
+        assert_eq!(names[2], "backup", "the cool-down is over");
     }
 
     #[test]

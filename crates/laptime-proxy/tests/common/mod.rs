@@ -79,6 +79,8 @@ pub fn channel(name: &str, base_url: &str, models: &[&str]) -> ChannelConfig {
         api_key_env: None,
         models: laptime_proxy::config::Models::List(models.iter().map(|m| m.to_string()).collect()),
         group: "default".into(),
+        priority: 0,
+        weight: 1,
     }
 }
 

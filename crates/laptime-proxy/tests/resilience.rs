@@ -1,0 +1,306 @@
+//! Routing under failure over real sockets: failover before the commit point, deadlines after
+//! it, `Retry-After` cool-downs, and what the record keeps of every attempt.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use laptime_proxy::config::{RouteConfig, TimeoutsConfig};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A fake upstream on 127.0.0.1 that answers every request with `response` bytes, or never
+/// answers when `response` is `None` (a stall before the head).
+async fn fixed_upstream(response: Option<&'static str>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let _ = sock.read(&mut buf).await;
+                match response {
+                    Some(r) => {
+                        let _ = sock.write_all(r.as_bytes()).await;
+                        let _ = sock.shutdown().await;
+                    }
+                    None => tokio::time::sleep(Duration::from_secs(30)).await,
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn route(model: &str, tweak: impl FnOnce(&mut TimeoutsConfig)) -> RouteConfig {
+    let mut timeouts = TimeoutsConfig::default();
+    tweak(&mut timeouts);
+    RouteConfig {
+        model: model.into(),
+        failover: Default::default(),
+        timeouts,
+    }
+}
+
+fn id_of(r: &reqwest::Response) -> String {
+    r.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_refused_connection_fails_over_and_the_answer_is_timed_from_the_winning_attempt() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let h = start_with(|cfg, sim| {
+        cfg.channels.push(channel("dead", &dead, &["m"]));
+        let mut backup = channel("backup", sim, &[]);
+        backup.models =
+            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
+        backup.priority = 1;
+        cfg.channels.push(backup);
+    })
+    .await;
+    for dialect in DIALECTS {
+        let resp = h
+            .post(path_for(dialect), &body_for(dialect, "m", true))
+            .await;
+        assert_eq!(resp.status(), 200, "{dialect}");
+        let id = id_of(&resp);
+        let text = resp.text().await.unwrap();
+        assert_eq!(text.matches(": x-laptime-timing").count(), 1);
+        let row = h.row(&id).await;
+        assert_eq!(row["outcome"], "completed");
+        assert_eq!(row["failover_count"], 1);
+        assert_eq!(row["channel"], "backup");
+        let a = row["attempts"].as_array().unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(
+            (
+                a[0]["channel"].as_str(),
+                a[0]["won"].as_bool(),
+                a[0]["error_class"].as_str()
+            ),
+            (Some("dead"), Some(false), Some("connect_failed"))
+        );
+        assert_eq!(
+            (a[1]["role"].as_str(), a[1]["won"].as_bool()),
+            (Some("failover"), Some(true))
+        );
+        // ttft and upstream are measured from the winning attempt's dispatch.
+        let ttft = row["ttft_ms"].as_f64().unwrap();
+        let expected = a[1]["first_byte_ms"].as_f64().unwrap() - a[1]["start_ms"].as_f64().unwrap();
+        assert!((ttft - expected).abs() < 0.002, "{ttft} vs {expected}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_retryable_status_fails_over_and_retry_after_cools_the_channel_down() {
+    let busy = fixed_upstream(Some(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 30\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+    ))
+    .await;
+    let h = start_with(|cfg, sim| {
+        cfg.channels.push(channel("busy", &busy, &["m"]));
+        let mut backup = channel("backup", sim, &[]);
+        backup.models =
+            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
+        backup.priority = 1;
+        cfg.channels.push(backup);
+    })
+    .await;
+    let resp = h
+        .post(path_for("chat"), &body_for("chat", "m", false))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let row = h.row(&id_of(&resp)).await;
+    let a = row["attempts"].as_array().unwrap();
+    assert_eq!(a.len(), 2);
+    assert_eq!(
+        (a[0]["status"].as_u64(), a[0]["error_class"].as_str()),
+        (Some(429), Some("rate_limited"))
+    );
+    assert_eq!(row["failover_count"], 1);
+    // The next request skips the cooling channel.
+    let resp = h
+        .post(path_for("chat"), &body_for("chat", "m", false))
+        .await;
+    let row = h.row(&id_of(&resp)).await;
+    assert_eq!(row["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(row["channel"], "backup");
+    assert_eq!(row["failover_count"], 0);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn the_headers_deadline_fails_over_and_when_every_channel_misses_it_the_answer_is_a_504() {
+    let stall = fixed_upstream(None).await;
+    let h = start_with(|cfg, sim| {
+        cfg.channels
+            .push(channel("stall", &stall, &["m", "only-stall"]));
+        let mut backup = channel("backup", sim, &[]);
+        backup.models =
+            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
+        backup.priority = 1;
+        cfg.channels.push(backup);
+        cfg.routes.push(route("*", |t| t.headers_ms = 300));
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    let resp = h
+        .post(path_for("messages"), &body_for("messages", "m", true))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let row = h.row(&id_of(&resp)).await;
+    assert!(started.elapsed() < Duration::from_millis(300 + 500));
+    let a = row["attempts"].as_array().unwrap();
+    assert_eq!(a[0]["error_class"], "timeout");
+    let waited = a[0]["end_ms"].as_f64().unwrap() - a[0]["start_ms"].as_f64().unwrap();
+    assert!(
+        (300.0..350.0).contains(&waited),
+        "headers deadline fired after {waited} ms"
+    );
+    assert_eq!(row["outcome"], "completed");
+
+    let resp = h
+        .post(path_for("chat"), &body_for("chat", "only-stall", false))
+        .await;
+    assert_eq!(resp.status(), 504);
+    let row = h.row(&id_of(&resp)).await;
+    assert_eq!(
+        (row["outcome"].as_str(), row["timeout_kind"].as_str()),
+        (Some("timeout"), Some("headers"))
+    );
+    assert!(row["ttft_ms"].is_null() && row["upstream_ms"].is_null());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn after_the_commit_point_a_missed_deadline_is_an_in_band_error_event_never_a_replay() {
+    let h = start_with(|cfg, _| {
+        cfg.routes.push(route("*", |t| {
+            t.idle_ms = 300;
+            t.first_event_ms = 400;
+        }))
+    })
+    .await;
+    // Idle: two deltas, then silence.
+    for dialect in DIALECTS {
+        let mut body = body_for(dialect, "sim-fast", true);
+        body["laptime_sim"] = json!({"text_tokens": 2, "end": "stall"});
+        let resp = h.post(path_for(dialect), &body).await;
+        let id = id_of(&resp);
+        let text = resp.text().await.unwrap();
+        let row = h.row(&id).await;
+        assert_eq!(
+            (row["outcome"].as_str(), row["timeout_kind"].as_str()),
+            (Some("timeout"), Some("idle")),
+            "{dialect}"
+        );
+        assert!(
+            !text.contains("x-laptime-timing"),
+            "{dialect}: no terminal frame, no comment"
+        );
+        let error_event = if dialect == "messages" {
+            "\"timeout_error\""
+        } else {
+            "upstream_timeout"
+        };
+        assert!(text.contains(error_event), "{dialect}: {text}");
+        assert!(
+            !text.contains("[DONE]")
+                && !text.contains("message_stop")
+                && !text.contains("response.completed")
+        );
+        // The preamble was sent once: no replay on another channel.
+        let preamble = match dialect {
+            "chat" => "\"role\":\"assistant\"",
+            "responses" => "event: response.created",
+            _ => "event: message_start",
+        };
+        assert_eq!(text.matches(preamble).count(), 1, "{dialect}");
+        let done = row["other"]["timing"]["total_handler_ms"].as_f64().unwrap();
+        assert!(
+            done < 300.0 + 150.0,
+            "{dialect}: idle deadline fired at {done} ms"
+        );
+        assert_eq!(
+            row["text_delta_count"], 2,
+            "the marks and counts seen so far are kept"
+        );
+    }
+    // Heartbeats only: they are not events, so the first-event deadline fires.
+    let mut body = body_for("messages", "sim-fast", true);
+    body["laptime_sim"] =
+        json!({"heartbeat_ms": 50, "first_event_ms": 5000, "first_text_ms": 5000});
+    let resp = h.post(path_for("messages"), &body).await;
+    let id = id_of(&resp);
+    let text = resp.text().await.unwrap();
+    let row = h.row(&id).await;
+    assert_eq!(row["timeout_kind"], "first_event", "{row}");
+    assert!(text.contains("event: ping") && text.contains("timeout_error"));
+    let done = row["other"]["timing"]["total_handler_ms"].as_f64().unwrap();
+    assert!(
+        (400.0..450.0).contains(&done),
+        "first-event deadline fired at {done} ms"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn when_every_candidate_fails_the_client_gets_one_error_and_the_record_every_attempt() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let h = start_with(|cfg, _| {
+        for name in ["d1", "d2", "d3", "d4"] {
+            cfg.channels.push(channel(name, &dead, &["m"]));
+        }
+    })
+    .await;
+    let resp = h
+        .post(path_for("responses"), &body_for("responses", "m", true))
+        .await;
+    assert_eq!(resp.status(), 502);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["type"], "api_error");
+    let row = h.row(&err_id(&h).await).await;
+    let a = row["attempts"].as_array().unwrap();
+    assert_eq!(a.len(), 3, "failover.max_attempts defaults to 3");
+    assert!(a.iter().all(|x| x["won"] == false));
+    assert_eq!(row["failover_count"], 2);
+    h.stop().await;
+}
+
+/// The newest request id of the harness's workspace.
+async fn err_id(h: &Harness) -> String {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let list: Value = h
+        .http
+        .get(h.url("/api/requests?limit=1"))
+        .bearer_auth(&h.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    list["requests"][0]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
