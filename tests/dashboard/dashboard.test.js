@@ -333,17 +333,19 @@ describe('dashboard', () => {
     await page.context().close();
   });
 
-  it('lists channels with in-flight counts, error rate, p95s, and the circuit as not tracked', async () => {
+  it('lists channels with in-flight counts, error rate, p95s, and the circuit state the API reports', async () => {
     const page = await signedIn();
     await page.evaluate(() => { location.hash = '#/channels'; });
     const row = page.locator('table.channels tr[data-channel="sim"]');
     await row.waitFor();
     const text = await row.textContent();
-    assert.match(text, /not tracked/);
     assert.match(text, /\d+\.\d %/);
     assert.match(text, /ms/);
-    const api = await H.gql(gw, gw.token, '{ channels { name inflight } }');
-    assert.equal(Number(await row.locator('[data-inflight]').getAttribute('data-inflight')), api.channels.find(c => c.name === 'sim').inflight);
+    const api = await H.gql(gw, gw.token, '{ channels { name inflight circuit } }');
+    const sim = api.channels.find(c => c.name === 'sim');
+    assert.equal(Number(await row.locator('[data-inflight]').getAttribute('data-inflight')), sim.inflight);
+    assert.equal(await row.locator('[data-circuit]').getAttribute('data-circuit'), sim.circuit);
+    assert.equal(sim.circuit, 'closed');
     await H.screenshot(page, '6-channels');
     assert.deepEqual(page.errors, []);
     await page.context().close();

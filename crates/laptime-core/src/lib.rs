@@ -10,6 +10,7 @@
 //!   place where the in-band timing comment goes.
 //! - [`timeline`]: marks as offsets from t0, outcomes, attempts and the finished record.
 //! - [`slow`]: the slow-request classifier (which stage was slow).
+//! - [`circuit`]: a channel's circuit breaker (closed, open, half-open).
 //! - [`views`]: the two vocabularies a record is read in (`other.timing` and the usage API), and
 //!   the in-band timing line.
 //! - [`rollup`]: mergeable summaries of many records (counts, token sums, log-bucketed percentile
@@ -18,6 +19,7 @@
 //! Time enters this crate only as `Duration` offsets handed in by the edges, so every rule here is
 //! testable without a clock.
 
+pub mod circuit;
 pub mod classify;
 pub mod dialect;
 pub mod observe;

@@ -137,6 +137,8 @@ pub enum ErrorClass {
     BadRequest,
     PayloadTooLarge,
     UnknownModel,
+    /// Every candidate channel was ejected by its circuit breaker.
+    CircuitOpen,
     /// A bug or resource problem inside the gateway.
     Internal,
 }
@@ -160,6 +162,7 @@ impl ErrorClass {
             ErrorClass::BadRequest => "bad_request",
             ErrorClass::PayloadTooLarge => "payload_too_large",
             ErrorClass::UnknownModel => "unknown_model",
+            ErrorClass::CircuitOpen => "circuit_open",
             ErrorClass::Internal => "internal",
         }
     }
@@ -183,6 +186,7 @@ impl ErrorClass {
             BadRequest,
             PayloadTooLarge,
             UnknownModel,
+            CircuitOpen,
             Internal,
         ]
         .into_iter()
@@ -193,7 +197,7 @@ impl ErrorClass {
         use ErrorClass::*;
         match self {
             ConnectFailed | ConnectTimeout | Tls | RateLimited | UpstreamStatus5xx
-            | StreamError | ClosedEarly | BodyError | Timeout => Fault::Upstream,
+            | StreamError | ClosedEarly | BodyError | Timeout | CircuitOpen => Fault::Upstream,
             // A 4xx from upstream answers the client's request as forwarded.
             UpstreamStatus4xx | ClientCancelled | Unauthorized | Forbidden | BadRequest
             | PayloadTooLarge | UnknownModel => Fault::Downstream,

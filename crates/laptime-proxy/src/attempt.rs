@@ -142,6 +142,7 @@ mod tests {
             group: "default".into(),
             priority: 0,
             weight: 1,
+            circuit: Default::default(),
         };
         Channel::from_config(&cfg, "http://127.0.0.1:9/v1".into(), &|_| {
             Some("sk-canary".into())

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use laptime_core::circuit::CircuitConfig;
 use laptime_core::slow::Thresholds;
 use laptime_core::Dialect;
 use serde::{Deserialize, Serialize};
@@ -151,6 +152,9 @@ pub struct ChannelConfig {
     /// Weighted random choice within a tier.
     #[serde(default = "default_weight")]
     pub weight: u32,
+    /// When the channel is ejected (consecutive failures or error rate) and for how long.
+    #[serde(default)]
+    pub circuit: CircuitConfig,
 }
 
 fn default_weight() -> u32 {
@@ -271,6 +275,7 @@ impl Config {
             group: default_group(),
             priority: 0,
             weight: 1,
+            circuit: CircuitConfig::default(),
         }];
         if env("OPENAI_API_KEY").is_some() {
             channels.push(ChannelConfig {
@@ -282,6 +287,7 @@ impl Config {
                 group: default_group(),
                 priority: 0,
                 weight: 1,
+                circuit: CircuitConfig::default(),
             });
         }
         if env("ANTHROPIC_API_KEY").is_some() {
@@ -294,6 +300,7 @@ impl Config {
                 group: default_group(),
                 priority: 0,
                 weight: 1,
+                circuit: CircuitConfig::default(),
             });
         }
         Config {
@@ -426,6 +433,21 @@ impl Config {
         for (i, c) in self.channels.iter().enumerate() {
             if c.weight == 0 {
                 errs.push(format!("channels[{i}].weight: must be positive"));
+            }
+            let cb = &c.circuit;
+            if cb.consecutive_failures == 0
+                || cb.min_requests == 0
+                || cb.window_s == 0
+                || cb.open_s == 0
+            {
+                errs.push(format!(
+                    "channels[{i}].circuit: counts and durations must be positive"
+                ));
+            }
+            if !(cb.error_rate > 0.0 && cb.error_rate <= 1.0) {
+                errs.push(format!(
+                    "channels[{i}].circuit.error_rate: must be in (0, 1]"
+                ));
             }
         }
         if errs.is_empty() {

@@ -239,6 +239,7 @@ impl Query {
                 group: c.group.clone(),
                 models: c.models.iter().map(|(public, _)| public.clone()).collect(),
                 inflight: c.inflight.load(std::sync::atomic::Ordering::Relaxed),
+                circuit: c.circuit_state().as_str().to_string(),
             })
             .collect())
     }
@@ -303,6 +304,8 @@ pub struct ChannelOut {
     pub group: String,
     pub models: Vec<String>,
     pub inflight: u32,
+    /// The circuit breaker: `closed`, `open` (ejected) or `half_open` (one probe allowed).
+    pub circuit: String,
 }
 
 #[derive(SimpleObject)]

@@ -64,6 +64,8 @@
 //! | `laptime_handler_seconds` | histogram | same | t7 − t0 (present on every finished record) |
 //! | `laptime_tokens_total` | counter | `type` (`input`, `output`, `cache_read`, `cache_write`, `reasoning`), `model` | sum of the upstream-reported counts (input normalised as above); absent counts add nothing |
 //! | `laptime_channel_inflight` | gauge | `channel` | requests in flight on each configured channel, read at scrape time |
+//! | `laptime_circuit_state` | gauge | `channel`, `state` (`closed`, `open`, `half_open`) | 1 for each channel's current circuit state, read at scrape time |
+//! | `laptime_circuit_transitions_total` | counter | `channel` | circuit breaker state changes (each is also logged) |
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
 //! | `laptime_recorder_dropped_total` | counter | — | records dropped because the queue was full (never stored) |
 //! | `laptime_recorder_written_total` | counter | — | records written to the store |
@@ -523,7 +525,44 @@ fn scrape_time(router: &Router, recorder: &Recorder) -> Vec<proto::MetricFamily>
             )
         })
         .collect();
+    let states = router
+        .channels()
+        .iter()
+        .flat_map(|c| {
+            let now = c.circuit_state().as_str();
+            ["closed", "open", "half_open"].map(|state| {
+                gauge(
+                    &[("channel", &c.name), ("state", state)],
+                    if state == now { 1.0 } else { 0.0 },
+                )
+            })
+        })
+        .collect();
+    let transitions = router
+        .channels()
+        .iter()
+        .map(|c| {
+            let mut m = counter(c.circuit_transitions.load(Ordering::Relaxed) as f64);
+            let mut p = proto::LabelPair::default();
+            p.set_name("channel".to_string());
+            p.set_value(c.name.clone());
+            m.set_label(vec![p]);
+            m
+        })
+        .collect();
     vec![
+        family(
+            "laptime_circuit_state",
+            "Each channel's circuit breaker state (1 for the current one), at scrape time.",
+            proto::MetricType::GAUGE,
+            states,
+        ),
+        family(
+            "laptime_circuit_transitions_total",
+            "Circuit breaker state changes per channel.",
+            proto::MetricType::COUNTER,
+            transitions,
+        ),
         family(
             "laptime_channel_inflight",
             "Requests in flight on each configured channel, at scrape time.",

@@ -153,15 +153,25 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     }
 
     // === attempt: failover to the next candidate while nothing has reached the client ===
-    let tries = candidates
-        .len()
-        .min(policy.failover.max_attempts.max(1) as usize);
+    let max_attempts = policy.failover.max_attempts.max(1) as usize;
+    let n_candidates = candidates.len();
     let headers_deadline = Duration::from_millis(policy.timeouts.headers_ms);
     let mut failure: Option<(ErrorClass, Option<&'static str>)> = None;
     let mut won = None;
-    for (i, route) in candidates.into_iter().take(tries).enumerate() {
-        let last = i + 1 == tries;
+    let mut made = 0;
+    for (c, route) in candidates.into_iter().enumerate() {
+        if made == max_attempts {
+            break;
+        }
         let channel = route.channel.clone();
+        // An ejected channel is passed over without an attempt.
+        if !channel.circuit_acquire() {
+            failure.get_or_insert((ErrorClass::CircuitOpen, None));
+            continue;
+        }
+        let i = made;
+        made += 1;
+        let last = made == max_attempts || c + 1 == n_candidates;
         finisher.pending.channel = Some(channel.name.clone());
         finisher.pending.provider = Some(channel.provider.as_str().to_string());
         let upstream_body = if route.upstream_model == head.model {
@@ -199,6 +209,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         let response = match sent {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
+                channel.circuit_record(true);
                 let class = attempt::classify_error(&e);
                 tracing::debug!(channel = %channel.name, error = %e, "upstream call failed");
                 attempt.error_class = Some(class);
@@ -210,6 +221,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
                 break;
             }
             Err(_) => {
+                channel.circuit_record(true);
                 attempt.error_class = Some(ErrorClass::Timeout);
                 finisher.pending.attempts.push(attempt);
                 failure = Some((ErrorClass::Timeout, Some("headers")));
@@ -217,6 +229,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             }
         };
         let status = response.status().as_u16();
+        channel.circuit_record(status == 429 || status >= 500);
         if let Some(wait) = retry_after(response.headers()) {
             channel.cool_down_until(laptime_store::now_unix_us() + wait);
         }

@@ -38,6 +38,7 @@ impl GatewayError {
             | ErrorClass::ClosedEarly
             | ErrorClass::BodyError => StatusCode::BAD_GATEWAY,
             ErrorClass::ConnectTimeout | ErrorClass::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ErrorClass::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
             // Nobody reads this answer; the status is for the record.
             ErrorClass::ClientCancelled => {
                 StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
@@ -73,6 +74,11 @@ impl GatewayError {
             ErrorClass::ConnectTimeout | ErrorClass::Timeout => {
                 ("api_error", Some("upstream_timeout"), "timeout_error")
             }
+            ErrorClass::CircuitOpen => (
+                "api_error",
+                Some("upstream_unavailable"),
+                "overloaded_error",
+            ),
             ErrorClass::ConnectFailed
             | ErrorClass::Tls
             | ErrorClass::RateLimited

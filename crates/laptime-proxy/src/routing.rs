@@ -4,8 +4,11 @@
 //! only for the dialects its provider speaks, and not while it is cooling down after a
 //! `Retry-After`. Upstream URLs come from configuration only.
 
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use laptime_core::circuit::{Circuit, CircuitState};
+use tokio::time::Instant;
 
 use laptime_core::Dialect;
 
@@ -27,6 +30,12 @@ pub struct Channel {
     pub weight: u32,
     /// Unix microseconds before which the channel is skipped (set from `Retry-After`).
     pub cooldown_until_us: AtomicI64,
+    /// The circuit breaker; the lock is held only to read or update it, never across I/O.
+    circuit: Mutex<Circuit>,
+    /// The origin of the circuit's time offsets.
+    born: Instant,
+    /// State changes of the circuit so far (for `/metrics`).
+    pub circuit_transitions: AtomicU64,
 }
 
 impl std::fmt::Debug for Channel {
@@ -75,6 +84,9 @@ impl Channel {
             priority: c.priority,
             weight: c.weight.max(1),
             cooldown_until_us: AtomicI64::new(0),
+            circuit: Mutex::new(Circuit::new(c.circuit)),
+            born: Instant::now(),
+            circuit_transitions: AtomicU64::new(0),
         }
     }
 
@@ -97,6 +109,59 @@ impl Channel {
 
     pub fn cooling_down(&self, now_us: i64) -> bool {
         self.cooldown_until_us.load(Ordering::Relaxed) > now_us
+    }
+
+    fn since_born(&self) -> std::time::Duration {
+        Instant::now().saturating_duration_since(self.born)
+    }
+
+    pub fn circuit_state(&self) -> CircuitState {
+        self.circuit
+            .lock()
+            .map(|c| c.state())
+            .unwrap_or(CircuitState::Closed)
+    }
+
+    /// Whether the circuit lets a request through now (without taking the half-open probe).
+    pub fn circuit_available(&self) -> bool {
+        let now = self.since_born();
+        self.circuit
+            .lock()
+            .map(|c| c.available(now))
+            .unwrap_or(true)
+    }
+
+    /// Takes the circuit's permission for one attempt (an open circuit past its back-off lets
+    /// this one through as its probe).
+    pub fn circuit_acquire(&self) -> bool {
+        let now = self.since_born();
+        let Ok(mut c) = self.circuit.lock() else {
+            return true;
+        };
+        let (allowed, changed) = c.acquire(now);
+        drop(c);
+        if let Some(state) = changed {
+            self.circuit_changed(state);
+        }
+        allowed
+    }
+
+    /// Records an attempt's result at its head (failed: no answer, or a retryable status).
+    pub fn circuit_record(&self, failed: bool) {
+        let now = self.since_born();
+        let changed = self
+            .circuit
+            .lock()
+            .ok()
+            .and_then(|mut c| c.record(now, failed));
+        if let Some(state) = changed {
+            self.circuit_changed(state);
+        }
+    }
+
+    fn circuit_changed(&self, state: CircuitState) {
+        self.circuit_transitions.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(channel = %self.name, state = state.as_str(), "circuit breaker state changed");
     }
 
     /// Marks a request in flight until the guard drops; returns the count including it.
@@ -193,7 +258,7 @@ impl Router {
     }
 }
 
-/// Cooling-down channels last, then priority tiers ascending, then a weighted random order
+/// Cooling-down and ejected (open circuit) channels last, then priority tiers ascending, then a weighted random order
 /// within a tier (Efraimidis–Spirakis keys u^(1/w)).
 fn order(routes: Vec<Route>, now_us: i64) -> Vec<Route> {
     use rand::Rng;
@@ -203,7 +268,8 @@ fn order(routes: Vec<Route>, now_us: i64) -> Vec<Route> {
         .map(|r| {
             let u: f64 = rng.gen_range(f64::MIN_POSITIVE..1.0);
             let key = u.powf(1.0 / f64::from(r.channel.weight.max(1)));
-            (r.channel.cooling_down(now_us), r.channel.priority, key, r)
+            let held_back = r.channel.cooling_down(now_us) || !r.channel.circuit_available();
+            (held_back, r.channel.priority, key, r)
         })
         .collect();
     keyed.sort_by(|a, b| {
@@ -239,6 +305,7 @@ mod tests {
             group: "default".into(),
             priority,
             weight,
+            circuit: Default::default(),
         };
         Arc::new(Channel::from_config(
             &cfg,

@@ -304,3 +304,89 @@ async fn err_id(h: &Harness) -> String {
         .unwrap()
         .to_string()
 }
+
+#[tokio::test]
+async fn a_failing_channel_is_ejected_then_probed_once_after_its_back_off() {
+    let broken = fixed_upstream(Some(
+        "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+    ))
+    .await;
+    let h = start_with(|cfg, sim| {
+        let mut flaky = channel("flaky", &broken, &["m"]);
+        flaky.circuit.consecutive_failures = 2;
+        flaky.circuit.open_s = 1;
+        cfg.channels.push(flaky);
+        let mut backup = channel("backup", sim, &[]);
+        backup.models =
+            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
+        backup.priority = 1;
+        cfg.channels.push(backup);
+    })
+    .await;
+    let attempts = |row: &Value| {
+        row["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["channel"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..2 {
+        let resp = h
+            .post(path_for("chat"), &body_for("chat", "m", false))
+            .await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(attempts(&h.row(&id_of(&resp)).await), ["flaky", "backup"]);
+    }
+    // Open: passed over without an attempt.
+    let resp = h
+        .post(path_for("chat"), &body_for("chat", "m", false))
+        .await;
+    assert_eq!(attempts(&h.row(&id_of(&resp)).await), ["backup"]);
+    let circuit = |h: &Harness| {
+        let req = h
+            .http
+            .post(h.url("/graphql"))
+            .bearer_auth(&h.token)
+            .json(&json!({"query": "{ channels { name circuit } }"}));
+        async move {
+            let v: Value = req.send().await.unwrap().json().await.unwrap();
+            v["data"]["channels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == "flaky")
+                .unwrap()["circuit"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    assert_eq!(circuit(&h).await, "open");
+    let metrics = h
+        .http
+        .get(h.url("/metrics"))
+        .bearer_auth(&h.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("laptime_circuit_state{channel=\"flaky\",state=\"open\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("laptime_circuit_transitions_total{channel=\"flaky\"} 1"),
+        "{metrics}"
+    );
+    // After the back-off one probe goes to the channel; it fails, so the circuit opens again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let resp = h
+        .post(path_for("chat"), &body_for("chat", "m", false))
+        .await;
+    assert_eq!(attempts(&h.row(&id_of(&resp)).await), ["flaky", "backup"]);
+    assert_eq!(circuit(&h).await, "open");
+    h.stop().await;
+}

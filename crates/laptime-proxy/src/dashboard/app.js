@@ -356,7 +356,7 @@
   }
   async function loadChannels() {
     if (state.channels) return state.channels;
-    try { state.channels = (await gql('{ channels { name provider group models inflight } }')).channels; } catch (e) { state.channels = []; }
+    try { state.channels = (await gql('{ channels { name provider group models inflight circuit } }')).channels; } catch (e) { state.channels = []; }
     return state.channels;
   }
   function pageError(e) {
@@ -1086,7 +1086,7 @@
     const box = h('div', {});
     const status = h('p', { class: 'status', role: 'status', text: 'Loading…' });
     m.append(h('h1', { text: 'Channels' }), status, box,
-      h('p', { class: 'note', text: 'In flight is live (refreshed every 5 s). Error rate and p95s: the last 15 minutes, from usage(groupBy: [CHANNEL]). The trend is p95 total per 5-minute bucket over the last hour. Circuit breakers are not built in this gateway yet, so their state is “not tracked”.' }));
+      h('p', { class: 'note', text: 'In flight is live (refreshed every 5 s). Error rate and p95s: the last 15 minutes, from usage(groupBy: [CHANNEL]). The trend is p95 total per 5-minute bucket over the last hour. Circuit: closed, open (ejected after consecutive failures or a high error rate) or half-open (one probe allowed).' }));
     const buckets = bucketsFor('1h');
     const bq = buckets.map((b, i) => `h${i}: usage(workspaceId: $ws, groupBy: [CHANNEL], window: { from: "${b.from.toISOString()}", to: "${b.to.toISOString()}" }) { groups { key { value } rollup { requestCount latencyMs { p95 } } } }`).join('\n');
     let sig = null;
@@ -1094,7 +1094,7 @@
       if (gen !== state.gen) return;
       let d;
       try {
-        d = await gql(`query($ws: ID!) { channels { name provider group models inflight }
+        d = await gql(`query($ws: ID!) { channels { name provider group models inflight circuit }
           recent: usage(workspaceId: $ws, window: { last: "15m" }, groupBy: [CHANNEL]) { groups { key { value } rollup {
             requestCount errorCount errorRate failoverTotal upstreamHeadersMs { p95 } firstSseEventMs { p95 }
             firstTextDeltaMs { p95 } latencyMs { p95 } } } }
@@ -1164,7 +1164,7 @@
             h('td', {}, c ? [c.provider, h('br'), h('span', { class: 'muted small', text: 'group ' + c.group })] : 'not configured now'),
             h('td', { class: 'models' }, c ? c.models.map((md, i) => [i ? ', ' : '', h('span', { class: 'nowrap', text: md })]) : '—'),
             h('td', { class: 'num', 'data-inflight': c ? c.inflight : null, text: c ? fmtInt(c.inflight) : '—' }),
-            h('td', { class: 'muted', text: 'not tracked' }),
+            h('td', { 'data-circuit': c ? c.circuit : null, text: c ? c.circuit.replace('_', '-') : '—' }),
             h('td', { class: 'num', text: r ? fmtInt(r.requestCount) : '0' }),
             h('td', { class: 'num', text: r ? fmtPct(r.errorRate) + ' (' + fmtInt(r.errorCount) + ')' : '—' }),
             h('td', { class: 'num', text: r ? fmtMs(r.upstreamHeadersMs.p95) : '—' }),

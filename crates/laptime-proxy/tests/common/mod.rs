@@ -81,6 +81,7 @@ pub fn channel(name: &str, base_url: &str, models: &[&str]) -> ChannelConfig {
         group: "default".into(),
         priority: 0,
         weight: 1,
+        circuit: Default::default(),
     }
 }
 
