@@ -171,6 +171,16 @@ pub struct RouteConfig {
     pub failover: FailoverConfig,
     #[serde(default)]
     pub timeouts: TimeoutsConfig,
+    /// The response cache; absent = no caching.
+    #[serde(default)]
+    pub cache: Option<CacheConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    pub ttl_s: u64,
+    pub max_entries: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -250,6 +260,7 @@ impl Config {
                 model: "*".into(),
                 failover: FailoverConfig::default(),
                 timeouts: TimeoutsConfig::default(),
+                cache: None,
             })
     }
 }
@@ -405,6 +416,13 @@ impl Config {
                 errs.push(format!("{key}.model: must not be empty"));
             } else if !route_models.insert(r.model.as_str()) {
                 errs.push(format!("{key}.model: {:?} has another route", r.model));
+            }
+            if let Some(c) = &r.cache {
+                if c.ttl_s == 0 || c.max_entries == 0 {
+                    errs.push(format!(
+                        "{key}.cache: ttl_s and max_entries must be positive"
+                    ));
+                }
             }
             if r.failover.max_attempts == 0 {
                 errs.push(format!("{key}.failover.max_attempts: must be at least 1"));

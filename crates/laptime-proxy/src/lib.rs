@@ -4,7 +4,7 @@
 //! - [`config`]: the typed, validated configuration.
 //! - [`ingress`]: request and trace ids, the borrowed parse of the body's top-level fields.
 //! - [`auth`]: bearer token → principal.
-//! - [`routing`]: model + dialect → channel.
+//! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache.
 //! - [`attempt`]: one upstream call.
 //! - [`observe`]: the bodies that stamp marks as bytes arrive and record exactly once.
 //! - [`respond`]: error shapes and relayed headers.
@@ -18,6 +18,7 @@
 pub mod api;
 pub mod attempt;
 pub mod auth;
+pub mod cache;
 pub mod config;
 pub mod dashboard;
 pub mod graphql;
@@ -55,6 +56,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// The usage API's schema; the app and the principal are attached per request.
     pub graphql: graphql::LaptimeSchema,
+    /// Response caches by route model (only routes with `cache` have one).
+    pub caches: std::collections::HashMap<String, Arc<cache::ResponseCache>>,
 }
 
 impl std::fmt::Debug for App {

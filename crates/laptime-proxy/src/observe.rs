@@ -18,6 +18,7 @@ use laptime_core::timeline::{self, ErrorClass, Hedge, Outcome};
 use laptime_core::Dialect;
 use tokio::time::{Instant, Sleep};
 
+use crate::cache::{CacheKey, CachedAnswer, ResponseCache};
 use crate::record::{Ending, Finisher};
 use crate::respond::{header_value, in_band_error};
 
@@ -45,6 +46,15 @@ pub struct ObservedBody<B> {
     timer: Option<Pin<Box<Sleep>>>,
     last_byte: Option<std::time::Duration>,
     timed_out: Option<&'static str>,
+    /// The upstream bytes, kept for the response cache when the route has one.
+    capture: Option<Capture>,
+}
+
+struct Capture {
+    cache: std::sync::Arc<ResponseCache>,
+    key: CacheKey,
+    content_type: Option<String>,
+    bytes: BytesMut,
 }
 
 /// Deadlines of a relayed stream. `first_event`, `first_output` and `total` count from t0;
@@ -118,7 +128,24 @@ impl<B> ObservedBody<B> {
             timer: None,
             last_byte: None,
             timed_out: None,
+            capture: None,
         }
+    }
+
+    /// Keeps the upstream bytes and stores them in `cache` if the answer completes.
+    pub fn with_capture(
+        mut self,
+        cache: std::sync::Arc<ResponseCache>,
+        key: CacheKey,
+        content_type: Option<String>,
+    ) -> Self {
+        self.capture = Some(Capture {
+            cache,
+            key,
+            content_type,
+            bytes: BytesMut::new(),
+        });
+        self
     }
 
     /// Enforces stream deadlines while relaying.
@@ -180,6 +207,13 @@ impl<B> ObservedBody<B> {
         let at = timeline::offset(Instant::now().saturating_duration_since(self.t0));
         if !data.is_empty() {
             self.last_byte = Some(at);
+        }
+        if let Some(c) = &mut self.capture {
+            if c.bytes.len() + data.len() > c.cache.max_body_bytes {
+                self.capture = None;
+            } else {
+                c.bytes.extend_from_slice(&data);
+            }
         }
         let plan = self.obs.on_chunk(at, &data);
         let released = data.slice(..plan.release_to);
@@ -245,6 +279,17 @@ impl<B> ObservedBody<B> {
             Some(o) if !cancelled || self.queue.is_empty() => (o, summary.error_class),
             _ => (Outcome::ClientCancelled, Some(ErrorClass::ClientCancelled)),
         };
+        if let (Some(c), Outcome::Completed) = (self.capture.take(), outcome) {
+            c.cache.insert(
+                c.key,
+                CachedAnswer {
+                    status: self.status,
+                    content_type: c.content_type,
+                    body: c.bytes.freeze(),
+                    stream: true,
+                },
+            );
+        }
         finisher.finish(Ending {
             status: self.status,
             outcome,

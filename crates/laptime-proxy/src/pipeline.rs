@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::attempt;
 use crate::auth::AuthFailure;
+use crate::cache::{self, CachedAnswer};
 use crate::ingress;
 use crate::observe::{BufferedBody, ObservedBody, StreamDeadlines};
 use crate::record::{Ending, Finisher, Pending};
@@ -151,6 +152,21 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             ),
         );
     }
+
+    // === cache: an exact repeat is answered from memory, with no upstream call ===
+    let cache = app.caches.get(&policy.model).cloned();
+    let cache_key = match &cache {
+        Some(_) if !skips_cache(&parts.headers) => {
+            cache::key(&principal.workspace_id, dialect, &body)
+        }
+        _ => None,
+    };
+    if let (Some(c), Some(k)) = (&cache, &cache_key) {
+        if let Some(hit) = c.get(k) {
+            return cached(finisher, hit);
+        }
+    }
+    let store_in = cache.zip(cache_key);
 
     // === attempt: failover to the next candidate while nothing has reached the client ===
     let max_attempts = policy.failover.max_attempts.max(1) as usize;
@@ -308,8 +324,16 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             progress: Duration::from_millis(t.progress_ms),
             total: Duration::from_millis(t.total_ms),
         };
-        let body = ObservedBody::new(up_body, obs, finisher, status.as_u16(), trailers)
+        let content_type = up_parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut body = ObservedBody::new(up_body, obs, finisher, status.as_u16(), trailers)
             .with_deadlines(deadlines);
+        if let Some((c, k)) = store_in {
+            body = body.with_capture(c, k, content_type);
+        }
         let mut resp = Response::new(AxumBody::new(body));
         *resp.status_mut() = status;
         relay_headers(&up_parts.headers, resp.headers_mut());
@@ -438,12 +462,63 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         timeout_kind: None,
         stream: Some(summary),
     };
+    let buf = Bytes::from(buf);
+    if let (Some((c, k)), Outcome::Completed) = (store_in, outcome) {
+        c.insert(
+            k,
+            CachedAnswer {
+                status: status.as_u16(),
+                content_type: up_parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
+                body: buf.clone(),
+                stream: false,
+            },
+        );
+    }
+    buffered(finisher, status, up_parts.headers, extra, buf, ending)
+}
+
+/// `Cache-Control: no-cache` (or `no-store`) from the client skips the response cache.
+fn skips_cache(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(http::header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|d| {
+            matches!(
+                d.trim().to_ascii_lowercase().as_str(),
+                "no-cache" | "no-store"
+            )
+        })
+}
+
+/// Replays a cached answer: the same bytes (a streamed answer replays its SSE), no upstream call,
+/// no upstream figures in-band; the record says `cached` with null ttft/upstream.
+fn cached(mut finisher: Finisher, hit: CachedAnswer) -> Response {
+    finisher.pending.cached = true;
+    let status = StatusCode::from_u16(hit.status).unwrap_or(StatusCode::OK);
+    let ending = Ending {
+        status: hit.status,
+        outcome: Outcome::CacheHit,
+        error_class: None,
+        timeout_kind: None,
+        stream: None,
+    };
+    let mut headers = HeaderMap::new();
+    if let Some(ct) = hit.content_type.as_deref() {
+        headers.insert(http::header::CONTENT_TYPE, header_value(ct));
+    }
+    headers.insert("x-laptime-cache", HeaderValue::from_static("hit"));
     buffered(
         finisher,
         status,
-        up_parts.headers,
-        extra,
-        Bytes::from(buf),
+        HeaderMap::new(),
+        headers,
+        hit.body,
         ending,
     )
 }

@@ -40,6 +40,8 @@ pub struct Pending {
     pub channel_inflight: Option<u32>,
     pub attempts: Vec<Attempt>,
     pub hedge: Hedge,
+    /// Answered from the gateway's response cache.
+    pub cached: bool,
 }
 
 impl Pending {
@@ -63,6 +65,7 @@ impl Pending {
             channel_inflight: None,
             attempts: Vec::new(),
             hedge: Hedge::None,
+            cached: false,
         }
     }
 
@@ -213,7 +216,7 @@ pub fn build(
         attempts,
         hedge: p.hedge,
         failover_count,
-        cached: false,
+        cached: p.cached,
         shape: p.shape,
         region: p.region,
         trace_id: p.trace_id,

@@ -108,6 +108,7 @@ impl Gateway {
         let client = attempt::client(Duration::from_millis(config.server.connect_timeout_ms))
             .map_err(|e| StartError(e.message))?;
         let metrics = Metrics::new().map_err(|e| StartError(format!("metrics: {e}")))?;
+        let config_for_caches = config.routes.clone();
         let app = Arc::new(App {
             router: Router::new(channels),
             auth: Authenticator::new(store.clone()),
@@ -117,6 +118,7 @@ impl Gateway {
             config,
             metrics: Arc::new(metrics),
             graphql: graphql::schema(),
+            caches: config_caches(&config_for_caches),
         });
         let retention = tokio::spawn(retention_job(app.clone()));
         Ok(Gateway {
@@ -180,6 +182,25 @@ impl Gateway {
         }
         Ok(())
     }
+}
+
+/// One response cache per route that asks for one.
+fn config_caches(
+    routes: &[crate::config::RouteConfig],
+) -> std::collections::HashMap<String, Arc<crate::cache::ResponseCache>> {
+    routes
+        .iter()
+        .filter_map(|r| {
+            let c = r.cache.as_ref()?;
+            Some((
+                r.model.clone(),
+                Arc::new(crate::cache::ResponseCache::new(
+                    Duration::from_secs(c.ttl_s),
+                    c.max_entries,
+                )),
+            ))
+        })
+        .collect()
 }
 
 /// Rows deleted per retention transaction: small, so the recorder's writer never waits long.

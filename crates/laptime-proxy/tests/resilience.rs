@@ -50,6 +50,7 @@ fn route(model: &str, tweak: impl FnOnce(&mut TimeoutsConfig)) -> RouteConfig {
         model: model.into(),
         failover: Default::default(),
         timeouts,
+        cache: None,
     }
 }
 
@@ -388,5 +389,98 @@ async fn a_failing_channel_is_ejected_then_probed_once_after_its_back_off() {
         .await;
     assert_eq!(attempts(&h.row(&id_of(&resp)).await), ["flaky", "backup"]);
     assert_eq!(circuit(&h).await, "open");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_cache_hit_replays_the_same_bytes_without_an_upstream_call_and_reads_back_with_nulls() {
+    let h = start_with(|cfg, _| {
+        let mut r = route("sim-fast", |_| {});
+        r.cache = Some(laptime_proxy::config::CacheConfig {
+            ttl_s: 60,
+            max_entries: 100,
+        });
+        cfg.routes.push(r);
+    })
+    .await;
+    let upstream_calls = |h: &Harness| {
+        let req = h.http.get(h.sim_url("/sim/stats"));
+        async move {
+            req.send().await.unwrap().json::<Value>().await.unwrap()["requests"]
+                .as_u64()
+                .unwrap()
+        }
+    };
+    for dialect in DIALECTS {
+        for stream in [true, false] {
+            let body = body_for(dialect, "sim-fast", stream);
+            let first = h.post(path_for(dialect), &body).await;
+            assert!(first.headers().get("x-laptime-cache").is_none());
+            let first_text = first.text().await.unwrap();
+            let before = upstream_calls(&h).await;
+            let hit = h.post(path_for(dialect), &body).await;
+            assert_eq!(
+                hit.headers()["x-laptime-cache"],
+                "hit",
+                "{dialect} stream={stream}"
+            );
+            assert!(
+                hit.headers().get("server-timing").is_none(),
+                "no upstream figures on a hit"
+            );
+            let id = id_of(&hit);
+            let hit_text = hit.text().await.unwrap();
+            assert_eq!(
+                upstream_calls(&h).await,
+                before,
+                "{dialect}: a hit makes no upstream call"
+            );
+            let expected = if stream {
+                cut_comment(&first_text).0
+            } else {
+                first_text.clone()
+            };
+            assert_eq!(
+                hit_text, expected,
+                "{dialect} stream={stream}: byte-identical replay"
+            );
+            let row = h.row(&id).await;
+            assert_eq!(
+                (row["cached"].as_bool(), row["outcome"].as_str()),
+                (Some(true), Some("cache_hit"))
+            );
+            assert!(
+                row["ttft_ms"].is_null() && row["upstream_ms"].is_null(),
+                "{row}"
+            );
+            assert_eq!(row["failover_count"], 0);
+            assert!(row["attempts"].as_array().unwrap().is_empty());
+        }
+    }
+    // The client can skip the cache, and an answer that did not complete is never stored.
+    let body = body_for("chat", "sim-fast", true);
+    let before = upstream_calls(&h).await;
+    let r = h
+        .http
+        .post(h.url(path_for("chat")))
+        .bearer_auth(&h.token)
+        .header("cache-control", "no-cache")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().get("x-laptime-cache").is_none());
+    r.bytes().await.unwrap();
+    assert_eq!(upstream_calls(&h).await, before + 1);
+    let mut broken = body_for("messages", "sim-fast", true);
+    broken["laptime_sim"] = json!({"text_tokens": 3, "end": "close"});
+    for _ in 0..2 {
+        let r = h.post(path_for("messages"), &broken).await;
+        assert!(
+            r.headers().get("x-laptime-cache").is_none(),
+            "a closed-early answer is not cached"
+        );
+        r.bytes().await.unwrap();
+    }
     h.stop().await;
 }

@@ -12,6 +12,8 @@ use laptime_proxy::server::{bind, Gateway};
 use laptime_store::auth::{self, Scope};
 use laptime_store::{records, usage, Store};
 
+mod bench;
+
 #[derive(Parser)]
 #[command(
     name = "laptime",
@@ -82,6 +84,9 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Load-test an OpenAI- or Anthropic-compatible endpoint and report each request's
+    /// client-side timeline (same definitions as the gateway), with an A/B compare mode.
+    Bench(Box<bench::BenchArgs>),
 }
 
 #[derive(Subcommand)]
@@ -288,6 +293,7 @@ fn run(cli: Cli) -> Result<(), String> {
             out(&cfg.to_toml());
             Ok(())
         }
+        Command::Bench(args) => runtime()?.block_on(bench::run(*args)),
     }
 }
 

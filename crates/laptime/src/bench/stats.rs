@@ -1,0 +1,290 @@
+//! The summary: distributions of every per-request figure (p50/p95/p99/min/max/mean, n and how
+//! many were absent), failures by kind, outcomes, throughput, and the A/B ratios.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::contract::PERCENTILE_METHOD;
+use super::record::RequestRecord;
+
+/// One figure over the successful measured requests of a target.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Dist {
+    /// Values taken.
+    pub n: usize,
+    /// Successful requests without this figure (mark did not happen, or not applicable).
+    pub absent: usize,
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+}
+
+/// Linear interpolation between closest ranks (numpy's default) over sorted values.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    let n = sorted.len();
+    if n == 0 {
+        return None;
+    }
+    let h = (n - 1) as f64 * p / 100.0;
+    let lo = h.floor() as usize;
+    let hi = h.ceil() as usize;
+    let (a, b) = (sorted[lo.min(n - 1)], sorted[hi.min(n - 1)]);
+    Some(a + (h - lo as f64) * (b - a))
+}
+
+impl Dist {
+    pub fn of(values: &[Option<f64>]) -> Dist {
+        let mut v: Vec<f64> = values.iter().flatten().copied().collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        Dist {
+            n,
+            absent: values.len() - n,
+            p50: percentile(&v, 50.0),
+            p95: percentile(&v, 95.0),
+            p99: percentile(&v, 99.0),
+            min: v.first().copied(),
+            max: v.last().copied(),
+            mean: (n > 0).then(|| v.iter().sum::<f64>() / n as f64),
+        }
+    }
+}
+
+/// The per-request figures summarised, in table order, with how each is read from a record.
+pub type Getter = fn(&RequestRecord) -> Option<f64>;
+
+pub const METRICS: [(&str, Getter); 16] = [
+    ("headers_ms", |r| r.headers_ms),
+    ("first_byte_ms", |r| r.first_byte_ms),
+    ("first_event_ms", |r| r.first_event_ms),
+    ("first_effective_ms", |r| r.first_effective_ms),
+    ("first_visible_ms", |r| r.first_visible_ms),
+    ("last_effective_ms", |r| r.last_effective_ms),
+    ("end_ms", |r| r.end_ms),
+    ("body_end_ms", |r| r.body_end_ms),
+    ("itl_ms", |r| r.itl_ms),
+    ("output_tps_per_user", |r| r.output_tps_per_user),
+    ("output_tokens", |r| r.output_tokens.map(|v| v as f64)),
+    ("input_tokens", |r| r.input_tokens.map(|v| v as f64)),
+    ("prompt_tokens", |r| Some(f64::from(r.prompt_tokens))),
+    ("schedule_lag_ms", |r| r.schedule_lag_ms),
+    ("gateway_first_byte_minus_ttft_ms", |r| {
+        r.gateway.as_ref().and_then(|g| g.first_byte_minus_ttft_ms)
+    }),
+    ("gateway_end_minus_upstream_ms", |r| {
+        r.gateway.as_ref().and_then(|g| g.end_minus_upstream_ms)
+    }),
+];
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Throughput {
+    pub window_s: Option<f64>,
+    pub requests_per_s: Option<f64>,
+    pub output_tokens_per_s: Option<f64>,
+    pub output_tokens_total: u64,
+    /// Successful requests whose output tokens were counted by the tokenizer (no usage).
+    pub output_tokens_estimated: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TargetSummary {
+    pub label: String,
+    pub url: String,
+    /// Measured requests sent (warm-up not included).
+    pub requests: usize,
+    pub succeeded: usize,
+    pub failed: usize,
+    pub failures: BTreeMap<String, usize>,
+    pub outcomes: BTreeMap<String, usize>,
+    /// Requests laptime answered with timing values (comment or Server-Timing).
+    pub gateway_timed: usize,
+    pub throughput: Throughput,
+    /// Over successful measured requests only; see `absent`.
+    pub metrics: BTreeMap<String, Dist>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WarmupSummary {
+    pub requests: usize,
+    pub failed: usize,
+    pub failures: BTreeMap<String, usize>,
+}
+
+/// B ÷ A of the same statistic.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Ratio {
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub mean: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Compare {
+    pub basis: String,
+    pub metrics: BTreeMap<String, Ratio>,
+    pub output_tokens_per_s: Option<f64>,
+    pub requests_per_s: Option<f64>,
+    pub failure_rate_a: Option<f64>,
+    pub failure_rate_b: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub percentile_method: String,
+    pub targets: Vec<TargetSummary>,
+    pub compare: Option<Compare>,
+    pub warmup: WarmupSummary,
+    /// Seconds from the first measured request's start to the last one's end, all targets.
+    pub elapsed_s: Option<f64>,
+}
+
+pub fn summarise(records: &[RequestRecord], targets: &[(String, String)]) -> Summary {
+    let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
+    let warm: Vec<&RequestRecord> = records.iter().filter(|r| r.warmup).collect();
+    let mut s = Summary {
+        percentile_method: PERCENTILE_METHOD.to_string(),
+        warmup: WarmupSummary {
+            requests: warm.len(),
+            failed: warm.iter().filter(|r| !r.succeeded()).count(),
+            failures: count_by(warm.iter().filter_map(|r| r.failure.clone())),
+        },
+        elapsed_s: window(&measured),
+        ..Summary::default()
+    };
+    for (label, url) in targets {
+        let rs: Vec<&RequestRecord> = measured
+            .iter()
+            .copied()
+            .filter(|r| &r.target == label)
+            .collect();
+        s.targets.push(target_summary(label, url, &rs));
+    }
+    if let [a, b] = s.targets.as_slice() {
+        s.compare = Some(compare(a, b));
+    }
+    s
+}
+
+fn count_by(it: impl Iterator<Item = String>) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for k in it {
+        *m.entry(k).or_insert(0) += 1;
+    }
+    m
+}
+
+/// First start to last end of these requests, in seconds.
+fn window(rs: &[&RequestRecord]) -> Option<f64> {
+    let start = rs.iter().map(|r| r.start_ms).min_by(f64::total_cmp)?;
+    let end = rs
+        .iter()
+        .map(|r| {
+            r.start_ms
+                + r.body_end_ms
+                    .or(r.end_ms)
+                    .or(r.headers_ms)
+                    .unwrap_or_default()
+        })
+        .max_by(f64::total_cmp)?;
+    let w = (end - start) / 1000.0;
+    (w > 0.0).then_some(w)
+}
+
+fn target_summary(label: &str, url: &str, rs: &[&RequestRecord]) -> TargetSummary {
+    let ok: Vec<&RequestRecord> = rs.iter().copied().filter(|r| r.succeeded()).collect();
+    let window_s = window(rs);
+    let tokens: u64 = ok.iter().filter_map(|r| r.output_tokens).sum();
+    let mut metrics = BTreeMap::new();
+    for (name, get) in METRICS {
+        let values: Vec<Option<f64>> = ok.iter().map(|r| get(r)).collect();
+        metrics.insert(name.to_string(), Dist::of(&values));
+    }
+    TargetSummary {
+        label: label.to_string(),
+        url: url.to_string(),
+        requests: rs.len(),
+        succeeded: ok.len(),
+        failed: rs.len() - ok.len(),
+        failures: count_by(rs.iter().filter_map(|r| r.failure.clone())),
+        outcomes: count_by(rs.iter().map(|r| r.outcome.clone())),
+        gateway_timed: rs
+            .iter()
+            .filter(|r| r.gateway.as_ref().is_some_and(|g| g.source != "none"))
+            .count(),
+        throughput: Throughput {
+            window_s,
+            requests_per_s: window_s.map(|w| ok.len() as f64 / w),
+            output_tokens_per_s: window_s.map(|w| tokens as f64 / w),
+            output_tokens_total: tokens,
+            output_tokens_estimated: ok
+                .iter()
+                .filter(|r| r.output_tokens_source.as_deref() == Some("tokenizer"))
+                .count(),
+        },
+        metrics,
+    }
+}
+
+fn ratio(b: Option<f64>, a: Option<f64>) -> Option<f64> {
+    let (a, b) = (a?, b?);
+    (a != 0.0).then(|| b / a)
+}
+
+fn compare(a: &TargetSummary, b: &TargetSummary) -> Compare {
+    let mut metrics = BTreeMap::new();
+    for (name, da) in &a.metrics {
+        let Some(db) = b.metrics.get(name) else {
+            continue;
+        };
+        if da.n == 0 || db.n == 0 {
+            continue;
+        }
+        metrics.insert(
+            name.clone(),
+            Ratio {
+                p50: ratio(db.p50, da.p50),
+                p95: ratio(db.p95, da.p95),
+                p99: ratio(db.p99, da.p99),
+                mean: ratio(db.mean, da.mean),
+            },
+        );
+    }
+    let rate = |t: &TargetSummary| (t.requests > 0).then(|| t.failed as f64 / t.requests as f64);
+    Compare {
+        basis: "B / A (B = --compare, A = --target) of the same statistic".into(),
+        metrics,
+        output_tokens_per_s: ratio(
+            b.throughput.output_tokens_per_s,
+            a.throughput.output_tokens_per_s,
+        ),
+        requests_per_s: ratio(b.throughput.requests_per_s, a.throughput.requests_per_s),
+        failure_rate_a: rate(a),
+        failure_rate_b: rate(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_like_numpy() {
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile(&v, 50.0), Some(2.5));
+        // numpy.percentile([1,2,3,4], 95) = 3.85
+        assert!((percentile(&v, 95.0).unwrap() - 3.85).abs() < 1e-12);
+        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+        assert_eq!(percentile(&[], 50.0), None);
+        let d = Dist::of(&[Some(3.0), None, Some(1.0)]);
+        assert_eq!(
+            (d.n, d.absent, d.min, d.max, d.mean),
+            (2, 1, Some(1.0), Some(3.0), Some(2.0))
+        );
+    }
+}
