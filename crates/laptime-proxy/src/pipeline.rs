@@ -255,6 +255,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             // Dropped unread: the connection closes instead of going back to the pool.
             drop(response);
             attempt.error_class = ErrorClass::from_status(status);
+            failure = attempt.error_class.map(|c| (c, None));
             finisher.pending.attempts.push(attempt);
             continue;
         }

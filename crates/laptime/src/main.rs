@@ -79,6 +79,17 @@ enum Command {
     },
     /// Print the GraphQL schema (SDL) of the usage API.
     GraphqlSchema,
+    /// Print each channel of a running gateway: in flight, circuit state, error rate, p95s.
+    Channels {
+        /// The gateway's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// A read or admin token (or env LAPTIME_TOKEN).
+        #[arg(long, env = "LAPTIME_TOKEN", hide_env_values = true)]
+        token: String,
+        #[arg(long, default_value = auth::DEFAULT_WORKSPACE)]
+        workspace: String,
+    },
     /// Validate a config and print the effective configuration (secrets are env names only).
     CheckConfig {
         #[arg(long)]
@@ -287,6 +298,11 @@ fn run(cli: Cli) -> Result<(), String> {
             out(&laptime_proxy::graphql::sdl());
             Ok(())
         }
+        Command::Channels {
+            url,
+            token,
+            workspace,
+        } => runtime()?.block_on(channels(url, token, workspace)),
         Command::CheckConfig { config } => {
             let cfg = load_config(config.as_deref())?;
             cfg.validate(&env).map_err(|e| e.to_string())?;
@@ -390,6 +406,95 @@ fn usage_table(u: &UsageReport) -> String {
         section(&key.join(","), &g.rollup);
     }
     s
+}
+
+/// Asks a running gateway for its channels (live state) and their last-15-minute usage.
+async fn channels(url: String, token: String, workspace: String) -> Result<(), String> {
+    use http_body_util::BodyExt;
+    let query = serde_json::json!({
+        "query": "query($ws: ID!) { channels { name provider group inflight circuit }
+            usage(workspaceId: $ws, window: {last: \"15m\"}, groupBy: [CHANNEL]) {
+              groups { key { value } rollup { requestCount errorRate upstreamHeadersMs { p95 } firstTextDeltaMs { p95 } latencyMs { p95 } } } } }",
+        "variables": {"ws": workspace},
+    });
+    let client = bench::client::client(std::time::Duration::from_secs(5))?;
+    let req = http::Request::post(format!("{}/graphql", url.trim_end_matches('/')))
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            query.to_string(),
+        )))
+        .map_err(|e| format!("bad URL {url}: {e}"))?;
+    let resp = client
+        .request(req)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?
+        .to_bytes();
+    let v: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| format!("{url}: not a GraphQL answer ({e})"))?;
+    if let Some(message) = v["errors"][0]["message"].as_str() {
+        return Err(format!("{url} ({status}): {message}"));
+    }
+    let groups = v["data"]["usage"]["groups"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut s = format!(
+        "{:<20} {:<10} {:<10} {:>9} {:<10} {:>9} {:>10} {:>12} {:>12} {:>12}\n",
+        "channel",
+        "provider",
+        "group",
+        "inflight",
+        "circuit",
+        "requests",
+        "errors",
+        "p95 headers",
+        "p95 text",
+        "p95 total"
+    );
+    let ms = |v: &serde_json::Value| {
+        v.as_f64()
+            .map(|v| format!("{v:.1}"))
+            .unwrap_or_else(|| "-".into())
+    };
+    for c in v["data"]["channels"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        let name = c["name"].as_str().unwrap_or("-");
+        let g = groups
+            .iter()
+            .find(|g| g["key"][0]["value"].as_str() == Some(name));
+        let r = g.map(|g| &g["rollup"]);
+        s.push_str(&format!(
+            "{:<20} {:<10} {:<10} {:>9} {:<10} {:>9} {:>10} {:>12} {:>12} {:>12}\n",
+            name,
+            c["provider"].as_str().unwrap_or("-"),
+            c["group"].as_str().unwrap_or("-"),
+            c["inflight"],
+            c["circuit"].as_str().unwrap_or("-"),
+            r.map(|r| r["requestCount"].to_string())
+                .unwrap_or_else(|| "0".into()),
+            r.and_then(|r| r["errorRate"].as_f64())
+                .map(|e| format!("{:.1}%", e * 100.0))
+                .unwrap_or_else(|| "-".into()),
+            r.map(|r| ms(&r["upstreamHeadersMs"]["p95"]))
+                .unwrap_or_else(|| "-".into()),
+            r.map(|r| ms(&r["firstTextDeltaMs"]["p95"]))
+                .unwrap_or_else(|| "-".into()),
+            r.map(|r| ms(&r["latencyMs"]["p95"]))
+                .unwrap_or_else(|| "-".into()),
+        ));
+    }
+    out(&s);
+    Ok(())
 }
 
 async fn serve(cfg: Config) -> Result<(), String> {

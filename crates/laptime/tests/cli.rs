@@ -154,6 +154,24 @@ async fn first_start_prints_the_admin_token_once_and_sigterm_drains_streams_and_
         assert_eq!(r.status(), 200);
         r.bytes().await.unwrap();
     }
+    // `laptime channels` reads the running gateway's live channel state.
+    let (b, t) = (base.clone(), token.clone());
+    let (ok, out, err) =
+        tokio::task::spawn_blocking(move || run(&["channels", "--url", &b, "--token", &t]))
+            .await
+            .unwrap();
+    assert!(ok, "{err}");
+    let sim_row = out
+        .lines()
+        .find(|l| l.starts_with("sim "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(sim_row.contains("closed"), "{sim_row}");
+    let (b2, bad) = (base.clone(), format!("lt_{}", "0".repeat(64)));
+    let (ok, _, err) =
+        tokio::task::spawn_blocking(move || run(&["channels", "--url", &b2, "--token", &bad]))
+            .await
+            .unwrap();
+    assert!(!ok && err.contains("missing or invalid token"), "{err}");
     // A one-second stream is in flight when SIGTERM arrives: it must finish, not be cut.
     let mut slow = chat_body("sim-fast", true);
     slow["laptime_sim"] = json!({"first_text_ms": 100, "text_tokens": 10, "tokens_per_s": 10.0});
