@@ -174,6 +174,24 @@ pub struct RouteConfig {
     /// The response cache; absent = no caching.
     #[serde(default)]
     pub cache: Option<CacheConfig>,
+    /// Hedging; absent = no hedging.
+    #[serde(default)]
+    pub hedge: Option<HedgeConfig>,
+}
+
+/// `{ after_ms = 800 }` or `{ after = "p95" }` (the first channel's recent p95 time to first
+/// event), and the share of requests that may be hedged.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HedgeConfig {
+    pub after_ms: Option<u64>,
+    pub after: Option<String>,
+    #[serde(default = "default_hedge_budget")]
+    pub budget: f64,
+}
+
+fn default_hedge_budget() -> f64 {
+    0.1
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -261,6 +279,7 @@ impl Config {
                 failover: FailoverConfig::default(),
                 timeouts: TimeoutsConfig::default(),
                 cache: None,
+                hedge: None,
             })
     }
 }
@@ -422,6 +441,18 @@ impl Config {
                     errs.push(format!(
                         "{key}.cache: ttl_s and max_entries must be positive"
                     ));
+                }
+            }
+            if let Some(h) = &r.hedge {
+                match (&h.after_ms, h.after.as_deref()) {
+                    (Some(_), None) | (None, Some("p95")) => {}
+                    (None, Some(other)) => errs.push(format!(
+                        "{key}.hedge.after: {other:?} is not supported (use \"p95\")"
+                    )),
+                    _ => errs.push(format!("{key}.hedge: give after_ms or after = \"p95\"")),
+                }
+                if !(h.budget > 0.0 && h.budget <= 1.0) {
+                    errs.push(format!("{key}.hedge.budget: must be in (0, 1]"));
                 }
             }
             if r.failover.max_attempts == 0 {

@@ -22,6 +22,7 @@ pub mod cache;
 pub mod config;
 pub mod dashboard;
 pub mod graphql;
+pub mod hedge;
 pub mod ingress;
 pub mod metrics;
 pub mod observe;
@@ -58,6 +59,9 @@ pub struct App {
     pub graphql: graphql::LaptimeSchema,
     /// Response caches by route model (only routes with `cache` have one).
     pub caches: std::collections::HashMap<String, Arc<cache::ResponseCache>>,
+    /// Requests on hedged routes, and hedges sent: the budget's two counters.
+    pub hedge_requests: std::sync::atomic::AtomicU64,
+    pub hedges_sent: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for App {

@@ -203,8 +203,25 @@ impl<B> ObservedBody<B> {
         }
     }
 
+    fn now(&self) -> std::time::Duration {
+        timeline::offset(Instant::now().saturating_duration_since(self.t0))
+    }
+
+    /// Feeds chunks that were read before the head was relayed (a hedging race reads each
+    /// attempt up to its first event), each with the offset at which it arrived.
+    pub fn replay(mut self, chunks: Vec<(std::time::Duration, Bytes)>) -> Self {
+        for (at, data) in chunks {
+            self.on_data_at(at, data);
+        }
+        self
+    }
+
     fn on_data(&mut self, data: Bytes) {
-        let at = timeline::offset(Instant::now().saturating_duration_since(self.t0));
+        let at = self.now();
+        self.on_data_at(at, data);
+    }
+
+    fn on_data_at(&mut self, at: std::time::Duration, data: Bytes) {
         if !data.is_empty() {
             self.last_byte = Some(at);
         }

@@ -2,6 +2,7 @@
 //! record. Each stage stamps its mark on the pending record; every exit goes through a body that
 //! finishes the record exactly once.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Body as AxumBody;
@@ -11,7 +12,7 @@ use http::{HeaderMap, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use laptime_core::classify::{classify_body, StopHint};
 use laptime_core::observe::{StreamObserver, StreamSummary};
-use laptime_core::timeline::{Attempt, ErrorClass, Marks, Outcome};
+use laptime_core::timeline::{Attempt, ErrorClass, Hedge, Marks, Outcome};
 use laptime_core::usage::UsageAcc;
 use laptime_core::views::{ms, upstream_ms};
 use laptime_core::Dialect;
@@ -23,6 +24,7 @@ use tokio::time::Instant;
 use crate::attempt;
 use crate::auth::AuthFailure;
 use crate::cache::{self, CachedAnswer};
+use crate::hedge;
 use crate::ingress;
 use crate::observe::{BufferedBody, ObservedBody, StreamDeadlines};
 use crate::record::{Ending, Finisher, Pending};
@@ -168,15 +170,134 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     }
     let store_in = cache.zip(cache_key);
 
-    // === attempt: failover to the next candidate while nothing has reached the client ===
     let max_attempts = policy.failover.max_attempts.max(1) as usize;
-    let n_candidates = candidates.len();
     let headers_deadline = Duration::from_millis(policy.timeouts.headers_ms);
     let mut failure: Option<(ErrorClass, Option<&'static str>)> = None;
     let mut won = None;
     let mut made = 0;
+    let mut replay: Vec<(Duration, Bytes)> = Vec::new();
+    let mut candidates = candidates;
+    let body_for = |route: &crate::routing::Route| {
+        if route.upstream_model == head.model {
+            body.clone()
+        } else {
+            ingress::splice_model(&body, head.model_span, &route.upstream_model)
+        }
+    };
+
+    // === hedge: the first two candidates race to their first event ===
+    if let Some(h) = policy.hedge.clone() {
+        if max_attempts >= 2
+            && candidates.len() >= 2
+            && candidates[0].channel.circuit_available()
+            && candidates[1].channel.circuit_available()
+        {
+            let total = app.hedge_requests.fetch_add(1, Ordering::Relaxed) + 1;
+            let primary = candidates.remove(0);
+            let second = candidates.remove(0);
+            let delay = match h.after_ms {
+                Some(ms) => Some(Duration::from_millis(ms)),
+                None => primary.channel.first_event_p95(),
+            };
+            let within_budget =
+                (app.hedges_sent.load(Ordering::Relaxed) as f64) < h.budget * total as f64;
+            let race = hedge::Race {
+                app: &app,
+                dialect,
+                headers: &parts.headers,
+                traceparent: &trace.traceparent,
+                t0: finisher.pending.t0,
+                headers_deadline,
+                first_event_deadline: Duration::from_millis(policy.timeouts.first_event_ms),
+            };
+            primary.channel.circuit_acquire();
+            made += 1;
+            let p_start = finisher.pending.offset(Instant::now());
+            finisher.pending.marks.upstream_start = Some(p_start);
+            let p_prog = hedge::progress(&primary.channel, "primary", p_start);
+            let mut p_fut = Box::pin(race.run(&primary, body_for(&primary), p_prog.clone()));
+            let early = match delay.filter(|_| within_budget) {
+                Some(d) => tokio::select! {
+                    r = &mut p_fut => Some(r),
+                    _ = tokio::time::sleep(d) => None,
+                },
+                None => Some((&mut p_fut).await),
+            };
+            let (result, hedged, winner, loser) = match early {
+                Some(r) => (r, Hedge::None, p_prog.clone(), None),
+                None => {
+                    app.hedges_sent.fetch_add(1, Ordering::Relaxed);
+                    second.channel.circuit_acquire();
+                    made += 1;
+                    let h_start = finisher.pending.offset(Instant::now());
+                    let h_prog = hedge::progress(&second.channel, "hedge", h_start);
+                    let mut h_fut = Box::pin(race.run(&second, body_for(&second), h_prog.clone()));
+                    let first = tokio::select! {
+                        r = &mut p_fut => (r, true),
+                        r = &mut h_fut => (r, false),
+                    };
+                    // The loser's future is dropped here, which closes its connection.
+                    match first {
+                        (Ok(p), true) => {
+                            (Ok(p), Hedge::Primary, p_prog.clone(), Some(h_prog.clone()))
+                        }
+                        (Ok(p), false) => {
+                            (Ok(p), Hedge::Hedge, h_prog.clone(), Some(p_prog.clone()))
+                        }
+                        (Err(_), true) => (
+                            h_fut.await,
+                            Hedge::Hedge,
+                            h_prog.clone(),
+                            Some(p_prog.clone()),
+                        ),
+                        (Err(_), false) => (
+                            (&mut p_fut).await,
+                            Hedge::Primary,
+                            p_prog.clone(),
+                            Some(h_prog.clone()),
+                        ),
+                    }
+                }
+            };
+            drop(p_fut);
+            if hedged == Hedge::None {
+                // No hedge went out: the second candidate is still a failover candidate.
+                candidates.insert(0, second);
+            }
+            let now = finisher.pending.offset(Instant::now());
+            let mut lost = loser.and_then(|l| hedge::snapshot(&l));
+            if let Some(l) = lost.as_mut() {
+                l.end.get_or_insert(now);
+            }
+            let mut win = hedge::snapshot(&winner);
+            match result {
+                Ok(primed) => {
+                    if let Some(w) = win.as_mut() {
+                        w.won = true;
+                        w.end = None;
+                    }
+                    finisher.pending.hedge = hedged;
+                    finisher.pending.marks.upstream_headers = win.as_ref().and_then(|w| w.headers);
+                    finisher.pending.channel = Some(primed.channel.name.clone());
+                    finisher.pending.provider = Some(primed.channel.provider.as_str().to_string());
+                    finisher.pending.channel_inflight = Some(primed.inflight);
+                    let t2 = finisher.pending.marks.upstream_headers.unwrap_or(now);
+                    finisher.hold_inflight(primed.guard);
+                    replay = primed.chunks;
+                    won = Some((primed.response, p_start, t2, primed.channel));
+                }
+                Err(f) => failure = Some(f),
+            }
+            let mut both: Vec<Attempt> = lost.into_iter().chain(win).collect();
+            both.sort_by_key(|a| a.start);
+            finisher.pending.attempts.extend(both);
+        }
+    }
+
+    // === attempt: failover to the next candidate while nothing has reached the client ===
+    let n_candidates = candidates.len();
     for (c, route) in candidates.into_iter().enumerate() {
-        if made == max_attempts {
+        if won.is_some() || made == max_attempts {
             break;
         }
         let channel = route.channel.clone();
@@ -190,11 +311,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         let last = made == max_attempts || c + 1 == n_candidates;
         finisher.pending.channel = Some(channel.name.clone());
         finisher.pending.provider = Some(channel.provider.as_str().to_string());
-        let upstream_body = if route.upstream_model == head.model {
-            body.clone()
-        } else {
-            ingress::splice_model(&body, head.model_span, &route.upstream_model)
-        };
+        let upstream_body = body_for(&route);
         let request = match attempt::build_request(
             &channel,
             dialect,
@@ -331,7 +448,8 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let mut body = ObservedBody::new(up_body, obs, finisher, status.as_u16(), trailers)
-            .with_deadlines(deadlines);
+            .with_deadlines(deadlines)
+            .replay(replay);
         if let Some((c, k)) = store_in {
             body = body.with_capture(c, k, content_type);
         }

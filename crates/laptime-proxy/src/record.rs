@@ -186,10 +186,14 @@ pub fn build(
     }
     // Failed attempts before the one that answered; without a winner, all but the last failed
     // before the final failure.
-    let failover_count = attempts
-        .iter()
-        .position(|a| a.won)
-        .unwrap_or(attempts.len().saturating_sub(1)) as u32;
+    let failover_count = match attempts.iter().position(|a| a.won) {
+        // A hedging race's loser did not fail: only failed attempts count.
+        Some(w) => attempts[..w]
+            .iter()
+            .filter(|a| a.error_class.is_some())
+            .count(),
+        None => attempts.len().saturating_sub(1),
+    } as u32;
     let (classification, flags) = slow::classify(&marks, tokens.output, ending.outcome, thresholds);
     RequestRecord {
         request_id: p.request_id,

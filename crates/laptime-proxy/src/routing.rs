@@ -36,7 +36,12 @@ pub struct Channel {
     born: Instant,
     /// State changes of the circuit so far (for `/metrics`).
     pub circuit_transitions: AtomicU64,
+    /// Recent times to first event from dispatch, microseconds (for adaptive hedging).
+    recent_first_event: Mutex<std::collections::VecDeque<u64>>,
 }
+
+/// Samples kept for a channel's recent p95 time to first event.
+const FIRST_EVENT_SAMPLES: usize = 200;
 
 impl std::fmt::Debug for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -87,6 +92,7 @@ impl Channel {
             circuit: Mutex::new(Circuit::new(c.circuit)),
             born: Instant::now(),
             circuit_transitions: AtomicU64::new(0),
+            recent_first_event: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -157,6 +163,33 @@ impl Channel {
         if let Some(state) = changed {
             self.circuit_changed(state);
         }
+    }
+
+    /// Remembers a time to first event (from dispatch) of this channel.
+    pub fn note_first_event(&self, d: std::time::Duration) {
+        if let Ok(mut q) = self.recent_first_event.lock() {
+            if q.len() == FIRST_EVENT_SAMPLES {
+                q.pop_front();
+            }
+            q.push_back(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        }
+    }
+
+    /// The nearest-rank p95 of the recent times to first event; `None` below 20 samples.
+    pub fn first_event_p95(&self) -> Option<std::time::Duration> {
+        let mut v: Vec<u64> = self
+            .recent_first_event
+            .lock()
+            .ok()?
+            .iter()
+            .copied()
+            .collect();
+        if v.len() < 20 {
+            return None;
+        }
+        v.sort_unstable();
+        let rank = (v.len() * 95).div_ceil(100).max(1);
+        Some(std::time::Duration::from_micros(v[rank - 1]))
     }
 
     fn circuit_changed(&self, state: CircuitState) {
@@ -394,6 +427,30 @@ mod tests {
             .map(|c| c.channel.name.clone())
             .collect();
         assert_eq!(names[2], "backup", "the cool-down is over");
+    }
+
+    #[test]
+    fn adaptive_hedging_uses_the_recent_nearest_rank_p95_once_there_are_enough_samples() {
+        let c = channel("c", Provider::Openai, Models::List(vec!["m".into()]));
+        for ms in 1..=19 {
+            c.note_first_event(std::time::Duration::from_millis(ms));
+        }
+        assert_eq!(c.first_event_p95(), None, "19 samples are too few");
+        for ms in 20..=100 {
+            c.note_first_event(std::time::Duration::from_millis(ms));
+        }
+        assert_eq!(
+            c.first_event_p95(),
+            Some(std::time::Duration::from_millis(95))
+        );
+        // Only the newest 200 samples count.
+        for _ in 0..200 {
+            c.note_first_event(std::time::Duration::from_millis(7));
+        }
+        assert_eq!(
+            c.first_event_p95(),
+            Some(std::time::Duration::from_millis(7))
+        );
     }
 
     #[test]

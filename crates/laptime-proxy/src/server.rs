@@ -119,6 +119,8 @@ impl Gateway {
             metrics: Arc::new(metrics),
             graphql: graphql::schema(),
             caches: config_caches(&config_for_caches),
+            hedge_requests: std::sync::atomic::AtomicU64::new(0),
+            hedges_sent: std::sync::atomic::AtomicU64::new(0),
         });
         let retention = tokio::spawn(retention_job(app.clone()));
         Ok(Gateway {

@@ -51,6 +51,7 @@ fn route(model: &str, tweak: impl FnOnce(&mut TimeoutsConfig)) -> RouteConfig {
         failover: Default::default(),
         timeouts,
         cache: None,
+        hedge: None,
     }
 }
 
@@ -482,5 +483,161 @@ async fn a_cache_hit_replays_the_same_bytes_without_an_upstream_call_and_reads_b
         );
         r.bytes().await.unwrap();
     }
+    h.stop().await;
+}
+
+/// Two channels on the same sim, each mapping model `m` to a preset with known timing.
+fn hedged(
+    primary_preset: &str,
+    second_preset: &str,
+    after_ms: u64,
+    budget: f64,
+) -> impl FnOnce(&mut laptime_proxy::config::Config, &str) {
+    let (p, s) = (primary_preset.to_string(), second_preset.to_string());
+    move |cfg, sim| {
+        for (name, preset, priority) in [("first", p, 0), ("second", s, 1)] {
+            let mut c = channel(name, sim, &[]);
+            c.models = laptime_proxy::config::Models::Map([("m".to_string(), preset)].into());
+            c.priority = priority;
+            cfg.channels.push(c);
+        }
+        let mut r = route("m", |_| {});
+        r.hedge = Some(laptime_proxy::config::HedgeConfig {
+            after_ms: Some(after_ms),
+            after: None,
+            budget,
+        });
+        cfg.routes.push(r);
+    }
+}
+
+#[tokio::test]
+async fn a_slow_primary_is_hedged_and_the_hedge_wins_with_the_loser_closed() {
+    // Primary: first event at 330 ms (sim-trace-c); hedge after 100 ms to an instant channel.
+    let h = start_with(hedged("sim-trace-c", "sim-fast", 100, 1.0)).await;
+    for dialect in DIALECTS {
+        let before = h.sim_stats().await;
+        let resp = h
+            .post(path_for(dialect), &body_for(dialect, "m", true))
+            .await;
+        assert_eq!(resp.status(), 200);
+        let id = id_of(&resp);
+        let text = resp.text().await.unwrap();
+        let (_, comment, _) = cut_comment(&text);
+        assert!(comment.ends_with("hedge=hedge"), "{comment}");
+        let row = h.row(&id).await;
+        assert_eq!(row["hedge"], "hedge", "{dialect}");
+        assert_eq!(row["failover_count"], 0, "losing a race is not a failure");
+        assert_eq!(row["channel"], "second");
+        let a = row["attempts"].as_array().unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(
+            (a[0]["role"].as_str(), a[0]["won"].as_bool()),
+            (Some("primary"), Some(false))
+        );
+        assert_eq!(
+            (a[1]["role"].as_str(), a[1]["won"].as_bool()),
+            (Some("hedge"), Some(true))
+        );
+        let hedge_start = a[1]["start_ms"].as_f64().unwrap() - a[0]["start_ms"].as_f64().unwrap();
+        assert!(
+            (100.0..200.0).contains(&hedge_start),
+            "hedge sent {hedge_start} ms after the primary"
+        );
+        // ttft is measured from the primary's dispatch.
+        let ttft = row["ttft_ms"].as_f64().unwrap();
+        assert!(ttft >= hedge_start, "{ttft} < {hedge_start}");
+        assert_eq!(row["outcome"], "completed");
+        // The sim saw two requests and the loser's stream dropped.
+        let mut after = h.sim_stats().await;
+        for _ in 0..100 {
+            if after["streams_dropped"].as_u64() > before["streams_dropped"].as_u64() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            after = h.sim_stats().await;
+        }
+        assert_eq!(
+            after["requests"].as_u64().unwrap() - before["requests"].as_u64().unwrap(),
+            2
+        );
+        assert_eq!(
+            after["streams_dropped"].as_u64().unwrap()
+                - before["streams_dropped"].as_u64().unwrap(),
+            1,
+            "{dialect}: the loser was closed"
+        );
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_fast_primary_wins_and_a_hedge_sent_too_late_is_cancelled() {
+    // Primary first event at 310 ms (sim-trace-b); the hedge after 50 ms goes to a channel whose
+    // first event is at 6.3 s (sim-trace-a): the primary wins the race and the hedge is closed.
+    let h = start_with(hedged("sim-trace-b", "sim-trace-a", 50, 1.0)).await;
+    let before = h.sim_stats().await;
+    let mut resp = h.post(path_for("chat"), &body_for("chat", "m", true)).await;
+    let id = id_of(&resp);
+    // Read until the answer's text starts, then leave (sim-trace-b runs for 10 s).
+    let mut seen = String::new();
+    while !seen.contains("\"content\":\"") || seen.matches("content").count() < 3 {
+        let chunk = resp.chunk().await.unwrap().expect("open");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(resp);
+    let row = h.row(&id).await;
+    assert_eq!(row["hedge"], "primary");
+    let a = row["attempts"].as_array().unwrap();
+    assert_eq!(
+        (a[0]["role"].as_str(), a[0]["won"].as_bool()),
+        (Some("primary"), Some(true))
+    );
+    assert_eq!(
+        (a[1]["role"].as_str(), a[1]["won"].as_bool()),
+        (Some("hedge"), Some(false))
+    );
+    let after = h.sim_stats().await;
+    assert_eq!(
+        after["requests"].as_u64().unwrap() - before["requests"].as_u64().unwrap(),
+        2
+    );
+    // Without a hedge delay passing, no hedge is sent at all.
+    let h2 = start_with(hedged("sim-fast", "sim-fast", 300, 1.0)).await;
+    let before = h2.sim_stats().await;
+    let resp = h2
+        .post(path_for("messages"), &body_for("messages", "m", true))
+        .await;
+    let id = id_of(&resp);
+    resp.bytes().await.unwrap();
+    let row = h2.row(&id).await;
+    assert_eq!(row["hedge"], "none");
+    assert_eq!(row["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        h2.sim_stats().await["requests"].as_u64().unwrap() - before["requests"].as_u64().unwrap(),
+        1
+    );
+    h.stop().await;
+    h2.stop().await;
+}
+
+#[tokio::test]
+async fn the_hedge_budget_bounds_the_share_of_hedged_requests() {
+    let h = start_with(hedged("sim-trace-c", "sim-fast", 20, 0.25)).await;
+    let mut hedged_n = 0;
+    for _ in 0..8 {
+        // The head is enough: the race is decided before it is sent. Leaving early keeps the
+        // unhedged (20 s) answers from running out.
+        let resp = h.post(path_for("chat"), &body_for("chat", "m", true)).await;
+        let id = id_of(&resp);
+        drop(resp);
+        if h.row(&id).await["hedge"] != "none" {
+            hedged_n += 1;
+        }
+    }
+    assert!(
+        (1..=2).contains(&hedged_n),
+        "{hedged_n} of 8 hedged with a 25 % budget"
+    );
     h.stop().await;
 }

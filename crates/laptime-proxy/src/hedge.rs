@@ -1,0 +1,179 @@
+//! Hedging: after a delay (fixed, or the first channel's recent p95 time to first event), the
+//! same request goes to a second channel. The first attempt to deliver a non-heartbeat SSE event
+//! (or a non-streamed 2xx head) wins and is relayed; the other is dropped at once (its
+//! connection closed, not pooled) and recorded with the marks it reached. Each racer reads its
+//! stream up to its first event before anything is sent to the client; the winner's chunks are
+//! replayed, with their arrival offsets, into the observed body.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use laptime_core::observe::StreamObserver;
+use laptime_core::timeline::{self, Attempt, ErrorClass};
+use laptime_core::Dialect;
+use tokio::time::Instant;
+
+use crate::attempt;
+use crate::routing::{Channel, InflightGuard, Route};
+use crate::App;
+
+/// An attempt that reached its first event (or its head, for a non-stream answer).
+pub struct Primed {
+    pub response: http::Response<Incoming>,
+    pub chunks: Vec<(Duration, Bytes)>,
+    pub guard: InflightGuard,
+    pub inflight: u32,
+    pub channel: Arc<Channel>,
+}
+
+/// A racer's attempt record; shared so a dropped loser is still recorded with its marks.
+pub type Progress = Arc<Mutex<Attempt>>;
+
+pub fn progress(channel: &Channel, role: &str, start: Duration) -> Progress {
+    Arc::new(Mutex::new(Attempt {
+        channel: channel.name.clone(),
+        role: role.into(),
+        won: false,
+        status: None,
+        error_class: None,
+        start: Some(start),
+        headers: None,
+        first_byte: None,
+        end: None,
+    }))
+}
+
+pub fn snapshot(p: &Progress) -> Option<Attempt> {
+    p.lock().ok().map(|a| a.clone())
+}
+
+/// A failure: its class and, for a deadline, which one.
+pub type Failure = (ErrorClass, Option<&'static str>);
+
+/// What every racer shares.
+pub struct Race<'a> {
+    pub app: &'a App,
+    pub dialect: Dialect,
+    pub headers: &'a HeaderMap,
+    pub traceparent: &'a str,
+    pub t0: Instant,
+    pub headers_deadline: Duration,
+    pub first_event_deadline: Duration,
+}
+
+fn is_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+impl Race<'_> {
+    fn now(&self) -> Duration {
+        timeline::offset(Instant::now().saturating_duration_since(self.t0))
+    }
+
+    /// Dispatches `route` with `body` and reads until its first non-heartbeat event.
+    pub async fn run(
+        &self,
+        route: &Route,
+        body: Bytes,
+        progress: Progress,
+    ) -> Result<Primed, Failure> {
+        let set = |f: &dyn Fn(&mut Attempt)| {
+            if let Ok(mut a) = progress.lock() {
+                f(&mut a);
+            }
+        };
+        let fail = |class: ErrorClass, kind: Option<&'static str>, at: Duration| {
+            set(&|a| {
+                a.error_class = Some(class);
+                a.end = Some(at);
+            });
+            Err((class, kind))
+        };
+        let channel = route.channel.clone();
+        let request =
+            attempt::build_request(&channel, self.dialect, body, self.headers, self.traceparent)
+                .map_err(|e| (e.class, None))?;
+        let (guard, inflight) = channel.enter();
+        let sent =
+            tokio::time::timeout(self.headers_deadline, self.app.client.request(request)).await;
+        let t2 = self.now();
+        let response = match sent {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                channel.circuit_record(true);
+                return fail(attempt::classify_error(&e), None, t2);
+            }
+            Err(_) => {
+                channel.circuit_record(true);
+                return fail(ErrorClass::Timeout, Some("headers"), t2);
+            }
+        };
+        let status = response.status().as_u16();
+        channel.circuit_record(status == 429 || status >= 500);
+        set(&|a| {
+            a.status = Some(status);
+            a.headers = Some(t2);
+        });
+        if !response.status().is_success() {
+            let class = ErrorClass::from_status(status).unwrap_or(ErrorClass::UpstreamStatus5xx);
+            return fail(class, None, t2);
+        }
+        if !is_sse(response.headers()) {
+            return Ok(Primed {
+                response,
+                chunks: Vec::new(),
+                guard,
+                inflight,
+                channel,
+            });
+        }
+        let (parts, mut body) = response.into_parts();
+        let start = snapshot(&progress)
+            .and_then(|a| a.start)
+            .unwrap_or_default();
+        let mut obs = StreamObserver::new(self.dialect, Some(start));
+        let mut chunks = Vec::new();
+        let deadline = self.t0 + self.first_event_deadline;
+        loop {
+            let Ok(frame) = tokio::time::timeout_at(deadline, body.frame()).await else {
+                return fail(ErrorClass::Timeout, Some("first_event"), self.now());
+            };
+            let at = self.now();
+            match frame {
+                Some(Ok(f)) => {
+                    let Ok(d) = f.into_data() else { continue };
+                    if chunks.is_empty() {
+                        set(&|a| a.first_byte = Some(at));
+                    }
+                    obs.on_chunk(at, &d);
+                    chunks.push((at, d));
+                    if let Some(first) = obs.summary().marks.first_event {
+                        channel.note_first_event(first.saturating_sub(start));
+                        break;
+                    }
+                }
+                // Ended or broke before any event: this attempt cannot win.
+                Some(Err(_)) => return fail(ErrorClass::BodyError, None, at),
+                None => return fail(ErrorClass::ClosedEarly, None, at),
+            }
+        }
+        Ok(Primed {
+            response: http::Response::from_parts(parts, body),
+            chunks,
+            guard,
+            inflight,
+            channel,
+        })
+    }
+}
