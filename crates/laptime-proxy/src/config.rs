@@ -225,6 +225,8 @@ impl Default for FailoverConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TimeoutsConfig {
+    /// TCP (and TLS) connect; absent = `server.connect_timeout_ms`.
+    pub connect_ms: Option<u64>,
     pub headers_ms: u64,
     pub first_event_ms: u64,
     pub first_output_ms: u64,
@@ -236,6 +238,7 @@ pub struct TimeoutsConfig {
 impl Default for TimeoutsConfig {
     fn default() -> Self {
         TimeoutsConfig {
+            connect_ms: None,
             headers_ms: 15_000,
             first_event_ms: 30_000,
             first_output_ms: 60_000,
@@ -466,6 +469,9 @@ impl Config {
                 }
             }
             let t = &r.timeouts;
+            if t.connect_ms == Some(0) {
+                errs.push(format!("{key}.timeouts.connect_ms: must be positive"));
+            }
             for (name, v) in [
                 ("headers_ms", t.headers_ms),
                 ("first_event_ms", t.first_event_ms),
@@ -550,6 +556,49 @@ mod tests {
             cfg.channels[1].models.pairs(),
             vec![("fast".to_string(), "gpt-4.1-mini".to_string())]
         );
+    }
+
+    #[test]
+    fn the_routing_issue_example_parses_and_validates() {
+        let text = r#"
+            [[channels]]
+            name = "primary"
+            provider = "openai"
+            base_url = "https://api.openai.com/v1"
+            api_key_env = "OPENAI_API_KEY"
+            models = ["gpt-4.1-mini"]
+            group = "default"
+            priority = 0
+            weight = 10
+
+            [[routes]]
+            model = "gpt-4.1-mini"
+            failover = { max_attempts = 3, on_status = [429, 500, 502, 503, 504] }
+            hedge = { after_ms = 800 }
+            cache = { ttl_s = 300, max_entries = 10000 }
+            timeouts = { connect_ms = 2000, headers_ms = 15000, first_event_ms = 30000, first_output_ms = 60000, idle_ms = 30000, progress_ms = 120000, total_ms = 600000 }
+
+            [[routes]]
+            model = "*"
+            hedge = { after = "p95" }
+        "#;
+        let cfg = Config::from_toml(text, "routes.toml").unwrap();
+        let env = |k: &str| (k == "OPENAI_API_KEY").then(|| "sk-test".to_string());
+        cfg.validate(&env).unwrap();
+        let r = cfg.route_for("gpt-4.1-mini");
+        assert_eq!(r.timeouts.connect_ms, Some(2000));
+        assert_eq!(r.hedge.as_ref().and_then(|h| h.after_ms), Some(800));
+        assert_eq!(
+            cfg.route_for("other").hedge.and_then(|h| h.after),
+            Some("p95".to_string())
+        );
+        let bad = Config::from_toml(
+            "[[routes]]\nmodel = \"m\"\nhedge = { after = \"p50\" }\n",
+            "bad.toml",
+        )
+        .unwrap();
+        let errs = bad.validate(&env).unwrap_err().to_string();
+        assert!(errs.contains("routes[0].hedge.after"), "{errs}");
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub struct Race<'a> {
     pub t0: Instant,
     pub headers_deadline: Duration,
     pub first_event_deadline: Duration,
+    /// The route's connect timeout, if it has its own.
+    pub connect_ms: Option<u64>,
 }
 
 fn is_sse(headers: &HeaderMap) -> bool {
@@ -105,8 +107,11 @@ impl Race<'_> {
             attempt::build_request(&channel, self.dialect, body, self.headers, self.traceparent)
                 .map_err(|e| (e.class, None))?;
         let (guard, inflight) = channel.enter();
-        let sent =
-            tokio::time::timeout(self.headers_deadline, self.app.client.request(request)).await;
+        let sent = tokio::time::timeout(
+            self.headers_deadline,
+            self.app.client_for(self.connect_ms).request(request),
+        )
+        .await;
         let t2 = self.now();
         let response = match sent {
             Ok(Ok(r)) => r,

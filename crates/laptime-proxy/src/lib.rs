@@ -50,7 +50,10 @@ pub struct App {
     pub config: Config,
     pub router: Router,
     pub auth: Authenticator,
+    /// The pooled upstream client with the server's connect timeout.
     pub client: HttpClient,
+    /// Clients for routes with their own connect timeout, by that timeout in ms.
+    pub clients_by_connect_ms: std::collections::HashMap<u64, HttpClient>,
     pub recorder: Recorder,
     pub store: Store,
     /// Observed once per finished request (the Finisher holds a handle).
@@ -73,6 +76,13 @@ impl std::fmt::Debug for App {
 }
 
 impl App {
+    /// The client whose connect timeout is the route's (`timeouts.connect_ms`), else the server's.
+    pub fn client_for(&self, connect_ms: Option<u64>) -> &HttpClient {
+        connect_ms
+            .and_then(|ms| self.clients_by_connect_ms.get(&ms))
+            .unwrap_or(&self.client)
+    }
+
     /// The routing group a principal's requests use.
     pub fn group_of(&self, _principal: &Principal) -> &str {
         "default"

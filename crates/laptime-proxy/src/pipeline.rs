@@ -209,6 +209,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
                 t0: finisher.pending.t0,
                 headers_deadline,
                 first_event_deadline: Duration::from_millis(policy.timeouts.first_event_ms),
+                connect_ms: policy.timeouts.connect_ms,
             };
             primary.channel.circuit_acquire();
             made += 1;
@@ -326,7 +327,11 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         let start = finisher.pending.offset(Instant::now());
         finisher.pending.marks.upstream_start = Some(start);
         finisher.pending.channel_inflight = Some(inflight);
-        let sent = tokio::time::timeout(headers_deadline, app.client.request(request)).await;
+        let sent = tokio::time::timeout(
+            headers_deadline,
+            app.client_for(policy.timeouts.connect_ms).request(request),
+        )
+        .await;
         let t2 = finisher.pending.offset(Instant::now());
         let mut attempt = Attempt {
             channel: channel.name.clone(),

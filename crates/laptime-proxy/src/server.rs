@@ -105,6 +105,12 @@ impl Gateway {
                 Arc::new(Channel::from_config(c, base, env))
             })
             .collect();
+        let mut clients_by_connect_ms = std::collections::HashMap::new();
+        for ms in config.routes.iter().filter_map(|r| r.timeouts.connect_ms) {
+            let c =
+                attempt::client(Duration::from_millis(ms)).map_err(|e| StartError(e.message))?;
+            clients_by_connect_ms.insert(ms, c);
+        }
         let client = attempt::client(Duration::from_millis(config.server.connect_timeout_ms))
             .map_err(|e| StartError(e.message))?;
         let metrics = Metrics::new().map_err(|e| StartError(format!("metrics: {e}")))?;
@@ -119,6 +125,7 @@ impl Gateway {
             metrics: Arc::new(metrics),
             graphql: graphql::schema(),
             caches: config_caches(&config_for_caches),
+            clients_by_connect_ms,
             hedge_requests: std::sync::atomic::AtomicU64::new(0),
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
         });
