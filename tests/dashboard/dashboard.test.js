@@ -320,6 +320,8 @@ describe('dashboard', () => {
     const bars = page.locator('#class-chart a[data-class]');
     assert.ok(await bars.count() > 0, 'classification bars');
     await H.screenshot(page, '5-overview');
+    // A full-page screenshot resizes the viewport for a moment; let any redraw settle first.
+    await page.waitForTimeout(400);
     const cls = await bars.first().getAttribute('data-class');
     // locator.press focuses and presses in one action, so a chart redrawn by the live refresh in
     // between cannot swallow the key.

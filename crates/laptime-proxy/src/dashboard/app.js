@@ -391,11 +391,17 @@
       }
     }).catch(pageError);
   }
-  // Re-renders charts sized to their container when the window width changes.
+  // Re-renders charts sized to their container when the window width changes. Only a real width
+  // change redraws: a redraw replaces the chart's links, and a keyboard user's focus with them.
   let resizeTimer = null;
+  let drawnWidth = window.innerWidth;
   window.addEventListener('resize', () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => { if (state.resize) state.resize(); }, 150);
+    resizeTimer = setTimeout(() => {
+      if (window.innerWidth === drawnWidth) return;
+      drawnWidth = window.innerWidth;
+      if (state.resize) state.resize();
+    }, 150);
   });
   function focusKey() {
     const a = document.activeElement;
