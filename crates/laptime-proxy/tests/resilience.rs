@@ -641,3 +641,159 @@ async fn the_hedge_budget_bounds_the_share_of_hedged_requests() {
     );
     h.stop().await;
 }
+
+/// A fake upstream that accepts, reads the request and resets the connection before any head.
+async fn resetting_upstream() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = vec![0u8; 65536];
+            let _ = sock.read(&mut buf).await;
+            let _ = sock.set_zero_linger();
+            drop(sock);
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn the_fault_matrix_in_every_dialect() {
+    let five_hundred = fixed_upstream(Some(
+        "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+    ))
+    .await;
+    let reset = resetting_upstream().await;
+    let h = start_with(|cfg, sim| {
+        for (model, broken) in [("m500", &five_hundred), ("mreset", &reset)] {
+            let mut bad = channel(&format!("bad-{model}"), broken, &[model]);
+            bad.circuit.consecutive_failures = 1000;
+            cfg.channels.push(bad);
+            let mut good = channel(&format!("good-{model}"), sim, &[]);
+            good.models = laptime_proxy::config::Models::Map(
+                [(model.to_string(), "sim-fast".to_string())].into(),
+            );
+            good.priority = 1;
+            cfg.channels.push(good);
+        }
+        cfg.routes.push(route("*", |t| t.first_event_ms = 300));
+    })
+    .await;
+    for dialect in DIALECTS {
+        // 500 and a reset before the head: failover, the answer completes, one failed attempt.
+        for (model, class) in [("m500", "upstream_status_5xx"), ("mreset", "body_error")] {
+            let resp = h
+                .post(path_for(dialect), &body_for(dialect, model, true))
+                .await;
+            assert_eq!(resp.status(), 200, "{dialect} {model}");
+            let id = id_of(&resp);
+            let text = resp.text().await.unwrap();
+            assert_eq!(text.matches(": x-laptime-timing").count(), 1);
+            let row = h.row(&id).await;
+            let a = row["attempts"].as_array().unwrap();
+            assert_eq!(a.len(), 2, "{dialect} {model}");
+            assert_eq!(a[0]["error_class"], class, "{dialect} {model}: {row}");
+            assert_eq!(
+                (row["failover_count"].as_u64(), row["outcome"].as_str()),
+                (Some(1), Some("completed"))
+            );
+            assert!(row["ttft_ms"].is_number() && row["upstream_ms"].is_number());
+        }
+        // A stall before the first event (no heartbeats): after the head, so an in-band error.
+        let mut body = body_for(dialect, "sim-fast", true);
+        body["laptime_sim"] = json!({"first_event_ms": 5000, "first_text_ms": 5000});
+        let resp = h.post(path_for(dialect), &body).await;
+        assert_eq!(resp.status(), 200);
+        let id = id_of(&resp);
+        let text = resp.text().await.unwrap();
+        assert!(text.contains("timeout"), "{dialect}: {text}");
+        let row = h.row(&id).await;
+        assert_eq!(
+            (row["outcome"].as_str(), row["timeout_kind"].as_str()),
+            (Some("timeout"), Some("first_event"))
+        );
+        assert!(row["other"]["timing"]["first_sse_event_ms"].is_null());
+        assert!(
+            row["upstream_ms"].is_number(),
+            "the stream was ended at the deadline"
+        );
+        // A reset after some deltas: the client sees the break, no replay, closed early.
+        let mut body = body_for(dialect, "sim-fast", true);
+        body["laptime_sim"] = json!({"text_tokens": 3, "end": "reset"});
+        let resp = h.post(path_for(dialect), &body).await;
+        let id = id_of(&resp);
+        assert!(
+            resp.bytes().await.is_err(),
+            "{dialect}: the client must see the break"
+        );
+        let row = h.row(&id).await;
+        assert_eq!(
+            (row["outcome"].as_str(), row["error_class"].as_str()),
+            (Some("upstream_closed_early"), Some("body_error"))
+        );
+        assert_eq!(
+            row["attempts"].as_array().unwrap().len(),
+            1,
+            "no replay after the commit point"
+        );
+        assert_eq!(row["failover_count"], 0);
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn each_stream_deadline_fires_on_time_with_its_own_kind() {
+    let h = start_with(|cfg, _| {
+        cfg.routes.push(route("*", |t| {
+            t.first_output_ms = 300;
+            t.progress_ms = 300;
+            t.idle_ms = 5_000;
+            t.total_ms = 5_000;
+        }));
+        let mut total = route("sim-trace-c", |t| t.total_ms = 400);
+        total.timeouts.idle_ms = 5_000;
+        cfg.routes.push(total);
+    })
+    .await;
+    let cases = [
+        // The first event comes at once, the first output never: first_output at 300 ms.
+        (
+            json!({"first_event_ms": 0, "first_text_ms": 5000}),
+            "sim-fast",
+            "first_output",
+            300.0,
+        ),
+        // Output, then silence: no progress for 300 ms after the last delta.
+        (
+            json!({"text_tokens": 2, "end": "stall"}),
+            "sim-fast",
+            "progress",
+            300.0,
+        ),
+        // A 20 s answer under a 400 ms total deadline.
+        (json!(null), "sim-trace-c", "total", 400.0),
+    ];
+    for dialect in DIALECTS {
+        for (script, model, kind, at) in &cases {
+            let mut body = body_for(dialect, model, true);
+            if !script.is_null() {
+                body["laptime_sim"] = script.clone();
+            }
+            let resp = h.post(path_for(dialect), &body).await;
+            let id = id_of(&resp);
+            resp.bytes().await.unwrap();
+            let row = h.row(&id).await;
+            assert_eq!(row["timeout_kind"], *kind, "{dialect}: {row}");
+            assert_eq!(row["outcome"], "timeout");
+            let done = row["other"]["timing"]["total_handler_ms"].as_f64().unwrap();
+            assert!(
+                done >= *at && done < at + 50.0,
+                "{dialect} {kind}: ended at {done} ms"
+            );
+        }
+    }
+    h.stop().await;
+}
