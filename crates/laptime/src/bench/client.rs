@@ -10,10 +10,6 @@ use bytes::{Bytes, BytesMut};
 use http::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderMap, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use laptime_core::classify::classify_body;
 use laptime_core::observe::{BodyEnd, StreamObserver};
 use laptime_core::sse::{SseItem, SseScanner};
@@ -32,25 +28,12 @@ const KEEP_BODY: usize = 8 * 1024 * 1024;
 /// Error messages are cut to this many characters.
 const ERROR_CHARS: usize = 300;
 
-pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type HttpClient = laptime_proxy::attempt::HttpClient;
 
-/// A pooled HTTP/1.1 and HTTP/2 client with `TCP_NODELAY` (small SSE frames would otherwise
-/// wait for a delayed ACK) and rustls for https targets.
+/// The gateway's own upstream client (pooled HTTP/1.1 and HTTP/2, `TCP_NODELAY`, rustls), so the
+/// bench connects the way the gateway does.
 pub fn client(connect_timeout: Duration) -> Result<HttpClient, String> {
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-        .map_err(|e| format!("TLS setup failed: {e}"))?
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build(https))
+    laptime_proxy::attempt::client(connect_timeout).map_err(|e| e.message)
 }
 
 /// Where one request goes and how it authenticates.
