@@ -43,6 +43,9 @@ pub struct ServerConfig {
     pub connect_timeout_ms: u64,
     /// Serve `GET /metrics` without a token (default: a `read` or `admin` token is needed).
     pub metrics_public: bool,
+    /// Observe streams (scan, classify, stamp marks). `false` exists only to measure what the
+    /// timeline costs: streams are relayed blind and recorded with head and end marks only.
+    pub observe: bool,
 }
 
 impl Default for ServerConfig {
@@ -56,6 +59,7 @@ impl Default for ServerConfig {
             region: None,
             connect_timeout_ms: 10_000,
             metrics_public: false,
+            observe: true,
         }
     }
 }

@@ -48,6 +48,9 @@ pub struct ObservedBody<B> {
     timed_out: Option<&'static str>,
     /// The upstream bytes, kept for the response cache when the route has one.
     capture: Option<Capture>,
+    /// `false` only to measure what observation costs (`[server] observe = false`): bytes are
+    /// relayed without scanning, and the record keeps only the head and end marks.
+    observe: bool,
 }
 
 struct Capture {
@@ -129,7 +132,16 @@ impl<B> ObservedBody<B> {
             last_byte: None,
             timed_out: None,
             capture: None,
+            observe: true,
         }
+    }
+
+    /// Relays without scanning or classifying (no deadlines, no cache, no timing comment).
+    pub fn unobserved(mut self) -> Self {
+        self.observe = false;
+        self.deadlines = None;
+        self.capture = None;
+        self
     }
 
     /// Keeps the upstream bytes and stores them in `cache` if the answer completes.
@@ -225,6 +237,10 @@ impl<B> ObservedBody<B> {
         if !data.is_empty() {
             self.last_byte = Some(at);
         }
+        if !self.observe {
+            self.push(data);
+            return;
+        }
         if let Some(c) = &mut self.capture {
             if c.bytes.len() + data.len() > c.cache.max_body_bytes {
                 self.capture = None;
@@ -280,7 +296,17 @@ impl<B> ObservedBody<B> {
         let Some(finisher) = self.finisher.take() else {
             return;
         };
-        let summary = self.obs.summary();
+        let mut summary = self.obs.summary();
+        if !self.observe {
+            // Nothing was scanned, so the end is all that is known about the stream.
+            summary.outcome = match self.upstream_end {
+                Some(BodyEnd::Eof) => Some(Outcome::Completed),
+                Some(BodyEnd::Error) => Some(Outcome::UpstreamError),
+                None => None,
+            };
+            summary.error_class =
+                (self.upstream_end == Some(BodyEnd::Error)).then_some(ErrorClass::BodyError);
+        }
         if let Some(kind) = self.timed_out {
             finisher.finish(Ending {
                 status: self.status,

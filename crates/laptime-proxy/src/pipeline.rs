@@ -452,12 +452,17 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let mut finisher = finisher;
+        finisher.pending.unobserved = !app.config.server.observe;
         let mut body = ObservedBody::new(up_body, obs, finisher, status.as_u16(), trailers)
-            .with_deadlines(deadlines)
-            .replay(replay);
+            .with_deadlines(deadlines);
         if let Some((c, k)) = store_in {
             body = body.with_capture(c, k, content_type);
         }
+        if !app.config.server.observe {
+            body = body.unobserved();
+        }
+        let body = body.replay(replay);
         let mut resp = Response::new(AxumBody::new(body));
         *resp.status_mut() = status;
         relay_headers(&up_parts.headers, resp.headers_mut());

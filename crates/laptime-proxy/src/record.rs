@@ -42,6 +42,8 @@ pub struct Pending {
     pub hedge: Hedge,
     /// Answered from the gateway's response cache.
     pub cached: bool,
+    /// Relayed without observation (`[server] observe = false`): stream marks are absent.
+    pub unobserved: bool,
 }
 
 impl Pending {
@@ -66,6 +68,7 @@ impl Pending {
             attempts: Vec::new(),
             hedge: Hedge::None,
             cached: false,
+            unobserved: false,
         }
     }
 
@@ -194,7 +197,11 @@ pub fn build(
             .count(),
         None => attempts.len().saturating_sub(1),
     } as u32;
-    let (classification, flags) = slow::classify(&marks, tokens.output, ending.outcome, thresholds);
+    let (classification, mut flags) =
+        slow::classify(&marks, tokens.output, ending.outcome, thresholds);
+    if p.unobserved {
+        flags.push("unobserved".into());
+    }
     RequestRecord {
         request_id: p.request_id,
         workspace_id: p.workspace_id,

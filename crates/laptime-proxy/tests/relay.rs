@@ -93,6 +93,42 @@ async fn streamed_bytes_are_the_upstream_bytes_plus_one_comment_before_the_termi
 }
 
 #[tokio::test]
+async fn with_observation_off_the_bytes_pass_blind_and_the_row_says_so() {
+    let h = start_with(|c, _| c.server.observe = false).await;
+    for dialect in DIALECTS {
+        let body = body_for(dialect, "sim-fast", true);
+        let direct = h
+            .http
+            .post(h.sim_url(path_for(dialect)))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let resp = h.post(path_for(dialect), &body).await;
+        assert_eq!(resp.status(), 200, "{dialect}");
+        let id = resp.headers()["x-laptime-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(resp.text().await.unwrap(), direct, "{dialect}: no comment");
+        let row = h.row(&id).await;
+        assert_eq!(row["outcome"], "completed", "{dialect}");
+        assert!(row["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("unobserved")));
+        assert!(row["ttft_ms"].is_null(), "{dialect}: {row}");
+        assert!(row["upstream_ms"].is_number(), "{dialect}: {row}");
+        assert!(row["other"]["timing"]["first_text_delta_ms"].is_null());
+        assert_eq!(row["event_count"], 0, "{dialect}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn non_streamed_answers_are_relayed_whole_with_server_timing() {
     let h = start().await;
     for dialect in DIALECTS {
