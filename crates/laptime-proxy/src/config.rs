@@ -253,8 +253,11 @@ impl Default for TimeoutsConfig {
     }
 }
 
+/// The group of a channel that names none, and of a principal that has none.
+pub const DEFAULT_GROUP: &str = "default";
+
 fn default_group() -> String {
-    "default".into()
+    DEFAULT_GROUP.into()
 }
 
 /// Every problem found, each naming its key.

@@ -196,20 +196,13 @@ impl Query {
     /// Workspaces this token can see: all for admin, its own otherwise.
     async fn workspaces(&self, ctx: &Context<'_>) -> Result<Vec<WorkspaceOut>> {
         let p = principal(ctx)?.clone();
-        if p.scope != Scope::Admin {
-            return Ok(vec![WorkspaceOut {
-                id: ID(p.workspace_id),
-                name: p.workspace_name,
-            }]);
-        }
-        let all = blocking(app(ctx)?, |c| manage::list_workspaces(c)).await?;
-        Ok(all
-            .into_iter()
-            .map(|w| WorkspaceOut {
-                id: ID(w.id),
-                name: w.name,
-            })
-            .collect())
+        let all = if p.scope == Scope::Admin {
+            blocking(app(ctx)?, |c| manage::list_workspaces(c)).await?
+        } else {
+            let own = blocking(app(ctx)?, move |c| auth::find_workspace(c, &p.workspace_id));
+            own.await?.into_iter().collect()
+        };
+        Ok(all.into_iter().map(WorkspaceOut::from).collect())
     }
 
     /// The tokens of a workspace (admin only); never the token values.
@@ -252,6 +245,7 @@ impl Query {
             workspace_name: p.workspace_name.clone(),
             key_id: ID(p.key_id.clone()),
             scope: p.scope.into(),
+            group: app(ctx)?.group_of(p).to_string(),
         })
     }
 }
@@ -313,6 +307,18 @@ pub struct ChannelOut {
 pub struct WorkspaceOut {
     pub id: ID,
     pub name: String,
+    /// The routing group its requests use (null: the default group).
+    pub group: Option<String>,
+}
+
+impl From<auth::Workspace> for WorkspaceOut {
+    fn from(w: auth::Workspace) -> Self {
+        WorkspaceOut {
+            id: ID(w.id),
+            name: w.name,
+            group: w.group,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
@@ -349,6 +355,8 @@ pub struct TokenOut {
     pub key_id: ID,
     pub workspace_id: ID,
     pub scope: ScopeOut,
+    /// The token's own routing group, overriding its workspace's (null: none).
+    pub group: Option<String>,
     pub created_at: String,
     pub revoked_at: Option<String>,
 }
@@ -359,6 +367,7 @@ impl From<manage::TokenInfo> for TokenOut {
             key_id: ID(t.key_id),
             workspace_id: ID(t.workspace_id),
             scope: t.scope.into(),
+            group: t.group,
             created_at: laptime_core::views::rfc3339(t.created_at_us),
             revoked_at: t.revoked_at_us.map(laptime_core::views::rfc3339),
         }
@@ -380,20 +389,69 @@ pub struct Me {
     pub workspace_name: String,
     pub key_id: ID,
     pub scope: ScopeOut,
+    /// The routing group this token's model calls use.
+    pub group: String,
+}
+
+/// A group some configured channel is in; anything else would route nowhere.
+fn configured_group(ctx: &Context<'_>, group: &str) -> Result<()> {
+    let channels = app(ctx)?.router.channels();
+    if channels.iter().any(|c| c.group == group) {
+        return Ok(());
+    }
+    let mut known: Vec<&str> = channels.iter().map(|c| c.group.as_str()).collect();
+    known.sort_unstable();
+    known.dedup();
+    Err(Error::new(format!(
+        "no channel is in group {group:?} (configured groups: {})",
+        known.join(", ")
+    )))
 }
 
 pub struct Mutation;
 
 #[Object]
 impl Mutation {
-    /// Creates a workspace (admin).
-    async fn create_workspace(&self, ctx: &Context<'_>, name: String) -> Result<WorkspaceOut> {
+    /// Creates a workspace (admin), optionally routed to a channel group other than `default`.
+    async fn create_workspace(
+        &self,
+        ctx: &Context<'_>,
+        name: String,
+        group: Option<String>,
+    ) -> Result<WorkspaceOut> {
         require_admin(ctx)?;
-        let ws = blocking(app(ctx)?, move |c| auth::create_workspace(c, &name)).await?;
-        Ok(WorkspaceOut {
-            id: ID(ws.id),
-            name: ws.name,
+        if let Some(g) = &group {
+            configured_group(ctx, g)?;
+        }
+        let ws = blocking(app(ctx)?, move |c| {
+            let ws = auth::create_workspace(c, &name)?;
+            match group {
+                Some(g) => auth::set_workspace_group(c, &ws.id, Some(&g)),
+                None => Ok(ws),
+            }
         })
+        .await?;
+        Ok(ws.into())
+    }
+
+    /// Sets the channel group a workspace's requests use (admin); null returns it to `default`.
+    /// Takes effect on the workspace's next request.
+    async fn set_workspace_group(
+        &self,
+        ctx: &Context<'_>,
+        workspace_id: ID,
+        group: Option<String>,
+    ) -> Result<WorkspaceOut> {
+        require_admin(ctx)?;
+        if let Some(g) = &group {
+            configured_group(ctx, g)?;
+        }
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let ws = blocking(app(ctx)?, move |c| {
+            auth::set_workspace_group(c, &ws, group.as_deref())
+        })
+        .await?;
+        Ok(ws.into())
     }
 
     /// Creates a token in a workspace (admin); its value is returned once.
@@ -402,10 +460,18 @@ impl Mutation {
         ctx: &Context<'_>,
         workspace_id: ID,
         scope: ScopeOut,
+        #[graphql(desc = "a channel group for this token's calls, overriding its workspace's")]
+        group: Option<String>,
     ) -> Result<NewToken> {
         require_admin(ctx)?;
+        if let Some(g) = &group {
+            configured_group(ctx, g)?;
+        }
         let ws = readable_workspace(ctx, &workspace_id).await?;
-        let t = blocking(app(ctx)?, move |c| auth::create_token(c, &ws, scope.into())).await?;
+        let t = blocking(app(ctx)?, move |c| {
+            auth::create_group_token(c, &ws, scope.into(), group.as_deref())
+        })
+        .await?;
         Ok(NewToken {
             key_id: ID(t.key_id),
             workspace_id: ID(t.workspace.id),

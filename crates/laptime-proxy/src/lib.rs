@@ -41,7 +41,7 @@ use laptime_store::Store;
 
 use crate::attempt::HttpClient;
 use crate::auth::Authenticator;
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_GROUP};
 use crate::metrics::Metrics;
 use crate::routing::Router;
 
@@ -83,9 +83,10 @@ impl App {
             .unwrap_or(&self.client)
     }
 
-    /// The routing group a principal's requests use.
-    pub fn group_of(&self, _principal: &Principal) -> &str {
-        "default"
+    /// The routing group a principal's requests use: its token's, else its workspace's, else
+    /// `default`.
+    pub fn group_of<'p>(&self, principal: &'p Principal) -> &'p str {
+        principal.group.as_deref().unwrap_or(DEFAULT_GROUP)
     }
 }
 

@@ -147,7 +147,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             GatewayError::new(
                 ErrorClass::UnknownModel,
                 format!(
-                    "model {:?} is not served for {} requests",
+                    "model {:?} is not served for {} requests in group {group:?}",
                     head.model,
                     dialect.path()
                 ),

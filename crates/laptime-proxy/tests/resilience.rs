@@ -797,3 +797,159 @@ async fn each_stream_deadline_fires_on_time_with_its_own_kind() {
     }
     h.stop().await;
 }
+
+/// A short scripted stream of `model` (a script in the body replaces the preset's timings).
+async fn call_as(h: &Harness, token: &str, model: &str) -> (u16, Option<String>, String) {
+    let mut body = body_for("chat", model, true);
+    body["laptime_sim"] = json!({"text_tokens": 3});
+    let r = h
+        .http
+        .post(h.url("/v1/chat/completions"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let id = r
+        .headers()
+        .get("x-laptime-request-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    (status, id, r.text().await.unwrap())
+}
+
+async fn graphql(h: &Harness, query: &str, variables: Value) -> Value {
+    h.http
+        .post(h.url("/graphql"))
+        .bearer_auth(&h.token)
+        .json(&json!({"query": query, "variables": variables}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_workspace_or_token_group_picks_the_channels_that_serve_it() {
+    let h = start_with(|c, sim| {
+        let mut premium = channel("premium", sim, &["sim-fast"]);
+        premium.group = "premium".into();
+        c.channels.push(premium);
+    })
+    .await;
+    let ws = graphql(&h, "{ me { workspaceId group } }", json!({})).await;
+    assert_eq!(ws["data"]["me"]["group"], "default", "{ws}");
+    let ws_id = ws["data"]["me"]["workspaceId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let (status, id, _) = call_as(&h, &h.token, "sim-fast").await;
+    assert_eq!(status, 200);
+    let row = h.row(&id.unwrap()).await;
+    assert_eq!(
+        (row["channel"].as_str(), row["group"].as_str()),
+        (Some("sim"), Some("default"))
+    );
+
+    // The workspace moves to `premium`: its next request goes to that group's channel.
+    let set = graphql(
+        &h,
+        "mutation($w: ID!, $g: String) { setWorkspaceGroup(workspaceId: $w, group: $g) { group } }",
+        json!({"w": ws_id, "g": "premium"}),
+    )
+    .await;
+    assert_eq!(
+        set["data"]["setWorkspaceGroup"]["group"], "premium",
+        "{set}"
+    );
+    let (status, id, _) = call_as(&h, &h.token, "sim-fast").await;
+    assert_eq!(status, 200);
+    let row = h.row(&id.unwrap()).await;
+    assert_eq!(
+        (row["channel"].as_str(), row["group"].as_str()),
+        (Some("premium"), Some("premium"))
+    );
+
+    // A model the group's channels do not serve is not found there, and the answer says why.
+    let (status, _, text) = call_as(&h, &h.token, "sim-trace-a").await;
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("in group \\\"premium\\\""), "{text}");
+    let models: Value = h
+        .http
+        .get(h.url("/v1/models"))
+        .bearer_auth(&h.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["sim-fast"], "{models}");
+
+    // A token of its own group overrides the workspace's.
+    let made = graphql(
+        &h,
+        "mutation($w: ID!) { createToken(workspaceId: $w, scope: PROXY, group: \"default\") { token } }",
+        json!({"w": ws_id}),
+    )
+    .await;
+    let token = made["data"]["createToken"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, id, _) = call_as(&h, &token, "sim-trace-a").await;
+    assert_eq!(status, 200);
+    let row = h.row(&id.unwrap()).await;
+    assert_eq!(
+        (row["channel"].as_str(), row["group"].as_str()),
+        (Some("sim"), Some("default"))
+    );
+    let listed = graphql(
+        &h,
+        "query($w: ID!) { tokens(workspaceId: $w) { group } workspaces { group } }",
+        json!({"w": ws_id}),
+    )
+    .await;
+    assert!(
+        listed["data"]["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["group"] == "default"),
+        "{listed}"
+    );
+    assert_eq!(listed["data"]["workspaces"][0]["group"], "premium");
+
+    // A group no channel is in is refused: requests there would route nowhere.
+    let bad = graphql(
+        &h,
+        "mutation($w: ID!) { setWorkspaceGroup(workspaceId: $w, group: \"nowhere\") { group } }",
+        json!({"w": ws_id}),
+    )
+    .await;
+    let msg = bad["errors"][0]["message"].as_str().unwrap();
+    assert!(msg.contains("no channel is in group \"nowhere\""), "{bad}");
+    // Null returns the workspace to the default group.
+    let back = graphql(
+        &h,
+        "mutation($w: ID!) { setWorkspaceGroup(workspaceId: $w, group: null) { group } }",
+        json!({"w": ws_id}),
+    )
+    .await;
+    assert!(
+        back["data"]["setWorkspaceGroup"]["group"].is_null(),
+        "{back}"
+    );
+    let (status, _, _) = call_as(&h, &h.token, "sim-trace-a").await;
+    assert_eq!(status, 200);
+    h.stop().await;
+}

@@ -53,12 +53,16 @@ pub struct Principal {
     pub workspace_name: String,
     pub key_id: String,
     pub scope: Scope,
+    /// The routing group chosen for the token, else for its workspace; `None` is the default.
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workspace {
     pub id: String,
     pub name: String,
+    /// The routing group its requests use; `None` is the default group.
+    pub group: Option<String>,
 }
 
 /// A new token: the plaintext exists only here, to be shown once.
@@ -104,6 +108,7 @@ pub fn create_workspace(conn: &Connection, name: &str) -> Result<Workspace> {
     let ws = Workspace {
         id: format!("ws_{}", random_hex(8)),
         name: name.to_string(),
+        group: None,
     };
     conn.execute(
         "INSERT INTO workspaces (id, name, created_at_us) VALUES (?1, ?2, ?3)",
@@ -115,28 +120,68 @@ pub fn create_workspace(conn: &Connection, name: &str) -> Result<Workspace> {
 pub fn find_workspace(conn: &Connection, name: &str) -> Result<Option<Workspace>> {
     Ok(conn
         .query_row(
-            "SELECT id, name FROM workspaces WHERE name = ?1 OR id = ?1",
+            "SELECT id, name, grp FROM workspaces WHERE name = ?1 OR id = ?1",
             [name],
             |r| {
                 Ok(Workspace {
                     id: r.get(0)?,
                     name: r.get(1)?,
+                    group: r.get(2)?,
                 })
             },
         )
         .optional()?)
 }
 
+/// A group name: 1 to 64 of `A-Z a-z 0-9 _ . -` (it appears in metrics labels and configs).
+pub fn check_group(group: &str) -> Result<()> {
+    let ok = !group.is_empty()
+        && group.len() <= 64
+        && group
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(format!(
+            "group {group:?} must be 1 to 64 of A-Z a-z 0-9 _ . -"
+        )))
+    }
+}
+
+/// Sets (or, with `None`, clears) the routing group of a workspace (by name or id).
+pub fn set_workspace_group(
+    conn: &Connection,
+    workspace: &str,
+    group: Option<&str>,
+) -> Result<Workspace> {
+    if let Some(g) = group {
+        check_group(g)?;
+    }
+    let mut ws = find_workspace(conn, workspace)?
+        .ok_or_else(|| StoreError::NotFound(format!("workspace {workspace:?}")))?;
+    conn.execute(
+        "UPDATE workspaces SET grp = ?2 WHERE id = ?1",
+        params![ws.id, group],
+    )?;
+    ws.group = group.map(str::to_string);
+    Ok(ws)
+}
+
 fn insert_token(
     conn: &Connection,
     ws: &Workspace,
     scope: Scope,
+    group: Option<&str>,
     token: String,
 ) -> Result<NewToken> {
+    if let Some(g) = group {
+        check_group(g)?;
+    }
     let key_id = format!("key_{}", random_hex(8));
     conn.execute(
-        "INSERT INTO tokens (id, workspace_id, hash, scope, created_at_us) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![key_id, ws.id, hash_token(&token).as_slice(), scope.as_str(), now_unix_us()],
+        "INSERT INTO tokens (id, workspace_id, hash, scope, created_at_us, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![key_id, ws.id, hash_token(&token).as_slice(), scope.as_str(), now_unix_us(), group],
     )?;
     Ok(NewToken {
         key_id,
@@ -148,9 +193,19 @@ fn insert_token(
 
 /// Creates a token in a workspace (by name or id).
 pub fn create_token(conn: &Connection, workspace: &str, scope: Scope) -> Result<NewToken> {
+    create_group_token(conn, workspace, scope, None)
+}
+
+/// Creates a token whose requests use `group` instead of its workspace's group.
+pub fn create_group_token(
+    conn: &Connection,
+    workspace: &str,
+    scope: Scope,
+    group: Option<&str>,
+) -> Result<NewToken> {
     let ws = find_workspace(conn, workspace)?
         .ok_or_else(|| StoreError::NotFound(format!("workspace {workspace:?}")))?;
-    insert_token(conn, &ws, scope, generate_token())
+    insert_token(conn, &ws, scope, group, generate_token())
 }
 
 pub fn token_count(conn: &Connection) -> Result<i64> {
@@ -177,7 +232,7 @@ pub fn bootstrap(conn: &Connection, bootstrap: Option<&str>) -> Result<Option<Ne
         }
         None => generate_token(),
     };
-    insert_token(conn, &ws, Scope::Admin, token).map(Some)
+    insert_token(conn, &ws, Scope::Admin, None, token).map(Some)
 }
 
 /// Looks a presented token up. Unknown, malformed and revoked tokens are all `None`.
@@ -188,7 +243,7 @@ pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>>
     let hash = hash_token(token);
     let row = conn
         .query_row(
-            "SELECT t.id, t.hash, t.scope, w.id, w.name FROM tokens t
+            "SELECT t.id, t.hash, t.scope, w.id, w.name, COALESCE(t.grp, w.grp) FROM tokens t
              JOIN workspaces w ON w.id = t.workspace_id
              WHERE t.hash = ?1 AND t.revoked_at_us IS NULL",
             [hash.as_slice()],
@@ -199,11 +254,12 @@ pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>>
                     r.get::<_, String>(2)?,
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
                 ))
             },
         )
         .optional()?;
-    let Some((key_id, stored, scope, workspace_id, workspace_name)) = row else {
+    let Some((key_id, stored, scope, workspace_id, workspace_name, group)) = row else {
         return Ok(None);
     };
     if !bool::from(stored.as_slice().ct_eq(hash.as_slice())) {
@@ -216,6 +272,7 @@ pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>>
         workspace_name,
         key_id,
         scope,
+        group,
     }))
 }
 
@@ -246,6 +303,39 @@ mod tests {
         assert_eq!(stored, hash_token(&t.token).to_vec());
         let raw = std::fs::read(store.path()).unwrap();
         assert!(!raw.windows(t.token.len()).any(|w| w == t.token.as_bytes()));
+    }
+
+    #[test]
+    fn a_tokens_group_overrides_its_workspaces_and_bad_names_are_refused() {
+        let (_d, store) = store();
+        store
+            .with_conn(|c| {
+                create_workspace(c, "team")?;
+                let plain = create_token(c, "team", Scope::Proxy)?;
+                let own = create_group_token(c, "team", Scope::Proxy, Some("batch"))?;
+                assert_eq!(authenticate(c, &plain.token)?.unwrap().group, None);
+                set_workspace_group(c, "team", Some("premium"))?;
+                let p = authenticate(c, &plain.token)?.unwrap();
+                assert_eq!(p.group.as_deref(), Some("premium"));
+                let o = authenticate(c, &own.token)?.unwrap();
+                assert_eq!(o.group.as_deref(), Some("batch"));
+                assert_eq!(
+                    find_workspace(c, "team")?.unwrap().group.as_deref(),
+                    Some("premium")
+                );
+                set_workspace_group(c, "team", None)?;
+                assert_eq!(authenticate(c, &plain.token)?.unwrap().group, None);
+                for bad in ["", "a b", "x/y", &"g".repeat(65)] {
+                    assert!(
+                        set_workspace_group(c, "team", Some(bad)).is_err(),
+                        "{bad:?}"
+                    );
+                    assert!(create_group_token(c, "team", Scope::Read, Some(bad)).is_err());
+                }
+                assert!(set_workspace_group(c, "nobody", Some("x")).is_err());
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]

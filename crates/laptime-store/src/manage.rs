@@ -11,17 +11,20 @@ pub struct TokenInfo {
     pub key_id: String,
     pub workspace_id: String,
     pub scope: Scope,
+    /// The token's own routing group, overriding its workspace's.
+    pub group: Option<String>,
     pub created_at_us: i64,
     pub revoked_at_us: Option<i64>,
 }
 
 pub fn list_workspaces(conn: &Connection) -> Result<Vec<Workspace>> {
     let mut stmt =
-        conn.prepare_cached("SELECT id, name FROM workspaces ORDER BY created_at_us, id")?;
+        conn.prepare_cached("SELECT id, name, grp FROM workspaces ORDER BY created_at_us, id")?;
     let rows = stmt.query_map([], |r| {
         Ok(Workspace {
             id: r.get(0)?,
             name: r.get(1)?,
+            group: r.get(2)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -29,7 +32,7 @@ pub fn list_workspaces(conn: &Connection) -> Result<Vec<Workspace>> {
 
 pub fn list_tokens(conn: &Connection, workspace_id: &str) -> Result<Vec<TokenInfo>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, workspace_id, scope, created_at_us, revoked_at_us FROM tokens
+        "SELECT id, workspace_id, scope, created_at_us, revoked_at_us, grp FROM tokens
          WHERE workspace_id = ?1 ORDER BY created_at_us, id",
     )?;
     let rows = stmt.query_map([workspace_id], |r| {
@@ -39,16 +42,18 @@ pub fn list_tokens(conn: &Connection, workspace_id: &str) -> Result<Vec<TokenInf
             r.get::<_, String>(2)?,
             r.get::<_, i64>(3)?,
             r.get::<_, Option<i64>>(4)?,
+            r.get::<_, Option<String>>(5)?,
         ))
     })?;
     rows.map(|row| {
-        let (key_id, workspace_id, scope, created_at_us, revoked_at_us) = row?;
+        let (key_id, workspace_id, scope, created_at_us, revoked_at_us, group) = row?;
         let scope =
             Scope::parse(&scope).ok_or_else(|| StoreError::Corrupt(format!("scope {scope}")))?;
         Ok(TokenInfo {
             key_id,
             workspace_id,
             scope,
+            group,
             created_at_us,
             revoked_at_us,
         })

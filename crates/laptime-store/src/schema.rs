@@ -26,6 +26,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: V2,
         after: Some(rollups::backfill),
     },
+    // 3: the routing group a workspace (or a single token, overriding it) uses.
+    Migration {
+        sql: V3,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -144,6 +149,11 @@ const V2: &str = r#"
     CREATE INDEX requests_ws_outcome ON requests(workspace_id, outcome, created_at_us);
     CREATE INDEX requests_ws_classification
         ON requests(workspace_id, classification, created_at_us);
+"#;
+
+const V3: &str = r#"
+    ALTER TABLE workspaces ADD COLUMN grp TEXT;
+    ALTER TABLE tokens ADD COLUMN grp TEXT;
 "#;
 
 /// The schema version this build writes.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use laptime_core::views::RequestLogView;
-use laptime_proxy::config::Config;
+use laptime_proxy::config::{Config, DEFAULT_GROUP};
 use laptime_proxy::reports::{RollupOut, UsageReport, WindowInput};
 use laptime_proxy::server::{bind, Gateway};
 use laptime_store::auth::{self, Scope};
@@ -104,6 +104,18 @@ enum Command {
 enum WorkspaceCommand {
     Create {
         name: String,
+        /// The channel group its requests use (default: `default`).
+        #[arg(long)]
+        group: Option<String>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Routes a workspace's requests to a channel group; without GROUP, back to `default`.
+    SetGroup {
+        workspace: String,
+        group: Option<String>,
         #[arg(long)]
         data_dir: Option<PathBuf>,
         #[arg(long)]
@@ -118,6 +130,9 @@ enum TokenCommand {
         workspace: String,
         #[arg(long, value_parser = ["proxy", "read", "admin"])]
         scope: String,
+        /// A channel group for this token's calls, overriding its workspace's.
+        #[arg(long)]
+        group: Option<String>,
         #[arg(long)]
         data_dir: Option<PathBuf>,
         #[arg(long)]
@@ -145,6 +160,18 @@ fn open_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store,
     let cfg = load_config(config)?;
     let dir = data_dir.unwrap_or(cfg.server.data_dir);
     Store::open_dir(&dir).map_err(|e| format!("opening the store in {}: {e}", dir.display()))
+}
+
+/// Refuses a group no configured channel is in: requests routed there would find no channel.
+fn check_group(config: Option<&Path>, group: Option<&str>) -> Result<(), String> {
+    let Some(group) = group else { return Ok(()) };
+    let cfg = load_config(config)?;
+    if cfg.channels.iter().any(|c| c.group == group) {
+        return Ok(());
+    }
+    Err(format!(
+        "no channel in the configuration is in group {group:?} (pass the gateway's --config)"
+    ))
 }
 
 fn out(text: &str) {
@@ -210,15 +237,49 @@ fn run(cli: Cli) -> Result<(), String> {
             command:
                 WorkspaceCommand::Create {
                     name,
+                    group,
                     data_dir,
                     config,
                 },
         } => {
+            check_group(config.as_deref(), group.as_deref())?;
             let store = open_store(config.as_deref(), data_dir)?;
             let ws = store
-                .with_conn(|c| auth::create_workspace(c, &name))
+                .with_conn(|c| {
+                    let ws = auth::create_workspace(c, &name)?;
+                    match &group {
+                        Some(g) => auth::set_workspace_group(c, &ws.id, Some(g)),
+                        None => Ok(ws),
+                    }
+                })
                 .map_err(|e| e.to_string())?;
-            out(&format!("workspace {} created (id {})", ws.name, ws.id));
+            out(&format!(
+                "workspace {} created (id {}, group {})",
+                ws.name,
+                ws.id,
+                ws.group.as_deref().unwrap_or(DEFAULT_GROUP)
+            ));
+            Ok(())
+        }
+        Command::Workspace {
+            command:
+                WorkspaceCommand::SetGroup {
+                    workspace,
+                    group,
+                    data_dir,
+                    config,
+                },
+        } => {
+            check_group(config.as_deref(), group.as_deref())?;
+            let store = open_store(config.as_deref(), data_dir)?;
+            let ws = store
+                .with_conn(|c| auth::set_workspace_group(c, &workspace, group.as_deref()))
+                .map_err(|e| e.to_string())?;
+            out(&format!(
+                "workspace {} now uses group {}",
+                ws.name,
+                ws.group.as_deref().unwrap_or(DEFAULT_GROUP)
+            ));
             Ok(())
         }
         Command::Token {
@@ -226,14 +287,16 @@ fn run(cli: Cli) -> Result<(), String> {
                 TokenCommand::Create {
                     workspace,
                     scope,
+                    group,
                     data_dir,
                     config,
                 },
         } => {
+            check_group(config.as_deref(), group.as_deref())?;
             let store = open_store(config.as_deref(), data_dir)?;
             let scope = Scope::parse(&scope).ok_or("scope must be proxy, read or admin")?;
             let t = store
-                .with_conn(|c| auth::create_token(c, &workspace, scope))
+                .with_conn(|c| auth::create_group_token(c, &workspace, scope, group.as_deref()))
                 .map_err(|e| e.to_string())?;
             out(&format!(
                 "{} token for workspace {} (key id {}); shown once, store it now:\n{}",

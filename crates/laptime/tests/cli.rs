@@ -425,6 +425,58 @@ fn workspace_token_and_requests_commands_work_on_the_store() {
     ]);
     assert!(!ok);
     assert!(err.contains("proxy"), "{err}");
+    // Groups: only one some configured channel is in (the embedded default has `default`).
+    let (ok, _, err) = run(&[
+        "workspace",
+        "set-group",
+        "team",
+        "premium",
+        "--data-dir",
+        data,
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("no channel in the configuration is in group \"premium\""),
+        "{err}"
+    );
+    let (ok, out, err) = run(&[
+        "workspace",
+        "set-group",
+        "team",
+        "default",
+        "--data-dir",
+        data,
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("workspace team now uses group default"),
+        "{out}"
+    );
+    let (ok, out, err) = run(&[
+        "workspace",
+        "create",
+        "batch",
+        "--group",
+        "default",
+        "--data-dir",
+        data,
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("group default"), "{out}");
+    let (ok, _, err) = run(&[
+        "token",
+        "create",
+        "--workspace",
+        "team",
+        "--scope",
+        "proxy",
+        "--group",
+        "x y",
+        "--data-dir",
+        data,
+    ]);
+    assert!(!ok);
+    assert!(err.contains("group"), "{err}");
     let (ok, out, _) = run(&["requests", "--workspace", "team", "--data-dir", data]);
     assert!(ok);
     assert!(out.starts_with("request_id"), "{out}");
