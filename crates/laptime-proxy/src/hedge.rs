@@ -4,6 +4,10 @@
 //! connection closed, not pooled) and recorded with the marks it reached. Each racer reads its
 //! stream up to its first event before anything is sent to the client; the winner's chunks are
 //! replayed, with their arrival offsets, into the observed body.
+//!
+//! [`read_ahead`] is the one place an attempt's stream is read before the client is committed to
+//! it: to decide a race (first event) and, when another candidate could still take over, to the
+//! first effective output, so the first-event and first-output deadlines can fail over.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +17,7 @@ use http::HeaderMap;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use laptime_core::observe::StreamObserver;
-use laptime_core::timeline::{self, Attempt, ErrorClass};
+use laptime_core::timeline::{self, Attempt, ErrorClass, Marks, Outcome};
 use laptime_core::Dialect;
 use tokio::time::Instant;
 
@@ -54,6 +58,81 @@ pub fn snapshot(p: &Progress) -> Option<Attempt> {
 /// A failure: its class and, for a deadline, which one.
 pub type Failure = (ErrorClass, Option<&'static str>);
 
+/// How far an attempt is read before the client is committed to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// The first non-heartbeat event: what a hedging race is decided on.
+    FirstEvent,
+    /// The first effective output, or a complete answer without any.
+    FirstOutput,
+}
+
+/// Stream deadlines before the commit point, as offsets from the attempt's dispatch.
+#[derive(Debug, Clone, Copy)]
+pub struct EarlyDeadlines {
+    pub first_event: Duration,
+    pub first_output: Duration,
+}
+
+/// Where a read-ahead stopped short: class, deadline kind, and when (offset from t0).
+pub type Miss = (ErrorClass, Option<&'static str>, Duration);
+
+/// Reads `body` until `until`, appending each chunk with its arrival offset from `t0` to
+/// `chunks` (which may already hold earlier chunks of the same body). `start` is the attempt's
+/// dispatch. Returns the stream marks reached.
+pub async fn read_ahead(
+    body: &mut Incoming,
+    dialect: Dialect,
+    t0: Instant,
+    start: Duration,
+    chunks: &mut Vec<(Duration, Bytes)>,
+    until: Until,
+    deadlines: EarlyDeadlines,
+) -> Result<Marks, Miss> {
+    let now = || timeline::offset(Instant::now().saturating_duration_since(t0));
+    let mut obs = StreamObserver::new(dialect, Some(start));
+    for (at, d) in chunks.iter() {
+        obs.on_chunk(*at, d);
+    }
+    loop {
+        let s = obs.summary();
+        if obs.terminal_seen() && s.marks.first_effective.is_none() {
+            // An error event before any output (an overloaded upstream, say) is a failure
+            // another channel can take over; a complete answer without output is an answer.
+            if s.outcome == Some(Outcome::UpstreamError) {
+                return Err((ErrorClass::StreamError, None, now()));
+            }
+            return Ok(s.marks);
+        }
+        let (deadline, kind) = match until {
+            Until::FirstEvent if s.marks.first_event.is_some() => return Ok(s.marks),
+            Until::FirstOutput if s.marks.first_effective.is_some() => return Ok(s.marks),
+            Until::FirstOutput
+                if s.marks.first_event.is_some()
+                    || deadlines.first_output < deadlines.first_event =>
+            {
+                (deadlines.first_output, "first_output")
+            }
+            _ => (deadlines.first_event, "first_event"),
+        };
+        let Ok(frame) = tokio::time::timeout_at(t0 + start + deadline, body.frame()).await else {
+            return Err((ErrorClass::Timeout, Some(kind), now()));
+        };
+        let at = now();
+        match frame {
+            Some(Ok(f)) => {
+                if let Ok(d) = f.into_data() {
+                    obs.on_chunk(at, &d);
+                    chunks.push((at, d));
+                }
+            }
+            // Ended or broke before the commit point: another channel may still answer.
+            Some(Err(_)) => return Err((ErrorClass::BodyError, None, at)),
+            None => return Err((ErrorClass::ClosedEarly, None, at)),
+        }
+    }
+}
+
 /// What every racer shares.
 pub struct Race<'a> {
     pub app: &'a App,
@@ -62,12 +141,12 @@ pub struct Race<'a> {
     pub traceparent: &'a str,
     pub t0: Instant,
     pub headers_deadline: Duration,
-    pub first_event_deadline: Duration,
+    pub early: EarlyDeadlines,
     /// The route's connect timeout, if it has its own.
     pub connect_ms: Option<u64>,
 }
 
-fn is_sse(headers: &HeaderMap) -> bool {
+pub fn is_sse(headers: &HeaderMap) -> bool {
     headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -147,31 +226,28 @@ impl Race<'_> {
         let start = snapshot(&progress)
             .and_then(|a| a.start)
             .unwrap_or_default();
-        let mut obs = StreamObserver::new(self.dialect, Some(start));
         let mut chunks = Vec::new();
-        let deadline = self.t0 + self.first_event_deadline;
-        loop {
-            let Ok(frame) = tokio::time::timeout_at(deadline, body.frame()).await else {
-                return fail(ErrorClass::Timeout, Some("first_event"), self.now());
-            };
-            let at = self.now();
-            match frame {
-                Some(Ok(f)) => {
-                    let Ok(d) = f.into_data() else { continue };
-                    if chunks.is_empty() {
-                        set(&|a| a.first_byte = Some(at));
-                    }
-                    obs.on_chunk(at, &d);
-                    chunks.push((at, d));
-                    if let Some(first) = obs.summary().marks.first_event {
-                        channel.note_first_event(first.saturating_sub(start));
-                        break;
-                    }
+        let read = read_ahead(
+            &mut body,
+            self.dialect,
+            self.t0,
+            start,
+            &mut chunks,
+            Until::FirstEvent,
+            self.early,
+        )
+        .await;
+        if let Some((at, _)) = chunks.first() {
+            set(&|a| a.first_byte = Some(*at));
+        }
+        match read {
+            Ok(marks) => {
+                if let Some(first) = marks.first_event {
+                    channel.note_first_event(first.saturating_sub(start));
                 }
-                // Ended or broke before any event: this attempt cannot win.
-                Some(Err(_)) => return fail(ErrorClass::BodyError, None, at),
-                None => return fail(ErrorClass::ClosedEarly, None, at),
             }
+            // Ended, broke or missed its deadline before its first event: it cannot win.
+            Err((class, kind, at)) => return fail(class, kind, at),
         }
         Ok(Primed {
             response: http::Response::from_parts(parts, body),

@@ -60,7 +60,8 @@ struct Capture {
     bytes: BytesMut,
 }
 
-/// Deadlines of a relayed stream. `first_event`, `first_output` and `total` count from t0;
+/// Deadlines of a relayed stream, as offsets from t0 (the pipeline puts `first_event` and
+/// `first_output` after the answering attempt's dispatch);
 /// `idle` from the last byte (or the head); `progress` from the last effective output (or the
 /// head), so heartbeats do not reset it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -31,6 +31,37 @@ use crate::record::{Ending, Finisher, Pending};
 use crate::respond::{header_value, relay_headers, wants_trailers, GatewayError, REQUEST_ID};
 use crate::App;
 
+/// Reads a race winner's stream on to its first effective output (a non-streamed answer is
+/// already whole). A miss closes its connection and counts against its channel.
+async fn hold_to_first_output(
+    mut primed: hedge::Primed,
+    dialect: Dialect,
+    t0: Instant,
+    start: Duration,
+    early: hedge::EarlyDeadlines,
+) -> Result<hedge::Primed, hedge::Miss> {
+    if !hedge::is_sse(primed.response.headers()) {
+        return Ok(primed);
+    }
+    let (parts, mut body) = primed.response.into_parts();
+    let read = hedge::read_ahead(
+        &mut body,
+        dialect,
+        t0,
+        start,
+        &mut primed.chunks,
+        hedge::Until::FirstOutput,
+        early,
+    )
+    .await;
+    if read.is_err() {
+        primed.channel.circuit_record(true);
+    }
+    read?;
+    primed.response = http::Response::from_parts(parts, body);
+    Ok(primed)
+}
+
 /// Handles one proxied model call.
 pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> Response {
     // === ingress ===
@@ -172,6 +203,10 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
 
     let max_attempts = policy.failover.max_attempts.max(1) as usize;
     let headers_deadline = Duration::from_millis(policy.timeouts.headers_ms);
+    let early = hedge::EarlyDeadlines {
+        first_event: Duration::from_millis(policy.timeouts.first_event_ms),
+        first_output: Duration::from_millis(policy.timeouts.first_output_ms),
+    };
     let mut failure: Option<(ErrorClass, Option<&'static str>)> = None;
     let mut won = None;
     let mut made = 0;
@@ -208,7 +243,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
                 traceparent: &trace.traceparent,
                 t0: finisher.pending.t0,
                 headers_deadline,
-                first_event_deadline: Duration::from_millis(policy.timeouts.first_event_ms),
+                early,
                 connect_ms: policy.timeouts.connect_ms,
             };
             primary.channel.circuit_acquire();
@@ -217,14 +252,14 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             finisher.pending.marks.upstream_start = Some(p_start);
             let p_prog = hedge::progress(&primary.channel, "primary", p_start);
             let mut p_fut = Box::pin(race.run(&primary, body_for(&primary), p_prog.clone()));
-            let early = match delay.filter(|_| within_budget) {
+            let before_hedge = match delay.filter(|_| within_budget) {
                 Some(d) => tokio::select! {
                     r = &mut p_fut => Some(r),
                     _ = tokio::time::sleep(d) => None,
                 },
                 None => Some((&mut p_fut).await),
             };
-            let (result, hedged, winner, loser) = match early {
+            let (result, hedged, winner, loser) = match before_hedge {
                 Some(r) => (r, Hedge::None, p_prog.clone(), None),
                 None => {
                     app.hedges_sent.fetch_add(1, Ordering::Relaxed);
@@ -265,6 +300,25 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
                 // No hedge went out: the second candidate is still a failover candidate.
                 candidates.insert(0, second);
             }
+            // The winner has its first event; while another candidate could take over, hold the
+            // client until its first output too.
+            let result = match result {
+                Ok(primed) if made < max_attempts && !candidates.is_empty() => {
+                    let start = hedge::snapshot(&winner)
+                        .and_then(|a| a.start)
+                        .unwrap_or_default();
+                    hold_to_first_output(primed, dialect, finisher.pending.t0, start, early)
+                        .await
+                        .map_err(|(class, kind, at)| {
+                            if let Ok(mut a) = winner.lock() {
+                                a.error_class = Some(class);
+                                a.end = Some(at);
+                            }
+                            (class, kind)
+                        })
+                }
+                other => other,
+            };
             let now = finisher.pending.offset(Instant::now());
             let mut lost = loser.and_then(|l| hedge::snapshot(&l));
             if let Some(l) = lost.as_mut() {
@@ -296,6 +350,9 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     }
 
     // === attempt: failover to the next candidate while nothing has reached the client ===
+    // Before the last candidate, a streamed answer is read to its first effective output before
+    // its head is relayed, so a stall before the first event or the first output can still fail
+    // over; the last candidate is relayed at once, as there is nothing left to fail over to.
     let n_candidates = candidates.len();
     for (c, route) in candidates.into_iter().enumerate() {
         if won.is_some() || made == max_attempts {
@@ -367,7 +424,11 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             }
         };
         let status = response.status().as_u16();
-        channel.circuit_record(status == 429 || status >= 500);
+        let reads_ahead =
+            !last && response.status().is_success() && hedge::is_sse(response.headers());
+        if !reads_ahead {
+            channel.circuit_record(status == 429 || status >= 500);
+        }
         if let Some(wait) = retry_after(response.headers()) {
             channel.cool_down_until(laptime_store::now_unix_us() + wait);
         }
@@ -380,6 +441,34 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             failure = attempt.error_class.map(|c| (c, None));
             finisher.pending.attempts.push(attempt);
             continue;
+        }
+        let mut response = response;
+        if reads_ahead {
+            let (up_parts, mut up_body) = response.into_parts();
+            let t0 = finisher.pending.t0;
+            let read = hedge::read_ahead(
+                &mut up_body,
+                dialect,
+                t0,
+                start,
+                &mut replay,
+                hedge::Until::FirstOutput,
+                early,
+            )
+            .await;
+            channel.circuit_record(read.is_err());
+            attempt.first_byte = replay.first().map(|(at, _)| *at);
+            if let Err((class, kind, at)) = read {
+                // Nothing reached the client: the body is dropped (its connection closed) and
+                // the next candidate gets the request.
+                attempt.error_class = Some(class);
+                attempt.end = Some(at);
+                failure = Some((class, kind));
+                finisher.pending.attempts.push(attempt);
+                replay.clear();
+                continue;
+            }
+            response = http::Response::from_parts(up_parts, up_body);
         }
         attempt.end = None;
         attempt.won = true;
@@ -439,10 +528,12 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         let trailers = wants_trailers(&parts.headers);
         let request_id = finisher.pending.request_id.clone();
         let t = &policy.timeouts;
+        // First event and first output count from the answering attempt's dispatch, so an
+        // attempt after a failover gets the whole setting; `total` counts from t0.
         let deadlines = StreamDeadlines {
             dialect,
-            first_event: Duration::from_millis(t.first_event_ms),
-            first_output: Duration::from_millis(t.first_output_ms),
+            first_event: start + early.first_event,
+            first_output: start + early.first_output,
             idle: Duration::from_millis(t.idle_ms),
             progress: Duration::from_millis(t.progress_ms),
             total: Duration::from_millis(t.total_ms),

@@ -953,3 +953,200 @@ async fn a_workspace_or_token_group_picks_the_channels_that_serve_it() {
     assert_eq!(status, 200);
     h.stop().await;
 }
+
+/// A fake upstream that answers 200 `text/event-stream` with `events`, then stalls (or, with
+/// `close`, closes): a stream that never reaches the part the test is about.
+async fn sse_upstream(events: &'static str, close: bool) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let _ = sock.read(&mut buf).await;
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(events.as_bytes()).await;
+                if close {
+                    let _ = sock.shutdown().await;
+                } else {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// Preamble events that are neither heartbeats nor output, per dialect.
+fn preamble(dialect: &str) -> &'static str {
+    match dialect {
+        "chat" => "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+        "responses" => "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[]}}\n\n",
+        _ => "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\nevent: ping\ndata: {\"type\": \"ping\"}\n\n",
+    }
+}
+
+#[tokio::test]
+async fn before_the_last_candidate_stream_deadlines_and_early_error_events_fail_over() {
+    let silent = sse_upstream("", false).await;
+    let mut preambles = Vec::new();
+    for d in DIALECTS {
+        preambles.push((d, sse_upstream(preamble(d), false).await));
+    }
+    let overloaded = sse_upstream(
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+        true,
+    )
+    .await;
+    let h = start_with(|cfg, sim| {
+        let mut bad = vec![("silent".to_string(), silent.clone())];
+        for (d, url) in &preambles {
+            bad.push((format!("preamble-{d}"), url.clone()));
+        }
+        bad.push(("overloaded".to_string(), overloaded.clone()));
+        for (model, url) in bad {
+            let mut first = channel(&format!("bad-{model}"), &url, &[&model]);
+            first.circuit.consecutive_failures = 1000;
+            cfg.channels.push(first);
+            let mut backup = channel(&format!("good-{model}"), sim, &[]);
+            backup.models = laptime_proxy::config::Models::Map(
+                [(model.clone(), "sim-fast".to_string())].into(),
+            );
+            backup.priority = 1;
+            cfg.channels.push(backup);
+        }
+        cfg.routes.push(route("*", |t| {
+            t.first_event_ms = 300;
+            t.first_output_ms = 400;
+        }));
+    })
+    .await;
+    let mut cases: Vec<(&str, String, &str, Option<&str>, f64)> = Vec::new();
+    for d in DIALECTS {
+        cases.push((d, "silent".into(), "timeout", Some("first_event"), 300.0));
+        cases.push((
+            d,
+            format!("preamble-{d}"),
+            "timeout",
+            Some("first_output"),
+            400.0,
+        ));
+    }
+    cases.push(("messages", "overloaded".into(), "stream_error", None, 0.0));
+    for (dialect, model, class, kind, after) in cases {
+        let resp = h
+            .post(path_for(dialect), &body_for(dialect, &model, true))
+            .await;
+        assert_eq!(resp.status(), 200, "{dialect} {model}");
+        let id = id_of(&resp);
+        let text = resp.text().await.unwrap();
+        // Only the backup's stream reached the client: its bytes, one preamble, no error.
+        let direct = h
+            .http
+            .post(h.sim_url(path_for(dialect)))
+            .json(&body_for(dialect, "sim-fast", true))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let (without, _, _) = cut_comment(&text);
+        assert_eq!(
+            without.lines().count(),
+            direct.lines().count(),
+            "{dialect} {model}: {text}"
+        );
+        assert!(!text.contains("\"c1\"") && !text.contains("resp_1") && !text.contains("msg_1"));
+        assert!(
+            !text.contains("timeout") && !text.contains("overloaded"),
+            "{text}"
+        );
+        let row = h.row(&id).await;
+        assert_eq!(
+            (row["outcome"].as_str(), row["failover_count"].as_u64()),
+            (Some("completed"), Some(1)),
+            "{dialect} {model}: {row}"
+        );
+        let a = row["attempts"].as_array().unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0]["error_class"], class, "{dialect} {model}: {row}");
+        assert_eq!(a[0]["won"], false);
+        assert_eq!(
+            (a[1]["won"].as_bool(), a[1]["role"].as_str()),
+            (Some(true), Some("failover"))
+        );
+        let waited = a[0]["end_ms"].as_f64().unwrap() - a[0]["start_ms"].as_f64().unwrap();
+        assert!(
+            waited >= after && waited < after + 50.0,
+            "{dialect} {model}: {kind:?} fired after {waited} ms"
+        );
+        if model.starts_with("preamble") {
+            assert!(a[0]["first_byte_ms"].is_number(), "{row}");
+        }
+        // ttft is the winning attempt's, from its own dispatch.
+        let ttft = row["ttft_ms"].as_f64().unwrap();
+        let own = a[1]["first_byte_ms"].as_f64().unwrap() - a[1]["start_ms"].as_f64().unwrap();
+        assert!((ttft - own).abs() < 0.002, "{ttft} vs {own}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_race_winner_that_then_misses_its_first_output_fails_over_on_a_hedged_route() {
+    let stuck = sse_upstream(preamble("chat"), false).await;
+    let h = start_with(|cfg, sim| {
+        let mut first = channel("stuck", &stuck, &["m"]);
+        first.circuit.consecutive_failures = 1000;
+        cfg.channels.push(first);
+        let mut backup = channel("backup", sim, &[]);
+        backup.models =
+            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
+        backup.priority = 1;
+        cfg.channels.push(backup);
+        let mut r = route("m", |t| t.first_output_ms = 300);
+        r.hedge = Some(laptime_proxy::config::HedgeConfig {
+            after_ms: Some(1_000),
+            after: None,
+            budget: 1.0,
+        });
+        cfg.routes.push(r);
+    })
+    .await;
+    let resp = h.post(path_for("chat"), &body_for("chat", "m", true)).await;
+    assert_eq!(resp.status(), 200);
+    let id = id_of(&resp);
+    let text = resp.text().await.unwrap();
+    assert!(
+        !text.contains("\"c1\"") && !text.contains("timeout"),
+        "{text}"
+    );
+    let row = h.row(&id).await;
+    let a = row["attempts"].as_array().unwrap();
+    assert_eq!(a.len(), 2, "{row}");
+    assert_eq!(
+        (
+            a[0]["channel"].as_str(),
+            a[0]["error_class"].as_str(),
+            a[0]["won"].as_bool()
+        ),
+        (Some("stuck"), Some("timeout"), Some(false))
+    );
+    assert_eq!(
+        (a[1]["channel"].as_str(), a[1]["won"].as_bool()),
+        (Some("backup"), Some(true))
+    );
+    assert_eq!(
+        (
+            row["outcome"].as_str(),
+            row["failover_count"].as_u64(),
+            row["hedge"].as_str()
+        ),
+        (Some("completed"), Some(1), Some("none"))
+    );
+    h.stop().await;
+}
