@@ -1150,3 +1150,75 @@ async fn a_race_winner_that_then_misses_its_first_output_fails_over_on_a_hedged_
     );
     h.stop().await;
 }
+
+/// A listener whose accept queue is full and never drained: the kernel drops further SYNs, so a
+/// connect to it hangs until the client gives up — a connect timeout on 127.0.0.1.
+async fn unreachable_upstream() -> (String, tokio::net::TcpListener, Vec<std::net::TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => held.push(s),
+            Err(_) => return (format!("http://{addr}"), listener, held),
+        }
+    }
+    panic!("the accept queue of {addr} never filled");
+}
+
+#[tokio::test]
+async fn the_connect_timeout_fails_over_and_alone_is_a_504_of_kind_connect() {
+    let (hung, _listener, _held) = unreachable_upstream().await;
+    let h = start_with(|cfg, sim| {
+        let mut first = channel("hung", &hung, &["m", "only-hung"]);
+        first.circuit.consecutive_failures = 1000;
+        cfg.channels.push(first);
+        let mut backup = channel("backup", sim, &[]);
+        backup.models =
+            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
+        backup.priority = 1;
+        cfg.channels.push(backup);
+        cfg.routes.push(route("*", |t| t.connect_ms = Some(250)));
+    })
+    .await;
+    let resp = h.post(path_for("chat"), &body_for("chat", "m", true)).await;
+    assert_eq!(resp.status(), 200);
+    let row = h.row(&id_of(&resp)).await;
+    let a = row["attempts"].as_array().unwrap();
+    assert_eq!(
+        (a[0]["channel"].as_str(), a[0]["error_class"].as_str()),
+        (Some("hung"), Some("connect_timeout")),
+        "{row}"
+    );
+    let waited = a[0]["end_ms"].as_f64().unwrap() - a[0]["start_ms"].as_f64().unwrap();
+    assert!(
+        (250.0..300.0).contains(&waited),
+        "connect timeout fired after {waited} ms"
+    );
+    assert_eq!(
+        (row["outcome"].as_str(), row["failover_count"].as_u64()),
+        (Some("completed"), Some(1))
+    );
+
+    let resp = h
+        .post(
+            path_for("messages"),
+            &body_for("messages", "only-hung", true),
+        )
+        .await;
+    assert_eq!(resp.status(), 504);
+    let row = h.row(&id_of(&resp)).await;
+    assert_eq!(
+        (
+            row["outcome"].as_str(),
+            row["timeout_kind"].as_str(),
+            row["error_class"].as_str()
+        ),
+        (Some("timeout"), Some("connect"), Some("connect_timeout")),
+        "{row}"
+    );
+    assert!(row["ttft_ms"].is_null() && row["upstream_ms"].is_null());
+    h.stop().await;
+}
