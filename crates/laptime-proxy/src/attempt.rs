@@ -111,11 +111,11 @@ pub fn classify_error(e: &hyper_util::client::legacy::Error) -> ErrorClass {
             if io.kind() == std::io::ErrorKind::TimedOut {
                 return ErrorClass::ConnectTimeout;
             }
-            if io
-                .get_ref()
-                .is_some_and(|inner| inner.is::<rustls::Error>())
-            {
-                return ErrorClass::Tls;
+            // An io::Error's `source()` skips the error it wraps (the TLS connector nests
+            // io::Error(Other) → io::Error(InvalidData) → rustls::Error), so follow `get_ref`.
+            if let Some(inner) = io.get_ref() {
+                source = Some(inner);
+                continue;
             }
         }
         source = s.source();

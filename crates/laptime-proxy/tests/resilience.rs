@@ -1222,3 +1222,39 @@ async fn the_connect_timeout_fails_over_and_alone_is_a_504_of_kind_connect() {
     assert!(row["ttft_ms"].is_null() && row["upstream_ms"].is_null());
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_tls_failure_fails_over_to_the_next_channel() {
+    let h = start_with(|cfg, sim| {
+        // The sim speaks plain HTTP, so a TLS handshake with it fails.
+        let tls = sim.replace("http://", "https://");
+        let mut first = channel("tls", &tls, &[]);
+        first.models =
+            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
+        cfg.channels.push(first);
+        let mut backup = channel("backup", sim, &[]);
+        backup.models =
+            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
+        backup.priority = 1;
+        cfg.channels.push(backup);
+    })
+    .await;
+    for dialect in DIALECTS {
+        let resp = h
+            .post(path_for(dialect), &body_for(dialect, "m", true))
+            .await;
+        assert_eq!(resp.status(), 200, "{dialect}");
+        let row = h.row(&id_of(&resp)).await;
+        let a = row["attempts"].as_array().unwrap();
+        assert_eq!(
+            (a[0]["channel"].as_str(), a[0]["error_class"].as_str()),
+            (Some("tls"), Some("tls")),
+            "{row}"
+        );
+        assert_eq!(
+            (row["channel"].as_str(), row["failover_count"].as_u64()),
+            (Some("backup"), Some(1))
+        );
+    }
+    h.stop().await;
+}
