@@ -21,6 +21,10 @@ use crate::routing::Channel;
 
 pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// Idle connections kept per upstream host. Each holds its buffers and a task; without a cap a
+/// burst of N concurrent streams leaves N idle connections (and their memory) for 90 s.
+const IDLE_PER_UPSTREAM: usize = 128;
+
 /// The pooled upstream client.
 pub fn client(connect_timeout: Duration) -> Result<HttpClient, GatewayError> {
     let mut http = HttpConnector::new();
@@ -36,6 +40,7 @@ pub fn client(connect_timeout: Duration) -> Result<HttpClient, GatewayError> {
         .wrap_connector(http);
     Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(IDLE_PER_UPSTREAM)
         .build(https))
 }
 
