@@ -1,10 +1,26 @@
-//! Auth: bearer token (or `x-api-key`) → principal. Every request asks the store (an indexed
-//! lookup of the token's SHA-256): nothing is cached, so a revocation takes effect on the next
-//! request on every instance that shares the store.
+//! Auth: bearer token (or `x-api-key`) → principal, looked up by the token's SHA-256 in the
+//! store and remembered for at most [`FRESH_FOR`]. A change made through this gateway (revoking
+//! a token, moving a workspace to another group) forgets every remembered principal at once, so
+//! it applies from the next request; a change made by another process sharing the store (the
+//! CLI) applies within [`FRESH_FOR`]. Only valid tokens are remembered: a new token works at
+//! once. The lookup itself is a few tens of microseconds of the ~150 µs the gateway adds to a
+//! request (measured in `benchmarks/`), which is why it is remembered at all.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+use std::time::Duration;
 
 use http::HeaderMap;
 use laptime_store::auth::{self, Principal};
 use laptime_store::Store;
+use tokio::time::Instant;
+
+/// How long a looked-up principal is trusted without asking the store again.
+pub const FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// Principals remembered at most; beyond it the memory is cleared and refilled.
+const MAX_REMEMBERED: usize = 10_000;
 
 /// The presented credential: `Authorization: Bearer …`, else `x-api-key` (Anthropic clients).
 pub fn credential(headers: &HeaderMap) -> Option<&str> {
@@ -21,6 +37,15 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
 
 pub struct Authenticator {
     store: Store,
+    remembered: RwLock<HashMap<[u8; 32], Remembered>>,
+    /// Bumped by [`Authenticator::forget_all`]; a principal from an older generation is stale.
+    generation: AtomicU64,
+}
+
+struct Remembered {
+    principal: Principal,
+    at: Instant,
+    generation: u64,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -40,7 +65,42 @@ pub enum AuthFailure {
 
 impl Authenticator {
     pub fn new(store: Store) -> Self {
-        Authenticator { store }
+        Authenticator {
+            store,
+            remembered: RwLock::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// Forgets every remembered principal: call after any change to tokens or workspaces.
+    pub fn forget_all(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut m) = self.remembered.write() {
+            m.clear();
+        }
+    }
+
+    fn recall(&self, hash: &[u8; 32]) -> Option<Principal> {
+        let generation = self.generation.load(Ordering::SeqCst);
+        let m = self.remembered.read().ok()?;
+        let r = m.get(hash)?;
+        (r.generation == generation && r.at.elapsed() < FRESH_FOR).then(|| r.principal.clone())
+    }
+
+    fn remember(&self, hash: [u8; 32], principal: &Principal, generation: u64) {
+        if let Ok(mut m) = self.remembered.write() {
+            if m.len() >= MAX_REMEMBERED {
+                m.clear();
+            }
+            m.insert(
+                hash,
+                Remembered {
+                    principal: principal.clone(),
+                    at: Instant::now(),
+                    generation,
+                },
+            );
+        }
     }
 
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthFailure> {
@@ -49,9 +109,15 @@ impl Authenticator {
         if !auth::looks_like_token(token) {
             return Err(AuthFailure::Invalid);
         }
+        let hash = auth::hash_token(token);
+        if let Some(p) = self.recall(&hash) {
+            return Ok(p);
+        }
+        // Read before the lookup: a change that lands during it makes this result stale.
+        let generation = self.generation.load(Ordering::SeqCst);
         // Inline, not on a blocking thread: the lookup is one indexed read of a WAL database
-        // (readers never wait for the writer), a few microseconds, while a hand-off to the
-        // blocking pool costs two thread wake-ups per request (measured in benchmarks/).
+        // (readers never wait for the writer), while a hand-off to the blocking pool costs two
+        // thread wake-ups per request (measured in benchmarks/).
         let looked = self
             .store
             .with_conn(|c| auth::authenticate(c, token))
@@ -59,7 +125,9 @@ impl Authenticator {
                 tracing::error!(error = %e, "token lookup failed");
                 AuthFailure::Unavailable
             })?;
-        looked.ok_or(AuthFailure::Invalid)
+        let principal = looked.ok_or(AuthFailure::Invalid)?;
+        self.remember(hash, &principal, generation);
+        Ok(principal)
     }
 }
 

@@ -451,6 +451,7 @@ impl Mutation {
             auth::set_workspace_group(c, &ws, group.as_deref())
         })
         .await?;
+        app(ctx)?.auth.forget_all();
         Ok(ws.into())
     }
 
@@ -487,6 +488,7 @@ impl Mutation {
         let key = key_id.to_string();
         let app = app(ctx)?;
         let revoked = blocking(app, move |c| manage::revoke_token(c, &ws, &key)).await?;
+        app.auth.forget_all();
         if !revoked {
             return Err(Error::new("token not found"));
         }

@@ -467,6 +467,41 @@ async fn revoked_and_malformed_tokens_get_401_quickly_with_no_data() {
 }
 
 #[tokio::test]
+async fn a_revocation_made_by_another_process_applies_within_the_freshness_window() {
+    let h = start().await;
+    let t = h
+        .store
+        .with_conn(|c| auth::create_token(c, "default", Scope::Read))
+        .unwrap();
+    let (s, _) = gql(&h, &t.token, "{ me { scope } }", json!({})).await;
+    assert_eq!(s, 200);
+    // As the CLI would: straight in the store, so this gateway is not told.
+    let ws = h
+        .store
+        .with_conn(|c| auth::find_workspace(c, "default"))
+        .unwrap()
+        .unwrap();
+    assert!(h
+        .store
+        .with_conn(|c| laptime_store::manage::revoke_token(c, &ws.id, &t.key_id))
+        .unwrap());
+    let revoked_at = tokio::time::Instant::now();
+    loop {
+        let (s, _) = gql(&h, &t.token, "{ me { scope } }", json!({})).await;
+        if s == 401 {
+            break;
+        }
+        assert!(
+            revoked_at.elapsed() < laptime_proxy::auth::FRESH_FOR + Duration::from_millis(200),
+            "still accepted {:?} after the revocation",
+            revoked_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn deep_queries_are_refused_as_graphql_errors() {
     let h = start().await;
     let deep = "{ __schema { types { fields { type { ofType { ofType { ofType { ofType { ofType { ofType { name } } } } } } } } } } }";
