@@ -43,6 +43,9 @@ pub struct ServerConfig {
     pub connect_timeout_ms: u64,
     /// Serve `GET /metrics` without a token (default: a `read` or `admin` token is needed).
     pub metrics_public: bool,
+    /// Threads serving connections, each with its own runtime and upstream pool; 0 = one per
+    /// available core.
+    pub threads: usize,
     /// Observe streams (scan, classify, stamp marks). `false` exists only to measure what the
     /// timeline costs: streams are relayed blind and recorded with head and end marks only.
     pub observe: bool,
@@ -59,6 +62,7 @@ impl Default for ServerConfig {
             region: None,
             connect_timeout_ms: 10_000,
             metrics_public: false,
+            threads: 0,
             observe: true,
         }
     }
@@ -376,6 +380,9 @@ impl Config {
         }
         if self.server.max_body_bytes == 0 {
             errs.push("server.max_body_bytes: must be positive".into());
+        }
+        if self.server.threads > 1024 {
+            errs.push("server.threads: at most 1024 (0: one per core)".into());
         }
         if self.server.recorder_queue == 0 {
             errs.push("server.recorder_queue: must be positive".into());

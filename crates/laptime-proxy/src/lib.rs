@@ -50,10 +50,9 @@ pub struct App {
     pub config: Config,
     pub router: Router,
     pub auth: Authenticator,
-    /// The pooled upstream client with the server's connect timeout.
+    /// An upstream client with the server's connect timeout, built at start (so a TLS setup
+    /// problem stops the start); serving threads use their own, see [`App::client_for`].
     pub client: HttpClient,
-    /// Clients for routes with their own connect timeout, by that timeout in ms.
-    pub clients_by_connect_ms: std::collections::HashMap<u64, HttpClient>,
     pub recorder: Recorder,
     pub store: Store,
     /// Observed once per finished request (the Finisher holds a handle).
@@ -75,12 +74,31 @@ impl std::fmt::Debug for App {
     }
 }
 
+thread_local! {
+    /// This thread's upstream clients by connect timeout (ms). A pooled connection's task runs
+    /// on the thread that opened it, so each serving thread keeps its own pool and a request
+    /// never waits on a wake-up from another thread.
+    static CLIENTS: std::cell::RefCell<std::collections::HashMap<u64, HttpClient>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 impl App {
-    /// The client whose connect timeout is the route's (`timeouts.connect_ms`), else the server's.
-    pub fn client_for(&self, connect_ms: Option<u64>) -> &HttpClient {
-        connect_ms
-            .and_then(|ms| self.clients_by_connect_ms.get(&ms))
-            .unwrap_or(&self.client)
+    /// This thread's client whose connect timeout is the route's (`timeouts.connect_ms`), else
+    /// the server's. Cheap: a client is a handle to its pool.
+    pub fn client_for(&self, connect_ms: Option<u64>) -> HttpClient {
+        let ms = connect_ms.unwrap_or(self.config.server.connect_timeout_ms);
+        CLIENTS.with(|clients| {
+            let mut clients = clients.borrow_mut();
+            if let Some(c) = clients.get(&ms) {
+                return c.clone();
+            }
+            // The same builder succeeded at start, so this cannot fail in practice; if it
+            // does, the shared client still serves.
+            let c = attempt::client(std::time::Duration::from_millis(ms))
+                .unwrap_or_else(|_| self.client.clone());
+            clients.insert(ms, c.clone());
+            c
+        })
     }
 
     /// The routing group a principal's requests use: its token's, else its workspace's, else
