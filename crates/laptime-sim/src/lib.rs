@@ -15,7 +15,9 @@
 //!   Pure.
 //! - `json`: an ordered JSON builder, so fields come out in the providers' order.
 //! - [`server`]: the HTTP server (HTTP/1.1 and h2c) that plays schedules against the clock,
-//!   with `/sim/stats` and `/sim/requests` for tests.
+//!   with `/sim/stats` and `/sim/requests` for tests and `/sim/timing` for benchmarks.
+//! - `clock`: sub-millisecond waits (tokio's timer, then a high-resolution thread for the last
+//!   stretch) and the histogram of the sim's own lateness.
 //!
 //! A request picks its script with a top-level `"laptime_sim": {…}` object (any [`Script`]
 //! fields), or by naming a preset as its `model`.
@@ -23,6 +25,7 @@
 pub mod script;
 pub mod server;
 
+mod clock;
 mod json;
 #[cfg(test)]
 mod testkit;

@@ -2,9 +2,10 @@
 //! for each request, and plays its [`Schedule`] against the clock, one body frame per step.
 //!
 //! Time is measured from the instant hyper hands over the request head, and every frame waits
-//! for `start + at` (absolute deadlines, so a slow write never pushes the later frames back).
-//! Besides the three dialect endpoints it serves `GET /v1/models` and two observability
-//! endpoints for tests: `GET /sim/stats` and `GET /sim/requests`.
+//! for `start + at` (absolute deadlines, so a slow write never pushes the later frames back),
+//! to within ~0.1 ms ([`crate::clock`]). Besides the three dialect endpoints it serves
+//! `GET /v1/models` and three observability endpoints: `GET /sim/stats` and `GET /sim/requests`
+//! for tests, and `GET /sim/timing` (how late the sim's own timed sends were) for benchmarks.
 //!
 //! A scripted reset must be a real TCP RST, not a FIN: each accepted socket is duplicated
 //! (`into_std` → `try_clone`) before hyper takes it, and on reset the duplicate sets
@@ -37,6 +38,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::clock::{sleep_to, Lateness};
 use crate::json::{obj, J};
 use crate::script::{self, preset, Finish, Schedule, Script, Step, JSON, PRESET_NAMES, SSE};
 use crate::wire::{ApiError, CREATED};
@@ -69,6 +71,7 @@ struct Shared {
     open_connections: AtomicU64,
     next_id: AtomicU64,
     log: Mutex<VecDeque<SimRequest>>,
+    lateness: Lateness,
 }
 
 /// The counters `GET /sim/stats` returns.
@@ -341,6 +344,7 @@ enum Route {
     Models,
     Stats,
     Requests,
+    Timing,
     NotFound,
     MethodNotAllowed,
 }
@@ -353,9 +357,9 @@ impl Route {
             (&Method::GET, "/v1/models", _) => Route::Models,
             (&Method::GET, "/sim/stats", _) => Route::Stats,
             (&Method::GET, "/sim/requests", _) => Route::Requests,
-            (_, "/v1/models" | "/sim/stats" | "/sim/requests", _) | (_, _, Some(_)) => {
-                Route::MethodNotAllowed
-            }
+            (&Method::GET, "/sim/timing", _) => Route::Timing,
+            (_, "/v1/models" | "/sim/stats" | "/sim/requests" | "/sim/timing", _)
+            | (_, _, Some(_)) => Route::MethodNotAllowed,
             _ => Route::NotFound,
         }
     }
@@ -392,6 +396,7 @@ async fn handle(
     let mut response = match (&route, body) {
         (Route::Stats, _) => json_response(StatusCode::OK, stats_json(sim.stats())),
         (Route::Requests, _) => json_response(StatusCode::OK, requests_json(&sim.requests())),
+        (Route::Timing, _) => json_response(StatusCode::OK, sim.shared.lateness.json()),
         (_, Err(e)) => {
             sim.shared.requests.fetch_add(1, Ordering::Relaxed);
             let error = ApiError::invalid_request(format!("could not read the request body: {e}"));
@@ -550,6 +555,7 @@ async fn answer(
     // Created before the wait: a client that leaves before the head is a dropped answer too.
     let mut guard = PlayGuard::new(sim.clone());
     sleep_to(start + head_at).await;
+    sim.shared.lateness.head(start + head_at, head_at);
 
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut builder = Response::builder()
@@ -567,6 +573,7 @@ async fn answer(
         full(Bytes::from(bytes))
     } else {
         let playback = Playback {
+            sim: sim.clone(),
             start,
             steps: steps.into_iter(),
             finish: Some(finish),
@@ -584,6 +591,7 @@ async fn answer(
 
 /// The state of a playing body.
 struct Playback {
+    sim: Sim,
     start: Instant,
     steps: std::vec::IntoIter<Step>,
     finish: Option<Finish>,
@@ -598,6 +606,7 @@ impl Playback {
         futures_util::stream::unfold(self, |mut p| async move {
             if let Some(step) = p.steps.next() {
                 sleep_to(p.start + step.at).await;
+                p.sim.shared.lateness.frame(p.start + step.at, step.at);
                 return Some((Ok(Frame::data(step.bytes)), p));
             }
             match p.finish.take()? {
@@ -624,12 +633,6 @@ impl Playback {
                 }
             }
         })
-    }
-}
-
-async fn sleep_to(deadline: Instant) {
-    if Instant::now() < deadline {
-        tokio::time::sleep_until(deadline).await;
     }
 }
 

@@ -134,3 +134,31 @@ async fn a_request_is_logged_on_arrival_before_its_answer_plays() {
     assert_eq!(h.sim.requests()[0].model.as_deref(), Some("custom-model"));
     pending.abort();
 }
+
+#[tokio::test]
+async fn sim_timing_counts_timed_sends_and_never_reports_them_early() {
+    let h = Harness::start().await;
+    let body = json!({"model": "m", "stream": true,
+        "laptime_sim": {"headers_ms": 5, "first_event_ms": 10, "first_text_ms": 15,
+                        "text_tokens": 3, "tokens_per_s": 200}});
+    let text = h
+        .post("/v1/chat/completions", &body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("[DONE]"));
+    let t = h.get_json("/sim/timing").await;
+    assert_eq!(t["timer"], "tokio", "the fine timer is opt-in");
+    assert_eq!(t["head"]["n"], 1);
+    // Envelope, 3 deltas, finish, [DONE]: every frame is scripted after the arrival.
+    assert!(t["frame"]["n"].as_u64().unwrap() >= 5, "{t}");
+    assert!(t["frame"]["p50_ms"].as_f64().unwrap() >= 0.0);
+    // An untimed answer (everything at 0 ms) adds nothing.
+    h.post("/v1/chat/completions", &json!({"model": "sim-fast"}))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(h.get_json("/sim/timing").await["head"]["n"], 1);
+}

@@ -161,6 +161,7 @@ pub async fn measure(
     let mut end_how: Option<BodyEnd> = None;
     let mut body_error: Option<String> = None;
     let mut timed_out = false;
+    let mut last_output_at: Option<Duration> = None;
     loop {
         match tokio::time::timeout_at(deadline, body.frame()).await {
             Ok(Some(Ok(frame))) => {
@@ -176,6 +177,13 @@ pub async fn measure(
                 }
                 if let Some(o) = observer.as_mut() {
                     o.on_chunk(at, &data);
+                    // This chunk carried output if it moved the last-effective mark to now.
+                    if o.summary().marks.last_effective == Some(at) {
+                        if let Some(prev) = last_output_at {
+                            rec.output_gaps_ms.push(ms(at.saturating_sub(prev)));
+                        }
+                        last_output_at = Some(at);
+                    }
                 }
                 rec.body_bytes += data.len() as u64;
                 if kept.len() < KEEP_BODY {

@@ -30,7 +30,7 @@ pub const EXCLUSIONS: [&str; 6] = [
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetSpec {
-    /// `A` for `--target`, `B` for `--compare`.
+    /// `A` for `--target`, `B`, `C`, … for each `--compare` in order.
     pub label: String,
     /// The base URL as an SDK takes it (`http://host/v1` for OpenAI, `http://host` for Anthropic).
     pub base_url: String,
@@ -166,7 +166,8 @@ pub fn definitions() -> BTreeMap<String, String> {
         ("output_tps_per_user", "AIPerf's output token throughput per user: 1000 / itl_ms tokens per second"),
         ("throughput", "output_tokens_per_s = sum of output tokens of successful measured requests / window seconds; requests_per_s = successful measured requests / window seconds"),
         ("gateway", "when the target is laptime: the values of its `: x-laptime-timing` SSE comment (streams) or `Server-Timing: upstream;dur=` (non-streamed), and client minus gateway: first_byte_ms - ttft_ms and end_ms - upstream_ms (streams), body_end_ms - upstream dur (non-streamed); the difference is network, gateway overhead before dispatch and relay"),
-        ("compare", "ratios are B / A of the same statistic (A = --target, B = --compare), measured in one run with requests interleaved A B A B ..."),
+        ("compare", "ratios are B / A of the same statistic (A = --target, B = --compare; with more --compare targets C, D, ... each is compared with A the same way), measured in one run with requests interleaved A B A B ... (A B C A B C ... for three)"),
+        ("output_gap_ms", "inter-chunk gap: time between two consecutive response-body chunks that carry effective output (as read from the socket; a chunk holding several deltas counts once), pooled over every gap of every successful streamed request; n counts gaps, absent counts streams with fewer than two such chunks"),
     ];
     d.into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -177,8 +178,7 @@ pub const INPUT_DISTRIBUTION: &str = "normal(mean, sd) rounded to a whole token 
 pub const PROMPT: &str = "synthetic: the user message is a seeded random sequence of common English words, each one token of the tokenizer with its leading space, so the message has exactly the drawn number of tokens (the record's prompt_tokens re-counts it); every request gets different words, so no prefix cache can serve one request from another";
 pub const OUTPUT_NOTE: &str = "the answer's length is up to the model; the distribution of output tokens observed is in the summary";
 pub const RETRIES: &str = "none: every request is sent once and its outcome recorded";
-pub const INTERLEAVE: &str =
-    "A B A B ...: request i goes to target A when i is even, B when odd (warm-up too)";
+pub const INTERLEAVE: &str = "A B A B ...: request i goes to target number i mod (number of targets), so A when i is even and B when odd with two targets (warm-up too)";
 
 impl Contract {
     /// Refills the fixed texts, so that a contract read from an older report is compared with

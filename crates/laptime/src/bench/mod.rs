@@ -93,8 +93,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     warmup: Option<u64>,
     /// A second base URL: requests alternate A B A B … and the report gives B / A ratios.
+    /// May be given again (targets B, C, …: requests go A B C A B C …, each compared with A).
     #[arg(long, value_name = "URL2")]
-    compare: Option<String>,
+    compare: Vec<String>,
     /// Directory for report.json, report.md and report.svg (created if missing).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -188,19 +189,28 @@ fn build_contract(a: &BenchArgs) -> Result<Contract, String> {
             .ok_or("the contract has no target")?,
         (None, None) => return Err("--target is required".into()),
     };
-    let base_b = match (&a.compare, &base) {
-        (Some(t), _) => Some(t.clone()),
-        (None, Some(b)) => b.targets.get(1).map(|t| t.base_url.clone()),
-        (None, None) => None,
+    let others: Vec<String> = if a.compare.is_empty() {
+        base.as_ref().map_or_else(Vec::new, |b| {
+            b.targets
+                .iter()
+                .skip(1)
+                .map(|t| t.base_url.clone())
+                .collect()
+        })
+    } else {
+        a.compare.clone()
     };
+    if others.len() > 25 {
+        return Err("--compare may be given at most 25 times".into());
+    }
     let mut targets = vec![TargetSpec {
         label: "A".into(),
         url: endpoint(&base_a, dialect),
         base_url: base_a,
     }];
-    if let Some(b) = base_b {
+    for (label, b) in ('B'..='Z').zip(others) {
         targets.push(TargetSpec {
-            label: "B".into(),
+            label: label.to_string(),
             url: endpoint(&b, dialect),
             base_url: b,
         });

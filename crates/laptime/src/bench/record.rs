@@ -8,7 +8,7 @@ use serde::Serialize;
 pub struct RequestRecord {
     /// Order of dispatch within its phase (warm-up and measured each count from 0).
     pub index: u64,
-    /// `A` (`--target`) or `B` (`--compare`).
+    /// `A` (`--target`), `B` (`--compare`), `C`, … (further `--compare`s).
     pub target: String,
     pub warmup: bool,
     /// Open loop: when the arrival was due, from the start of the phase.
@@ -48,6 +48,10 @@ pub struct RequestRecord {
     pub event_count: u32,
     pub text_delta_count: u32,
     pub itl_ms: Option<f64>,
+    /// Streams: the gaps between consecutive response-body chunks that carried effective
+    /// output, in arrival order (empty when fewer than two chunks did).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub output_gaps_ms: Vec<f64>,
     pub output_tps_per_user: Option<f64>,
     /// Response bytes received.
     pub body_bytes: u64,

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::contract::{Contract, Load, Stop, EXCLUSIONS};
 use super::record::RequestRecord;
-use super::stats::{Dist, Summary, TargetSummary, METRICS};
+use super::stats::{metric_names, Dist, Summary, TargetSummary};
 use super::svg;
 
 /// Facts about this run that are not part of the workload.
@@ -182,7 +182,7 @@ pub fn text(contract: &Contract, summary: &Summary) -> String {
             "n",
             "absent"
         );
-        for (name, _) in METRICS {
+        for name in metric_names() {
             let Some(d) = t.metrics.get(name).filter(|d| shown(d)) else {
                 continue;
             };
@@ -201,14 +201,14 @@ pub fn text(contract: &Contract, summary: &Summary) -> String {
             );
         }
     }
-    if let Some(c) = &summary.compare {
+    for c in &summary.compares {
         let _ = writeln!(s, "\ncompare, {}:", c.basis);
         let _ = writeln!(
             s,
             "  {:<34} {:>9} {:>9} {:>9} {:>9}",
             "metric", "p50", "p95", "p99", "mean"
         );
-        for (name, _) in METRICS {
+        for name in metric_names() {
             if let Some(r) = c.metrics.get(name) {
                 let _ = writeln!(
                     s,
@@ -384,7 +384,7 @@ fn markdown(c: &Contract, run: &RunInfo, summary: &Summary) -> String {
             s,
             "| metric (successful requests) | p50 | p95 | p99 | min | max | mean | n | absent |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
-        for (name, _) in METRICS {
+        for name in metric_names() {
             let Some(d) = t.metrics.get(name) else {
                 continue;
             };
@@ -406,13 +406,13 @@ fn markdown(c: &Contract, run: &RunInfo, summary: &Summary) -> String {
         }
         let _ = writeln!(s);
     }
-    if let Some(cmp) = &summary.compare {
+    for cmp in &summary.compares {
         let _ = writeln!(s, "### Compare: {}\n", cmp.basis);
         let _ = writeln!(
             s,
             "| metric | p50 | p95 | p99 | mean |\n|---|---:|---:|---:|---:|"
         );
-        for (name, _) in METRICS {
+        for name in metric_names() {
             if let Some(r) = cmp.metrics.get(name) {
                 let _ = writeln!(
                     s,
@@ -427,10 +427,11 @@ fn markdown(c: &Contract, run: &RunInfo, summary: &Summary) -> String {
         let _ =
             writeln!(
             s,
-            "\nThroughput ratio: requests/s {}, output tokens/s {}. Failure rate: A {}, B {}.\n",
+            "\nThroughput ratio: requests/s {}, output tokens/s {}. Failure rate: A {}, {} {}.\n",
             ratio(cmp.requests_per_s),
             ratio(cmp.output_tokens_per_s),
             cmp.failure_rate_a.map_or("-".into(), |v| format!("{:.1}%", v * 100.0)),
+            cmp.label,
             cmp.failure_rate_b.map_or("-".into(), |v| format!("{:.1}%", v * 100.0)),
         );
     }

@@ -80,6 +80,15 @@ pub const METRICS: [(&str, Getter); 16] = [
     }),
 ];
 
+/// Figures pooled over many values per request rather than one per request: every gap
+/// between consecutive output-carrying chunks of every successful stream.
+pub const POOLED: [&str; 1] = ["output_gap_ms"];
+
+/// Every summarised figure, in table order.
+pub fn metric_names() -> impl Iterator<Item = &'static str> {
+    METRICS.iter().map(|(name, _)| *name).chain(POOLED)
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Throughput {
     pub window_s: Option<f64>,
@@ -126,6 +135,8 @@ pub struct Ratio {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Compare {
     pub basis: String,
+    /// The target compared with A.
+    pub label: String,
     pub metrics: BTreeMap<String, Ratio>,
     pub output_tokens_per_s: Option<f64>,
     pub requests_per_s: Option<f64>,
@@ -137,7 +148,11 @@ pub struct Compare {
 pub struct Summary {
     pub percentile_method: String,
     pub targets: Vec<TargetSummary>,
+    /// B / A (the first `--compare` against `--target`).
     pub compare: Option<Compare>,
+    /// Every other target against A, in target order (B / A first, so `compares[0]` is
+    /// `compare`).
+    pub compares: Vec<Compare>,
     pub warmup: WarmupSummary,
     /// Seconds from the first measured request's start to the last one's end, all targets.
     pub elapsed_s: Option<f64>,
@@ -164,9 +179,10 @@ pub fn summarise(records: &[RequestRecord], targets: &[(String, String)]) -> Sum
             .collect();
         s.targets.push(target_summary(label, url, &rs));
     }
-    if let [a, b] = s.targets.as_slice() {
-        s.compare = Some(compare(a, b));
+    if let [a, rest @ ..] = s.targets.as_slice() {
+        s.compares = rest.iter().map(|b| compare(a, b)).collect();
     }
+    s.compare = s.compares.first().cloned();
     s
 }
 
@@ -204,6 +220,14 @@ fn target_summary(label: &str, url: &str, rs: &[&RequestRecord]) -> TargetSummar
         let values: Vec<Option<f64>> = ok.iter().map(|r| get(r)).collect();
         metrics.insert(name.to_string(), Dist::of(&values));
     }
+    let gaps: Vec<Option<f64>> = ok
+        .iter()
+        .flat_map(|r| r.output_gaps_ms.iter().copied().map(Some))
+        .collect();
+    let mut pooled = Dist::of(&gaps);
+    // `absent` counts requests here (a stream without two output chunks), not values.
+    pooled.absent = ok.iter().filter(|r| r.output_gaps_ms.is_empty()).count();
+    metrics.insert(POOLED[0].to_string(), pooled);
     TargetSummary {
         label: label.to_string(),
         url: url.to_string(),
@@ -255,8 +279,17 @@ fn compare(a: &TargetSummary, b: &TargetSummary) -> Compare {
         );
     }
     let rate = |t: &TargetSummary| (t.requests > 0).then(|| t.failed as f64 / t.requests as f64);
+    // `failure_rate_b` is the compared target's, whatever its label.
     Compare {
-        basis: "B / A (B = --compare, A = --target) of the same statistic".into(),
+        basis: if b.label == "B" {
+            "B / A (B = --compare, A = --target) of the same statistic".into()
+        } else {
+            format!(
+                "{0} / A ({0} = a further --compare, A = --target) of the same statistic",
+                b.label
+            )
+        },
+        label: b.label.clone(),
         metrics,
         output_tokens_per_s: ratio(
             b.throughput.output_tokens_per_s,
@@ -285,6 +318,48 @@ mod tests {
         assert_eq!(
             (d.n, d.absent, d.min, d.max, d.mean),
             (2, 1, Some(1.0), Some(3.0), Some(2.0))
+        );
+    }
+
+    fn rec(target: &str, end: f64, gaps: &[f64]) -> RequestRecord {
+        RequestRecord {
+            target: target.into(),
+            outcome: "completed".into(),
+            end_ms: Some(end),
+            body_end_ms: Some(end),
+            output_gaps_ms: gaps.to_vec(),
+            ..RequestRecord::default()
+        }
+    }
+
+    #[test]
+    fn gaps_are_pooled_over_streams_and_every_target_is_compared_with_a() {
+        let records = [
+            rec("A", 10.0, &[1.0, 3.0]),
+            rec("B", 20.0, &[2.0]),
+            rec("C", 40.0, &[]),
+            rec("A", 10.0, &[5.0]),
+            rec("B", 20.0, &[4.0, 6.0]),
+            rec("C", 40.0, &[9.0, 9.0]),
+        ];
+        let labels: Vec<(String, String)> = ["A", "B", "C"]
+            .iter()
+            .map(|l| (l.to_string(), format!("http://{l}")))
+            .collect();
+        let s = summarise(&records, &labels);
+        let gaps = |i: usize| s.targets[i].metrics["output_gap_ms"].clone();
+        // Every gap of every stream, not one value per stream.
+        assert_eq!((gaps(0).n, gaps(0).absent, gaps(0).p50), (3, 0, Some(3.0)));
+        assert_eq!((gaps(2).n, gaps(2).absent), (2, 1));
+        assert_eq!(s.compares.len(), 2);
+        assert_eq!(s.compares[0].label, "B");
+        assert_eq!(s.compares[1].label, "C");
+        assert!(s.compares[1].basis.starts_with("C / A"));
+        assert_eq!(s.compares[1].metrics["end_ms"].p50, Some(4.0));
+        assert_eq!(
+            s.compare.as_ref().map(|c| c.label.as_str()),
+            Some("B"),
+            "`compare` stays B / A"
         );
     }
 }

@@ -10,7 +10,7 @@ const W: f64 = 960.0;
 const H: f64 = 700.0;
 const LEFT: f64 = 150.0;
 const RIGHT: f64 = 40.0;
-const COLORS: [&str; 2] = ["#1f77b4", "#d62728"];
+const COLORS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -153,7 +153,7 @@ pub fn render(summary: &Summary, records: &[RequestRecord], title: &str) -> Stri
         let _ = writeln!(
             s,
             r#"<path d="{d}" fill="none" stroke="{c}" stroke-width="2"/>"#,
-            c = COLORS[i % 2]
+            c = COLORS[i % COLORS.len()]
         );
     }
     legend(&mut s, summary, x0 + 12.0, top + 12.0);
@@ -213,7 +213,7 @@ pub fn render(summary: &Summary, records: &[RequestRecord], title: &str) -> Stri
         );
         for (j, d) in per_target.iter().enumerate() {
             let y = y_mid + (j as f64 - (ntargets - 1.0) / 2.0) * 14.0;
-            let c = COLORS[j % 2];
+            let c = COLORS[j % COLORS.len()];
             let Some(d) = d else {
                 let _ = writeln!(
                     s,
@@ -288,7 +288,7 @@ fn legend(s: &mut String, summary: &Summary, x: f64, y: f64) {
             s,
             r#"<rect x="{x}" y="{ry}" width="12" height="4" fill="{c}"/><text x="{tx}" y="{ty}">{l}: {u} (n={n})</text>"#,
             ry = yy - 4.0,
-            c = COLORS[i % 2],
+            c = COLORS[i % COLORS.len()],
             tx = x + 18.0,
             ty = yy + 1.0,
             l = esc(&t.label),
