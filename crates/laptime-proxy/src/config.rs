@@ -281,6 +281,14 @@ impl std::fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 impl Config {
+    /// The groups some channel is in, sorted: the only ones a workspace or token may use.
+    pub fn groups(&self) -> Vec<&str> {
+        let mut groups: Vec<&str> = self.channels.iter().map(|c| c.group.as_str()).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups
+    }
+
     /// The policy for a model: its own route, else the `*` route, else the defaults.
     pub fn route_for(&self, model: &str) -> RouteConfig {
         self.routes

@@ -395,13 +395,10 @@ pub struct Me {
 
 /// A group some configured channel is in; anything else would route nowhere.
 fn configured_group(ctx: &Context<'_>, group: &str) -> Result<()> {
-    let channels = app(ctx)?.router.channels();
-    if channels.iter().any(|c| c.group == group) {
+    let known = app(ctx)?.config.groups();
+    if known.contains(&group) {
         return Ok(());
     }
-    let mut known: Vec<&str> = channels.iter().map(|c| c.group.as_str()).collect();
-    known.sort_unstable();
-    known.dedup();
     Err(Error::new(format!(
         "no channel is in group {group:?} (configured groups: {})",
         known.join(", ")

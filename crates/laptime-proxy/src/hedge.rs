@@ -133,6 +133,22 @@ pub async fn read_ahead(
     }
 }
 
+/// Reads a streamed 2xx answer to its first effective output before its head is relayed, and
+/// gives it back whole; on a miss the answer is dropped (its connection closed).
+pub async fn hold_to_first_output(
+    response: http::Response<Incoming>,
+    dialect: Dialect,
+    t0: Instant,
+    start: Duration,
+    chunks: &mut Vec<(Duration, Bytes)>,
+    deadlines: EarlyDeadlines,
+) -> Result<http::Response<Incoming>, Miss> {
+    let (parts, mut body) = response.into_parts();
+    let until = Until::FirstOutput;
+    read_ahead(&mut body, dialect, t0, start, chunks, until, deadlines).await?;
+    Ok(http::Response::from_parts(parts, body))
+}
+
 /// What every racer shares.
 pub struct Race<'a> {
     pub app: &'a App,

@@ -33,7 +33,7 @@ use crate::App;
 
 /// Reads a race winner's stream on to its first effective output (a non-streamed answer is
 /// already whole). A miss closes its connection and counts against its channel.
-async fn hold_to_first_output(
+async fn hold_winner_to_first_output(
     mut primed: hedge::Primed,
     dialect: Dialect,
     t0: Instant,
@@ -43,23 +43,25 @@ async fn hold_to_first_output(
     if !hedge::is_sse(primed.response.headers()) {
         return Ok(primed);
     }
-    let (parts, mut body) = primed.response.into_parts();
-    let read = hedge::read_ahead(
-        &mut body,
+    let held = hedge::hold_to_first_output(
+        primed.response,
         dialect,
         t0,
         start,
         &mut primed.chunks,
-        hedge::Until::FirstOutput,
         early,
     )
     .await;
-    if read.is_err() {
-        primed.channel.circuit_record(true);
+    match held {
+        Ok(response) => {
+            primed.response = response;
+            Ok(primed)
+        }
+        Err(miss) => {
+            primed.channel.circuit_record(true);
+            Err(miss)
+        }
     }
-    read?;
-    primed.response = http::Response::from_parts(parts, body);
-    Ok(primed)
 }
 
 /// Handles one proxied model call.
@@ -307,7 +309,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
                     let start = hedge::snapshot(&winner)
                         .and_then(|a| a.start)
                         .unwrap_or_default();
-                    hold_to_first_output(primed, dialect, finisher.pending.t0, start, early)
+                    hold_winner_to_first_output(primed, dialect, finisher.pending.t0, start, early)
                         .await
                         .map_err(|(class, kind, at)| {
                             if let Ok(mut a) = winner.lock() {
@@ -444,31 +446,24 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         }
         let mut response = response;
         if reads_ahead {
-            let (up_parts, mut up_body) = response.into_parts();
             let t0 = finisher.pending.t0;
-            let read = hedge::read_ahead(
-                &mut up_body,
-                dialect,
-                t0,
-                start,
-                &mut replay,
-                hedge::Until::FirstOutput,
-                early,
-            )
-            .await;
-            channel.circuit_record(read.is_err());
+            let held =
+                hedge::hold_to_first_output(response, dialect, t0, start, &mut replay, early).await;
+            channel.circuit_record(held.is_err());
             attempt.first_byte = replay.first().map(|(at, _)| *at);
-            if let Err((class, kind, at)) = read {
-                // Nothing reached the client: the body is dropped (its connection closed) and
-                // the next candidate gets the request.
-                attempt.error_class = Some(class);
-                attempt.end = Some(at);
-                failure = Some((class, kind));
-                finisher.pending.attempts.push(attempt);
-                replay.clear();
-                continue;
+            match held {
+                Ok(r) => response = r,
+                Err((class, kind, at)) => {
+                    // Nothing reached the client: the body was dropped (its connection
+                    // closed) and the next candidate gets the request.
+                    attempt.error_class = Some(class);
+                    attempt.end = Some(at);
+                    failure = Some((class, kind));
+                    finisher.pending.attempts.push(attempt);
+                    replay.clear();
+                    continue;
+                }
             }
-            response = http::Response::from_parts(up_parts, up_body);
         }
         attempt.end = None;
         attempt.won = true;
@@ -509,17 +504,9 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             ending,
         );
     };
+    let is_sse = hedge::is_sse(response.headers());
     let (up_parts, up_body) = response.into_parts();
     let status = up_parts.status;
-    let is_sse = up_parts
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            ct.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        });
 
     // === observe + respond ===
     if status.is_success() && is_sse {

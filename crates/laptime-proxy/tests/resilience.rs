@@ -13,34 +13,55 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use laptime_proxy::config::{RouteConfig, TimeoutsConfig};
+use laptime_proxy::config::{ChannelConfig, Models, RouteConfig, TimeoutsConfig};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A fake upstream on 127.0.0.1 that answers every request with `response` bytes, or never
-/// answers when `response` is `None` (a stall before the head).
-async fn fixed_upstream(response: Option<&'static str>) -> String {
+/// A fake upstream on 127.0.0.1 that reads each request and writes `bytes`, then closes the
+/// connection (`close`) or keeps it open and silent.
+async fn raw_upstream(bytes: String, close: bool) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let bytes: std::sync::Arc<str> = bytes.into();
     tokio::spawn(async move {
         loop {
             let Ok((mut sock, _)) = listener.accept().await else {
                 return;
             };
+            let bytes = bytes.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 65536];
                 let _ = sock.read(&mut buf).await;
-                match response {
-                    Some(r) => {
-                        let _ = sock.write_all(r.as_bytes()).await;
-                        let _ = sock.shutdown().await;
-                    }
-                    None => tokio::time::sleep(Duration::from_secs(30)).await,
+                let _ = sock.write_all(bytes.as_bytes()).await;
+                if close {
+                    let _ = sock.shutdown().await;
+                } else {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
                 }
             });
         }
     });
     format!("http://{addr}")
+}
+
+/// Answers every request with `response`, or never answers when it is `None` (a stall before
+/// the head).
+async fn fixed_upstream(response: Option<&'static str>) -> String {
+    raw_upstream(response.unwrap_or_default().into(), response.is_some()).await
+}
+
+/// A channel on `base` that serves `model` as the sim's `sim-fast` preset.
+fn mapped(name: &str, base: &str, model: &str) -> ChannelConfig {
+    let mut c = channel(name, base, &[]);
+    c.models = Models::Map([(model.to_string(), "sim-fast".to_string())].into());
+    c
+}
+
+/// The second-tier channel that answers `model` when the first fails.
+fn backup(name: &str, sim: &str, model: &str) -> ChannelConfig {
+    let mut c = mapped(name, sim, model);
+    c.priority = 1;
+    c
 }
 
 fn route(model: &str, tweak: impl FnOnce(&mut TimeoutsConfig)) -> RouteConfig {
@@ -69,11 +90,7 @@ async fn a_refused_connection_fails_over_and_the_answer_is_timed_from_the_winnin
     drop(closed);
     let h = start_with(|cfg, sim| {
         cfg.channels.push(channel("dead", &dead, &["m"]));
-        let mut backup = channel("backup", sim, &[]);
-        backup.models =
-            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
-        backup.priority = 1;
-        cfg.channels.push(backup);
+        cfg.channels.push(backup("backup", sim, "m"));
     })
     .await;
     for dialect in DIALECTS {
@@ -118,11 +135,7 @@ async fn a_retryable_status_fails_over_and_retry_after_cools_the_channel_down() 
     .await;
     let h = start_with(|cfg, sim| {
         cfg.channels.push(channel("busy", &busy, &["m"]));
-        let mut backup = channel("backup", sim, &[]);
-        backup.models =
-            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
-        backup.priority = 1;
-        cfg.channels.push(backup);
+        cfg.channels.push(backup("backup", sim, "m"));
     })
     .await;
     let resp = h
@@ -154,11 +167,7 @@ async fn the_headers_deadline_fails_over_and_when_every_channel_misses_it_the_an
     let h = start_with(|cfg, sim| {
         cfg.channels
             .push(channel("stall", &stall, &["m", "only-stall"]));
-        let mut backup = channel("backup", sim, &[]);
-        backup.models =
-            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
-        backup.priority = 1;
-        cfg.channels.push(backup);
+        cfg.channels.push(backup("backup", sim, "m"));
         cfg.routes.push(route("*", |t| t.headers_ms = 300));
     })
     .await;
@@ -318,11 +327,7 @@ async fn a_failing_channel_is_ejected_then_probed_once_after_its_back_off() {
         flaky.circuit.consecutive_failures = 2;
         flaky.circuit.open_s = 1;
         cfg.channels.push(flaky);
-        let mut backup = channel("backup", sim, &[]);
-        backup.models =
-            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
-        backup.priority = 1;
-        cfg.channels.push(backup);
+        cfg.channels.push(backup("backup", sim, "m"));
     })
     .await;
     let attempts = |row: &Value| {
@@ -497,7 +502,7 @@ fn hedged(
     move |cfg, sim| {
         for (name, preset, priority) in [("first", p, 0), ("second", s, 1)] {
             let mut c = channel(name, sim, &[]);
-            c.models = laptime_proxy::config::Models::Map([("m".to_string(), preset)].into());
+            c.models = Models::Map([("m".to_string(), preset)].into());
             c.priority = priority;
             cfg.channels.push(c);
         }
@@ -672,12 +677,8 @@ async fn the_fault_matrix_in_every_dialect() {
             let mut bad = channel(&format!("bad-{model}"), broken, &[model]);
             bad.circuit.consecutive_failures = 1000;
             cfg.channels.push(bad);
-            let mut good = channel(&format!("good-{model}"), sim, &[]);
-            good.models = laptime_proxy::config::Models::Map(
-                [(model.to_string(), "sim-fast".to_string())].into(),
-            );
-            good.priority = 1;
-            cfg.channels.push(good);
+            cfg.channels
+                .push(backup(&format!("good-{model}"), sim, model));
         }
         cfg.routes.push(route("*", |t| t.first_event_ms = 300));
     })
@@ -818,19 +819,6 @@ async fn call_as(h: &Harness, token: &str, model: &str) -> (u16, Option<String>,
     (status, id, r.text().await.unwrap())
 }
 
-async fn graphql(h: &Harness, query: &str, variables: Value) -> Value {
-    h.http
-        .post(h.url("/graphql"))
-        .bearer_auth(&h.token)
-        .json(&json!({"query": query, "variables": variables}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_workspace_or_token_group_picks_the_channels_that_serve_it() {
     let h = start_with(|c, sim| {
@@ -839,7 +827,10 @@ async fn a_workspace_or_token_group_picks_the_channels_that_serve_it() {
         c.channels.push(premium);
     })
     .await;
-    let ws = graphql(&h, "{ me { workspaceId group } }", json!({})).await;
+    let ws = h
+        .gql(&h.token, "{ me { workspaceId group } }", json!({}))
+        .await
+        .1;
     assert_eq!(ws["data"]["me"]["group"], "default", "{ws}");
     let ws_id = ws["data"]["me"]["workspaceId"]
         .as_str()
@@ -855,12 +846,10 @@ async fn a_workspace_or_token_group_picks_the_channels_that_serve_it() {
     );
 
     // The workspace moves to `premium`: its next request goes to that group's channel.
-    let set = graphql(
-        &h,
-        "mutation($w: ID!, $g: String) { setWorkspaceGroup(workspaceId: $w, group: $g) { group } }",
+    let set = h.gql(&h.token, "mutation($w: ID!, $g: String) { setWorkspaceGroup(workspaceId: $w, group: $g) { group } }",
         json!({"w": ws_id, "g": "premium"}),
     )
-    .await;
+    .await.1;
     assert_eq!(
         set["data"]["setWorkspaceGroup"]["group"], "premium",
         "{set}"
@@ -896,12 +885,10 @@ async fn a_workspace_or_token_group_picks_the_channels_that_serve_it() {
     assert_eq!(ids, ["sim-fast"], "{models}");
 
     // A token of its own group overrides the workspace's.
-    let made = graphql(
-        &h,
-        "mutation($w: ID!) { createToken(workspaceId: $w, scope: PROXY, group: \"default\") { token } }",
+    let made = h.gql(&h.token, "mutation($w: ID!) { createToken(workspaceId: $w, scope: PROXY, group: \"default\") { token } }",
         json!({"w": ws_id}),
     )
-    .await;
+    .await.1;
     let token = made["data"]["createToken"]["token"]
         .as_str()
         .unwrap()
@@ -913,12 +900,14 @@ async fn a_workspace_or_token_group_picks_the_channels_that_serve_it() {
         (row["channel"].as_str(), row["group"].as_str()),
         (Some("sim"), Some("default"))
     );
-    let listed = graphql(
-        &h,
-        "query($w: ID!) { tokens(workspaceId: $w) { group } workspaces { group } }",
-        json!({"w": ws_id}),
-    )
-    .await;
+    let listed = h
+        .gql(
+            &h.token,
+            "query($w: ID!) { tokens(workspaceId: $w) { group } workspaces { group } }",
+            json!({"w": ws_id}),
+        )
+        .await
+        .1;
     assert!(
         listed["data"]["tokens"]
             .as_array()
@@ -930,21 +919,21 @@ async fn a_workspace_or_token_group_picks_the_channels_that_serve_it() {
     assert_eq!(listed["data"]["workspaces"][0]["group"], "premium");
 
     // A group no channel is in is refused: requests there would route nowhere.
-    let bad = graphql(
-        &h,
-        "mutation($w: ID!) { setWorkspaceGroup(workspaceId: $w, group: \"nowhere\") { group } }",
+    let bad = h.gql(&h.token, "mutation($w: ID!) { setWorkspaceGroup(workspaceId: $w, group: \"nowhere\") { group } }",
         json!({"w": ws_id}),
     )
-    .await;
+    .await.1;
     let msg = bad["errors"][0]["message"].as_str().unwrap();
     assert!(msg.contains("no channel is in group \"nowhere\""), "{bad}");
     // Null returns the workspace to the default group.
-    let back = graphql(
-        &h,
-        "mutation($w: ID!) { setWorkspaceGroup(workspaceId: $w, group: null) { group } }",
-        json!({"w": ws_id}),
-    )
-    .await;
+    let back = h
+        .gql(
+            &h.token,
+            "mutation($w: ID!) { setWorkspaceGroup(workspaceId: $w, group: null) { group } }",
+            json!({"w": ws_id}),
+        )
+        .await
+        .1;
     assert!(
         back["data"]["setWorkspaceGroup"]["group"].is_null(),
         "{back}"
@@ -956,29 +945,9 @@ async fn a_workspace_or_token_group_picks_the_channels_that_serve_it() {
 
 /// A fake upstream that answers 200 `text/event-stream` with `events`, then stalls (or, with
 /// `close`, closes): a stream that never reaches the part the test is about.
-async fn sse_upstream(events: &'static str, close: bool) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let _ = sock.read(&mut buf).await;
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(events.as_bytes()).await;
-                if close {
-                    let _ = sock.shutdown().await;
-                } else {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                }
-            });
-        }
-    });
-    format!("http://{addr}")
+async fn sse_upstream(events: &str, close: bool) -> String {
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    raw_upstream(format!("{head}{events}"), close).await
 }
 
 /// Preamble events that are neither heartbeats nor output, per dialect.
@@ -1012,12 +981,8 @@ async fn before_the_last_candidate_stream_deadlines_and_early_error_events_fail_
             let mut first = channel(&format!("bad-{model}"), &url, &[&model]);
             first.circuit.consecutive_failures = 1000;
             cfg.channels.push(first);
-            let mut backup = channel(&format!("good-{model}"), sim, &[]);
-            backup.models = laptime_proxy::config::Models::Map(
-                [(model.clone(), "sim-fast".to_string())].into(),
-            );
-            backup.priority = 1;
-            cfg.channels.push(backup);
+            cfg.channels
+                .push(backup(&format!("good-{model}"), sim, &model));
         }
         cfg.routes.push(route("*", |t| {
             t.first_event_ms = 300;
@@ -1103,11 +1068,7 @@ async fn a_race_winner_that_then_misses_its_first_output_fails_over_on_a_hedged_
         let mut first = channel("stuck", &stuck, &["m"]);
         first.circuit.consecutive_failures = 1000;
         cfg.channels.push(first);
-        let mut backup = channel("backup", sim, &[]);
-        backup.models =
-            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
-        backup.priority = 1;
-        cfg.channels.push(backup);
+        cfg.channels.push(backup("backup", sim, "m"));
         let mut r = route("m", |t| t.first_output_ms = 300);
         r.hedge = Some(laptime_proxy::config::HedgeConfig {
             after_ms: Some(1_000),
@@ -1175,11 +1136,7 @@ async fn the_connect_timeout_fails_over_and_alone_is_a_504_of_kind_connect() {
         let mut first = channel("hung", &hung, &["m", "only-hung"]);
         first.circuit.consecutive_failures = 1000;
         cfg.channels.push(first);
-        let mut backup = channel("backup", sim, &[]);
-        backup.models =
-            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
-        backup.priority = 1;
-        cfg.channels.push(backup);
+        cfg.channels.push(backup("backup", sim, "m"));
         cfg.routes.push(route("*", |t| t.connect_ms = Some(250)));
     })
     .await;
@@ -1228,15 +1185,8 @@ async fn a_tls_failure_fails_over_to_the_next_channel() {
     let h = start_with(|cfg, sim| {
         // The sim speaks plain HTTP, so a TLS handshake with it fails.
         let tls = sim.replace("http://", "https://");
-        let mut first = channel("tls", &tls, &[]);
-        first.models =
-            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
-        cfg.channels.push(first);
-        let mut backup = channel("backup", sim, &[]);
-        backup.models =
-            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
-        backup.priority = 1;
-        cfg.channels.push(backup);
+        cfg.channels.push(mapped("tls", &tls, "m"));
+        cfg.channels.push(backup("backup", sim, "m"));
     })
     .await;
     for dialect in DIALECTS {

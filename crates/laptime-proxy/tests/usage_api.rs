@@ -44,18 +44,6 @@ fn tenants(h: &Harness) -> Tenants {
         .unwrap()
 }
 
-async fn gql(h: &Harness, token: &str, query: &str, variables: Value) -> (u16, Value) {
-    let r = h
-        .http
-        .post(h.url("/graphql"))
-        .bearer_auth(token)
-        .json(&json!({"query": query, "variables": variables}))
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
-}
-
 fn error_of(v: &Value) -> String {
     v["errors"][0]["message"]
         .as_str()
@@ -89,13 +77,13 @@ async fn traffic(h: &Harness, token: &str, n: usize) -> Vec<String> {
 
 async fn wait_rows(h: &Harness, token: &str, n: usize) {
     for _ in 0..300 {
-        let (_, v) = gql(
-            h,
-            token,
-            "query($w: ID!) { recentRequests(workspaceId: $w, limit: 500) { requestId } }",
-            json!({"w": "default"}),
-        )
-        .await;
+        let (_, v) = h
+            .gql(
+                token,
+                "query($w: ID!) { recentRequests(workspaceId: $w, limit: 500) { requestId } }",
+                json!({"w": "default"}),
+            )
+            .await;
         if v["data"]["recentRequests"].as_array().map(|a| a.len()) >= Some(n) {
             return;
         }
@@ -182,26 +170,26 @@ async fn graphql_reads_back_requests_and_usage_with_nulls_left_out() {
     assert_eq!(r.status(), 502);
     wait_rows(&h, &h.token, 7).await;
 
-    let (status, v) = gql(&h, &h.token, RECENT, json!({"w": "default", "n": 1})).await;
+    let (status, v) = h
+        .gql(&h.token, RECENT, json!({"w": "default", "n": 1}))
+        .await;
     assert_eq!(status, 200, "{v}");
     let event = &v["data"]["recentRequests"][0];
     assert_eq!(event["outcome"], "upstream_error");
     assert!(event["ttftMs"].is_null() && event["upstreamMs"].is_null());
-    let (_, v) = gql(&h, &h.token, RECENT, json!({"w": "default", "n": 7})).await;
+    let (_, v) = h
+        .gql(&h.token, RECENT, json!({"w": "default", "n": 7}))
+        .await;
     let sixth = &v["data"]["recentRequests"][1];
     assert_eq!(sixth["requestId"], ids[5].as_str());
     snapshot("recent_request.json", &format!("{:#}\n", redact(sixth)));
 
-    let (_, v) = gql(&h, &h.token, "query($w: ID!, $r: ID!) { request(workspaceId: $w, requestId: $r) { requestId outputTokens } }", json!({"w": "default", "r": ids[0]})).await;
+    let (_, v) = h.gql(&h.token, "query($w: ID!, $r: ID!) { request(workspaceId: $w, requestId: $r) { requestId outputTokens } }", json!({"w": "default", "r": ids[0]})).await;
     assert_eq!(v["data"]["request"]["outputTokens"], 16);
 
-    let (_, v) = gql(
-        &h,
-        &h.token,
-        USAGE,
-        json!({"w": "default", "g": ["DIALECT"]}),
-    )
-    .await;
+    let (_, v) = h
+        .gql(&h.token, USAGE, json!({"w": "default", "g": ["DIALECT"]}))
+        .await;
     let u = &v["data"]["usage"];
     assert!(
         u["percentileMethod"]
@@ -232,13 +220,13 @@ async fn graphql_reads_back_requests_and_usage_with_nulls_left_out() {
     assert_eq!(chat["rollup"]["errorCount"], 1);
     assert_eq!(u["recent"].as_array().unwrap().len(), 5);
 
-    let (_, v) = gql(
-        &h,
-        &h.token,
-        USAGE,
-        json!({"w": "default", "f": {"outcome": "upstream_error"}}),
-    )
-    .await;
+    let (_, v) = h
+        .gql(
+            &h.token,
+            USAGE,
+            json!({"w": "default", "f": {"outcome": "upstream_error"}}),
+        )
+        .await;
     assert_eq!(v["data"]["usage"]["rollup"]["requestCount"], 1, "{v}");
     assert!(v["data"]["usage"]["recent"][0]["ttftMs"].is_null());
     h.stop().await;
@@ -290,8 +278,8 @@ async fn no_token_reads_another_workspace_and_the_answer_is_that_of_a_missing_id
             v
         };
         // A read token: B's id answers exactly like an id that does not exist.
-        let (_, other) = gql(&h, &t.a_read, q, with(&t.b)).await;
-        let (_, missing) = gql(&h, &t.a_read, q, with("ws_doesnotexist")).await;
+        let (_, other) = h.gql(&t.a_read, q, with(&t.b)).await;
+        let (_, missing) = h.gql(&t.a_read, q, with("ws_doesnotexist")).await;
         assert!(
             other["data"].is_null() || other["data"][*name].is_null(),
             "{name}: {other}"
@@ -302,43 +290,43 @@ async fn no_token_reads_another_workspace_and_the_answer_is_that_of_a_missing_id
             "{name} leaked B's data"
         );
         // A proxy token cannot read at all.
-        let (_, proxy) = gql(&h, &t.a_proxy, q, with(&t.a)).await;
+        let (_, proxy) = h.gql(&t.a_proxy, q, with(&t.a)).await;
         assert!(!error_of(&proxy).is_empty(), "{name}: {proxy}");
     }
     // Not workspace-scoped, but admin-only: creating workspaces.
     for token in [&t.a_read, &t.a_proxy] {
-        let (_, v) = gql(
-            &h,
-            token,
-            "mutation { createWorkspace(name: \"evil\") { id } }",
-            json!({}),
-        )
-        .await;
+        let (_, v) = h
+            .gql(
+                token,
+                "mutation { createWorkspace(name: \"evil\") { id } }",
+                json!({}),
+            )
+            .await;
         assert!(error_of(&v).contains("cannot manage"), "{v}");
     }
-    let (_, v) = gql(&h, &t.a_read, "{ workspaces { id } }", json!({})).await;
+    let (_, v) = h.gql(&t.a_read, "{ workspaces { id } }", json!({})).await;
     assert_eq!(
         v["data"]["workspaces"],
         json!([{"id": t.a}]),
         "a read token sees only its workspace"
     );
     // B's read token sees its own data.
-    let (_, v) = gql(
-        &h,
-        &t.b_read,
-        "query($w: ID!) { recentRequests(workspaceId: $w) { requestId } }",
-        json!({"w": t.b}),
-    )
-    .await;
+    let (_, v) = h
+        .gql(
+            &t.b_read,
+            "query($w: ID!) { recentRequests(workspaceId: $w) { requestId } }",
+            json!({"w": t.b}),
+        )
+        .await;
     assert_eq!(v["data"]["recentRequests"].as_array().unwrap().len(), 2);
     // The admin scope manages and reads every workspace, by design.
-    let (_, v) = gql(
-        &h,
-        &t.a_admin,
-        "query($w: ID!) { recentRequests(workspaceId: $w) { requestId } }",
-        json!({"w": t.b}),
-    )
-    .await;
+    let (_, v) = h
+        .gql(
+            &t.a_admin,
+            "query($w: ID!) { recentRequests(workspaceId: $w) { requestId } }",
+            json!({"w": t.b}),
+        )
+        .await;
     assert_eq!(v["data"]["recentRequests"].as_array().unwrap().len(), 2);
 
     // REST: another workspace's request id is a 404 like a missing one.
@@ -404,13 +392,13 @@ async fn no_token_reads_another_workspace_and_the_answer_is_that_of_a_missing_id
 #[tokio::test]
 async fn revoked_and_malformed_tokens_get_401_quickly_with_no_data() {
     let h = start().await;
-    let (_, v) = gql(
-        &h,
-        &h.token,
-        "mutation { createToken(workspaceId: \"default\", scope: READ) { keyId token } }",
-        json!({}),
-    )
-    .await;
+    let (_, v) = h
+        .gql(
+            &h.token,
+            "mutation { createToken(workspaceId: \"default\", scope: READ) { keyId token } }",
+            json!({}),
+        )
+        .await;
     let key = v["data"]["createToken"]["keyId"]
         .as_str()
         .unwrap()
@@ -419,17 +407,17 @@ async fn revoked_and_malformed_tokens_get_401_quickly_with_no_data() {
         .as_str()
         .unwrap()
         .to_string();
-    let (s, _) = gql(&h, &token, "{ me { scope } }", json!({})).await;
+    let (s, _) = h.gql(&token, "{ me { scope } }", json!({})).await;
     assert_eq!(s, 200);
-    let (_, v) = gql(
-        &h,
-        &h.token,
-        "mutation($k: ID!) { revokeToken(workspaceId: \"default\", keyId: $k) }",
-        json!({"k": key}),
-    )
-    .await;
+    let (_, v) = h
+        .gql(
+            &h.token,
+            "mutation($k: ID!) { revokeToken(workspaceId: \"default\", keyId: $k) }",
+            json!({"k": key}),
+        )
+        .await;
     assert_eq!(v["data"]["revokeToken"], true, "{v}");
-    let (s, v) = gql(&h, &token, "{ me { scope } }", json!({})).await;
+    let (s, v) = h.gql(&token, "{ me { scope } }", json!({})).await;
     assert_eq!(s, 401, "revocation takes effect on the next request: {v}");
     for bad in [
         "' OR 1=1 --",
@@ -473,7 +461,7 @@ async fn a_revocation_made_by_another_process_applies_within_the_freshness_windo
         .store
         .with_conn(|c| auth::create_token(c, "default", Scope::Read))
         .unwrap();
-    let (s, _) = gql(&h, &t.token, "{ me { scope } }", json!({})).await;
+    let (s, _) = h.gql(&t.token, "{ me { scope } }", json!({})).await;
     assert_eq!(s, 200);
     // As the CLI would: straight in the store, so this gateway is not told.
     let ws = h
@@ -487,7 +475,7 @@ async fn a_revocation_made_by_another_process_applies_within_the_freshness_windo
         .unwrap());
     let revoked_at = tokio::time::Instant::now();
     loop {
-        let (s, _) = gql(&h, &t.token, "{ me { scope } }", json!({})).await;
+        let (s, _) = h.gql(&t.token, "{ me { scope } }", json!({})).await;
         if s == 401 {
             break;
         }
@@ -505,24 +493,24 @@ async fn a_revocation_made_by_another_process_applies_within_the_freshness_windo
 async fn deep_queries_are_refused_as_graphql_errors() {
     let h = start().await;
     let deep = "{ __schema { types { fields { type { ofType { ofType { ofType { ofType { ofType { ofType { name } } } } } } } } } } }";
-    let (s, v) = gql(&h, &h.token, deep, json!({})).await;
+    let (s, v) = h.gql(&h.token, deep, json!({})).await;
     assert_eq!(s, 200);
     assert!(error_of(&v).contains("nested too deep"), "{v}");
-    let (_, v) = gql(
-        &h,
-        &h.token,
-        "{ recentRequests(workspaceId: \"default\", limit: 501) { requestId } }",
-        json!({}),
-    )
-    .await;
+    let (_, v) = h
+        .gql(
+            &h.token,
+            "{ recentRequests(workspaceId: \"default\", limit: 501) { requestId } }",
+            json!({}),
+        )
+        .await;
     assert!(error_of(&v).contains("limit"), "{v}");
-    let (_, v) = gql(
-        &h,
-        &h.token,
-        "{ usage(workspaceId: \"default\", window: {last: \"soon\"}) { window { from } } }",
-        json!({}),
-    )
-    .await;
+    let (_, v) = h
+        .gql(
+            &h.token,
+            "{ usage(workspaceId: \"default\", window: {last: \"soon\"}) { window { from } } }",
+            json!({}),
+        )
+        .await;
     assert!(error_of(&v).contains("window.last"), "{v}");
     h.stop().await;
 }
@@ -556,13 +544,13 @@ async fn rest_filters_and_usage_match_graphql() {
     assert_eq!(v["rollup"]["request_count"], 6);
     assert_eq!(v["groups"].as_array().unwrap().len(), 3);
     assert_eq!(v["recent"].as_array().unwrap().len(), 2);
-    let (_, g) = gql(
-        &h,
-        &h.token,
-        "{ usage(workspaceId: \"default\") { rollup { requestCount latencyMs { p50 p99 } } } }",
-        json!({}),
-    )
-    .await;
+    let (_, g) = h
+        .gql(
+            &h.token,
+            "{ usage(workspaceId: \"default\") { rollup { requestCount latencyMs { p50 p99 } } } }",
+            json!({}),
+        )
+        .await;
     assert_eq!(
         g["data"]["usage"]["rollup"]["latencyMs"]["p50"],
         v["rollup"]["latency_ms"]["p50"]

@@ -165,8 +165,7 @@ fn open_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store,
 /// Refuses a group no configured channel is in: requests routed there would find no channel.
 fn check_group(config: Option<&Path>, group: Option<&str>) -> Result<(), String> {
     let Some(group) = group else { return Ok(()) };
-    let cfg = load_config(config)?;
-    if cfg.channels.iter().any(|c| c.group == group) {
+    if load_config(config)?.groups().contains(&group) {
         return Ok(());
     }
     Err(format!(

@@ -122,6 +122,19 @@ impl Harness {
         panic!("no row for {request_id}");
     }
 
+    /// A GraphQL call with `token`: the HTTP status and the answer.
+    pub async fn gql(&self, token: &str, query: &str, variables: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url("/graphql"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"query": query, "variables": variables}))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
     pub async fn sim_stats(&self) -> Value {
         self.http
             .get(self.sim_url("/sim/stats"))
