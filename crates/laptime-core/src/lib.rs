@@ -8,6 +8,8 @@
 //! - [`usage`]: token counts, last value per field wins, normalised across dialects.
 //! - [`observe`]: the stream observer that turns bytes-at-instants into marks, counts and the
 //!   place where the in-band timing comment goes.
+//! - [`relay`]: which observed bytes go to the client now and which wait for their event to
+//!   complete, with the comment placed before the terminal frame.
 //! - [`timeline`]: marks as offsets from t0, outcomes, attempts and the finished record.
 //! - [`slow`]: the slow-request classifier (which stage was slow).
 //! - [`circuit`]: a channel's circuit breaker (closed, open, half-open).
@@ -23,6 +25,7 @@ pub mod circuit;
 pub mod classify;
 pub mod dialect;
 pub mod observe;
+pub mod relay;
 pub mod rollup;
 pub mod slow;
 pub mod sse;

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::classify::{classify_event, EffectiveKind, EventClass, StopHint};
+use crate::classify::{classify_body, classify_event, EffectiveKind, EventClass, StopHint};
 use crate::sse::{SseItem, SseScanner};
 use crate::timeline::{ErrorClass, Hedge, Marks, Outcome};
 use crate::usage::{Tokens, UsageAcc};
@@ -234,6 +234,49 @@ impl StreamObserver {
     }
 }
 
+/// What a whole (non-streamed) answer was.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WholeAnswer {
+    pub outcome: Outcome,
+    pub error_class: Option<ErrorClass>,
+    pub tokens: Tokens,
+    /// The body holds non-empty visible text.
+    pub has_text: bool,
+}
+
+/// The one rule for what a whole answer was, shared by the gateway and `laptime bench`: a body
+/// that broke is closed early; an error status, an error body or a 2xx whose body is not valid
+/// JSON (an HTML page from a proxy, JSON cut short) is an upstream error; a length or content
+/// filter stop is incomplete; anything else completed.
+pub fn whole_answer(dialect: Dialect, status: u16, end: BodyEnd, body: &[u8]) -> WholeAnswer {
+    let summary = classify_body(dialect, body);
+    let mut usage = UsageAcc::new(dialect);
+    usage.apply(&summary.usage);
+    let valid_json = || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    let (outcome, error_class) = if end == BodyEnd::Error {
+        (Outcome::UpstreamClosedEarly, Some(ErrorClass::BodyError))
+    } else if let Some(class) = ErrorClass::from_status(status) {
+        (Outcome::UpstreamError, Some(class))
+    } else if summary.error {
+        (Outcome::UpstreamError, Some(ErrorClass::StreamError))
+    } else if !valid_json() {
+        (Outcome::UpstreamError, Some(ErrorClass::InvalidBody))
+    } else if matches!(
+        summary.stop,
+        Some(StopHint::Length | StopHint::ContentFilter)
+    ) {
+        (Outcome::Incomplete, None)
+    } else {
+        (Outcome::Completed, None)
+    };
+    WholeAnswer {
+        outcome,
+        error_class,
+        tokens: usage.tokens(),
+        has_text: summary.has_text,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,40 +285,23 @@ mod tests {
         Duration::from_millis(ms)
     }
 
-    /// Feeds chunks as the edge would, holding incomplete events, and returns the bytes a client
-    /// would receive with the comment placed.
+    /// Feeds chunks as the gateway's body does and returns the bytes a client would receive.
     fn relay(obs: &mut StreamObserver, chunks: &[(u64, &str)]) -> String {
-        let mut out = String::new();
-        let mut held = String::new();
+        use crate::relay::{Piece, Relay};
+        let mut relay = Relay::new();
+        let mut out = std::collections::VecDeque::new();
         for (t, chunk) in chunks {
-            let plan = obs.on_chunk(at(*t), chunk.as_bytes());
-            let released = &chunk[..plan.release_to];
-            let comment = obs.inband(Hedge::None).comment();
-            match plan.comment_at {
-                Some(Placement::BeforeHeld) => {
-                    out.push_str(&comment);
-                    out.push_str(&held);
-                    out.push_str(released);
-                    held.clear();
-                }
-                Some(Placement::InChunk(i)) => {
-                    out.push_str(&held);
-                    out.push_str(&released[..i]);
-                    out.push_str(&comment);
-                    out.push_str(&released[i..]);
-                    held.clear();
-                }
-                None if plan.release_to > 0 => {
-                    out.push_str(&held);
-                    out.push_str(released);
-                    held.clear();
-                }
-                None => {}
-            }
-            held.push_str(&chunk[plan.release_to..]);
+            let data = bytes::Bytes::copy_from_slice(chunk.as_bytes());
+            let plan = obs.on_chunk(at(*t), &data);
+            relay.push(plan, data, &mut out);
         }
-        out.push_str(&held);
-        out
+        relay.finish(&mut out);
+        out.into_iter()
+            .map(|p| match p {
+                Piece::Bytes(b) => String::from_utf8(b.to_vec()).unwrap(),
+                Piece::TimingComment => obs.inband(Hedge::None).comment(),
+            })
+            .collect()
     }
 
     const CHAT: [&str; 5] = [
@@ -331,6 +357,38 @@ mod tests {
         assert_eq!(
             out.replace(&out[comment_pos..out.find("data: [DONE]").unwrap()], ""),
             whole
+        );
+    }
+
+    #[test]
+    fn a_whole_answer_is_judged_by_status_body_and_end() {
+        let ok = br#"{"choices":[{"index":0,"message":{"content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
+        let w = whole_answer(Dialect::Chat, 200, BodyEnd::Eof, ok);
+        assert_eq!((w.outcome, w.error_class), (Outcome::Completed, None));
+        assert_eq!(w.tokens.output, Some(1));
+        assert!(w.has_text);
+        let cut = &ok[..ok.len() - 10];
+        let w = whole_answer(Dialect::Chat, 200, BodyEnd::Eof, cut);
+        assert_eq!(w.error_class, Some(ErrorClass::InvalidBody));
+        let w = whole_answer(
+            Dialect::Messages,
+            200,
+            BodyEnd::Eof,
+            b"<html>502 Bad Gateway</html>",
+        );
+        assert_eq!(
+            (w.outcome, w.error_class),
+            (Outcome::UpstreamError, Some(ErrorClass::InvalidBody))
+        );
+        let w = whole_answer(Dialect::Chat, 503, BodyEnd::Eof, b"{}");
+        assert_eq!(w.error_class, Some(ErrorClass::UpstreamStatus5xx));
+        let w = whole_answer(Dialect::Chat, 200, BodyEnd::Error, ok);
+        assert_eq!(w.outcome, Outcome::UpstreamClosedEarly);
+        let long =
+            br#"{"choices":[{"index":0,"message":{"content":"Hi"},"finish_reason":"length"}]}"#;
+        assert_eq!(
+            whole_answer(Dialect::Chat, 200, BodyEnd::Eof, long).outcome,
+            Outcome::Incomplete
         );
     }
 

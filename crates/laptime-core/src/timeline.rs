@@ -128,6 +128,8 @@ pub enum ErrorClass {
     ClosedEarly,
     /// The body broke with an I/O error (reset).
     BodyError,
+    /// A 2xx whose body is not a valid answer (an HTML error page, JSON cut short).
+    InvalidBody,
     Timeout,
     ClientCancelled,
     /// Missing or invalid credentials.
@@ -155,6 +157,7 @@ impl ErrorClass {
             ErrorClass::StreamError => "stream_error",
             ErrorClass::ClosedEarly => "closed_early",
             ErrorClass::BodyError => "body_error",
+            ErrorClass::InvalidBody => "invalid_body",
             ErrorClass::Timeout => "timeout",
             ErrorClass::ClientCancelled => "client_cancelled",
             ErrorClass::Unauthorized => "unauthorized",
@@ -179,6 +182,7 @@ impl ErrorClass {
             StreamError,
             ClosedEarly,
             BodyError,
+            InvalidBody,
             Timeout,
             ClientCancelled,
             Unauthorized,
@@ -197,7 +201,9 @@ impl ErrorClass {
         use ErrorClass::*;
         match self {
             ConnectFailed | ConnectTimeout | Tls | RateLimited | UpstreamStatus5xx
-            | StreamError | ClosedEarly | BodyError | Timeout | CircuitOpen => Fault::Upstream,
+            | StreamError | ClosedEarly | BodyError | InvalidBody | Timeout | CircuitOpen => {
+                Fault::Upstream
+            }
             // A 4xx from upstream answers the client's request as forwarded.
             UpstreamStatus4xx | ClientCancelled | Unauthorized | Forbidden | BadRequest
             | PayloadTooLarge | UnknownModel => Fault::Downstream,
@@ -256,6 +262,86 @@ impl Hedge {
         [Hedge::None, Hedge::Primary, Hedge::Hedge]
             .into_iter()
             .find(|h| h.as_str() == s)
+    }
+}
+
+/// Which deadline fired, for `Outcome::Timeout` and a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadlineKind {
+    /// The TCP (and TLS) connect.
+    Connect,
+    /// The upstream response head, from dispatch.
+    Headers,
+    /// The first non-heartbeat SSE event, from dispatch.
+    FirstEvent,
+    /// The first effective output, from dispatch.
+    FirstOutput,
+    /// Silence: no byte for this long.
+    Idle,
+    /// No effective output for this long (heartbeats do not count).
+    Progress,
+    /// The whole request, from t0.
+    Total,
+}
+
+impl DeadlineKind {
+    pub const ALL: [DeadlineKind; 7] = [
+        DeadlineKind::Connect,
+        DeadlineKind::Headers,
+        DeadlineKind::FirstEvent,
+        DeadlineKind::FirstOutput,
+        DeadlineKind::Idle,
+        DeadlineKind::Progress,
+        DeadlineKind::Total,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadlineKind::Connect => "connect",
+            DeadlineKind::Headers => "headers",
+            DeadlineKind::FirstEvent => "first_event",
+            DeadlineKind::FirstOutput => "first_output",
+            DeadlineKind::Idle => "idle",
+            DeadlineKind::Progress => "progress",
+            DeadlineKind::Total => "total",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<DeadlineKind> {
+        DeadlineKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// Why an attempt was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptRole {
+    /// The first attempt of the request.
+    Primary,
+    /// An attempt after an earlier one failed.
+    Failover,
+    /// A second attempt racing the primary.
+    Hedge,
+}
+
+impl AttemptRole {
+    pub const ALL: [AttemptRole; 3] = [
+        AttemptRole::Primary,
+        AttemptRole::Failover,
+        AttemptRole::Hedge,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptRole::Primary => "primary",
+            AttemptRole::Failover => "failover",
+            AttemptRole::Hedge => "hedge",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AttemptRole> {
+        AttemptRole::ALL.into_iter().find(|r| r.as_str() == s)
     }
 }
 
@@ -378,6 +464,12 @@ mod tests {
         }
         for h in [Hedge::None, Hedge::Primary, Hedge::Hedge] {
             assert_eq!(Hedge::parse(h.as_str()), Some(h));
+        }
+        for k in DeadlineKind::ALL {
+            assert_eq!(DeadlineKind::parse(k.as_str()), Some(k));
+        }
+        for r in AttemptRole::ALL {
+            assert_eq!(AttemptRole::parse(r.as_str()), Some(r));
         }
     }
 

@@ -1,23 +1,283 @@
-//! Attempt: one upstream call. Builds the upstream request from operator configuration only
-//! (URL, key) plus the client's body bytes, sends it over a pooled HTTP/1.1 or HTTP/2 client
-//! (rustls for TLS, `TCP_NODELAY`, redirects never followed), and classifies failures by whose
-//! fault they are.
+//! Attempt: one upstream call, the only place one is made. [`dispatch`] builds the upstream
+//! request from operator configuration only (URL, key) plus the client's body bytes, sends it
+//! over a pooled HTTP/1.1 or HTTP/2 client (rustls for TLS, `TCP_NODELAY`, redirects never
+//! followed) within the headers deadline, and decides what the head means: the circuit,
+//! `Retry-After` and status handling live here and nowhere else. Every failure is one
+//! [`AttemptError`]: its class (whose fault, retryable), which deadline, and when.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request};
 use http_body_util::Full;
+use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use laptime_core::timeline::ErrorClass;
+use laptime_core::observe::StreamObserver;
+use laptime_core::timeline::{self, DeadlineKind, ErrorClass};
 use laptime_core::Dialect;
+use tokio::time::Instant;
 
-use crate::config::Provider;
+use crate::config::{Provider, TimeoutsConfig};
+use crate::observe::{ObservedBody, StreamDeadlines, Until};
 use crate::respond::{header_value, GatewayError};
-use crate::routing::Channel;
+use crate::routing::{Channel, InflightGuard, Route};
+use crate::App;
+
+/// Why an attempt did not give an answer the client can be committed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptError {
+    pub class: ErrorClass,
+    /// Which deadline fired, for a timeout.
+    pub deadline: Option<DeadlineKind>,
+    /// When it failed (offset from t0).
+    pub at: Duration,
+    /// What the attempt got that far: its status, head and first body byte.
+    pub status: Option<u16>,
+    pub headers_at: Option<Duration>,
+    pub first_byte: Option<Duration>,
+}
+
+impl AttemptError {
+    fn before_head(class: ErrorClass, deadline: Option<DeadlineKind>, at: Duration) -> Self {
+        AttemptError {
+            class,
+            deadline,
+            at,
+            status: None,
+            headers_at: None,
+            first_byte: None,
+        }
+    }
+}
+
+/// What every attempt of one request shares.
+pub struct AttemptCtx<'a> {
+    pub app: &'a App,
+    pub dialect: Dialect,
+    pub client_headers: &'a HeaderMap,
+    pub traceparent: &'a str,
+    pub t0: Instant,
+    pub timeouts: &'a TimeoutsConfig,
+}
+
+impl AttemptCtx<'_> {
+    fn now(&self) -> Duration {
+        timeline::offset(Instant::now().saturating_duration_since(self.t0))
+    }
+}
+
+/// What an error status from upstream means for this attempt.
+#[derive(Debug, Clone, Copy)]
+pub enum ErrorStatus<'a> {
+    /// It is the answer (nothing is left to fail over to): relayed as it came.
+    Answers,
+    /// These statuses fail the attempt; others are the answer.
+    FailsOn(&'a [u16]),
+    /// Every non-2xx status fails the attempt (a hedging racer).
+    Fails,
+}
+
+/// An upstream answer's body: a stream observed from its first byte, or a whole answer.
+pub enum AnswerBody {
+    /// Boxed: the observer's scanner and buffers make it large, and it moves between phases.
+    Stream(Box<ObservedBody<Incoming>>),
+    Whole(Incoming),
+}
+
+/// An attempt that got a head the client may be committed to.
+pub struct Answer {
+    pub channel: Arc<Channel>,
+    pub parts: http::response::Parts,
+    pub body: AnswerBody,
+    /// This attempt's dispatch and head (offsets from t0).
+    pub start: Duration,
+    pub headers_at: Duration,
+    /// Holds the channel's in-flight count until the request is done.
+    pub guard: InflightGuard,
+    pub inflight: u32,
+    /// A 2xx stream's health is known only once it is read: the circuit hears of it at the
+    /// first read-ahead or at the commit, whichever comes first.
+    verdict_pending: bool,
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer")
+            .field("channel", &self.channel.name)
+            .field("status", &self.parts.status)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sends one attempt on `route` and waits for its head. `start` is its dispatch and `origin` the
+/// request's upstream start (a hedge counts from the primary's dispatch), both from t0.
+pub async fn dispatch(
+    ctx: &AttemptCtx<'_>,
+    route: &Route,
+    body: Bytes,
+    start: Duration,
+    origin: Duration,
+    errors: ErrorStatus<'_>,
+) -> Result<Answer, AttemptError> {
+    let channel = route.channel.clone();
+    let request = build_request(
+        &channel,
+        ctx.dialect,
+        body,
+        ctx.client_headers,
+        ctx.traceparent,
+    )
+    .map_err(|e| AttemptError::before_head(e.class, None, ctx.now()))?;
+    let (guard, inflight) = channel.enter();
+    let client = ctx.app.client_for(ctx.timeouts.connect_ms);
+    let headers_deadline = Duration::from_millis(ctx.timeouts.headers_ms);
+    let sent = tokio::time::timeout(headers_deadline, client.request(request)).await;
+    let headers_at = ctx.now();
+    let response = match sent {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            channel.circuit_record(true);
+            let class = classify_error(&e);
+            tracing::debug!(channel = %channel.name, error = %e, "upstream call failed");
+            let deadline = (class == ErrorClass::ConnectTimeout).then_some(DeadlineKind::Connect);
+            return Err(AttemptError::before_head(class, deadline, headers_at));
+        }
+        Err(_) => {
+            channel.circuit_record(true);
+            let kind = Some(DeadlineKind::Headers);
+            return Err(AttemptError::before_head(
+                ErrorClass::Timeout,
+                kind,
+                headers_at,
+            ));
+        }
+    };
+    let status = response.status().as_u16();
+    if let Some(wait) = retry_after(response.headers()) {
+        channel.cool_down_until(laptime_store::now_unix_us() + wait);
+    }
+    let fails = match errors {
+        ErrorStatus::Answers => false,
+        ErrorStatus::FailsOn(on) => on.contains(&status),
+        ErrorStatus::Fails => !response.status().is_success(),
+    };
+    let streamed = response.status().is_success() && is_sse(response.headers());
+    if !streamed {
+        channel.circuit_record(status == 429 || status >= 500);
+    }
+    if fails {
+        // Dropped unread: the connection closes instead of going back to the pool.
+        drop(response);
+        return Err(AttemptError {
+            status: Some(status),
+            headers_at: Some(headers_at),
+            ..AttemptError::before_head(
+                ErrorClass::from_status(status).unwrap_or(ErrorClass::UpstreamStatus5xx),
+                None,
+                headers_at,
+            )
+        });
+    }
+    let (parts, incoming) = response.into_parts();
+    let body = if streamed {
+        let mut obs = StreamObserver::new(ctx.dialect, Some(origin));
+        obs.set_headers(headers_at);
+        let t = ctx.timeouts;
+        // First event and first output count from this attempt's dispatch, so an attempt after
+        // a failover gets the whole setting; `total` counts from t0.
+        let deadlines = StreamDeadlines {
+            first_event: start + Duration::from_millis(t.first_event_ms),
+            first_output: start + Duration::from_millis(t.first_output_ms),
+            idle: Duration::from_millis(t.idle_ms),
+            progress: Duration::from_millis(t.progress_ms),
+            total: Duration::from_millis(t.total_ms),
+        };
+        AnswerBody::Stream(Box::new(
+            ObservedBody::held(incoming, ctx.t0, ctx.dialect, obs).with_deadlines(deadlines),
+        ))
+    } else {
+        AnswerBody::Whole(incoming)
+    };
+    Ok(Answer {
+        channel,
+        parts,
+        body,
+        start,
+        headers_at,
+        guard,
+        inflight,
+        verdict_pending: streamed,
+    })
+}
+
+impl Answer {
+    /// Reads a streamed answer on to `until` before the client is committed to it (a whole
+    /// answer is already there). A miss counts against the channel; the caller drops the answer,
+    /// which closes its connection.
+    pub async fn read_ahead(&mut self, until: Until) -> Result<(), AttemptError> {
+        let AnswerBody::Stream(body) = &mut self.body else {
+            return Ok(());
+        };
+        let read = body.read_until(until).await;
+        if read.is_err() || self.verdict_pending {
+            self.channel.circuit_record(read.is_err());
+            self.verdict_pending = false;
+        }
+        if let (Ok(()), Until::FirstEvent) = (read, until) {
+            if let Some(first) = body.summary().marks.first_event {
+                self.channel
+                    .note_first_event(first.saturating_sub(self.start));
+            }
+        }
+        read.map_err(|e| AttemptError {
+            status: Some(self.parts.status.as_u16()),
+            ..e
+        })
+    }
+
+    /// The client is committed to this answer: a stream not read ahead counts as a success.
+    pub fn committed(&mut self) {
+        if std::mem::take(&mut self.verdict_pending) {
+            self.channel.circuit_record(false);
+        }
+    }
+
+    /// The first body byte so far, for the record of an attempt that lost or failed.
+    pub fn first_byte(&self) -> Option<Duration> {
+        match &self.body {
+            AnswerBody::Stream(b) => b.summary().marks.first_byte,
+            AnswerBody::Whole(_) => None,
+        }
+    }
+}
+
+pub fn is_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is not used by LLM providers), as microseconds,
+/// capped at an hour.
+fn retry_after(headers: &HeaderMap) -> Option<i64> {
+    let secs: i64 = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(secs.clamp(0, 3600) * 1_000_000)
+}
 
 pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 

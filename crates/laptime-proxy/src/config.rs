@@ -189,6 +189,15 @@ pub struct RouteConfig {
 
 /// `{ after_ms = 800 }` or `{ after = "p95" }` (the first channel's recent p95 time to first
 /// event), and the share of requests that may be hedged.
+/// The policy of a model no `[[routes]]` entry names.
+static DEFAULT_ROUTE: std::sync::LazyLock<RouteConfig> = std::sync::LazyLock::new(|| RouteConfig {
+    model: "*".into(),
+    failover: FailoverConfig::default(),
+    timeouts: TimeoutsConfig::default(),
+    cache: None,
+    hedge: None,
+});
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HedgeConfig {
@@ -290,19 +299,12 @@ impl Config {
     }
 
     /// The policy for a model: its own route, else the `*` route, else the defaults.
-    pub fn route_for(&self, model: &str) -> RouteConfig {
+    pub fn route_for(&self, model: &str) -> &RouteConfig {
         self.routes
             .iter()
             .find(|r| r.model == model)
             .or_else(|| self.routes.iter().find(|r| r.model == "*"))
-            .cloned()
-            .unwrap_or_else(|| RouteConfig {
-                model: "*".into(),
-                failover: FailoverConfig::default(),
-                timeouts: TimeoutsConfig::default(),
-                cache: None,
-                hedge: None,
-            })
+            .unwrap_or(&DEFAULT_ROUTE)
     }
 }
 
@@ -611,7 +613,10 @@ mod tests {
         assert_eq!(r.timeouts.connect_ms, Some(2000));
         assert_eq!(r.hedge.as_ref().and_then(|h| h.after_ms), Some(800));
         assert_eq!(
-            cfg.route_for("other").hedge.and_then(|h| h.after),
+            cfg.route_for("other")
+                .hedge
+                .as_ref()
+                .and_then(|h| h.after.clone()),
             Some("p95".to_string())
         );
         let bad = Config::from_toml(

@@ -5,11 +5,13 @@
 //! - [`ingress`]: request and trace ids, the borrowed parse of the body's top-level fields.
 //! - [`auth`]: bearer token → principal.
 //! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache.
-//! - [`attempt`]: one upstream call.
-//! - [`observe`]: the bodies that stamp marks as bytes arrive and record exactly once.
-//! - [`respond`]: error shapes and relayed headers.
+//! - [`attempt`]: one upstream call, the only place one is made, with its typed error.
+//! - [`strategy`]: which attempts a request makes: hedging and failover over [`attempt`].
+//! - [`observe`]: the bodies that stamp marks as bytes arrive (one observer per attempt, held
+//!   until the client is committed to it) and record exactly once.
+//! - [`respond`]: the last phase: commit to a stream, read a whole answer, error shapes.
 //! - [`record`]: assembling the record.
-//! - [`pipeline`]: the proxy handler that runs those stages in order.
+//! - [`pipeline`]: the proxy handler: one function per phase, called in order.
 //! - [`api`]: reading records back; [`server`]: the router, serving and shutdown.
 //! - [`metrics`]: `GET /metrics`, observed once per finished record.
 //! - [`graphql`]: the usage API; [`reports`]: the read-back shapes GraphQL and REST share.
@@ -22,7 +24,6 @@ pub mod cache;
 pub mod config;
 pub mod dashboard;
 pub mod graphql;
-pub mod hedge;
 pub mod ingress;
 pub mod metrics;
 pub mod observe;
@@ -32,6 +33,7 @@ pub mod reports;
 pub mod respond;
 pub mod routing;
 pub mod server;
+pub mod strategy;
 
 use std::sync::Arc;
 

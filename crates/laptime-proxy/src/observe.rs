@@ -1,56 +1,113 @@
-//! Observe: the bodies the gateway answers with. [`ObservedBody`] wraps a streamed upstream body:
-//! it stamps each frame inside `poll_frame`, where the bytes arrive, feeds the pure
-//! [`StreamObserver`], relays the bytes untouched (writing the timing comment before the
-//! terminal frame), adds trailers when asked, and records exactly once — at the end, on an
-//! upstream error, or when dropped because the client went away. [`BufferedBody`] does the same
-//! for an answer the gateway already holds whole.
+//! Observe: the bodies that stamp marks where the bytes arrive. [`ObservedBody`] wraps one
+//! attempt's streamed upstream body from its first byte to the record, with one
+//! [`StreamObserver`]: until the client is committed to the attempt it only reads (held: a
+//! failover or a hedging race reads ahead to the first event or output without releasing a
+//! byte); once committed it relays the bytes untouched (the timing comment before the terminal
+//! frame), adds trailers when asked, and records exactly once — at the end, on an upstream
+//! error, or when dropped because the client went away. [`StampedBody`] stamps a whole
+//! (non-streamed) answer's arrival the same way while it is read; [`BufferedBody`] hands over an
+//! answer the gateway already holds whole.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName};
 use http_body::{Body, Frame};
-use laptime_core::observe::{BodyEnd, Placement, StreamObserver};
-use laptime_core::timeline::{self, ErrorClass, Hedge, Outcome};
+use laptime_core::observe::{BodyEnd, StreamObserver, StreamSummary};
+use laptime_core::relay::{Piece, Relay};
+use laptime_core::timeline::{self, DeadlineKind, ErrorClass, Outcome};
 use laptime_core::Dialect;
 use tokio::time::{Instant, Sleep};
 
+use crate::attempt::AttemptError;
 use crate::cache::{CacheKey, CachedAnswer, ResponseCache};
 use crate::record::{Ending, Finisher};
 use crate::respond::{header_value, in_band_error};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A streamed answer, observed as it is relayed.
+/// How far a held attempt is read before the client is committed to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// The first non-heartbeat event: what a hedging race is decided on.
+    FirstEvent,
+    /// The first effective output, or a complete answer without any.
+    FirstOutput,
+}
+
+/// Deadlines of a stream, as offsets from t0 (`first_event` and `first_output` after the
+/// answering attempt's dispatch); `idle` from the last byte (or the head); `progress` from the
+/// last effective output (or the head), so heartbeats do not reset it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamDeadlines {
+    pub first_event: Duration,
+    pub first_output: Duration,
+    pub idle: Duration,
+    pub progress: Duration,
+    pub total: Duration,
+}
+
+impl StreamDeadlines {
+    /// The earliest deadline still open, as (offset from t0, kind).
+    fn next(&self, s: &StreamSummary, last_byte: Option<Duration>) -> (Duration, DeadlineKind) {
+        let head = s.marks.upstream_headers.unwrap_or_default();
+        let mut next = (self.total, DeadlineKind::Total);
+        let mut consider = |at: Duration, kind: DeadlineKind| {
+            if at < next.0 {
+                next = (at, kind);
+            }
+        };
+        if s.marks.first_event.is_none() {
+            consider(self.first_event, DeadlineKind::FirstEvent);
+        }
+        if s.marks.first_effective.is_none() {
+            consider(self.first_output, DeadlineKind::FirstOutput);
+        }
+        consider(last_byte.unwrap_or(head) + self.idle, DeadlineKind::Idle);
+        consider(
+            s.marks.last_effective.unwrap_or(head) + self.progress,
+            DeadlineKind::Progress,
+        );
+        next
+    }
+}
+
+/// What a committed body answers: the request it records, and how.
+struct Committed {
+    finisher: Finisher,
+    status: u16,
+    trailers: bool,
+}
+
+/// One attempt's streamed answer, observed from its first byte.
 pub struct ObservedBody<B> {
     /// The upstream body; dropped as soon as it ends (or with this body, which closes the
-    /// upstream connection when the client leaves early).
+    /// upstream connection when the client leaves early or the attempt loses).
     inner: Option<B>,
     t0: Instant,
+    dialect: Dialect,
     obs: StreamObserver,
-    /// Bytes of an event that has not completed yet.
-    held: BytesMut,
-    /// Frames ready to hand to the client, in order.
-    queue: VecDeque<Bytes>,
+    relay: Relay,
+    /// What the client gets, in order; nothing leaves it before the commit.
+    queue: VecDeque<Piece>,
     upstream_end: Option<BodyEnd>,
-    trailers: bool,
-    hedge: Hedge,
-    status: u16,
-    finisher: Option<Finisher>,
-    /// Stream deadlines after the head was relayed; a miss ends the stream with an in-band
-    /// error event (no failover past the commit point).
+    /// A miss ends the stream: before the commit the attempt fails (another candidate may take
+    /// over), after it the client gets an in-band error event.
     deadlines: Option<StreamDeadlines>,
     timer: Option<Pin<Box<Sleep>>>,
-    last_byte: Option<std::time::Duration>,
-    timed_out: Option<&'static str>,
+    last_byte: Option<Duration>,
+    timed_out: Option<(DeadlineKind, Duration)>,
     /// The upstream bytes, kept for the response cache when the route has one.
     capture: Option<Capture>,
-    /// `false` only to measure what observation costs (`[server] observe = false`): bytes are
-    /// relayed without scanning, and the record keeps only the head and end marks.
+    /// `false` only to measure what observation costs (`[server] observe = false`): once
+    /// committed, bytes are relayed without scanning, and the record keeps only the head and
+    /// end marks.
     observe: bool,
+    committed: Option<Committed>,
 }
 
 struct Capture {
@@ -60,56 +117,37 @@ struct Capture {
     bytes: BytesMut,
 }
 
-/// Deadlines of a relayed stream, as offsets from t0 (the pipeline puts `first_event` and
-/// `first_output` after the answering attempt's dispatch);
-/// `idle` from the last byte (or the head); `progress` from the last effective output (or the
-/// head), so heartbeats do not reset it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamDeadlines {
-    pub dialect: Dialect,
-    pub first_event: std::time::Duration,
-    pub first_output: std::time::Duration,
-    pub idle: std::time::Duration,
-    pub progress: std::time::Duration,
-    pub total: std::time::Duration,
-}
-
-impl StreamDeadlines {
-    /// The earliest deadline still open, as (offset from t0, kind).
-    fn next(
-        &self,
-        s: &laptime_core::observe::StreamSummary,
-        last_byte: Option<std::time::Duration>,
-    ) -> (std::time::Duration, &'static str) {
-        let head = s.marks.upstream_headers.unwrap_or_default();
-        let mut next = (self.total, "total");
-        let mut consider = |at: std::time::Duration, kind: &'static str| {
-            if at < next.0 {
-                next = (at, kind);
-            }
-        };
-        if s.marks.first_event.is_none() {
-            consider(self.first_event, "first_event");
-        }
-        if s.marks.first_effective.is_none() {
-            consider(self.first_output, "first_output");
-        }
-        consider(last_byte.unwrap_or(head) + self.idle, "idle");
-        consider(
-            s.marks.last_effective.unwrap_or(head) + self.progress,
-            "progress",
-        );
-        next
-    }
-}
-
 impl<B> std::fmt::Debug for ObservedBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObservedBody").finish_non_exhaustive()
     }
 }
 
+// === impl ObservedBody ===
+
 impl<B> ObservedBody<B> {
+    /// An attempt's stream, held: it is read (and stamped) only through [`Self::read_until`]
+    /// until [`Self::commit`].
+    pub fn held(inner: B, t0: Instant, dialect: Dialect, obs: StreamObserver) -> Self {
+        ObservedBody {
+            inner: Some(inner),
+            t0,
+            dialect,
+            obs,
+            relay: Relay::new(),
+            queue: VecDeque::new(),
+            upstream_end: None,
+            deadlines: None,
+            timer: None,
+            last_byte: None,
+            timed_out: None,
+            capture: None,
+            observe: true,
+            committed: None,
+        }
+    }
+
+    /// A stream committed to at once (the last candidate, or a test).
     pub fn new(
         inner: B,
         obs: StreamObserver,
@@ -117,58 +155,72 @@ impl<B> ObservedBody<B> {
         status: u16,
         trailers: bool,
     ) -> Self {
-        ObservedBody {
-            inner: Some(inner),
-            t0: finisher.pending.t0,
-            hedge: finisher.pending.hedge,
-            obs,
-            held: BytesMut::new(),
-            queue: VecDeque::new(),
-            upstream_end: None,
-            trailers,
-            status,
-            finisher: Some(finisher),
-            deadlines: None,
-            timer: None,
-            last_byte: None,
-            timed_out: None,
-            capture: None,
-            observe: true,
-        }
+        let dialect = finisher.pending.dialect;
+        let mut body = Self::held(inner, finisher.pending.t0, dialect, obs);
+        body.commit(finisher, status, trailers);
+        body
     }
 
-    /// Relays without scanning or classifying (no deadlines, no cache, no timing comment).
-    pub fn unobserved(mut self) -> Self {
-        self.observe = false;
-        self.deadlines = None;
-        self.capture = None;
-        self
-    }
-
-    /// Keeps the upstream bytes and stores them in `cache` if the answer completes.
-    pub fn with_capture(
-        mut self,
-        cache: std::sync::Arc<ResponseCache>,
-        key: CacheKey,
-        content_type: Option<String>,
-    ) -> Self {
-        self.capture = Some(Capture {
-            cache,
-            key,
-            content_type,
-            bytes: BytesMut::new(),
-        });
-        self
-    }
-
-    /// Enforces stream deadlines while relaying.
+    /// Enforces stream deadlines, held or committed.
     pub fn with_deadlines(mut self, deadlines: StreamDeadlines) -> Self {
         self.deadlines = Some(deadlines);
         self
     }
 
+    /// The client is committed to this attempt: from now on its bytes are released, and it
+    /// records the request when it ends.
+    pub fn commit(&mut self, finisher: Finisher, status: u16, trailers: bool) {
+        self.committed = Some(Committed {
+            finisher,
+            status,
+            trailers,
+        });
+    }
+
+    /// Relays without scanning from now on (no deadlines, no cache, no timing comment).
+    pub fn unobserved(&mut self) {
+        // What was read ahead keeps its order: an event held back goes out as it is.
+        self.relay.finish(&mut self.queue);
+        self.observe = false;
+        self.deadlines = None;
+        self.capture = None;
+    }
+
+    /// Keeps the upstream bytes, from the first, and stores them in `cache` if the answer
+    /// completes.
+    pub fn with_capture(
+        &mut self,
+        cache: std::sync::Arc<ResponseCache>,
+        key: CacheKey,
+        content_type: Option<String>,
+    ) {
+        // Before the commit nothing left the queue: it and the held event are every byte so far.
+        let mut bytes = BytesMut::new();
+        for p in &self.queue {
+            if let Piece::Bytes(b) = p {
+                bytes.extend_from_slice(b);
+            }
+        }
+        bytes.extend_from_slice(self.relay.held());
+        self.capture = Some(Capture {
+            cache,
+            key,
+            content_type,
+            bytes,
+        });
+    }
+
+    /// What the stream showed so far.
+    pub fn summary(&self) -> StreamSummary {
+        self.obs.summary()
+    }
+
+    fn now(&self) -> Duration {
+        timeline::offset(Instant::now().saturating_duration_since(self.t0))
+    }
+
     /// Polls the next open deadline; `Some(kind)` when it has passed.
-    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Option<&'static str> {
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Option<DeadlineKind> {
         let d = self.deadlines?;
         let (at, kind) = d.next(&self.obs.summary(), self.last_byte);
         let when = self.t0 + at;
@@ -181,65 +233,34 @@ impl<B> ObservedBody<B> {
         timer.as_mut().poll(cx).is_ready().then_some(kind)
     }
 
-    /// A deadline passed: the client gets an error event in its dialect and the stream ends.
-    /// An incomplete event held back is dropped (a client would discard it at the end anyway).
-    fn on_deadline(&mut self, kind: &'static str) {
+    /// A deadline passed: the stream ends with an error event in the dialect's shape. An
+    /// incomplete event held back is dropped (a client would discard it at the end anyway).
+    fn on_deadline(&mut self, kind: DeadlineKind) {
         if self.obs.terminal_seen() {
             // The answer is complete; the upstream merely did not close.
             self.on_upstream_end(BodyEnd::Eof);
             return;
         }
-        let dialect = self.deadlines.map(|d| d.dialect).unwrap_or(Dialect::Chat);
-        self.held.clear();
-        self.push(in_band_error(
-            dialect,
+        self.relay.discard_held();
+        self.queue.push_back(Piece::Bytes(in_band_error(
+            self.dialect,
             "upstream_timeout",
-            &format!("the upstream missed the {kind} deadline"),
-        ));
-        self.timed_out = Some(kind);
-        let at = timeline::offset(Instant::now().saturating_duration_since(self.t0));
+            &format!("the upstream missed the {} deadline", kind.as_str()),
+        )));
+        let at = self.now();
+        self.timed_out = Some((kind, at));
         self.obs.on_end(at, BodyEnd::Eof);
         self.upstream_end = Some(BodyEnd::Eof);
         self.inner = None;
     }
 
-    fn push(&mut self, b: Bytes) {
-        if !b.is_empty() {
-            self.queue.push_back(b);
-        }
-    }
-
-    fn push_held(&mut self) {
-        if !self.held.is_empty() {
-            let held = self.held.split().freeze();
-            self.queue.push_back(held);
-        }
-    }
-
-    fn now(&self) -> std::time::Duration {
-        timeline::offset(Instant::now().saturating_duration_since(self.t0))
-    }
-
-    /// Feeds chunks that were read before the head was relayed (a hedging race reads each
-    /// attempt up to its first event), each with the offset at which it arrived.
-    pub fn replay(mut self, chunks: Vec<(std::time::Duration, Bytes)>) -> Self {
-        for (at, data) in chunks {
-            self.on_data_at(at, data);
-        }
-        self
-    }
-
     fn on_data(&mut self, data: Bytes) {
         let at = self.now();
-        self.on_data_at(at, data);
-    }
-
-    fn on_data_at(&mut self, at: std::time::Duration, data: Bytes) {
         if !data.is_empty() {
             self.last_byte = Some(at);
         }
         if !self.observe {
-            self.push(data);
+            self.queue.push_back(Piece::Bytes(data));
             return;
         }
         if let Some(c) = &mut self.capture {
@@ -250,56 +271,89 @@ impl<B> ObservedBody<B> {
             }
         }
         let plan = self.obs.on_chunk(at, &data);
-        let released = data.slice(..plan.release_to);
-        match plan.comment_at {
-            Some(Placement::BeforeHeld) => {
-                let comment = Bytes::from(self.obs.inband(self.hedge).comment());
-                self.push(comment);
-                self.push_held();
-                self.push(released);
-            }
-            Some(Placement::InChunk(i)) => {
-                let comment = Bytes::from(self.obs.inband(self.hedge).comment());
-                self.push_held();
-                self.push(released.slice(..i));
-                self.push(comment);
-                self.push(released.slice(i..));
-            }
-            None if plan.release_to > 0 => {
-                self.push_held();
-                self.push(released);
-            }
-            None => {}
-        }
-        if plan.release_to < data.len() {
-            self.held.extend_from_slice(&data[plan.release_to..]);
-        }
+        self.relay.push(plan, data, &mut self.queue);
     }
 
     fn on_upstream_end(&mut self, how: BodyEnd) {
-        let at = timeline::offset(Instant::now().saturating_duration_since(self.t0));
+        let at = self.now();
         self.obs.on_end(at, how);
-        // An unterminated last event is relayed as it came: the bytes are the upstream's.
-        self.push_held();
+        self.relay.finish(&mut self.queue);
         self.upstream_end = Some(how);
         self.inner = None;
     }
 
+    /// Whether a held read has got as far as `until`, or can no longer get there.
+    fn reached(&self, until: Until) -> Option<Result<(), AttemptError>> {
+        let s = self.obs.summary();
+        let fail = |class: ErrorClass, deadline: Option<DeadlineKind>, at: Duration| {
+            Some(Err(AttemptError {
+                class,
+                deadline,
+                at,
+                status: None,
+                headers_at: s.marks.upstream_headers,
+                first_byte: s.marks.first_byte,
+            }))
+        };
+        if let Some((kind, at)) = self.timed_out {
+            return fail(ErrorClass::Timeout, Some(kind), at);
+        }
+        if self.obs.terminal_seen() && s.marks.first_effective.is_none() {
+            // An error event before any output (an overloaded upstream, say) is a failure
+            // another channel can take over; a complete answer without output is an answer.
+            if s.outcome == Some(Outcome::UpstreamError) {
+                let at = s.marks.upstream_done.unwrap_or_default();
+                return fail(ErrorClass::StreamError, None, at);
+            }
+            return Some(Ok(()));
+        }
+        let got_there = match until {
+            Until::FirstEvent => s.marks.first_event.is_some(),
+            Until::FirstOutput => s.marks.first_effective.is_some(),
+        };
+        if got_there {
+            return Some(Ok(()));
+        }
+        let at = s.marks.upstream_done.unwrap_or_default();
+        match self.upstream_end? {
+            // Ended or broke before the commit point: another channel may still answer.
+            BodyEnd::Eof => fail(ErrorClass::ClosedEarly, None, at),
+            BodyEnd::Error => fail(ErrorClass::BodyError, None, at),
+        }
+    }
+
     fn trailer_map(&self) -> HeaderMap {
         let mut map = HeaderMap::new();
-        for (name, value) in self.obs.inband(self.hedge).trailers() {
+        for (name, value) in self.obs.inband(self.hedge()).trailers() {
             map.insert(HeaderName::from_static(name), header_value(&value));
         }
         map
     }
 
+    fn hedge(&self) -> laptime_core::timeline::Hedge {
+        self.committed
+            .as_ref()
+            .map(|c| c.finisher.pending.hedge)
+            .unwrap_or_default()
+    }
+
+    fn render(&self, piece: Piece) -> Bytes {
+        match piece {
+            Piece::Bytes(b) => b,
+            Piece::TimingComment => Bytes::from(self.obs.inband(self.hedge()).comment()),
+        }
+    }
+
     fn finish(&mut self, cancelled: bool) {
-        let Some(finisher) = self.finisher.take() else {
+        let Some(Committed {
+            finisher, status, ..
+        }) = self.committed.take()
+        else {
             return;
         };
         let mut summary = self.obs.summary();
         if !self.observe {
-            // Nothing was scanned, so the end is all that is known about the stream.
+            // Nothing was scanned after the commit, so the end is all that is known.
             summary.outcome = match self.upstream_end {
                 Some(BodyEnd::Eof) => Some(Outcome::Completed),
                 Some(BodyEnd::Error) => Some(Outcome::UpstreamError),
@@ -308,9 +362,9 @@ impl<B> ObservedBody<B> {
             summary.error_class =
                 (self.upstream_end == Some(BodyEnd::Error)).then_some(ErrorClass::BodyError);
         }
-        if let Some(kind) = self.timed_out {
+        if let Some((kind, _)) = self.timed_out {
             finisher.finish(Ending {
-                status: self.status,
+                status,
                 outcome: Outcome::Timeout,
                 error_class: Some(ErrorClass::Timeout),
                 timeout_kind: Some(kind),
@@ -327,7 +381,7 @@ impl<B> ObservedBody<B> {
             c.cache.insert(
                 c.key,
                 CachedAnswer {
-                    status: self.status,
+                    status,
                     content_type: c.content_type,
                     body: c.bytes.freeze(),
                     stream: true,
@@ -335,12 +389,63 @@ impl<B> ObservedBody<B> {
             );
         }
         finisher.finish(Ending {
-            status: self.status,
+            status,
             outcome,
             error_class,
             timeout_kind: None,
             stream: Some(summary),
         });
+    }
+}
+
+impl<B> ObservedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    /// Reads one upstream frame (or a deadline) into the observer and the queue; ready when
+    /// something happened or the upstream has ended.
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(());
+        };
+        match Pin::new(inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    self.on_data(data);
+                }
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let e: BoxError = e.into();
+                tracing::debug!(error = %e, "upstream body error");
+                self.on_upstream_end(BodyEnd::Error);
+            }
+            Poll::Ready(None) => self.on_upstream_end(BodyEnd::Eof),
+            Poll::Pending => match self.poll_deadline(cx) {
+                Some(kind) => self.on_deadline(kind),
+                None => return Poll::Pending,
+            },
+        }
+        Poll::Ready(())
+    }
+
+    /// Reads a held stream until `until` without releasing anything. Cancel-safe: every byte
+    /// read is kept in the body, so a race may drop this future and poll again later.
+    pub fn poll_until(
+        &mut self,
+        cx: &mut Context<'_>,
+        until: Until,
+    ) -> Poll<Result<(), AttemptError>> {
+        loop {
+            if let Some(r) = self.reached(until) {
+                return Poll::Ready(r);
+            }
+            ready!(self.poll_upstream(cx));
+        }
+    }
+
+    pub async fn read_until(&mut self, until: Until) -> Result<(), AttemptError> {
+        std::future::poll_fn(|cx| self.poll_until(cx, until)).await
     }
 }
 
@@ -358,12 +463,12 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         loop {
-            if let Some(b) = this.queue.pop_front() {
-                return Poll::Ready(Some(Ok(Frame::data(b))));
+            if let Some(piece) = this.queue.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(this.render(piece)))));
             }
             if let Some(how) = this.upstream_end {
-                if this.trailers {
-                    this.trailers = false;
+                if let Some(c) = this.committed.as_mut().filter(|c| c.trailers) {
+                    c.trailers = false;
                     let map = this.trailer_map();
                     return Poll::Ready(Some(Ok(Frame::trailers(map))));
                 }
@@ -374,42 +479,72 @@ where
                     BodyEnd::Error => Some(Err("upstream stream broke".into())),
                 });
             }
-            let Some(inner) = this.inner.as_mut() else {
-                return Poll::Ready(None);
-            };
-            let polled = match Pin::new(inner).poll_frame(cx) {
-                Poll::Ready(v) => v,
-                Poll::Pending => {
-                    if let Some(kind) = this.poll_deadline(cx) {
-                        this.on_deadline(kind);
-                        continue;
-                    }
-                    return Poll::Pending;
-                }
-            };
-            match polled {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        this.on_data(data);
-                    }
-                }
-                Some(Err(e)) => {
-                    let e: BoxError = e.into();
-                    tracing::debug!(error = %e, "upstream body error");
-                    this.on_upstream_end(BodyEnd::Error);
-                }
-                None => this.on_upstream_end(BodyEnd::Eof),
-            }
+            ready!(this.poll_upstream(cx));
         }
     }
 }
 
 impl<B> Drop for ObservedBody<B> {
     fn drop(&mut self) {
-        // Dropped before the end: the client went away. Drop the upstream body first so its
+        // Dropped before the end: the client went away (or the attempt lost and was never
+        // committed, which records nothing here). Drop the upstream body first so its
         // connection closes now.
         self.inner = None;
         self.finish(true);
+    }
+}
+
+/// A whole (non-streamed) answer being read: frames pass through, and the first byte and the
+/// end are stamped here, where they arrive.
+pub struct StampedBody<B> {
+    inner: B,
+    t0: Instant,
+    pub first_byte: Option<Duration>,
+    pub end: Option<Duration>,
+    /// The body broke instead of ending.
+    pub broke: bool,
+}
+
+impl<B> StampedBody<B> {
+    pub fn new(inner: B, t0: Instant) -> Self {
+        StampedBody {
+            inner,
+            t0,
+            first_byte: None,
+            end: None,
+            broke: false,
+        }
+    }
+}
+
+impl<B> Body for StampedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        let at = timeline::offset(Instant::now().saturating_duration_since(this.t0));
+        match &polled {
+            Some(Ok(frame)) => {
+                if frame.data_ref().is_some_and(|d| !d.is_empty()) {
+                    this.first_byte.get_or_insert(at);
+                }
+            }
+            Some(Err(_)) => {
+                this.broke = true;
+                this.end = Some(at);
+            }
+            None => this.end = Some(at),
+        }
+        Poll::Ready(polled.map(|r| r.map_err(Into::into)))
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use laptime_core::observe::StreamSummary;
 use laptime_core::slow::{self, Thresholds};
 use laptime_core::timeline::{
-    self, Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+    self, Attempt, DeadlineKind, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -90,7 +90,7 @@ pub struct Ending {
     pub outcome: Outcome,
     pub error_class: Option<ErrorClass>,
     /// Which deadline fired, for `Outcome::Timeout`.
-    pub timeout_kind: Option<&'static str>,
+    pub timeout_kind: Option<DeadlineKind>,
     /// What the upstream body showed (marks from `first_byte` on, tokens, counts); `None` when
     /// no upstream body was read.
     pub stream: Option<StreamSummary>,
@@ -142,15 +142,14 @@ impl Finisher {
         self._inflight = Some(guard);
     }
 
-    /// Stamps t7 now, builds the record and queues it. Returns the record for tests.
-    pub fn finish(self, ending: Ending) -> RequestRecord {
+    /// Stamps t7 now, builds the record and queues it.
+    pub fn finish(self, ending: Ending) {
         let handler_done = self.pending.since(self.pending.t0);
         let record = build(self.pending, ending, handler_done, &self.thresholds);
         if let Some(m) = &self.metrics {
             m.observe(&record);
         }
-        self.recorder.record(record.clone());
-        record
+        self.recorder.record(record);
     }
 }
 
@@ -215,7 +214,7 @@ pub fn build(
         stream: p.stream,
         status: ending.status,
         outcome: ending.outcome,
-        timeout_kind: ending.timeout_kind.map(str::to_string),
+        timeout_kind: ending.timeout_kind.map(|k| k.as_str().to_string()),
         error_class: ending.error_class,
         classification,
         flags,

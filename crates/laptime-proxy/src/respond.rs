@@ -1,11 +1,27 @@
-//! Respond: the gateway's own errors in each dialect's error shape (one exhaustive match from
-//! error class to status and body), and which upstream headers are relayed.
+//! Respond: the last phase. Commits the client to the answering attempt's stream, reads a whole
+//! answer (stamped as it arrives) and answers it with `Server-Timing`, replays cached answers,
+//! and answers the gateway's own errors in each dialect's error shape (one exhaustive match from
+//! error class to status and body). Every exit hands the finisher to a body that records the
+//! request exactly once.
 
+use std::sync::Arc;
+
+use axum::body::Body as AxumBody;
+use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use laptime_core::timeline::ErrorClass;
+use http_body_util::BodyExt;
+use laptime_core::observe::{whole_answer, BodyEnd, StreamSummary};
+use laptime_core::timeline::{ErrorClass, Marks, Outcome};
+use laptime_core::views::{ms, upstream_ms};
 use laptime_core::Dialect;
 use serde_json::json;
+use tokio::time::Instant;
+
+use crate::attempt::{Answer, AnswerBody, AttemptError};
+use crate::cache::{CacheKey, CachedAnswer, ResponseCache};
+use crate::observe::{BufferedBody, StampedBody};
+use crate::record::{Ending, Finisher};
 
 /// An error the gateway answers itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +52,8 @@ impl GatewayError {
             | ErrorClass::UpstreamStatus4xx
             | ErrorClass::StreamError
             | ErrorClass::ClosedEarly
-            | ErrorClass::BodyError => StatusCode::BAD_GATEWAY,
+            | ErrorClass::BodyError
+            | ErrorClass::InvalidBody => StatusCode::BAD_GATEWAY,
             ErrorClass::ConnectTimeout | ErrorClass::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorClass::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
             // Nobody reads this answer; the status is for the record.
@@ -86,7 +103,8 @@ impl GatewayError {
             | ErrorClass::UpstreamStatus4xx
             | ErrorClass::StreamError
             | ErrorClass::ClosedEarly
-            | ErrorClass::BodyError => ("api_error", Some("upstream_unavailable"), "api_error"),
+            | ErrorClass::BodyError
+            | ErrorClass::InvalidBody => ("api_error", Some("upstream_unavailable"), "api_error"),
             ErrorClass::ClientCancelled | ErrorClass::Internal => {
                 ("server_error", None, "api_error")
             }
@@ -163,6 +181,272 @@ pub fn wants_trailers(headers: &HeaderMap) -> bool {
                 .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
         })
     })
+}
+
+// === the respond phase ===
+
+/// Where a completed answer is kept for exact repeats, when the route caches.
+pub type StoreIn = Option<(Arc<ResponseCache>, CacheKey)>;
+
+/// Answers with the attempt the client is committed to.
+pub async fn answer(
+    mut finisher: Finisher,
+    mut answer: Answer,
+    client_headers: &HeaderMap,
+    observe: bool,
+    total_at: Instant,
+    store_in: StoreIn,
+) -> Response {
+    answer.committed();
+    finisher.hold_inflight(answer.guard);
+    let parts = answer.parts;
+    match answer.body {
+        AnswerBody::Stream(mut body) => {
+            let status = parts.status;
+            let trailers = wants_trailers(client_headers);
+            let request_id = finisher.pending.request_id.clone();
+            finisher.pending.unobserved = !observe;
+            body.commit(finisher, status.as_u16(), trailers);
+            if let Some((cache, key)) = store_in {
+                body.with_capture(cache, key, content_type(&parts.headers));
+            }
+            if !observe {
+                body.unobserved();
+            }
+            let mut resp = Response::new(AxumBody::new(body));
+            *resp.status_mut() = status;
+            relay_headers(&parts.headers, resp.headers_mut());
+            resp.headers_mut()
+                .insert(REQUEST_ID, header_value(&request_id));
+            if trailers {
+                resp.headers_mut().insert(
+                    http::header::TRAILER,
+                    HeaderValue::from_static(
+                        "X-Laptime-Upstream-Ms, X-Laptime-TTFT-Ms, X-Laptime-Cached-Tokens, X-Laptime-Cache-Write-Tokens, X-Laptime-Hedge",
+                    ),
+                );
+            }
+            resp
+        }
+        AnswerBody::Whole(incoming) => {
+            let channel = answer.channel.name.clone();
+            let body = StampedBody::new(incoming, finisher.pending.t0);
+            whole(
+                finisher,
+                parts,
+                body,
+                &channel,
+                answer.start,
+                total_at,
+                store_in,
+            )
+            .await
+        }
+    }
+}
+
+/// Reads a whole answer, stamping its bytes where they arrive, and answers it with
+/// `Server-Timing`.
+async fn whole(
+    finisher: Finisher,
+    parts: http::response::Parts,
+    mut body: StampedBody<hyper::body::Incoming>,
+    channel: &str,
+    start: std::time::Duration,
+    total_at: Instant,
+    store_in: StoreIn,
+) -> Response {
+    let dialect = finisher.pending.dialect;
+    let read = tokio::time::timeout_at(total_at, (&mut body).collect()).await;
+    let mut summary = StreamSummary {
+        marks: Marks {
+            first_byte: body.first_byte,
+            upstream_done: body.end,
+            ..Marks::default()
+        },
+        outcome: None,
+        error_class: None,
+        tokens: Default::default(),
+        event_count: 0,
+        text_delta_count: 0,
+    };
+    let bytes = match read {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(_)) => Bytes::new(),
+        Err(_) => {
+            let err = GatewayError::new(
+                ErrorClass::Timeout,
+                "the upstream missed the total deadline",
+            );
+            let ending = Ending {
+                status: err.status().as_u16(),
+                outcome: Outcome::Timeout,
+                error_class: Some(ErrorClass::Timeout),
+                timeout_kind: Some(laptime_core::timeline::DeadlineKind::Total),
+                stream: Some(summary),
+            };
+            return error(finisher, &err, ending);
+        }
+    };
+    let end = if body.broke {
+        BodyEnd::Error
+    } else {
+        BodyEnd::Eof
+    };
+    let judged = whole_answer(dialect, parts.status.as_u16(), end, &bytes);
+    summary.outcome = Some(judged.outcome);
+    summary.error_class = judged.error_class;
+    summary.tokens = judged.tokens;
+    summary.text_delta_count = u32::from(judged.has_text);
+    let ending = Ending {
+        status: parts.status.as_u16(),
+        outcome: judged.outcome,
+        error_class: judged.error_class,
+        timeout_kind: None,
+        stream: Some(summary),
+    };
+    if body.broke {
+        let err = GatewayError::new(
+            ErrorClass::BodyError,
+            format!("upstream channel {channel:?} broke off its answer"),
+        );
+        let ending = Ending {
+            status: err.status().as_u16(),
+            ..ending
+        };
+        return error(finisher, &err, ending);
+    }
+    let mut marks = finisher.pending.marks;
+    marks.upstream_done = summary.marks.upstream_done;
+    let mut extra = HeaderMap::new();
+    if let Some(up) = upstream_ms(&marks) {
+        let mut timing = format!("upstream;dur={up}");
+        if let Some(h) = marks.upstream_headers.and_then(|h| h.checked_sub(start)) {
+            timing.push_str(&format!(", upstream-headers;dur={}", ms(h)));
+        }
+        extra.insert("server-timing", header_value(&timing));
+    }
+    if let (Some((cache, key)), Outcome::Completed) = (store_in, judged.outcome) {
+        cache.insert(
+            key,
+            CachedAnswer {
+                status: parts.status.as_u16(),
+                content_type: content_type(&parts.headers),
+                body: bytes.clone(),
+                stream: false,
+            },
+        );
+    }
+    buffered(finisher, parts.status, parts.headers, extra, bytes, ending)
+}
+
+/// No attempt gave an answer: the last failure, in the dialect's shape.
+pub fn failed(finisher: Finisher, e: AttemptError) -> Response {
+    let message = match e.deadline {
+        Some(kind) => format!(
+            "no upstream channel answered within the {} deadline",
+            kind.as_str()
+        ),
+        None => format!(
+            "no upstream channel could be reached ({})",
+            e.class.as_str()
+        ),
+    };
+    let err = GatewayError::new(e.class, message);
+    let ending = Ending {
+        status: err.status().as_u16(),
+        outcome: if matches!(e.class, ErrorClass::ConnectTimeout | ErrorClass::Timeout) {
+            Outcome::Timeout
+        } else {
+            Outcome::UpstreamError
+        },
+        error_class: Some(e.class),
+        timeout_kind: e.deadline,
+        stream: None,
+    };
+    error(finisher, &err, ending)
+}
+
+/// Replays a cached answer: the same bytes (a streamed answer replays its SSE), no upstream call,
+/// no upstream figures in-band; the record says `cached` with null ttft/upstream.
+pub fn cached(mut finisher: Finisher, hit: CachedAnswer) -> Response {
+    finisher.pending.cached = true;
+    let status = StatusCode::from_u16(hit.status).unwrap_or(StatusCode::OK);
+    let ending = Ending {
+        status: hit.status,
+        outcome: Outcome::CacheHit,
+        error_class: None,
+        timeout_kind: None,
+        stream: None,
+    };
+    let mut headers = HeaderMap::new();
+    if let Some(ct) = hit.content_type.as_deref() {
+        headers.insert(http::header::CONTENT_TYPE, header_value(ct));
+    }
+    headers.insert("x-laptime-cache", HeaderValue::from_static("hit"));
+    buffered(
+        finisher,
+        status,
+        HeaderMap::new(),
+        headers,
+        hit.body,
+        ending,
+    )
+}
+
+/// Answers with a gateway error in the dialect's shape, recorded as rejected.
+pub fn reject(finisher: Finisher, err: GatewayError) -> Response {
+    let ending = Ending::rejected(err.status().as_u16(), err.class);
+    error(finisher, &err, ending)
+}
+
+fn error(finisher: Finisher, err: &GatewayError, ending: Ending) -> Response {
+    let body = err.body(finisher.pending.dialect);
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    buffered(
+        finisher,
+        err.status(),
+        HeaderMap::new(),
+        headers,
+        body,
+        ending,
+    )
+}
+
+fn content_type(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// A whole answer: upstream headers relayed, then the gateway's own.
+fn buffered(
+    finisher: Finisher,
+    status: StatusCode,
+    upstream_headers: HeaderMap,
+    extra: HeaderMap,
+    body: Bytes,
+    ending: Ending,
+) -> Response {
+    let request_id = finisher.pending.request_id.clone();
+    let len = body.len();
+    let mut resp = Response::new(AxumBody::new(BufferedBody::new(body, finisher, ending)));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    relay_headers(&upstream_headers, h);
+    for (k, v) in extra {
+        if let Some(k) = k {
+            h.insert(k, v);
+        }
+    }
+    h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(REQUEST_ID, header_value(&request_id));
+    resp
 }
 
 #[cfg(test)]

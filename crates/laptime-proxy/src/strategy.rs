@@ -1,0 +1,373 @@
+//! Strategy: which attempts one request makes, all through [`attempt::dispatch`]. Hedging races
+//! the first two candidates to their first event; failover moves down the candidates while
+//! nothing has reached the client. Before the last candidate a streamed answer is read ahead to
+//! its first effective output (held, nothing released), so a stall before the first event or
+//! output, an early error event or an early close can still fail over; the last candidate is
+//! relayed at once, as there is nothing left to fail over to. Every attempt's marks live in the
+//! pending record from its dispatch on.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use laptime_core::timeline::{Attempt, AttemptRole, ErrorClass, Hedge};
+use tokio::time::Instant;
+
+use crate::attempt::{self, Answer, AttemptCtx, AttemptError, ErrorStatus};
+use crate::config::RouteConfig;
+use crate::observe::Until;
+use crate::record::Pending;
+use crate::routing::Route;
+
+/// Everything the strategy needs besides the request's shared context.
+pub struct Plan<'a> {
+    pub candidates: Vec<Route>,
+    pub policy: &'a RouteConfig,
+    /// The upstream body for a route (the model name may be mapped per channel).
+    pub body_for: &'a (dyn Fn(&Route) -> Bytes + Sync),
+}
+
+/// Runs the request's attempts; the answer the client is to be committed to, or the failure
+/// that ended them.
+pub async fn run(
+    ctx: &AttemptCtx<'_>,
+    pending: &mut Pending,
+    plan: Plan<'_>,
+) -> Result<Answer, AttemptError> {
+    let Plan {
+        candidates,
+        policy,
+        body_for,
+    } = plan;
+    let max_attempts = policy.failover.max_attempts.max(1) as usize;
+    let mut candidates = candidates.into_iter().peekable();
+    let mut made = 0;
+    let mut failure = None;
+    if let Some(h) = &policy.hedge {
+        let hedgeable = max_attempts >= 2
+            && candidates.len() >= 2
+            && candidates
+                .clone()
+                .take(2)
+                .all(|r| r.channel.circuit_available());
+        let pair = if hedgeable {
+            candidates.next().zip(candidates.next())
+        } else {
+            None
+        };
+        if let Some((primary, second)) = pair {
+            let raced = race(ctx, pending, body_for, h, primary, &second).await;
+            made += raced.made;
+            let mut rest: Vec<Route> = candidates.collect();
+            if raced.made == 1 {
+                // No hedge went out: the second candidate is still a failover candidate.
+                rest.insert(0, second);
+            }
+            candidates = rest.into_iter().peekable();
+            match raced.result {
+                Ok(mut answer) => {
+                    // The winner has its first event; while another candidate could take over,
+                    // hold the client until its first output too.
+                    if made >= max_attempts || candidates.peek().is_none() {
+                        return Ok(answer);
+                    }
+                    match answer.read_ahead(Until::FirstOutput).await {
+                        Ok(()) => return Ok(answer),
+                        Err(e) => {
+                            let i = raced.winner_index;
+                            failed(pending, i, &e, answer.first_byte());
+                            pending.attempts[i].won = false;
+                            failure = Some(e);
+                        }
+                    }
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+    }
+    while let Some(route) = candidates.next() {
+        if made == max_attempts {
+            break;
+        }
+        // An ejected channel is passed over without an attempt.
+        if !route.channel.circuit_acquire() {
+            failure.get_or_insert(AttemptError {
+                class: ErrorClass::CircuitOpen,
+                ..internal(pending.offset(Instant::now()))
+            });
+            continue;
+        }
+        let role = if made == 0 {
+            AttemptRole::Primary
+        } else {
+            AttemptRole::Failover
+        };
+        made += 1;
+        let last = made == max_attempts || candidates.peek().is_none();
+        let (i, start) = begin(pending, &route, role);
+        pending.marks.upstream_start = Some(start);
+        let errors = if last {
+            ErrorStatus::Answers
+        } else {
+            ErrorStatus::FailsOn(&policy.failover.on_status)
+        };
+        let body = body_for(&route);
+        let mut answer = match attempt::dispatch(ctx, &route, body, start, start, errors).await {
+            Ok(a) => a,
+            Err(e) => {
+                failed(pending, i, &e, None);
+                let retry = e.class.retryable() || e.status.is_some();
+                failure = Some(e);
+                if retry {
+                    continue;
+                }
+                break;
+            }
+        };
+        headed(pending, i, &answer);
+        if !last {
+            if let Err(e) = answer.read_ahead(Until::FirstOutput).await {
+                // Nothing reached the client: the answer is dropped (its connection closed)
+                // and the next candidate gets the request.
+                failed(pending, i, &e, answer.first_byte());
+                failure = Some(e);
+                continue;
+            }
+        }
+        won(pending, i, &answer);
+        return Ok(answer);
+    }
+    Err(failure.unwrap_or_else(|| internal(pending.offset(Instant::now()))))
+}
+
+/// Records a new attempt's dispatch; returns its index in the record and its start.
+fn begin(pending: &mut Pending, route: &Route, role: AttemptRole) -> (usize, Duration) {
+    let start = pending.offset(Instant::now());
+    pending.channel = Some(route.channel.name.clone());
+    pending.provider = Some(route.channel.provider.as_str().to_string());
+    pending.attempts.push(Attempt {
+        channel: route.channel.name.clone(),
+        role: role.as_str().into(),
+        won: false,
+        status: None,
+        error_class: None,
+        start: Some(start),
+        headers: None,
+        first_byte: None,
+        end: None,
+    });
+    (pending.attempts.len() - 1, start)
+}
+
+fn headed(pending: &mut Pending, i: usize, answer: &Answer) {
+    let a = &mut pending.attempts[i];
+    a.status = Some(answer.parts.status.as_u16());
+    a.headers = Some(answer.headers_at);
+}
+
+fn failed(pending: &mut Pending, i: usize, e: &AttemptError, first_byte: Option<Duration>) {
+    let a = &mut pending.attempts[i];
+    a.status = e.status.or(a.status);
+    a.headers = e.headers_at.or(a.headers);
+    a.first_byte = e.first_byte.or(first_byte);
+    a.error_class = Some(e.class);
+    a.end = Some(e.at);
+}
+
+/// The answering attempt: its channel and head become the request's.
+fn won(pending: &mut Pending, i: usize, answer: &Answer) {
+    let a = &mut pending.attempts[i];
+    a.won = true;
+    a.end = None;
+    pending.marks.upstream_headers = Some(answer.headers_at);
+    pending.channel = Some(answer.channel.name.clone());
+    pending.provider = Some(answer.channel.provider.as_str().to_string());
+    pending.channel_inflight = Some(answer.inflight);
+}
+
+type Sending<'f> = Pin<Box<dyn Future<Output = Result<Answer, AttemptError>> + Send + 'f>>;
+
+/// One racer: waiting for its head, then reading to its first event.
+enum Racer<'f> {
+    Sending(Sending<'f>),
+    Reading(Answer),
+    Out,
+}
+
+impl Racer<'_> {
+    fn live(&self) -> bool {
+        !matches!(self, Racer::Out)
+    }
+
+    /// Drives the racer to its first event (or a non-streamed head). Cancel-safe: its progress
+    /// is kept in `self`, so the race may drop this future and call it again.
+    async fn reach_first_event(&mut self) -> Result<(), AttemptError> {
+        if let Racer::Sending(f) = self {
+            match f.as_mut().await {
+                Ok(answer) => *self = Racer::Reading(answer),
+                Err(e) => {
+                    *self = Racer::Out;
+                    return Err(e);
+                }
+            }
+        }
+        match self {
+            Racer::Reading(answer) => answer.read_ahead(Until::FirstEvent).await,
+            Racer::Sending(_) | Racer::Out => std::future::pending().await,
+        }
+    }
+
+    /// Takes the racer out of the race; its answer, if it had a head.
+    fn take(&mut self) -> Option<Answer> {
+        match std::mem::replace(self, Racer::Out) {
+            Racer::Reading(a) => Some(a),
+            Racer::Sending(_) | Racer::Out => None,
+        }
+    }
+}
+
+/// The hedge's next step, when one went out.
+async fn hedge_step(
+    hedge: &mut Option<(usize, Racer<'_>)>,
+) -> Result<usize, (usize, AttemptError, Option<Duration>)> {
+    let Some((i, racer)) = hedge.as_mut() else {
+        return std::future::pending().await;
+    };
+    match racer.reach_first_event().await {
+        Ok(()) => Ok(*i),
+        Err(e) => Err((*i, e, racer.take().and_then(|a| a.first_byte()))),
+    }
+}
+
+struct Raced {
+    result: Result<Answer, AttemptError>,
+    /// Attempts made: 1 when no hedge went out.
+    made: usize,
+    winner_index: usize,
+}
+
+/// The primary, and after the hedge delay (within the budget) the second candidate, race to
+/// their first event; the first wins and the other is closed at once and recorded with the marks
+/// it reached. A primary that fails before the hedge goes out ends the race (the second
+/// candidate stays a failover candidate).
+async fn race(
+    ctx: &AttemptCtx<'_>,
+    pending: &mut Pending,
+    body_for: &(dyn Fn(&Route) -> Bytes + Sync),
+    h: &crate::config::HedgeConfig,
+    primary: Route,
+    second: &Route,
+) -> Raced {
+    let app = ctx.app;
+    let total = app.hedge_requests.fetch_add(1, Ordering::Relaxed) + 1;
+    let delay = match h.after_ms {
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => primary.channel.first_event_p95(),
+    };
+    let within_budget = (app.hedges_sent.load(Ordering::Relaxed) as f64) < h.budget * total as f64;
+    let hedge_at = delay.filter(|_| within_budget).map(|d| Instant::now() + d);
+    primary.channel.circuit_acquire();
+    let (pi, p_start) = begin(pending, &primary, AttemptRole::Primary);
+    pending.marks.upstream_start = Some(p_start);
+    let p_body = body_for(&primary);
+    let sending = attempt::dispatch(ctx, &primary, p_body, p_start, p_start, ErrorStatus::Fails);
+    let mut p = Racer::Sending(Box::pin(sending));
+    let mut hedge: Option<(usize, Racer<'_>)> = None;
+    let mut last_err = None;
+    let winner = loop {
+        let hedge_live = hedge.as_ref().is_some_and(|(_, r)| r.live());
+        if !p.live() && !hedge_live {
+            break None;
+        }
+        tokio::select! {
+            r = p.reach_first_event(), if p.live() => match r {
+                Ok(()) => break Some(pi),
+                Err(e) => {
+                    failed(pending, pi, &e, p.take().and_then(|a| a.first_byte()));
+                    last_err = Some(e);
+                }
+            },
+            r = hedge_step(&mut hedge), if hedge_live => match r {
+                Ok(i) => break Some(i),
+                Err((i, e, first_byte)) => {
+                    failed(pending, i, &e, first_byte);
+                    last_err = Some(e);
+                }
+            },
+            () = sleep_until_opt(hedge_at), if hedge.is_none() && p.live() => {
+                app.hedges_sent.fetch_add(1, Ordering::Relaxed);
+                second.channel.circuit_acquire();
+                let (hi, h_start) = begin(pending, second, AttemptRole::Hedge);
+                let body = body_for(second);
+                // A hedge's figures count from the primary's dispatch, like the primary's.
+                let sending =
+                    attempt::dispatch(ctx, second, body, h_start, p_start, ErrorStatus::Fails);
+                hedge = Some((hi, Racer::Sending(Box::pin(sending))));
+            }
+        }
+    };
+    let made = 1 + usize::from(hedge.is_some());
+    if hedge.is_some() {
+        pending.hedge = if winner == Some(pi) {
+            Hedge::Primary
+        } else {
+            Hedge::Hedge
+        };
+    }
+    // The loser is closed now (dropping it closes its connection) with the marks it reached.
+    let now = pending.offset(Instant::now());
+    let mut answer = None;
+    let racers = [Some((pi, &mut p)), hedge.as_mut().map(|(i, r)| (*i, r))];
+    for (i, racer) in racers.into_iter().flatten() {
+        let got = racer.take();
+        if Some(i) == winner {
+            answer = got;
+            continue;
+        }
+        let a = &mut pending.attempts[i];
+        if a.error_class.is_some() {
+            // Recorded when it failed.
+            continue;
+        }
+        if let Some(g) = &got {
+            a.status = Some(g.parts.status.as_u16());
+            a.headers = Some(g.headers_at);
+            a.first_byte = g.first_byte();
+        }
+        a.end = Some(now);
+    }
+    let result = match (winner, answer) {
+        (Some(i), Some(answer)) => {
+            headed(pending, i, &answer);
+            won(pending, i, &answer);
+            pending.marks.upstream_start = Some(p_start);
+            Ok(answer)
+        }
+        _ => Err(last_err.unwrap_or_else(|| internal(now))),
+    };
+    Raced {
+        result,
+        made,
+        winner_index: winner.unwrap_or(pi),
+    }
+}
+
+fn internal(at: Duration) -> AttemptError {
+    AttemptError {
+        class: ErrorClass::Internal,
+        deadline: None,
+        at,
+        status: None,
+        headers_at: None,
+        first_byte: None,
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
