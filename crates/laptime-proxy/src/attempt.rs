@@ -12,7 +12,6 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -22,6 +21,7 @@ use laptime_core::Dialect;
 use tokio::time::Instant;
 
 use crate::config::{Provider, TimeoutsConfig};
+use crate::connect::{Connector, MemoryConnect};
 use crate::observe::{ObservedBody, StreamDeadlines, Until};
 use crate::respond::{header_value, GatewayError};
 use crate::routing::{Channel, InflightGuard, Route};
@@ -279,7 +279,7 @@ fn retry_after(headers: &HeaderMap) -> Option<i64> {
     Some(secs.clamp(0, 3600) * 1_000_000)
 }
 
-pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type HttpClient = Client<Connector, Full<Bytes>>;
 
 /// Idle connections kept per upstream host. Each holds its buffers and a task; without a cap a
 /// burst of N concurrent streams leaves N idle connections (and their memory) for 90 s.
@@ -298,10 +298,19 @@ pub fn client(connect_timeout: Duration) -> Result<HttpClient, GatewayError> {
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
+    Ok(pooled(Connector::Net(https)))
+}
+
+/// A client whose connections are in-process pipes opened by `open` (tests under paused time).
+pub fn memory_client(open: MemoryConnect) -> HttpClient {
+    pooled(Connector::Memory(open))
+}
+
+fn pooled(connector: Connector) -> HttpClient {
+    Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(IDLE_PER_UPSTREAM)
-        .build(https))
+        .build(connector)
 }
 
 /// Client headers passed upstream as they are: the ones that change the answer's format or

@@ -5,7 +5,8 @@
 //! - [`ingress`]: request and trace ids, the borrowed parse of the body's top-level fields.
 //! - [`auth`]: bearer token → principal.
 //! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache.
-//! - [`attempt`]: one upstream call, the only place one is made, with its typed error.
+//! - [`attempt`]: one upstream call, the only place one is made, with its typed error;
+//!   [`connect`]: its connections (TCP and TLS, or in-process pipes for paused-time tests).
 //! - [`strategy`]: which attempts a request makes: hedging and failover over [`attempt`].
 //! - [`observe`]: the bodies that stamp marks as bytes arrive (one observer per attempt, held
 //!   until the client is committed to it) and record exactly once.
@@ -22,6 +23,7 @@ pub mod attempt;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod connect;
 pub mod dashboard;
 pub mod graphql;
 pub mod ingress;
@@ -55,6 +57,9 @@ pub struct App {
     /// An upstream client with the server's connect timeout, built at start (so a TLS setup
     /// problem stops the start); serving threads use their own, see [`App::client_for`].
     pub client: HttpClient,
+    /// In-process upstreams instead of the network, for tests under paused time: every attempt
+    /// uses this client.
+    pub memory_upstream: Option<HttpClient>,
     pub recorder: Recorder,
     pub store: Store,
     /// Observed once per finished request (the Finisher holds a handle).
@@ -88,6 +93,9 @@ impl App {
     /// This thread's client whose connect timeout is the route's (`timeouts.connect_ms`), else
     /// the server's. Cheap: a client is a handle to its pool.
     pub fn client_for(&self, connect_ms: Option<u64>) -> HttpClient {
+        if let Some(c) = &self.memory_upstream {
+            return c.clone();
+        }
         let ms = connect_ms.unwrap_or(self.config.server.connect_timeout_ms);
         CLIENTS.with(|clients| {
             let mut clients = clients.borrow_mut();

@@ -82,6 +82,17 @@ impl Gateway {
         store: Store,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Gateway, StartError> {
+        Self::start_with_upstream(config, store, env, None).await
+    }
+
+    /// As [`Gateway::start`], with every upstream connection opened by `memory` instead of the
+    /// network when it is given (tests under paused time).
+    pub async fn start_with_upstream(
+        config: Config,
+        store: Store,
+        env: &dyn Fn(&str) -> Option<String>,
+        memory: Option<crate::connect::MemoryConnect>,
+    ) -> Result<Gateway, StartError> {
         let (recorder, recorder_task) = Recorder::start(&store, config.server.recorder_queue)
             .map_err(|e| StartError(format!("recorder: {e}")))?;
         let needs_sim = config
@@ -113,6 +124,7 @@ impl Gateway {
             router: Router::new(channels),
             auth: Authenticator::new(store.clone()),
             client,
+            memory_upstream: memory.map(attempt::memory_client),
             recorder,
             store,
             config,

@@ -1,0 +1,525 @@
+//! The whole request path under paused tokio time, against in-memory upstreams (real HTTP/1.1
+//! bytes over in-process pipes, no socket): deadlines, failover and hedging happen at exactly
+//! the configured offsets, the upstreams see exactly the attempts expected, and the record (in
+//! a real SQLite store) carries every attempt's marks to the microsecond.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Uri};
+use http_body_util::channel::Channel;
+use http_body_util::BodyExt;
+use hyper_util::rt::TokioIo;
+use laptime_core::timeline::{ErrorClass, Hedge, Outcome, RequestRecord};
+use laptime_core::Dialect;
+use laptime_proxy::config::{ChannelConfig, Config, HedgeConfig, Models, Provider, RouteConfig};
+use laptime_proxy::connect::MemoryConnect;
+use laptime_proxy::server::Gateway;
+use laptime_store::{auth, records, Store};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// How an in-memory upstream answers: its head after `head_after`, then each frame at its
+/// offset from the head, then a close or a stall (the body stays open).
+#[derive(Clone)]
+struct Reply {
+    head_after: Duration,
+    status: u16,
+    frames: Vec<(Duration, String)>,
+    stall: bool,
+}
+
+impl Reply {
+    fn sse(head_after: u64, frames: &[(u64, &str)], stall: bool) -> Reply {
+        Reply {
+            head_after: ms(head_after),
+            status: 200,
+            frames: frames
+                .iter()
+                .map(|(t, f)| (ms(*t), f.to_string()))
+                .collect(),
+            stall,
+        }
+    }
+
+    fn status(head_after: u64, status: u16) -> Reply {
+        Reply {
+            head_after: ms(head_after),
+            status,
+            frames: vec![(ms(0), r#"{"error":{"message":"busy"}}"#.into())],
+            stall: false,
+        }
+    }
+}
+
+/// Each upstream (by host) and when each of its requests arrived, from the test's start.
+type Seen = Arc<Mutex<Vec<(String, Duration)>>>;
+
+async fn answer(reply: Reply) -> Result<http::Response<Channel<Bytes, Infallible>>, Infallible> {
+    tokio::time::sleep(reply.head_after).await;
+    let (mut tx, body) = Channel::<Bytes, Infallible>::new(16);
+    let head = Instant::now();
+    let content_type = if reply.status == 200 {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    tokio::spawn(async move {
+        for (at, frame) in reply.frames {
+            tokio::time::sleep_until(head + at).await;
+            if tx.send_data(Bytes::from(frame)).await.is_err() {
+                return;
+            }
+        }
+        if reply.stall {
+            // Keeps the body open until the gateway drops the connection.
+            let _open = tx;
+            std::future::pending::<()>().await;
+        }
+    });
+    Ok(http::Response::builder()
+        .status(reply.status)
+        .header("content-type", content_type)
+        .body(body)
+        .unwrap())
+}
+
+fn upstreams(replies: HashMap<String, Reply>, seen: Seen, origin: Instant) -> MemoryConnect {
+    Arc::new(move |uri: &Uri| {
+        let host = uri.host().unwrap_or_default().to_string();
+        let reply = replies
+            .get(&host)
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused))?;
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |_req| {
+                seen.lock().unwrap().push((host.clone(), origin.elapsed()));
+                answer(reply.clone())
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(server), svc)
+                .await;
+        });
+        Ok(client)
+    })
+}
+
+struct Gw {
+    gw: Gateway,
+    store: Store,
+    token: String,
+    workspace: String,
+    seen: Seen,
+    origin: Instant,
+    _dir: tempfile::TempDir,
+}
+
+fn channel(name: &str, priority: u32) -> ChannelConfig {
+    ChannelConfig {
+        name: name.into(),
+        provider: Provider::Sim,
+        base_url: Some(format!("http://{name}")),
+        api_key_env: None,
+        models: Models::List(vec!["m".into()]),
+        group: "default".into(),
+        priority,
+        weight: 1,
+        circuit: Default::default(),
+    }
+}
+
+/// A gateway whose channels `a`, `b`, … (tried in that order) are the in-memory upstreams.
+async fn gateway(replies: &[(&str, Reply)], route: impl FnOnce(&mut RouteConfig)) -> Gw {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_dir(dir.path()).unwrap();
+    let admin = store
+        .with_conn(|c| auth::bootstrap(c, None))
+        .unwrap()
+        .unwrap();
+    let mut cfg = Config::embedded_default(&|_| None);
+    cfg.channels = replies
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| channel(name, i as u32))
+        .collect();
+    let mut r = cfg.route_for("m").clone();
+    route(&mut r);
+    cfg.routes = vec![r];
+    cfg.server.data_dir = dir.path().to_path_buf();
+    cfg.validate(&|_| None).unwrap();
+    let seen = Seen::default();
+    let origin = Instant::now();
+    let replies = replies
+        .iter()
+        .map(|(n, r)| (n.to_string(), r.clone()))
+        .collect();
+    let open = upstreams(replies, seen.clone(), origin);
+    let gw = Gateway::start_with_upstream(cfg, store.clone(), &|_| None, Some(open))
+        .await
+        .unwrap();
+    Gw {
+        gw,
+        store,
+        token: admin.token,
+        workspace: admin.workspace.id,
+        seen,
+        origin,
+        _dir: dir,
+    }
+}
+
+impl Gw {
+    /// Sends one streamed request in `dialect` and reads the whole answer.
+    async fn call(&self, dialect: Dialect) -> (u16, String, RequestRecord) {
+        let body = match dialect {
+            Dialect::Chat => {
+                r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#
+            }
+            Dialect::Responses => r#"{"model":"m","stream":true,"input":"hi"}"#,
+            Dialect::Messages => {
+                r#"{"model":"m","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#
+            }
+        };
+        let req = Request::post(dialect.path())
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        assert_eq!(
+            self.origin.elapsed(),
+            Duration::ZERO,
+            "t0 is the test's start"
+        );
+        let resp = self.gw.router().oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let id = resp.headers()["x-laptime-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            String::from_utf8(bytes.to_vec()).unwrap(),
+            self.record(&id),
+        )
+    }
+
+    /// The stored record, waiting (in real time: the recorder is a thread) for its batch.
+    fn record(&self, id: &str) -> RequestRecord {
+        for _ in 0..500 {
+            let got = self
+                .store
+                .with_conn(|c| records::get(c, &self.workspace, id))
+                .unwrap();
+            if let Some(r) = got {
+                return r;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("request {id} was not recorded");
+    }
+
+    fn seen(&self) -> Vec<(String, Duration)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// One dialect's stream: a preamble event (no output), a text delta, and the terminal frame.
+struct Frames {
+    preamble: &'static str,
+    text: &'static str,
+    terminal: &'static str,
+}
+
+fn frames(dialect: Dialect) -> Frames {
+    match dialect {
+        Dialect::Chat => Frames {
+            preamble: "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+            text: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n",
+            terminal: "data: [DONE]\n\n",
+        },
+        Dialect::Responses => Frames {
+            preamble: "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n",
+            text: "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n",
+            terminal: "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+        },
+        Dialect::Messages => Frames {
+            preamble: "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+            text: "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+            terminal: "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        },
+    }
+}
+
+const DIALECTS: [Dialect; 3] = [Dialect::Chat, Dialect::Responses, Dialect::Messages];
+
+/// A healthy answer: head after 20 ms, preamble at +5, text at +10, terminal at +15.
+fn healthy(dialect: Dialect) -> Reply {
+    let f = frames(dialect);
+    Reply::sse(
+        20,
+        &[(5, f.preamble), (10, f.text), (15, f.terminal)],
+        false,
+    )
+}
+
+/// The client's bytes less the one timing comment block, which must sit right before the
+/// terminal frame.
+fn without_comment(text: &str, terminal: &str) -> String {
+    let at = text.find(": x-laptime-timing ").unwrap();
+    let end = at + text[at..].find("\n\n").unwrap() + 2;
+    assert!(text[end..].starts_with(terminal), "{text}");
+    format!("{}{}", &text[..at], &text[end..])
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_silent_before_its_first_event_fails_over_exactly_at_the_first_event_deadline() {
+    for dialect in DIALECTS {
+        let f = frames(dialect);
+        let gw = gateway(
+            &[("a", Reply::sse(10, &[], true)), ("b", healthy(dialect))],
+            |r| r.timeouts.first_event_ms = 300,
+        )
+        .await;
+        let (status, text, rec) = gw.call(dialect).await;
+        assert_eq!(status, 200, "{dialect}");
+        // The client gets only the backup's bytes, plus the comment.
+        assert_eq!(
+            without_comment(&text, f.terminal),
+            [f.preamble, f.text, f.terminal].concat()
+        );
+        assert_eq!(
+            gw.seen(),
+            vec![("a".to_string(), ms(0)), ("b".to_string(), ms(300))]
+        );
+        assert_eq!(rec.outcome, Outcome::Completed);
+        assert_eq!(rec.failover_count, 1);
+        let (a, b) = (&rec.attempts[0], &rec.attempts[1]);
+        assert_eq!((a.channel.as_str(), a.won), ("a", false));
+        assert_eq!(a.error_class, Some(ErrorClass::Timeout));
+        assert_eq!(
+            (a.start, a.headers, a.end),
+            (Some(ms(0)), Some(ms(10)), Some(ms(300)))
+        );
+        assert_eq!(a.first_byte, None);
+        assert_eq!(
+            (b.channel.as_str(), b.won, b.role.as_str()),
+            ("b", true, "failover")
+        );
+        assert_eq!((b.start, b.headers), (Some(ms(300)), Some(ms(320))));
+        let m = rec.marks;
+        assert_eq!(m.upstream_start, Some(ms(300)));
+        assert_eq!(m.upstream_headers, Some(ms(320)));
+        assert_eq!(m.first_byte, Some(ms(325)));
+        assert_eq!(m.first_event, Some(ms(325)));
+        assert_eq!(m.first_effective, Some(ms(330)));
+        assert_eq!(m.first_visible, Some(ms(330)));
+        assert_eq!(m.upstream_done, Some(ms(335)));
+        assert_eq!(rec.channel.as_deref(), Some("b"));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_with_only_a_preamble_fails_over_exactly_at_the_first_output_deadline() {
+    for dialect in DIALECTS {
+        let f = frames(dialect);
+        let gw = gateway(
+            &[
+                ("a", Reply::sse(10, &[(5, f.preamble)], true)),
+                ("b", healthy(dialect)),
+            ],
+            |r| r.timeouts.first_output_ms = 400,
+        )
+        .await;
+        let (status, text, rec) = gw.call(dialect).await;
+        assert_eq!(status, 200);
+        // One preamble: the first attempt's was held, never relayed.
+        assert_eq!(text.matches(f.preamble).count(), 1, "{dialect}: {text}");
+        assert_eq!(gw.seen()[1], ("b".to_string(), ms(400)));
+        let a = &rec.attempts[0];
+        assert_eq!(a.error_class, Some(ErrorClass::Timeout));
+        assert_eq!((a.first_byte, a.end), (Some(ms(15)), Some(ms(400))));
+        assert_eq!(rec.marks.first_visible, Some(ms(430)));
+        assert_eq!(rec.failover_count, 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_event_before_any_output_fails_over_when_it_arrives() {
+    let dialect = Dialect::Messages;
+    let f = frames(dialect);
+    let overloaded = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    let gw = gateway(
+        &[
+            (
+                "a",
+                Reply::sse(10, &[(5, f.preamble), (40, overloaded)], false),
+            ),
+            ("b", healthy(dialect)),
+        ],
+        |_| {},
+    )
+    .await;
+    let (status, text, rec) = gw.call(dialect).await;
+    assert_eq!(status, 200);
+    assert!(!text.contains("overloaded_error"), "{text}");
+    assert_eq!(gw.seen()[1], ("b".to_string(), ms(50)));
+    let a = &rec.attempts[0];
+    assert_eq!(a.error_class, Some(ErrorClass::StreamError));
+    assert_eq!(a.end, Some(ms(50)));
+    assert_eq!(rec.marks.upstream_start, Some(ms(50)));
+    assert_eq!(rec.outcome, Outcome::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_head_fails_over_exactly_at_the_headers_deadline_and_a_retryable_status_at_once()
+{
+    let dialect = Dialect::Chat;
+    let gw = gateway(
+        &[
+            ("a", Reply::sse(3_600_000, &[], false)),
+            ("b", Reply::status(30, 503)),
+            ("c", healthy(dialect)),
+        ],
+        |r| r.timeouts.headers_ms = 250,
+    )
+    .await;
+    let (status, _, rec) = gw.call(dialect).await;
+    assert_eq!(status, 200);
+    let seen = gw.seen();
+    assert_eq!(
+        seen,
+        vec![
+            ("a".to_string(), ms(0)),
+            ("b".to_string(), ms(250)),
+            ("c".to_string(), ms(280))
+        ]
+    );
+    let (a, b, c) = (&rec.attempts[0], &rec.attempts[1], &rec.attempts[2]);
+    assert_eq!(
+        (a.error_class, a.end),
+        (Some(ErrorClass::Timeout), Some(ms(250)))
+    );
+    assert_eq!(a.headers, None);
+    assert_eq!(
+        (b.status, b.error_class),
+        (Some(503), Some(ErrorClass::UpstreamStatus5xx))
+    );
+    assert_eq!((b.headers, b.end), (Some(ms(280)), Some(ms(280))));
+    assert!(c.won);
+    assert_eq!(rec.failover_count, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn alone_a_missed_headers_deadline_is_a_504_of_kind_headers() {
+    let gw = gateway(&[("a", Reply::sse(3_600_000, &[], false))], |r| {
+        r.timeouts.headers_ms = 250
+    })
+    .await;
+    let (status, text, rec) = gw.call(Dialect::Responses).await;
+    assert_eq!(status, 504, "{text}");
+    assert_eq!(rec.outcome, Outcome::Timeout);
+    assert_eq!(rec.timeout_kind.as_deref(), Some("headers"));
+    assert_eq!(rec.attempts[0].end, Some(ms(250)));
+    assert_eq!(rec.marks.handler_done, Some(ms(250)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_last_candidate_is_relayed_at_once_and_a_stall_after_output_ends_in_band_at_the_idle_deadline(
+) {
+    for dialect in DIALECTS {
+        let f = frames(dialect);
+        let gw = gateway(
+            &[("a", Reply::sse(10, &[(5, f.preamble), (10, f.text)], true))],
+            |r| r.timeouts.idle_ms = 1_000,
+        )
+        .await;
+        let (status, text, rec) = gw.call(dialect).await;
+        assert_eq!(status, 200);
+        // Everything the upstream sent, then the dialect's own error event; no terminal frame.
+        assert!(text.starts_with(&[f.preamble, f.text].concat()), "{text}");
+        assert!(text.contains("idle deadline"), "{dialect}: {text}");
+        assert!(!text.contains(f.terminal));
+        assert_eq!(rec.outcome, Outcome::Timeout);
+        assert_eq!(rec.timeout_kind.as_deref(), Some("idle"));
+        // The last byte came at 20 ms: idle fires exactly 1 s later.
+        assert_eq!(rec.marks.upstream_done, Some(ms(1_020)));
+        assert_eq!(rec.marks.first_visible, Some(ms(20)));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_goes_out_exactly_after_its_delay_and_the_first_event_wins() {
+    for dialect in DIALECTS {
+        let f = frames(dialect);
+        let slow = Reply::sse(
+            500,
+            &[(5, f.preamble), (10, f.text), (15, f.terminal)],
+            false,
+        );
+        let gw = gateway(&[("a", slow), ("b", healthy(dialect))], |r| {
+            r.hedge = Some(HedgeConfig {
+                after_ms: Some(100),
+                after: None,
+                budget: 1.0,
+            })
+        })
+        .await;
+        let (status, text, rec) = gw.call(dialect).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            without_comment(&text, f.terminal),
+            [f.preamble, f.text, f.terminal].concat()
+        );
+        assert!(text.contains("hedge=hedge"), "{text}");
+        assert_eq!(
+            gw.seen(),
+            vec![("a".to_string(), ms(0)), ("b".to_string(), ms(100))]
+        );
+        assert_eq!(rec.hedge, Hedge::Hedge);
+        let (a, b) = (&rec.attempts[0], &rec.attempts[1]);
+        assert_eq!(
+            (a.role.as_str(), a.won, a.error_class),
+            ("primary", false, None)
+        );
+        // The loser was closed when the hedge's first event came, before its own head.
+        assert_eq!((a.headers, a.end), (None, Some(ms(125))));
+        assert_eq!((b.role.as_str(), b.won), ("hedge", true));
+        assert_eq!((b.start, b.headers), (Some(ms(100)), Some(ms(120))));
+        // Figures count from the primary's dispatch.
+        assert_eq!(rec.marks.upstream_start, Some(ms(0)));
+        assert_eq!(rec.marks.first_event, Some(ms(125)));
+        assert_eq!(rec.failover_count, 0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_primary_that_answers_before_the_hedge_delay_sends_no_hedge() {
+    let dialect = Dialect::Chat;
+    let gw = gateway(&[("a", healthy(dialect)), ("b", healthy(dialect))], |r| {
+        r.hedge = Some(HedgeConfig {
+            after_ms: Some(100),
+            after: None,
+            budget: 1.0,
+        })
+    })
+    .await;
+    let (_, text, rec) = gw.call(dialect).await;
+    assert!(text.contains("hedge=none"), "{text}");
+    assert_eq!(gw.seen(), vec![("a".to_string(), ms(0))]);
+    assert_eq!(rec.hedge, Hedge::None);
+    assert_eq!(rec.attempts.len(), 1);
+    assert_eq!(rec.marks.first_visible, Some(ms(30)));
+}
