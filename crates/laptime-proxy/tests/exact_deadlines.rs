@@ -523,3 +523,69 @@ async fn a_primary_that_answers_before_the_hedge_delay_sends_no_hedge() {
     assert_eq!(rec.attempts.len(), 1);
     assert_eq!(rec.marks.first_visible, Some(ms(30)));
 }
+
+/// `frame` every `every` ms from `from` to `to` (offsets from the head).
+fn repeat(frame: &'static str, from: u64, every: u64, to: u64) -> Vec<(u64, &'static str)> {
+    (0..)
+        .map(|i| from + i * every)
+        .take_while(|t| *t <= to)
+        .map(|t| (t, frame))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_stream_deadline_after_the_commit_fires_exactly_with_its_own_kind() {
+    for dialect in DIALECTS {
+        let f = frames(dialect);
+        let heartbeat = ": keep-alive\n\n";
+        // (frames after a head at 10 ms, the route's deadlines, kind, when it fires)
+        let first_output = vec![(5, f.preamble)];
+        let mut progress = vec![(5, f.preamble), (10, f.text)];
+        progress.extend(repeat(heartbeat, 50, 50, 2_000));
+        let mut total = vec![(5, f.preamble)];
+        total.extend(repeat(f.text, 10, 50, 2_000));
+        let cases: [(Vec<(u64, &str)>, fn(&mut RouteConfig), &str, u64); 3] = [
+            (
+                first_output,
+                |r| r.timeouts.first_output_ms = 300,
+                "first_output",
+                300,
+            ),
+            // Heartbeats keep it from going idle, but they are not progress.
+            (progress, |r| r.timeouts.progress_ms = 300, "progress", 320),
+            (total, |r| r.timeouts.total_ms = 400, "total", 400),
+        ];
+        for (script, deadlines, kind, at) in cases {
+            let gw = gateway(&[("a", Reply::sse(10, &script, true))], deadlines).await;
+            let (status, text, rec) = gw.call(dialect).await;
+            assert_eq!(status, 200);
+            assert!(
+                text.contains(&format!("the {kind} deadline")),
+                "{dialect}: {text}"
+            );
+            assert_eq!(rec.outcome, Outcome::Timeout, "{dialect} {kind}");
+            assert_eq!(rec.timeout_kind.as_deref(), Some(kind));
+            assert_eq!(rec.marks.upstream_done, Some(ms(at)), "{dialect} {kind}");
+            assert_eq!(rec.marks.handler_done, Some(ms(at)), "{dialect} {kind}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_are_not_events_so_the_first_event_deadline_fires_through_them() {
+    let ping = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
+    let gw = gateway(
+        &[("a", Reply::sse(10, &repeat(ping, 0, 50, 5_000), true))],
+        |r| r.timeouts.first_event_ms = 400,
+    )
+    .await;
+    let (_, text, rec) = gw.call(Dialect::Messages).await;
+    assert!(
+        text.contains("event: ping") && text.contains("timeout_error"),
+        "{text}"
+    );
+    assert_eq!(rec.timeout_kind.as_deref(), Some("first_event"));
+    assert_eq!(rec.marks.first_byte, Some(ms(10)));
+    assert_eq!(rec.marks.first_event, None);
+    assert_eq!(rec.marks.handler_done, Some(ms(400)));
+}

@@ -171,20 +171,14 @@ async fn the_headers_deadline_fails_over_and_when_every_channel_misses_it_the_an
         cfg.routes.push(route("*", |t| t.headers_ms = 300));
     })
     .await;
-    let started = tokio::time::Instant::now();
+    // Over real sockets; its exact timing is proved under paused time (exact_deadlines.rs).
     let resp = h
         .post(path_for("messages"), &body_for("messages", "m", true))
         .await;
     assert_eq!(resp.status(), 200);
     let row = h.row(&id_of(&resp)).await;
-    assert!(started.elapsed() < Duration::from_millis(300 + 500));
     let a = row["attempts"].as_array().unwrap();
     assert_eq!(a[0]["error_class"], "timeout");
-    let waited = a[0]["end_ms"].as_f64().unwrap() - a[0]["start_ms"].as_f64().unwrap();
-    assert!(
-        (300.0..350.0).contains(&waited),
-        "headers deadline fired after {waited} ms"
-    );
     assert_eq!(row["outcome"], "completed");
 
     let resp = h
@@ -244,11 +238,6 @@ async fn after_the_commit_point_a_missed_deadline_is_an_in_band_error_event_neve
             _ => "event: message_start",
         };
         assert_eq!(text.matches(preamble).count(), 1, "{dialect}");
-        let done = row["other"]["timing"]["total_handler_ms"].as_f64().unwrap();
-        assert!(
-            done < 300.0 + 150.0,
-            "{dialect}: idle deadline fired at {done} ms"
-        );
         assert_eq!(
             row["text_delta_count"], 2,
             "the marks and counts seen so far are kept"
@@ -264,11 +253,6 @@ async fn after_the_commit_point_a_missed_deadline_is_an_in_band_error_event_neve
     let row = h.row(&id).await;
     assert_eq!(row["timeout_kind"], "first_event", "{row}");
     assert!(text.contains("event: ping") && text.contains("timeout_error"));
-    let done = row["other"]["timing"]["total_handler_ms"].as_f64().unwrap();
-    assert!(
-        (400.0..450.0).contains(&done),
-        "first-event deadline fired at {done} ms"
-    );
     h.stop().await;
 }
 
@@ -545,10 +529,7 @@ async fn a_slow_primary_is_hedged_and_the_hedge_wins_with_the_loser_closed() {
             (Some("hedge"), Some(true))
         );
         let hedge_start = a[1]["start_ms"].as_f64().unwrap() - a[0]["start_ms"].as_f64().unwrap();
-        assert!(
-            (100.0..200.0).contains(&hedge_start),
-            "hedge sent {hedge_start} ms after the primary"
-        );
+        assert!(hedge_start > 0.0, "the hedge went out after the primary");
         // ttft is measured from the primary's dispatch.
         let ttft = row["ttft_ms"].as_f64().unwrap();
         assert!(ttft >= hedge_start, "{ttft} < {hedge_start}");
@@ -741,60 +722,6 @@ async fn the_fault_matrix_in_every_dialect() {
             "no replay after the commit point"
         );
         assert_eq!(row["failover_count"], 0);
-    }
-    h.stop().await;
-}
-
-#[tokio::test]
-async fn each_stream_deadline_fires_on_time_with_its_own_kind() {
-    let h = start_with(|cfg, _| {
-        cfg.routes.push(route("*", |t| {
-            t.first_output_ms = 300;
-            t.progress_ms = 300;
-            t.idle_ms = 5_000;
-            t.total_ms = 5_000;
-        }));
-        let mut total = route("sim-trace-c", |t| t.total_ms = 400);
-        total.timeouts.idle_ms = 5_000;
-        cfg.routes.push(total);
-    })
-    .await;
-    let cases = [
-        // The first event comes at once, the first output never: first_output at 300 ms.
-        (
-            json!({"first_event_ms": 0, "first_text_ms": 5000}),
-            "sim-fast",
-            "first_output",
-            300.0,
-        ),
-        // Output, then silence: no progress for 300 ms after the last delta.
-        (
-            json!({"text_tokens": 2, "end": "stall"}),
-            "sim-fast",
-            "progress",
-            300.0,
-        ),
-        // A 20 s answer under a 400 ms total deadline.
-        (json!(null), "sim-trace-c", "total", 400.0),
-    ];
-    for dialect in DIALECTS {
-        for (script, model, kind, at) in &cases {
-            let mut body = body_for(dialect, model, true);
-            if !script.is_null() {
-                body["laptime_sim"] = script.clone();
-            }
-            let resp = h.post(path_for(dialect), &body).await;
-            let id = id_of(&resp);
-            resp.bytes().await.unwrap();
-            let row = h.row(&id).await;
-            assert_eq!(row["timeout_kind"], *kind, "{dialect}: {row}");
-            assert_eq!(row["outcome"], "timeout");
-            let done = row["other"]["timing"]["total_handler_ms"].as_f64().unwrap();
-            assert!(
-                done >= *at && done < at + 50.0,
-                "{dialect} {kind}: ended at {done} ms"
-            );
-        }
     }
     h.stop().await;
 }
@@ -1148,11 +1075,6 @@ async fn the_connect_timeout_fails_over_and_alone_is_a_504_of_kind_connect() {
         (a[0]["channel"].as_str(), a[0]["error_class"].as_str()),
         (Some("hung"), Some("connect_timeout")),
         "{row}"
-    );
-    let waited = a[0]["end_ms"].as_f64().unwrap() - a[0]["start_ms"].as_f64().unwrap();
-    assert!(
-        (250.0..300.0).contains(&waited),
-        "connect timeout fired after {waited} ms"
     );
     assert_eq!(
         (row["outcome"].as_str(), row["failover_count"].as_u64()),
