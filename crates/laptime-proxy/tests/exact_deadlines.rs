@@ -3,7 +3,11 @@
 //! the configured offsets, the upstreams see exactly the attempts expected, and the record (in
 //! a real SQLite store) carries every attempt's marks to the microsecond.
 
-#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -544,7 +548,13 @@ async fn each_stream_deadline_after_the_commit_fires_exactly_with_its_own_kind()
         progress.extend(repeat(heartbeat, 50, 50, 2_000));
         let mut total = vec![(5, f.preamble)];
         total.extend(repeat(f.text, 10, 50, 2_000));
-        let cases: [(Vec<(u64, &str)>, fn(&mut RouteConfig), &str, u64); 3] = [
+        type Case = (
+            Vec<(u64, &'static str)>,
+            fn(&mut RouteConfig),
+            &'static str,
+            u64,
+        );
+        let cases: [Case; 3] = [
             (
                 first_output,
                 |r| r.timeouts.first_output_ms = 300,
