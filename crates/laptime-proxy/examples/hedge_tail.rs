@@ -118,9 +118,9 @@ async fn run(hedge: bool, requests: usize, concurrency: usize) {
         failover: Default::default(),
         timeouts: TimeoutsConfig::default(),
         cache: None,
-        hedge: hedge.then(|| HedgeConfig {
+        hedge: hedge.then_some(HedgeConfig {
             after_ms: None,
-            after: Some("p95".into()),
+            after: Some(laptime_proxy::config::HedgeAfter::P95),
             budget: 0.1,
         }),
     }];

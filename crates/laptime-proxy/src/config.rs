@@ -202,9 +202,35 @@ static DEFAULT_ROUTE: std::sync::LazyLock<RouteConfig> = std::sync::LazyLock::ne
 #[serde(deny_unknown_fields)]
 pub struct HedgeConfig {
     pub after_ms: Option<u64>,
-    pub after: Option<String>,
+    pub after: Option<HedgeAfter>,
     #[serde(default = "default_hedge_budget")]
     pub budget: f64,
+}
+
+/// The adaptive hedge delays (`after = "p95"`); a name outside the set is refused when the
+/// config is read.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HedgeAfter {
+    /// The first channel's recent p95 time to first event.
+    P95,
+}
+
+/// When a hedge goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HedgeDelay {
+    After(std::time::Duration),
+    RecentP95,
+}
+
+impl HedgeConfig {
+    /// The delay this config names (validation makes sure it names exactly one).
+    pub fn delay(&self) -> HedgeDelay {
+        match (self.after_ms, self.after) {
+            (Some(ms), _) => HedgeDelay::After(std::time::Duration::from_millis(ms)),
+            (None, _) => HedgeDelay::RecentP95,
+        }
+    }
 }
 
 fn default_hedge_budget() -> f64 {
@@ -382,6 +408,37 @@ impl Config {
     /// Checks everything and reports every problem at once.
     pub fn validate(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigErrors> {
         let mut errs = Vec::new();
+        self.validate_server(&mut errs);
+        if self.channels.is_empty() {
+            errs.push("channels: at least one channel is needed".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, c) in self.channels.iter().enumerate() {
+            let key = format!("channels[{i}]");
+            if !c.name.trim().is_empty() && !names.insert(c.name.as_str()) {
+                errs.push(format!(
+                    "{key}.name: {:?} is used by another channel",
+                    c.name
+                ));
+            }
+            c.validate(&key, env, &mut errs);
+        }
+        let mut route_models = std::collections::HashSet::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            let key = format!("routes[{i}]");
+            if !r.model.trim().is_empty() && !route_models.insert(r.model.as_str()) {
+                errs.push(format!("{key}.model: {:?} has another route", r.model));
+            }
+            r.validate(&key, &mut errs);
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors(errs))
+        }
+    }
+
+    fn validate_server(&self, errs: &mut Vec<String>) {
         if self.server.listen.parse::<SocketAddr>().is_err() {
             errs.push(format!(
                 "server.listen: {:?} is not an address like 127.0.0.1:8080",
@@ -403,143 +460,125 @@ impl Config {
         if self.store.retention_interval_s == 0 {
             errs.push("store.retention_interval_s: must be positive".into());
         }
-        if self.channels.is_empty() {
-            errs.push("channels: at least one channel is needed".into());
-        }
-        let mut names = std::collections::HashSet::new();
-        for (i, c) in self.channels.iter().enumerate() {
-            let key = format!("channels[{i}]");
-            if c.name.trim().is_empty() {
-                errs.push(format!("{key}.name: must not be empty"));
-            } else if !names.insert(c.name.as_str()) {
-                errs.push(format!(
-                    "{key}.name: {:?} is used by another channel",
-                    c.name
-                ));
-            }
-            match (&c.base_url, c.provider) {
-                (None, Provider::Sim) => {}
-                (None, _) => errs.push(format!(
-                    "{key}.base_url: required for provider {}",
-                    c.provider.as_str()
-                )),
-                (Some(u), _) => {
-                    let ok = u.parse::<http::Uri>().ok().is_some_and(|uri| {
-                        matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
-                    });
-                    if !ok {
-                        errs.push(format!("{key}.base_url: {u:?} is not an http(s) URL"));
-                    }
-                }
-            }
-            match (&c.api_key_env, c.provider) {
-                (Some(var), _) if env(var).is_none() => errs.push(format!(
-                    "{key}.api_key_env: environment variable {var} is not set"
-                )),
-                (None, Provider::Openai | Provider::Anthropic) => errs.push(format!(
-                    "{key}.api_key_env: required for provider {}",
-                    c.provider.as_str()
-                )),
-                _ => {}
-            }
-            let pairs = c.models.pairs();
-            if pairs.is_empty() {
-                errs.push(format!("{key}.models: at least one model is needed"));
-            }
-            for (public, upstream) in pairs {
-                if public.trim().is_empty() || upstream.trim().is_empty() {
-                    errs.push(format!("{key}.models: model names must not be empty"));
-                }
-            }
-            if c.group.trim().is_empty() {
-                errs.push(format!("{key}.group: must not be empty"));
-            }
-        }
-        let mut route_models = std::collections::HashSet::new();
-        for (i, r) in self.routes.iter().enumerate() {
-            let key = format!("routes[{i}]");
-            if r.model.trim().is_empty() {
-                errs.push(format!("{key}.model: must not be empty"));
-            } else if !route_models.insert(r.model.as_str()) {
-                errs.push(format!("{key}.model: {:?} has another route", r.model));
-            }
-            if let Some(c) = &r.cache {
-                if c.ttl_s == 0 || c.max_entries == 0 {
-                    errs.push(format!(
-                        "{key}.cache: ttl_s and max_entries must be positive"
-                    ));
-                }
-            }
-            if let Some(h) = &r.hedge {
-                match (&h.after_ms, h.after.as_deref()) {
-                    (Some(_), None) | (None, Some("p95")) => {}
-                    (None, Some(other)) => errs.push(format!(
-                        "{key}.hedge.after: {other:?} is not supported (use \"p95\")"
-                    )),
-                    _ => errs.push(format!("{key}.hedge: give after_ms or after = \"p95\"")),
-                }
-                if !(h.budget > 0.0 && h.budget <= 1.0) {
-                    errs.push(format!("{key}.hedge.budget: must be in (0, 1]"));
-                }
-            }
-            if r.failover.max_attempts == 0 {
-                errs.push(format!("{key}.failover.max_attempts: must be at least 1"));
-            }
-            for s in &r.failover.on_status {
-                if !(400..=599).contains(s) {
-                    errs.push(format!(
-                        "{key}.failover.on_status: {s} is not an error status"
-                    ));
-                }
-            }
-            let t = &r.timeouts;
-            if t.connect_ms == Some(0) {
-                errs.push(format!("{key}.timeouts.connect_ms: must be positive"));
-            }
-            for (name, v) in [
-                ("headers_ms", t.headers_ms),
-                ("first_event_ms", t.first_event_ms),
-                ("first_output_ms", t.first_output_ms),
-                ("idle_ms", t.idle_ms),
-                ("progress_ms", t.progress_ms),
-                ("total_ms", t.total_ms),
-            ] {
-                if v == 0 {
-                    errs.push(format!("{key}.timeouts.{name}: must be positive"));
-                }
-            }
-        }
-        for (i, c) in self.channels.iter().enumerate() {
-            if c.weight == 0 {
-                errs.push(format!("channels[{i}].weight: must be positive"));
-            }
-            let cb = &c.circuit;
-            if cb.consecutive_failures == 0
-                || cb.min_requests == 0
-                || cb.window_s == 0
-                || cb.open_s == 0
-            {
-                errs.push(format!(
-                    "channels[{i}].circuit: counts and durations must be positive"
-                ));
-            }
-            if !(cb.error_rate > 0.0 && cb.error_rate <= 1.0) {
-                errs.push(format!(
-                    "channels[{i}].circuit.error_rate: must be in (0, 1]"
-                ));
-            }
-        }
-        if errs.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigErrors(errs))
-        }
     }
 
     /// The effective configuration as TOML. Secrets are only env-var names, so nothing is
     /// redacted by omission; values of the variables are never read into this text.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+impl ChannelConfig {
+    /// The problems of one channel, each under `key`.
+    fn validate(&self, key: &str, env: &dyn Fn(&str) -> Option<String>, errs: &mut Vec<String>) {
+        if self.name.trim().is_empty() {
+            errs.push(format!("{key}.name: must not be empty"));
+        }
+        match (&self.base_url, self.provider) {
+            (None, Provider::Sim) => {}
+            (None, _) => errs.push(format!(
+                "{key}.base_url: required for provider {}",
+                self.provider.as_str()
+            )),
+            (Some(u), _) => {
+                let ok = u.parse::<http::Uri>().ok().is_some_and(|uri| {
+                    matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
+                });
+                if !ok {
+                    errs.push(format!("{key}.base_url: {u:?} is not an http(s) URL"));
+                }
+            }
+        }
+        match (&self.api_key_env, self.provider) {
+            (Some(var), _) if env(var).is_none() => errs.push(format!(
+                "{key}.api_key_env: environment variable {var} is not set"
+            )),
+            (None, Provider::Openai | Provider::Anthropic) => errs.push(format!(
+                "{key}.api_key_env: required for provider {}",
+                self.provider.as_str()
+            )),
+            _ => {}
+        }
+        let pairs = self.models.pairs();
+        if pairs.is_empty() {
+            errs.push(format!("{key}.models: at least one model is needed"));
+        }
+        if pairs
+            .iter()
+            .any(|(public, upstream)| public.trim().is_empty() || upstream.trim().is_empty())
+        {
+            errs.push(format!("{key}.models: model names must not be empty"));
+        }
+        if self.group.trim().is_empty() {
+            errs.push(format!("{key}.group: must not be empty"));
+        }
+        if self.weight == 0 {
+            errs.push(format!("{key}.weight: must be positive"));
+        }
+        let cb = &self.circuit;
+        if cb.consecutive_failures == 0
+            || cb.min_requests == 0
+            || cb.window_s == 0
+            || cb.open_s == 0
+        {
+            errs.push(format!(
+                "{key}.circuit: counts and durations must be positive"
+            ));
+        }
+        if !(cb.error_rate > 0.0 && cb.error_rate <= 1.0) {
+            errs.push(format!("{key}.circuit.error_rate: must be in (0, 1]"));
+        }
+    }
+}
+
+impl RouteConfig {
+    /// The problems of one route, each under `key`.
+    fn validate(&self, key: &str, errs: &mut Vec<String>) {
+        if self.model.trim().is_empty() {
+            errs.push(format!("{key}.model: must not be empty"));
+        }
+        if let Some(c) = &self.cache {
+            if c.ttl_s == 0 || c.max_entries == 0 {
+                errs.push(format!(
+                    "{key}.cache: ttl_s and max_entries must be positive"
+                ));
+            }
+        }
+        if let Some(h) = &self.hedge {
+            if h.after_ms.is_some() == h.after.is_some() {
+                errs.push(format!("{key}.hedge: give after_ms or after = \"p95\""));
+            }
+            if !(h.budget > 0.0 && h.budget <= 1.0) {
+                errs.push(format!("{key}.hedge.budget: must be in (0, 1]"));
+            }
+        }
+        if self.failover.max_attempts == 0 {
+            errs.push(format!("{key}.failover.max_attempts: must be at least 1"));
+        }
+        for s in &self.failover.on_status {
+            if !(400..=599).contains(s) {
+                errs.push(format!(
+                    "{key}.failover.on_status: {s} is not an error status"
+                ));
+            }
+        }
+        let t = &self.timeouts;
+        if t.connect_ms == Some(0) {
+            errs.push(format!("{key}.timeouts.connect_ms: must be positive"));
+        }
+        for (name, v) in [
+            ("headers_ms", t.headers_ms),
+            ("first_event_ms", t.first_event_ms),
+            ("first_output_ms", t.first_output_ms),
+            ("idle_ms", t.idle_ms),
+            ("progress_ms", t.progress_ms),
+            ("total_ms", t.total_ms),
+        ] {
+            if v == 0 {
+                errs.push(format!("{key}.timeouts.{name}: must be positive"));
+            }
+        }
     }
 }
 
@@ -616,16 +655,20 @@ mod tests {
             cfg.route_for("other")
                 .hedge
                 .as_ref()
-                .and_then(|h| h.after.clone()),
-            Some("p95".to_string())
+                .map(HedgeConfig::delay),
+            Some(HedgeDelay::RecentP95)
         );
         let bad = Config::from_toml(
             "[[routes]]\nmodel = \"m\"\nhedge = { after = \"p50\" }\n",
             "bad.toml",
         )
-        .unwrap();
-        let errs = bad.validate(&env).unwrap_err().to_string();
-        assert!(errs.contains("routes[0].hedge.after"), "{errs}");
+        .unwrap_err()
+        .to_string();
+        assert!(
+            bad.contains("unknown variant `p50`, expected `p95`"),
+            "{bad}"
+        );
+        assert!(bad.contains("after"), "{bad}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use laptime_core::timeline::{Attempt, AttemptRole, ErrorClass, Hedge};
 use tokio::time::Instant;
 
 use crate::attempt::{self, Answer, AttemptCtx, AttemptError, ErrorStatus};
-use crate::config::RouteConfig;
+use crate::config::{HedgeConfig, HedgeDelay, RouteConfig};
 use crate::observe::Until;
 use crate::record::Pending;
 use crate::routing::Route;
@@ -256,15 +256,15 @@ async fn race(
     ctx: &AttemptCtx<'_>,
     pending: &mut Pending,
     body_for: &(dyn Fn(&Route) -> Bytes + Sync),
-    h: &crate::config::HedgeConfig,
+    h: &HedgeConfig,
     primary: Route,
     second: &Route,
 ) -> Raced {
     let app = ctx.app;
     let total = app.hedge_requests.fetch_add(1, Ordering::Relaxed) + 1;
-    let delay = match h.after_ms {
-        Some(ms) => Some(Duration::from_millis(ms)),
-        None => primary.channel.first_event_p95(),
+    let delay = match h.delay() {
+        HedgeDelay::After(d) => Some(d),
+        HedgeDelay::RecentP95 => primary.channel.first_event_p95(),
     };
     let within_budget = (app.hedges_sent.load(Ordering::Relaxed) as f64) < h.budget * total as f64;
     let hedge_at = delay.filter(|_| within_budget).map(|d| Instant::now() + d);
