@@ -146,6 +146,29 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    /// Every class, for tests and metrics that must cover them all.
+    pub const ALL: [ErrorClass; 19] = [
+        ErrorClass::ConnectFailed,
+        ErrorClass::ConnectTimeout,
+        ErrorClass::Tls,
+        ErrorClass::RateLimited,
+        ErrorClass::UpstreamStatus5xx,
+        ErrorClass::UpstreamStatus4xx,
+        ErrorClass::StreamError,
+        ErrorClass::ClosedEarly,
+        ErrorClass::BodyError,
+        ErrorClass::InvalidBody,
+        ErrorClass::Timeout,
+        ErrorClass::ClientCancelled,
+        ErrorClass::Unauthorized,
+        ErrorClass::Forbidden,
+        ErrorClass::BadRequest,
+        ErrorClass::PayloadTooLarge,
+        ErrorClass::UnknownModel,
+        ErrorClass::CircuitOpen,
+        ErrorClass::Internal,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::ConnectFailed => "connect_failed",
@@ -171,30 +194,7 @@ impl ErrorClass {
     }
 
     pub fn parse(s: &str) -> Option<ErrorClass> {
-        use ErrorClass::*;
-        [
-            ConnectFailed,
-            ConnectTimeout,
-            Tls,
-            RateLimited,
-            UpstreamStatus5xx,
-            UpstreamStatus4xx,
-            StreamError,
-            ClosedEarly,
-            BodyError,
-            InvalidBody,
-            Timeout,
-            ClientCancelled,
-            Unauthorized,
-            Forbidden,
-            BadRequest,
-            PayloadTooLarge,
-            UnknownModel,
-            CircuitOpen,
-            Internal,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
+        ErrorClass::ALL.into_iter().find(|c| c.as_str() == s)
     }
 
     pub fn fault(self) -> Fault {
@@ -455,11 +455,7 @@ mod tests {
         for o in Outcome::ALL {
             assert_eq!(Outcome::parse(o.as_str()), Some(o));
         }
-        for c in [
-            ErrorClass::ConnectFailed,
-            ErrorClass::Internal,
-            ErrorClass::StreamError,
-        ] {
+        for c in ErrorClass::ALL {
             assert_eq!(ErrorClass::parse(c.as_str()), Some(c));
         }
         for h in [Hedge::None, Hedge::Primary, Hedge::Hedge] {
