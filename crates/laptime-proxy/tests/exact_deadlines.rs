@@ -599,3 +599,109 @@ async fn heartbeats_are_not_events_so_the_first_event_deadline_fires_through_the
     assert_eq!(rec.marks.first_event, None);
     assert_eq!(rec.marks.handler_done, Some(ms(400)));
 }
+
+fn hedge_after(ms: u64) -> impl FnOnce(&mut RouteConfig) {
+    move |r| {
+        r.hedge = Some(HedgeConfig {
+            after_ms: Some(ms),
+            after: None,
+            budget: 1.0,
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_primary_that_fails_before_the_hedge_delay_fails_over_to_the_second_candidate_at_once() {
+    let dialect = Dialect::Responses;
+    let gw = gateway(
+        &[("a", Reply::status(30, 500)), ("b", healthy(dialect))],
+        hedge_after(100),
+    )
+    .await;
+    let (status, _, rec) = gw.call(dialect).await;
+    assert_eq!(status, 200);
+    // No hedge went out: the second candidate is a failover, sent when the primary failed.
+    assert_eq!(
+        gw.seen(),
+        vec![("a".to_string(), ms(0)), ("b".to_string(), ms(30))]
+    );
+    assert_eq!(rec.hedge, Hedge::None);
+    let (a, b) = (&rec.attempts[0], &rec.attempts[1]);
+    assert_eq!(
+        (a.status, a.error_class),
+        (Some(500), Some(ErrorClass::UpstreamStatus5xx))
+    );
+    assert_eq!(
+        (b.role.as_str(), b.won, b.start),
+        ("failover", true, Some(ms(30)))
+    );
+    assert_eq!(rec.failover_count, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_the_primary_fails_after_the_hedge_went_out_the_hedge_answers() {
+    let dialect = Dialect::Chat;
+    let gw = gateway(
+        &[("a", Reply::status(110, 503)), ("b", healthy(dialect))],
+        hedge_after(100),
+    )
+    .await;
+    let (status, text, rec) = gw.call(dialect).await;
+    assert_eq!(status, 200);
+    assert!(text.contains("hedge=hedge"), "{text}");
+    assert_eq!(
+        gw.seen(),
+        vec![("a".to_string(), ms(0)), ("b".to_string(), ms(100))]
+    );
+    let (a, b) = (&rec.attempts[0], &rec.attempts[1]);
+    // The primary's 503 came at 110 ms, after the hedge went out and before its first event.
+    assert_eq!((a.status, a.end), (Some(503), Some(ms(110))));
+    assert_eq!(a.error_class, Some(ErrorClass::UpstreamStatus5xx));
+    assert_eq!((b.won, b.headers), (true, Some(ms(120))));
+    assert_eq!(rec.marks.first_event, Some(ms(125)));
+    // The primary failed: that is a failover, counted, although the hedge was already out.
+    assert_eq!(rec.failover_count, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_race_winner_that_then_misses_its_first_output_fails_over_to_the_next_candidate() {
+    let dialect = Dialect::Messages;
+    let f = frames(dialect);
+    let gw = gateway(
+        &[
+            ("a", Reply::sse(3_600_000, &[], false)),
+            ("b", Reply::sse(10, &[(5, f.preamble)], true)),
+            ("c", healthy(dialect)),
+        ],
+        |r| {
+            hedge_after(100)(r);
+            r.timeouts.first_output_ms = 400;
+        },
+    )
+    .await;
+    let (status, text, rec) = gw.call(dialect).await;
+    assert_eq!(status, 200);
+    assert_eq!(text.matches(f.preamble).count(), 1, "{text}");
+    // b won the race at its first event (115 ms), then missed its first output at 100 + 400.
+    assert_eq!(
+        gw.seen(),
+        vec![
+            ("a".to_string(), ms(0)),
+            ("b".to_string(), ms(100)),
+            ("c".to_string(), ms(500))
+        ]
+    );
+    let (a, b, c) = (&rec.attempts[0], &rec.attempts[1], &rec.attempts[2]);
+    assert_eq!((a.won, a.error_class, a.end), (false, None, Some(ms(115))));
+    assert_eq!(
+        (b.won, b.error_class, b.end),
+        (false, Some(ErrorClass::Timeout), Some(ms(500)))
+    );
+    assert_eq!(b.first_byte, Some(ms(115)));
+    assert_eq!(
+        (c.role.as_str(), c.won, c.start),
+        ("failover", true, Some(ms(500)))
+    );
+    assert_eq!(rec.marks.upstream_start, Some(ms(500)));
+    assert_eq!(rec.failover_count, 1);
+}
