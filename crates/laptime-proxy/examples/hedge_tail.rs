@@ -128,7 +128,8 @@ async fn run(hedge: bool, requests: usize, concurrency: usize) {
     let gw = Gateway::start(cfg, store, &env).await.unwrap();
     let (listener, addr) = bind("127.0.0.1:0").await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(gw.serve(listener, async move {
+    let router = laptime_api::router(gw.app.clone());
+    let serving = tokio::spawn(gw.serve(listener, router, async move {
         let _ = stopped.await;
     }));
     let http = reqwest::Client::new();

@@ -54,6 +54,18 @@ impl std::fmt::Debug for Authenticator {
     }
 }
 
+/// What the router's auth layer found, put in the request's extensions for the proxy handler:
+/// the pipeline records a refused call (with its auth duration) and answers it in the dialect's
+/// error shape, so the layer passes the failure on instead of answering it.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    /// When the layer had the request head: the request's t0.
+    pub received: Instant,
+    pub result: Result<Principal, AuthFailure>,
+    /// The lookup and check (the `auth` phase).
+    pub took: Duration,
+}
+
 /// Why authentication did not produce a principal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthFailure {
@@ -100,6 +112,17 @@ impl Authenticator {
                     generation,
                 },
             );
+        }
+    }
+
+    /// Authenticates and times it, from now (the request's t0 when called on its head).
+    pub async fn check(&self, headers: &HeaderMap) -> Authenticated {
+        let received = Instant::now();
+        let result = self.authenticate(headers).await;
+        Authenticated {
+            received,
+            result,
+            took: received.elapsed(),
         }
     }
 

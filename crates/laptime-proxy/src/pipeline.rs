@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt;
-use crate::auth::AuthFailure;
+use crate::auth::{AuthFailure, Authenticated};
 use crate::cache::{self, CachedAnswer};
 use crate::hedge;
 use crate::ingress;
@@ -67,7 +67,14 @@ async fn hold_winner_to_first_output(
 /// Handles one proxied model call.
 pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> Response {
     // === ingress ===
-    let t0 = Instant::now();
+    let (mut parts, body) = req.into_parts();
+    // The router's auth layer authenticated the head and took t0; without that layer (a
+    // caller serving this handler alone) authenticate here, so the route is never open.
+    let authenticated = match parts.extensions.remove::<Authenticated>() {
+        Some(a) => a,
+        None => app.auth.check(&parts.headers).await,
+    };
+    let t0 = authenticated.received;
     let mut pending = Pending::new(
         t0,
         laptime_store::now_unix_us(),
@@ -75,7 +82,6 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         dialect,
     );
     pending.region = app.config.server.region.clone();
-    let (parts, body) = req.into_parts();
     let trace = ingress::trace(
         parts
             .headers
@@ -87,11 +93,9 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         .with_metrics(app.metrics.clone());
 
     // === auth ===
-    let started = Instant::now();
-    let principal = app.auth.authenticate(&parts.headers).await;
     let mut finisher = finisher;
-    finisher.pending.marks.auth = Some(finisher.pending.since(started));
-    let principal = match principal {
+    finisher.pending.marks.auth = Some(laptime_core::timeline::offset(authenticated.took));
+    let principal = match authenticated.result {
         Ok(p) => p,
         Err(AuthFailure::Unavailable) => {
             return reject(

@@ -93,12 +93,12 @@ async fn wait_rows(h: &Harness, token: &str, n: usize) {
 }
 
 const RECENT: &str = "query($w: ID!, $n: Int) { recentRequests(workspaceId: $w, limit: $n) {
-    requestId model provider channel group dialect stream status outcome classification flags ts
+    requestId model provider channel group dialect stream status outcome fault classification flags ts
     latencyMs ttftMs upstreamMs cacheReadTokens cacheWriteTokens failoverCount cached inputTokens
     outputTokens reasoningTokens eventCount textDeltaCount channelInflight
     timing { authMs distributionMs bodyReadMs upstreamHeadersMs firstSseEventMs firstResponseMs
       firstTextDeltaMs upstreamDoneMs totalHandlerMs visibleOutputTps }
-    attempts { channel role won status errorClass startMs headersMs firstByteMs endMs } } }";
+    attempts { channel role won status errorClass fault startMs headersMs firstByteMs endMs } } }";
 
 const USAGE: &str = "query($w: ID!, $g: [GroupDimension!], $f: UsageFilterInput) {
     usage(workspaceId: $w, window: {last: \"1h\"}, groupBy: $g, filter: $f) {
@@ -148,7 +148,7 @@ fn snapshot(name: &str, actual: &str) {
 
 #[test]
 fn the_graphql_schema_matches_its_snapshot() {
-    snapshot("schema.graphql", &laptime_proxy::graphql::sdl());
+    snapshot("schema.graphql", &laptime_api::graphql::sdl());
 }
 
 #[tokio::test]

@@ -138,6 +138,18 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Whether the database answers a trivial read (for `/readyz`), on the blocking pool.
+    pub async fn ping(&self) -> bool {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            store.with_conn(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
+        })
+        .await
+        .is_ok_and(|r| r.is_ok())
+    }
+}
+
 /// WAL pages between automatic checkpoints (4 KiB pages: ~80 MB).
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 20_000;
 

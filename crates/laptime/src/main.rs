@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use laptime_api::reports::{RollupOut, UsageReport, WindowInput};
 use laptime_core::views::RequestLogView;
-use laptime_proxy::config::{Config, DEFAULT_GROUP};
-use laptime_proxy::reports::{RollupOut, UsageReport, WindowInput};
+use laptime_proxy::config::{Config, Provider, DEFAULT_GROUP};
 use laptime_proxy::server::{bind, Gateway};
 use laptime_store::auth::{self, Scope};
 use laptime_store::{records, usage, Store};
@@ -357,7 +357,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::GraphqlSchema => {
-            out(&laptime_proxy::graphql::sdl());
+            out(&laptime_api::graphql::sdl());
             Ok(())
         }
         Command::Channels {
@@ -559,7 +559,7 @@ async fn channels(url: String, token: String, workspace: String) -> Result<(), S
     Ok(())
 }
 
-async fn serve(cfg: Config) -> Result<(), String> {
+async fn serve(mut cfg: Config) -> Result<(), String> {
     let store = Store::open_dir(&cfg.server.data_dir).map_err(|e| {
         format!(
             "opening the store in {}: {e}",
@@ -585,16 +585,45 @@ async fn serve(cfg: Config) -> Result<(), String> {
         )),
         None => {}
     }
+    let sim = start_embedded_sim(&mut cfg).await?;
     let gateway = Gateway::start(cfg, store, &env)
         .await
         .map_err(|e| e.to_string())?;
+    let router = laptime_api::router(gateway.app.clone());
     let shutdown = shutdown_signal();
     tracing::info!(%addr, "laptime listening");
     out(&format!("laptime listening on http://{addr}"));
-    gateway
-        .serve(listener, shutdown)
+    let served = gateway
+        .serve(listener, router, shutdown)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string());
+    if let Some(sim) = sim {
+        sim.abort();
+    }
+    served
+}
+
+/// Starts the in-process sim when a `sim` channel has no `base_url` (the embedded default's
+/// offline channel), and points those channels at it.
+async fn start_embedded_sim(
+    cfg: &mut Config,
+) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
+    let needs_sim = cfg
+        .channels
+        .iter()
+        .any(|c| c.provider == Provider::Sim && c.base_url.is_none());
+    if !needs_sim {
+        return Ok(None);
+    }
+    let (addr, handle) = laptime_sim::spawn_local(laptime_sim::Sim::new())
+        .await
+        .map_err(|e| format!("in-process sim: {e}"))?;
+    for c in &mut cfg.channels {
+        if c.provider == Provider::Sim && c.base_url.is_none() {
+            c.base_url = Some(format!("http://{addr}"));
+        }
+    }
+    Ok(Some(handle))
 }
 
 /// SIGINT or SIGTERM. The handlers are installed when this is called (not when the future is

@@ -1,14 +1,14 @@
-//! The read-back API: `GET /api/requests` and `GET /api/requests/{id}`, scoped to the token's
-//! workspace, in the snake_case request-log shape, with the usage API's filters; `GET /api/usage`,
-//! the usage rollup as JSON; plus `GET /v1/models`.
+//! The REST read-back API: `GET /api/requests` and `GET /api/requests/{id}`, scoped to the
+//! token's workspace, in the snake_case request-log shape, with the usage API's filters;
+//! `GET /api/usage`, the usage rollup as JSON. The router's auth layer has already found the
+//! principal (it is in the request's extensions); each handler checks the scope it needs.
 
-use std::sync::Arc;
-
-use axum::extract::{Path, Query};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use http::{HeaderMap, StatusCode};
+use axum::{Extension, Json};
+use http::StatusCode;
 use laptime_core::views::RequestLogView;
+use laptime_proxy::App;
 use laptime_store::auth::{Principal, Scope};
 use laptime_store::records;
 use laptime_store::usage::{self, GroupDim, UsageFilter};
@@ -17,8 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::reports::{FilterInput, UsageReport, WindowInput};
 use serde_json::json;
 
-use crate::auth::AuthFailure;
-use crate::App;
+use crate::ApiState;
 
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
@@ -40,7 +39,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
+pub(crate) fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
     ApiError {
         status,
         message: message.into(),
@@ -51,31 +50,19 @@ fn bad_request(message: impl Into<String>) -> ApiError {
     api_error(StatusCode::BAD_REQUEST, message)
 }
 
-/// Authenticates a management request and checks its scope.
-pub async fn principal(
-    app: &App,
-    headers: &HeaderMap,
-    needed: Scope,
-) -> Result<Principal, ApiError> {
-    match app.auth.authenticate(headers).await {
-        Ok(p) if p.scope.allows(needed) => Ok(p),
-        Ok(p) => Err(api_error(
-            StatusCode::FORBIDDEN,
-            format!(
-                "a {} token cannot do this; it needs {}",
-                p.scope.as_str(),
-                needed.as_str()
-            ),
-        )),
-        Err(AuthFailure::Unavailable) => Err(api_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "credentials could not be checked",
-        )),
-        Err(_) => Err(api_error(
-            StatusCode::UNAUTHORIZED,
-            "missing or invalid token",
-        )),
+/// Checks that the principal the auth layer found may do what a route needs (403 otherwise).
+pub fn require(p: &Principal, needed: Scope) -> Result<(), ApiError> {
+    if p.scope.allows(needed) {
+        return Ok(());
     }
+    Err(api_error(
+        StatusCode::FORBIDDEN,
+        format!(
+            "a {} token cannot do this; it needs {}",
+            p.scope.as_str(),
+            needed.as_str()
+        ),
+    ))
 }
 
 /// Query parameters of `GET /api/requests` and `GET /api/usage`: the usage API's filters and
@@ -192,11 +179,12 @@ async fn read<T: Send + 'static>(
 
 /// `GET /api/requests`: newest first, with the usage API's filters and an optional window.
 pub async fn list(
-    app: Arc<App>,
-    headers: HeaderMap,
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
     Query(q): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
-    let p = principal(&app, &headers, Scope::Read).await?;
+    require(&p, Scope::Read)?;
+    let app = s.app;
     let limit = parse_limit(q.limit.as_deref(), "limit", DEFAULT_LIMIT)?;
     let filter = q.filter()?;
     let window = q.explicit_window()?;
@@ -217,11 +205,12 @@ struct UsageBody {
 
 /// `GET /api/usage`: the usage rollup as JSON for scripts (same figures as GraphQL `usage`).
 pub async fn usage_report(
-    app: Arc<App>,
-    headers: HeaderMap,
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
     Query(q): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
-    let p = principal(&app, &headers, Scope::Read).await?;
+    require(&p, Scope::Read)?;
+    let app = s.app;
     let (from, to) = q
         .window()
         .resolve(laptime_store::now_unix_us())
@@ -245,38 +234,15 @@ pub async fn usage_report(
 
 /// `GET /api/requests/{id}`.
 pub async fn one(
-    app: Arc<App>,
-    headers: HeaderMap,
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let p = principal(&app, &headers, Scope::Read).await?;
+    require(&p, Scope::Read)?;
+    let app = s.app;
     match read(&app, move |c| records::get(c, &p.workspace_id, &id)).await? {
         Some(r) => Ok(Json(RequestLogView::new(&r)).into_response()),
         // Another workspace's id answers exactly like an id that does not exist.
         None => Err(api_error(StatusCode::NOT_FOUND, "no such request")),
     }
-}
-
-/// `GET /v1/models` in the OpenAI list shape, or Anthropic's when the client sends
-/// `anthropic-version`.
-pub async fn models(app: Arc<App>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let p = principal(&app, &headers, Scope::Proxy).await?;
-    let models = app.router.models(app.group_of(&p));
-    if headers.contains_key("anthropic-version") {
-        let data: Vec<_> = models
-            .iter()
-            .map(|(id, _)| json!({"type": "model", "id": id, "display_name": id, "created_at": "1970-01-01T00:00:00Z"}))
-            .collect();
-        let first = models.first().map(|m| m.0.clone());
-        let last = models.last().map(|m| m.0.clone());
-        return Ok(Json(
-            json!({"data": data, "has_more": false, "first_id": first, "last_id": last}),
-        )
-        .into_response());
-    }
-    let data: Vec<_> = models
-        .iter()
-        .map(|(id, owner)| json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
-        .collect();
-    Ok(Json(json!({"object": "list", "data": data})).into_response())
 }

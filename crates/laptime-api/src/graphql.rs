@@ -1,4 +1,4 @@
-//! The GraphQL usage API at `/graphql` (GraphiQL on GET): recent requests, one request, usage
+//! The GraphQL usage API at `POST /graphql` (the query page, [`crate::query_page`], on GET): recent requests, one request, usage
 //! rollups with percentiles, and admin mutations for workspaces and tokens.
 //!
 //! Tenant isolation: a `read` token reads only its own workspace, and asking for another
@@ -21,7 +21,10 @@ use crate::reports::{
     FilterInput, GroupDimension, RequestEvent, RollupOut, UsageGroup, UsageReport, WindowInput,
     WindowOut,
 };
-use crate::App;
+use crate::ApiState;
+use axum::extract::State;
+use axum::Extension;
+use laptime_proxy::App;
 
 pub type LaptimeSchema = Schema<Query, Mutation, EmptySubscription>;
 
@@ -495,30 +498,13 @@ impl Mutation {
 
 // === HTTP ===
 
-/// `POST /graphql`: authenticates the bearer token, then runs the query as that principal.
+/// `POST /graphql`: runs the query as the principal the router's auth layer found.
 pub async fn handle(
-    app: Arc<App>,
-    headers: http::HeaderMap,
+    State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     body: bytes::Bytes,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let errors = |status: http::StatusCode, message: &str| {
-        (
-            status,
-            axum::Json(serde_json::json!({"errors": [{"message": message}]})),
-        )
-            .into_response()
-    };
-    let principal = match app.auth.authenticate(&headers).await {
-        Ok(p) => p,
-        Err(crate::auth::AuthFailure::Unavailable) => {
-            return errors(
-                http::StatusCode::INTERNAL_SERVER_ERROR,
-                "credentials could not be checked",
-            )
-        }
-        Err(_) => return errors(http::StatusCode::UNAUTHORIZED, "missing or invalid token"),
-    };
     let request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -528,18 +514,20 @@ pub async fn handle(
             )
         }
     };
-    let response = app
-        .graphql
-        .execute(request.data(app.clone()).data(principal))
+    let response = s
+        .schema
+        .execute(request.data(s.app.clone()).data(principal))
         .await;
     axum::Json(response).into_response()
 }
 
-/// `GET /graphql`: the GraphiQL page (static; it holds no data and queries with the user's token).
-pub async fn graphiql() -> axum::response::Html<String> {
-    axum::response::Html(
-        async_graphql::http::GraphiQLSource::build()
-            .endpoint("/graphql")
-            .finish(),
+/// An answer in GraphQL's error shape, `{"errors": [{"message": …}]}` (the dashboard and GraphQL
+/// clients read the message from there, also on a 401).
+pub fn errors(status: http::StatusCode, message: &str) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        status,
+        axum::Json(serde_json::json!({"errors": [{"message": message}]})),
     )
+        .into_response()
 }
