@@ -8,10 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use http::StatusCode;
 use laptime_core::views::RequestLogView;
-use laptime_proxy::App;
 use laptime_store::auth::{Principal, Scope};
-use laptime_store::records;
-use laptime_store::usage::{self, GroupDim, UsageFilter};
+use laptime_store::usage::{GroupDim, UsageFilter};
 use serde::{Deserialize, Serialize};
 
 use crate::reports::{FilterInput, UsageReport, WindowInput};
@@ -137,7 +135,7 @@ impl LogQuery {
             return Ok(None);
         }
         self.window()
-            .resolve(laptime_store::now_unix_us())
+            .resolve(laptime_proxy::clock::now_unix_us())
             .map(Some)
             .map_err(bad_request)
     }
@@ -156,25 +154,15 @@ impl LogQuery {
     }
 }
 
-async fn read<T: Send + 'static>(
-    app: &App,
-    f: impl FnOnce(&mut laptime_store::Connection) -> laptime_store::Result<T> + Send + 'static,
-) -> Result<T, ApiError> {
-    let store = app.store.clone();
-    match tokio::task::spawn_blocking(move || store.with_conn(f)).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "request log read failed");
-            Err(api_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the request log could not be read",
-            ))
-        }
-        Err(_) => Err(api_error(
+/// A store answer, or the API's 500 (the cause is logged, not shown).
+fn read<T>(r: laptime_store::Result<T>) -> Result<T, ApiError> {
+    r.map_err(|e| {
+        tracing::error!(error = %e, "request log read failed");
+        api_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the request log could not be read",
-        )),
-    }
+        )
+    })
 }
 
 /// `GET /api/requests`: newest first, with the usage API's filters and an optional window.
@@ -188,10 +176,11 @@ pub async fn list(
     let limit = parse_limit(q.limit.as_deref(), "limit", DEFAULT_LIMIT)?;
     let filter = q.filter()?;
     let window = q.explicit_window()?;
-    let rows = read(&app, move |c| {
-        usage::recent_filtered(c, &p.workspace_id, &filter, window, limit)
-    })
-    .await?;
+    let rows = read(
+        app.store
+            .recent(&p.workspace_id, filter, window, limit)
+            .await,
+    )?;
     let views: Vec<RequestLogView> = rows.iter().map(RequestLogView::new).collect();
     Ok(Json(json!({ "requests": views })).into_response())
 }
@@ -213,18 +202,22 @@ pub async fn usage_report(
     let app = s.app;
     let (from, to) = q
         .window()
-        .resolve(laptime_store::now_unix_us())
+        .resolve(laptime_proxy::clock::now_unix_us())
         .map_err(bad_request)?;
     let filter = q.filter()?;
     let dims = q.group_by()?;
     let recent = parse_limit(q.recent.as_deref(), "recent", 20)?;
-    let (u, rows) = read(&app, move |c| {
-        let u = usage::usage(c, &p.workspace_id, from, to, &filter, &dims)?;
-        let window = Some((u.window.from_us, u.window.to_us));
-        let rows = usage::recent_filtered(c, &p.workspace_id, &filter, window, recent)?;
-        Ok((u, rows))
-    })
-    .await?;
+    let u = read(
+        app.store
+            .usage(&p.workspace_id, (from, to), filter.clone(), dims)
+            .await,
+    )?;
+    let window = Some((u.window.from_us, u.window.to_us));
+    let rows = read(
+        app.store
+            .recent(&p.workspace_id, filter, window, recent)
+            .await,
+    )?;
     Ok(Json(UsageBody {
         report: UsageReport::from(&u),
         recent: rows.iter().map(RequestLogView::new).collect(),
@@ -240,7 +233,7 @@ pub async fn one(
 ) -> Result<Response, ApiError> {
     require(&p, Scope::Read)?;
     let app = s.app;
-    match read(&app, move |c| records::get(c, &p.workspace_id, &id)).await? {
+    match read(app.store.record(&p.workspace_id, &id).await)? {
         Some(r) => Ok(Json(RequestLogView::new(&r)).into_response()),
         // Another workspace's id answers exactly like an id that does not exist.
         None => Err(api_error(StatusCode::NOT_FOUND, "no such request")),

@@ -34,7 +34,7 @@ async fn fixture(tweak: impl FnOnce(&mut Config)) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
     let admin = store
-        .with_conn(|c| auth::bootstrap(c, None))
+        .with_conn(|c| auth::bootstrap(c, None, laptime_proxy::clock::now_unix_us()))
         .unwrap()
         .unwrap()
         .token;
@@ -192,8 +192,18 @@ async fn missing_invalid_and_revoked_tokens_on_proxy_routes_get_401_in_the_diale
     let revoked = f
         .store
         .with_conn(|c| {
-            let t = auth::create_token(c, "default", Scope::Proxy)?;
-            manage::revoke_token(c, &t.workspace.id, &t.key_id)?;
+            let t = auth::create_token(
+                c,
+                "default",
+                Scope::Proxy,
+                laptime_proxy::clock::now_unix_us(),
+            )?;
+            manage::revoke_token(
+                c,
+                &t.workspace.id,
+                &t.key_id,
+                laptime_proxy::clock::now_unix_us(),
+            )?;
             Ok(t.token)
         })
         .unwrap();
@@ -238,8 +248,20 @@ async fn a_token_without_the_needed_scope_gets_403_in_the_routes_own_shape() {
         .store
         .with_conn(|c| {
             Ok((
-                auth::create_token(c, "default", Scope::Read)?.token,
-                auth::create_token(c, "default", Scope::Proxy)?.token,
+                auth::create_token(
+                    c,
+                    "default",
+                    Scope::Read,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
+                auth::create_token(
+                    c,
+                    "default",
+                    Scope::Proxy,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
             ))
         })
         .unwrap();

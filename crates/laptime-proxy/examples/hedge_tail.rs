@@ -103,7 +103,7 @@ async fn run(hedge: bool, requests: usize, concurrency: usize) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
     let token = store
-        .with_conn(|c| auth::bootstrap(c, None))
+        .with_conn(|c| auth::bootstrap(c, None, laptime_proxy::clock::now_unix_us()))
         .unwrap()
         .unwrap()
         .token;

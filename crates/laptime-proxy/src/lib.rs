@@ -3,7 +3,7 @@
 //! the router and hands it to [`server::Gateway::serve`].
 //!
 //! Modules in the order a request meets them:
-//! - [`config`]: the typed, validated configuration.
+//! - [`config`]: the typed, validated configuration; [`clock`]: the wall clock.
 //! - [`ingress`]: request and trace ids, the borrowed parse of the body's top-level fields.
 //! - [`auth`]: bearer token → principal (called once per request, by the router's auth layer).
 //! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache.
@@ -19,6 +19,7 @@
 pub mod attempt;
 pub mod auth;
 pub mod cache;
+pub mod clock;
 pub mod config;
 pub mod hedge;
 pub mod ingress;

@@ -77,7 +77,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     let t0 = authenticated.received;
     let mut pending = Pending::new(
         t0,
-        laptime_store::now_unix_us(),
+        crate::clock::now_unix_us(),
         ingress::request_id(),
         dialect,
     );
@@ -174,7 +174,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     let group = app.group_of(&principal);
     let candidates =
         app.router
-            .candidates(dialect, group, &head.model, laptime_store::now_unix_us());
+            .candidates(dialect, group, &head.model, crate::clock::now_unix_us());
     let policy = app.config.route_for(&head.model);
     finisher.pending.marks.distribution = Some(finisher.pending.since(started));
     finisher.pending.group = Some(group.to_string());
@@ -436,7 +436,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             channel.circuit_record(status == 429 || status >= 500);
         }
         if let Some(wait) = retry_after(response.headers()) {
-            channel.cool_down_until(laptime_store::now_unix_us() + wait);
+            channel.cool_down_until(crate::clock::now_unix_us() + wait);
         }
         attempt.status = Some(status);
         attempt.headers = Some(t2);

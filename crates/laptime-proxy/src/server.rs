@@ -228,26 +228,19 @@ async fn retention_job(app: Arc<App>) {
 /// One retention pass; returns how many requests were deleted.
 pub async fn run_retention(app: &Arc<App>) -> Option<usize> {
     let days = i64::from(app.config.store.retention_days);
-    let cutoff = laptime_store::now_unix_us() - days * 86_400_000_000;
-    let store = app.store.clone();
-    let deleted = tokio::task::spawn_blocking(move || {
-        store.with_conn(|c| {
-            laptime_store::records::delete_older_than_batched(c, cutoff, RETENTION_BATCH)
-        })
-    })
-    .await;
+    let cutoff = crate::clock::now_unix_us() - days * 86_400_000_000;
+    let deleted = app.store.delete_older_than(cutoff, RETENTION_BATCH).await;
     match deleted {
-        Ok(Ok(n)) => {
+        Ok(n) => {
             if n > 0 {
                 tracing::info!(deleted = n, retention_days = days, "retention pass");
             }
             Some(n)
         }
-        Ok(Err(e)) => {
+        Err(e) => {
             tracing::error!(error = %e, "retention pass failed");
             None
         }
-        Err(_) => None,
     }
 }
 

@@ -584,13 +584,27 @@ async fn metrics_need_an_admin_token_because_they_span_every_workspace() {
     assert_eq!(scrape(&h, Some(&h.token)).await.status(), 200);
     let read = h
         .store
-        .with_conn(|c| auth::create_token(c, "default", Scope::Read))
+        .with_conn(|c| {
+            auth::create_token(
+                c,
+                "default",
+                Scope::Read,
+                laptime_proxy::clock::now_unix_us(),
+            )
+        })
         .unwrap()
         .token;
     assert_eq!(scrape(&h, Some(&read)).await.status(), 403);
     let proxy = h
         .store
-        .with_conn(|c| auth::create_token(c, "default", Scope::Proxy))
+        .with_conn(|c| {
+            auth::create_token(
+                c,
+                "default",
+                Scope::Proxy,
+                laptime_proxy::clock::now_unix_us(),
+            )
+        })
         .unwrap()
         .token;
     assert_eq!(scrape(&h, Some(&proxy)).await.status(), 403);

@@ -30,13 +30,37 @@ fn tenants(h: &Harness) -> Tenants {
     h.store
         .with_conn(|c| {
             let a = auth::find_workspace(c, auth::DEFAULT_WORKSPACE)?.unwrap();
-            let b = auth::create_workspace(c, "team-b")?;
+            let b = auth::create_workspace(c, "team-b", laptime_proxy::clock::now_unix_us())?;
             Ok(Tenants {
-                a_proxy: auth::create_token(c, &a.id, Scope::Proxy)?.token,
-                a_read: auth::create_token(c, &a.id, Scope::Read)?.token,
+                a_proxy: auth::create_token(
+                    c,
+                    &a.id,
+                    Scope::Proxy,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
+                a_read: auth::create_token(
+                    c,
+                    &a.id,
+                    Scope::Read,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
                 a_admin: h.token.clone(),
-                b_read: auth::create_token(c, &b.id, Scope::Read)?.token,
-                b_proxy: auth::create_token(c, &b.id, Scope::Proxy)?.token,
+                b_read: auth::create_token(
+                    c,
+                    &b.id,
+                    Scope::Read,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
+                b_proxy: auth::create_token(
+                    c,
+                    &b.id,
+                    Scope::Proxy,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
                 a: a.id,
                 b: b.id,
             })
@@ -459,7 +483,14 @@ async fn a_revocation_made_by_another_process_applies_within_the_freshness_windo
     let h = start().await;
     let t = h
         .store
-        .with_conn(|c| auth::create_token(c, "default", Scope::Read))
+        .with_conn(|c| {
+            auth::create_token(
+                c,
+                "default",
+                Scope::Read,
+                laptime_proxy::clock::now_unix_us(),
+            )
+        })
         .unwrap();
     let (s, _) = h.gql(&t.token, "{ me { scope } }", json!({})).await;
     assert_eq!(s, 200);
@@ -471,7 +502,12 @@ async fn a_revocation_made_by_another_process_applies_within_the_freshness_windo
         .unwrap();
     assert!(h
         .store
-        .with_conn(|c| laptime_store::manage::revoke_token(c, &ws.id, &t.key_id))
+        .with_conn(|c| laptime_store::manage::revoke_token(
+            c,
+            &ws.id,
+            &t.key_id,
+            laptime_proxy::clock::now_unix_us()
+        ))
         .unwrap());
     let revoked_at = tokio::time::Instant::now();
     loop {

@@ -38,7 +38,7 @@ pub async fn start_with(tweak: impl FnOnce(&mut Config, &str)) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
     let token = store
-        .with_conn(|c| auth::bootstrap(c, None))
+        .with_conn(|c| auth::bootstrap(c, None, laptime_proxy::clock::now_unix_us()))
         .unwrap()
         .unwrap()
         .token;
