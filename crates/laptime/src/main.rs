@@ -13,7 +13,7 @@ use laptime_proxy::server::{bind, Gateway};
 use laptime_store::auth::{self, Scope};
 use laptime_store::{usage, Store};
 
-mod bench;
+use laptime_bench as bench;
 
 #[derive(Parser)]
 #[command(
