@@ -96,16 +96,29 @@ impl Outcome {
     }
 }
 
-/// Whose fault an error is: the answer decides retries, status codes and alerts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Whose fault an error is (DESIGN.md §1: `upstream`, `client`, `gateway`): the answer decides
+/// retries, status codes and alerts, and the read-back and metrics say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fault {
-    /// The client sent something wrong or went away.
-    Downstream,
     /// The provider failed or misbehaved.
     Upstream,
+    /// The client sent something wrong or went away.
+    Client,
     /// The gateway itself.
-    Internal,
+    Gateway,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 3] = [Fault::Upstream, Fault::Client, Fault::Gateway];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::Upstream => "upstream",
+            Fault::Client => "client",
+            Fault::Gateway => "gateway",
+        }
+    }
 }
 
 /// Why an attempt or a request failed, with a low-cardinality name for stores and metrics.
@@ -118,9 +131,12 @@ pub enum ErrorClass {
     Tls,
     /// Upstream answered 429.
     RateLimited,
-    /// Upstream answered 5xx.
+    /// Upstream answered 5xx. (snake_case alone would say `upstream_status5xx`; the name is
+    /// the one `as_str` gives and the store keeps.)
+    #[serde(rename = "upstream_status_5xx")]
     UpstreamStatus5xx,
     /// Upstream answered another 4xx (a problem with the request as sent).
+    #[serde(rename = "upstream_status_4xx")]
     UpstreamStatus4xx,
     /// An error event inside a 200 stream.
     StreamError,
@@ -146,7 +162,8 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
-    /// Every class, for tests and metrics that must cover them all.
+    /// Every class, in declaration order (a test checks the order against the discriminants,
+    /// so a class added to the enum but not here fails it).
     pub const ALL: [ErrorClass; 19] = [
         ErrorClass::ConnectFailed,
         ErrorClass::ConnectTimeout,
@@ -206,8 +223,8 @@ impl ErrorClass {
             }
             // A 4xx from upstream answers the client's request as forwarded.
             UpstreamStatus4xx | ClientCancelled | Unauthorized | Forbidden | BadRequest
-            | PayloadTooLarge | UnknownModel => Fault::Downstream,
-            Internal => Fault::Internal,
+            | PayloadTooLarge | UnknownModel => Fault::Client,
+            Internal => Fault::Gateway,
         }
     }
 
@@ -413,6 +430,28 @@ pub struct RequestRecord {
     pub trace_id: Option<String>,
 }
 
+impl RequestRecord {
+    /// Whose fault the request's failure was; `None` for a success. From the error class when
+    /// the record has one (the stored `error_class`, so old rows get it too); otherwise from the
+    /// outcome: a client that left, or a refusal, is the client's; an upstream error, close or
+    /// deadline, the upstream's.
+    pub fn fault(&self) -> Option<Fault> {
+        if self.outcome.is_success() {
+            return None;
+        }
+        if let Some(c) = self.error_class {
+            return Some(c.fault());
+        }
+        match self.outcome {
+            Outcome::ClientCancelled | Outcome::Rejected => Some(Fault::Client),
+            Outcome::UpstreamError | Outcome::UpstreamClosedEarly | Outcome::Timeout => {
+                Some(Fault::Upstream)
+            }
+            Outcome::Completed | Outcome::Incomplete | Outcome::CacheHit => None,
+        }
+    }
+}
+
 /// The offset of a mark from t0, truncated to the microsecond the store keeps, so that every
 /// figure computed in flight (in-band, `Server-Timing`) equals the one computed from the row.
 pub fn offset(t0_to_mark: Duration) -> Duration {
@@ -470,12 +509,43 @@ mod tests {
     }
 
     #[test]
+    fn every_error_class_round_trips_its_name_and_says_whose_fault_and_whether_to_retry() {
+        // ALL lists every variant once, in declaration order.
+        for (i, c) in ErrorClass::ALL.into_iter().enumerate() {
+            assert_eq!(c as usize, i, "{c:?} out of order in ErrorClass::ALL");
+        }
+        assert_eq!(
+            ErrorClass::ALL.len(),
+            ErrorClass::Internal as usize + 1,
+            "the last variant is listed"
+        );
+        let mut names = std::collections::HashSet::new();
+        for c in ErrorClass::ALL {
+            assert_eq!(ErrorClass::parse(c.as_str()), Some(c));
+            assert!(names.insert(c.as_str()), "{} named twice", c.as_str());
+            let serialized = serde_json::to_value(c).unwrap();
+            assert_eq!(serialized, c.as_str(), "serde and as_str agree");
+            assert!(Fault::ALL.contains(&c.fault()));
+            // Only a failure of the upstream is worth another attempt.
+            if c.retryable() {
+                assert_eq!(c.fault(), Fault::Upstream, "{c:?}");
+            }
+        }
+        assert_eq!(ErrorClass::parse("no_such_class"), None);
+        for f in Fault::ALL {
+            assert_eq!(serde_json::to_value(f).unwrap(), f.as_str());
+        }
+        assert_eq!(ErrorClass::Internal.fault(), Fault::Gateway);
+        assert_eq!(ErrorClass::Unauthorized.fault(), Fault::Client);
+    }
+
+    #[test]
     fn upstream_status_classes_say_whose_fault() {
         assert_eq!(ErrorClass::from_status(200), None);
         assert!(ErrorClass::from_status(503).is_some_and(|c| c.retryable()));
         assert!(ErrorClass::from_status(429).is_some_and(|c| c.retryable()));
         let bad = ErrorClass::from_status(400);
-        assert_eq!(bad.map(|c| c.fault()), Some(Fault::Downstream));
+        assert_eq!(bad.map(|c| c.fault()), Some(Fault::Client));
         assert!(!bad.is_some_and(|c| c.retryable()));
     }
 }

@@ -175,6 +175,8 @@ pub struct AttemptView {
     pub won: bool,
     pub status: Option<u16>,
     pub error_class: Option<&'static str>,
+    /// Whose fault the attempt's error was (`upstream`, `client`, `gateway`).
+    pub fault: Option<&'static str>,
     pub start_ms: Option<f64>,
     pub headers_ms: Option<f64>,
     pub first_byte_ms: Option<f64>,
@@ -189,6 +191,7 @@ impl AttemptView {
             won: a.won,
             status: a.status,
             error_class: a.error_class.map(|c| c.as_str()),
+            fault: a.error_class.map(|c| c.fault().as_str()),
             start_ms: opt_ms(a.start),
             headers_ms: opt_ms(a.headers),
             first_byte_ms: opt_ms(a.first_byte),
@@ -218,6 +221,8 @@ pub struct RequestLogView {
     pub outcome: &'static str,
     pub timeout_kind: Option<String>,
     pub error_class: Option<&'static str>,
+    /// Whose fault the failure was (`upstream`, `client`, `gateway`); null for a success.
+    pub fault: Option<&'static str>,
     pub classification: String,
     pub flags: Vec<String>,
     pub latency_ms: f64,
@@ -268,6 +273,7 @@ impl RequestLogView {
             outcome: r.outcome.as_str(),
             timeout_kind: r.timeout_kind.clone(),
             error_class: r.error_class.map(|c| c.as_str()),
+            fault: r.fault().map(|f| f.as_str()),
             classification: r.classification.clone(),
             flags: r.flags.clone(),
             latency_ms: latency_ms(&r.marks),
@@ -297,6 +303,7 @@ impl RequestLogView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timeline::ErrorClass;
 
     fn ms_d(v: u64) -> Option<Duration> {
         Some(Duration::from_millis(v))
@@ -422,14 +429,14 @@ mod tests {
             "request_id": "req_1", "workspace_id": "ws_1", "created_at": "2023-11-14T22:13:20Z",
             "model": "sim-trace-b", "provider": "sim", "channel": "sim", "group": "default",
             "dialect": "chat", "stream": true, "status": 200, "outcome": "completed",
-            "timeout_kind": null, "error_class": null, "classification": "visible_text_late",
+            "timeout_kind": null, "error_class": null, "fault": null, "classification": "visible_text_late",
             "flags": ["visible_text_late"], "latency_ms": 10202.0, "ttft_ms": 299.0,
             "upstream_ms": 10200.0, "input_tokens": 800, "output_tokens": 75,
             "reasoning_tokens": null, "cache_read_tokens": 512, "cache_write_tokens": null,
             "failover_count": 0, "cached": false, "hedge": "none", "event_count": 90,
             "text_delta_count": 75, "channel_inflight": 1, "trace_id": "t", "region": null,
             "attempts": [{"channel": "sim", "role": "primary", "won": true, "status": 200,
-                "error_class": null, "start_ms": 1.0, "headers_ms": 241.0,
+                "error_class": null, "fault": null, "start_ms": 1.0, "headers_ms": 241.0,
                 "first_byte_ms": 300.0, "end_ms": 10201.0}],
             "other": {"timing": {"auth_ms": 0.04, "distribution_ms": 0.005, "body_read_ms": 0.01,
                 "upstream_headers_ms": 240.0, "first_sse_event_ms": 311.0,
@@ -440,6 +447,26 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got, expected);
+
+        // A failure says whose fault it was, per request and per attempt.
+        let mut failed = record.clone();
+        failed.outcome = Outcome::UpstreamError;
+        failed.error_class = Some(ErrorClass::UpstreamStatus5xx);
+        failed.attempts[0].error_class = Some(ErrorClass::ConnectFailed);
+        let v = serde_json::to_value(RequestLogView::new(&failed)).unwrap();
+        assert_eq!(v["fault"], "upstream");
+        assert_eq!(v["attempts"][0]["fault"], "upstream");
+        failed.outcome = Outcome::ClientCancelled;
+        failed.error_class = None;
+        let v = serde_json::to_value(RequestLogView::new(&failed)).unwrap();
+        assert_eq!(
+            v["fault"], "client",
+            "from the outcome when there is no class"
+        );
+        failed.outcome = Outcome::Rejected;
+        failed.error_class = Some(ErrorClass::Internal);
+        let v = serde_json::to_value(RequestLogView::new(&failed)).unwrap();
+        assert_eq!(v["fault"], "gateway");
     }
 
     #[test]

@@ -103,7 +103,7 @@ async fn run(hedge: bool, requests: usize, concurrency: usize) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
     let token = store
-        .with_conn(|c| auth::bootstrap(c, None))
+        .with_conn(|c| auth::bootstrap(c, None, laptime_proxy::clock::now_unix_us()))
         .unwrap()
         .unwrap()
         .token;
@@ -128,7 +128,8 @@ async fn run(hedge: bool, requests: usize, concurrency: usize) {
     let gw = Gateway::start(cfg, store, &env).await.unwrap();
     let (listener, addr) = bind("127.0.0.1:0").await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(gw.serve(listener, async move {
+    let router = laptime_api::router(gw.app.clone());
+    let serving = tokio::spawn(gw.serve(listener, router, async move {
         let _ = stopped.await;
     }));
     let http = reqwest::Client::new();

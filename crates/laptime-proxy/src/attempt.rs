@@ -158,7 +158,7 @@ pub async fn dispatch(
     };
     let status = response.status().as_u16();
     if let Some(wait) = retry_after(response.headers()) {
-        channel.cool_down_until(laptime_store::now_unix_us() + wait);
+        channel.cool_down_until(crate::clock::now_unix_us() + wait);
     }
     let fails = match errors {
         ErrorStatus::Answers => false,

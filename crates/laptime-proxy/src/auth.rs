@@ -54,6 +54,18 @@ impl std::fmt::Debug for Authenticator {
     }
 }
 
+/// What the router's auth layer found, put in the request's extensions for the proxy handler:
+/// the pipeline records a refused call (with its auth duration) and answers it in the dialect's
+/// error shape, so the layer passes the failure on instead of answering it.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    /// When the layer had the request head: the request's t0.
+    pub received: Instant,
+    pub result: Result<Principal, AuthFailure>,
+    /// The lookup and check (the `auth` phase).
+    pub took: Duration,
+}
+
 /// Why authentication did not produce a principal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthFailure {
@@ -103,6 +115,17 @@ impl Authenticator {
         }
     }
 
+    /// Authenticates and times it, from now (the request's t0 when called on its head).
+    pub async fn check(&self, headers: &HeaderMap) -> Authenticated {
+        let received = Instant::now();
+        let result = self.authenticate(headers).await;
+        Authenticated {
+            received,
+            result,
+            took: received.elapsed(),
+        }
+    }
+
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthFailure> {
         let token = credential(headers).ok_or(AuthFailure::Missing)?;
         // Malformed tokens are refused before any lookup.
@@ -117,14 +140,12 @@ impl Authenticator {
         let generation = self.generation.load(Ordering::SeqCst);
         // Inline, not on a blocking thread: the lookup is one indexed read of a WAL database
         // (readers never wait for the writer), while a hand-off to the blocking pool costs two
-        // thread wake-ups per request (measured in benchmarks/).
-        let looked = self
-            .store
-            .with_conn(|c| auth::authenticate(c, token))
-            .map_err(|e| {
-                tracing::error!(error = %e, "token lookup failed");
-                AuthFailure::Unavailable
-            })?;
+        // thread wake-ups per request (measured in benchmarks/). `Store::authenticate` is the
+        // store's one inline method for this reason.
+        let looked = self.store.authenticate(token).map_err(|e| {
+            tracing::error!(error = %e, "token lookup failed");
+            AuthFailure::Unavailable
+        })?;
         let principal = looked.ok_or(AuthFailure::Invalid)?;
         self.remember(hash, &principal, generation);
         Ok(principal)

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 /// indexes on them grow at one end instead of splitting pages all over (the 80 random bits still
 /// make ids unguessable and unique).
 pub fn request_id() -> String {
-    let ms = (laptime_store::now_unix_us() / 1000).clamp(0, (1 << 48) - 1) as u64;
+    let ms = (crate::clock::now_unix_us() / 1000).clamp(0, (1 << 48) - 1) as u64;
     let mut b = [0u8; 16];
     b[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
     rand::thread_rng().fill_bytes(&mut b[6..]);
@@ -226,7 +226,7 @@ mod tests {
         assert!(a.starts_with("req_") && a.len() == 36, "{a}");
         assert!(a < b, "{a} then {b}");
         let ms = u64::from_str_radix(&a[4..16], 16).unwrap();
-        let now = (laptime_store::now_unix_us() / 1000) as u64;
+        let now = (crate::clock::now_unix_us() / 1000) as u64;
         assert!(now - ms < 1000, "{ms} vs {now}");
         let many: std::collections::HashSet<String> = (0..10_000).map(|_| request_id()).collect();
         assert_eq!(many.len(), 10_000);

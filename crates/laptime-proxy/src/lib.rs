@@ -1,9 +1,11 @@
-//! laptime's request path and its HTTP edges.
+//! laptime's request path: the proxy handlers and what they need. The read-back API, the
+//! dashboard and the route table with its auth layer are `laptime-api`'s; the binary assembles
+//! the router and hands it to [`server::Gateway::serve`].
 //!
 //! Modules in the order a request meets them:
-//! - [`config`]: the typed, validated configuration.
+//! - [`config`]: the typed, validated configuration; [`clock`]: the wall clock.
 //! - [`ingress`]: request and trace ids, the borrowed parse of the body's top-level fields.
-//! - [`auth`]: bearer token → principal.
+//! - [`auth`]: bearer token → principal (called once per request, by the router's auth layer).
 //! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache.
 //! - [`attempt`]: one upstream call, the only place one is made, with its typed error;
 //!   [`connect`]: its connections (TCP and TLS, or in-process pipes for paused-time tests).
@@ -13,25 +15,22 @@
 //! - [`respond`]: the last phase: commit to a stream, read a whole answer, error shapes.
 //! - [`record`]: assembling the record.
 //! - [`pipeline`]: the proxy handler: one function per phase, called in order.
-//! - [`api`]: reading records back; [`server`]: the router, serving and shutdown.
-//! - [`metrics`]: `GET /metrics`, observed once per finished record.
-//! - [`graphql`]: the usage API; [`reports`]: the read-back shapes GraphQL and REST share.
-//! - [`dashboard`]: the static dashboard page at `/`, which reads the usage API.
+//! - [`models`]: `GET /v1/models` for the SDKs.
+//! - [`server`]: starting the gateway, serving a router, shutdown and retention.
+//! - [`metrics`]: the registry, observed once per finished record.
 
-pub mod api;
 pub mod attempt;
 pub mod auth;
 pub mod cache;
+pub mod clock;
 pub mod config;
 pub mod connect;
-pub mod dashboard;
-pub mod graphql;
 pub mod ingress;
 pub mod metrics;
+pub mod models;
 pub mod observe;
 pub mod pipeline;
 pub mod record;
-pub mod reports;
 pub mod respond;
 pub mod routing;
 pub mod server;
@@ -64,8 +63,6 @@ pub struct App {
     pub store: Store,
     /// Observed once per finished request (the Finisher holds a handle).
     pub metrics: Arc<Metrics>,
-    /// The usage API's schema; the app and the principal are attached per request.
-    pub graphql: graphql::LaptimeSchema,
     /// Response caches by route model (only routes with `cache` have one).
     pub caches: std::collections::HashMap<String, Arc<cache::ResponseCache>>,
     /// Requests on hedged routes, and hedges sent: the budget's two counters.

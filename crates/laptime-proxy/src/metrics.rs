@@ -1,5 +1,6 @@
-//! `GET /metrics`: Prometheus text format (0.0.4), from the finished records and, at scrape
-//! time, from the router's channels and the recorder.
+//! The metrics registry: observed once per finished record on the request path, rendered in
+//! Prometheus text format (0.0.4) with, at scrape time, the router's channels and the recorder.
+//! The HTTP route (`GET /metrics`, its auth) is `laptime-api`'s.
 //!
 //! # When a request is counted
 //!
@@ -31,6 +32,8 @@
 //!   `incomplete`, `upstream_error`, `upstream_closed_early`, `client_cancelled`, `timeout`,
 //!   `rejected`, `cache_hit`); `classification`: the slow-request classification (`ok`,
 //!   `failed` or the first slow stage).
+//! - `fault`: whose fault a failed request was, `upstream`, `client` or `gateway` (from its
+//!   error class, else its outcome); `none` for a success.
 //! - `gen_ai_operation_name`: always `chat` (all three dialects are chat operations).
 //! - `error_type`: present only on series of requests whose outcome is not a success (success =
 //!   `completed`, `incomplete`, `cache_hit`); the record's error class (`connect_failed`,
@@ -55,7 +58,7 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `laptime_requests_total` | counter | `dialect`, `model`, `provider`, `channel`, `status`, `outcome`, `classification` | finished requests, one per record |
+//! | `laptime_requests_total` | counter | `dialect`, `model`, `provider`, `channel`, `status`, `outcome`, `classification`, `fault` | finished requests, one per record |
 //! | `laptime_upstream_headers_seconds` | histogram | `dialect`, `model`, `channel` | t2 − t1 (origin is the upstream start), when both present |
 //! | `laptime_first_event_seconds` | histogram | same | t3 − t0, when t3 present |
 //! | `laptime_first_effective_seconds` | histogram | same | t4 − t0, when t4 present |
@@ -92,7 +95,7 @@
 //!
 //! `/metrics` needs an `admin` token (none or an invalid one: 401; a `proxy` or `read` token:
 //! 403), unless `server.metrics_public = true`, which adds it to the routes that answer without a
-//! token ([`crate::server::unauthenticated`]). The values are instance-wide (no workspace label),
+//! token (`laptime_api::routes::unauthenticated`). The values are instance-wide (no workspace label),
 //! so a workspace's `read` token must not see them: that would show other tenants' traffic.
 
 use std::collections::HashMap;
@@ -100,12 +103,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
-use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, StatusCode};
 use laptime_core::slow;
 use laptime_core::timeline::{between, Marks, Outcome, RequestRecord};
 use laptime_core::Dialect;
-use laptime_store::auth::Scope;
 use laptime_store::recorder::Recorder;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto;
@@ -114,13 +114,6 @@ use prometheus::{
 };
 
 use crate::routing::Router;
-use crate::App;
-
-/// The route.
-pub const PATH: &str = "/metrics";
-
-/// The Prometheus text exposition format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// OTel `gen_ai.client.operation.duration` / `gen_ai.server.request.duration` boundaries (s);
 /// also every `laptime_*_seconds` histogram.
@@ -152,6 +145,9 @@ pub const NONE: &str = "_none";
 pub const OTHER_MODEL: &str = "_other";
 /// Distinct model label values kept before new names fold into [`OTHER_MODEL`].
 pub const MAX_MODELS: usize = 1000;
+
+/// The `fault` label of a request that did not fail.
+pub const NO_FAULT: &str = "none";
 
 /// `gen_ai.operation.name` for every dialect.
 const OPERATION: &str = "chat";
@@ -294,6 +290,7 @@ impl Metrics {
                 "status",
                 "outcome",
                 "classification",
+                "fault",
             ],
         )?;
         registry.register(Box::new(requests.clone()))?;
@@ -385,6 +382,7 @@ impl Metrics {
                         "200",
                         Outcome::Completed.as_str(),
                         slow::OK,
+                        NO_FAULT,
                     ])
                 })
                 .inc();
@@ -399,6 +397,7 @@ impl Metrics {
                     &status,
                     r.outcome.as_str(),
                     &r.classification,
+                    r.fault().map_or(NO_FAULT, |f| f.as_str()),
                 ])
                 .inc();
         }
@@ -647,26 +646,6 @@ fn counter(value: f64) -> proto::Metric {
     m
 }
 
-/// `GET /metrics`: authenticated with an `admin` token unless the route is public.
-pub async fn handler(app: Arc<App>, headers: HeaderMap) -> Response {
-    if !crate::server::unauthenticated(&app.config).contains(&PATH) {
-        if let Err(denied) = crate::api::principal(&app, &headers, Scope::Admin).await {
-            return denied.into_response();
-        }
-    }
-    match app.metrics.render(&app.router, &app.recorder) {
-        Ok(text) => ([(http::header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "rendering metrics failed");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "metrics could not be rendered",
-            )
-                .into_response()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use laptime_core::timeline::{ErrorClass, Hedge, RequestShape};
@@ -802,8 +781,8 @@ mod tests {
         }
         m.observe(&record("m0", Outcome::Completed, None));
         let t = text(&m);
-        assert!(t.contains(r#"laptime_requests_total{channel="main",classification="ok",dialect="responses",model="_other",outcome="completed",provider="openai",status="200"} 3"#));
-        assert!(t.contains(r#"laptime_requests_total{channel="main",classification="ok",dialect="responses",model="m0",outcome="completed",provider="openai",status="200"} 2"#));
+        assert!(t.contains(r#"laptime_requests_total{channel="main",classification="ok",dialect="responses",fault="none",model="_other",outcome="completed",provider="openai",status="200"} 3"#));
+        assert!(t.contains(r#"laptime_requests_total{channel="main",classification="ok",dialect="responses",fault="none",model="m0",outcome="completed",provider="openai",status="200"} 2"#));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use laptime_store::auth::{Principal, Scope};
 use tokio::time::Instant;
 
 use crate::attempt::AttemptCtx;
-use crate::auth::AuthFailure;
+use crate::auth::{AuthFailure, Authenticated};
 use crate::cache::{self, CachedAnswer};
 use crate::config::RouteConfig;
 use crate::ingress::{self, RequestHead, Trace};
@@ -29,9 +29,15 @@ use crate::App;
 
 /// Handles one proxied model call.
 pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> Response {
-    let (parts, body) = req.into_parts();
-    let (mut finisher, trace) = ingress(&app, dialect, &parts.headers);
-    let principal = match authenticate(&app, &mut finisher.pending, &parts.headers).await {
+    let (mut parts, body) = req.into_parts();
+    // The router's auth layer authenticated the head and took t0; without that layer (a caller
+    // serving this handler alone) authenticate here, so the route is never open.
+    let authenticated = match parts.extensions.remove::<Authenticated>() {
+        Some(a) => a,
+        None => app.auth.check(&parts.headers).await,
+    };
+    let (mut finisher, trace) = ingress(&app, dialect, &parts.headers, authenticated.received);
+    let principal = match authenticate(&mut finisher.pending, authenticated) {
         Ok(p) => p,
         Err(e) => return respond::reject(finisher, e),
     };
@@ -86,11 +92,11 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     .await
 }
 
-/// Ingress: t0 (the gateway has the request head), the request and trace ids.
-fn ingress(app: &App, dialect: Dialect, headers: &HeaderMap) -> (Finisher, Trace) {
-    let t0 = Instant::now();
+/// Ingress: the pending record from t0 (when the gateway had the request head), the request and
+/// trace ids.
+fn ingress(app: &App, dialect: Dialect, headers: &HeaderMap, t0: Instant) -> (Finisher, Trace) {
     let request_id = ingress::request_id();
-    let mut pending = Pending::new(t0, laptime_store::now_unix_us(), request_id, dialect);
+    let mut pending = Pending::new(t0, crate::clock::now_unix_us(), request_id, dialect);
     pending.region = app.config.server.region.clone();
     let trace = ingress::trace(headers.get("traceparent").and_then(|v| v.to_str().ok()));
     pending.trace_id = Some(trace.trace_id.clone());
@@ -99,17 +105,14 @@ fn ingress(app: &App, dialect: Dialect, headers: &HeaderMap) -> (Finisher, Trace
     (finisher, trace)
 }
 
-/// Auth: the bearer token (or `x-api-key`) → a principal allowed to call models, timed as
-/// `auth`.
-async fn authenticate(
-    app: &App,
+/// Auth: what the auth layer found (timed there as `auth`) must be a principal allowed to call
+/// models.
+fn authenticate(
     pending: &mut Pending,
-    headers: &HeaderMap,
+    authenticated: Authenticated,
 ) -> Result<Principal, GatewayError> {
-    let started = Instant::now();
-    let principal = app.auth.authenticate(headers).await;
-    pending.marks.auth = Some(pending.since(started));
-    let principal = principal.map_err(|f| match f {
+    pending.marks.auth = Some(laptime_core::timeline::offset(authenticated.took));
+    let principal = authenticated.result.map_err(|f| match f {
         AuthFailure::Unavailable => {
             GatewayError::new(ErrorClass::Internal, "credentials could not be checked")
         }
@@ -182,7 +185,7 @@ fn route<'a>(
 ) -> Result<Routed<'a>, GatewayError> {
     let started = Instant::now();
     let group = app.group_of(principal);
-    let now_us = laptime_store::now_unix_us();
+    let now_us = crate::clock::now_unix_us();
     let candidates = app
         .router
         .candidates(pending.dialect, group, &head.model, now_us);

@@ -1,59 +1,28 @@
-//! Serving: the axum router (every route with its declared auth), the listener with
-//! `TCP_NODELAY` (HTTP/1.1 and h2c), the in-process sim, and graceful shutdown: stop accepting,
-//! let streams in flight finish within a bounded drain, flush every record.
+//! Serving: starting a gateway (store, recorder, channels, retention), serving a router built
+//! by the caller on the listener with `TCP_NODELAY` (HTTP/1.1 and h2c), and graceful shutdown:
+//! stop accepting, let streams in flight finish within a bounded drain, flush every record.
 //!
-//! Auth is per route: a route answers without a token only when [`unauthenticated`] lists it,
-//! and that list is the constant [`UNAUTHENTICATED`] (`/healthz`, `/readyz`, the static GraphiQL
-//! and dashboard pages) plus the configured extra (`/metrics` when `server.metrics_public =
-//! true`). Every other route authenticates in its handler.
+//! The routes, and the one auth layer over them, are `laptime_api::routes`'; the embedded sim
+//! is started by the binary (a `sim` channel without a `base_url` gets its address there).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::response::IntoResponse;
-use axum::routing::{get, post};
-use laptime_core::Dialect;
 use laptime_store::recorder::{Recorder, RecorderTask};
 use laptime_store::Store;
 
 use crate::auth::Authenticator;
-use crate::config::{Config, Provider};
-use crate::metrics::{self, Metrics};
+use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::routing::{Channel, Router};
-use crate::{api, attempt, dashboard, graphql, pipeline, App};
+use crate::{attempt, App};
 
-/// Routes that always answer without a token. [`unauthenticated`] adds the configured extra.
-/// `GET /graphql` is the static GraphiQL page: it holds no data, and the queries it sends are
-/// `POST /graphql`, which authenticates. `GET /` and `GET /assets/*` are the dashboard's static
-/// page, script and style ([`dashboard`]): they hold no data either, and the page queries
-/// `POST /graphql` with the user's token.
-pub const UNAUTHENTICATED: [&str; 5] = [
-    "/healthz",
-    "/readyz",
-    "GET /graphql",
-    "GET /",
-    "GET /assets/*",
-];
-
-/// Every route that answers without a token under `config`: [`UNAUTHENTICATED`], plus
-/// [`metrics::PATH`] when `server.metrics_public` is set. Every other route authenticates in its
-/// handler.
-pub fn unauthenticated(config: &Config) -> Vec<&'static str> {
-    let mut routes = UNAUTHENTICATED.to_vec();
-    if config.server.metrics_public {
-        routes.push(metrics::PATH);
-    }
-    routes
-}
-
-/// A gateway ready to serve: the app, the recorder's writer and the in-process sim (if any).
+/// A gateway ready to serve: the app, the recorder's writer and the retention job.
 pub struct Gateway {
     pub app: Arc<App>,
     recorder_task: RecorderTask,
-    sim: Option<tokio::task::JoinHandle<()>>,
     retention: tokio::task::JoinHandle<()>,
 }
 
@@ -75,8 +44,9 @@ impl std::fmt::Display for StartError {
 impl std::error::Error for StartError {}
 
 impl Gateway {
-    /// Opens the store, starts the recorder and the in-process sim, and builds the channels.
-    /// `env` reads provider keys (by the names the config gives).
+    /// Starts the recorder and the retention job and builds the channels. `env` reads provider
+    /// keys (by the names the config gives). Every channel needs its `base_url` by now: the
+    /// binary fills in the embedded sim's for a `sim` channel without one.
     pub async fn start(
         config: Config,
         store: Store,
@@ -93,29 +63,18 @@ impl Gateway {
         env: &dyn Fn(&str) -> Option<String>,
         memory: Option<crate::connect::MemoryConnect>,
     ) -> Result<Gateway, StartError> {
+        let mut channels = Vec::with_capacity(config.channels.len());
+        for c in &config.channels {
+            let Some(base) = c.base_url.clone() else {
+                return Err(StartError(format!(
+                    "channel {:?} has no base_url (the embedded sim's is filled in by `laptime serve`)",
+                    c.name
+                )));
+            };
+            channels.push(Arc::new(Channel::from_config(c, base, env)));
+        }
         let (recorder, recorder_task) = Recorder::start(&store, config.server.recorder_queue)
             .map_err(|e| StartError(format!("recorder: {e}")))?;
-        let needs_sim = config
-            .channels
-            .iter()
-            .any(|c| c.provider == Provider::Sim && c.base_url.is_none());
-        let mut sim = None;
-        let mut sim_base = String::new();
-        if needs_sim {
-            let (addr, handle) = laptime_sim::spawn_local(laptime_sim::Sim::new())
-                .await
-                .map_err(|e| StartError(format!("in-process sim: {e}")))?;
-            sim_base = format!("http://{addr}");
-            sim = Some(handle);
-        }
-        let channels = config
-            .channels
-            .iter()
-            .map(|c| {
-                let base = c.base_url.clone().unwrap_or_else(|| sim_base.clone());
-                Arc::new(Channel::from_config(c, base, env))
-            })
-            .collect();
         let client = attempt::client(Duration::from_millis(config.server.connect_timeout_ms))
             .map_err(|e| StartError(e.message))?;
         let metrics = Metrics::new().map_err(|e| StartError(format!("metrics: {e}")))?;
@@ -129,7 +88,6 @@ impl Gateway {
             store,
             config,
             metrics: Arc::new(metrics),
-            graphql: graphql::schema(),
             caches: config_caches(&config_for_caches),
             hedge_requests: std::sync::atomic::AtomicU64::new(0),
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
@@ -138,16 +96,11 @@ impl Gateway {
         Ok(Gateway {
             app,
             recorder_task,
-            sim,
             retention,
         })
     }
 
-    pub fn router(&self) -> axum::Router {
-        router(self.app.clone())
-    }
-
-    /// Serves on `listener` until `shutdown` resolves, then drains streams in flight for at most
+    /// Serves `router` (every serving thread gets a clone) on `listener` until `shutdown` resolves, then drains streams in flight for at most
     /// the configured drain time and flushes the recorder.
     ///
     /// Connections are served by `server.threads` threads (default: one per core), each with
@@ -159,6 +112,7 @@ impl Gateway {
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
+        router: axum::Router,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let drain = Duration::from_secs(self.app.config.server.drain_s);
@@ -173,12 +127,12 @@ impl Gateway {
         let mut serving = Vec::with_capacity(threads);
         for i in 0..threads {
             let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-            let (listener, app) = (listener.try_clone()?, self.app.clone());
+            let (listener, router) = (listener.try_clone()?, router.clone());
             let (stop, cut) = (stop_rx.clone(), cut_rx.clone());
             std::thread::Builder::new()
                 .name(format!("laptime-serve-{i}"))
                 .spawn(move || {
-                    let _ = done_tx.send(serve_thread(listener, app, stop, cut));
+                    let _ = done_tx.send(serve_thread(listener, router, stop, cut));
                 })?;
             serving.push(done_rx);
         }
@@ -218,9 +172,6 @@ impl Gateway {
             tracing::error!("the recorder did not flush in time");
         }
         self.retention.abort();
-        if let Some(sim) = self.sim {
-            sim.abort();
-        }
         Ok(())
     }
 }
@@ -230,7 +181,7 @@ impl Gateway {
 /// open: those streams end and record themselves as they drop).
 fn serve_thread(
     listener: std::net::TcpListener,
-    app: Arc<App>,
+    router: axum::Router,
     mut stop: tokio::sync::watch::Receiver<bool>,
     mut cut: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -243,7 +194,7 @@ fn serve_thread(
             axum::serve::ListenerExt::tap_io(listener, |tcp| {
                 let _ = tcp.set_nodelay(true);
             }),
-            router(app),
+            router,
         )
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;
@@ -289,84 +240,19 @@ async fn retention_job(app: Arc<App>) {
 /// One retention pass; returns how many requests were deleted.
 pub async fn run_retention(app: &Arc<App>) -> Option<usize> {
     let days = i64::from(app.config.store.retention_days);
-    let cutoff = laptime_store::now_unix_us() - days * 86_400_000_000;
-    let store = app.store.clone();
-    let deleted = tokio::task::spawn_blocking(move || {
-        store.with_conn(|c| {
-            laptime_store::records::delete_older_than_batched(c, cutoff, RETENTION_BATCH)
-        })
-    })
-    .await;
+    let cutoff = crate::clock::now_unix_us() - days * 86_400_000_000;
+    let deleted = app.store.delete_older_than(cutoff, RETENTION_BATCH).await;
     match deleted {
-        Ok(Ok(n)) => {
+        Ok(n) => {
             if n > 0 {
                 tracing::info!(deleted = n, retention_days = days, "retention pass");
             }
             Some(n)
         }
-        Ok(Err(e)) => {
+        Err(e) => {
             tracing::error!(error = %e, "retention pass failed");
             None
         }
-        Err(_) => None,
-    }
-}
-
-/// The HTTP surface. Layers sit in the order a request meets them; auth is per handler so each
-/// route states what it needs.
-pub fn router(app: Arc<App>) -> axum::Router {
-    fn proxy_route(dialect: Dialect) -> axum::routing::MethodRouter<Arc<App>> {
-        post(move |State(app): State<Arc<App>>, req: Request| pipeline::proxy(app, dialect, req))
-    }
-    axum::Router::new()
-        .route(Dialect::Chat.path(), proxy_route(Dialect::Chat))
-        .route(Dialect::Responses.path(), proxy_route(Dialect::Responses))
-        .route(Dialect::Messages.path(), proxy_route(Dialect::Messages))
-        .route(
-            "/v1/models",
-            get(|State(app): State<Arc<App>>, h| api::models(app, h)),
-        )
-        .route(
-            "/api/requests",
-            get(|State(app): State<Arc<App>>, h, q| api::list(app, h, q)),
-        )
-        .route(
-            "/api/requests/{id}",
-            get(|State(app): State<Arc<App>>, h, p| api::one(app, h, p)),
-        )
-        .route(
-            metrics::PATH,
-            get(|State(app): State<Arc<App>>, h| metrics::handler(app, h)),
-        )
-        .route(
-            "/api/usage",
-            get(|State(app): State<Arc<App>>, h, q| api::usage_report(app, h, q)),
-        )
-        .route(
-            "/graphql",
-            get(graphql::graphiql)
-                .post(|State(app): State<Arc<App>>, h, body| graphql::handle(app, h, body)),
-        )
-        // The dashboard: static files only, so no token (see UNAUTHENTICATED): the page holds
-        // no data and reads `POST /graphql` with the signed-in user's token.
-        .route("/", get(dashboard::index))
-        .route("/assets/{file}", get(dashboard::asset))
-        .route(UNAUTHENTICATED[0], get(|| async { "ok" }))
-        .route(UNAUTHENTICATED[1], get(readyz))
-        .with_state(app)
-}
-
-async fn readyz(State(app): State<Arc<App>>) -> axum::response::Response {
-    let store = app.store.clone();
-    let ok = tokio::task::spawn_blocking(move || {
-        store.with_conn(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
-    })
-    .await
-    .is_ok_and(|r| r.is_ok());
-    if ok {
-        "ready".into_response()
-    } else {
-        (http::StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
     }
 }
 

@@ -149,7 +149,7 @@ async fn gateway(replies: &[(&str, Reply)], route: impl FnOnce(&mut RouteConfig)
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
     let admin = store
-        .with_conn(|c| auth::bootstrap(c, None))
+        .with_conn(|c| auth::bootstrap(c, None, laptime_proxy::clock::now_unix_us()))
         .unwrap()
         .unwrap();
     let mut cfg = Config::embedded_default(&|_| None);
@@ -206,7 +206,8 @@ impl Gw {
             Duration::ZERO,
             "t0 is the test's start"
         );
-        let resp = self.gw.router().oneshot(req).await.unwrap();
+        let router = laptime_api::router(self.gw.app.clone());
+        let resp = router.oneshot(req).await.unwrap();
         let status = resp.status().as_u16();
         let id = resp.headers()["x-laptime-request-id"]
             .to_str()

@@ -250,8 +250,18 @@ async fn every_metric_is_exposed_with_the_right_counts_labels_and_buckets() {
                 ("outcome", "upstream_closed_early"),
                 ("classification", "failed"),
                 ("model", "sim-trace-c"),
+                ("fault", "upstream"),
             ]
         ),
+        1.0
+    );
+    // Whose fault: none for the completed, the client's for the unknown model.
+    assert_eq!(
+        sum(&s, requests, &[("outcome", "completed"), ("fault", "none")]),
+        7.0
+    );
+    assert_eq!(
+        sum(&s, requests, &[("status", "404"), ("fault", "client")]),
         1.0
     );
     assert_eq!(
@@ -294,6 +304,7 @@ async fn every_metric_is_exposed_with_the_right_counts_labels_and_buckets() {
             "channel",
             "classification",
             "dialect",
+            "fault",
             "model",
             "outcome",
             "provider",
@@ -573,13 +584,27 @@ async fn metrics_need_an_admin_token_because_they_span_every_workspace() {
     assert_eq!(scrape(&h, Some(&h.token)).await.status(), 200);
     let read = h
         .store
-        .with_conn(|c| auth::create_token(c, "default", Scope::Read))
+        .with_conn(|c| {
+            auth::create_token(
+                c,
+                "default",
+                Scope::Read,
+                laptime_proxy::clock::now_unix_us(),
+            )
+        })
         .unwrap()
         .token;
     assert_eq!(scrape(&h, Some(&read)).await.status(), 403);
     let proxy = h
         .store
-        .with_conn(|c| auth::create_token(c, "default", Scope::Proxy))
+        .with_conn(|c| {
+            auth::create_token(
+                c,
+                "default",
+                Scope::Proxy,
+                laptime_proxy::clock::now_unix_us(),
+            )
+        })
         .unwrap()
         .token;
     assert_eq!(scrape(&h, Some(&proxy)).await.status(), 403);
@@ -589,17 +614,17 @@ async fn metrics_need_an_admin_token_because_they_span_every_workspace() {
 #[tokio::test]
 async fn metrics_public_serves_without_a_token_and_lists_the_route() {
     let mut cfg = laptime_proxy::config::Config::embedded_default(&|_| None);
-    assert!(!laptime_proxy::server::unauthenticated(&cfg).contains(&"/metrics"));
+    assert!(!laptime_api::routes::unauthenticated(&cfg).contains(&"GET /metrics"));
     cfg.server.metrics_public = true;
     assert_eq!(
-        laptime_proxy::server::unauthenticated(&cfg),
+        laptime_api::routes::unauthenticated(&cfg),
         [
-            "/healthz",
-            "/readyz",
+            "GET /healthz",
+            "GET /readyz",
             "GET /graphql",
             "GET /",
-            "GET /assets/*",
-            "/metrics"
+            "GET /assets/{file}",
+            "GET /metrics"
         ]
     );
     let parsed =

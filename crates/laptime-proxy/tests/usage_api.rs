@@ -30,13 +30,37 @@ fn tenants(h: &Harness) -> Tenants {
     h.store
         .with_conn(|c| {
             let a = auth::find_workspace(c, auth::DEFAULT_WORKSPACE)?.unwrap();
-            let b = auth::create_workspace(c, "team-b")?;
+            let b = auth::create_workspace(c, "team-b", laptime_proxy::clock::now_unix_us())?;
             Ok(Tenants {
-                a_proxy: auth::create_token(c, &a.id, Scope::Proxy)?.token,
-                a_read: auth::create_token(c, &a.id, Scope::Read)?.token,
+                a_proxy: auth::create_token(
+                    c,
+                    &a.id,
+                    Scope::Proxy,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
+                a_read: auth::create_token(
+                    c,
+                    &a.id,
+                    Scope::Read,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
                 a_admin: h.token.clone(),
-                b_read: auth::create_token(c, &b.id, Scope::Read)?.token,
-                b_proxy: auth::create_token(c, &b.id, Scope::Proxy)?.token,
+                b_read: auth::create_token(
+                    c,
+                    &b.id,
+                    Scope::Read,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
+                b_proxy: auth::create_token(
+                    c,
+                    &b.id,
+                    Scope::Proxy,
+                    laptime_proxy::clock::now_unix_us(),
+                )?
+                .token,
                 a: a.id,
                 b: b.id,
             })
@@ -93,12 +117,12 @@ async fn wait_rows(h: &Harness, token: &str, n: usize) {
 }
 
 const RECENT: &str = "query($w: ID!, $n: Int) { recentRequests(workspaceId: $w, limit: $n) {
-    requestId model provider channel group dialect stream status outcome classification flags ts
+    requestId model provider channel group dialect stream status outcome fault classification flags ts
     latencyMs ttftMs upstreamMs cacheReadTokens cacheWriteTokens failoverCount cached inputTokens
     outputTokens reasoningTokens eventCount textDeltaCount channelInflight
     timing { authMs distributionMs bodyReadMs upstreamHeadersMs firstSseEventMs firstResponseMs
       firstTextDeltaMs upstreamDoneMs totalHandlerMs visibleOutputTps }
-    attempts { channel role won status errorClass startMs headersMs firstByteMs endMs } } }";
+    attempts { channel role won status errorClass fault startMs headersMs firstByteMs endMs } } }";
 
 const USAGE: &str = "query($w: ID!, $g: [GroupDimension!], $f: UsageFilterInput) {
     usage(workspaceId: $w, window: {last: \"1h\"}, groupBy: $g, filter: $f) {
@@ -148,7 +172,7 @@ fn snapshot(name: &str, actual: &str) {
 
 #[test]
 fn the_graphql_schema_matches_its_snapshot() {
-    snapshot("schema.graphql", &laptime_proxy::graphql::sdl());
+    snapshot("schema.graphql", &laptime_api::graphql::sdl());
 }
 
 #[tokio::test]
@@ -459,7 +483,14 @@ async fn a_revocation_made_by_another_process_applies_within_the_freshness_windo
     let h = start().await;
     let t = h
         .store
-        .with_conn(|c| auth::create_token(c, "default", Scope::Read))
+        .with_conn(|c| {
+            auth::create_token(
+                c,
+                "default",
+                Scope::Read,
+                laptime_proxy::clock::now_unix_us(),
+            )
+        })
         .unwrap();
     let (s, _) = h.gql(&t.token, "{ me { scope } }", json!({})).await;
     assert_eq!(s, 200);
@@ -471,7 +502,12 @@ async fn a_revocation_made_by_another_process_applies_within_the_freshness_windo
         .unwrap();
     assert!(h
         .store
-        .with_conn(|c| laptime_store::manage::revoke_token(c, &ws.id, &t.key_id))
+        .with_conn(|c| laptime_store::manage::revoke_token(
+            c,
+            &ws.id,
+            &t.key_id,
+            laptime_proxy::clock::now_unix_us()
+        ))
         .unwrap());
     let revoked_at = tokio::time::Instant::now();
     loop {

@@ -38,7 +38,7 @@ use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
 use laptime_store::recorder::Recorder;
 use laptime_store::usage::{recent_filtered, usage, GroupDim, UsageFilter};
-use laptime_store::{now_unix_us, Store};
+use laptime_store::Store;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -359,7 +359,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let dir = a.keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     let store = Store::open_dir(&dir)?;
     let ws = "ws_load";
-    let now = now_unix_us();
+    // The store takes wall times as arguments; the example reads the clock itself.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
     // Every row inside the last 24 h, in time order, the newest a second ago.
     let start = now - DAY_US + 1_000_000;
     let step = (DAY_US - 2_000_000) as f64 / a.rows.max(1) as f64;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::{now_unix_us, Result, StoreError};
+use crate::{Result, StoreError};
 
 pub const TOKEN_PREFIX: &str = "lt_";
 /// The workspace every embedded default starts with.
@@ -95,7 +95,8 @@ pub fn generate_token() -> String {
     format!("{TOKEN_PREFIX}{}", random_hex(32))
 }
 
-pub fn create_workspace(conn: &Connection, name: &str) -> Result<Workspace> {
+/// Creates a workspace; `now_us` is its creation time (unix microseconds).
+pub fn create_workspace(conn: &Connection, name: &str, now_us: i64) -> Result<Workspace> {
     let name = name.trim();
     if name.is_empty() || name.len() > 64 {
         return Err(StoreError::Conflict(
@@ -112,7 +113,7 @@ pub fn create_workspace(conn: &Connection, name: &str) -> Result<Workspace> {
     };
     conn.execute(
         "INSERT INTO workspaces (id, name, created_at_us) VALUES (?1, ?2, ?3)",
-        params![ws.id, ws.name, now_unix_us()],
+        params![ws.id, ws.name, now_us],
     )?;
     Ok(ws)
 }
@@ -174,6 +175,7 @@ fn insert_token(
     scope: Scope,
     group: Option<&str>,
     token: String,
+    now_us: i64,
 ) -> Result<NewToken> {
     if let Some(g) = group {
         check_group(g)?;
@@ -181,7 +183,7 @@ fn insert_token(
     let key_id = format!("key_{}", random_hex(8));
     conn.execute(
         "INSERT INTO tokens (id, workspace_id, hash, scope, created_at_us, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![key_id, ws.id, hash_token(&token).as_slice(), scope.as_str(), now_unix_us(), group],
+        params![key_id, ws.id, hash_token(&token).as_slice(), scope.as_str(), now_us, group],
     )?;
     Ok(NewToken {
         key_id,
@@ -191,9 +193,14 @@ fn insert_token(
     })
 }
 
-/// Creates a token in a workspace (by name or id).
-pub fn create_token(conn: &Connection, workspace: &str, scope: Scope) -> Result<NewToken> {
-    create_group_token(conn, workspace, scope, None)
+/// Creates a token in a workspace (by name or id) at `now_us`.
+pub fn create_token(
+    conn: &Connection,
+    workspace: &str,
+    scope: Scope,
+    now_us: i64,
+) -> Result<NewToken> {
+    create_group_token(conn, workspace, scope, None, now_us)
 }
 
 /// Creates a token whose requests use `group` instead of its workspace's group.
@@ -202,10 +209,11 @@ pub fn create_group_token(
     workspace: &str,
     scope: Scope,
     group: Option<&str>,
+    now_us: i64,
 ) -> Result<NewToken> {
     let ws = find_workspace(conn, workspace)?
         .ok_or_else(|| StoreError::NotFound(format!("workspace {workspace:?}")))?;
-    insert_token(conn, &ws, scope, group, generate_token())
+    insert_token(conn, &ws, scope, group, generate_token(), now_us)
 }
 
 pub fn token_count(conn: &Connection) -> Result<i64> {
@@ -215,13 +223,17 @@ pub fn token_count(conn: &Connection) -> Result<i64> {
 /// On a store with no tokens: makes the default workspace and its first admin token, from
 /// `bootstrap` when given (it must look like a token), else generated. Returns the new token, or
 /// `None` when tokens already exist.
-pub fn bootstrap(conn: &Connection, bootstrap: Option<&str>) -> Result<Option<NewToken>> {
+pub fn bootstrap(
+    conn: &Connection,
+    bootstrap: Option<&str>,
+    now_us: i64,
+) -> Result<Option<NewToken>> {
     if token_count(conn)? > 0 {
         return Ok(None);
     }
     let ws = match find_workspace(conn, DEFAULT_WORKSPACE)? {
         Some(ws) => ws,
-        None => create_workspace(conn, DEFAULT_WORKSPACE)?,
+        None => create_workspace(conn, DEFAULT_WORKSPACE, now_us)?,
     };
     let token = match bootstrap {
         Some(t) if looks_like_token(t) => t.to_string(),
@@ -232,7 +244,7 @@ pub fn bootstrap(conn: &Connection, bootstrap: Option<&str>) -> Result<Option<Ne
         }
         None => generate_token(),
     };
-    insert_token(conn, &ws, Scope::Admin, None, token).map(Some)
+    insert_token(conn, &ws, Scope::Admin, None, token, now_us).map(Some)
 }
 
 /// Looks a presented token up. Unknown, malformed and revoked tokens are all `None`.
@@ -279,6 +291,8 @@ pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NOW: i64 = 1_700_000_000_000_000;
     use crate::Store;
 
     fn store() -> (tempfile::TempDir, Store) {
@@ -292,8 +306,8 @@ mod tests {
         let (_d, store) = store();
         let t = store
             .with_conn(|c| {
-                create_workspace(c, "team")?;
-                create_token(c, "team", Scope::Proxy)
+                create_workspace(c, "team", NOW)?;
+                create_token(c, "team", Scope::Proxy, NOW)
             })
             .unwrap();
         assert!(looks_like_token(&t.token));
@@ -310,9 +324,9 @@ mod tests {
         let (_d, store) = store();
         store
             .with_conn(|c| {
-                create_workspace(c, "team")?;
-                let plain = create_token(c, "team", Scope::Proxy)?;
-                let own = create_group_token(c, "team", Scope::Proxy, Some("batch"))?;
+                create_workspace(c, "team", NOW)?;
+                let plain = create_token(c, "team", Scope::Proxy, NOW)?;
+                let own = create_group_token(c, "team", Scope::Proxy, Some("batch"), NOW)?;
                 assert_eq!(authenticate(c, &plain.token)?.unwrap().group, None);
                 set_workspace_group(c, "team", Some("premium"))?;
                 let p = authenticate(c, &plain.token)?.unwrap();
@@ -330,7 +344,7 @@ mod tests {
                         set_workspace_group(c, "team", Some(bad)).is_err(),
                         "{bad:?}"
                     );
-                    assert!(create_group_token(c, "team", Scope::Read, Some(bad)).is_err());
+                    assert!(create_group_token(c, "team", Scope::Read, Some(bad), NOW).is_err());
                 }
                 assert!(set_workspace_group(c, "nobody", Some("x")).is_err());
                 Ok(())
@@ -343,8 +357,8 @@ mod tests {
         let (_d, store) = store();
         let t = store
             .with_conn(|c| {
-                create_workspace(c, "team")?;
-                create_token(c, "team", Scope::Read)
+                create_workspace(c, "team", NOW)?;
+                create_token(c, "team", Scope::Read, NOW)
             })
             .unwrap();
         let p = store
@@ -368,18 +382,23 @@ mod tests {
         let (_d, store) = store();
         let given = generate_token();
         let first = store
-            .with_conn(|c| bootstrap(c, Some(&given)))
+            .with_conn(|c| bootstrap(c, Some(&given), NOW))
             .unwrap()
             .unwrap();
         assert_eq!(first.token, given);
         assert_eq!(first.scope, Scope::Admin);
-        assert!(store.with_conn(|c| bootstrap(c, None)).unwrap().is_none());
+        assert!(store
+            .with_conn(|c| bootstrap(c, None, NOW))
+            .unwrap()
+            .is_none());
     }
 
     #[test]
     fn bootstrap_rejects_a_malformed_token() {
         let (_d, store) = store();
-        assert!(store.with_conn(|c| bootstrap(c, Some("secret"))).is_err());
+        assert!(store
+            .with_conn(|c| bootstrap(c, Some("secret"), NOW))
+            .is_err());
     }
 
     #[test]

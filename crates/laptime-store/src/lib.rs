@@ -9,8 +9,15 @@
 //! - [`auth`]: workspaces and hashed bearer tokens; [`manage`]: listing and revoking them.
 //! - [`recorder`]: the bounded queue and batching writer that the request path hands records to
 //!   without ever waiting on the store.
-//! - [`Store`]: opens the database and lends short-lived read connections.
+//! - [`Store`]: opens the database; [`access`]: everything the gateway, the API and the CLI
+//!   read and write, as `Store` methods (async ones on the blocking pool), so no SQL and no
+//!   connection leaves this crate.
+//!
+//! The module functions take a `rusqlite::Connection`, which only this crate can get: the
+//! connection itself ([`Store::with_conn`], [`Store::connect`]) is public only with the
+//! `test-support` feature, which tests and benchmarks enable as a dev-dependency.
 
+pub mod access;
 pub mod auth;
 pub mod manage;
 pub mod recorder;
@@ -22,7 +29,10 @@ pub mod usage;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+#[cfg(any(test, feature = "test-support"))]
 pub use rusqlite::Connection;
+#[cfg(not(any(test, feature = "test-support")))]
+use rusqlite::Connection;
 
 /// A store error: always the gateway's own fault (the database is local), never retryable by a
 /// client.
@@ -36,6 +46,8 @@ pub enum StoreError {
     NotFound(String),
     /// A name that exists already.
     Conflict(String),
+    /// The blocking task running a store call did not finish (panicked or was cancelled).
+    Unavailable(String),
 }
 
 impl std::fmt::Display for StoreError {
@@ -46,6 +58,7 @@ impl std::fmt::Display for StoreError {
             StoreError::Corrupt(m) => write!(f, "unreadable stored value: {m}"),
             StoreError::NotFound(m) => write!(f, "not found: {m}"),
             StoreError::Conflict(m) => write!(f, "already exists: {m}"),
+            StoreError::Unavailable(m) => write!(f, "store unavailable: {m}"),
         }
     }
 }
@@ -111,13 +124,25 @@ impl Store {
         &self.inner.path
     }
 
-    /// A new connection for a long-lived writer.
+    /// A new connection for a long-lived writer (tests and benchmarks; the recorder opens its
+    /// own).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn connect(&self) -> Result<Connection> {
+        self.open_connection()
+    }
+
+    pub(crate) fn open_connection(&self) -> Result<Connection> {
         open_connection(&self.inner.path)
     }
 
-    /// Runs `f` on a pooled connection. Blocking: call from a blocking thread in async code.
+    /// Runs `f` on a pooled connection (tests and benchmarks). Blocking.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_conn<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        self.run(f)
+    }
+
+    /// Runs `f` on a pooled connection. Blocking: async callers use the methods of [`access`].
+    pub(crate) fn run<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         let pooled = self
             .inner
             .readers
@@ -126,7 +151,7 @@ impl Store {
             .pop();
         let mut conn = match pooled {
             Some(c) => c,
-            None => self.connect()?,
+            None => self.open_connection()?,
         };
         let out = f(&mut conn);
         if let Ok(mut pool) = self.inner.readers.lock() {
@@ -154,12 +179,4 @@ fn open_connection(path: &Path) -> Result<Connection> {
     // batch (the one that checkpoints) at 353 ms; 40,000 pages gained little and took 462 ms.
     conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
     Ok(conn)
-}
-
-/// Wall-clock now in unix microseconds (records carry wall time beside the monotonic marks).
-pub fn now_unix_us() -> i64 {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }

@@ -3,7 +3,7 @@
 use rusqlite::{params, Connection};
 
 use crate::auth::{Scope, Workspace};
-use crate::{now_unix_us, Result, StoreError};
+use crate::{Result, StoreError};
 
 /// A token as an admin sees it: never the token itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,11 +61,16 @@ pub fn list_tokens(conn: &Connection, workspace_id: &str) -> Result<Vec<TokenInf
     .collect()
 }
 
-/// Revokes a token of a workspace. `false` when the workspace has no such live token.
-pub fn revoke_token(conn: &Connection, workspace_id: &str, key_id: &str) -> Result<bool> {
+/// Revokes a token of a workspace at `now_us`. `false` when the workspace has no such live token.
+pub fn revoke_token(
+    conn: &Connection,
+    workspace_id: &str,
+    key_id: &str,
+    now_us: i64,
+) -> Result<bool> {
     let n = conn.execute(
         "UPDATE tokens SET revoked_at_us = ?3 WHERE workspace_id = ?1 AND id = ?2 AND revoked_at_us IS NULL",
-        params![workspace_id, key_id, now_unix_us()],
+        params![workspace_id, key_id, now_us],
     )?;
     Ok(n == 1)
 }
@@ -73,6 +78,8 @@ pub fn revoke_token(conn: &Connection, workspace_id: &str, key_id: &str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NOW: i64 = 1_700_000_000_000_000;
     use crate::auth::{authenticate, create_token, create_workspace};
     use crate::Store;
 
@@ -82,13 +89,13 @@ mod tests {
         let store = Store::open_dir(dir.path()).unwrap();
         store
             .with_conn(|c| {
-                let a = create_workspace(c, "a")?;
-                let b = create_workspace(c, "b")?;
-                let t = create_token(c, "a", Scope::Read)?;
-                assert!(!revoke_token(c, &b.id, &t.key_id)?);
+                let a = create_workspace(c, "a", NOW)?;
+                let b = create_workspace(c, "b", NOW)?;
+                let t = create_token(c, "a", Scope::Read, NOW)?;
+                assert!(!revoke_token(c, &b.id, &t.key_id, NOW)?);
                 assert!(authenticate(c, &t.token)?.is_some());
-                assert!(revoke_token(c, &a.id, &t.key_id)?);
-                assert!(!revoke_token(c, &a.id, &t.key_id)?);
+                assert!(revoke_token(c, &a.id, &t.key_id, NOW)?);
+                assert!(!revoke_token(c, &a.id, &t.key_id, NOW)?);
                 assert!(authenticate(c, &t.token)?.is_none());
                 let listed = list_tokens(c, &a.id)?;
                 assert_eq!(listed.len(), 1);

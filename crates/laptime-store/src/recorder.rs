@@ -86,7 +86,7 @@ const WRITER_CACHE_KIB: i64 = 64 * 1024;
 impl Recorder {
     /// Starts the writer on its own thread (SQLite is blocking) with a queue of `capacity`.
     pub fn start(store: &Store, capacity: usize) -> Result<(Recorder, RecorderTask)> {
-        let mut conn = store.connect()?;
+        let mut conn = store.open_connection()?;
         conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
         let (tx, mut rx) = mpsc::channel::<Msg>(capacity.max(1));
         let stats = Arc::new(RecorderStats::default());

@@ -5,14 +5,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use laptime_api::reports::{RollupOut, UsageReport, WindowInput};
 use laptime_core::views::RequestLogView;
-use laptime_proxy::config::{Config, DEFAULT_GROUP};
-use laptime_proxy::reports::{RollupOut, UsageReport, WindowInput};
+use laptime_proxy::clock::now_unix_us;
+use laptime_proxy::config::{Config, Provider, DEFAULT_GROUP};
 use laptime_proxy::server::{bind, Gateway};
 use laptime_store::auth::{self, Scope};
-use laptime_store::{records, usage, Store};
+use laptime_store::{usage, Store};
 
-mod bench;
+use laptime_bench as bench;
 
 #[derive(Parser)]
 #[command(
@@ -243,14 +244,8 @@ fn run(cli: Cli) -> Result<(), String> {
         } => {
             check_group(config.as_deref(), group.as_deref())?;
             let store = open_store(config.as_deref(), data_dir)?;
-            let ws = store
-                .with_conn(|c| {
-                    let ws = auth::create_workspace(c, &name)?;
-                    match &group {
-                        Some(g) => auth::set_workspace_group(c, &ws.id, Some(g)),
-                        None => Ok(ws),
-                    }
-                })
+            let ws = runtime()?
+                .block_on(store.create_workspace(&name, group, now_unix_us()))
                 .map_err(|e| e.to_string())?;
             out(&format!(
                 "workspace {} created (id {}, group {})",
@@ -271,8 +266,8 @@ fn run(cli: Cli) -> Result<(), String> {
         } => {
             check_group(config.as_deref(), group.as_deref())?;
             let store = open_store(config.as_deref(), data_dir)?;
-            let ws = store
-                .with_conn(|c| auth::set_workspace_group(c, &workspace, group.as_deref()))
+            let ws = runtime()?
+                .block_on(store.set_workspace_group(&workspace, group))
                 .map_err(|e| e.to_string())?;
             out(&format!(
                 "workspace {} now uses group {}",
@@ -294,8 +289,8 @@ fn run(cli: Cli) -> Result<(), String> {
             check_group(config.as_deref(), group.as_deref())?;
             let store = open_store(config.as_deref(), data_dir)?;
             let scope = Scope::parse(&scope).ok_or("scope must be proxy, read or admin")?;
-            let t = store
-                .with_conn(|c| auth::create_group_token(c, &workspace, scope, group.as_deref()))
+            let t = runtime()?
+                .block_on(store.create_token(&workspace, scope, group, now_unix_us()))
                 .map_err(|e| e.to_string())?;
             out(&format!(
                 "{} token for workspace {} (key id {}); shown once, store it now:\n{}",
@@ -313,12 +308,11 @@ fn run(cli: Cli) -> Result<(), String> {
             config,
         } => {
             let store = open_store(config.as_deref(), data_dir)?;
-            let rows = store
-                .with_conn(|c| {
-                    let ws = auth::find_workspace(c, &workspace)?.ok_or_else(|| {
-                        laptime_store::StoreError::NotFound(format!("workspace {workspace:?}"))
-                    })?;
-                    records::recent(c, &ws.id, limit.clamp(1, 500))
+            let rows = runtime()?
+                .block_on(async {
+                    let ws = store.workspace(&workspace).await?;
+                    let all = usage::UsageFilter::default();
+                    store.recent(&ws.id, all, None, limit.clamp(1, 500)).await
                 })
                 .map_err(|e| e.to_string())?;
             out(&requests_table(
@@ -344,20 +338,19 @@ fn run(cli: Cli) -> Result<(), String> {
                 from: None,
                 to: None,
             };
-            let (from, to) = window.resolve(laptime_store::now_unix_us())?;
-            let result = store
-                .with_conn(|c| {
-                    let ws = auth::find_workspace(c, &workspace)?.ok_or_else(|| {
-                        laptime_store::StoreError::NotFound(format!("workspace {workspace:?}"))
-                    })?;
-                    usage::usage(c, &ws.id, from, to, &usage::UsageFilter::default(), &dims)
+            let (from, to) = window.resolve(now_unix_us())?;
+            let result = runtime()?
+                .block_on(async {
+                    let ws = store.workspace(&workspace).await?;
+                    let all = usage::UsageFilter::default();
+                    store.usage(&ws.id, (from, to), all, dims).await
                 })
                 .map_err(|e| e.to_string())?;
             out(&usage_table(&UsageReport::from(&result)));
             Ok(())
         }
         Command::GraphqlSchema => {
-            out(&laptime_proxy::graphql::sdl());
+            out(&laptime_api::graphql::sdl());
             Ok(())
         }
         Command::Channels {
@@ -559,7 +552,7 @@ async fn channels(url: String, token: String, workspace: String) -> Result<(), S
     Ok(())
 }
 
-async fn serve(cfg: Config) -> Result<(), String> {
+async fn serve(mut cfg: Config) -> Result<(), String> {
     let store = Store::open_dir(&cfg.server.data_dir).map_err(|e| {
         format!(
             "opening the store in {}: {e}",
@@ -573,7 +566,8 @@ async fn serve(cfg: Config) -> Result<(), String> {
         .map_err(|e| format!("binding {listen}: {e}"))?;
     let bootstrap = env("LAPTIME_BOOTSTRAP_TOKEN");
     match store
-        .with_conn(|c| auth::bootstrap(c, bootstrap.as_deref()))
+        .bootstrap(bootstrap.clone(), now_unix_us())
+        .await
         .map_err(|e| e.to_string())?
     {
         Some(t) if bootstrap.is_some() => {
@@ -585,16 +579,45 @@ async fn serve(cfg: Config) -> Result<(), String> {
         )),
         None => {}
     }
+    let sim = start_embedded_sim(&mut cfg).await?;
     let gateway = Gateway::start(cfg, store, &env)
         .await
         .map_err(|e| e.to_string())?;
+    let router = laptime_api::router(gateway.app.clone());
     let shutdown = shutdown_signal();
     tracing::info!(%addr, "laptime listening");
     out(&format!("laptime listening on http://{addr}"));
-    gateway
-        .serve(listener, shutdown)
+    let served = gateway
+        .serve(listener, router, shutdown)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string());
+    if let Some(sim) = sim {
+        sim.abort();
+    }
+    served
+}
+
+/// Starts the in-process sim when a `sim` channel has no `base_url` (the embedded default's
+/// offline channel), and points those channels at it.
+async fn start_embedded_sim(
+    cfg: &mut Config,
+) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
+    let needs_sim = cfg
+        .channels
+        .iter()
+        .any(|c| c.provider == Provider::Sim && c.base_url.is_none());
+    if !needs_sim {
+        return Ok(None);
+    }
+    let (addr, handle) = laptime_sim::spawn_local(laptime_sim::Sim::new())
+        .await
+        .map_err(|e| format!("in-process sim: {e}"))?;
+    for c in &mut cfg.channels {
+        if c.provider == Provider::Sim && c.base_url.is_none() {
+            c.base_url = Some(format!("http://{addr}"));
+        }
+    }
+    Ok(Some(handle))
 }
 
 /// SIGINT or SIGTERM. The handlers are installed when this is called (not when the future is

@@ -38,7 +38,7 @@ pub async fn start_with(tweak: impl FnOnce(&mut Config, &str)) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
     let token = store
-        .with_conn(|c| auth::bootstrap(c, None))
+        .with_conn(|c| auth::bootstrap(c, None, laptime_proxy::clock::now_unix_us()))
         .unwrap()
         .unwrap()
         .token;
@@ -56,7 +56,8 @@ pub async fn start_with(tweak: impl FnOnce(&mut Config, &str)) -> Harness {
     let gw = Gateway::start(cfg, store.clone(), &env).await.unwrap();
     let (listener, addr) = bind("127.0.0.1:0").await.unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let join = tokio::spawn(gw.serve(listener, async move {
+    let router = laptime_api::router(gw.app.clone());
+    let join = tokio::spawn(gw.serve(listener, router, async move {
         let _ = rx.await;
     }));
     Harness {

@@ -9,7 +9,7 @@
 //! - [`load`]: warm-up, closed or open loop, A/B interleaving.
 //! - [`stats`], [`report`], [`svg`]: the summary, `report.json|md|svg` and the table.
 
-pub(crate) mod client;
+pub mod client;
 mod contract;
 mod load;
 mod prompt;

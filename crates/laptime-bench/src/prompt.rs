@@ -188,31 +188,31 @@ mod tests {
             model: "m".into(),
             group: None,
             stream: true,
-            input_tokens: crate::bench::contract::InputTokens {
+            input_tokens: crate::contract::InputTokens {
                 mean: 3,
                 sd: 0.0,
                 distribution: String::new(),
                 tokenizer: "o200k_base".into(),
                 prompt: String::new(),
             },
-            output_tokens: crate::bench::contract::OutputTokens {
+            output_tokens: crate::contract::OutputTokens {
                 max_output_tokens: Some(7),
                 request_field: None,
                 note: String::new(),
             },
-            sampling: crate::bench::contract::Sampling {
+            sampling: crate::contract::Sampling {
                 temperature: Some(0.5),
                 top_p: None,
             },
             reasoning_effort: (dialect != Dialect::Messages).then(|| "low".into()),
             tools: 0,
             extra_body: Some(json!({"top_p": 0.25, "tools": [{"type": "function"}]})),
-            load: crate::bench::contract::Load::ClosedLoop { concurrency: 1 },
-            stop: crate::bench::contract::Stop::Requests { requests: 1 },
+            load: crate::contract::Load::ClosedLoop { concurrency: 1 },
+            stop: crate::contract::Stop::Requests { requests: 1 },
             warmup_requests_per_target: 0,
             interleave: None,
             retries: String::new(),
-            timeouts: crate::bench::contract::Timeouts {
+            timeouts: crate::contract::Timeouts {
                 request_s: 1.0,
                 connect_s: 1.0,
             },

@@ -1,24 +1,21 @@
-//! The read-back API: `GET /api/requests` and `GET /api/requests/{id}`, scoped to the token's
-//! workspace, in the snake_case request-log shape, with the usage API's filters; `GET /api/usage`,
-//! the usage rollup as JSON; plus `GET /v1/models`.
+//! The REST read-back API: `GET /api/requests` and `GET /api/requests/{id}`, scoped to the
+//! token's workspace, in the snake_case request-log shape, with the usage API's filters;
+//! `GET /api/usage`, the usage rollup as JSON. The router's auth layer has already found the
+//! principal (it is in the request's extensions); each handler checks the scope it needs.
 
-use std::sync::Arc;
-
-use axum::extract::{Path, Query};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use http::{HeaderMap, StatusCode};
+use axum::{Extension, Json};
+use http::StatusCode;
 use laptime_core::views::RequestLogView;
 use laptime_store::auth::{Principal, Scope};
-use laptime_store::records;
-use laptime_store::usage::{self, GroupDim, UsageFilter};
+use laptime_store::usage::{GroupDim, UsageFilter};
 use serde::{Deserialize, Serialize};
 
 use crate::reports::{FilterInput, UsageReport, WindowInput};
 use serde_json::json;
 
-use crate::auth::AuthFailure;
-use crate::App;
+use crate::ApiState;
 
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
@@ -40,7 +37,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
+pub(crate) fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
     ApiError {
         status,
         message: message.into(),
@@ -51,31 +48,19 @@ fn bad_request(message: impl Into<String>) -> ApiError {
     api_error(StatusCode::BAD_REQUEST, message)
 }
 
-/// Authenticates a management request and checks its scope.
-pub async fn principal(
-    app: &App,
-    headers: &HeaderMap,
-    needed: Scope,
-) -> Result<Principal, ApiError> {
-    match app.auth.authenticate(headers).await {
-        Ok(p) if p.scope.allows(needed) => Ok(p),
-        Ok(p) => Err(api_error(
-            StatusCode::FORBIDDEN,
-            format!(
-                "a {} token cannot do this; it needs {}",
-                p.scope.as_str(),
-                needed.as_str()
-            ),
-        )),
-        Err(AuthFailure::Unavailable) => Err(api_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "credentials could not be checked",
-        )),
-        Err(_) => Err(api_error(
-            StatusCode::UNAUTHORIZED,
-            "missing or invalid token",
-        )),
+/// Checks that the principal the auth layer found may do what a route needs (403 otherwise).
+pub fn require(p: &Principal, needed: Scope) -> Result<(), ApiError> {
+    if p.scope.allows(needed) {
+        return Ok(());
     }
+    Err(api_error(
+        StatusCode::FORBIDDEN,
+        format!(
+            "a {} token cannot do this; it needs {}",
+            p.scope.as_str(),
+            needed.as_str()
+        ),
+    ))
 }
 
 /// Query parameters of `GET /api/requests` and `GET /api/usage`: the usage API's filters and
@@ -150,7 +135,7 @@ impl LogQuery {
             return Ok(None);
         }
         self.window()
-            .resolve(laptime_store::now_unix_us())
+            .resolve(laptime_proxy::clock::now_unix_us())
             .map(Some)
             .map_err(bad_request)
     }
@@ -169,41 +154,33 @@ impl LogQuery {
     }
 }
 
-async fn read<T: Send + 'static>(
-    app: &App,
-    f: impl FnOnce(&mut laptime_store::Connection) -> laptime_store::Result<T> + Send + 'static,
-) -> Result<T, ApiError> {
-    let store = app.store.clone();
-    match tokio::task::spawn_blocking(move || store.with_conn(f)).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "request log read failed");
-            Err(api_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the request log could not be read",
-            ))
-        }
-        Err(_) => Err(api_error(
+/// A store answer, or the API's 500 (the cause is logged, not shown).
+fn read<T>(r: laptime_store::Result<T>) -> Result<T, ApiError> {
+    r.map_err(|e| {
+        tracing::error!(error = %e, "request log read failed");
+        api_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the request log could not be read",
-        )),
-    }
+        )
+    })
 }
 
 /// `GET /api/requests`: newest first, with the usage API's filters and an optional window.
 pub async fn list(
-    app: Arc<App>,
-    headers: HeaderMap,
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
     Query(q): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
-    let p = principal(&app, &headers, Scope::Read).await?;
+    require(&p, Scope::Read)?;
+    let app = s.app;
     let limit = parse_limit(q.limit.as_deref(), "limit", DEFAULT_LIMIT)?;
     let filter = q.filter()?;
     let window = q.explicit_window()?;
-    let rows = read(&app, move |c| {
-        usage::recent_filtered(c, &p.workspace_id, &filter, window, limit)
-    })
-    .await?;
+    let rows = read(
+        app.store
+            .recent(&p.workspace_id, filter, window, limit)
+            .await,
+    )?;
     let views: Vec<RequestLogView> = rows.iter().map(RequestLogView::new).collect();
     Ok(Json(json!({ "requests": views })).into_response())
 }
@@ -217,25 +194,30 @@ struct UsageBody {
 
 /// `GET /api/usage`: the usage rollup as JSON for scripts (same figures as GraphQL `usage`).
 pub async fn usage_report(
-    app: Arc<App>,
-    headers: HeaderMap,
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
     Query(q): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
-    let p = principal(&app, &headers, Scope::Read).await?;
+    require(&p, Scope::Read)?;
+    let app = s.app;
     let (from, to) = q
         .window()
-        .resolve(laptime_store::now_unix_us())
+        .resolve(laptime_proxy::clock::now_unix_us())
         .map_err(bad_request)?;
     let filter = q.filter()?;
     let dims = q.group_by()?;
     let recent = parse_limit(q.recent.as_deref(), "recent", 20)?;
-    let (u, rows) = read(&app, move |c| {
-        let u = usage::usage(c, &p.workspace_id, from, to, &filter, &dims)?;
-        let window = Some((u.window.from_us, u.window.to_us));
-        let rows = usage::recent_filtered(c, &p.workspace_id, &filter, window, recent)?;
-        Ok((u, rows))
-    })
-    .await?;
+    let u = read(
+        app.store
+            .usage(&p.workspace_id, (from, to), filter.clone(), dims)
+            .await,
+    )?;
+    let window = Some((u.window.from_us, u.window.to_us));
+    let rows = read(
+        app.store
+            .recent(&p.workspace_id, filter, window, recent)
+            .await,
+    )?;
     Ok(Json(UsageBody {
         report: UsageReport::from(&u),
         recent: rows.iter().map(RequestLogView::new).collect(),
@@ -245,38 +227,15 @@ pub async fn usage_report(
 
 /// `GET /api/requests/{id}`.
 pub async fn one(
-    app: Arc<App>,
-    headers: HeaderMap,
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let p = principal(&app, &headers, Scope::Read).await?;
-    match read(&app, move |c| records::get(c, &p.workspace_id, &id)).await? {
+    require(&p, Scope::Read)?;
+    let app = s.app;
+    match read(app.store.record(&p.workspace_id, &id).await)? {
         Some(r) => Ok(Json(RequestLogView::new(&r)).into_response()),
         // Another workspace's id answers exactly like an id that does not exist.
         None => Err(api_error(StatusCode::NOT_FOUND, "no such request")),
     }
-}
-
-/// `GET /v1/models` in the OpenAI list shape, or Anthropic's when the client sends
-/// `anthropic-version`.
-pub async fn models(app: Arc<App>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let p = principal(&app, &headers, Scope::Proxy).await?;
-    let models = app.router.models(app.group_of(&p));
-    if headers.contains_key("anthropic-version") {
-        let data: Vec<_> = models
-            .iter()
-            .map(|(id, _)| json!({"type": "model", "id": id, "display_name": id, "created_at": "1970-01-01T00:00:00Z"}))
-            .collect();
-        let first = models.first().map(|m| m.0.clone());
-        let last = models.last().map(|m| m.0.clone());
-        return Ok(Json(
-            json!({"data": data, "has_more": false, "first_id": first, "last_id": last}),
-        )
-        .into_response());
-    }
-    let data: Vec<_> = models
-        .iter()
-        .map(|(id, owner)| json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
-        .collect();
-    Ok(Json(json!({"object": "list", "data": data})).into_response())
 }

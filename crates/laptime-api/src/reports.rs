@@ -220,6 +220,8 @@ pub struct AttemptOut {
     pub won: bool,
     pub status: Option<u16>,
     pub error_class: Option<String>,
+    /// Whose fault the attempt's error was: `upstream`, `client` or `gateway`.
+    pub fault: Option<String>,
     pub start_ms: Option<f64>,
     pub headers_ms: Option<f64>,
     pub first_byte_ms: Option<f64>,
@@ -234,6 +236,7 @@ impl From<AttemptView> for AttemptOut {
             won: a.won,
             status: a.status,
             error_class: a.error_class.map(str::to_string),
+            fault: a.fault.map(str::to_string),
             start_ms: a.start_ms,
             headers_ms: a.headers_ms,
             first_byte_ms: a.first_byte_ms,
@@ -255,6 +258,8 @@ pub struct RequestEvent {
     pub status: u16,
     pub outcome: String,
     pub error_class: Option<String>,
+    /// Whose fault the failure was: `upstream`, `client` or `gateway`; null for a success.
+    pub fault: Option<String>,
     pub classification: String,
     pub flags: Vec<String>,
     /// t0 as RFC 3339.
@@ -293,6 +298,7 @@ impl From<&RequestRecord> for RequestEvent {
             status: r.status,
             outcome: r.outcome.as_str().to_string(),
             error_class: r.error_class.map(|c| c.as_str().to_string()),
+            fault: r.fault().map(|f| f.as_str().to_string()),
             classification: r.classification.clone(),
             flags: r.flags.clone(),
             ts: rfc3339(r.created_at_us),

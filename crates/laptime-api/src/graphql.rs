@@ -1,4 +1,4 @@
-//! The GraphQL usage API at `/graphql` (GraphiQL on GET): recent requests, one request, usage
+//! The GraphQL usage API at `POST /graphql` (the query page, [`crate::query_page`], on GET): recent requests, one request, usage
 //! rollups with percentiles, and admin mutations for workspaces and tokens.
 //!
 //! Tenant isolation: a `read` token reads only its own workspace, and asking for another
@@ -14,14 +14,17 @@ use async_graphql::{
 };
 use laptime_store::auth::{self, Principal, Scope};
 use laptime_store::manage;
-use laptime_store::usage::{self, GroupDim, UsageFilter};
+use laptime_store::usage::{GroupDim, UsageFilter};
 use laptime_store::StoreError;
 
 use crate::reports::{
     FilterInput, GroupDimension, RequestEvent, RollupOut, UsageGroup, UsageReport, WindowInput,
     WindowOut,
 };
-use crate::App;
+use crate::ApiState;
+use axum::extract::State;
+use axum::Extension;
+use laptime_proxy::App;
 
 pub type LaptimeSchema = Schema<Query, Mutation, EmptySubscription>;
 
@@ -60,19 +63,14 @@ fn internal(e: impl std::fmt::Display) -> Error {
     Error::new("internal error reading the store")
 }
 
-/// Runs a blocking store call off the async threads; store errors become GraphQL errors
-/// (conflicts and missing names say so, anything else is an internal error).
-async fn blocking<T: Send + 'static>(
-    app: &Arc<App>,
-    f: impl FnOnce(&mut laptime_store::Connection) -> laptime_store::Result<T> + Send + 'static,
-) -> Result<T> {
-    let store = app.store.clone();
-    match tokio::task::spawn_blocking(move || store.with_conn(f)).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e @ (StoreError::Conflict(_) | StoreError::NotFound(_)))) => {
+/// A store answer as a GraphQL one: conflicts and missing names say so, anything else is an
+/// internal error.
+fn stored<T>(r: laptime_store::Result<T>) -> Result<T> {
+    match r {
+        Ok(v) => Ok(v),
+        Err(e @ (StoreError::Conflict(_) | StoreError::NotFound(_))) => {
             Err(Error::new(e.to_string()))
         }
-        Ok(Err(e)) => Err(internal(e)),
         Err(e) => Err(internal(e)),
     }
 }
@@ -89,9 +87,7 @@ async fn readable_workspace(ctx: &Context<'_>, asked: &str) -> Result<String> {
     }
     if p.scope == Scope::Admin {
         let app = app(ctx)?;
-        let asked = asked.to_string();
-        return blocking(app, move |c| auth::find_workspace(c, &asked))
-            .await?
+        return stored(app.store.find_workspace(asked).await)?
             .map(|w| w.id)
             .ok_or_else(not_found);
     }
@@ -115,7 +111,7 @@ fn require_admin(ctx: &Context<'_>) -> Result<()> {
 }
 
 fn now_us() -> i64 {
-    laptime_store::now_unix_us()
+    laptime_proxy::clock::now_unix_us()
 }
 
 pub struct Query;
@@ -135,10 +131,12 @@ impl Query {
         }
         let ws = readable_workspace(ctx, &workspace_id).await?;
         let filter: UsageFilter = filter.unwrap_or_default().into();
-        let rows = blocking(app(ctx)?, move |c| {
-            usage::recent_filtered(c, &ws, &filter, None, limit as u32)
-        })
-        .await?;
+        let rows = stored(
+            app(ctx)?
+                .store
+                .recent(&ws, filter, None, limit as u32)
+                .await,
+        )?;
         Ok(rows.iter().map(RequestEvent::from).collect())
     }
 
@@ -150,8 +148,7 @@ impl Query {
         request_id: ID,
     ) -> Result<Option<RequestEvent>> {
         let ws = readable_workspace(ctx, &workspace_id).await?;
-        let id = request_id.to_string();
-        let row = blocking(app(ctx)?, move |c| laptime_store::records::get(c, &ws, &id)).await?;
+        let row = stored(app(ctx)?.store.record(&ws, &request_id).await)?;
         Ok(row.as_ref().map(RequestEvent::from))
     }
 
@@ -175,11 +172,12 @@ impl Query {
             .into_iter()
             .map(GroupDim::from)
             .collect();
-        let (ws2, filter2) = (ws.clone(), filter.clone());
-        let result = blocking(app(ctx)?, move |c| {
-            usage::usage(c, &ws2, from, to, &filter2, &dims)
-        })
-        .await?;
+        let result = stored(
+            app(ctx)?
+                .store
+                .usage(&ws, (from, to), filter.clone(), dims)
+                .await,
+        )?;
         let report = UsageReport::from(&result);
         Ok(Usage {
             window: report.window,
@@ -197,10 +195,10 @@ impl Query {
     async fn workspaces(&self, ctx: &Context<'_>) -> Result<Vec<WorkspaceOut>> {
         let p = principal(ctx)?.clone();
         let all = if p.scope == Scope::Admin {
-            blocking(app(ctx)?, |c| manage::list_workspaces(c)).await?
+            stored(app(ctx)?.store.list_workspaces().await)?
         } else {
-            let own = blocking(app(ctx)?, move |c| auth::find_workspace(c, &p.workspace_id));
-            own.await?.into_iter().collect()
+            let own = app(ctx)?.store.find_workspace(&p.workspace_id).await;
+            stored(own)?.into_iter().collect()
         };
         Ok(all.into_iter().map(WorkspaceOut::from).collect())
     }
@@ -209,7 +207,7 @@ impl Query {
     async fn tokens(&self, ctx: &Context<'_>, workspace_id: ID) -> Result<Vec<TokenOut>> {
         require_admin(ctx)?;
         let ws = readable_workspace(ctx, &workspace_id).await?;
-        let rows = blocking(app(ctx)?, move |c| manage::list_tokens(c, &ws)).await?;
+        let rows = stored(app(ctx)?.store.list_tokens(&ws).await)?;
         Ok(rows.into_iter().map(TokenOut::from).collect())
     }
 
@@ -280,10 +278,12 @@ impl Usage {
             return Err(Error::new(format!("limit must be from 1 to {MAX_RECENT}")));
         }
         let (ws, filter, range) = (self.workspace_id.clone(), self.filter.clone(), self.range);
-        let rows = blocking(app(ctx)?, move |c| {
-            usage::recent_filtered(c, &ws, &filter, Some(range), limit as u32)
-        })
-        .await?;
+        let rows = stored(
+            app(ctx)?
+                .store
+                .recent(&ws, filter, Some(range), limit as u32)
+                .await,
+        )?;
         Ok(rows.iter().map(RequestEvent::from).collect())
     }
 }
@@ -420,14 +420,12 @@ impl Mutation {
         if let Some(g) = &group {
             configured_group(ctx, g)?;
         }
-        let ws = blocking(app(ctx)?, move |c| {
-            let ws = auth::create_workspace(c, &name)?;
-            match group {
-                Some(g) => auth::set_workspace_group(c, &ws.id, Some(&g)),
-                None => Ok(ws),
-            }
-        })
-        .await?;
+        let ws = stored(
+            app(ctx)?
+                .store
+                .create_workspace(&name, group, now_us())
+                .await,
+        )?;
         Ok(ws.into())
     }
 
@@ -444,10 +442,7 @@ impl Mutation {
             configured_group(ctx, g)?;
         }
         let ws = readable_workspace(ctx, &workspace_id).await?;
-        let ws = blocking(app(ctx)?, move |c| {
-            auth::set_workspace_group(c, &ws, group.as_deref())
-        })
-        .await?;
+        let ws = stored(app(ctx)?.store.set_workspace_group(&ws, group).await)?;
         app(ctx)?.auth.forget_all();
         Ok(ws.into())
     }
@@ -466,10 +461,12 @@ impl Mutation {
             configured_group(ctx, g)?;
         }
         let ws = readable_workspace(ctx, &workspace_id).await?;
-        let t = blocking(app(ctx)?, move |c| {
-            auth::create_group_token(c, &ws, scope.into(), group.as_deref())
-        })
-        .await?;
+        let t = stored(
+            app(ctx)?
+                .store
+                .create_token(&ws, scope.into(), group, now_us())
+                .await,
+        )?;
         Ok(NewToken {
             key_id: ID(t.key_id),
             workspace_id: ID(t.workspace.id),
@@ -482,9 +479,8 @@ impl Mutation {
     async fn revoke_token(&self, ctx: &Context<'_>, workspace_id: ID, key_id: ID) -> Result<bool> {
         require_admin(ctx)?;
         let ws = readable_workspace(ctx, &workspace_id).await?;
-        let key = key_id.to_string();
         let app = app(ctx)?;
-        let revoked = blocking(app, move |c| manage::revoke_token(c, &ws, &key)).await?;
+        let revoked = stored(app.store.revoke_token(&ws, &key_id, now_us()).await)?;
         app.auth.forget_all();
         if !revoked {
             return Err(Error::new("token not found"));
@@ -495,30 +491,13 @@ impl Mutation {
 
 // === HTTP ===
 
-/// `POST /graphql`: authenticates the bearer token, then runs the query as that principal.
+/// `POST /graphql`: runs the query as the principal the router's auth layer found.
 pub async fn handle(
-    app: Arc<App>,
-    headers: http::HeaderMap,
+    State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     body: bytes::Bytes,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let errors = |status: http::StatusCode, message: &str| {
-        (
-            status,
-            axum::Json(serde_json::json!({"errors": [{"message": message}]})),
-        )
-            .into_response()
-    };
-    let principal = match app.auth.authenticate(&headers).await {
-        Ok(p) => p,
-        Err(crate::auth::AuthFailure::Unavailable) => {
-            return errors(
-                http::StatusCode::INTERNAL_SERVER_ERROR,
-                "credentials could not be checked",
-            )
-        }
-        Err(_) => return errors(http::StatusCode::UNAUTHORIZED, "missing or invalid token"),
-    };
     let request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -528,18 +507,20 @@ pub async fn handle(
             )
         }
     };
-    let response = app
-        .graphql
-        .execute(request.data(app.clone()).data(principal))
+    let response = s
+        .schema
+        .execute(request.data(s.app.clone()).data(principal))
         .await;
     axum::Json(response).into_response()
 }
 
-/// `GET /graphql`: the GraphiQL page (static; it holds no data and queries with the user's token).
-pub async fn graphiql() -> axum::response::Html<String> {
-    axum::response::Html(
-        async_graphql::http::GraphiQLSource::build()
-            .endpoint("/graphql")
-            .finish(),
+/// An answer in GraphQL's error shape, `{"errors": [{"message": …}]}` (the dashboard and GraphQL
+/// clients read the message from there, also on a 401).
+pub fn errors(status: http::StatusCode, message: &str) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        status,
+        axum::Json(serde_json::json!({"errors": [{"message": message}]})),
     )
+        .into_response()
 }

@@ -27,7 +27,7 @@ pub const CSP: &str =
 connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// FNV-1a over the bytes, at compile time: the assets' `ETag`.
-const fn fnv1a(s: &str) -> u64 {
+pub(crate) const fn fnv1a(s: &str) -> u64 {
     let b = s.as_bytes();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut i = 0;
@@ -39,29 +39,34 @@ const fn fnv1a(s: &str) -> u64 {
     h
 }
 
-struct Asset {
-    body: &'static str,
-    content_type: &'static str,
-    etag: u64,
+/// A compiled-in file with its type, policy and `ETag`.
+pub(crate) struct Asset {
+    pub(crate) body: &'static str,
+    pub(crate) content_type: &'static str,
+    pub(crate) etag: u64,
+    pub(crate) csp: &'static str,
 }
 
 const INDEX: Asset = Asset {
     body: INDEX_HTML,
     content_type: "text/html; charset=utf-8",
     etag: fnv1a(INDEX_HTML),
+    csp: CSP,
 };
 const JS: Asset = Asset {
     body: APP_JS,
     content_type: "text/javascript; charset=utf-8",
     etag: fnv1a(APP_JS),
+    csp: CSP,
 };
 const CSS: Asset = Asset {
     body: APP_CSS,
     content_type: "text/css; charset=utf-8",
     etag: fnv1a(APP_CSS),
+    csp: CSP,
 };
 
-fn serve(asset: &Asset, request: &HeaderMap) -> Response {
+pub(crate) fn serve(asset: &Asset, request: &HeaderMap) -> Response {
     let etag = format!("\"{:016x}\"", asset.etag);
     let fresh = request
         .get(header::IF_NONE_MATCH)
@@ -83,7 +88,7 @@ fn serve(asset: &Asset, request: &HeaderMap) -> Response {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
+        HeaderValue::from_static(asset.csp),
     );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -102,11 +107,14 @@ pub async fn index(headers: HeaderMap) -> Response {
     serve(&INDEX, &headers)
 }
 
-/// `GET /assets/{file}`: `app.js` or `app.css`; anything else is 404.
+/// `GET /assets/{file}`: the dashboard's `app.js` and `app.css`, the query page's `query.js`
+/// and `query.css` ([`crate::query_page`]); anything else is 404.
 pub async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
     match file.as_str() {
         "app.js" => serve(&JS, &headers),
         "app.css" => serve(&CSS, &headers),
+        "query.js" => serve(&crate::query_page::JS, &headers),
+        "query.css" => serve(&crate::query_page::CSS, &headers),
         _ => (StatusCode::NOT_FOUND, "no such asset").into_response(),
     }
 }

@@ -1,0 +1,242 @@
+//! Every route of the gateway in one table ([`routes`]), and the one auth layer over them.
+//!
+//! A route answers without a token only when [`unauthenticated`] lists it: the constant
+//! [`UNAUTHENTICATED`] (health, and the static pages that hold no data) plus the configured
+//! extra (`GET /metrics` when `server.metrics_public = true`). Every other route gets the auth
+//! layer ([`authenticate`]), which looks the token up once and puts what it found in the
+//! request's extensions, so a route added to the table is authenticated by default; handlers
+//! check the scope they need. The tests walk this same table, so they cannot miss a route.
+//!
+//! How the layer answers a failure depends on the route's [`Kind`]: the proxy routes get an
+//! [`Authenticated`] whatever the outcome, because the pipeline records a refused call (with its
+//! auth duration) and answers it in the dialect's own error shape; the others are answered here,
+//! 401 (500 when the store could not be read) in their own error shape.
+
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, MethodRouter};
+use http::{Method, StatusCode};
+use laptime_core::Dialect;
+use laptime_proxy::auth::{AuthFailure, Authenticated};
+use laptime_proxy::config::Config;
+use laptime_proxy::{models, pipeline};
+use laptime_store::auth::Principal;
+
+use crate::{dashboard, graphql, health, metrics, query_page, rest, ApiState};
+
+/// Routes that always answer without a token, as `"METHOD /path"` (the path as routed).
+/// `GET /graphql` is the static query page and `GET /`, `GET /assets/{file}` the dashboard's
+/// page, script and style: they hold no data, and the pages query `POST /graphql` with the
+/// user's token. Health says nothing about traffic.
+pub const UNAUTHENTICATED: [&str; 5] = [
+    "GET /healthz",
+    "GET /readyz",
+    "GET /graphql",
+    "GET /",
+    "GET /assets/{file}",
+];
+
+/// Every route that answers without a token under `config`: [`UNAUTHENTICATED`], plus
+/// `GET /metrics` when `server.metrics_public` is set.
+pub fn unauthenticated(config: &Config) -> Vec<&'static str> {
+    let mut routes = UNAUTHENTICATED.to_vec();
+    if config.server.metrics_public {
+        routes.push(METRICS_ROUTE);
+    }
+    routes
+}
+
+const METRICS_ROUTE: &str = "GET /metrics";
+
+/// What a route is, for the auth layer: who answers a refused token, and in which shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A proxied model call: the pipeline records and answers the failure (dialect's shape).
+    Proxy,
+    /// JSON answered here as `{"error": {"message": …}}`.
+    Rest,
+    /// GraphQL answered here as `{"errors": [{"message": …}]}`.
+    Graphql,
+}
+
+/// One route: method, path, kind and handler.
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    pub kind: Kind,
+    pub handler: MethodRouter<ApiState>,
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.key())
+    }
+}
+
+impl Route {
+    /// `"METHOD /path"`, as [`UNAUTHENTICATED`] names routes.
+    pub fn key(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+}
+
+fn route(method: Method, path: &'static str, kind: Kind, handler: MethodRouter<ApiState>) -> Route {
+    Route {
+        method,
+        path,
+        kind,
+        handler,
+    }
+}
+
+fn proxy_route(dialect: Dialect) -> Route {
+    route(
+        Method::POST,
+        dialect.path(),
+        Kind::Proxy,
+        post(move |State(s): State<ApiState>, req: Request| pipeline::proxy(s.app, dialect, req)),
+    )
+}
+
+/// The table: every route the gateway serves.
+pub fn routes() -> Vec<Route> {
+    vec![
+        proxy_route(Dialect::Chat),
+        proxy_route(Dialect::Responses),
+        proxy_route(Dialect::Messages),
+        route(
+            Method::GET,
+            "/v1/models",
+            Kind::Rest,
+            get(|State(s): State<ApiState>, req: Request| async move {
+                match req.extensions().get::<Principal>() {
+                    Some(p) => models::list(&s.app, p, req.headers()),
+                    None => rejection(Kind::Rest, &AuthFailure::Missing),
+                }
+            }),
+        ),
+        route(Method::GET, "/api/requests", Kind::Rest, get(rest::list)),
+        route(
+            Method::GET,
+            "/api/requests/{id}",
+            Kind::Rest,
+            get(rest::one),
+        ),
+        route(
+            Method::GET,
+            "/api/usage",
+            Kind::Rest,
+            get(rest::usage_report),
+        ),
+        route(
+            Method::GET,
+            metrics::PATH,
+            Kind::Rest,
+            get(metrics::handler),
+        ),
+        route(
+            Method::POST,
+            "/graphql",
+            Kind::Graphql,
+            post(graphql::handle),
+        ),
+        route(Method::GET, "/graphql", Kind::Rest, get(query_page::index)),
+        route(Method::GET, "/", Kind::Rest, get(dashboard::index)),
+        route(
+            Method::GET,
+            "/assets/{file}",
+            Kind::Rest,
+            get(dashboard::asset),
+        ),
+        route(Method::GET, "/healthz", Kind::Rest, get(health::healthz)),
+        route(Method::GET, "/readyz", Kind::Rest, get(health::readyz)),
+    ]
+}
+
+/// The router: the table, with the auth layer on every route not on the unauthenticated list.
+pub fn router(state: ApiState) -> axum::Router {
+    let open = unauthenticated(&state.app.config);
+    let mut router = axum::Router::new();
+    for r in routes() {
+        let handler = if open.contains(&r.key().as_str()) {
+            r.handler
+        } else {
+            r.handler.route_layer(middleware::from_fn_with_state(
+                (state.clone(), r.kind),
+                authenticate,
+            ))
+        };
+        router = router.route(r.path, handler);
+    }
+    router.with_state(state)
+}
+
+/// The auth layer: one lookup per request (the proxy's remembering [`laptime_proxy::auth`]
+/// keeps it fast); see the module docs for who answers a failure.
+pub async fn authenticate(
+    State((state, kind)): State<(ApiState, Kind)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let found = state.app.auth.check(req.headers()).await;
+    if kind == Kind::Proxy {
+        req.extensions_mut().insert(found);
+        return next.run(req).await;
+    }
+    let Authenticated { result, .. } = found;
+    match result {
+        Ok(p) => {
+            req.extensions_mut().insert(p);
+            next.run(req).await
+        }
+        Err(e) => rejection(kind, &e),
+    }
+}
+
+/// A refused token on a route answered here: 500 when the store could not be read (the
+/// gateway's fault), else 401 with `WWW-Authenticate: Bearer`.
+fn rejection(kind: Kind, failure: &AuthFailure) -> Response {
+    let (status, message) = match failure {
+        AuthFailure::Unavailable => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "credentials could not be checked",
+        ),
+        AuthFailure::Missing | AuthFailure::Invalid => {
+            (StatusCode::UNAUTHORIZED, "missing or invalid token")
+        }
+    };
+    let mut response = match kind {
+        Kind::Graphql => graphql::errors(status, message),
+        Kind::Rest | Kind::Proxy => rest::api_error(status, message).into_response(),
+    };
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer"),
+        );
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_unauthenticated_entry_names_a_route_of_the_table() {
+        let keys: Vec<String> = routes().iter().map(Route::key).collect();
+        for open in UNAUTHENTICATED.iter().chain([&METRICS_ROUTE]) {
+            assert!(keys.iter().any(|k| k == open), "{open} is not a route");
+        }
+    }
+
+    #[test]
+    fn no_route_is_listed_twice() {
+        let mut keys: Vec<String> = routes().iter().map(Route::key).collect();
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n);
+    }
+}

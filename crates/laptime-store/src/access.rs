@@ -1,0 +1,218 @@
+//! The store's surface for the gateway, the API and the CLI: every read and write they make, as
+//! [`Store`] methods. The async ones run on tokio's blocking pool (SQLite calls block); the one
+//! exception is [`Store::authenticate`], which is on every proxied request and runs inline (see
+//! there). Times come in as arguments: the wall clock is the caller's.
+
+use laptime_core::timeline::RequestRecord;
+
+use crate::auth::{self, NewToken, Principal, Scope, Workspace};
+use crate::manage::{self, TokenInfo};
+use crate::records;
+use crate::usage::{self, GroupDim, UsageFilter, UsageResult};
+use crate::{Connection, Result, Store, StoreError};
+
+impl Store {
+    /// Runs `f` on a pooled connection on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.run(f))
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?
+    }
+
+    /// Looks a presented token up: its principal, or `None` for an unknown, malformed or
+    /// revoked token. Inline, not on the blocking pool, on purpose: it is one indexed read of a
+    /// WAL database (readers never wait for the writer) on a pooled connection, while a hand-off
+    /// to the blocking pool costs two thread wake-ups per request (measured in `benchmarks/`).
+    pub fn authenticate(&self, token: &str) -> Result<Option<Principal>> {
+        self.run(|c| auth::authenticate(c, token))
+    }
+
+    /// Whether the database answers a trivial read (for `/readyz`).
+    pub async fn ping(&self) -> bool {
+        self.blocking(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
+            .await
+            .is_ok()
+    }
+
+    /// On a store with no tokens: the default workspace and its first admin token (see
+    /// [`auth::bootstrap`]).
+    pub async fn bootstrap(&self, given: Option<String>, now_us: i64) -> Result<Option<NewToken>> {
+        self.blocking(move |c| auth::bootstrap(c, given.as_deref(), now_us))
+            .await
+    }
+
+    /// A workspace by name or id.
+    pub async fn find_workspace(&self, name_or_id: &str) -> Result<Option<Workspace>> {
+        let name = name_or_id.to_string();
+        self.blocking(move |c| auth::find_workspace(c, &name)).await
+    }
+
+    /// A workspace by name or id, or [`StoreError::NotFound`].
+    pub async fn workspace(&self, name_or_id: &str) -> Result<Workspace> {
+        self.find_workspace(name_or_id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("workspace {name_or_id:?}")))
+    }
+
+    pub async fn list_workspaces(&self) -> Result<Vec<Workspace>> {
+        self.blocking(|c| manage::list_workspaces(c)).await
+    }
+
+    /// Creates a workspace at `now_us`, in `group` when given, in one call.
+    pub async fn create_workspace(
+        &self,
+        name: &str,
+        group: Option<String>,
+        now_us: i64,
+    ) -> Result<Workspace> {
+        let name = name.to_string();
+        self.blocking(move |c| {
+            let ws = auth::create_workspace(c, &name, now_us)?;
+            match group {
+                Some(g) => auth::set_workspace_group(c, &ws.id, Some(&g)),
+                None => Ok(ws),
+            }
+        })
+        .await
+    }
+
+    /// Sets (or, with `None`, clears) a workspace's routing group.
+    pub async fn set_workspace_group(
+        &self,
+        workspace: &str,
+        group: Option<String>,
+    ) -> Result<Workspace> {
+        let workspace = workspace.to_string();
+        self.blocking(move |c| auth::set_workspace_group(c, &workspace, group.as_deref()))
+            .await
+    }
+
+    /// Creates a token at `now_us`, with its own routing group when given.
+    pub async fn create_token(
+        &self,
+        workspace: &str,
+        scope: Scope,
+        group: Option<String>,
+        now_us: i64,
+    ) -> Result<NewToken> {
+        let workspace = workspace.to_string();
+        self.blocking(move |c| {
+            auth::create_group_token(c, &workspace, scope, group.as_deref(), now_us)
+        })
+        .await
+    }
+
+    /// The tokens of a workspace (never their values).
+    pub async fn list_tokens(&self, workspace_id: &str) -> Result<Vec<TokenInfo>> {
+        let ws = workspace_id.to_string();
+        self.blocking(move |c| manage::list_tokens(c, &ws)).await
+    }
+
+    /// Revokes a live token of a workspace at `now_us`; `false` when there is none.
+    pub async fn revoke_token(
+        &self,
+        workspace_id: &str,
+        key_id: &str,
+        now_us: i64,
+    ) -> Result<bool> {
+        let (ws, key) = (workspace_id.to_string(), key_id.to_string());
+        self.blocking(move |c| manage::revoke_token(c, &ws, &key, now_us))
+            .await
+    }
+
+    /// One record of a workspace (`None` also for another workspace's id).
+    pub async fn record(
+        &self,
+        workspace_id: &str,
+        request_id: &str,
+    ) -> Result<Option<RequestRecord>> {
+        let (ws, id) = (workspace_id.to_string(), request_id.to_string());
+        self.blocking(move |c| records::get(c, &ws, &id)).await
+    }
+
+    /// The newest records of a workspace matching `filter` (see [`usage::recent_filtered`]).
+    pub async fn recent(
+        &self,
+        workspace_id: &str,
+        filter: UsageFilter,
+        window: Option<(i64, i64)>,
+        limit: u32,
+    ) -> Result<Vec<RequestRecord>> {
+        let ws = workspace_id.to_string();
+        self.blocking(move |c| usage::recent_filtered(c, &ws, &filter, window, limit))
+            .await
+    }
+
+    /// Usage of a workspace over `[from_us, to_us)` (see [`usage::usage`]).
+    pub async fn usage(
+        &self,
+        workspace_id: &str,
+        (from_us, to_us): (i64, i64),
+        filter: UsageFilter,
+        group_by: Vec<GroupDim>,
+    ) -> Result<UsageResult> {
+        let ws = workspace_id.to_string();
+        self.blocking(move |c| usage::usage(c, &ws, from_us, to_us, &filter, &group_by))
+            .await
+    }
+
+    /// Retention: deletes records older than `cutoff_us` in transactions of at most `batch`
+    /// rows (see [`records::delete_older_than_batched`]); returns how many went.
+    pub async fn delete_older_than(&self, cutoff_us: i64, batch: usize) -> Result<usize> {
+        self.blocking(move |c| records::delete_older_than_batched(c, cutoff_us, batch))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_700_000_000_000_000;
+
+    #[tokio::test]
+    async fn workspaces_and_tokens_round_trip_through_the_async_surface() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        assert!(store.ping().await);
+        let admin = store.bootstrap(None, NOW).await.unwrap().unwrap();
+        assert!(store.bootstrap(None, NOW).await.unwrap().is_none());
+        let ws = store
+            .create_workspace("team", Some("batch".into()), NOW)
+            .await
+            .unwrap();
+        assert_eq!(ws.group.as_deref(), Some("batch"));
+        let t = store
+            .create_token("team", Scope::Read, None, NOW)
+            .await
+            .unwrap();
+        let p = store.authenticate(&t.token).unwrap().unwrap();
+        assert_eq!(
+            (p.workspace_id.as_str(), p.scope),
+            (ws.id.as_str(), Scope::Read)
+        );
+        assert!(store.authenticate(&admin.token).unwrap().is_some());
+        assert_eq!(store.list_tokens(&ws.id).await.unwrap().len(), 1);
+        assert!(store
+            .revoke_token(&ws.id, &t.key_id, NOW + 1)
+            .await
+            .unwrap());
+        assert!(store.authenticate(&t.token).unwrap().is_none());
+        assert!(matches!(
+            store.workspace("nope").await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert_eq!(store.list_workspaces().await.unwrap().len(), 2);
+        assert!(store
+            .recent(&ws.id, UsageFilter::default(), None, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(store.record(&ws.id, "req_x").await.unwrap(), None);
+        assert_eq!(store.delete_older_than(NOW, 100).await.unwrap(), 0);
+    }
+}
