@@ -2,12 +2,7 @@
 //! every route off the unauthenticated list refuses a request without a token, and refusals
 //! come in each route's own error shape (the dialect's on proxy routes, which also record them).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly"
-)]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
 
 use std::time::Duration;
 

@@ -1,13 +1,6 @@
 //! `GET /graphql` serves the built-in query page: its page and assets come from this origin
 //! only, under a strict Content-Security-Policy.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly"
-)]
-
 use axum::body::Body;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;

@@ -537,7 +537,6 @@ pub fn server_timing_upstream(head: &HeaderMap) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
 
     #[test]

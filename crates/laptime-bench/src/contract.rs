@@ -8,16 +8,16 @@ use laptime_core::Dialect;
 use serde::{Deserialize, Serialize};
 
 /// Version of the report layout.
-pub const SCHEMA: &str = "laptime-bench/1";
+pub(crate) const SCHEMA: &str = "laptime-bench/1";
 
 /// How percentiles are computed (the same as AIPerf, GenAI-Perf, LLMPerf and vLLM bench).
-pub const PERCENTILE_METHOD: &str = "linear interpolation between closest ranks (numpy.percentile default, Hyndman-Fan type 7): for sorted x[0..n), h = (n-1)*p, value = x[floor h] + (h - floor h) * (x[ceil h] - x[floor h]); mean is the arithmetic mean; min and max are exact";
+pub(crate) const PERCENTILE_METHOD: &str = "linear interpolation between closest ranks (numpy.percentile default, Hyndman-Fan type 7): for sorted x[0..n), h = (n-1)*p, value = x[floor h] + (h - floor h) * (x[ceil h] - x[floor h]); mean is the arithmetic mean; min and max are exact";
 
 /// The window throughput is computed over.
-pub const WINDOW: &str = "from the start of the first measured request to the end (last byte) of the last measured request, per target; warm-up requests are outside the window";
+pub(crate) const WINDOW: &str = "from the start of the first measured request to the end (last byte) of the last measured request, per target; warm-up requests are outside the window";
 
 /// Which requests each figure leaves out. Nothing is left out silently.
-pub const EXCLUSIONS: [&str; 6] = [
+pub(crate) const EXCLUSIONS: [&str; 6] = [
     "warm-up requests are excluded from every figure; they are listed in `requests` with warmup=true and counted in summary.warmup",
     "failed requests (HTTP status >= 400, connection failure, timeout, in-stream error event, stream closed or reset before its terminal event, unreadable body) are excluded from every latency, ITL, speed and token figure; they are counted by kind in `failures` and listed in `requests` with the marks they reached",
     "a latency metric leaves out successful requests that lack its mark (for example first_visible_ms of an answer with no text, or any stream mark of a non-streamed answer) and reports how many as `absent`",
@@ -29,7 +29,7 @@ pub const EXCLUSIONS: [&str; 6] = [
 /// A base URL and the endpoint it resolves to for the contract's dialect.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TargetSpec {
+pub(crate) struct TargetSpec {
     /// `A` for `--target`, `B`, `C`, … for each `--compare` in order.
     pub label: String,
     /// The base URL as an SDK takes it (`http://host/v1` for OpenAI, `http://host` for Anthropic).
@@ -40,7 +40,7 @@ pub struct TargetSpec {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct InputTokens {
+pub(crate) struct InputTokens {
     /// Mean prompt length in tokens of the contract's tokenizer.
     pub mean: u32,
     /// Standard deviation; 0 means every prompt has exactly `mean` tokens.
@@ -53,7 +53,7 @@ pub struct InputTokens {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OutputTokens {
+pub(crate) struct OutputTokens {
     /// The requested limit; absent when none is sent.
     pub max_output_tokens: Option<u32>,
     /// The request field that carries it for this dialect.
@@ -63,7 +63,7 @@ pub struct OutputTokens {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Sampling {
+pub(crate) struct Sampling {
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
 }
@@ -72,7 +72,7 @@ pub struct Sampling {
 /// ended) or open loop (arrivals on a schedule, whatever the answers do).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Load {
+pub(crate) enum Load {
     ClosedLoop {
         concurrency: u32,
     },
@@ -87,7 +87,7 @@ pub enum Load {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Arrivals {
+pub(crate) enum Arrivals {
     Constant,
     Poisson,
 }
@@ -95,7 +95,7 @@ pub enum Arrivals {
 /// When the measured phase stops issuing requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "by", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// This many measured requests in all (split over the targets in compare mode).
     Requests { requests: u64 },
     /// No new request after this many seconds; requests already sent run to their end.
@@ -104,7 +104,7 @@ pub enum Stop {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Timeouts {
+pub(crate) struct Timeouts {
     /// Whole request, from send to the last byte.
     pub request_s: f64,
     /// TCP (and TLS) connect.
@@ -113,7 +113,7 @@ pub struct Timeouts {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Contract {
+pub(crate) struct Contract {
     pub schema: String,
     pub targets: Vec<TargetSpec>,
     pub dialect: Dialect,
@@ -151,7 +151,7 @@ pub struct Contract {
 }
 
 /// The definitions written into every contract (DESIGN.md §1, measured at the client).
-pub fn definitions() -> BTreeMap<String, String> {
+pub(crate) fn definitions() -> BTreeMap<String, String> {
     let d = [
         ("t0", "the client is about to hand the request to its HTTP connection (after the body is built); every mark is an offset from it, in milliseconds with microsecond precision, and a mark that did not happen is null, never 0"),
         ("headers_ms", "response head parsed (includes connect time when the pool had no idle connection)"),
@@ -174,16 +174,16 @@ pub fn definitions() -> BTreeMap<String, String> {
         .collect()
 }
 
-pub const INPUT_DISTRIBUTION: &str = "normal(mean, sd) rounded to a whole token and clamped to at least 1 (exactly mean when sd = 0); the two requests of an A/B pair get the same length";
-pub const PROMPT: &str = "synthetic: the user message is a seeded random sequence of common English words, each one token of the tokenizer with its leading space, so the message has exactly the drawn number of tokens (the record's prompt_tokens re-counts it); every request gets different words, so no prefix cache can serve one request from another";
-pub const OUTPUT_NOTE: &str = "the answer's length is up to the model; the distribution of output tokens observed is in the summary";
-pub const RETRIES: &str = "none: every request is sent once and its outcome recorded";
-pub const INTERLEAVE: &str = "A B A B ...: request i goes to target number i mod (number of targets), so A when i is even and B when odd with two targets (warm-up too)";
+pub(crate) const INPUT_DISTRIBUTION: &str = "normal(mean, sd) rounded to a whole token and clamped to at least 1 (exactly mean when sd = 0); the two requests of an A/B pair get the same length";
+pub(crate) const PROMPT: &str = "synthetic: the user message is a seeded random sequence of common English words, each one token of the tokenizer with its leading space, so the message has exactly the drawn number of tokens (the record's prompt_tokens re-counts it); every request gets different words, so no prefix cache can serve one request from another";
+pub(crate) const OUTPUT_NOTE: &str = "the answer's length is up to the model; the distribution of output tokens observed is in the summary";
+pub(crate) const RETRIES: &str = "none: every request is sent once and its outcome recorded";
+pub(crate) const INTERLEAVE: &str = "A B A B ...: request i goes to target number i mod (number of targets), so A when i is even and B when odd with two targets (warm-up too)";
 
 impl Contract {
     /// Refills the fixed texts, so that a contract read from an older report is compared with
     /// the definitions this build measures by.
-    pub fn normalise(&mut self) {
+    pub(crate) fn normalise(&mut self) {
         self.schema = SCHEMA.to_string();
         self.input_tokens.distribution = INPUT_DISTRIBUTION.to_string();
         self.input_tokens.prompt = PROMPT.to_string();
@@ -208,7 +208,7 @@ impl Contract {
     }
 
     /// Reads the contract of a `report.json` (or a file holding the contract alone).
-    pub fn read(path: &std::path::Path) -> Result<Contract, String> {
+    pub(crate) fn read(path: &std::path::Path) -> Result<Contract, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let value: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -220,7 +220,7 @@ impl Contract {
 
 /// The field that carries the output limit. Chat uses `max_completion_tokens` (OpenAI's
 /// current name, which reasoning models require); Anthropic requires `max_tokens`.
-pub fn max_tokens_field(dialect: Dialect) -> &'static str {
+pub(crate) fn max_tokens_field(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::Chat => "max_completion_tokens",
         Dialect::Responses => "max_output_tokens",
@@ -228,7 +228,7 @@ pub fn max_tokens_field(dialect: Dialect) -> &'static str {
     }
 }
 
-pub fn auth_kind(dialect: Dialect) -> &'static str {
+pub(crate) fn auth_kind(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::Chat | Dialect::Responses => "Authorization: Bearer <token> when a token is given",
         Dialect::Messages => {
@@ -240,7 +240,7 @@ pub fn auth_kind(dialect: Dialect) -> &'static str {
 /// The endpoint an SDK would call for `base_url` (the OpenAI SDKs append `/chat/completions` or
 /// `/responses` to a base that ends in `/v1`; the Anthropic SDK appends `/v1/messages` to the
 /// host). A base given with the endpoint already on it is taken as it is.
-pub fn endpoint(base_url: &str, dialect: Dialect) -> String {
+pub(crate) fn endpoint(base_url: &str, dialect: Dialect) -> String {
     let base = base_url.trim_end_matches('/');
     let suffix = match dialect {
         Dialect::Chat => "/chat/completions",
@@ -262,7 +262,6 @@ pub fn endpoint(base_url: &str, dialect: Dialect) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
 
     #[test]

@@ -20,13 +20,13 @@ use super::record::RequestRecord;
 use laptime_core::views::ms;
 
 /// No run sends more requests than this, whatever the duration and rate.
-pub const MAX_REQUESTS: u64 = 1_000_000;
+pub(crate) const MAX_REQUESTS: u64 = 1_000_000;
 
 /// Salts that keep the warm-up's prompts and the arrival gaps apart from the measured prompts.
 const WARMUP_SALT: u64 = 0x5741_524D;
 const GAPS_SALT: u64 = 0x4741_5053;
 
-pub struct Engine {
+pub(crate) struct Engine {
     pub http: HttpClient,
     pub endpoints: Vec<Endpoint>,
     pub contract: Contract,
@@ -35,7 +35,7 @@ pub struct Engine {
 
 /// What one phase sends.
 #[derive(Debug, Clone, Copy)]
-pub struct Phase {
+pub(crate) struct Phase {
     pub warmup: bool,
     /// Stop after this many requests (all targets together).
     pub requests: Option<u64>,
@@ -90,7 +90,7 @@ impl Engine {
 }
 
 /// Runs one phase; every finished request is sent on `tx` as it ends.
-pub async fn run_phase(
+pub(crate) async fn run_phase(
     engine: Arc<Engine>,
     phase: Phase,
     tx: mpsc::UnboundedSender<RequestRecord>,
@@ -178,7 +178,7 @@ pub async fn run_phase(
 }
 
 /// The measured phase's plan from the contract.
-pub fn measured_phase(c: &Contract) -> Phase {
+pub(crate) fn measured_phase(c: &Contract) -> Phase {
     match c.stop {
         Stop::Requests { requests } => Phase {
             warmup: false,

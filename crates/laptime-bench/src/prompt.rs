@@ -75,13 +75,13 @@ impl Tokenizer {
 }
 
 /// The seeded generator of request `index`'s words (distinct per request).
-pub fn words_rng(seed: u64, index: u64) -> StdRng {
+pub(crate) fn words_rng(seed: u64, index: u64) -> StdRng {
     StdRng::seed_from_u64(mix(seed, index.wrapping_mul(2).wrapping_add(1)))
 }
 
 /// The prompt length of request `index`: both requests of an A/B pair (`index / targets`) get
 /// the same length.
-pub fn draw_length(mean: u32, sd: f64, seed: u64, pair: u64) -> u32 {
+pub(crate) fn draw_length(mean: u32, sd: f64, seed: u64, pair: u64) -> u32 {
     if sd <= 0.0 {
         return mean.max(1);
     }
@@ -101,7 +101,7 @@ pub fn draw_length(mean: u32, sd: f64, seed: u64, pair: u64) -> u32 {
 }
 
 /// SplitMix64 of the seed and a stream number, so neighbouring indexes get unrelated streams.
-pub fn mix(seed: u64, n: u64) -> u64 {
+pub(crate) fn mix(seed: u64, n: u64) -> u64 {
     let mut z = seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -110,7 +110,7 @@ pub fn mix(seed: u64, n: u64) -> u64 {
 
 /// The JSON body of one request: the dialect's shape, the contract's settings, then
 /// `extra_body` merged over it at the top level.
-pub fn body(c: &Contract, prompt: &str) -> Bytes {
+pub(crate) fn body(c: &Contract, prompt: &str) -> Bytes {
     let mut m = Map::new();
     m.insert("model".into(), json!(c.model));
     match c.dialect {
@@ -166,7 +166,6 @@ pub fn body(c: &Contract, prompt: &str) -> Bytes {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
 
     #[test]

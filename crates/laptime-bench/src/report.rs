@@ -13,7 +13,7 @@ use super::svg;
 
 /// Facts about this run that are not part of the workload.
 #[derive(Debug, Clone, Serialize)]
-pub struct RunInfo {
+pub(crate) struct RunInfo {
     pub laptime_version: String,
     /// Wall-clock start, RFC 3339 UTC.
     pub started_at: String,
@@ -31,7 +31,7 @@ struct Report<'a> {
     requests: &'a [RequestRecord],
 }
 
-pub fn write_all(
+pub(crate) fn write_all(
     dir: &Path,
     contract: &Contract,
     run: &RunInfo,
@@ -80,7 +80,7 @@ fn ratio(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.3}x"))
 }
 
-pub fn load_text(c: &Contract) -> String {
+pub(crate) fn load_text(c: &Contract) -> String {
     let load = match &c.load {
         Load::ClosedLoop { concurrency } => format!("closed loop, concurrency {concurrency}"),
         Load::OpenLoop {
@@ -118,7 +118,7 @@ fn shown(d: &Dist) -> bool {
 }
 
 /// The summary table printed to stdout.
-pub fn text(contract: &Contract, summary: &Summary) -> String {
+pub(crate) fn text(contract: &Contract, summary: &Summary) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,

@@ -10,7 +10,7 @@ use super::record::RequestRecord;
 
 /// One figure over the successful measured requests of a target.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Dist {
+pub(crate) struct Dist {
     /// Values taken.
     pub n: usize,
     /// Successful requests without this figure (mark did not happen, or not applicable).
@@ -24,7 +24,7 @@ pub struct Dist {
 }
 
 /// Linear interpolation between closest ranks (numpy's default) over sorted values.
-pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     let n = sorted.len();
     if n == 0 {
         return None;
@@ -37,7 +37,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
 }
 
 impl Dist {
-    pub fn of(values: &[Option<f64>]) -> Dist {
+    pub(crate) fn of(values: &[Option<f64>]) -> Dist {
         let mut v: Vec<f64> = values.iter().flatten().copied().collect();
         v.sort_by(f64::total_cmp);
         let n = v.len();
@@ -55,9 +55,9 @@ impl Dist {
 }
 
 /// The per-request figures summarised, in table order, with how each is read from a record.
-pub type Getter = fn(&RequestRecord) -> Option<f64>;
+pub(crate) type Getter = fn(&RequestRecord) -> Option<f64>;
 
-pub const METRICS: [(&str, Getter); 16] = [
+pub(crate) const METRICS: [(&str, Getter); 16] = [
     ("headers_ms", |r| r.headers_ms),
     ("first_byte_ms", |r| r.first_byte_ms),
     ("first_event_ms", |r| r.first_event_ms),
@@ -82,15 +82,15 @@ pub const METRICS: [(&str, Getter); 16] = [
 
 /// Figures pooled over many values per request rather than one per request: every gap
 /// between consecutive output-carrying chunks of every successful stream.
-pub const POOLED: [&str; 1] = ["output_gap_ms"];
+pub(crate) const POOLED: [&str; 1] = ["output_gap_ms"];
 
 /// Every summarised figure, in table order.
-pub fn metric_names() -> impl Iterator<Item = &'static str> {
+pub(crate) fn metric_names() -> impl Iterator<Item = &'static str> {
     METRICS.iter().map(|(name, _)| *name).chain(POOLED)
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Throughput {
+pub(crate) struct Throughput {
     pub window_s: Option<f64>,
     pub requests_per_s: Option<f64>,
     pub output_tokens_per_s: Option<f64>,
@@ -100,7 +100,7 @@ pub struct Throughput {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct TargetSummary {
+pub(crate) struct TargetSummary {
     pub label: String,
     pub url: String,
     /// Measured requests sent (warm-up not included).
@@ -117,7 +117,7 @@ pub struct TargetSummary {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct WarmupSummary {
+pub(crate) struct WarmupSummary {
     pub requests: usize,
     pub failed: usize,
     pub failures: BTreeMap<String, usize>,
@@ -125,7 +125,7 @@ pub struct WarmupSummary {
 
 /// B ÷ A of the same statistic.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Ratio {
+pub(crate) struct Ratio {
     pub p50: Option<f64>,
     pub p95: Option<f64>,
     pub p99: Option<f64>,
@@ -133,7 +133,7 @@ pub struct Ratio {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Compare {
+pub(crate) struct Compare {
     pub basis: String,
     /// The target compared with A.
     pub label: String,
@@ -145,7 +145,7 @@ pub struct Compare {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub percentile_method: String,
     pub targets: Vec<TargetSummary>,
     /// B / A (the first `--compare` against `--target`).
@@ -158,7 +158,7 @@ pub struct Summary {
     pub elapsed_s: Option<f64>,
 }
 
-pub fn summarise(records: &[RequestRecord], targets: &[(String, String)]) -> Summary {
+pub(crate) fn summarise(records: &[RequestRecord], targets: &[(String, String)]) -> Summary {
     let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
     let warm: Vec<&RequestRecord> = records.iter().filter(|r| r.warmup).collect();
     let mut s = Summary {
@@ -303,7 +303,6 @@ fn compare(a: &TargetSummary, b: &TargetSummary) -> Compare {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
     use super::*;
 
     #[test]

@@ -64,7 +64,7 @@ fn fmt_tick(v: f64) -> String {
     }
 }
 
-pub fn render(summary: &Summary, records: &[RequestRecord], title: &str) -> String {
+pub(crate) fn render(summary: &Summary, records: &[RequestRecord], title: &str) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
@@ -247,7 +247,7 @@ pub fn render(summary: &Summary, records: &[RequestRecord], title: &str) -> Stri
     s
 }
 
-#[allow(clippy::too_many_arguments, reason = "a plot's frame")]
+#[expect(clippy::too_many_arguments, reason = "a plot's frame")]
 fn axes(
     s: &mut String,
     x0: f64,

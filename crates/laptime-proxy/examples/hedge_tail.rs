@@ -6,9 +6,8 @@
 //!
 //! `cargo run --release -p laptime-proxy --example hedge_tail -- [requests] [concurrency]`
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::print_stdout,
     reason = "a measurement script"
 )]

@@ -1,15 +1,10 @@
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly"
-)]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
 
 //! `GET /metrics` over real sockets: requests through the sim in all three dialects (streamed and
 //! not), a scripted slow one, an upstream that closes early, an unknown model and a refused
 //! upstream, then the exposition is parsed and checked metric by metric.
 
-mod common;
+pub mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,14 +1,9 @@
 //! The relay end to end over real sockets: gateway + sim in all three dialects, streamed and
 //! not, checked byte for byte and against the stored row.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "test helpers fail loudly"
-)]
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-mod common;
+pub mod common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,14 +1,9 @@
 //! Routing under failure over real sockets: failover before the commit point, deadlines after
 //! it, `Retry-After` cool-downs, and what the record keeps of every attempt.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly"
-)]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
 
-mod common;
+pub mod common;
 
 use std::time::Duration;
 

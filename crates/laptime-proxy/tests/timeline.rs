@@ -1,10 +1,9 @@
 //! The timeline under paused tokio time: the sim's seed-trace schedules played into the observed
 //! body give the seed's exact values and classification, and a real SQLite store keeps them.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::panic,
     reason = "test helpers fail loudly"
 )]
 

@@ -1,14 +1,9 @@
 //! The usage API over real sockets: GraphQL and REST read back what the gateway recorded, and no
 //! token ever reads another workspace.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly"
-)]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
 
-mod common;
+pub mod common;
 
 use std::time::Duration;
 

@@ -1,14 +1,9 @@
 //! Whole answers over real sockets: streams in each dialect, non-streamed bodies, scripted
 //! statuses and the fake's own request errors.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "test helpers fail loudly"
-)]
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-mod common;
+pub mod common;
 
 use std::time::Duration;
 

@@ -1,14 +1,9 @@
 //! Answers that end badly, over real sockets: a clean close without a terminal, a TCP reset, a
 //! stall, and a client that leaves mid-stream; and what `/sim/stats` says about each.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "test helpers fail loudly"
-)]
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-mod common;
+pub mod common;
 
 use std::time::Duration;
 

@@ -1,14 +1,7 @@
 //! What the fake tells a test about what it received: `x-sim-body-sha256`,
 //! `x-sim-request-id`, `/sim/requests` and the request counter.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "test helpers fail loudly"
-)]
-
-mod common;
+pub mod common;
 
 use common::Harness;
 use serde_json::json;

@@ -56,7 +56,7 @@ pub(crate) struct RollupKey {
 
 impl RollupKey {
     /// The key a record rolls up under; `None` for a record without a workspace.
-    pub fn of(r: &RequestRecord) -> Option<RollupKey> {
+    pub(crate) fn of(r: &RequestRecord) -> Option<RollupKey> {
         let text = |v: &Option<String>| v.clone().unwrap_or_default();
         Some(RollupKey {
             workspace_id: r.workspace_id.clone()?,

@@ -1,9 +1,4 @@
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly"
-)]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 //! The usage API's data side against a real SQLite store: rollups written by the recorder's
 //! transactions answer exactly what the rows say, under every filter and grouping; newest-first
 //! reads; retention.

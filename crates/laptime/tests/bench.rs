@@ -7,7 +7,7 @@
 //! still be causal (never earlier than scripted). The tests hold one lock so that their loads
 //! never overlap.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,

@@ -1,11 +1,6 @@
 //! The binary as an operator runs it: real processes, real sockets, real SQLite files.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly"
-)]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;

@@ -1,10 +1,8 @@
 //! A gateway on 127.0.0.1 in front of a real sim, over real sockets, with a real SQLite store.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    dead_code,
     reason = "test helpers fail loudly"
 )]
 

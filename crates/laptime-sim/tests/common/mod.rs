@@ -1,13 +1,7 @@
 //! Shared support for the socket tests: a simulator on 127.0.0.1, a reqwest client, an SSE
 //! reader and a poller for `/sim/stats`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    dead_code,
-    reason = "test helpers fail loudly; each test binary uses a different subset"
-)]
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use std::time::Duration;
 
