@@ -232,7 +232,7 @@ impl From<AttemptView> for AttemptOut {
     fn from(a: AttemptView) -> Self {
         AttemptOut {
             channel: a.channel,
-            role: a.role,
+            role: a.role.to_string(),
             won: a.won,
             status: a.status,
             error_class: a.error_class.map(str::to_string),
@@ -299,8 +299,8 @@ impl From<&RequestRecord> for RequestEvent {
             outcome: r.outcome.as_str().to_string(),
             error_class: r.error_class.map(|c| c.as_str().to_string()),
             fault: r.fault().map(|f| f.as_str().to_string()),
-            classification: r.classification.clone(),
-            flags: r.flags.clone(),
+            classification: r.classification.as_str().to_string(),
+            flags: r.flags.iter().map(|f| f.as_str().to_string()).collect(),
             ts: rfc3339(r.created_at_us),
             latency_ms: latency_ms(&r.marks),
             ttft_ms: ttft_ms(&r.marks),

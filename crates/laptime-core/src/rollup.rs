@@ -501,10 +501,11 @@ impl Rollup {
                 self.tokens_reported[k] += 1;
             }
         }
-        match self.classifications.get_mut(&r.classification) {
+        match self.classifications.get_mut(r.classification.as_str()) {
             Some(n) => *n += 1,
             None => {
-                self.classifications.insert(r.classification.clone(), 1);
+                let name = r.classification.as_str().to_string();
+                self.classifications.insert(name, 1);
             }
         }
         for (sketch, v) in self.sketches.iter_mut().zip(metric_values(r)) {
@@ -819,7 +820,11 @@ mod tests {
             outcome,
             timeout_kind: None,
             error_class: None,
-            classification: if outcome.is_success() { "ok" } else { "failed" }.into(),
+            classification: if outcome.is_success() {
+                crate::slow::Classification::Ok
+            } else {
+                crate::slow::Classification::Failed
+            },
             flags: Vec::new(),
             marks,
             tokens: Tokens {

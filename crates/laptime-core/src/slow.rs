@@ -39,8 +39,117 @@ impl Default for Thresholds {
     }
 }
 
-pub const OK: &str = "ok";
-pub const FAILED: &str = "failed";
+/// A stage judged slow, in the order stages are judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SlowStage {
+    UpstreamHeadersSlow,
+    FirstEventSlow,
+    EffectiveOutputSlow,
+    VisibleTextLate,
+    GenerationSlowTps,
+    LocalOverheadSlow,
+}
+
+impl SlowStage {
+    pub const ALL: [SlowStage; 6] = [
+        SlowStage::UpstreamHeadersSlow,
+        SlowStage::FirstEventSlow,
+        SlowStage::EffectiveOutputSlow,
+        SlowStage::VisibleTextLate,
+        SlowStage::GenerationSlowTps,
+        SlowStage::LocalOverheadSlow,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlowStage::UpstreamHeadersSlow => "upstream_headers_slow",
+            SlowStage::FirstEventSlow => "first_event_slow",
+            SlowStage::EffectiveOutputSlow => "effective_output_slow",
+            SlowStage::VisibleTextLate => "visible_text_late",
+            SlowStage::GenerationSlowTps => "generation_slow_tps",
+            SlowStage::LocalOverheadSlow => "local_overhead_slow",
+        }
+    }
+}
+
+/// What a request was judged: the first slow stage, `ok`, or `failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Classification {
+    Ok,
+    Failed,
+    Slow(SlowStage),
+}
+
+impl Classification {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Classification::Ok => "ok",
+            Classification::Failed => "failed",
+            Classification::Slow(stage) => stage.as_str(),
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Classification> {
+        match s {
+            "ok" => Some(Classification::Ok),
+            "failed" => Some(Classification::Failed),
+            _ => SlowStage::ALL
+                .into_iter()
+                .find(|st| st.as_str() == s)
+                .map(Classification::Slow),
+        }
+    }
+}
+
+/// One entry of a record's `flags`: a slow stage, or a note on how the request was observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flag {
+    Slow(SlowStage),
+    /// Relayed without observation (`[server] observe = false`): stream marks are absent.
+    Unobserved,
+}
+
+impl Flag {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flag::Slow(stage) => stage.as_str(),
+            Flag::Unobserved => "unobserved",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Flag> {
+        match s {
+            "unobserved" => Some(Flag::Unobserved),
+            _ => match Classification::parse(s)? {
+                Classification::Slow(stage) => Some(Flag::Slow(stage)),
+                Classification::Ok | Classification::Failed => None,
+            },
+        }
+    }
+}
+
+/// Both travel as their names, as stored and as the APIs show them.
+macro_rules! serde_by_name {
+    ($t:ty, $what:literal) => {
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = std::borrow::Cow::<str>::deserialize(d)?;
+                <$t>::parse(&name).ok_or_else(|| {
+                    serde::de::Error::custom(format!(concat!("unknown ", $what, " {:?}"), name))
+                })
+            }
+        }
+    };
+}
+
+serde_by_name!(Classification, "classification");
+serde_by_name!(Flag, "flag");
 
 /// Output tokens per second over the visible window (first visible text to upstream done).
 /// Absent without the marks, without output tokens, or without a positive window.
@@ -63,53 +172,45 @@ pub fn classify(
     output_tokens: Option<u64>,
     outcome: Outcome,
     t: &Thresholds,
-) -> (String, Vec<String>) {
-    let mut flags = Vec::new();
-    if over(
-        between(marks.upstream_start, marks.upstream_headers),
-        t.upstream_headers_ms,
-    ) {
-        flags.push("upstream_headers_slow");
-    }
-    if over(
-        between(marks.upstream_headers, marks.first_event),
-        t.first_event_ms,
-    ) {
-        flags.push("first_event_slow");
-    }
-    if over(
-        between(marks.first_event, marks.first_effective),
-        t.effective_output_ms,
-    ) {
-        flags.push("effective_output_slow");
-    }
-    if over(
-        between(marks.first_effective, marks.first_visible),
-        t.visible_text_ms,
-    ) {
-        flags.push("visible_text_late");
-    }
-    if output_tokens.is_some_and(|n| n >= t.min_tps_tokens)
-        && visible_output_tps(marks, output_tokens).is_some_and(|tps| tps < t.min_tps)
-    {
-        flags.push("generation_slow_tps");
-    }
+) -> (Classification, Vec<Flag>) {
     let local = [marks.auth, marks.distribution, marks.body_read]
         .into_iter()
         .flatten()
         .sum::<Duration>();
-    if local.as_secs_f64() * 1000.0 > t.local_overhead_ms {
-        flags.push("local_overhead_slow");
-    }
+    let slow = [
+        over(
+            between(marks.upstream_start, marks.upstream_headers),
+            t.upstream_headers_ms,
+        ),
+        over(
+            between(marks.upstream_headers, marks.first_event),
+            t.first_event_ms,
+        ),
+        over(
+            between(marks.first_event, marks.first_effective),
+            t.effective_output_ms,
+        ),
+        over(
+            between(marks.first_effective, marks.first_visible),
+            t.visible_text_ms,
+        ),
+        output_tokens.is_some_and(|n| n >= t.min_tps_tokens)
+            && visible_output_tps(marks, output_tokens).is_some_and(|tps| tps < t.min_tps),
+        local.as_secs_f64() * 1000.0 > t.local_overhead_ms,
+    ];
+    let stages: Vec<SlowStage> = SlowStage::ALL
+        .into_iter()
+        .zip(slow)
+        .filter_map(|(stage, is_slow)| is_slow.then_some(stage))
+        .collect();
     let classification = if !outcome.is_success() {
-        FAILED
+        Classification::Failed
     } else {
-        flags.first().copied().unwrap_or(OK)
+        stages
+            .first()
+            .map_or(Classification::Ok, |s| Classification::Slow(*s))
     };
-    (
-        classification.to_string(),
-        flags.into_iter().map(str::to_string).collect(),
-    )
+    (classification, stages.into_iter().map(Flag::Slow).collect())
 }
 
 #[cfg(test)]
@@ -127,7 +228,7 @@ mod tests {
             ..Marks::default()
         };
         let (c, flags) = classify(&marks, None, Outcome::Completed, &Thresholds::default());
-        assert_eq!(c, OK);
+        assert_eq!(c, Classification::Ok);
         assert!(flags.is_empty());
     }
 
@@ -148,8 +249,14 @@ mod tests {
             Outcome::Completed,
             &Thresholds::default(),
         );
-        assert_eq!(c, "upstream_headers_slow");
-        assert_eq!(flags, vec!["upstream_headers_slow", "first_event_slow"]);
+        assert_eq!(c, Classification::Slow(SlowStage::UpstreamHeadersSlow));
+        assert_eq!(
+            flags,
+            vec![
+                Flag::Slow(SlowStage::UpstreamHeadersSlow),
+                Flag::Slow(SlowStage::FirstEventSlow)
+            ]
+        );
     }
 
     #[test]
@@ -165,8 +272,8 @@ mod tests {
             Outcome::UpstreamClosedEarly,
             &Thresholds::default(),
         );
-        assert_eq!(c, FAILED);
-        assert_eq!(flags, vec!["upstream_headers_slow"]);
+        assert_eq!(c, Classification::Failed);
+        assert_eq!(flags, vec![Flag::Slow(SlowStage::UpstreamHeadersSlow)]);
     }
 
     #[test]
@@ -177,10 +284,13 @@ mod tests {
             ..Marks::default()
         };
         let t = Thresholds::default();
-        assert_eq!(classify(&marks, Some(49), Outcome::Completed, &t).0, OK);
+        assert_eq!(
+            classify(&marks, Some(49), Outcome::Completed, &t).0,
+            Classification::Ok
+        );
         assert_eq!(
             classify(&marks, Some(50), Outcome::Completed, &t).0,
-            "generation_slow_tps"
+            Classification::Slow(SlowStage::GenerationSlowTps)
         );
     }
 
@@ -193,7 +303,28 @@ mod tests {
             ..Marks::default()
         };
         let (c, _) = classify(&marks, None, Outcome::Completed, &Thresholds::default());
-        assert_eq!(c, "local_overhead_slow");
+        assert_eq!(c, Classification::Slow(SlowStage::LocalOverheadSlow));
+    }
+
+    #[test]
+    fn classifications_and_flags_round_trip_their_names() {
+        let all = [Classification::Ok, Classification::Failed]
+            .into_iter()
+            .chain(SlowStage::ALL.into_iter().map(Classification::Slow));
+        for c in all {
+            assert_eq!(Classification::parse(c.as_str()), Some(c));
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(serde_json::from_str::<Classification>(&json).unwrap(), c);
+        }
+        for f in SlowStage::ALL
+            .map(Flag::Slow)
+            .into_iter()
+            .chain([Flag::Unobserved])
+        {
+            assert_eq!(Flag::parse(f.as_str()), Some(f));
+        }
+        assert_eq!(Flag::parse("ok"), None);
+        assert!(serde_json::from_str::<Classification>("\"slowish\"").is_err());
     }
 
     #[test]

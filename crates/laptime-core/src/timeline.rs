@@ -366,8 +366,7 @@ impl AttemptRole {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
     pub channel: String,
-    /// `primary`, `failover` or `hedge`.
-    pub role: String,
+    pub role: AttemptRole,
     pub won: bool,
     /// Upstream HTTP status, absent when no head arrived.
     pub status: Option<u16>,
@@ -411,10 +410,10 @@ pub struct RequestRecord {
     pub status: u16,
     pub outcome: Outcome,
     /// Which timer fired, for `Outcome::Timeout`.
-    pub timeout_kind: Option<String>,
+    pub timeout_kind: Option<DeadlineKind>,
     pub error_class: Option<ErrorClass>,
-    pub classification: String,
-    pub flags: Vec<String>,
+    pub classification: crate::slow::Classification,
+    pub flags: Vec<crate::slow::Flag>,
     pub marks: Marks,
     pub tokens: Tokens,
     pub event_count: u32,

@@ -171,7 +171,7 @@ pub fn parse_comment(line: &str) -> Option<Vec<(String, String)>> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AttemptView {
     pub channel: String,
-    pub role: String,
+    pub role: &'static str,
     pub won: bool,
     pub status: Option<u16>,
     pub error_class: Option<&'static str>,
@@ -187,7 +187,7 @@ impl AttemptView {
     pub fn new(a: &Attempt) -> Self {
         AttemptView {
             channel: a.channel.clone(),
-            role: a.role.clone(),
+            role: a.role.as_str(),
             won: a.won,
             status: a.status,
             error_class: a.error_class.map(|c| c.as_str()),
@@ -219,12 +219,12 @@ pub struct RequestLogView {
     pub stream: bool,
     pub status: u16,
     pub outcome: &'static str,
-    pub timeout_kind: Option<String>,
+    pub timeout_kind: Option<&'static str>,
     pub error_class: Option<&'static str>,
     /// Whose fault the failure was (`upstream`, `client`, `gateway`); null for a success.
     pub fault: Option<&'static str>,
-    pub classification: String,
-    pub flags: Vec<String>,
+    pub classification: &'static str,
+    pub flags: Vec<&'static str>,
     pub latency_ms: f64,
     pub ttft_ms: Option<f64>,
     pub upstream_ms: Option<f64>,
@@ -271,11 +271,11 @@ impl RequestLogView {
             stream: r.stream,
             status: r.status,
             outcome: r.outcome.as_str(),
-            timeout_kind: r.timeout_kind.clone(),
+            timeout_kind: r.timeout_kind.map(|k| k.as_str()),
             error_class: r.error_class.map(|c| c.as_str()),
             fault: r.fault().map(|f| f.as_str()),
-            classification: r.classification.clone(),
-            flags: r.flags.clone(),
+            classification: r.classification.as_str(),
+            flags: r.flags.iter().map(|f| f.as_str()).collect(),
             latency_ms: latency_ms(&r.marks),
             ttft_ms: ttft_ms(&r.marks),
             upstream_ms: upstream_ms(&r.marks),
@@ -392,8 +392,12 @@ mod tests {
             outcome: Outcome::Completed,
             timeout_kind: None,
             error_class: None,
-            classification: "visible_text_late".into(),
-            flags: vec!["visible_text_late".into()],
+            classification: crate::slow::Classification::Slow(
+                crate::slow::SlowStage::VisibleTextLate,
+            ),
+            flags: vec![crate::slow::Flag::Slow(
+                crate::slow::SlowStage::VisibleTextLate,
+            )],
             marks,
             tokens: Tokens {
                 input: Some(800),
@@ -407,7 +411,7 @@ mod tests {
             channel_inflight: Some(1),
             attempts: vec![Attempt {
                 channel: "sim".into(),
-                role: "primary".into(),
+                role: crate::timeline::AttemptRole::Primary,
                 won: true,
                 status: Some(200),
                 error_class: None,

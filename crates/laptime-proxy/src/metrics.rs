@@ -103,7 +103,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
-use laptime_core::slow;
+use laptime_core::slow::Classification;
 use laptime_core::timeline::{between, Marks, Outcome, RequestRecord};
 use laptime_core::Dialect;
 use laptime_store::recorder::Recorder;
@@ -371,7 +371,10 @@ impl Metrics {
         let gen_ai = [OPERATION, s.provider.as_str(), s.model.as_str()];
 
         // laptime's own.
-        if r.status == 200 && r.outcome == Outcome::Completed && r.classification == slow::OK {
+        if r.status == 200
+            && r.outcome == Outcome::Completed
+            && r.classification == Classification::Ok
+        {
             s.completed_ok
                 .get_or_init(|| {
                     self.requests.with_label_values(&[
@@ -381,7 +384,7 @@ impl Metrics {
                         &s.channel,
                         "200",
                         Outcome::Completed.as_str(),
-                        slow::OK,
+                        Classification::Ok.as_str(),
                         NO_FAULT,
                     ])
                 })
@@ -396,7 +399,7 @@ impl Metrics {
                     &s.channel,
                     &status,
                     r.outcome.as_str(),
-                    &r.classification,
+                    r.classification.as_str(),
                     r.fault().map_or(NO_FAULT, |f| f.as_str()),
                 ])
                 .inc();
@@ -673,7 +676,7 @@ mod tests {
             outcome,
             timeout_kind: None,
             error_class,
-            classification: slow::OK.into(),
+            classification: Classification::Ok,
             flags: Vec::new(),
             marks: Marks {
                 upstream_start: ms(10),
@@ -750,7 +753,7 @@ mod tests {
             Outcome::UpstreamError,
             Some(ErrorClass::StreamError),
         );
-        r.classification = slow::FAILED.into();
+        r.classification = Classification::Failed;
         m.observe(&r);
         let mut r = record("gpt-x", Outcome::ClientCancelled, None);
         r.tokens.output = Some(1);

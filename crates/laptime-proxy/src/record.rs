@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use laptime_core::observe::StreamSummary;
-use laptime_core::slow::{self, Thresholds};
+use laptime_core::slow::{self, Flag, Thresholds};
 use laptime_core::timeline::{
     self, Attempt, DeadlineKind, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
 };
@@ -199,7 +199,7 @@ pub fn build(
     let (classification, mut flags) =
         slow::classify(&marks, tokens.output, ending.outcome, thresholds);
     if p.unobserved {
-        flags.push("unobserved".into());
+        flags.push(Flag::Unobserved);
     }
     RequestRecord {
         request_id: p.request_id,
@@ -214,7 +214,7 @@ pub fn build(
         stream: p.stream,
         status: ending.status,
         outcome: ending.outcome,
-        timeout_kind: ending.timeout_kind.map(|k| k.as_str().to_string()),
+        timeout_kind: ending.timeout_kind,
         error_class: ending.error_class,
         classification,
         flags,

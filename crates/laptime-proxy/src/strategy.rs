@@ -149,7 +149,7 @@ fn begin(pending: &mut Pending, route: &Route, role: AttemptRole) -> (usize, Dur
     pending.provider = Some(route.channel.provider.as_str().to_string());
     pending.attempts.push(Attempt {
         channel: route.channel.name.clone(),
-        role: role.as_str().into(),
+        role,
         won: false,
         status: None,
         error_class: None,

@@ -20,7 +20,7 @@ use http::{Request, Uri};
 use http_body_util::channel::Channel;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
-use laptime_core::timeline::{ErrorClass, Hedge, Outcome, RequestRecord};
+use laptime_core::timeline::{DeadlineKind, ErrorClass, Hedge, Outcome, RequestRecord};
 use laptime_core::Dialect;
 use laptime_proxy::config::{ChannelConfig, Config, HedgeConfig, Models, Provider, RouteConfig};
 use laptime_proxy::connect::MemoryConnect;
@@ -436,7 +436,7 @@ async fn alone_a_missed_headers_deadline_is_a_504_of_kind_headers() {
     let (status, text, rec) = gw.call(Dialect::Responses).await;
     assert_eq!(status, 504, "{text}");
     assert_eq!(rec.outcome, Outcome::Timeout);
-    assert_eq!(rec.timeout_kind.as_deref(), Some("headers"));
+    assert_eq!(rec.timeout_kind, Some(DeadlineKind::Headers));
     assert_eq!(rec.attempts[0].end, Some(ms(250)));
     assert_eq!(rec.marks.handler_done, Some(ms(250)));
 }
@@ -458,7 +458,7 @@ async fn the_last_candidate_is_relayed_at_once_and_a_stall_after_output_ends_in_
         assert!(text.contains("idle deadline"), "{dialect}: {text}");
         assert!(!text.contains(f.terminal));
         assert_eq!(rec.outcome, Outcome::Timeout);
-        assert_eq!(rec.timeout_kind.as_deref(), Some("idle"));
+        assert_eq!(rec.timeout_kind, Some(DeadlineKind::Idle));
         // The last byte came at 20 ms: idle fires exactly 1 s later.
         assert_eq!(rec.marks.upstream_done, Some(ms(1_020)));
         assert_eq!(rec.marks.first_visible, Some(ms(20)));
@@ -552,32 +552,42 @@ async fn each_stream_deadline_after_the_commit_fires_exactly_with_its_own_kind()
         type Case = (
             Vec<(u64, &'static str)>,
             fn(&mut RouteConfig),
-            &'static str,
+            DeadlineKind,
             u64,
         );
         let cases: [Case; 3] = [
             (
                 first_output,
                 |r| r.timeouts.first_output_ms = 300,
-                "first_output",
+                DeadlineKind::FirstOutput,
                 300,
             ),
             // Heartbeats keep it from going idle, but they are not progress.
-            (progress, |r| r.timeouts.progress_ms = 300, "progress", 320),
-            (total, |r| r.timeouts.total_ms = 400, "total", 400),
+            (
+                progress,
+                |r| r.timeouts.progress_ms = 300,
+                DeadlineKind::Progress,
+                320,
+            ),
+            (
+                total,
+                |r| r.timeouts.total_ms = 400,
+                DeadlineKind::Total,
+                400,
+            ),
         ];
         for (script, deadlines, kind, at) in cases {
             let gw = gateway(&[("a", Reply::sse(10, &script, true))], deadlines).await;
             let (status, text, rec) = gw.call(dialect).await;
             assert_eq!(status, 200);
             assert!(
-                text.contains(&format!("the {kind} deadline")),
+                text.contains(&format!("the {} deadline", kind.as_str())),
                 "{dialect}: {text}"
             );
-            assert_eq!(rec.outcome, Outcome::Timeout, "{dialect} {kind}");
-            assert_eq!(rec.timeout_kind.as_deref(), Some(kind));
-            assert_eq!(rec.marks.upstream_done, Some(ms(at)), "{dialect} {kind}");
-            assert_eq!(rec.marks.handler_done, Some(ms(at)), "{dialect} {kind}");
+            assert_eq!(rec.outcome, Outcome::Timeout, "{dialect} {kind:?}");
+            assert_eq!(rec.timeout_kind, Some(kind));
+            assert_eq!(rec.marks.upstream_done, Some(ms(at)), "{dialect} {kind:?}");
+            assert_eq!(rec.marks.handler_done, Some(ms(at)), "{dialect} {kind:?}");
         }
     }
 }
@@ -595,7 +605,7 @@ async fn heartbeats_are_not_events_so_the_first_event_deadline_fires_through_the
         text.contains("event: ping") && text.contains("timeout_error"),
         "{text}"
     );
-    assert_eq!(rec.timeout_kind.as_deref(), Some("first_event"));
+    assert_eq!(rec.timeout_kind, Some(DeadlineKind::FirstEvent));
     assert_eq!(rec.marks.first_byte, Some(ms(10)));
     assert_eq!(rec.marks.first_event, None);
     assert_eq!(rec.marks.handler_done, Some(ms(400)));

@@ -42,7 +42,7 @@ async fn play(dialect: Dialect, model: &str) -> (RequestRecord, Bytes) {
     p.marks.upstream_headers = Some(headers);
     p.attempts.push(Attempt {
         channel: "sim".into(),
-        role: "primary".into(),
+        role: laptime_core::timeline::AttemptRole::Primary,
         won: true,
         status: Some(200),
         error_class: None,
@@ -137,7 +137,7 @@ async fn check_seeds(dialect: Dialect) {
             "{what}: tps {:?}",
             t.visible_output_tps
         );
-        assert_eq!(r.classification, seed.classification, "{what}");
+        assert_eq!(r.classification.as_str(), seed.classification, "{what}");
         assert_eq!(r.outcome, Outcome::Completed, "{what}");
         // The client got the comment, with the record's values, before the terminal frame.
         let text = String::from_utf8(bytes.to_vec()).unwrap();

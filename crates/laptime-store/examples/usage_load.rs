@@ -227,7 +227,7 @@ impl Synth {
             Outcome::Timeout => {
                 status = 504;
                 error_class = Some(ErrorClass::Timeout);
-                timeout_kind = Some("first_byte".to_string());
+                timeout_kind = Some(laptime_core::timeline::DeadlineKind::Headers);
                 attempts_ok = false;
                 marks.upstream_headers = None;
                 marks.first_byte = None;
@@ -268,7 +268,7 @@ impl Synth {
             if failover {
                 attempts.push(Attempt {
                     channel: format!("{provider}-backup"),
-                    role: "primary".into(),
+                    role: laptime_core::timeline::AttemptRole::Primary,
                     won: false,
                     status: Some(503),
                     error_class: Some(ErrorClass::UpstreamStatus5xx),
@@ -280,7 +280,11 @@ impl Synth {
             }
             attempts.push(Attempt {
                 channel: channel.clone(),
-                role: if failover { "failover" } else { "primary" }.into(),
+                role: if failover {
+                    laptime_core::timeline::AttemptRole::Failover
+                } else {
+                    laptime_core::timeline::AttemptRole::Primary
+                },
                 won: attempts_ok,
                 status: marks.upstream_headers.map(|_| status),
                 error_class,

@@ -3,8 +3,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+    Attempt, AttemptRole, DeadlineKind, ErrorClass, Hedge, Marks, Outcome, RequestRecord,
+    RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -89,7 +91,7 @@ pub(crate) fn insert_rows(
                     r.request_id,
                     i as i64,
                     a.channel,
-                    a.role,
+                    a.role.as_str(),
                     a.won,
                     a.status,
                     a.error_class.map(|c| c.as_str()),
@@ -121,9 +123,9 @@ fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Re
         r.stream,
         r.status,
         r.outcome.as_str(),
-        r.timeout_kind,
+        r.timeout_kind.map(|k| k.as_str()),
         r.error_class.map(|c| c.as_str()),
-        r.classification,
+        r.classification.as_str(),
         flags,
         us(m.auth),
         us(m.body_read),
@@ -189,6 +191,8 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let dialect: String = row.get(8)?;
     let outcome: String = row.get(11)?;
     let error_class: Option<String> = row.get(13)?;
+    let timeout_kind: Option<String> = row.get(12)?;
+    let classification: String = row.get(14)?;
     let flags: String = row.get(15)?;
     let hedge: String = row.get(36)?;
     Ok(RequestRecord {
@@ -204,12 +208,16 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         stream: row.get(9)?,
         status: row.get(10)?,
         outcome: Outcome::parse(&outcome).ok_or_else(|| corrupt("outcome", &outcome))?,
-        timeout_kind: row.get(12)?,
+        timeout_kind: match timeout_kind {
+            Some(k) => Some(DeadlineKind::parse(&k).ok_or_else(|| corrupt("timeout_kind", &k))?),
+            None => None,
+        },
         error_class: match error_class {
             Some(c) => Some(ErrorClass::parse(&c).ok_or_else(|| corrupt("error_class", &c))?),
             None => None,
         },
-        classification: row.get(14)?,
+        classification: Classification::parse(&classification)
+            .ok_or_else(|| corrupt("classification", &classification))?,
         flags: serde_json::from_str(&flags).map_err(|_| corrupt("flags", &flags))?,
         marks: Marks {
             auth: dur(row.get(16)?),
@@ -260,9 +268,10 @@ pub(crate) fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Re
     )?;
     let rows = stmt.query_map([&record.request_id], |row| {
         let class: Option<String> = row.get(4)?;
+        let role: String = row.get(1)?;
         Ok(Attempt {
             channel: row.get(0)?,
-            role: row.get(1)?,
+            role: AttemptRole::parse(&role).ok_or_else(|| corrupt("role", &role))?,
             won: row.get(2)?,
             status: row.get(3)?,
             error_class: match class {
@@ -413,8 +422,10 @@ pub(crate) mod tests {
             outcome: Outcome::Completed,
             timeout_kind: None,
             error_class: None,
-            classification: "ok".into(),
-            flags: vec!["first_event_slow".into()],
+            classification: laptime_core::slow::Classification::Ok,
+            flags: vec![laptime_core::slow::Flag::Slow(
+                laptime_core::slow::SlowStage::FirstEventSlow,
+            )],
             marks: Marks {
                 auth: Some(Duration::from_micros(12)),
                 upstream_start: ms(1),
@@ -435,7 +446,7 @@ pub(crate) mod tests {
             channel_inflight: Some(1),
             attempts: vec![Attempt {
                 channel: "sim".into(),
-                role: "primary".into(),
+                role: laptime_core::timeline::AttemptRole::Primary,
                 won: true,
                 status: Some(200),
                 error_class: None,

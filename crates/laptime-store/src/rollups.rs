@@ -69,7 +69,7 @@ impl RollupKey {
             stream: r.stream,
             status: r.status,
             outcome: r.outcome.as_str().to_string(),
-            classification: r.classification.clone(),
+            classification: r.classification.as_str().to_string(),
         })
     }
 }

@@ -214,7 +214,7 @@ mod tests {
             .map(|i| sample(&format!("r{i}"), "ws", 60_000_000 * (i % 2) + i))
             .collect();
         rows[3].outcome = laptime_core::timeline::Outcome::UpstreamError;
-        rows[3].classification = "failed".into();
+        rows[3].classification = laptime_core::slow::Classification::Failed;
         rows.push(sample("other", "ws_b", 5));
         let mut orphan = sample("orphan", "ws", 7);
         orphan.workspace_id = None;

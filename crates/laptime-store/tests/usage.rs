@@ -41,7 +41,7 @@ fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord
         outcome: Outcome::Completed,
         timeout_kind: None,
         error_class: None,
-        classification: "ok".into(),
+        classification: laptime_core::slow::Classification::Ok,
         flags: Vec::new(),
         marks: Marks {
             upstream_start: ms(1.0),
@@ -59,7 +59,7 @@ fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord
         channel_inflight: None,
         attempts: vec![Attempt {
             channel: "ch-a".into(),
-            role: "primary".into(),
+            role: laptime_core::timeline::AttemptRole::Primary,
             won: true,
             status: Some(200),
             error_class: None,
@@ -157,11 +157,13 @@ fn corpus(ws: &str, n: usize, seed: u64) -> Vec<RequestRecord> {
                 _ => {}
             }
             r.classification = if !r.outcome.is_success() {
-                "failed".into()
+                laptime_core::slow::Classification::Failed
             } else if ttft > 2_000.0 {
-                "upstream_headers_slow".into()
+                laptime_core::slow::Classification::Slow(
+                    laptime_core::slow::SlowStage::UpstreamHeadersSlow,
+                )
             } else {
-                "ok".into()
+                laptime_core::slow::Classification::Ok
             };
             r
         })
@@ -259,7 +261,7 @@ fn usage_equals_a_rollup_of_the_matching_rows_under_every_filter_and_grouping() 
                 stream: Some(false),
                 ..UsageFilter::default()
             },
-            |r| r.classification == "failed" && !r.stream,
+            |r| r.classification == laptime_core::slow::Classification::Failed && !r.stream,
         ),
         (
             UsageFilter {
@@ -366,7 +368,7 @@ fn a_replaced_record_is_counted_once_with_its_new_values() {
     let (_dir, store) = store_with(std::slice::from_ref(&first), 10);
     let mut again = plain("r1", "ws", BASE + 6, Some("b"));
     again.outcome = Outcome::UpstreamError;
-    again.classification = "failed".into();
+    again.classification = laptime_core::slow::Classification::Failed;
     again.attempts.push(again.attempts[0].clone());
     let other = plain("r2", "ws", BASE + 7, Some("a"));
     // The same id twice in one batch too: the last one wins.
