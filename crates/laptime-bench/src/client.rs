@@ -10,11 +10,10 @@ use bytes::{Bytes, BytesMut};
 use http::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderMap, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
-use laptime_core::classify::classify_body;
-use laptime_core::observe::{BodyEnd, StreamObserver};
+use laptime_core::observe::{whole_answer, BodyEnd, StreamObserver};
 use laptime_core::sse::{SseItem, SseScanner};
 use laptime_core::timeline::{ErrorClass, Outcome};
-use laptime_core::usage::{Tokens, UsageAcc};
+use laptime_core::usage::Tokens;
 use laptime_core::views::{ms, parse_comment};
 use laptime_core::Dialect;
 use serde_json::Value;
@@ -274,28 +273,22 @@ pub async fn measure(
             );
         } else if let Some(e) = body_error {
             fail(&mut rec, "reset", &e);
-        } else if serde_json::from_slice::<serde::de::IgnoredAny>(&kept).is_err() {
-            fail(
-                &mut rec,
-                "invalid_body",
-                "the body is not complete JSON (closed early?)",
-            );
         } else {
-            let summary = classify_body(dialect, &kept);
-            let mut acc = UsageAcc::new(dialect);
-            acc.apply(&summary.usage);
-            tokens = acc.tokens();
-            if summary.error {
-                let text = String::from_utf8_lossy(&kept);
-                fail(&mut rec, "error_body", text.trim());
-            } else {
-                rec.outcome = match summary.stop {
-                    Some(
-                        laptime_core::classify::StopHint::Length
-                        | laptime_core::classify::StopHint::ContentFilter,
-                    ) => "incomplete".into(),
-                    _ => "completed".into(),
-                };
+            // The gateway's own rule for a whole answer, so both judge a body alike.
+            let judged = whole_answer(dialect, status, BodyEnd::Eof, &kept);
+            tokens = judged.tokens;
+            match judged.error_class {
+                None if judged.outcome == Outcome::Incomplete => rec.outcome = "incomplete".into(),
+                None => rec.outcome = "completed".into(),
+                Some(ErrorClass::InvalidBody) => fail(
+                    &mut rec,
+                    "invalid_body",
+                    "the body is not complete JSON (closed early?)",
+                ),
+                Some(_) => {
+                    let text = String::from_utf8_lossy(&kept);
+                    fail(&mut rec, "error_body", text.trim());
+                }
             }
         }
     }
