@@ -166,4 +166,45 @@ mod tests {
         h.insert("authorization", "Basic xyz".parse().unwrap());
         assert_eq!(credential(&h), None);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_revocation_made_by_another_process_applies_when_the_remembered_principal_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let now = crate::clock::now_unix_us();
+        let t = store
+            .with_conn(|c| auth::bootstrap(c, None, now))
+            .unwrap()
+            .unwrap();
+        let a = Authenticator::new(store.clone());
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            format!("Bearer {}", t.token).parse().unwrap(),
+        );
+        assert!(a.authenticate(&h).await.is_ok());
+        // As the CLI would: straight in the store, so this gateway is not told.
+        let revoked = store
+            .with_conn(|c| laptime_store::manage::revoke_token(c, &t.workspace.id, &t.key_id, now))
+            .unwrap();
+        assert!(revoked);
+        tokio::time::advance(FRESH_FOR - Duration::from_millis(1)).await;
+        assert!(a.authenticate(&h).await.is_ok(), "remembered for FRESH_FOR");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(a.authenticate(&h).await, Err(AuthFailure::Invalid));
+        // A change made through this gateway applies on the next request.
+        let t2 = store
+            .with_conn(|c| auth::create_token(c, "default", auth::Scope::Read, now))
+            .unwrap();
+        h.insert(
+            "authorization",
+            format!("Bearer {}", t2.token).parse().unwrap(),
+        );
+        assert!(a.authenticate(&h).await.is_ok());
+        store
+            .with_conn(|c| laptime_store::manage::revoke_token(c, &t.workspace.id, &t2.key_id, now))
+            .unwrap();
+        a.forget_all();
+        assert_eq!(a.authenticate(&h).await, Err(AuthFailure::Invalid));
+    }
 }

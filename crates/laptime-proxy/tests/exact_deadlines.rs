@@ -98,7 +98,14 @@ async fn answer(reply: Reply) -> Result<http::Response<Channel<Bytes, Infallible
         .unwrap())
 }
 
-fn upstreams(replies: HashMap<String, Reply>, seen: Seen, origin: Instant) -> MemoryConnect {
+/// The upstreams' logs: requests as they arrive, connections as they end.
+#[derive(Clone, Default)]
+struct Logs {
+    seen: Seen,
+    closed: Seen,
+}
+
+fn upstreams(replies: HashMap<String, Reply>, logs: Logs, origin: Instant) -> MemoryConnect {
     Arc::new(move |uri: &Uri| {
         let host = uri.host().unwrap_or_default().to_string();
         let reply = replies
@@ -106,15 +113,18 @@ fn upstreams(replies: HashMap<String, Reply>, seen: Seen, origin: Instant) -> Me
             .cloned()
             .ok_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused))?;
         let (client, server) = tokio::io::duplex(1 << 16);
-        let seen = seen.clone();
+        let logs = logs.clone();
         tokio::spawn(async move {
+            let seen = logs.seen.clone();
+            let name = host.clone();
             let svc = hyper::service::service_fn(move |_req| {
-                seen.lock().unwrap().push((host.clone(), origin.elapsed()));
+                seen.lock().unwrap().push((name.clone(), origin.elapsed()));
                 answer(reply.clone())
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(server), svc)
                 .await;
+            logs.closed.lock().unwrap().push((host, origin.elapsed()));
         });
         Ok(client)
     })
@@ -125,7 +135,7 @@ struct Gw {
     store: Store,
     token: String,
     workspace: String,
-    seen: Seen,
+    logs: Logs,
     origin: Instant,
     _dir: tempfile::TempDir,
 }
@@ -163,13 +173,13 @@ async fn gateway(replies: &[(&str, Reply)], route: impl FnOnce(&mut RouteConfig)
     cfg.routes = vec![r];
     cfg.server.data_dir = dir.path().to_path_buf();
     cfg.validate(&|_| None).unwrap();
-    let seen = Seen::default();
+    let logs = Logs::default();
     let origin = Instant::now();
     let replies = replies
         .iter()
         .map(|(n, r)| (n.to_string(), r.clone()))
         .collect();
-    let open = upstreams(replies, seen.clone(), origin);
+    let open = upstreams(replies, logs.clone(), origin);
     let gw = Gateway::start_with_upstream(cfg, store.clone(), &|_| None, Some(open))
         .await
         .unwrap();
@@ -178,7 +188,7 @@ async fn gateway(replies: &[(&str, Reply)], route: impl FnOnce(&mut RouteConfig)
         store,
         token: admin.token,
         workspace: admin.workspace.id,
-        seen,
+        logs,
         origin,
         _dir: dir,
     }
@@ -187,6 +197,19 @@ async fn gateway(replies: &[(&str, Reply)], route: impl FnOnce(&mut RouteConfig)
 impl Gw {
     /// Sends one streamed request in `dialect` and reads the whole answer.
     async fn call(&self, dialect: Dialect) -> (u16, String, RequestRecord) {
+        let resp = self.send(dialect).await;
+        let status = resp.status().as_u16();
+        let id = request_id(&resp);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            String::from_utf8(bytes.to_vec()).unwrap(),
+            self.record(&id),
+        )
+    }
+
+    /// Sends one streamed request in `dialect` through the whole router; the answer's head.
+    async fn send(&self, dialect: Dialect) -> http::Response<axum::body::Body> {
         let body = match dialect {
             Dialect::Chat => {
                 r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#
@@ -207,18 +230,7 @@ impl Gw {
             "t0 is the test's start"
         );
         let router = laptime_api::router(self.gw.app.clone());
-        let resp = router.oneshot(req).await.unwrap();
-        let status = resp.status().as_u16();
-        let id = resp.headers()["x-laptime-request-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        (
-            status,
-            String::from_utf8(bytes.to_vec()).unwrap(),
-            self.record(&id),
-        )
+        router.oneshot(req).await.unwrap()
     }
 
     /// The stored record, waiting (in real time: the recorder is a thread) for its batch.
@@ -237,8 +249,15 @@ impl Gw {
     }
 
     fn seen(&self) -> Vec<(String, Duration)> {
-        self.seen.lock().unwrap().clone()
+        self.logs.seen.lock().unwrap().clone()
     }
+}
+
+fn request_id<B>(resp: &http::Response<B>) -> String {
+    resp.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string()
 }
 
 /// One dialect's stream: a preamble event (no output), a text delta, and the terminal frame.
@@ -715,4 +734,44 @@ async fn a_race_winner_that_then_misses_its_first_output_fails_over_to_the_next_
     );
     assert_eq!(rec.marks.upstream_start, Some(ms(500)));
     assert_eq!(rec.failover_count, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_leaves_mid_stream_closes_the_upstream_call_at_that_instant() {
+    for dialect in DIALECTS {
+        let f = frames(dialect);
+        let gw = gateway(
+            &[("a", Reply::sse(10, &[(5, f.preamble), (10, f.text)], true))],
+            |_| {},
+        )
+        .await;
+        let resp = gw.send(dialect).await;
+        let id = request_id(&resp);
+        let mut body = resp.into_body();
+        let mut got = String::new();
+        while !got.contains(f.text) {
+            let frame = body.frame().await.unwrap().unwrap();
+            got.push_str(std::str::from_utf8(frame.data_ref().unwrap()).unwrap());
+        }
+        tokio::time::sleep(ms(100)).await;
+        drop(body);
+        // Let the connection tasks run; no time passes while they do.
+        for _ in 0..100 {
+            if !gw.logs.closed.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            gw.logs.closed.lock().unwrap().clone(),
+            vec![("a".to_string(), ms(120))],
+            "{dialect}: the upstream connection closed when the client left"
+        );
+        let rec = gw.record(&id);
+        assert_eq!(rec.outcome, Outcome::ClientCancelled, "{dialect}");
+        assert_eq!(rec.error_class, Some(ErrorClass::ClientCancelled));
+        assert_eq!(rec.marks.handler_done, Some(ms(120)));
+        assert_eq!(rec.marks.first_visible, Some(ms(20)));
+        assert_eq!(rec.marks.upstream_done, None);
+    }
 }

@@ -298,23 +298,18 @@ async fn a_client_leaving_mid_stream_is_cancelled_and_the_upstream_call_is_dropp
             seen.push_str(&String::from_utf8_lossy(&chunk));
         }
         drop(resp);
-        // The gateway drops the upstream call at once (its connection closed, not pooled): the
-        // sim sees its stream dropped. 100 ms is the bound; polling the sim costs a little.
+        // The gateway drops the upstream call (its connection closed, not pooled): the sim sees
+        // its stream dropped. That it happens at the same instant is proved under paused time
+        // (exact_deadlines.rs); here, over real sockets, only that it happens.
         let left = tokio::time::Instant::now();
         let mut dropped = before;
         while dropped == before && left.elapsed() < Duration::from_secs(2) {
             dropped = h.sim_stats().await["streams_dropped"].as_u64().unwrap();
         }
-        let closed_after = left.elapsed();
         assert!(
             dropped > before,
             "{dialect}: the upstream stream was not dropped"
         );
-        assert!(
-            closed_after < Duration::from_millis(100),
-            "{dialect}: upstream dropped {closed_after:?} after the client left"
-        );
-        eprintln!("{dialect}: upstream dropped {closed_after:?} after the client left");
         let row = h.row(&id).await;
         assert_eq!(row["outcome"], "client_cancelled", "{dialect}");
         assert!(

@@ -254,15 +254,10 @@ async fn the_head_and_the_terminal_keep_their_scripted_instants() {
         body.extend_from_slice(&chunk);
     }
     let end = start.elapsed();
-    // Not a timing benchmark: only that the fake waits, and not wildly longer.
-    assert!(
-        head >= Duration::from_millis(150) && head < Duration::from_millis(400),
-        "{head:?}"
-    );
-    assert!(
-        end >= Duration::from_millis(450) && end < Duration::from_millis(700),
-        "{end:?}"
-    );
+    // Not a timing benchmark: only that the fake never sends early (its schedule itself is
+    // checked under paused time).
+    assert!(head >= Duration::from_millis(150), "{head:?}");
+    assert!(end >= Duration::from_millis(450), "{end:?}");
     assert!(String::from_utf8(body)
         .unwrap()
         .ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));

@@ -773,7 +773,6 @@ async fn a_duration_run_stops_issuing_on_time_and_counts_every_request() {
     let addr = sim().await;
     let tmp = tempfile::tempdir().unwrap();
     let script = json!({"laptime_sim": {"headers_ms": 5, "first_text_ms": 10, "text_tokens": 2}});
-    let started = tokio::time::Instant::now();
     let (report, _) = bench(
         tmp.path(),
         &[
@@ -795,7 +794,6 @@ async fn a_duration_run_stops_issuing_on_time_and_counts_every_request() {
         ],
     )
     .await;
-    assert!(started.elapsed() < Duration::from_secs(10));
     let rs = measured(&report);
     // Two clients, ~10 ms per request, for 0.5 s.
     assert!(rs.len() >= 10, "{} requests", rs.len());
