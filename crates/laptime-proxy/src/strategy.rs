@@ -58,7 +58,8 @@ pub async fn run(
             None
         };
         if let Some((primary, second)) = pair {
-            let raced = race(ctx, pending, body_for, h, primary, &second).await;
+            // Boxed: hedging is opt-in, and inline its race would enlarge every request's future.
+            let raced = Box::pin(race(ctx, pending, body_for, h, primary, &second)).await;
             made += raced.made;
             let mut rest: Vec<Route> = candidates.collect();
             if raced.made == 1 {

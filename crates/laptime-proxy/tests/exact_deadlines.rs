@@ -3,310 +3,13 @@
 //! the configured offsets, the upstreams see exactly the attempts expected, and the record (in
 //! a real SQLite store) carries every attempt's marks to the microsecond.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::panic,
-    reason = "test helpers fail loudly"
-)]
+pub mod memory;
 
-use std::collections::HashMap;
-use std::convert::Infallible;
-use std::io;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use bytes::Bytes;
-use http::{Request, Uri};
-use http_body_util::channel::Channel;
 use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
-use laptime_core::timeline::{DeadlineKind, ErrorClass, Hedge, Outcome, RequestRecord};
+use laptime_core::timeline::{DeadlineKind, ErrorClass, Hedge, Outcome};
 use laptime_core::Dialect;
-use laptime_proxy::config::{ChannelConfig, Config, HedgeConfig, Models, Provider, RouteConfig};
-use laptime_proxy::connect::MemoryConnect;
-use laptime_proxy::server::Gateway;
-use laptime_store::{auth, records, Store};
-use tokio::time::Instant;
-use tower::ServiceExt;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// How an in-memory upstream answers: its head after `head_after`, then each frame at its
-/// offset from the head, then a close or a stall (the body stays open).
-#[derive(Clone)]
-struct Reply {
-    head_after: Duration,
-    status: u16,
-    frames: Vec<(Duration, String)>,
-    stall: bool,
-}
-
-impl Reply {
-    fn sse(head_after: u64, frames: &[(u64, &str)], stall: bool) -> Reply {
-        Reply {
-            head_after: ms(head_after),
-            status: 200,
-            frames: frames
-                .iter()
-                .map(|(t, f)| (ms(*t), f.to_string()))
-                .collect(),
-            stall,
-        }
-    }
-
-    fn status(head_after: u64, status: u16) -> Reply {
-        Reply {
-            head_after: ms(head_after),
-            status,
-            frames: vec![(ms(0), r#"{"error":{"message":"busy"}}"#.into())],
-            stall: false,
-        }
-    }
-}
-
-/// Each upstream (by host) and when each of its requests arrived, from the test's start.
-type Seen = Arc<Mutex<Vec<(String, Duration)>>>;
-
-async fn answer(reply: Reply) -> Result<http::Response<Channel<Bytes, Infallible>>, Infallible> {
-    tokio::time::sleep(reply.head_after).await;
-    let (mut tx, body) = Channel::<Bytes, Infallible>::new(16);
-    let head = Instant::now();
-    let content_type = if reply.status == 200 {
-        "text/event-stream"
-    } else {
-        "application/json"
-    };
-    tokio::spawn(async move {
-        for (at, frame) in reply.frames {
-            tokio::time::sleep_until(head + at).await;
-            if tx.send_data(Bytes::from(frame)).await.is_err() {
-                return;
-            }
-        }
-        if reply.stall {
-            // Keeps the body open until the gateway drops the connection.
-            let _open = tx;
-            std::future::pending::<()>().await;
-        }
-    });
-    Ok(http::Response::builder()
-        .status(reply.status)
-        .header("content-type", content_type)
-        .body(body)
-        .unwrap())
-}
-
-/// The upstreams' logs: requests as they arrive, connections as they end.
-#[derive(Clone, Default)]
-struct Logs {
-    seen: Seen,
-    closed: Seen,
-}
-
-fn upstreams(replies: HashMap<String, Reply>, logs: Logs, origin: Instant) -> MemoryConnect {
-    Arc::new(move |uri: &Uri| {
-        let host = uri.host().unwrap_or_default().to_string();
-        let reply = replies
-            .get(&host)
-            .cloned()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused))?;
-        let (client, server) = tokio::io::duplex(1 << 16);
-        let logs = logs.clone();
-        tokio::spawn(async move {
-            let seen = logs.seen.clone();
-            let name = host.clone();
-            let svc = hyper::service::service_fn(move |_req| {
-                seen.lock().unwrap().push((name.clone(), origin.elapsed()));
-                answer(reply.clone())
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(server), svc)
-                .await;
-            logs.closed.lock().unwrap().push((host, origin.elapsed()));
-        });
-        Ok(client)
-    })
-}
-
-struct Gw {
-    gw: Gateway,
-    store: Store,
-    token: String,
-    workspace: String,
-    logs: Logs,
-    origin: Instant,
-    _dir: tempfile::TempDir,
-}
-
-fn channel(name: &str, priority: u32) -> ChannelConfig {
-    ChannelConfig {
-        name: name.into(),
-        provider: Provider::Sim,
-        base_url: Some(format!("http://{name}")),
-        api_key_env: None,
-        models: Models::List(vec!["m".into()]),
-        group: "default".into(),
-        priority,
-        weight: 1,
-        circuit: Default::default(),
-    }
-}
-
-/// A gateway whose channels `a`, `b`, … (tried in that order) are the in-memory upstreams.
-async fn gateway(replies: &[(&str, Reply)], route: impl FnOnce(&mut RouteConfig)) -> Gw {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_dir(dir.path()).unwrap();
-    let admin = store
-        .with_conn(|c| auth::bootstrap(c, None, laptime_proxy::clock::now_unix_us()))
-        .unwrap()
-        .unwrap();
-    let mut cfg = Config::embedded_default(&|_| None);
-    cfg.channels = replies
-        .iter()
-        .enumerate()
-        .map(|(i, (name, _))| channel(name, i as u32))
-        .collect();
-    let mut r = cfg.route_for("m").clone();
-    route(&mut r);
-    cfg.routes = vec![r];
-    cfg.server.data_dir = dir.path().to_path_buf();
-    cfg.validate(&|_| None).unwrap();
-    let logs = Logs::default();
-    let origin = Instant::now();
-    let replies = replies
-        .iter()
-        .map(|(n, r)| (n.to_string(), r.clone()))
-        .collect();
-    let open = upstreams(replies, logs.clone(), origin);
-    let gw = Gateway::start_with_upstream(cfg, store.clone(), &|_| None, Some(open))
-        .await
-        .unwrap();
-    Gw {
-        gw,
-        store,
-        token: admin.token,
-        workspace: admin.workspace.id,
-        logs,
-        origin,
-        _dir: dir,
-    }
-}
-
-impl Gw {
-    /// Sends one streamed request in `dialect` and reads the whole answer.
-    async fn call(&self, dialect: Dialect) -> (u16, String, RequestRecord) {
-        let resp = self.send(dialect).await;
-        let status = resp.status().as_u16();
-        let id = request_id(&resp);
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        (
-            status,
-            String::from_utf8(bytes.to_vec()).unwrap(),
-            self.record(&id),
-        )
-    }
-
-    /// Sends one streamed request in `dialect` through the whole router; the answer's head.
-    async fn send(&self, dialect: Dialect) -> http::Response<axum::body::Body> {
-        let body = match dialect {
-            Dialect::Chat => {
-                r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#
-            }
-            Dialect::Responses => r#"{"model":"m","stream":true,"input":"hi"}"#,
-            Dialect::Messages => {
-                r#"{"model":"m","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#
-            }
-        };
-        let req = Request::post(dialect.path())
-            .header("authorization", format!("Bearer {}", self.token))
-            .header("content-type", "application/json")
-            .body(axum::body::Body::from(body))
-            .unwrap();
-        assert_eq!(
-            self.origin.elapsed(),
-            Duration::ZERO,
-            "t0 is the test's start"
-        );
-        let router = laptime_api::router(self.gw.app.clone());
-        router.oneshot(req).await.unwrap()
-    }
-
-    /// The stored record, waiting (in real time: the recorder is a thread) for its batch.
-    fn record(&self, id: &str) -> RequestRecord {
-        for _ in 0..500 {
-            let got = self
-                .store
-                .with_conn(|c| records::get(c, &self.workspace, id))
-                .unwrap();
-            if let Some(r) = got {
-                return r;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("request {id} was not recorded");
-    }
-
-    fn seen(&self) -> Vec<(String, Duration)> {
-        self.logs.seen.lock().unwrap().clone()
-    }
-}
-
-fn request_id<B>(resp: &http::Response<B>) -> String {
-    resp.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
-/// One dialect's stream: a preamble event (no output), a text delta, and the terminal frame.
-struct Frames {
-    preamble: &'static str,
-    text: &'static str,
-    terminal: &'static str,
-}
-
-fn frames(dialect: Dialect) -> Frames {
-    match dialect {
-        Dialect::Chat => Frames {
-            preamble: "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
-            text: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n",
-            terminal: "data: [DONE]\n\n",
-        },
-        Dialect::Responses => Frames {
-            preamble: "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n",
-            text: "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n",
-            terminal: "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
-        },
-        Dialect::Messages => Frames {
-            preamble: "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
-            text: "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
-            terminal: "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
-        },
-    }
-}
-
-const DIALECTS: [Dialect; 3] = [Dialect::Chat, Dialect::Responses, Dialect::Messages];
-
-/// A healthy answer: head after 20 ms, preamble at +5, text at +10, terminal at +15.
-fn healthy(dialect: Dialect) -> Reply {
-    let f = frames(dialect);
-    Reply::sse(
-        20,
-        &[(5, f.preamble), (10, f.text), (15, f.terminal)],
-        false,
-    )
-}
-
-/// The client's bytes less the one timing comment block, which must sit right before the
-/// terminal frame.
-fn without_comment(text: &str, terminal: &str) -> String {
-    let at = text.find(": x-laptime-timing ").unwrap();
-    let end = at + text[at..].find("\n\n").unwrap() + 2;
-    assert!(text[end..].starts_with(terminal), "{text}");
-    format!("{}{}", &text[..at], &text[end..])
-}
+use laptime_proxy::config::RouteConfig;
+use memory::*;
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_silent_before_its_first_event_fails_over_exactly_at_the_first_event_deadline() {
@@ -493,14 +196,7 @@ async fn a_hedge_goes_out_exactly_after_its_delay_and_the_first_event_wins() {
             &[(5, f.preamble), (10, f.text), (15, f.terminal)],
             false,
         );
-        let gw = gateway(&[("a", slow), ("b", healthy(dialect))], |r| {
-            r.hedge = Some(HedgeConfig {
-                after_ms: Some(100),
-                after: None,
-                budget: 1.0,
-            })
-        })
-        .await;
+        let gw = gateway(&[("a", slow), ("b", healthy(dialect))], hedge_after(100)).await;
         let (status, text, rec) = gw.call(dialect).await;
         assert_eq!(status, 200);
         assert_eq!(
@@ -532,13 +228,10 @@ async fn a_hedge_goes_out_exactly_after_its_delay_and_the_first_event_wins() {
 #[tokio::test(start_paused = true)]
 async fn a_primary_that_answers_before_the_hedge_delay_sends_no_hedge() {
     let dialect = Dialect::Chat;
-    let gw = gateway(&[("a", healthy(dialect)), ("b", healthy(dialect))], |r| {
-        r.hedge = Some(HedgeConfig {
-            after_ms: Some(100),
-            after: None,
-            budget: 1.0,
-        })
-    })
+    let gw = gateway(
+        &[("a", healthy(dialect)), ("b", healthy(dialect))],
+        hedge_after(100),
+    )
     .await;
     let (_, text, rec) = gw.call(dialect).await;
     assert!(text.contains("hedge=none"), "{text}");
@@ -546,15 +239,6 @@ async fn a_primary_that_answers_before_the_hedge_delay_sends_no_hedge() {
     assert_eq!(rec.hedge, Hedge::None);
     assert_eq!(rec.attempts.len(), 1);
     assert_eq!(rec.marks.first_visible, Some(ms(30)));
-}
-
-/// `frame` every `every` ms from `from` to `to` (offsets from the head).
-fn repeat(frame: &'static str, from: u64, every: u64, to: u64) -> Vec<(u64, &'static str)> {
-    (0..)
-        .map(|i| from + i * every)
-        .take_while(|t| *t <= to)
-        .map(|t| (t, frame))
-        .collect()
 }
 
 #[tokio::test(start_paused = true)]
@@ -628,16 +312,6 @@ async fn heartbeats_are_not_events_so_the_first_event_deadline_fires_through_the
     assert_eq!(rec.marks.first_byte, Some(ms(10)));
     assert_eq!(rec.marks.first_event, None);
     assert_eq!(rec.marks.handler_done, Some(ms(400)));
-}
-
-fn hedge_after(ms: u64) -> impl FnOnce(&mut RouteConfig) {
-    move |r| {
-        r.hedge = Some(HedgeConfig {
-            after_ms: Some(ms),
-            after: None,
-            budget: 1.0,
-        })
-    }
 }
 
 #[tokio::test(start_paused = true)]
