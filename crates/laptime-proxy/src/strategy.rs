@@ -58,8 +58,7 @@ pub async fn run(
             None
         };
         if let Some((primary, second)) = pair {
-            // Boxed: hedging is opt-in, and inline its race would enlarge every request's future.
-            let raced = Box::pin(race(ctx, pending, body_for, h, primary, &second)).await;
+            let raced = race(ctx, pending, body_for, h, primary, &second).await;
             made += raced.made;
             let mut rest: Vec<Route> = candidates.collect();
             if raced.made == 1 {
