@@ -4,6 +4,9 @@
 #![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
 
 pub mod common;
+pub mod snapshot;
+
+use snapshot::snapshot;
 
 use std::time::Duration;
 
@@ -149,20 +152,6 @@ fn redact(v: &Value) -> Value {
         Value::Array(a) => Value::Array(a.iter().map(redact).collect()),
         other => other.clone(),
     }
-}
-
-fn snapshot(name: &str, actual: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots")
-        .join(name);
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        actual, expected,
-        "snapshot {name} changed; review and rerun with UPDATE_SNAPSHOTS=1"
-    );
 }
 
 #[test]

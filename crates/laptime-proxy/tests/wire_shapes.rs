@@ -2,8 +2,6 @@
 //! dialect's in-band error event, the in-band timing comment and trailers, and `other.timing`.
 //! A change to any of them shows up here to be reviewed (`UPDATE_SNAPSHOTS=1` rewrites them).
 
-#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
-
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -12,22 +10,11 @@ use laptime_core::usage::Tokens;
 use laptime_core::views::{InBand, TimingView};
 use laptime_core::Dialect;
 use laptime_proxy::respond::{in_band_error, GatewayError};
+use snapshot::snapshot;
+
+pub mod snapshot;
 
 const DIALECTS: [Dialect; 3] = [Dialect::Chat, Dialect::Responses, Dialect::Messages];
-
-fn snapshot(name: &str, actual: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots")
-        .join(name);
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        actual, expected,
-        "snapshot {name} changed; review and rerun with UPDATE_SNAPSHOTS=1"
-    );
-}
 
 #[test]
 fn every_error_class_answers_in_every_dialects_own_error_shape() {
