@@ -79,6 +79,8 @@ pub async fn run(
                             let i = raced.winner_index;
                             failed(pending, i, &e, answer.first_byte());
                             pending.attempts[i].won = false;
+                            // The answer will come from a failover: no racer won.
+                            pending.hedge = Hedge::None;
                             failure = Some(e);
                         }
                     }

@@ -408,6 +408,9 @@ async fn a_race_winner_that_then_misses_its_first_output_fails_over_to_the_next_
     );
     assert_eq!(rec.marks.upstream_start, Some(ms(500)));
     assert_eq!(rec.failover_count, 1);
+    // Neither racer answered.
+    assert_eq!(rec.hedge, Hedge::None);
+    assert!(text.contains("hedge=none"), "{text}");
 }
 
 #[tokio::test(start_paused = true)]
