@@ -157,6 +157,12 @@ pub enum ErrorClass {
     UnknownModel,
     /// Every candidate channel was ejected by its circuit breaker.
     CircuitOpen,
+    /// Upstream answered 401 or 403: the channel's credentials were refused (the operator's
+    /// to fix; another channel may still answer).
+    UpstreamAuth,
+    /// A bounded resource of the gateway is full (the byte budget for request bodies in
+    /// flight): refused with `Retry-After`, before any of it was used.
+    Overloaded,
     /// A bug or resource problem inside the gateway.
     Internal,
 }
@@ -164,7 +170,7 @@ pub enum ErrorClass {
 impl ErrorClass {
     /// Every class, in declaration order (a test checks the order against the discriminants,
     /// so a class added to the enum but not here fails it).
-    pub const ALL: [ErrorClass; 19] = [
+    pub const ALL: [ErrorClass; 21] = [
         ErrorClass::ConnectFailed,
         ErrorClass::ConnectTimeout,
         ErrorClass::Tls,
@@ -183,6 +189,8 @@ impl ErrorClass {
         ErrorClass::PayloadTooLarge,
         ErrorClass::UnknownModel,
         ErrorClass::CircuitOpen,
+        ErrorClass::UpstreamAuth,
+        ErrorClass::Overloaded,
         ErrorClass::Internal,
     ];
 
@@ -206,6 +214,8 @@ impl ErrorClass {
             ErrorClass::PayloadTooLarge => "payload_too_large",
             ErrorClass::UnknownModel => "unknown_model",
             ErrorClass::CircuitOpen => "circuit_open",
+            ErrorClass::UpstreamAuth => "upstream_auth",
+            ErrorClass::Overloaded => "overloaded",
             ErrorClass::Internal => "internal",
         }
     }
@@ -224,7 +234,7 @@ impl ErrorClass {
             // A 4xx from upstream answers the client's request as forwarded.
             UpstreamStatus4xx | ClientCancelled | Unauthorized | Forbidden | BadRequest
             | PayloadTooLarge | UnknownModel => Fault::Client,
-            Internal => Fault::Gateway,
+            UpstreamAuth | Overloaded | Internal => Fault::Gateway,
         }
     }
 
@@ -242,6 +252,7 @@ impl ErrorClass {
                 | ClosedEarly
                 | BodyError
                 | Timeout
+                | UpstreamAuth
         )
     }
 
@@ -525,8 +536,9 @@ mod tests {
             let serialized = serde_json::to_value(c).unwrap();
             assert_eq!(serialized, c.as_str(), "serde and as_str agree");
             assert!(Fault::ALL.contains(&c.fault()));
-            // Only a failure of the upstream is worth another attempt.
-            if c.retryable() {
+            // Only a failure of the upstream is worth another attempt, or a channel whose key
+            // was refused (the operator's to fix; another channel's key may be good).
+            if c.retryable() && c != ErrorClass::UpstreamAuth {
                 assert_eq!(c.fault(), Fault::Upstream, "{c:?}");
             }
         }

@@ -160,14 +160,26 @@ pub async fn dispatch(
     if let Some(wait) = retry_after(response.headers()) {
         channel.cool_down_until(crate::clock::now_unix_us() + wait);
     }
-    let fails = match errors {
-        ErrorStatus::Answers => false,
-        ErrorStatus::FailsOn(on) => on.contains(&status),
-        ErrorStatus::Fails => !response.status().is_success(),
-    };
+    // Refused credentials are the operator's to fix, and the provider's body may echo part of
+    // the key: the attempt fails whatever `errors` says, and the client is told in the
+    // gateway's own words.
+    let refused = matches!(status, 401 | 403);
+    if refused {
+        tracing::warn!(
+            channel = %channel.name,
+            status,
+            "upstream refused the channel's credentials; check its key"
+        );
+    }
+    let fails = refused
+        || match errors {
+            ErrorStatus::Answers => false,
+            ErrorStatus::FailsOn(on) => on.contains(&status),
+            ErrorStatus::Fails => !response.status().is_success(),
+        };
     let streamed = response.status().is_success() && is_sse(response.headers());
     if !streamed {
-        channel.circuit_record(status == 429 || status >= 500);
+        channel.circuit_record(status == 429 || status >= 500 || refused);
     }
     if fails {
         // Dropped unread: the connection closes instead of going back to the pool.
@@ -176,7 +188,11 @@ pub async fn dispatch(
             status: Some(status),
             headers_at: Some(headers_at),
             ..AttemptError::before_head(
-                ErrorClass::from_status(status).unwrap_or(ErrorClass::UpstreamStatus5xx),
+                if refused {
+                    ErrorClass::UpstreamAuth
+                } else {
+                    ErrorClass::from_status(status).unwrap_or(ErrorClass::UpstreamStatus5xx)
+                },
                 None,
                 headers_at,
             )
@@ -197,7 +213,9 @@ pub async fn dispatch(
             total: Duration::from_millis(t.total_ms),
         };
         AnswerBody::Stream(Box::new(
-            ObservedBody::held(incoming, ctx.t0, ctx.dialect, obs).with_deadlines(deadlines),
+            ObservedBody::held(incoming, ctx.t0, ctx.dialect, obs)
+                .with_deadlines(deadlines)
+                .with_held_cap(ctx.app.config.server.max_held_bytes),
         ))
     } else {
         AnswerBody::Whole(incoming)

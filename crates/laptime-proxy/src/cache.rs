@@ -1,5 +1,6 @@
 //! The response cache: opt-in per route, exact match on (workspace, dialect, canonical request
-//! body), a TTL and a bound on entries with least-recently-used eviction.
+//! body), a TTL, and bounds on entries, on bytes held and on one answer's size, with
+//! least-recently-used eviction.
 //!
 //! It is the only place the gateway holds content, so it lives in memory only (never in the
 //! store, never in logs) and its keys are SHA-256 hashes. Only completed answers are stored.
@@ -33,11 +34,19 @@ struct Entry {
     tick: u64,
 }
 
+/// What a cache holds at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    pub entries: usize,
+    /// Body bytes of all entries together.
+    pub bytes: usize,
+    /// Body bytes of one entry: bigger answers are not cached.
+    pub entry_bytes: usize,
+}
+
 pub struct ResponseCache {
     ttl: Duration,
-    max_entries: usize,
-    /// Largest body stored; bigger answers are not cached.
-    pub max_body_bytes: usize,
+    bounds: Bounds,
     inner: Mutex<Lru>,
 }
 
@@ -47,13 +56,24 @@ struct Lru {
     /// tick → key, oldest first.
     order: BTreeMap<u64, CacheKey>,
     tick: u64,
+    /// Body bytes of every entry.
+    bytes: usize,
+}
+
+impl Lru {
+    fn remove(&mut self, key: &CacheKey) {
+        if let Some(e) = self.map.remove(key) {
+            self.order.remove(&e.tick);
+            self.bytes -= e.answer.body.len();
+        }
+    }
 }
 
 impl std::fmt::Debug for ResponseCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseCache")
             .field("ttl", &self.ttl)
-            .field("max_entries", &self.max_entries)
+            .field("bounds", &self.bounds)
             .finish_non_exhaustive()
     }
 }
@@ -74,13 +94,21 @@ pub fn key(workspace_id: &str, dialect: Dialect, body: &[u8]) -> Option<CacheKey
 }
 
 impl ResponseCache {
-    pub fn new(ttl: Duration, max_entries: usize) -> Self {
+    pub fn new(ttl: Duration, bounds: Bounds) -> Self {
         ResponseCache {
             ttl,
-            max_entries: max_entries.max(1),
-            max_body_bytes: 8 * 1024 * 1024,
+            bounds: Bounds {
+                entries: bounds.entries.max(1),
+                entry_bytes: bounds.entry_bytes.min(bounds.bytes),
+                ..bounds
+            },
             inner: Mutex::new(Lru::default()),
         }
+    }
+
+    /// Largest body stored; a capture gives up past it.
+    pub fn max_entry_bytes(&self) -> usize {
+        self.bounds.entry_bytes
     }
 
     pub fn get(&self, key: &CacheKey) -> Option<CachedAnswer> {
@@ -90,11 +118,11 @@ impl ResponseCache {
             let e = lru.map.get(key)?;
             (now.saturating_duration_since(e.stored) < self.ttl, e.tick)
         };
-        lru.order.remove(&old_tick);
         if !fresh {
-            lru.map.remove(key);
+            lru.remove(key);
             return None;
         }
+        lru.order.remove(&old_tick);
         lru.tick += 1;
         let tick = lru.tick;
         lru.order.insert(tick, *key);
@@ -104,31 +132,36 @@ impl ResponseCache {
     }
 
     pub fn insert(&self, key: CacheKey, answer: CachedAnswer) {
-        if answer.body.len() > self.max_body_bytes {
+        if answer.body.len() > self.bounds.entry_bytes {
             return;
         }
         let Ok(mut lru) = self.inner.lock() else {
             return;
         };
+        lru.remove(&key);
         lru.tick += 1;
         let tick = lru.tick;
-        if let Some(old) = lru.map.insert(
+        lru.bytes += answer.body.len();
+        lru.map.insert(
             key,
             Entry {
                 answer,
                 stored: Instant::now(),
                 tick,
             },
-        ) {
-            lru.order.remove(&old.tick);
-        }
+        );
         lru.order.insert(tick, key);
-        while lru.map.len() > self.max_entries {
-            let Some((_, oldest)) = lru.order.pop_first() else {
+        while lru.map.len() > self.bounds.entries || lru.bytes > self.bounds.bytes {
+            let Some((_, oldest)) = lru.order.first_key_value().map(|(t, k)| (*t, *k)) else {
                 break;
             };
-            lru.map.remove(&oldest);
+            lru.remove(&oldest);
         }
+    }
+
+    /// Body bytes held.
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().map(|l| l.bytes).unwrap_or(0)
     }
 
     pub fn len(&self) -> usize {
@@ -151,6 +184,44 @@ mod tests {
             body: Bytes::from_static(body.as_bytes()),
             stream: false,
         }
+    }
+
+    fn entries(n: usize) -> Bounds {
+        Bounds {
+            entries: n,
+            bytes: 1 << 20,
+            entry_bytes: 1 << 10,
+        }
+    }
+
+    fn sized(n: usize) -> CachedAnswer {
+        CachedAnswer {
+            body: Bytes::from(vec![b'x'; n]),
+            ..answer("")
+        }
+    }
+
+    #[test]
+    fn bytes_held_stay_within_the_budget_and_big_answers_are_not_kept() {
+        let c = ResponseCache::new(
+            Duration::from_secs(60),
+            Bounds {
+                entries: 1000,
+                bytes: 10_000,
+                entry_bytes: 4_000,
+            },
+        );
+        c.insert([9; 32], sized(4_001));
+        assert!(c.is_empty(), "an answer over the entry cap is not cached");
+        for i in 0..100u8 {
+            c.insert([i; 32], sized(3_000));
+            assert!(c.bytes() <= 10_000, "{} bytes after {i}", c.bytes());
+        }
+        assert_eq!((c.len(), c.bytes()), (3, 9_000));
+        assert!(c.get(&[99; 32]).is_some() && c.get(&[96; 32]).is_none());
+        // Replacing an entry counts its bytes once.
+        c.insert([99; 32], sized(1_000));
+        assert_eq!((c.len(), c.bytes()), (3, 7_000));
     }
 
     #[test]
@@ -181,7 +252,7 @@ mod tests {
 
     #[test]
     fn the_least_recently_used_entry_goes_first() {
-        let c = ResponseCache::new(Duration::from_secs(60), 2);
+        let c = ResponseCache::new(Duration::from_secs(60), entries(2));
         c.insert([1; 32], answer("one"));
         c.insert([2; 32], answer("two"));
         assert!(c.get(&[1; 32]).is_some());
@@ -193,7 +264,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn entries_expire_after_their_ttl() {
-        let c = ResponseCache::new(Duration::from_secs(5), 10);
+        let c = ResponseCache::new(Duration::from_secs(5), entries(10));
         c.insert([1; 32], answer("one"));
         tokio::time::advance(Duration::from_secs(4)).await;
         assert!(c.get(&[1; 32]).is_some());

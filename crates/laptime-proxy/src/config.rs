@@ -33,6 +33,21 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// Largest request body accepted, bytes.
     pub max_body_bytes: usize,
+    /// Bytes of request bodies held at once, over all requests in flight; a request that would
+    /// go over it is refused with 503 and `Retry-After` before its body is read.
+    pub body_budget_bytes: usize,
+    /// Bytes of a stream held before the client is committed to it (read ahead while a backup
+    /// remains); at the cap the stream is released to the client.
+    pub max_held_bytes: usize,
+    /// Time a client has to send a request's whole head, from its first byte (or, on a kept
+    /// connection, from the end of the previous answer), before the connection is closed.
+    pub header_read_timeout_ms: u64,
+    /// How long a kept-alive connection may sit idle between requests before it is closed.
+    pub idle_timeout_s: u64,
+    /// Client connections open at once at most; 0 = derived from the process's file
+    /// descriptor limit (raised to its hard limit at start), keeping headroom for upstream
+    /// connections and the store.
+    pub max_connections: usize,
     /// How long in-flight streams may run on after SIGINT/SIGTERM before they are cut.
     pub drain_s: u64,
     /// Records the recorder queue holds before it drops (and counts) new ones.
@@ -57,6 +72,11 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             data_dir: PathBuf::from("./laptime-data"),
             max_body_bytes: 32 * 1024 * 1024,
+            body_budget_bytes: 256 * 1024 * 1024,
+            max_held_bytes: 1024 * 1024,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_s: 75,
+            max_connections: 0,
             drain_s: 30,
             recorder_queue: 10_000,
             region: None,
@@ -242,6 +262,20 @@ fn default_hedge_budget() -> f64 {
 pub struct CacheConfig {
     pub ttl_s: u64,
     pub max_entries: usize,
+    /// Bytes of answers the route's cache holds at most; the least recently used go first.
+    #[serde(default = "default_cache_max_bytes")]
+    pub max_bytes: usize,
+    /// Largest answer stored, bytes; bigger answers are relayed but not cached.
+    #[serde(default = "default_cache_max_entry_bytes")]
+    pub max_entry_bytes: usize,
+}
+
+fn default_cache_max_bytes() -> usize {
+    64 * 1024 * 1024
+}
+
+fn default_cache_max_entry_bytes() -> usize {
+    1024 * 1024
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -322,6 +356,17 @@ impl Config {
         groups.sort_unstable();
         groups.dedup();
         groups
+    }
+
+    /// Every model name the config names (a channel's models, a route), never `*`: the names
+    /// metrics give their own label.
+    pub fn named_models(&self) -> impl Iterator<Item = String> + '_ {
+        let listed = self
+            .channels
+            .iter()
+            .flat_map(|c| c.models.pairs().into_iter().map(|(public, _)| public));
+        let routed = self.routes.iter().map(|r| r.model.clone());
+        listed.chain(routed).filter(|m| m != "*")
     }
 
     /// The policy for a model: its own route, else the `*` route, else the defaults.
@@ -447,6 +492,23 @@ impl Config {
         }
         if self.server.max_body_bytes == 0 {
             errs.push("server.max_body_bytes: must be positive".into());
+        }
+        if self.server.body_budget_bytes < self.server.max_body_bytes {
+            errs.push(format!(
+                "server.body_budget_bytes: must be at least server.max_body_bytes ({})",
+                self.server.max_body_bytes
+            ));
+        }
+        if u32::try_from(self.server.max_body_bytes).is_err() {
+            errs.push("server.max_body_bytes: at most 4 GiB - 1".into());
+        }
+        if self.server.max_held_bytes == 0 {
+            errs.push("server.max_held_bytes: must be positive".into());
+        }
+        if self.server.header_read_timeout_ms == 0 || self.server.idle_timeout_s == 0 {
+            errs.push(
+                "server.header_read_timeout_ms and server.idle_timeout_s: must be positive".into(),
+            );
         }
         if self.server.threads > 1024 {
             errs.push("server.threads: at most 1024 (0: one per core)".into());

@@ -60,12 +60,22 @@ pub fn trace(client_traceparent: Option<&str>) -> Trace {
     }
 }
 
+/// The longest model name accepted, in bytes. Providers' names are well under 100; a name is
+/// kept in the record, the logs and the route lookup, so a client cannot make it large.
+pub const MAX_MODEL_BYTES: usize = 256;
+
+/// The longest value accepted for the other recorded strings of a request's shape (reasoning
+/// effort, tool choice, response format), in bytes: each is a short keyword in every dialect.
+pub const MAX_SHAPE_BYTES: usize = 64;
+
 /// Why a body was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BodyProblem {
     NotJson(String),
     NotAnObject,
     NoModel,
+    /// A recorded string over its bound: the field's name and the bound.
+    TooLong(&'static str, usize),
 }
 
 impl BodyProblem {
@@ -74,6 +84,9 @@ impl BodyProblem {
             BodyProblem::NotJson(e) => format!("request body is not valid JSON: {e}"),
             BodyProblem::NotAnObject => "request body must be a JSON object".into(),
             BodyProblem::NoModel => "request body has no \"model\" string".into(),
+            BodyProblem::TooLong(field, limit) => {
+                format!("request field {field:?} is over its {limit}-byte limit")
+            }
         }
     }
 }
@@ -159,6 +172,9 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
         Ok(m) if !m.trim().is_empty() => m,
         _ => return Err(BodyProblem::NoModel),
     };
+    if model.len() > MAX_MODEL_BYTES {
+        return Err(BodyProblem::TooLong("model", MAX_MODEL_BYTES));
+    }
     // RawValue borrows from `body`, so its offset is a pointer difference.
     let start = (raw.get().as_ptr() as usize).saturating_sub(body.as_ptr() as usize);
     let span = (start, start + raw.get().len());
@@ -176,6 +192,19 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
                 .and_then(|t| t.budget_tokens)
                 .map(|b| format!("budget_tokens:{b}"))
         });
+    let tool_choice = head.tool_choice.and_then(|c| match c {
+        ToolChoice::Name(n) => Some(n.to_string()),
+        ToolChoice::Object(o) => o.kind.map(str::to_string),
+    });
+    for (field, value) in [
+        ("reasoning_effort", &reasoning_effort),
+        ("tool_choice", &tool_choice),
+        ("response_format", &response_format),
+    ] {
+        if value.as_ref().is_some_and(|v| v.len() > MAX_SHAPE_BYTES) {
+            return Err(BodyProblem::TooLong(field, MAX_SHAPE_BYTES));
+        }
+    }
     Ok(RequestHead {
         model,
         model_span: span,
@@ -189,10 +218,7 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
             tool_count: head
                 .tools
                 .map(|t| u32::try_from(t.len()).unwrap_or(u32::MAX)),
-            tool_choice: head.tool_choice.and_then(|c| match c {
-                ToolChoice::Name(n) => Some(n.to_string()),
-                ToolChoice::Object(o) => o.kind.map(str::to_string),
-            }),
+            tool_choice,
             response_format,
             temperature: head.temperature,
             top_p: head.top_p,
@@ -230,6 +256,40 @@ mod tests {
         assert!(now - ms < 1000, "{ms} vs {now}");
         let many: std::collections::HashSet<String> = (0..10_000).map(|_| request_id()).collect();
         assert_eq!(many.len(), 10_000);
+    }
+
+    #[test]
+    fn recorded_strings_over_their_bound_are_refused_naming_the_field() {
+        let at_limit = format!(r#"{{"model":"{}"}}"#, "m".repeat(MAX_MODEL_BYTES));
+        assert!(parse_head(at_limit.as_bytes()).is_ok());
+        let over = format!(r#"{{"model":"{}"}}"#, "m".repeat(1 << 20));
+        assert_eq!(
+            parse_head(over.as_bytes()),
+            Err(BodyProblem::TooLong("model", MAX_MODEL_BYTES))
+        );
+        let long = "x".repeat(MAX_SHAPE_BYTES + 1);
+        for (field, body) in [
+            (
+                "reasoning_effort",
+                format!(r#"{{"model":"m","reasoning_effort":"{long}"}}"#),
+            ),
+            (
+                "reasoning_effort",
+                format!(r#"{{"model":"m","reasoning":{{"effort":"{long}"}}}}"#),
+            ),
+            (
+                "tool_choice",
+                format!(r#"{{"model":"m","tool_choice":{{"type":"{long}"}}}}"#),
+            ),
+            (
+                "response_format",
+                format!(r#"{{"model":"m","text":{{"format":{{"type":"{long}"}}}}}}"#),
+            ),
+        ] {
+            let refused = parse_head(body.as_bytes()).unwrap_err();
+            assert_eq!(refused, BodyProblem::TooLong(field, MAX_SHAPE_BYTES));
+            assert!(refused.message().contains(field), "{}", refused.message());
+        }
     }
 
     #[test]

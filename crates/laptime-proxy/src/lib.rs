@@ -21,6 +21,7 @@
 
 pub mod attempt;
 pub mod auth;
+pub mod budget;
 pub mod cache;
 pub mod clock;
 pub mod config;
@@ -65,6 +66,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Response caches by route model (only routes with `cache` have one).
     pub caches: std::collections::HashMap<String, Arc<cache::ResponseCache>>,
+    /// Bytes of request bodies held now, over every request in flight.
+    pub body_budget: budget::BodyBudget,
     /// Requests on hedged routes, and hedges sent: the budget's two counters.
     pub hedge_requests: std::sync::atomic::AtomicU64,
     pub hedges_sent: std::sync::atomic::AtomicU64,

@@ -22,10 +22,11 @@
 //!
 //! - `dialect`: `chat`, `responses`, `messages`.
 //! - `model` / `gen_ai_request_model`: the model name the request was routed by (the public name
-//!   the client sent and a channel serves). A request rejected before routing (auth, bad body,
-//!   unknown model) uses `_unrouted`, with `channel` and `provider` `_none`. At most
-//!   [`MAX_MODELS`] distinct model names get their own series (a `*` channel passes any name);
-//!   later new names are counted under `_other`.
+//!   the client sent and a channel serves) when the config names it (a channel's model list or a
+//!   route); any other name (one a `*` channel passed) is counted under `_other`, so the label
+//!   set is fixed by the config and no client can add series or push real models out. A request
+//!   rejected before routing (auth, bad body, unknown model) uses `_unrouted`, with `channel`
+//!   and `provider` `_none`.
 //! - `channel`: the configured channel name; `provider` / `gen_ai_provider_name`: `openai`,
 //!   `anthropic` or `sim`.
 //! - `status`: the HTTP status the client got; `outcome`: the record's outcome (`completed`,
@@ -98,7 +99,7 @@
 //! token (`laptime_api::routes::unauthenticated`). The values are instance-wide (no workspace label),
 //! so a workspace's `read` token must not see them: that would show other tenants' traffic.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
@@ -141,10 +142,8 @@ pub const TOKEN_BUCKETS: [f64; 14] = [
 pub const UNROUTED: &str = "_unrouted";
 /// The channel and provider label of a request rejected before routing.
 pub const NONE: &str = "_none";
-/// The model label once [`MAX_MODELS`] names have their own series.
+/// The model label of a name the config does not name (passed by a `*` channel).
 pub const OTHER_MODEL: &str = "_other";
-/// Distinct model label values kept before new names fold into [`OTHER_MODEL`].
-pub const MAX_MODELS: usize = 1000;
 
 /// The `fault` label of a request that did not fail.
 pub const NO_FAULT: &str = "none";
@@ -260,6 +259,8 @@ pub struct Metrics {
     usage: WithErrorType,
     /// Model label → series of that model (a few: dialects × channels).
     series: RwLock<HashMap<String, Vec<Arc<Series>>>>,
+    /// The model names that get their own label: those the config names.
+    named: HashSet<String>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -275,7 +276,8 @@ const GEN_AI_LABELS: [&str; 3] = [
 ];
 
 impl Metrics {
-    pub fn new() -> prometheus::Result<Metrics> {
+    /// `named`: the model names the config names (every other name is labelled `_other`).
+    pub fn new(named: impl IntoIterator<Item = String>) -> prometheus::Result<Metrics> {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
             Opts::new(
@@ -353,6 +355,7 @@ impl Metrics {
             tpot,
             usage,
             series: RwLock::new(HashMap::new()),
+            named: named.into_iter().collect(),
         })
     }
 
@@ -365,6 +368,11 @@ impl Metrics {
                 r.provider.as_deref().unwrap_or(NONE),
             ),
             None => (UNROUTED, NONE, NONE),
+        };
+        let model = if model == NONE || model == UNROUTED || self.named.contains(model) {
+            model
+        } else {
+            OTHER_MODEL
         };
         let s = self.series(r.dialect, model, channel, provider);
         let d = s.dialect.as_str();
@@ -477,11 +485,6 @@ impl Metrics {
             }
         }
         let mut map = self.series.write().unwrap_or_else(PoisonError::into_inner);
-        let model = if map.contains_key(model) || map.len() < MAX_MODELS {
-            model
-        } else {
-            OTHER_MODEL
-        };
         let list = map.entry(model.to_string()).or_default();
         if let Some(s) = list.iter().find(matches) {
             return s.clone();
@@ -714,7 +717,7 @@ mod tests {
 
     #[test]
     fn gen_ai_values_follow_the_formulas_and_buckets() {
-        let m = Metrics::new().unwrap();
+        let m = Metrics::new(["gpt-x".to_string()]).unwrap();
         m.observe(&record("gpt-x", Outcome::Completed, None));
         let t = text(&m);
         let labels = r#"gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-x""#;
@@ -747,7 +750,7 @@ mod tests {
 
     #[test]
     fn failures_carry_error_type_and_are_left_out_of_ttft() {
-        let m = Metrics::new().unwrap();
+        let m = Metrics::new(["gpt-x".to_string()]).unwrap();
         let mut r = record(
             "gpt-x",
             Outcome::UpstreamError,
@@ -777,20 +780,31 @@ mod tests {
     }
 
     #[test]
-    fn model_names_beyond_the_cap_fold_into_other() {
-        let m = Metrics::new().unwrap();
-        for i in 0..MAX_MODELS + 3 {
+    fn only_model_names_the_config_names_get_their_own_series() {
+        let m = Metrics::new(["m0".to_string()]).unwrap();
+        for i in 0..3000 {
             m.observe(&record(&format!("m{i}"), Outcome::Completed, None));
         }
+        m.observe(&record(&"x".repeat(1 << 20), Outcome::Completed, None));
         m.observe(&record("m0", Outcome::Completed, None));
         let t = text(&m);
-        assert!(t.contains(r#"laptime_requests_total{channel="main",classification="ok",dialect="responses",fault="none",model="_other",outcome="completed",provider="openai",status="200"} 3"#));
+        assert!(t.contains(r#"laptime_requests_total{channel="main",classification="ok",dialect="responses",fault="none",model="_other",outcome="completed",provider="openai",status="200"} 3000"#));
         assert!(t.contains(r#"laptime_requests_total{channel="main",classification="ok",dialect="responses",fault="none",model="m0",outcome="completed",provider="openai",status="200"} 2"#));
+        // Only the two label values: the exposition has the lines it has for two names.
+        let two = Metrics::new(["m0".to_string()]).unwrap();
+        two.observe(&record("m0", Outcome::Completed, None));
+        two.observe(&record("m1", Outcome::Completed, None));
+        assert_eq!(t.lines().count(), text(&two).lines().count());
+        assert!(
+            !t.contains("m1\"") && t.len() < 100_000,
+            "{} bytes",
+            t.len()
+        );
     }
 
     #[test]
     fn unrouted_requests_use_placeholder_labels() {
-        let m = Metrics::new().unwrap();
+        let m = Metrics::new(["gpt-x".to_string()]).unwrap();
         let mut r = record(
             "whatever-the-client-sent",
             Outcome::Rejected,

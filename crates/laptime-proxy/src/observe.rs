@@ -108,7 +108,14 @@ pub struct ObservedBody<B> {
     /// end marks.
     observe: bool,
     committed: Option<Committed>,
+    /// Bytes read so far, and the most held before the commit: a read-ahead stops at the cap
+    /// (the client gets the stream from there), so no stream head can grow without bound.
+    read_bytes: usize,
+    held_cap: usize,
 }
+
+/// The default of [`ObservedBody::with_held_cap`] (the config's `server.max_held_bytes`).
+pub const DEFAULT_HELD_CAP: usize = 1024 * 1024;
 
 struct Capture {
     cache: std::sync::Arc<ResponseCache>,
@@ -144,7 +151,15 @@ impl<B> ObservedBody<B> {
             capture: None,
             observe: true,
             committed: None,
+            read_bytes: 0,
+            held_cap: DEFAULT_HELD_CAP,
         }
+    }
+
+    /// At most `cap` bytes are held before the commit: a read-ahead that reaches it is done.
+    pub fn with_held_cap(mut self, cap: usize) -> Self {
+        self.held_cap = cap;
+        self
     }
 
     /// A stream committed to at once (the last candidate, or a test).
@@ -255,6 +270,7 @@ impl<B> ObservedBody<B> {
     }
 
     fn on_data(&mut self, data: Bytes) {
+        self.read_bytes = self.read_bytes.saturating_add(data.len());
         let at = self.now();
         if !data.is_empty() {
             self.last_byte = Some(at);
@@ -264,7 +280,7 @@ impl<B> ObservedBody<B> {
             return;
         }
         if let Some(c) = &mut self.capture {
-            if c.bytes.len() + data.len() > c.cache.max_body_bytes {
+            if c.bytes.len() + data.len() > c.cache.max_entry_bytes() {
                 self.capture = None;
             } else {
                 c.bytes.extend_from_slice(&data);
@@ -310,7 +326,7 @@ impl<B> ObservedBody<B> {
         let got_there = match until {
             Until::FirstEvent => s.marks.first_event.is_some(),
             Until::FirstOutput => s.marks.first_effective.is_some(),
-        };
+        } || self.read_bytes >= self.held_cap;
         if got_there {
             return Some(Ok(()));
         }

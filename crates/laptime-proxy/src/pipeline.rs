@@ -10,7 +10,6 @@ use axum::body::Body as AxumBody;
 use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, Request};
-use http_body_util::{BodyExt, Limited};
 use laptime_core::timeline::ErrorClass;
 use laptime_core::Dialect;
 use laptime_store::auth::{Principal, Scope};
@@ -18,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::attempt::AttemptCtx;
 use crate::auth::{AuthFailure, Authenticated};
+use crate::budget::{Held, Refusal};
 use crate::cache::{self, CachedAnswer};
 use crate::config::RouteConfig;
 use crate::ingress::{self, RequestHead, Trace};
@@ -41,7 +41,8 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Ok(p) => p,
         Err(e) => return respond::reject(finisher, e),
     };
-    let (body, head) = match admit(&app, &mut finisher.pending, body).await {
+    // `_held`: the body's bytes count against the gateway's budget until the request is done.
+    let (body, _held, head) = match admit(&app, &mut finisher.pending, body).await {
         Ok(admitted) => admitted,
         Err(e) => return respond::reject(finisher, e),
     };
@@ -135,38 +136,38 @@ fn authenticate(
     Ok(principal)
 }
 
-/// Admission: the body within the size limit (timed as `body_read`), and the top-level fields
-/// the gateway needs.
+/// Admission: the body within the size limit and the gateway's byte budget (timed as
+/// `body_read`), and the top-level fields the gateway needs.
 async fn admit(
     app: &App,
     pending: &mut Pending,
     body: AxumBody,
-) -> Result<(Bytes, RequestHead), GatewayError> {
+) -> Result<(Bytes, Held, RequestHead), GatewayError> {
     let started = Instant::now();
-    let limit = app.config.server.max_body_bytes;
-    let read = Limited::new(body, limit).collect().await;
+    let read = app
+        .body_budget
+        .read(body, app.config.server.max_body_bytes)
+        .await;
     pending.marks.body_read = Some(pending.since(started));
-    let body = match read {
-        Ok(c) => c.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(GatewayError::new(
-                ErrorClass::PayloadTooLarge,
-                format!("request body is over the {limit}-byte limit"),
-            ));
+    let (body, held) = read.map_err(|refusal| match refusal {
+        Refusal::TooLarge { limit } => GatewayError::new(
+            ErrorClass::PayloadTooLarge,
+            format!("request body is over the {limit}-byte limit"),
+        ),
+        Refusal::BudgetFull => GatewayError::new(
+            ErrorClass::Overloaded,
+            "the gateway holds as many request bodies as it can now; retry shortly",
+        ),
+        Refusal::Unreadable => {
+            GatewayError::new(ErrorClass::BadRequest, "the request body could not be read")
         }
-        Err(_) => {
-            return Err(GatewayError::new(
-                ErrorClass::BadRequest,
-                "the request body could not be read",
-            ))
-        }
-    };
+    })?;
     let head = ingress::parse_head(&body)
         .map_err(|p| GatewayError::new(ErrorClass::BadRequest, p.message()))?;
     pending.model = Some(head.model.clone());
     pending.stream = head.stream;
     pending.shape = head.shape.clone();
-    Ok((body, head))
+    Ok((body, held, head))
 }
 
 /// What routing decided.

@@ -55,7 +55,8 @@ impl GatewayError {
             | ErrorClass::BodyError
             | ErrorClass::InvalidBody => StatusCode::BAD_GATEWAY,
             ErrorClass::ConnectTimeout | ErrorClass::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            ErrorClass::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorClass::CircuitOpen | ErrorClass::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorClass::UpstreamAuth => StatusCode::BAD_GATEWAY,
             // Nobody reads this answer; the status is for the record.
             ErrorClass::ClientCancelled => {
                 StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
@@ -95,6 +96,12 @@ impl GatewayError {
                 "api_error",
                 Some("upstream_unavailable"),
                 "overloaded_error",
+            ),
+            ErrorClass::Overloaded => ("server_error", Some("gateway_busy"), "overloaded_error"),
+            ErrorClass::UpstreamAuth => (
+                "api_error",
+                Some("upstream_credentials_refused"),
+                "api_error",
             ),
             ErrorClass::ConnectFailed
             | ErrorClass::Tls
@@ -343,6 +350,12 @@ async fn whole(
 /// No attempt gave an answer: the last failure, in the dialect's shape.
 pub fn failed(finisher: Finisher, e: AttemptError) -> Response {
     let message = match e.deadline {
+        // The provider's own body may echo part of the channel's key: never relayed.
+        None if e.class == ErrorClass::UpstreamAuth => {
+            "the upstream provider refused the gateway's credentials for this model; \
+             the gateway's operator must fix the channel's key"
+                .to_string()
+        }
         Some(kind) => format!(
             "no upstream channel answered within the {} deadline",
             kind.as_str()
@@ -407,6 +420,10 @@ fn error(finisher: Finisher, err: &GatewayError, ending: Ending) -> Response {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    if err.class == ErrorClass::Overloaded {
+        // A budget frees as requests in flight finish: a second is a fair wait.
+        headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
     buffered(
         finisher,
         err.status(),

@@ -77,8 +77,10 @@ impl Gateway {
             .map_err(|e| StartError(format!("recorder: {e}")))?;
         let client = attempt::client(Duration::from_millis(config.server.connect_timeout_ms))
             .map_err(|e| StartError(e.message))?;
-        let metrics = Metrics::new().map_err(|e| StartError(format!("metrics: {e}")))?;
+        let metrics =
+            Metrics::new(config.named_models()).map_err(|e| StartError(format!("metrics: {e}")))?;
         let config_for_caches = config.routes.clone();
+        let body_budget = crate::budget::BodyBudget::new(config.server.body_budget_bytes);
         let app = Arc::new(App {
             router: Router::new(channels),
             auth: Authenticator::new(store.clone()),
@@ -89,6 +91,7 @@ impl Gateway {
             config,
             metrics: Arc::new(metrics),
             caches: config_caches(&config_for_caches),
+            body_budget,
             hedge_requests: std::sync::atomic::AtomicU64::new(0),
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
         });
@@ -218,7 +221,11 @@ fn config_caches(
                 r.model.clone(),
                 Arc::new(crate::cache::ResponseCache::new(
                     Duration::from_secs(c.ttl_s),
-                    c.max_entries,
+                    crate::cache::Bounds {
+                        entries: c.max_entries,
+                        bytes: c.max_bytes,
+                        entry_bytes: c.max_entry_bytes,
+                    },
                 )),
             ))
         })

@@ -119,3 +119,118 @@ async fn a_call_without_credentials_is_a_401_in_the_dialects_shape_and_calls_no_
     }
     assert!(gw.seen().is_empty());
 }
+
+/// A body that declares `len` bytes and then sends none: whatever waits for it never ends.
+struct Declared(u64);
+
+impl http_body::Body for Declared {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.0)
+    }
+}
+
+/// A POST in `dialect` with `body`, through the whole router, without waiting for anything else.
+async fn post_body(
+    gw: &Gw,
+    dialect: Dialect,
+    body: axum::body::Body,
+) -> http::Response<axum::body::Body> {
+    use tower::ServiceExt;
+    let req = http::Request::post(dialect.path())
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {}", gw.token))
+        .body(body)
+        .unwrap();
+    laptime_api::router(gw.gw.app.clone())
+        .oneshot(req)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_declared_length_over_the_limit_is_a_413_before_any_body_byte_is_read() {
+    let gw = gateway_with(&[("a", healthy(Dialect::Chat))], |cfg| {
+        cfg.server.max_body_bytes = 1024
+    })
+    .await;
+    for dialect in DIALECTS {
+        // Waiting for the body would never end: the answer must come from the head alone.
+        let resp = tokio::time::timeout(
+            ms(1),
+            post_body(&gw, dialect, axum::body::Body::new(Declared(1025))),
+        )
+        .await
+        .expect("answered without reading the body");
+        assert_eq!(resp.status(), 413, "{dialect}");
+        let id = request_id(&resp);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(message(dialect, &v).contains("1024-byte limit"), "{v}");
+        assert_eq!(
+            gw.record(&id).error_class,
+            Some(ErrorClass::PayloadTooLarge)
+        );
+    }
+    assert!(gw.seen().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn bodies_over_the_gateways_byte_budget_are_a_503_with_retry_after_until_bytes_free() {
+    let gw = gateway_with(&[("a", healthy(Dialect::Chat))], |cfg| {
+        cfg.server.max_body_bytes = 1000;
+        cfg.server.body_budget_bytes = 1500;
+    })
+    .await;
+    let app = gw.gw.app.clone();
+    // One upload that holds 1,000 bytes of the budget (declared, then never sent).
+    let holding = tokio::spawn({
+        let router = laptime_api::router(app.clone());
+        let req = http::Request::post(Dialect::Chat.path())
+            .header("authorization", format!("Bearer {}", gw.token))
+            .body(axum::body::Body::new(Declared(1000)))
+            .unwrap();
+        async move { tower::ServiceExt::oneshot(router, req).await }
+    });
+    while app.body_budget.available() != 500 {
+        tokio::task::yield_now().await;
+    }
+    let padded = |n: usize| {
+        let pad = "x".repeat(n - 40);
+        format!(r#"{{"model":"m","stream":true,"input":"{pad}"}}"#)
+    };
+    for dialect in DIALECTS {
+        let body = padded(600);
+        let resp = post_body(&gw, dialect, body.into()).await;
+        assert_eq!(resp.status(), 503, "{dialect}");
+        assert_eq!(resp.headers()["retry-after"], "1");
+        let id = request_id(&resp);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(message(dialect, &v).contains("retry shortly"), "{v}");
+        let rec = gw.record(&id);
+        assert_eq!(rec.error_class, Some(ErrorClass::Overloaded));
+        assert_eq!(rec.fault(), Some(laptime_core::timeline::Fault::Gateway));
+    }
+    assert_eq!(app.body_budget.available(), 500, "a refusal holds nothing");
+    // A body that fits what is left is served meanwhile.
+    let resp = post_body(&gw, Dialect::Chat, padded(400).into()).await;
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.unwrap();
+    // The held upload gives its bytes back when it ends (here: its client goes away).
+    holding.abort();
+    let _ = holding.await;
+    assert_eq!(app.body_budget.available(), 1500);
+    let resp = post_body(&gw, Dialect::Chat, padded(600).into()).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(gw.seen().len(), 2);
+}

@@ -384,6 +384,8 @@ async fn a_cache_hit_replays_the_same_bytes_without_an_upstream_call_and_reads_b
         r.cache = Some(laptime_proxy::config::CacheConfig {
             ttl_s: 60,
             max_entries: 100,
+            max_bytes: 1 << 20,
+            max_entry_bytes: 1 << 16,
         });
         cfg.routes.push(r);
     })
