@@ -37,7 +37,11 @@ pub async fn handler(State(s): State<ApiState>, req: Request) -> Response {
             }
         }
     }
-    match s.app.metrics.render(&s.app.router, &s.app.recorder) {
+    match s
+        .app
+        .metrics
+        .render(&s.app.router, &s.app.recorder, &s.app.connections)
+    {
         Ok(text) => ([(http::header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "rendering metrics failed");

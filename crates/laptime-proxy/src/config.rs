@@ -39,11 +39,10 @@ pub struct ServerConfig {
     /// Bytes of a stream held before the client is committed to it (read ahead while a backup
     /// remains); at the cap the stream is released to the client.
     pub max_held_bytes: usize,
-    /// Time a client has to send a request's whole head, from its first byte (or, on a kept
-    /// connection, from the end of the previous answer), before the connection is closed.
+    /// Time a client has to send a request's whole head, from accept or (on a kept-alive
+    /// connection) from the end of the previous answer; then the connection is closed. It is
+    /// also how long an HTTP/1.1 connection may sit idle between requests.
     pub header_read_timeout_ms: u64,
-    /// How long a kept-alive connection may sit idle between requests before it is closed.
-    pub idle_timeout_s: u64,
     /// Client connections open at once at most; 0 = derived from the process's file
     /// descriptor limit (raised to its hard limit at start), keeping headroom for upstream
     /// connections and the store.
@@ -74,8 +73,7 @@ impl Default for ServerConfig {
             max_body_bytes: 32 * 1024 * 1024,
             body_budget_bytes: 256 * 1024 * 1024,
             max_held_bytes: 1024 * 1024,
-            header_read_timeout_ms: 10_000,
-            idle_timeout_s: 75,
+            header_read_timeout_ms: 20_000,
             max_connections: 0,
             drain_s: 30,
             recorder_queue: 10_000,
@@ -505,10 +503,8 @@ impl Config {
         if self.server.max_held_bytes == 0 {
             errs.push("server.max_held_bytes: must be positive".into());
         }
-        if self.server.header_read_timeout_ms == 0 || self.server.idle_timeout_s == 0 {
-            errs.push(
-                "server.header_read_timeout_ms and server.idle_timeout_s: must be positive".into(),
-            );
+        if self.server.header_read_timeout_ms == 0 {
+            errs.push("server.header_read_timeout_ms: must be positive".into());
         }
         if self.server.threads > 1024 {
             errs.push("server.threads: at most 1024 (0: one per core)".into());

@@ -27,6 +27,7 @@ pub mod clock;
 pub mod config;
 pub mod connect;
 pub mod ingress;
+pub mod listen;
 pub mod metrics;
 pub mod models;
 pub mod observe;
@@ -66,6 +67,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Response caches by route model (only routes with `cache` have one).
     pub caches: std::collections::HashMap<String, Arc<cache::ResponseCache>>,
+    /// Every open client connection, under the connection cap.
+    pub connections: Arc<listen::Connections>,
     /// Bytes of request bodies held now, over every request in flight.
     pub body_budget: budget::BodyBudget,
     /// Requests on hedged routes, and hedges sent: the budget's two counters.

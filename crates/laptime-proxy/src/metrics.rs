@@ -70,6 +70,10 @@
 //! | `laptime_channel_inflight` | gauge | `channel` | requests in flight on each configured channel, read at scrape time |
 //! | `laptime_circuit_state` | gauge | `channel`, `state` (`closed`, `open`, `half_open`) | 1 for each channel's current circuit state, read at scrape time |
 //! | `laptime_circuit_transitions_total` | counter | `channel` | circuit breaker state changes (each is also logged) |
+//! | `laptime_connections_open` | gauge | — | client connections open, at scrape time |
+//! | `laptime_connections_max` | gauge | — | the cap on open client connections |
+//! | `laptime_connections_evicted_total` | counter | — | idle connections closed to make room at the cap |
+//! | `laptime_connections_refused_total` | counter | — | new connections closed at once (at the cap, none idle) |
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
 //! | `laptime_recorder_dropped_total` | counter | — | records dropped because the queue was full (never stored) |
 //! | `laptime_recorder_written_total` | counter | — | records written to the store |
@@ -114,6 +118,7 @@ use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
+use crate::listen::Connections;
 use crate::routing::Router;
 
 /// OTel `gen_ai.client.operation.duration` / `gen_ai.server.request.duration` boundaries (s);
@@ -508,12 +513,49 @@ impl Metrics {
 
     /// The exposition: every observed metric plus the scrape-time gauges and counters of the
     /// router's channels and the recorder.
-    pub fn render(&self, router: &Router, recorder: &Recorder) -> prometheus::Result<String> {
+    pub fn render(
+        &self,
+        router: &Router,
+        recorder: &Recorder,
+        connections: &Connections,
+    ) -> prometheus::Result<String> {
         let mut families = self.registry.gather();
         families.extend(scrape_time(router, recorder));
+        families.extend(connection_families(connections));
         families.sort_by(|a, b| a.name().cmp(b.name()));
         TextEncoder::new().encode_to_string(&families)
     }
+}
+
+/// The client connections' gauge and counters, at scrape time.
+fn connection_families(c: &Connections) -> [proto::MetricFamily; 4] {
+    let count = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
+    [
+        family(
+            "laptime_connections_open",
+            "Client connections open, at scrape time.",
+            proto::MetricType::GAUGE,
+            vec![gauge(&[], c.open() as f64)],
+        ),
+        family(
+            "laptime_connections_max",
+            "The cap on open client connections.",
+            proto::MetricType::GAUGE,
+            vec![gauge(&[], c.max() as f64)],
+        ),
+        family(
+            "laptime_connections_evicted_total",
+            "Idle client connections closed to make room for a new one at the cap.",
+            proto::MetricType::COUNTER,
+            vec![counter(count(&c.evicted))],
+        ),
+        family(
+            "laptime_connections_refused_total",
+            "New client connections closed at once: the cap was reached and none was idle.",
+            proto::MetricType::COUNTER,
+            vec![counter(count(&c.refused))],
+        ),
+    ]
 }
 
 /// Families read at scrape time rather than observed per request.

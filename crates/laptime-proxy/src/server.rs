@@ -81,6 +81,13 @@ impl Gateway {
             Metrics::new(config.named_models()).map_err(|e| StartError(format!("metrics: {e}")))?;
         let config_for_caches = config.routes.clone();
         let body_budget = crate::budget::BodyBudget::new(config.server.body_budget_bytes);
+        let fd_limit = crate::listen::raise_fd_limit();
+        let max_connections = match config.server.max_connections {
+            0 => crate::listen::default_max_connections(fd_limit),
+            n => n,
+        };
+        tracing::debug!(max_connections, fd_limit, "client connection cap");
+        let connections = crate::listen::Connections::new(max_connections);
         let app = Arc::new(App {
             router: Router::new(channels),
             auth: Authenticator::new(store.clone()),
@@ -92,6 +99,7 @@ impl Gateway {
             metrics: Arc::new(metrics),
             caches: config_caches(&config_for_caches),
             body_budget,
+            connections,
             hedge_requests: std::sync::atomic::AtomicU64::new(0),
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
         });
@@ -128,14 +136,21 @@ impl Gateway {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (cut_tx, cut_rx) = tokio::sync::watch::channel(false);
         let mut serving = Vec::with_capacity(threads);
+        let head_timeout = Duration::from_millis(self.app.config.server.header_read_timeout_ms);
+        let builder = Arc::new(crate::listen::builder(head_timeout));
         for i in 0..threads {
             let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-            let (listener, router) = (listener.try_clone()?, router.clone());
+            let thread = Serving {
+                listener: listener.try_clone()?,
+                router: router.clone(),
+                connections: self.app.connections.clone(),
+                builder: builder.clone(),
+            };
             let (stop, cut) = (stop_rx.clone(), cut_rx.clone());
             std::thread::Builder::new()
                 .name(format!("laptime-serve-{i}"))
                 .spawn(move || {
-                    let _ = done_tx.send(serve_thread(listener, router, stop, cut));
+                    let _ = done_tx.send(serve_thread(thread, stop, cut));
                 })?;
             serving.push(done_rx);
         }
@@ -179,33 +194,40 @@ impl Gateway {
     }
 }
 
+/// What one serving thread serves with.
+struct Serving {
+    listener: std::net::TcpListener,
+    router: axum::Router,
+    connections: Arc<crate::listen::Connections>,
+    builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
+}
+
 /// One serving thread: its own runtime, accepting from its handle on the shared listener, until
 /// `stop` (then connections finish) or `cut` (then the runtime is dropped with whatever is still
 /// open: those streams end and record themselves as they drop).
 fn serve_thread(
-    listener: std::net::TcpListener,
-    router: axum::Router,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    serving: Serving,
+    stop: tokio::sync::watch::Receiver<bool>,
     mut cut: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        let serve = axum::serve(
-            axum::serve::ListenerExt::tap_io(listener, |tcp| {
-                let _ = tcp.set_nodelay(true);
-            }),
-            router,
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        });
+        serving.listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(serving.listener)?;
+        let accepting = crate::listen::accept_until_stopped(
+            listener,
+            serving.router,
+            serving.connections,
+            serving.builder,
+            stop,
+        );
         tokio::select! {
-            served = std::future::IntoFuture::into_future(serve) => served,
-            _ = cut.wait_for(|c| *c) => Ok(()),
+            () = accepting => {}
+            _ = cut.wait_for(|c| *c) => {}
         }
+        Ok(())
     })
 }
 

@@ -1,0 +1,452 @@
+//! Client connections: accepting on a serving thread, the cap on open connections, the head
+//! timeout, and graceful shutdown.
+//!
+//! A connection is held only while it is useful. Its head must arrive within the head timeout
+//! (hyper's, which runs from accept and again from the end of each answer, so it also closes a
+//! kept-alive connection left idle that long). At the cap, a new connection closes the oldest
+//! idle one (no request in flight), so idle connections can never lock real requests out;
+//! only when every open connection is busy is the new one refused. The cap leaves file
+//! descriptors for the upstream connection each busy client connection may need.
+//!
+//! Written over hyper-util's connection builder rather than `axum::serve`, which has none of
+//! these bounds.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::sync::{watch, Notify};
+
+/// File descriptors kept for everything but connections (listeners, the store, logs).
+const FD_RESERVE: u64 = 256;
+
+/// Raises the soft limit on open files to the hard limit; returns the soft limit now.
+pub fn raise_fd_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not raise the open-file limit");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft)
+        }
+    }
+}
+
+/// The default connection cap for a soft open-file limit: half of what the reserve leaves,
+/// since each busy client connection may hold one upstream connection.
+pub fn default_max_connections(fd_limit: u64) -> usize {
+    let usable = fd_limit.saturating_sub(FD_RESERVE) / 2;
+    usize::try_from(usable).unwrap_or(usize::MAX).max(16)
+}
+
+/// Every open client connection of the process, over all serving threads.
+#[derive(Debug)]
+pub struct Connections {
+    max: usize,
+    open: Mutex<Open>,
+    /// New connections closed at once because every open one was busy.
+    pub refused: AtomicU64,
+    /// Idle connections closed to make room for a new one.
+    pub evicted: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    next_id: u64,
+    /// By id: the oldest first.
+    slots: BTreeMap<u64, Arc<Slot>>,
+}
+
+/// One open connection: its requests in flight, and the signal to close it.
+#[derive(Debug, Default)]
+struct Slot {
+    in_flight: AtomicU32,
+    close: Notify,
+}
+
+/// A connection's place among the open ones, given back when the connection ends.
+#[derive(Debug)]
+pub struct Admitted {
+    connections: Arc<Connections>,
+    id: u64,
+    slot: Arc<Slot>,
+}
+
+impl Connections {
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(Connections {
+            max: max.max(1),
+            open: Mutex::new(Open::default()),
+            refused: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+        })
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.lock().slots.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A place for a new connection; at the cap the oldest idle connection is told to close
+    /// (and no longer counts). `None` when every open connection has a request in flight.
+    pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
+        let mut open = self.lock();
+        if open.slots.len() >= self.max {
+            let idle = open
+                .slots
+                .iter()
+                .find(|(_, s)| s.in_flight.load(Ordering::Acquire) == 0)
+                .map(|(id, _)| *id);
+            let Some(idle) = idle else {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return None;
+            };
+            if let Some(slot) = open.slots.remove(&idle) {
+                slot.close.notify_one();
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let id = open.next_id;
+        open.next_id += 1;
+        let slot = Arc::new(Slot::default());
+        open.slots.insert(id, slot.clone());
+        Some(Admitted {
+            connections: self.clone(),
+            id,
+            slot,
+        })
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.connections.lock().slots.remove(&self.id);
+    }
+}
+
+/// A request in flight on a connection, from its head to the end of its answer's body.
+#[derive(Debug)]
+struct Busy(Arc<Slot>);
+
+impl Busy {
+    fn enter(slot: &Arc<Slot>) -> Self {
+        slot.in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(slot.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An answer's body that keeps its connection busy until it ends or is dropped.
+    struct Answering {
+        #[pin]
+        body: axum::body::Body,
+        _busy: Busy,
+    }
+}
+
+impl Body for Answering {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// How client connections are served: HTTP/1.1 and h2c, with the head timeout.
+pub fn builder(head_timeout: Duration) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(head_timeout);
+    b.http2().timer(TokioTimer::new());
+    b
+}
+
+/// Accepts connections from `listener` and serves each with `router` until `stop`; then the
+/// connections finish their requests in flight (each closes when it is idle) and it returns.
+pub async fn accept_until_stopped(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    connections: Arc<Connections>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut serving = tokio::task::JoinSet::new();
+    let mut accept_errors = AcceptErrors::default();
+    let for_connections = stop.clone();
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            Some(_) = serving.join_next(), if !serving.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    let Some(admitted) = connections.admit() else {
+                        // Every connection is busy: closing this one at once is kinder than
+                        // leaving it in the backlog until the client gives up.
+                        continue;
+                    };
+                    let _ = tcp.set_nodelay(true);
+                    let conn = serve_connection(
+                        tcp,
+                        router.clone(),
+                        builder.clone(),
+                        admitted,
+                        for_connections.clone(),
+                    );
+                    serving.spawn(conn);
+                }
+                Err(e) => accept_errors.wait_after(e).await,
+            },
+        }
+    }
+    drop(listener);
+    while serving.join_next().await.is_some() {}
+}
+
+/// One connection, until it ends, is evicted or the server stops (both close it gracefully:
+/// requests in flight finish first).
+async fn serve_connection<T>(
+    io: T,
+    router: axum::Router,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    admitted: Admitted,
+    mut stop: watch::Receiver<bool>,
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let slot = admitted.slot.clone();
+    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let busy = Busy::enter(&slot);
+        let answer = tower::ServiceExt::oneshot(router.clone(), req.map(axum::body::Body::new));
+        async move {
+            let response = answer.await?;
+            Ok::<_, std::convert::Infallible>(response.map(|body| Answering { body, _busy: busy }))
+        }
+    });
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    let mut conn = pin!(conn);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "client connection ended with an error");
+                }
+                break;
+            }
+            _ = admitted.slot.close.notified(), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            _ = stop.wait_for(|s| *s), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+}
+
+/// Accept errors: out of file descriptors is logged at most once a second, and the loop waits
+/// a moment instead of spinning on a backlog it cannot take.
+#[derive(Debug, Default)]
+struct AcceptErrors {
+    last_logged: Option<tokio::time::Instant>,
+    since: u64,
+}
+
+impl AcceptErrors {
+    fn wait_after(&mut self, e: std::io::Error) -> impl Future<Output = ()> {
+        let out_of_fds = matches!(e.raw_os_error(), Some(23 | 24));
+        if out_of_fds {
+            self.since += 1;
+            let now = tokio::time::Instant::now();
+            if self
+                .last_logged
+                .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+            {
+                tracing::warn!(
+                    error = %e,
+                    failed_accepts = self.since,
+                    "cannot accept connections: out of file descriptors"
+                );
+                self.last_logged = Some(now);
+                self.since = 0;
+            }
+        } else {
+            tracing::debug!(error = %e, "accept failed");
+        }
+        let pause = if out_of_fds {
+            Duration::from_millis(20)
+        } else {
+            Duration::ZERO
+        };
+        tokio::time::sleep(pause)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_the_cap_the_oldest_idle_connection_makes_room_and_busy_ones_never_do() {
+        let c = Connections::new(2);
+        let a = c.admit().unwrap();
+        let b = c.admit().unwrap();
+        let busy_a = Busy::enter(&a.slot);
+        // At the cap: `a` is busy, so `b` (idle) is the one closed.
+        let third = c.admit().unwrap();
+        assert_eq!((c.open(), c.evicted.load(Ordering::Relaxed)), (2, 1));
+        assert!(b.slot.close.notified().now_or_never_ready());
+        let busy_third = Busy::enter(&third.slot);
+        assert!(c.admit().is_none(), "every open connection is busy");
+        assert_eq!(c.refused.load(Ordering::Relaxed), 1);
+        drop(busy_a);
+        assert!(c.admit().is_some(), "a is idle again");
+        drop((b, busy_third));
+        assert_eq!(c.open(), 1, "the evicted slot was already given back");
+    }
+
+    #[test]
+    fn the_default_cap_leaves_descriptors_for_upstream_connections() {
+        assert_eq!(default_max_connections(20_000), 9_872);
+        assert_eq!(default_max_connections(1_024), 384);
+        assert_eq!(default_max_connections(100), 16);
+    }
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::Instant;
+
+    /// A connection served under paused time over an in-process pipe, with a 2 s head timeout.
+    fn served() -> (
+        tokio::io::DuplexStream,
+        Arc<Connections>,
+        watch::Sender<bool>,
+    ) {
+        let router = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let connections = Connections::new(4);
+        let admitted = connections.admit().unwrap();
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (stop_tx, stop) = watch::channel(false);
+        let builder = Arc::new(builder(Duration::from_secs(2)));
+        tokio::spawn(serve_connection(server, router, builder, admitted, stop));
+        (client, connections, stop_tx)
+    }
+
+    /// Reads until the server closes the pipe; what it sent.
+    async fn read_to_close(client: &mut tokio::io::DuplexStream) -> String {
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        String::from_utf8(got).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_trickled_a_byte_a_second_is_cut_at_the_head_timeout() {
+        let (mut client, connections, _stop) = served();
+        let start = Instant::now();
+        let trickle = async {
+            for b in b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaa" {
+                if client.write_all(&[*b]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), trickle)
+            .await
+            .unwrap();
+        let _ = read_to_close(&mut client).await;
+        // Closed at the timeout, not when the trickle ended (after 50 s).
+        assert!(
+            start.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            start.elapsed()
+        );
+        tokio::task::yield_now().await;
+        assert_eq!(connections.open(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_alive_connection_idle_for_the_head_timeout_is_closed() {
+        let (mut client, connections, _stop) = served();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let answered = Instant::now();
+        let got = read_to_close(&mut client).await;
+        assert!(
+            got.starts_with("HTTP/1.1 200") && got.ends_with("ok"),
+            "{got}"
+        );
+        let idle = answered.elapsed();
+        assert!(
+            idle >= Duration::from_secs(2) && idle < Duration::from_millis(2100),
+            "closed {idle:?} after the answer"
+        );
+        tokio::task::yield_now().await;
+        assert_eq!(connections.open(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_closes_an_idle_connection_at_once() {
+        let (mut client, connections, stop) = served();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let start = Instant::now();
+        stop.send(true).unwrap();
+        let _ = read_to_close(&mut client).await;
+        assert!(
+            start.elapsed() < Duration::from_millis(10),
+            "{:?}",
+            start.elapsed()
+        );
+        tokio::task::yield_now().await;
+        assert_eq!(connections.open(), 0);
+    }
+
+    trait NowOrNever {
+        fn now_or_never_ready(self) -> bool;
+    }
+
+    impl<F: Future> NowOrNever for F {
+        fn now_or_never_ready(self) -> bool {
+            let mut f = pin!(self);
+            let waker = std::task::Waker::noop();
+            f.as_mut().poll(&mut Context::from_waker(waker)).is_ready()
+        }
+    }
+}
