@@ -67,6 +67,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Response caches by route model (only routes with `cache` have one).
     pub caches: std::collections::HashMap<String, Arc<cache::ResponseCache>>,
+    /// Which unauthenticated refusals get a stored row.
+    pub unauthenticated_rows: Arc<record::RowSample>,
     /// Every open client connection, under the connection cap.
     pub connections: Arc<listen::Connections>,
     /// Bytes of request bodies held now, over every request in flight.

@@ -74,6 +74,7 @@
 //! | `laptime_connections_max` | gauge | — | the cap on open client connections |
 //! | `laptime_connections_evicted_total` | counter | — | idle connections closed to make room at the cap |
 //! | `laptime_connections_refused_total` | counter | — | new connections closed at once (at the cap, none idle) |
+//! | `laptime_records_sampled_out_total` | counter | — | requests observed here but given no stored row: unauthenticated refusals beyond [`crate::record::UNAUTHENTICATED_ROWS_PER_S`] |
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
 //! | `laptime_recorder_dropped_total` | counter | — | records dropped because the queue was full (never stored) |
 //! | `laptime_recorder_written_total` | counter | — | records written to the store |
@@ -266,6 +267,7 @@ pub struct Metrics {
     series: RwLock<HashMap<String, Vec<Arc<Series>>>>,
     /// The model names that get their own label: those the config names.
     named: HashSet<String>,
+    sampled_out: IntCounter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -350,6 +352,11 @@ impl Metrics {
             &usage_labels,
         )?;
         registry.register(Box::new(usage.clone()))?;
+        let sampled_out = IntCounter::new(
+            "laptime_records_sampled_out_total",
+            "Finished requests counted here but given no stored row (unauthenticated refusals over the sample).",
+        )?;
+        registry.register(Box::new(sampled_out.clone()))?;
         Ok(Metrics {
             registry,
             requests,
@@ -361,6 +368,7 @@ impl Metrics {
             usage,
             series: RwLock::new(HashMap::new()),
             named: named.into_iter().collect(),
+            sampled_out,
         })
     }
 
@@ -476,6 +484,11 @@ impl Metrics {
                 observe(&self.usage, &s.usage_ok[i], Some(kind), n as f64);
             }
         }
+    }
+
+    /// A finished request that gets no stored row (it was observed all the same).
+    pub fn count_sampled_out(&self) {
+        self.sampled_out.inc();
     }
 
     /// The cached handles of a label set, made on first use.

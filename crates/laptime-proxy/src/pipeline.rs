@@ -102,7 +102,8 @@ fn ingress(app: &App, dialect: Dialect, headers: &HeaderMap, t0: Instant) -> (Fi
     let trace = ingress::trace(headers.get("traceparent").and_then(|v| v.to_str().ok()));
     pending.trace_id = Some(trace.trace_id.clone());
     let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds)
-        .with_metrics(app.metrics.clone());
+        .with_metrics(app.metrics.clone())
+        .with_unauthenticated_sample(app.unauthenticated_rows.clone());
     (finisher, trace)
 }
 

@@ -2,7 +2,7 @@
 //! becomes a [`RequestRecord`], is observed into the metrics and is handed to the recorder.
 //! `Finisher::finish` consumes the finisher, so a request is recorded exactly once.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use laptime_core::observe::StreamSummary;
@@ -119,6 +119,44 @@ pub struct Finisher {
     metrics: Option<Arc<Metrics>>,
     /// Held so the channel counts this request in flight until it is done.
     _inflight: Option<InflightGuard>,
+    /// Rows of requests without a principal are sampled: anyone who can reach the port makes
+    /// them (and no workspace can read them).
+    unauthenticated: Option<Arc<RowSample>>,
+}
+
+/// Requests without a principal (unauthenticated refusals) given a row at most, per second;
+/// every one is counted in the metrics (`laptime_requests_total{status="401"}`), the others are
+/// not stored (`laptime_records_sampled_out_total`).
+pub const UNAUTHENTICATED_ROWS_PER_S: u32 = 10;
+
+/// At most `per_s` rows in each second (of tokio time, from the sampler's start).
+#[derive(Debug)]
+pub struct RowSample {
+    origin: Instant,
+    per_s: u32,
+    /// (second, rows given in it).
+    window: Mutex<(u64, u32)>,
+}
+
+impl RowSample {
+    pub fn new(per_s: u32) -> Self {
+        RowSample {
+            origin: Instant::now(),
+            per_s,
+            window: Mutex::new((0, 0)),
+        }
+    }
+
+    /// Whether a request at `at` gets its row.
+    pub fn admit(&self, at: Instant) -> bool {
+        let second = at.saturating_duration_since(self.origin).as_secs();
+        let mut w = self.window.lock().unwrap_or_else(PoisonError::into_inner);
+        if w.0 != second {
+            *w = (second, 0);
+        }
+        w.1 += 1;
+        w.1 <= self.per_s
+    }
 }
 
 impl Finisher {
@@ -129,7 +167,14 @@ impl Finisher {
             thresholds,
             metrics: None,
             _inflight: None,
+            unauthenticated: None,
         }
+    }
+
+    /// Samples the row if this request turns out to be an unauthenticated refusal.
+    pub fn with_unauthenticated_sample(mut self, sample: Arc<RowSample>) -> Self {
+        self.unauthenticated = Some(sample);
+        self
     }
 
     /// Observes the record into `metrics` when it is finished.
@@ -145,9 +190,20 @@ impl Finisher {
     /// Stamps t7 now, builds the record and queues it.
     pub fn finish(self, ending: Ending) {
         let handler_done = self.pending.since(self.pending.t0);
+        let t0 = self.pending.t0;
         let record = build(self.pending, ending, handler_done, &self.thresholds);
         if let Some(m) = &self.metrics {
             m.observe(&record);
+        }
+        // Keyed on the missing workspace, not the 401: a caller who leaves before reading its
+        // refusal is sampled too.
+        let sampled_out = record.workspace_id.is_none()
+            && self.unauthenticated.as_ref().is_some_and(|s| !s.admit(t0));
+        if sampled_out {
+            if let Some(m) = &self.metrics {
+                m.count_sampled_out();
+            }
+            return;
         }
         self.recorder.record(record);
     }

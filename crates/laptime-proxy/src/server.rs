@@ -100,6 +100,9 @@ impl Gateway {
             caches: config_caches(&config_for_caches),
             body_budget,
             connections,
+            unauthenticated_rows: Arc::new(crate::record::RowSample::new(
+                crate::record::UNAUTHENTICATED_ROWS_PER_S,
+            )),
             hedge_requests: std::sync::atomic::AtomicU64::new(0),
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
         });

@@ -234,3 +234,55 @@ async fn bodies_over_the_gateways_byte_budget_are_a_503_with_retry_after_until_b
     assert_eq!(resp.status(), 200);
     assert_eq!(gw.seen().len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn unauthenticated_refusals_are_all_counted_but_only_a_sample_is_stored() {
+    let gw = gateway(&[("a", healthy(Dialect::Chat))], |_| {}).await;
+    let calls = 3 * laptime_proxy::record::UNAUTHENTICATED_ROWS_PER_S;
+    for i in 0..calls {
+        let token = (i % 2 == 0).then_some("lt_not_a_real_token");
+        let resp = gw
+            .post(Dialect::Chat.path(), r#"{"model":"m"}"#, token)
+            .await;
+        assert_eq!(resp.status(), 401);
+        // Half read their refusal, half leave without it: both kinds are sampled.
+        if i % 4 < 2 {
+            resp.into_body().collect().await.unwrap();
+        }
+    }
+    // A real call after them, so its row proves the recorder has written theirs.
+    let (status, _, _) = gw.call(Dialect::Chat).await;
+    assert_eq!(status, 200);
+    let stored: u32 = gw
+        .store
+        .with_conn(|c| {
+            Ok(c.query_row(
+                "SELECT count(*) FROM requests WHERE workspace_id IS NULL",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+        .unwrap();
+    assert_eq!(stored, laptime_proxy::record::UNAUTHENTICATED_ROWS_PER_S);
+    let text = gw
+        .gw
+        .app
+        .metrics
+        .render(
+            &gw.gw.app.router,
+            &gw.gw.app.recorder,
+            &gw.gw.app.connections,
+        )
+        .unwrap();
+    let sampled_out = text
+        .lines()
+        .find_map(|l| l.strip_prefix("laptime_records_sampled_out_total "))
+        .unwrap();
+    assert_eq!(sampled_out, (calls - stored).to_string());
+    let counted: u32 = text
+        .lines()
+        .filter(|l| l.starts_with("laptime_requests_total{") && l.contains("status=\"401\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u32>().unwrap())
+        .sum();
+    assert_eq!(counted, calls);
+}
