@@ -39,6 +39,9 @@ pub struct ServerConfig {
     /// Bytes of a stream held before the client is committed to it (read ahead while a backup
     /// remains); at the cap the stream is released to the client.
     pub max_held_bytes: usize,
+    /// Largest non-streamed upstream answer read, bytes (it is read whole to be judged); a
+    /// bigger one is answered 502 `invalid_body`.
+    pub max_answer_bytes: usize,
     /// Time a client has to send a request's whole head, from accept or (on a kept-alive
     /// connection) from the end of the previous answer; then the connection is closed. It is
     /// also how long an HTTP/1.1 connection may sit idle between requests.
@@ -73,6 +76,7 @@ impl Default for ServerConfig {
             max_body_bytes: 32 * 1024 * 1024,
             body_budget_bytes: 256 * 1024 * 1024,
             max_held_bytes: 1024 * 1024,
+            max_answer_bytes: 64 * 1024 * 1024,
             header_read_timeout_ms: 20_000,
             max_connections: 0,
             drain_s: 30,
@@ -500,8 +504,8 @@ impl Config {
         if u32::try_from(self.server.max_body_bytes).is_err() {
             errs.push("server.max_body_bytes: at most 4 GiB - 1".into());
         }
-        if self.server.max_held_bytes == 0 {
-            errs.push("server.max_held_bytes: must be positive".into());
+        if self.server.max_held_bytes == 0 || self.server.max_answer_bytes == 0 {
+            errs.push("server.max_held_bytes and server.max_answer_bytes: must be positive".into());
         }
         if self.server.header_read_timeout_ms == 0 {
             errs.push("server.header_read_timeout_ms: must be positive".into());

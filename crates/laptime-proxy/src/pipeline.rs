@@ -81,12 +81,11 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Err(e) => return respond::failed(finisher, e),
     };
     let total_at = finisher.pending.t0 + Duration::from_millis(policy.timeouts.total_ms);
-    let observe = app.config.server.observe;
     respond::answer(
         finisher,
         answer,
         &parts.headers,
-        observe,
+        &app.config.server,
         total_at,
         store_in,
     )

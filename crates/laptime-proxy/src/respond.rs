@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::attempt::{Answer, AnswerBody, AttemptError};
 use crate::cache::{CacheKey, CachedAnswer, ResponseCache};
+use crate::config::ServerConfig;
 use crate::observe::{BufferedBody, StampedBody};
 use crate::record::{Ending, Finisher};
 
@@ -200,10 +201,11 @@ pub async fn answer(
     mut finisher: Finisher,
     mut answer: Answer,
     client_headers: &HeaderMap,
-    observe: bool,
+    server: &ServerConfig,
     total_at: Instant,
     store_in: StoreIn,
 ) -> Response {
+    let observe = server.observe;
     answer.committed();
     finisher.hold_inflight(answer.guard);
     let parts = answer.parts;
@@ -244,7 +246,7 @@ pub async fn answer(
                 body,
                 &channel,
                 answer.start,
-                total_at,
+                (total_at, server.max_answer_bytes),
                 store_in,
             )
             .await
@@ -260,11 +262,12 @@ async fn whole(
     mut body: StampedBody<hyper::body::Incoming>,
     channel: &str,
     start: std::time::Duration,
-    total_at: Instant,
+    (total_at, max_answer_bytes): (Instant, usize),
     store_in: StoreIn,
 ) -> Response {
     let dialect = finisher.pending.dialect;
-    let read = tokio::time::timeout_at(total_at, (&mut body).collect()).await;
+    let read = http_body_util::Limited::new(&mut body, max_answer_bytes).collect();
+    let read = tokio::time::timeout_at(total_at, read).await;
     let mut summary = StreamSummary {
         marks: Marks {
             first_byte: body.first_byte,
@@ -279,6 +282,20 @@ async fn whole(
     };
     let bytes = match read {
         Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            let err = GatewayError::new(
+                ErrorClass::InvalidBody,
+                format!("the upstream answer is over the gateway's {max_answer_bytes}-byte limit"),
+            );
+            let ending = Ending {
+                status: err.status().as_u16(),
+                outcome: Outcome::UpstreamError,
+                error_class: Some(ErrorClass::InvalidBody),
+                timeout_kind: None,
+                stream: Some(summary),
+            };
+            return error(finisher, &err, ending);
+        }
         Ok(Err(_)) => Bytes::new(),
         Err(_) => {
             let err = GatewayError::new(

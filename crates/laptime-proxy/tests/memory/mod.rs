@@ -39,6 +39,7 @@ pub struct Reply {
     pub status: u16,
     pub frames: Vec<(Duration, String)>,
     pub stall: bool,
+    pub content_type: &'static str,
 }
 
 impl Reply {
@@ -51,6 +52,7 @@ impl Reply {
                 .map(|(t, f)| (ms(*t), f.to_string()))
                 .collect(),
             stall,
+            content_type: "text/event-stream",
         }
     }
 
@@ -60,6 +62,7 @@ impl Reply {
             status,
             frames: vec![(ms(0), r#"{"error":{"message":"busy"}}"#.into())],
             stall: false,
+            content_type: "application/json",
         }
     }
 }
@@ -73,11 +76,7 @@ pub async fn answer(
     tokio::time::sleep(reply.head_after).await;
     let (mut tx, body) = Channel::<Bytes, Infallible>::new(16);
     let head = Instant::now();
-    let content_type = if reply.status == 200 {
-        "text/event-stream"
-    } else {
-        "application/json"
-    };
+    let content_type = reply.content_type;
     tokio::spawn(async move {
         for (at, frame) in reply.frames {
             tokio::time::sleep_until(head + at).await;
