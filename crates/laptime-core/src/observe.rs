@@ -69,6 +69,9 @@ pub struct StreamSummary {
     pub tokens: Tokens,
     pub event_count: u32,
     pub text_delta_count: u32,
+    /// A Chat stream that ended cleanly after its finish reason and usage but without
+    /// `data: [DONE]`: complete (some providers never send the sentinel), and flagged.
+    pub no_terminal_sentinel: bool,
 }
 
 impl StreamObserver {
@@ -201,18 +204,28 @@ impl StreamObserver {
         InBand::new(&self.marks, &self.tokens(), hedge)
     }
 
+    /// Everything of a Chat answer but its `[DONE]`: a finish reason, then the usage chunk.
+    fn complete_but_for_the_sentinel(&self) -> bool {
+        self.dialect == Dialect::Chat
+            && self.terminal.is_none()
+            && self.ended == Some(BodyEnd::Eof)
+            && self.stop.is_some()
+            && self.tokens().output.is_some()
+    }
+
     pub fn summary(&self) -> StreamSummary {
+        let no_terminal_sentinel = self.complete_but_for_the_sentinel();
+        let stopped = || match self.stop {
+            Some(StopHint::Length | StopHint::ContentFilter) => (Some(Outcome::Incomplete), None),
+            _ => (Some(Outcome::Completed), None),
+        };
         let (outcome, error_class) = match (self.terminal, self.ended) {
             (Some(EventClass::TerminalError), _) => {
                 (Some(Outcome::UpstreamError), Some(ErrorClass::StreamError))
             }
             (Some(EventClass::TerminalIncomplete), _) => (Some(Outcome::Incomplete), None),
-            (Some(_), _) => match self.stop {
-                Some(StopHint::Length | StopHint::ContentFilter) => {
-                    (Some(Outcome::Incomplete), None)
-                }
-                _ => (Some(Outcome::Completed), None),
-            },
+            (Some(_), _) => stopped(),
+            (None, Some(BodyEnd::Eof)) if no_terminal_sentinel => stopped(),
             (None, Some(BodyEnd::Eof)) => (
                 Some(Outcome::UpstreamClosedEarly),
                 Some(ErrorClass::ClosedEarly),
@@ -230,6 +243,7 @@ impl StreamObserver {
             tokens: self.tokens(),
             event_count: self.event_count,
             text_delta_count: self.text_delta_count,
+            no_terminal_sentinel,
         }
     }
 }
@@ -401,6 +415,48 @@ mod tests {
         assert_eq!(s.outcome, Some(Outcome::UpstreamClosedEarly));
         assert_eq!(s.error_class, Some(ErrorClass::ClosedEarly));
         assert_eq!(s.marks.upstream_done, Some(at(9)));
+    }
+
+    #[test]
+    fn a_chat_stream_complete_but_for_done_is_completed_and_flagged() {
+        // Finish reason and usage, then a clean close: complete, the sentinel noted missing.
+        let mut obs = StreamObserver::new(Dialect::Chat, Some(at(0)));
+        relay(
+            &mut obs,
+            &[(1, CHAT[0]), (2, CHAT[1]), (3, CHAT[2]), (4, CHAT[3])],
+        );
+        obs.on_end(at(5), BodyEnd::Eof);
+        let s = obs.summary();
+        assert_eq!((s.outcome, s.error_class), (Some(Outcome::Completed), None));
+        assert!(s.no_terminal_sentinel);
+        assert_eq!(s.marks.upstream_done, Some(at(5)));
+        // Without the usage chunk, or cut by a reset, or in another dialect, it is a cut.
+        let cut = |chunks: &[(u64, &str)], dialect: Dialect, how: BodyEnd| {
+            let mut obs = StreamObserver::new(dialect, Some(at(0)));
+            relay(&mut obs, chunks);
+            obs.on_end(at(5), how);
+            let s = obs.summary();
+            (s.outcome, s.no_terminal_sentinel)
+        };
+        let closed = (Some(Outcome::UpstreamClosedEarly), false);
+        let no_usage: &[(u64, &str)] = &[(1, CHAT[1]), (2, CHAT[2])];
+        assert_eq!(cut(no_usage, Dialect::Chat, BodyEnd::Eof), closed);
+        let all: &[(u64, &str)] = &[(1, CHAT[1]), (2, CHAT[2]), (3, CHAT[3])];
+        assert_eq!(cut(all, Dialect::Chat, BodyEnd::Error), closed);
+        // Length still makes it incomplete.
+        let length =
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n";
+        let incomplete: &[(u64, &str)] = &[(1, CHAT[1]), (2, length), (3, CHAT[3])];
+        assert_eq!(
+            cut(incomplete, Dialect::Chat, BodyEnd::Eof),
+            (Some(Outcome::Incomplete), true)
+        );
+        // With [DONE] there is nothing to note.
+        let done: &[(u64, &str)] = &[(1, CHAT[1]), (2, CHAT[2]), (3, CHAT[3]), (4, CHAT[4])];
+        assert_eq!(
+            cut(done, Dialect::Chat, BodyEnd::Eof),
+            (Some(Outcome::Completed), false)
+        );
     }
 
     #[test]

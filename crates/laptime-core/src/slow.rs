@@ -107,6 +107,8 @@ pub enum Flag {
     Slow(SlowStage),
     /// Relayed without observation (`[server] observe = false`): stream marks are absent.
     Unobserved,
+    /// A Chat stream complete but for its `data: [DONE]` (the provider omits the sentinel).
+    NoTerminalSentinel,
 }
 
 impl Flag {
@@ -114,12 +116,14 @@ impl Flag {
         match self {
             Flag::Slow(stage) => stage.as_str(),
             Flag::Unobserved => "unobserved",
+            Flag::NoTerminalSentinel => "no_terminal_sentinel",
         }
     }
 
     pub fn parse(s: &str) -> Option<Flag> {
         match s {
             "unobserved" => Some(Flag::Unobserved),
+            "no_terminal_sentinel" => Some(Flag::NoTerminalSentinel),
             _ => match Classification::parse(s)? {
                 Classification::Slow(stage) => Some(Flag::Slow(stage)),
                 Classification::Ok | Classification::Failed => None,

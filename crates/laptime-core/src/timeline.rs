@@ -157,6 +157,9 @@ pub enum ErrorClass {
     UnknownModel,
     /// Every candidate channel was ejected by its circuit breaker.
     CircuitOpen,
+    /// Upstream answered a redirect (3xx): never followed, so the channel's base URL is wrong
+    /// or the provider moved.
+    UpstreamRedirect,
     /// Upstream answered 401 or 403: the channel's credentials were refused (the operator's
     /// to fix; another channel may still answer).
     UpstreamAuth,
@@ -170,7 +173,7 @@ pub enum ErrorClass {
 impl ErrorClass {
     /// Every class, in declaration order (a test checks the order against the discriminants,
     /// so a class added to the enum but not here fails it).
-    pub const ALL: [ErrorClass; 21] = [
+    pub const ALL: [ErrorClass; 22] = [
         ErrorClass::ConnectFailed,
         ErrorClass::ConnectTimeout,
         ErrorClass::Tls,
@@ -189,6 +192,7 @@ impl ErrorClass {
         ErrorClass::PayloadTooLarge,
         ErrorClass::UnknownModel,
         ErrorClass::CircuitOpen,
+        ErrorClass::UpstreamRedirect,
         ErrorClass::UpstreamAuth,
         ErrorClass::Overloaded,
         ErrorClass::Internal,
@@ -214,6 +218,7 @@ impl ErrorClass {
             ErrorClass::PayloadTooLarge => "payload_too_large",
             ErrorClass::UnknownModel => "unknown_model",
             ErrorClass::CircuitOpen => "circuit_open",
+            ErrorClass::UpstreamRedirect => "upstream_redirect",
             ErrorClass::UpstreamAuth => "upstream_auth",
             ErrorClass::Overloaded => "overloaded",
             ErrorClass::Internal => "internal",
@@ -228,9 +233,8 @@ impl ErrorClass {
         use ErrorClass::*;
         match self {
             ConnectFailed | ConnectTimeout | Tls | RateLimited | UpstreamStatus5xx
-            | StreamError | ClosedEarly | BodyError | InvalidBody | Timeout | CircuitOpen => {
-                Fault::Upstream
-            }
+            | StreamError | ClosedEarly | BodyError | InvalidBody | Timeout | CircuitOpen
+            | UpstreamRedirect => Fault::Upstream,
             // A 4xx from upstream answers the client's request as forwarded.
             UpstreamStatus4xx | ClientCancelled | Unauthorized | Forbidden | BadRequest
             | PayloadTooLarge | UnknownModel => Fault::Client,
@@ -253,6 +257,7 @@ impl ErrorClass {
                 | BodyError
                 | Timeout
                 | UpstreamAuth
+                | UpstreamRedirect
         )
     }
 

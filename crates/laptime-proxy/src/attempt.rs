@@ -171,7 +171,14 @@ pub async fn dispatch(
             "upstream refused the channel's credentials; check its key"
         );
     }
+    // A redirect is never followed (nothing in a request or an answer may choose where a call
+    // goes) nor relayed: its Location is the provider's, not the client's to see.
+    let redirect = (300..400).contains(&status);
+    if redirect {
+        tracing::warn!(channel = %channel.name, status, "upstream answered a redirect; check its base_url");
+    }
     let fails = refused
+        || redirect
         || match errors {
             ErrorStatus::Answers => false,
             ErrorStatus::FailsOn(on) => on.contains(&status),
@@ -179,7 +186,7 @@ pub async fn dispatch(
         };
     let streamed = response.status().is_success() && is_sse(response.headers());
     if !streamed {
-        channel.circuit_record(status == 429 || status >= 500 || refused);
+        channel.circuit_record(status == 429 || status >= 500 || refused || redirect);
     }
     if fails {
         // Dropped unread: the connection closes instead of going back to the pool.
@@ -190,6 +197,8 @@ pub async fn dispatch(
             ..AttemptError::before_head(
                 if refused {
                     ErrorClass::UpstreamAuth
+                } else if redirect {
+                    ErrorClass::UpstreamRedirect
                 } else {
                     ErrorClass::from_status(status).unwrap_or(ErrorClass::UpstreamStatus5xx)
                 },

@@ -220,7 +220,9 @@ pub fn build(
     let mut tokens = Tokens::default();
     let mut event_count = 0;
     let mut text_delta_count = 0;
+    let mut no_terminal_sentinel = false;
     if let Some(s) = ending.stream {
+        no_terminal_sentinel = s.no_terminal_sentinel;
         marks.first_byte = s.marks.first_byte;
         marks.first_event = s.marks.first_event;
         marks.first_effective = s.marks.first_effective;
@@ -256,6 +258,9 @@ pub fn build(
         slow::classify(&marks, tokens.output, ending.outcome, thresholds);
     if p.unobserved {
         flags.push(Flag::Unobserved);
+    }
+    if no_terminal_sentinel {
+        flags.push(Flag::NoTerminalSentinel);
     }
     RequestRecord {
         request_id: p.request_id,

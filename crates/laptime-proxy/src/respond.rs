@@ -54,7 +54,8 @@ impl GatewayError {
             | ErrorClass::StreamError
             | ErrorClass::ClosedEarly
             | ErrorClass::BodyError
-            | ErrorClass::InvalidBody => StatusCode::BAD_GATEWAY,
+            | ErrorClass::InvalidBody
+            | ErrorClass::UpstreamRedirect => StatusCode::BAD_GATEWAY,
             ErrorClass::ConnectTimeout | ErrorClass::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorClass::CircuitOpen | ErrorClass::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ErrorClass::UpstreamAuth => StatusCode::BAD_GATEWAY,
@@ -112,7 +113,10 @@ impl GatewayError {
             | ErrorClass::StreamError
             | ErrorClass::ClosedEarly
             | ErrorClass::BodyError
-            | ErrorClass::InvalidBody => ("api_error", Some("upstream_unavailable"), "api_error"),
+            | ErrorClass::InvalidBody
+            | ErrorClass::UpstreamRedirect => {
+                ("api_error", Some("upstream_unavailable"), "api_error")
+            }
             ErrorClass::ClientCancelled | ErrorClass::Internal => {
                 ("server_error", None, "api_error")
             }
@@ -279,6 +283,7 @@ async fn whole(
         tokens: Default::default(),
         event_count: 0,
         text_delta_count: 0,
+        no_terminal_sentinel: false,
     };
     let bytes = match read {
         Ok(Ok(collected)) => collected.to_bytes(),
@@ -372,6 +377,9 @@ pub fn failed(finisher: Finisher, e: AttemptError) -> Response {
             "the upstream provider refused the gateway's credentials for this model; \
              the gateway's operator must fix the channel's key"
                 .to_string()
+        }
+        None if e.class == ErrorClass::UpstreamRedirect => {
+            "the upstream answered with a redirect, which the gateway never follows".to_string()
         }
         Some(kind) => format!(
             "no upstream channel answered within the {} deadline",

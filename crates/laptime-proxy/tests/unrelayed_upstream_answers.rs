@@ -1,6 +1,7 @@
-//! An upstream that refuses the channel's credentials (401/403): its body, which may echo part
-//! of the key, never reaches the tenant. The client is told in the gateway's own words, the
-//! record says `upstream_auth` (the gateway's fault), and another channel takes the request.
+//! Upstream answers that are never relayed. A refusal of the channel's credentials (401/403):
+//! its body may echo part of the key, so the client is told in the gateway's own words, the
+//! record says `upstream_auth` (the gateway's fault), and another channel takes the request. A
+//! redirect (3xx) is never followed nor relayed: `upstream_redirect`, and the next channel.
 
 pub mod memory;
 
@@ -56,5 +57,28 @@ async fn a_refused_key_fails_over_to_the_next_channel() {
         assert_eq!(classes, [Some(ErrorClass::UpstreamAuth), None]);
         let hosts: Vec<String> = gw.seen().into_iter().map(|(h, _)| h).collect();
         assert_eq!(hosts, ["a", "b"]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_redirect_is_neither_followed_nor_relayed_and_the_next_channel_answers() {
+    for status in [301, 302, 307] {
+        for dialect in DIALECTS {
+            let moved = Reply {
+                frames: vec![(ms(0), "moved to http://169.254.169.254/latest".into())],
+                ..Reply::status(5, status)
+            };
+            let gw = gateway(&[("a", moved.clone())], |_| {}).await;
+            let (got, body, rec) = gw.call(dialect).await;
+            assert_eq!(got, 502, "{dialect} {status}");
+            assert!(!body.contains("169.254"), "{body}");
+            assert!(body.contains("redirect"), "{body}");
+            assert_eq!(rec.outcome, Outcome::UpstreamError);
+            assert_eq!(rec.error_class, Some(ErrorClass::UpstreamRedirect));
+            let gw = gateway(&[("a", moved), ("b", healthy(dialect))], |_| {}).await;
+            let (got, _, rec) = gw.call(dialect).await;
+            assert_eq!((got, rec.channel.as_deref()), (200, Some("b")));
+            assert_eq!(gw.seen().len(), 2, "one call each: the redirect was not followed");
+        }
     }
 }
