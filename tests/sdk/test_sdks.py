@@ -289,3 +289,42 @@ def test_anthropic_sdk_raises_not_found_error_for_an_unknown_model(anthropic_cli
         )
     assert excinfo.value.status_code == 404
     assert excinfo.value.response.json()["error"]["type"] == "not_found_error"
+
+
+# A stream the upstream cuts after some text (the sim closes it before its terminal event): the
+# gateway ends it with the dialect's error event, so each SDK raises instead of returning a
+# truncated answer as if it were whole.
+CUT = {"laptime_sim": {"text_tokens": 5, "end": "close"}}
+
+
+def test_openai_chat_stream_cut_by_the_upstream_raises_in_the_sdk(openai_client):
+    stream = openai_client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPT}], stream=True, extra_body=CUT
+    )
+    with pytest.raises(openai.APIError) as excinfo:
+        for _ in stream:
+            pass
+    assert "closed the stream before it was complete" in str(excinfo.value)
+
+
+def test_openai_responses_stream_cut_by_the_upstream_yields_an_error_event(openai_client):
+    stream = openai_client.responses.create(
+        model=MODEL, input=PROMPT, stream=True, extra_body=CUT
+    )
+    events = list(stream)
+    assert events[-1].type == "error", [e.type for e in events]
+    assert events[-1].code == "upstream_closed_early"
+    assert not any(e.type == "response.completed" for e in events)
+
+
+def test_anthropic_stream_cut_by_the_upstream_raises_in_the_sdk(anthropic_client):
+    with pytest.raises(anthropic.APIError) as excinfo:
+        with anthropic_client.messages.stream(
+            model=MODEL,
+            max_tokens=64,
+            messages=[{"role": "user", "content": PROMPT}],
+            extra_body=CUT,
+        ) as stream:
+            for _ in stream:
+                pass
+    assert "closed the stream before it was complete" in str(excinfo.value)

@@ -26,7 +26,7 @@ use tokio::time::{Instant, Sleep};
 use crate::attempt::AttemptError;
 use crate::cache::{CacheKey, CachedAnswer, ResponseCache};
 use crate::record::{Ending, Finisher};
-use crate::respond::{header_value, in_band_error};
+use crate::respond::{header_value, in_band_error, InBandError};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -112,6 +112,8 @@ pub struct ObservedBody<B> {
     /// (the client gets the stream from there), so no stream head can grow without bound.
     read_bytes: usize,
     held_cap: usize,
+    /// The upstream cut the stream before its terminal event and the client has not been told.
+    cut: Option<BodyEnd>,
 }
 
 /// The default of [`ObservedBody::with_held_cap`] (the config's `server.max_held_bytes`).
@@ -153,6 +155,7 @@ impl<B> ObservedBody<B> {
             committed: None,
             read_bytes: 0,
             held_cap: DEFAULT_HELD_CAP,
+            cut: None,
         }
     }
 
@@ -190,6 +193,7 @@ impl<B> ObservedBody<B> {
             status,
             trailers,
         });
+        self.tell_cut();
     }
 
     /// Relays without scanning from now on (no deadlines, no cache, no timing comment).
@@ -259,7 +263,7 @@ impl<B> ObservedBody<B> {
         self.relay.discard_held();
         self.queue.push_back(Piece::Bytes(in_band_error(
             self.dialect,
-            "upstream_timeout",
+            InBandError::Timeout,
             &format!("the upstream missed the {} deadline", kind.as_str()),
         )));
         let at = self.now();
@@ -293,9 +297,32 @@ impl<B> ObservedBody<B> {
     fn on_upstream_end(&mut self, how: BodyEnd) {
         let at = self.now();
         self.obs.on_end(at, how);
+        self.inner = None;
+        if self.observe && self.obs.summary().outcome == Some(Outcome::UpstreamClosedEarly) {
+            // Cut before its terminal event: an incomplete event held back is dropped, and a
+            // committed client is told in-band (a held one only if it is committed later).
+            self.relay.discard_held();
+            self.cut = Some(how);
+            self.tell_cut();
+            self.upstream_end = Some(BodyEnd::Eof);
+            return;
+        }
         self.relay.finish(&mut self.queue);
         self.upstream_end = Some(how);
-        self.inner = None;
+    }
+
+    /// The in-band error for a stream the upstream cut, once a client is committed to it.
+    fn tell_cut(&mut self) {
+        let Some(how) = self.cut.filter(|_| self.committed.is_some()) else {
+            return;
+        };
+        self.cut = None;
+        let message = match how {
+            BodyEnd::Eof => "the upstream closed the stream before it was complete",
+            BodyEnd::Error => "the upstream connection broke before the stream was complete",
+        };
+        let event = in_band_error(self.dialect, InBandError::UpstreamCut, message);
+        self.queue.push_back(Piece::Bytes(event));
     }
 
     /// Whether a held read has got as far as `until`, or can no longer get there.

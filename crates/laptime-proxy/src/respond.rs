@@ -135,13 +135,33 @@ impl GatewayError {
     }
 }
 
+/// Why a relayed stream ends with an error event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InBandError {
+    /// A stream deadline passed.
+    Timeout,
+    /// The upstream closed or broke the stream before its terminal event.
+    UpstreamCut,
+}
+
+impl InBandError {
+    /// (code, OpenAI `type`, Anthropic `type`).
+    fn names(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            InBandError::Timeout => ("upstream_timeout", "timeout", "timeout_error"),
+            InBandError::UpstreamCut => ("upstream_closed_early", "server_error", "api_error"),
+        }
+    }
+}
+
 /// An error event in the dialect's own stream shape, for a failure after the head was relayed.
 /// No terminal frame follows it.
-pub fn in_band_error(dialect: Dialect, code: &str, message: &str) -> Bytes {
+pub fn in_band_error(dialect: Dialect, why: InBandError, message: &str) -> Bytes {
+    let (code, oa_type, an_type) = why.names();
     let event = match dialect {
         Dialect::Chat => format!(
             "data: {}\n\n",
-            json!({"error": {"message": message, "type": "timeout", "param": null, "code": code}})
+            json!({"error": {"message": message, "type": oa_type, "param": null, "code": code}})
         ),
         Dialect::Responses => format!(
             "event: error\ndata: {}\n\n",
@@ -149,7 +169,7 @@ pub fn in_band_error(dialect: Dialect, code: &str, message: &str) -> Bytes {
         ),
         Dialect::Messages => format!(
             "event: error\ndata: {}\n\n",
-            json!({"type": "error", "error": {"type": "timeout_error", "message": message}})
+            json!({"type": "error", "error": {"type": an_type, "message": message}})
         ),
     };
     Bytes::from(event)

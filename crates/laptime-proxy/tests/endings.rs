@@ -1,6 +1,8 @@
-//! How a relayed stream's ending is told, to the client and in the record: a Chat stream
-//! complete but for its `data: [DONE]` (providers that omit the sentinel) is completed, flagged
-//! `no_terminal_sentinel`, and its bytes reach the client untouched.
+//! How a relayed stream's ending is told, to the client and in the record: a stream the
+//! upstream cuts before its terminal event ends with the dialect's error event (the bytes
+//! relayed before it untouched, an incomplete event held back dropped) and is recorded
+//! `upstream_closed_early`; a Chat stream complete but for its `data: [DONE]` (providers that
+//! omit the sentinel) is completed, flagged `no_terminal_sentinel`, and relayed untouched.
 
 pub mod memory;
 
@@ -27,19 +29,39 @@ async fn a_chat_stream_without_done_but_with_finish_and_usage_is_completed_and_f
     assert_eq!(String::from_utf8(bytes.to_vec()).unwrap(), sent);
     let rec = gw.record(&id);
     assert_eq!((rec.outcome, rec.error_class), (Outcome::Completed, None));
-    assert!(rec.flags.contains(&Flag::NoTerminalSentinel), "{:?}", rec.flags);
+    assert!(
+        rec.flags.contains(&Flag::NoTerminalSentinel),
+        "{:?}",
+        rec.flags
+    );
     assert_eq!(rec.tokens.output, Some(2));
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_chat_stream_cut_after_its_text_is_still_closed_early() {
-    let f = frames(Dialect::Chat);
-    let gw = gateway(
-        &[("a", Reply::sse(20, &[(5, f.preamble), (10, f.text)], false))],
-        |_| {},
-    )
-    .await;
-    let (_, _, rec) = gw.call(Dialect::Chat).await;
-    assert_eq!(rec.outcome, Outcome::UpstreamClosedEarly);
-    assert!(!rec.flags.contains(&Flag::NoTerminalSentinel));
+async fn a_stream_cut_after_its_text_ends_with_the_dialects_error_event() {
+    for dialect in DIALECTS {
+        let f = frames(dialect);
+        // The cut falls inside an event: its first half is never relayed.
+        let partial = "data: {\"choices\":[{\"ind";
+        let script = [(5, f.preamble), (10, f.text), (12, partial)];
+        let gw = gateway(&[("a", Reply::sse(20, &script, false))], |_| {}).await;
+        let (status, text, rec) = gw.call(dialect).await;
+        assert_eq!(status, 200);
+        let relayed = format!("{}{}", f.preamble, f.text);
+        let told = text
+            .strip_prefix(&relayed)
+            .unwrap_or_else(|| panic!("{text}"));
+        let expected = laptime_proxy::respond::in_band_error(
+            dialect,
+            laptime_proxy::respond::InBandError::UpstreamCut,
+            "the upstream closed the stream before it was complete",
+        );
+        assert_eq!(told.as_bytes(), &expected[..], "{dialect}");
+        assert_eq!(rec.outcome, Outcome::UpstreamClosedEarly);
+        assert_eq!(
+            rec.error_class,
+            Some(laptime_core::timeline::ErrorClass::ClosedEarly)
+        );
+        assert!(!rec.flags.contains(&Flag::NoTerminalSentinel));
+    }
 }

@@ -238,7 +238,7 @@ async fn a_refused_upstream_connection_is_a_502_with_null_ttft_and_upstream() {
 }
 
 #[tokio::test]
-async fn a_close_without_terminal_event_is_recorded_as_closed_early() {
+async fn a_close_without_terminal_event_is_told_in_band_and_recorded_as_closed_early() {
     let h = start().await;
     for dialect in DIALECTS {
         let mut body = body_for(dialect, "sim-fast", true);
@@ -253,6 +253,14 @@ async fn a_close_without_terminal_event_is_recorded_as_closed_early() {
             !text.contains("x-laptime-timing"),
             "{dialect}: no terminal frame, no comment"
         );
+        // The deltas as sent, then the dialect's error event as the last thing before the close.
+        let last = text.trim_end().rsplit("\n\n").next().unwrap();
+        assert!(
+            last.contains("\"upstream_closed_early\"")
+                || last.contains("closed the stream before it was complete"),
+            "{dialect}: {text}"
+        );
+        assert_eq!(text.matches("closed the stream before").count(), 1);
         let row = h.row(&id).await;
         assert_eq!(row["outcome"], "upstream_closed_early", "{dialect}");
         assert_eq!(row["error_class"], "closed_early");
@@ -263,7 +271,7 @@ async fn a_close_without_terminal_event_is_recorded_as_closed_early() {
 }
 
 #[tokio::test]
-async fn an_upstream_reset_breaks_the_client_stream_and_is_recorded() {
+async fn an_upstream_reset_is_told_in_band_and_recorded() {
     let h = start().await;
     let mut body = body_for("chat", "sim-fast", true);
     body["laptime_sim"] = json!({"text_tokens": 5, "end": "reset"});
@@ -272,7 +280,11 @@ async fn an_upstream_reset_breaks_the_client_stream_and_is_recorded() {
         .to_str()
         .unwrap()
         .to_string();
-    assert!(resp.bytes().await.is_err(), "the client must see the break");
+    // The client must see the break: the dialect's error event ends the stream.
+    let text = resp.text().await.unwrap();
+    let last = text.trim_end().rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("data: {\"error\""), "{text}");
+    assert!(last.contains("connection broke"), "{text}");
     let row = h.row(&id).await;
     assert_eq!(row["outcome"], "upstream_closed_early");
     assert_eq!(row["error_class"], "body_error");

@@ -78,7 +78,11 @@ async fn a_redirect_is_neither_followed_nor_relayed_and_the_next_channel_answers
             let gw = gateway(&[("a", moved), ("b", healthy(dialect))], |_| {}).await;
             let (got, _, rec) = gw.call(dialect).await;
             assert_eq!((got, rec.channel.as_deref()), (200, Some("b")));
-            assert_eq!(gw.seen().len(), 2, "one call each: the redirect was not followed");
+            assert_eq!(
+                gw.seen().len(),
+                2,
+                "one call each: the redirect was not followed"
+            );
         }
     }
 }

@@ -9,7 +9,7 @@ use laptime_core::timeline::{ErrorClass, Hedge, Marks};
 use laptime_core::usage::Tokens;
 use laptime_core::views::{InBand, TimingView};
 use laptime_core::Dialect;
-use laptime_proxy::respond::{in_band_error, GatewayError};
+use laptime_proxy::respond::{in_band_error, GatewayError, InBandError};
 use snapshot::snapshot;
 
 pub mod snapshot;
@@ -49,13 +49,20 @@ fn every_error_class_answers_in_every_dialects_own_error_shape() {
 fn each_dialects_in_band_error_event_keeps_its_shape() {
     let mut out = String::new();
     for dialect in DIALECTS {
-        let event = in_band_error(
-            dialect,
-            "upstream_timeout",
-            "the upstream missed the idle deadline",
-        );
-        writeln!(out, "# {dialect}").unwrap();
-        out.push_str(std::str::from_utf8(&event).unwrap());
+        for (why, message) in [
+            (
+                InBandError::Timeout,
+                "the upstream missed the idle deadline",
+            ),
+            (
+                InBandError::UpstreamCut,
+                "the upstream closed the stream before it was complete",
+            ),
+        ] {
+            let event = in_band_error(dialect, why, message);
+            writeln!(out, "# {dialect} {why:?}").unwrap();
+            out.push_str(std::str::from_utf8(&event).unwrap());
+        }
     }
     snapshot("in_band_errors.txt", &out);
 }
