@@ -56,10 +56,12 @@ pub enum Outcome {
     /// Auth, bad input or no route: no upstream was called.
     Rejected,
     CacheHit,
+    /// Cut by the gateway itself: its drain time after SIGINT/SIGTERM ran out.
+    GatewayShutdown,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Completed,
         Outcome::Incomplete,
         Outcome::UpstreamError,
@@ -68,6 +70,7 @@ impl Outcome {
         Outcome::Timeout,
         Outcome::Rejected,
         Outcome::CacheHit,
+        Outcome::GatewayShutdown,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,6 +83,7 @@ impl Outcome {
             Outcome::Timeout => "timeout",
             Outcome::Rejected => "rejected",
             Outcome::CacheHit => "cache_hit",
+            Outcome::GatewayShutdown => "gateway_shutdown",
         }
     }
 
@@ -462,6 +466,7 @@ impl RequestRecord {
             Outcome::UpstreamError | Outcome::UpstreamClosedEarly | Outcome::Timeout => {
                 Some(Fault::Upstream)
             }
+            Outcome::GatewayShutdown => Some(Fault::Gateway),
             Outcome::Completed | Outcome::Incomplete | Outcome::CacheHit => None,
         }
     }

@@ -224,7 +224,8 @@ pub async fn dispatch(
         AnswerBody::Stream(Box::new(
             ObservedBody::held(incoming, ctx.t0, ctx.dialect, obs)
                 .with_deadlines(deadlines)
-                .with_held_cap(ctx.app.config.server.max_held_bytes),
+                .with_held_cap(ctx.app.config.server.max_held_bytes)
+                .with_drain_signal(ctx.app.drain_over.subscribe()),
         ))
     } else {
         AnswerBody::Whole(incoming)

@@ -67,6 +67,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Response caches by route model (only routes with `cache` have one).
     pub caches: std::collections::HashMap<String, Arc<cache::ResponseCache>>,
+    /// Set when the drain time after SIGINT/SIGTERM is over: streams still open end in-band.
+    pub drain_over: tokio::sync::watch::Sender<bool>,
     /// Which unauthenticated refusals get a stored row.
     pub unauthenticated_rows: Arc<record::RowSample>,
     /// Every open client connection, under the connection cap.

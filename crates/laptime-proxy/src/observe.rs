@@ -114,6 +114,10 @@ pub struct ObservedBody<B> {
     held_cap: usize,
     /// The upstream cut the stream before its terminal event and the client has not been told.
     cut: Option<BodyEnd>,
+    /// Resolves when the gateway's drain time is over: a committed stream still open then is
+    /// ended with an error event and recorded `gateway_shutdown`.
+    drain_over: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    shut_down: bool,
 }
 
 /// The default of [`ObservedBody::with_held_cap`] (the config's `server.max_held_bytes`).
@@ -156,7 +160,17 @@ impl<B> ObservedBody<B> {
             read_bytes: 0,
             held_cap: DEFAULT_HELD_CAP,
             cut: None,
+            drain_over: None,
+            shut_down: false,
         }
+    }
+
+    /// Ends the stream (once committed) when `drain` says the drain time is over.
+    pub fn with_drain_signal(mut self, mut drain: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.drain_over = Some(Box::pin(async move {
+            let _ = drain.wait_for(|over| *over).await;
+        }));
+        self
     }
 
     /// At most `cap` bytes are held before the commit: a read-ahead that reaches it is done.
@@ -250,6 +264,40 @@ impl<B> ObservedBody<B> {
         }
         let timer = self.timer.as_mut()?;
         timer.as_mut().poll(cx).is_ready().then_some(kind)
+    }
+
+    /// Whether the drain time is over for a committed stream.
+    fn poll_drain_over(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.committed.is_none() {
+            return false;
+        }
+        let over = self
+            .drain_over
+            .as_mut()
+            .is_some_and(|d| d.as_mut().poll(cx).is_ready());
+        if over {
+            self.drain_over = None;
+        }
+        over
+    }
+
+    /// The drain time is over: the client is told in-band, the upstream call is closed.
+    fn on_drain_over(&mut self) {
+        if self.obs.terminal_seen() {
+            self.on_upstream_end(BodyEnd::Eof);
+            return;
+        }
+        self.relay.discard_held();
+        self.queue.push_back(Piece::Bytes(in_band_error(
+            self.dialect,
+            InBandError::GatewayShutdown,
+            "the gateway is shutting down and its drain time ran out before the answer ended",
+        )));
+        let at = self.now();
+        self.shut_down = true;
+        self.obs.on_end(at, BodyEnd::Eof);
+        self.upstream_end = Some(BodyEnd::Eof);
+        self.inner = None;
     }
 
     /// A deadline passed: the stream ends with an error event in the dialect's shape. An
@@ -405,6 +453,16 @@ impl<B> ObservedBody<B> {
             summary.error_class =
                 (self.upstream_end == Some(BodyEnd::Error)).then_some(ErrorClass::BodyError);
         }
+        if self.shut_down {
+            finisher.finish(Ending {
+                status,
+                outcome: Outcome::GatewayShutdown,
+                error_class: None,
+                timeout_kind: None,
+                stream: Some(summary),
+            });
+            return;
+        }
         if let Some((kind, _)) = self.timed_out {
             finisher.finish(Ending {
                 status,
@@ -464,6 +522,7 @@ where
                 self.on_upstream_end(BodyEnd::Error);
             }
             Poll::Ready(None) => self.on_upstream_end(BodyEnd::Eof),
+            Poll::Pending if self.poll_drain_over(cx) => self.on_drain_over(),
             Poll::Pending => match self.poll_deadline(cx) {
                 Some(kind) => self.on_deadline(kind),
                 None => return Poll::Pending,

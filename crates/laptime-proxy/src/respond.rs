@@ -142,6 +142,8 @@ pub enum InBandError {
     Timeout,
     /// The upstream closed or broke the stream before its terminal event.
     UpstreamCut,
+    /// The gateway's drain time after SIGINT/SIGTERM ran out.
+    GatewayShutdown,
 }
 
 impl InBandError {
@@ -150,6 +152,9 @@ impl InBandError {
         match self {
             InBandError::Timeout => ("upstream_timeout", "timeout", "timeout_error"),
             InBandError::UpstreamCut => ("upstream_closed_early", "server_error", "api_error"),
+            InBandError::GatewayShutdown => {
+                ("gateway_shutdown", "server_error", "overloaded_error")
+            }
         }
     }
 }

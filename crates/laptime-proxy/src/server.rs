@@ -100,6 +100,7 @@ impl Gateway {
             caches: config_caches(&config_for_caches),
             body_budget,
             connections,
+            drain_over: tokio::sync::watch::Sender::new(false),
             unauthenticated_rows: Arc::new(crate::record::RowSample::new(
                 crate::record::UNAUTHENTICATED_ROWS_PER_S,
             )),
@@ -169,11 +170,21 @@ impl Gateway {
             let ended = match tokio::time::timeout_at(deadline, &mut done).await {
                 Ok(ended) => ended,
                 Err(_) => {
-                    if !*cut_tx.borrow() {
-                        tracing::warn!("drain time over; cutting the remaining streams");
-                        let _ = cut_tx.send(true);
+                    if !*self.app.drain_over.borrow() {
+                        tracing::warn!("drain time over; ending the remaining streams");
+                        self.app.drain_over.send_replace(true);
                     }
-                    done.await
+                    // Streams tell their clients and record themselves; then what is left goes.
+                    let told = tokio::time::Instant::now() + DRAIN_OVER_GRACE;
+                    match tokio::time::timeout_at(told, &mut done).await {
+                        Ok(ended) => ended,
+                        Err(_) => {
+                            if !*cut_tx.borrow() {
+                                let _ = cut_tx.send(true);
+                            }
+                            done.await
+                        }
+                    }
                 }
             };
             match ended {
@@ -204,6 +215,9 @@ struct Serving {
     connections: Arc<crate::listen::Connections>,
     builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
 }
+
+/// After the drain time: how long streams still open have to send their error event.
+const DRAIN_OVER_GRACE: Duration = Duration::from_millis(500);
 
 /// One serving thread: its own runtime, accepting from its handle on the shared listener, until
 /// `stop` (then connections finish) or `cut` (then the runtime is dropped with whatever is still

@@ -596,3 +596,54 @@ async fn the_request_log_lists_newest_first_and_validates_limit() {
     assert_eq!(unauth.status(), 401);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_stream_still_open_when_the_drain_time_ends_is_told_in_band_and_recorded_gateway_shutdown(
+) {
+    let h = start_with(|cfg, _| cfg.server.drain_s = 1).await;
+    let store = h.store.clone();
+    let mut ids = Vec::new();
+    let mut open = Vec::new();
+    for dialect in DIALECTS {
+        let mut body = body_for(dialect, "sim-fast", true);
+        // 100 deltas at 5 a second: 20 s, far past the drain time.
+        body["laptime_sim"] = json!({"text_tokens": 100, "tokens_per_s": 5});
+        let mut resp = h.post(path_for(dialect), &body).await;
+        ids.push(
+            resp.headers()["x-laptime-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+        let first = resp.chunk().await.unwrap().expect("the stream is open");
+        open.push((dialect, resp, String::from_utf8_lossy(&first).to_string()));
+    }
+    let stopping = tokio::spawn(h.stop());
+    for (dialect, mut resp, mut text) in open {
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        let last = text.trim_end().rsplit("\n\n").next().unwrap();
+        assert!(
+            last.contains("drain time ran out"),
+            "{dialect}: the last event must say the gateway cut it: {text}"
+        );
+        assert!(
+            !text.contains("x-laptime-timing"),
+            "{dialect}: no terminal frame"
+        );
+    }
+    stopping.await.unwrap();
+    for id in ids {
+        let outcome: String = store
+            .with_conn(|c| {
+                Ok(c.query_row(
+                    "SELECT outcome FROM requests WHERE request_id = ?1",
+                    [&id],
+                    |r| r.get(0),
+                )?)
+            })
+            .unwrap();
+        assert_eq!(outcome, "gateway_shutdown", "{id}");
+    }
+}

@@ -219,6 +219,11 @@ impl Synth {
                 tokens.output = None;
                 tokens.reasoning = None;
             }
+            // Not generated (the mix below never picks it): a drain cut, as recorded.
+            Outcome::GatewayShutdown => {
+                tokens.output = None;
+                tokens.reasoning = None;
+            }
             Outcome::ClientCancelled => {
                 error_class = Some(ErrorClass::ClientCancelled);
                 marks.upstream_done = None;
