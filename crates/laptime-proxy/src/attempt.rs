@@ -326,19 +326,25 @@ pub fn client(connect_timeout: Duration) -> Result<HttpClient, GatewayError> {
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
-    Ok(pooled(Connector::Net(https)))
+    let mut builder = pool_builder();
+    // Without a timer the pool never evicts: idle upstream connections (and their descriptors)
+    // would stay for good after a burst.
+    builder.pool_timer(hyper_util::rt::TokioTimer::new());
+    Ok(builder.build(Connector::Net(https)))
 }
 
-/// A client whose connections are in-process pipes opened by `open` (tests under paused time).
+/// A client whose connections are in-process pipes opened by `open` (tests under paused time,
+/// where an eviction timer would only add wake-ups).
 pub fn memory_client(open: MemoryConnect) -> HttpClient {
-    pooled(Connector::Memory(open))
+    pool_builder().build(Connector::Memory(open))
 }
 
-fn pooled(connector: Connector) -> HttpClient {
-    Client::builder(TokioExecutor::new())
+fn pool_builder() -> hyper_util::client::legacy::Builder {
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
         .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(IDLE_PER_UPSTREAM)
-        .build(connector)
+        .pool_max_idle_per_host(IDLE_PER_UPSTREAM);
+    builder
 }
 
 /// Client headers passed upstream as they are: the ones that change the answer's format or
