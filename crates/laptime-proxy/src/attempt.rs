@@ -39,6 +39,8 @@ pub struct AttemptError {
     pub status: Option<u16>,
     pub headers_at: Option<Duration>,
     pub first_byte: Option<Duration>,
+    /// The upstream's `Retry-After`, when its error status came with one.
+    pub retry_after: Option<Duration>,
 }
 
 impl AttemptError {
@@ -50,6 +52,7 @@ impl AttemptError {
             status: None,
             headers_at: None,
             first_byte: None,
+            retry_after: None,
         }
     }
 }
@@ -77,6 +80,10 @@ pub enum ErrorStatus<'a> {
     Answers,
     /// These statuses fail the attempt; others are the answer.
     FailsOn(&'a [u16]),
+    /// These statuses fail the attempt so the same channel can be asked again, unless the
+    /// upstream's `Retry-After` is longer than `max_wait`: then the status is the answer (the
+    /// client is told to wait, rather than the gateway holding it).
+    RetriesOn { on: &'a [u16], max_wait: Duration },
     /// Every non-2xx status fails the attempt (a hedging racer).
     Fails,
 }
@@ -157,8 +164,10 @@ pub async fn dispatch(
         }
     };
     let status = response.status().as_u16();
-    if let Some(wait) = retry_after(response.headers()) {
-        channel.cool_down_until(crate::clock::now_unix_us() + wait);
+    let wait = retry_after(response.headers());
+    if let Some(wait) = wait {
+        let wait_us = i64::try_from(wait.as_micros()).unwrap_or(i64::MAX);
+        channel.cool_down_until(crate::clock::now_unix_us().saturating_add(wait_us));
     }
     // Refused credentials are the operator's to fix, and the provider's body may echo part of
     // the key: the attempt fails whatever `errors` says, and the client is told in the
@@ -182,6 +191,9 @@ pub async fn dispatch(
         || match errors {
             ErrorStatus::Answers => false,
             ErrorStatus::FailsOn(on) => on.contains(&status),
+            ErrorStatus::RetriesOn { on, max_wait } => {
+                on.contains(&status) && wait.is_none_or(|w| w <= max_wait)
+            }
             ErrorStatus::Fails => !response.status().is_success(),
         };
     let streamed = response.status().is_success() && is_sse(response.headers());
@@ -194,6 +206,7 @@ pub async fn dispatch(
         return Err(AttemptError {
             status: Some(status),
             headers_at: Some(headers_at),
+            retry_after: wait,
             ..AttemptError::before_head(
                 if refused {
                     ErrorClass::UpstreamAuth
@@ -296,15 +309,16 @@ pub fn is_sse(headers: &HeaderMap) -> bool {
 
 /// `Retry-After` in seconds (the HTTP-date form is not used by LLM providers), as microseconds,
 /// capped at an hour.
-fn retry_after(headers: &HeaderMap) -> Option<i64> {
-    let secs: i64 = headers
+/// A `Retry-After` in seconds (at most an hour); an HTTP date is not read.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
         .get(http::header::RETRY_AFTER)?
         .to_str()
         .ok()?
         .trim()
         .parse()
         .ok()?;
-    Some(secs.clamp(0, 3600) * 1_000_000)
+    Some(Duration::from_secs(secs.min(3600)))
 }
 
 pub type HttpClient = Client<Connector, Full<Bytes>>;

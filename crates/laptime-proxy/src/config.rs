@@ -287,6 +287,12 @@ pub struct FailoverConfig {
     pub max_attempts: u32,
     /// Upstream statuses that move on to the next channel (before any byte reached the client).
     pub on_status: Vec<u16>,
+    /// When no other channel is left, the same one is asked again (up to `max_attempts`) after
+    /// its `Retry-After` when that is at most this long (a longer one is relayed to the client),
+    /// else after a jittered backoff. 0: never ask the same channel again.
+    pub retry_wait_max_ms: u64,
+    /// The first same-channel backoff; it doubles with each retry, its upper half random.
+    pub backoff_ms: u64,
 }
 
 impl Default for FailoverConfig {
@@ -294,7 +300,16 @@ impl Default for FailoverConfig {
         FailoverConfig {
             max_attempts: 3,
             on_status: vec![429, 500, 502, 503, 504],
+            retry_wait_max_ms: 2_000,
+            backoff_ms: 250,
         }
+    }
+}
+
+impl FailoverConfig {
+    /// Whether the same channel may be asked again.
+    pub fn retries_same(&self) -> bool {
+        self.retry_wait_max_ms > 0
     }
 }
 

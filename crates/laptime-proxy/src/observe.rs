@@ -384,6 +384,7 @@ impl<B> ObservedBody<B> {
                 status: None,
                 headers_at: s.marks.upstream_headers,
                 first_byte: s.marks.first_byte,
+                retry_after: None,
             }))
         };
         if let Some((kind, at)) = self.timed_out {

@@ -89,7 +89,10 @@ pub async fn run(
             }
         }
     }
-    while let Some(route) = candidates.next() {
+    // The same channel again, when it is the only one left and attempts remain.
+    let mut again: Option<Route> = None;
+    let mut same_channel_retries = 0;
+    while let Some(route) = again.take().or_else(|| candidates.next()) {
         if made == max_attempts {
             break;
         }
@@ -107,13 +110,20 @@ pub async fn run(
             AttemptRole::Failover
         };
         made += 1;
-        let last = made == max_attempts || candidates.peek().is_none();
+        let others_left = candidates.peek().is_some();
+        let last = made == max_attempts || (!others_left && !policy.failover.retries_same());
         let (i, start) = begin(pending, &route, role);
         pending.marks.upstream_start = Some(start);
+        let on = &policy.failover.on_status;
         let errors = if last {
             ErrorStatus::Answers
+        } else if others_left {
+            ErrorStatus::FailsOn(on)
         } else {
-            ErrorStatus::FailsOn(&policy.failover.on_status)
+            ErrorStatus::RetriesOn {
+                on,
+                max_wait: Duration::from_millis(policy.failover.retry_wait_max_ms),
+            }
         };
         let body = body_for(&route);
         let mut answer = match attempt::dispatch(ctx, &route, body, start, start, errors).await {
@@ -121,6 +131,16 @@ pub async fn run(
             Err(e) => {
                 failed(pending, i, &e, None);
                 let retry = e.class.retryable() || e.status.is_some();
+                if retry && !others_left && worth_the_same_channel(&e) {
+                    // Only one channel is left: ask it again after its Retry-After (bounded
+                    // above) or a jittered backoff, never at once.
+                    let wait = e.retry_after.unwrap_or_else(|| {
+                        backoff(policy.failover.backoff_ms, same_channel_retries)
+                    });
+                    same_channel_retries += 1;
+                    tokio::time::sleep(wait).await;
+                    again = Some(route);
+                }
                 failure = Some(e);
                 if retry {
                     continue;
@@ -129,7 +149,9 @@ pub async fn run(
             }
         };
         headed(pending, i, &answer);
-        if !last {
+        // Only another channel could take over a stream that fails before its first output
+        // (the same one is asked again only for its head), so only then is it held.
+        if !last && others_left {
             if let Err(e) = answer.read_ahead(Until::FirstOutput).await {
                 // Nothing reached the client: the answer is dropped (its connection closed)
                 // and the next candidate gets the request.
@@ -356,6 +378,31 @@ async fn race(
     }
 }
 
+/// Failures the same channel may well not repeat: an error status, a refused or reset
+/// connection. A missed deadline is not asked again of the same channel (it would double the
+/// wait), nor are refused credentials or a redirect.
+fn worth_the_same_channel(e: &AttemptError) -> bool {
+    match e.class {
+        ErrorClass::UpstreamAuth | ErrorClass::UpstreamRedirect => false,
+        ErrorClass::RateLimited | ErrorClass::UpstreamStatus5xx => true,
+        ErrorClass::ConnectFailed | ErrorClass::BodyError => e.deadline.is_none(),
+        _ => false,
+    }
+}
+
+/// The wait before the `n`-th same-channel retry (from 0): `base` doubled each time, the upper
+/// half of it random (so clients that failed together do not come back together).
+fn backoff(base_ms: u64, n: u32) -> Duration {
+    let full = base_ms.saturating_mul(1 << n.min(6));
+    let half = full / 2;
+    let jitter = if half == 0 {
+        0
+    } else {
+        rand::Rng::gen_range(&mut rand::thread_rng(), 0..=half)
+    };
+    Duration::from_millis(half + jitter)
+}
+
 fn internal(at: Duration) -> AttemptError {
     AttemptError {
         class: ErrorClass::Internal,
@@ -364,6 +411,7 @@ fn internal(at: Duration) -> AttemptError {
         status: None,
         headers_at: None,
         first_byte: None,
+        retry_after: None,
     }
 }
 

@@ -210,7 +210,13 @@ async fn a_refused_upstream_connection_is_a_502_with_null_ttft_and_upstream() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let h = start_with(|cfg, _| cfg.channels.push(channel("dead", &dead, &["dead-model"]))).await;
+    let h = start_with(|cfg, _| {
+        let mut dead = channel("dead", &dead, &["dead-model"]);
+        // Each request asks the only channel three times: keep the circuit out of this test.
+        dead.circuit.consecutive_failures = 1000;
+        cfg.channels.push(dead)
+    })
+    .await;
     for dialect in DIALECTS {
         let resp = h
             .post(path_for(dialect), &body_for(dialect, "dead-model", true))
@@ -231,7 +237,12 @@ async fn a_refused_upstream_connection_is_a_502_with_null_ttft_and_upstream() {
         assert_eq!(row["outcome"], "upstream_error");
         assert!(row["ttft_ms"].is_null(), "{row}");
         assert!(row["upstream_ms"].is_null(), "{row}");
-        assert_eq!(row["attempts"][0]["error_class"], "connect_failed");
+        // The only channel was asked again after a backoff, up to max_attempts.
+        let attempts = row["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 3, "{row}");
+        assert!(attempts
+            .iter()
+            .all(|a| a["error_class"] == "connect_failed" && a["channel"] == "dead"));
         assert_eq!(row["classification"], "failed");
     }
     h.stop().await;

@@ -32,7 +32,8 @@ pub fn ms(n: u64) -> Duration {
 }
 
 /// How an in-memory upstream answers: its head after `head_after`, then each frame at its
-/// offset from the head, then a close or a stall (the body stays open).
+/// offset from the head, then a close or a stall (the body stays open). `then` answers the
+/// host's next request (the last of the chain answers all the later ones).
 #[derive(Clone)]
 pub struct Reply {
     pub head_after: Duration,
@@ -40,6 +41,8 @@ pub struct Reply {
     pub frames: Vec<(Duration, String)>,
     pub stall: bool,
     pub content_type: &'static str,
+    pub headers: Vec<(&'static str, String)>,
+    pub then: Option<Box<Reply>>,
 }
 
 impl Reply {
@@ -53,7 +56,36 @@ impl Reply {
                 .collect(),
             stall,
             content_type: "text/event-stream",
+            headers: Vec::new(),
+            then: None,
         }
+    }
+
+    /// This reply first, `next` for the host's later requests.
+    pub fn then(mut self, next: Reply) -> Reply {
+        let mut last = &mut self;
+        while last.then.is_some() {
+            last = last.then.as_mut().unwrap();
+        }
+        last.then = Some(Box::new(next));
+        self
+    }
+
+    /// The reply to the host's `n`-th request (from 0).
+    fn nth(&self, n: usize) -> Reply {
+        let mut r = self;
+        for _ in 0..n {
+            match &r.then {
+                Some(next) => r = next,
+                None => break,
+            }
+        }
+        r.clone()
+    }
+
+    pub fn with_header(mut self, name: &'static str, value: &str) -> Reply {
+        self.headers.push((name, value.to_string()));
+        self
     }
 
     pub fn status(head_after: u64, status: u16) -> Reply {
@@ -63,6 +95,8 @@ impl Reply {
             frames: vec![(ms(0), r#"{"error":{"message":"busy"}}"#.into())],
             stall: false,
             content_type: "application/json",
+            headers: Vec::new(),
+            then: None,
         }
     }
 }
@@ -90,11 +124,13 @@ pub async fn answer(
             std::future::pending::<()>().await;
         }
     });
-    Ok(http::Response::builder()
+    let mut head = http::Response::builder()
         .status(reply.status)
-        .header("content-type", content_type)
-        .body(body)
-        .unwrap())
+        .header("content-type", content_type);
+    for (name, value) in &reply.headers {
+        head = head.header(*name, value);
+    }
+    Ok(head.body(body).unwrap())
 }
 
 /// The upstreams' logs: requests as they arrive, connections as they end.
@@ -105,6 +141,7 @@ pub struct Logs {
 }
 
 pub fn upstreams(replies: HashMap<String, Reply>, logs: Logs, origin: Instant) -> MemoryConnect {
+    let served: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     Arc::new(move |uri: &Uri| {
         let host = uri.host().unwrap_or_default().to_string();
         let reply = replies
@@ -113,12 +150,19 @@ pub fn upstreams(replies: HashMap<String, Reply>, logs: Logs, origin: Instant) -
             .ok_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused))?;
         let (client, server) = tokio::io::duplex(1 << 16);
         let logs = logs.clone();
+        let served = served.clone();
         tokio::spawn(async move {
             let seen = logs.seen.clone();
             let name = host.clone();
             let svc = hyper::service::service_fn(move |_req| {
                 seen.lock().unwrap().push((name.clone(), origin.elapsed()));
-                answer(reply.clone())
+                let n = {
+                    let mut served = served.lock().unwrap();
+                    let n = served.entry(name.clone()).or_insert(0);
+                    *n += 1;
+                    *n - 1
+                };
+                answer(reply.nth(n))
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(server), svc)
