@@ -17,7 +17,10 @@ fn observe(chunks: &[&[u8]], step_ms: u64, end: BodyEnd) -> laptime_core::observ
     for (i, chunk) in chunks.iter().enumerate() {
         let _ = obs.on_chunk(Duration::from_millis(1 + step_ms * i as u64), chunk);
     }
-    obs.on_end(Duration::from_millis(2 + step_ms * chunks.len() as u64), end);
+    obs.on_end(
+        Duration::from_millis(2 + step_ms * chunks.len() as u64),
+        end,
+    );
     obs.summary()
 }
 
@@ -29,7 +32,10 @@ fuzz_target!(|input: (Option<String>, String, Vec<u8>, Vec<u16>, bool)| {
     }
     let _ = classify_body(DIALECT, data.as_bytes());
 
-    let mut at: Vec<usize> = cuts.iter().map(|c| *c as usize % (stream.len() + 1)).collect();
+    let mut at: Vec<usize> = cuts
+        .iter()
+        .map(|c| *c as usize % (stream.len() + 1))
+        .collect();
     at.sort_unstable();
     at.dedup();
     let mut chunks = Vec::new();

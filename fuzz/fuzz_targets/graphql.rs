@@ -45,7 +45,13 @@ fn fixture() -> &'static Fixture {
             let gateway = Gateway::start(cfg, store, &|_| None).await.unwrap();
             (laptime_api::router(gateway.app.clone()), admin, gateway)
         });
-        Fixture { rt, router, admin, _gateway: gateway, _dir: dir }
+        Fixture {
+            rt,
+            router,
+            admin,
+            _gateway: gateway,
+            _dir: dir,
+        }
     })
 }
 
@@ -79,6 +85,9 @@ fuzz_target!(|input: (&str, &str, bool)| {
         let status = resp.status();
         (status, resp.into_body().collect().await.unwrap().to_bytes())
     });
-    assert!(status == StatusCode::OK || status == StatusCode::BAD_REQUEST, "{status}");
+    assert!(
+        status == StatusCode::OK || status == StatusCode::BAD_REQUEST,
+        "{status}"
+    );
     assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_ok());
 });

@@ -12,9 +12,9 @@ fn scan(chunks: &[&[u8]]) -> Seen {
     let (mut events, mut comments, mut base) = (Vec::new(), 0, 0);
     for chunk in chunks {
         s.feed(chunk, &mut |item| match item {
-            SseItem::Event { event, data, end, .. } => {
-                events.push((event.map(str::to_string), data.to_string(), base + end))
-            }
+            SseItem::Event {
+                event, data, end, ..
+            } => events.push((event.map(str::to_string), data.to_string(), base + end)),
             SseItem::Comment => comments += 1,
             SseItem::Boundary { .. } => {}
         });
@@ -25,7 +25,10 @@ fn scan(chunks: &[&[u8]]) -> Seen {
 
 fuzz_target!(|input: (Vec<u8>, Vec<u16>)| {
     let (bytes, cuts) = input;
-    let mut at: Vec<usize> = cuts.iter().map(|c| *c as usize % (bytes.len() + 1)).collect();
+    let mut at: Vec<usize> = cuts
+        .iter()
+        .map(|c| *c as usize % (bytes.len() + 1))
+        .collect();
     at.sort_unstable();
     at.dedup();
     let mut chunks = Vec::new();

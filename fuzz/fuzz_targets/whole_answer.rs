@@ -17,7 +17,10 @@ fuzz_target!(|input: (u8, u16, bool, Vec<u8>)| {
     if broke {
         assert_eq!(w.outcome, Outcome::UpstreamClosedEarly);
     } else if let Some(class) = ErrorClass::from_status(status) {
-        assert_eq!((w.outcome, w.error_class), (Outcome::UpstreamError, Some(class)));
+        assert_eq!(
+            (w.outcome, w.error_class),
+            (Outcome::UpstreamError, Some(class))
+        );
     } else if !json {
         assert_eq!(w.outcome, Outcome::UpstreamError);
     }
