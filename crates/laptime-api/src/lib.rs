@@ -29,6 +29,8 @@ use laptime_proxy::App;
 pub struct ApiState {
     pub app: Arc<App>,
     pub schema: graphql::LaptimeSchema,
+    /// `/readyz`'s store probe, shared so that probes do not pile up.
+    pub readiness: Arc<health::Readiness>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -42,6 +44,7 @@ impl ApiState {
         ApiState {
             app,
             schema: graphql::schema(),
+            readiness: Arc::default(),
         }
     }
 }

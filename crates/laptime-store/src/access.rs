@@ -31,11 +31,19 @@ impl Store {
         self.run(|c| auth::authenticate(c, token))
     }
 
-    /// Whether the database answers a trivial read (for `/readyz`).
+    /// Whether the database can be written (for `/readyz`): takes the write lock, reads the
+    /// schema version and rolls back, writing nothing. `SELECT 1` would not touch the file at
+    /// all, and a read never waits in WAL mode, so neither would see another process holding
+    /// the database, which stalls every record the gateway writes. Waits at most the busy
+    /// timeout; `/readyz` bounds it tighter.
     pub async fn ping(&self) -> bool {
-        self.blocking(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
-            .await
-            .is_ok()
+        self.blocking(|c| {
+            // Dropped without commit: rolled back, so the pooled connection comes back clean.
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            Ok(tx.query_row("PRAGMA schema_version", [], |r| r.get::<_, i64>(0))?)
+        })
+        .await
+        .is_ok()
     }
 
     /// On a store with no tokens: the default workspace and its first admin token (see

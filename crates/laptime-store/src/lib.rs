@@ -89,6 +89,9 @@ struct Inner {
     path: PathBuf,
     /// Idle read connections. The lock is held only to take or return one, never across a query.
     readers: Mutex<Vec<Connection>>,
+    /// `PRAGMA max_page_count` for every connection opened from now on: a database that may
+    /// not grow past this many pages answers `SQLITE_FULL` as a full disk does (tests).
+    max_pages: std::sync::OnceLock<u64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -116,6 +119,7 @@ impl Store {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 readers: Mutex::new(vec![conn]),
+                max_pages: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -132,7 +136,26 @@ impl Store {
     }
 
     pub(crate) fn open_connection(&self) -> Result<Connection> {
-        open_connection(&self.inner.path)
+        let conn = open_connection(&self.inner.path)?;
+        if let Some(pages) = self.inner.max_pages.get() {
+            conn.pragma_update(None, "max_page_count", pages)?;
+        }
+        Ok(conn)
+    }
+
+    /// Caps the database at its current size plus `spare_pages` for every connection opened
+    /// after this call (the recorder's included), so writes past it fail with `SQLITE_FULL`
+    /// exactly as on a full disk; rows deleted later free pages under the cap again. Returns
+    /// the cap. Once per store. Tests only: a real full disk needs a real small filesystem.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn cap_pages(&self, spare_pages: u64) -> Result<u64> {
+        let now: u64 = self.run(|c| Ok(c.query_row("PRAGMA page_count", [], |r| r.get(0))?))?;
+        let cap = now + spare_pages;
+        self.inner
+            .max_pages
+            .set(cap)
+            .map_err(|_| StoreError::Conflict("the page cap is set already".into()))?;
+        Ok(cap)
     }
 
     /// Runs `f` on a pooled connection (tests and benchmarks). Blocking.

@@ -10,19 +10,146 @@
 //! interval (senders do not wake a sleeping thread) and then writes everything queued, instead of
 //! waking and committing once per request. Shutdown sends a stop message behind every queued
 //! record and waits for the writer to flush them.
+//!
+//! The writer also says how it is doing ([`Recorder::health`], for `/readyz`): whether its last
+//! batch failed and why (a full disk is told apart from a lock or an I/O error, because the
+//! operator's fix differs), whether a batch has been writing for longer than [`STALL_AFTER`],
+//! and whether the queue is nearly full. Its log says the same without flooding: during an
+//! outage every batch fails, so [`FailureLog`] writes the first failure, then at most one
+//! summary per [`LOG_INTERVAL`], and one line when a batch succeeds again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use laptime_core::timeline::RequestRecord;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use crate::{records, Result, Store};
+use crate::{records, Result, Store, StoreError};
 
 enum Msg {
     Record(Box<RequestRecord>),
+    /// Write everything queued before this, then acknowledge and go on.
+    Flush(std::sync::mpsc::Sender<()>),
     Stop(std::sync::mpsc::Sender<()>),
+}
+
+/// A batch writing for longer than this is a stalled store: the longest healthy batch measured
+/// is ~560 ms (one that checkpoints, at 8192 records; [`MAX_BATCH`] keeps it near 350 ms), while
+/// a database locked by another process holds a batch for the whole busy timeout (5 s).
+pub const STALL_AFTER: Duration = Duration::from_secs(2);
+
+/// The queue counts as nearly full from this share of its capacity (per mille): past it, a
+/// burst or a slow batch starts dropping records.
+const NEARLY_FULL_PER_MILLE: usize = 900;
+
+/// At most one log line per this interval about failing batches (and about dropped records).
+pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Why a batch write failed, as far as the operator's fix goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFailure {
+    /// `SQLITE_FULL`: no room left on the disk (or under the database's page cap).
+    DiskFull,
+    /// `SQLITE_IOERR` and friends: the disk failed a read, a write or a sync.
+    DiskIo,
+    /// `SQLITE_BUSY` / `SQLITE_LOCKED`: another connection held the database for longer than
+    /// the busy timeout.
+    Locked,
+    /// `SQLITE_READONLY`, `SQLITE_CANTOPEN`, `SQLITE_PERM`: the file cannot be written.
+    NotWritable,
+    /// Anything else (a constraint, a corrupt file, a bug).
+    Other,
+}
+
+impl WriteFailure {
+    /// Classifies a store error by its SQLite result code.
+    pub fn of(e: &StoreError) -> WriteFailure {
+        use rusqlite::ErrorCode as C;
+        match e {
+            StoreError::Io(_) => WriteFailure::DiskIo,
+            StoreError::Sqlite(e) => match e.sqlite_error_code() {
+                Some(C::DiskFull) => WriteFailure::DiskFull,
+                Some(C::SystemIoFailure) => WriteFailure::DiskIo,
+                Some(C::DatabaseBusy | C::DatabaseLocked) => WriteFailure::Locked,
+                Some(C::ReadOnly | C::CannotOpen | C::PermissionDenied) => {
+                    WriteFailure::NotWritable
+                }
+                _ => WriteFailure::Other,
+            },
+            _ => WriteFailure::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteFailure::DiskFull => "disk full",
+            WriteFailure::DiskIo => "disk I/O error",
+            WriteFailure::Locked => "store locked",
+            WriteFailure::NotWritable => "store not writable",
+            WriteFailure::Other => "store write failed",
+        }
+    }
+}
+
+/// How the recorder is doing, worst first: what `/readyz` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecorderHealth {
+    /// Writing, and the last batch succeeded (or none was written yet).
+    Ready,
+    /// The writer thread is gone (stopped, or it died): nothing more will be written.
+    Stopped,
+    /// A batch has been writing for `running` (longer than [`STALL_AFTER`]).
+    Stalled { running: Duration },
+    /// The last batch failed, and none has succeeded since.
+    Failing {
+        failure: WriteFailure,
+        /// The database's own words.
+        error: String,
+    },
+    /// The queue holds `depth` of its `capacity` records: close to dropping.
+    QueueNearlyFull { depth: usize, capacity: usize },
+}
+
+impl RecorderHealth {
+    pub fn is_ready(&self) -> bool {
+        *self == RecorderHealth::Ready
+    }
+}
+
+impl std::fmt::Display for RecorderHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecorderHealth::Ready => f.write_str("ready"),
+            RecorderHealth::Stopped => f.write_str("recorder stopped"),
+            RecorderHealth::Stalled { running } => write!(
+                f,
+                "store stalled: a record batch has been writing for {:.1} s",
+                running.as_secs_f64()
+            ),
+            RecorderHealth::Failing { failure, error } => write!(
+                f,
+                "{}: the last record batch failed ({error})",
+                failure.as_str()
+            ),
+            RecorderHealth::QueueNearlyFull { depth, capacity } => {
+                write!(f, "recorder queue nearly full: {depth} of {capacity}")
+            }
+        }
+    }
+}
+
+/// What the writer thread tells the health check; locked once at the start and once at the end
+/// of a batch, and by `/readyz`.
+#[derive(Debug, Default)]
+struct WriterState {
+    /// When the batch being written started.
+    batch_started: Option<Instant>,
+    /// The last batch's failure, until a batch succeeds.
+    last_failure: Option<(WriteFailure, String)>,
+    /// The writer has stopped (after a shutdown's flush).
+    stopped: bool,
 }
 
 /// Counters the metrics endpoint exposes.
@@ -46,6 +173,9 @@ pub struct Recorder {
     tx: mpsc::Sender<Msg>,
     stats: Arc<RecorderStats>,
     capacity: usize,
+    state: Arc<Mutex<WriterState>>,
+    /// Rate-limits the request path's "record dropped" warning (see [`Recorder::record`]).
+    drop_log: Arc<Mutex<FailureLog>>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -95,12 +225,19 @@ impl Recorder {
         let (tx, mut rx) = mpsc::channel::<Msg>(capacity.max(1));
         let stats = Arc::new(RecorderStats::default());
         let writer_stats = stats.clone();
+        let state = Arc::new(Mutex::new(WriterState::default()));
+        let writer_state = state.clone();
+        // The writer logs where the recorder was started: the global subscriber, or a test's.
+        let dispatch = tracing::dispatcher::get_default(|d| d.clone());
         let thread = std::thread::Builder::new()
             .name("laptime-recorder".into())
             .spawn(move || {
+                let _log = tracing::dispatcher::set_default(&dispatch);
                 let mut batch: Vec<RequestRecord> = Vec::with_capacity(MAX_BATCH);
                 let mut stop: Option<std::sync::mpsc::Sender<()>> = None;
-                let mut last_write: Option<tokio::time::Instant> = None;
+                let mut flushed: Vec<std::sync::mpsc::Sender<()>> = Vec::new();
+                let mut last_write: Option<Instant> = None;
+                let mut log = FailureLog::new(LOG_INTERVAL);
                 while let Some(first) = rx.blocking_recv() {
                     if let Some(wait) = last_write
                         .map(|at| MIN_WRITE_INTERVAL.saturating_sub(at.elapsed()))
@@ -112,15 +249,28 @@ impl Recorder {
                     while let Some(msg) = next.take() {
                         match msg {
                             Msg::Record(r) => batch.push(*r),
+                            Msg::Flush(ack) => flushed.push(ack),
                             Msg::Stop(ack) => stop = Some(ack),
                         }
-                        if batch.len() < MAX_BATCH && stop.is_none() {
+                        if batch.len() < MAX_BATCH && stop.is_none() && flushed.is_empty() {
                             next = rx.try_recv().ok();
                         }
                     }
-                    last_write = Some(tokio::time::Instant::now());
-                    write(&mut conn, &mut batch, &writer_stats);
+                    last_write = Some(Instant::now());
+                    write(
+                        &mut conn,
+                        &mut batch,
+                        &writer_stats,
+                        &writer_state,
+                        &mut log,
+                    );
+                    for ack in flushed.drain(..) {
+                        let _ = ack.send(());
+                    }
                     if let Some(ack) = stop.take() {
+                        if let Ok(mut s) = writer_state.lock() {
+                            s.stopped = true;
+                        }
                         let _ = ack.send(());
                         break;
                     }
@@ -131,6 +281,8 @@ impl Recorder {
                 tx,
                 stats,
                 capacity,
+                state,
+                drop_log: Arc::new(Mutex::new(FailureLog::new(LOG_INTERVAL))),
             },
             RecorderTask {
                 thread: Some(thread),
@@ -143,8 +295,26 @@ impl Recorder {
         match self.try_record(Box::new(record)) {
             Ok(()) => true,
             Err(_) => {
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("recorder queue full or closed; record dropped");
+                let dropped = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                // A full queue drops every request's record; one warning each would flood the
+                // log exactly when the store is in trouble. `try_lock`: a contended warning is
+                // left to the next drop, the request path never waits.
+                if let Ok(mut log) = self.drop_log.try_lock() {
+                    match log.failed(Instant::now(), 1) {
+                        Some(LogLine::First) => tracing::warn!(
+                            dropped_total = dropped,
+                            "recorder queue full or closed; record dropped (further drops are summarised every {} s)",
+                            LOG_INTERVAL.as_secs()
+                        ),
+                        Some(LogLine::Since { batches, over, .. }) => tracing::warn!(
+                            dropped = batches,
+                            dropped_total = dropped,
+                            "recorder queue full or closed: {batches} records dropped in the last {:.0} s",
+                            over.as_secs_f64()
+                        ),
+                        Some(LogLine::Recovered { .. }) | None => {}
+                    }
+                }
                 false
             }
         }
@@ -162,7 +332,7 @@ impl Recorder {
             Err(e) => match e.into_inner() {
                 Msg::Record(r) => Err(r),
                 // Only a record was sent, so only a record can come back.
-                Msg::Stop(_) => Ok(()),
+                Msg::Flush(_) | Msg::Stop(_) => Ok(()),
             },
         }
     }
@@ -174,6 +344,47 @@ impl Recorder {
     /// Records waiting to be written.
     pub fn queue_depth(&self) -> usize {
         self.capacity.saturating_sub(self.tx.capacity())
+    }
+
+    /// How the writer is doing now (see [`RecorderHealth`]); never waits on the store.
+    pub fn health(&self) -> RecorderHealth {
+        if self.tx.is_closed() {
+            return RecorderHealth::Stopped;
+        }
+        let (started, failure) = match self.state.lock() {
+            Ok(s) if !s.stopped => (s.batch_started, s.last_failure.clone()),
+            _ => return RecorderHealth::Stopped,
+        };
+        if let Some(running) = started.map(|at| at.elapsed()).filter(|r| *r > STALL_AFTER) {
+            return RecorderHealth::Stalled { running };
+        }
+        if let Some((failure, error)) = failure {
+            return RecorderHealth::Failing { failure, error };
+        }
+        let depth = self.queue_depth();
+        if depth * 1000 >= self.capacity * NEARLY_FULL_PER_MILLE && depth > 0 {
+            return RecorderHealth::QueueNearlyFull {
+                depth,
+                capacity: self.capacity,
+            };
+        }
+        RecorderHealth::Ready
+    }
+
+    /// Writes everything queued so far without stopping the writer; waits at most `timeout`
+    /// (a forced exit flushes what it can this way, and does not wait on a stalled store).
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let (ack_tx, ack_rx) = std::sync::mpsc::channel();
+        let sent = tokio::time::timeout_at(deadline, self.tx.send(Msg::Flush(ack_tx))).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            return false;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        // On a blocking thread, as in `shutdown`.
+        tokio::task::spawn_blocking(move || ack_rx.recv_timeout(left).is_ok())
+            .await
+            .unwrap_or(false)
     }
 
     /// Flushes everything queued so far and stops the writer; waits at most `timeout` for the
@@ -203,23 +414,70 @@ impl Drop for RecorderTask {
     }
 }
 
-fn write(conn: &mut rusqlite::Connection, batch: &mut Vec<RequestRecord>, stats: &RecorderStats) {
+fn write(
+    conn: &mut rusqlite::Connection,
+    batch: &mut Vec<RequestRecord>,
+    stats: &RecorderStats,
+    state: &Mutex<WriterState>,
+    log: &mut FailureLog,
+) {
     if batch.is_empty() {
         return;
     }
-    let started = tokio::time::Instant::now();
-    match records::insert_batch(conn, batch) {
+    let started = Instant::now();
+    if let Ok(mut s) = state.lock() {
+        s.batch_started = Some(started);
+    }
+    let result = records::insert_batch(conn, batch);
+    let now = Instant::now();
+    let records = batch.len() as u64;
+    match &result {
         Ok(()) => {
-            stats
-                .written
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            stats.written.fetch_add(records, Ordering::Relaxed);
+            if let Some(LogLine::Recovered {
+                batches,
+                records,
+                over,
+            }) = log.succeeded(now)
+            {
+                tracing::info!(
+                    failed_batches = batches,
+                    failed_records = records,
+                    "record batches are written again, after {batches} failed batches ({records} records) over {:.1} s",
+                    over.as_secs_f64()
+                );
+            }
         }
         Err(e) => {
-            stats
-                .failed
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            tracing::error!(error = %e, records = batch.len(), "writing a record batch failed");
+            stats.failed.fetch_add(records, Ordering::Relaxed);
+            let failure = WriteFailure::of(e).as_str();
+            match log.failed(now, records) {
+                Some(LogLine::First) => tracing::error!(
+                    error = %e,
+                    failure,
+                    records,
+                    "writing a record batch failed (further failures are summarised every {} s)",
+                    LOG_INTERVAL.as_secs()
+                ),
+                Some(LogLine::Since {
+                    batches,
+                    records,
+                    over,
+                }) => tracing::error!(
+                    error = %e,
+                    failure,
+                    failed_batches = batches,
+                    failed_records = records,
+                    "record batches still failing: {batches} batches ({records} records) failed in the last {:.0} s",
+                    over.as_secs_f64()
+                ),
+                Some(LogLine::Recovered { .. }) | None => {}
+            }
         }
+    }
+    if let Ok(mut s) = state.lock() {
+        s.batch_started = None;
+        s.last_failure = result.err().map(|e| (WriteFailure::of(&e), e.to_string()));
     }
     stats.batches.fetch_add(1, Ordering::Relaxed);
     let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
@@ -227,6 +485,97 @@ fn write(conn: &mut rusqlite::Connection, batch: &mut Vec<RequestRecord>, stats:
     stats.batch_us_total.fetch_add(us, Ordering::Relaxed);
     stats.max_batch_us.fetch_max(us, Ordering::Relaxed);
     batch.clear();
+}
+
+/// One line of the rate-limited failure log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogLine {
+    /// The first failure since the last success (or ever): logged with its error.
+    First,
+    /// Failures since the previous line, `over` this long (at most one per interval).
+    Since {
+        batches: u64,
+        records: u64,
+        over: Duration,
+    },
+    /// The first success after failures: how many failed in all and for how long.
+    Recovered {
+        batches: u64,
+        records: u64,
+        over: Duration,
+    },
+}
+
+/// Decides which failures are worth a log line: the first of an outage, then at most one summary
+/// per `interval` with the counts since the previous line, and one line at recovery. Pure (times
+/// are arguments), so its limits are unit-tested exactly.
+#[derive(Debug)]
+pub(crate) struct FailureLog {
+    interval: Duration,
+    outage: Option<Outage>,
+}
+
+#[derive(Debug)]
+struct Outage {
+    began: Instant,
+    last_line: Instant,
+    /// Everything that failed since `began`.
+    batches: u64,
+    records: u64,
+    /// What failed since `last_line` (not in a line yet).
+    pending_batches: u64,
+    pending_records: u64,
+}
+
+impl FailureLog {
+    pub(crate) fn new(interval: Duration) -> FailureLog {
+        FailureLog {
+            interval,
+            outage: None,
+        }
+    }
+
+    /// A failure (a batch of `records`) at `now`: the line to log, if any.
+    pub(crate) fn failed(&mut self, now: Instant, records: u64) -> Option<LogLine> {
+        let Some(o) = &mut self.outage else {
+            self.outage = Some(Outage {
+                began: now,
+                last_line: now,
+                batches: 1,
+                records,
+                pending_batches: 0,
+                pending_records: 0,
+            });
+            return Some(LogLine::First);
+        };
+        o.batches += 1;
+        o.records += records;
+        o.pending_batches += 1;
+        o.pending_records += records;
+        let over = now.saturating_duration_since(o.last_line);
+        if over < self.interval {
+            return None;
+        }
+        let line = LogLine::Since {
+            batches: o.pending_batches,
+            records: o.pending_records,
+            over,
+        };
+        o.last_line = now;
+        o.pending_batches = 0;
+        o.pending_records = 0;
+        Some(line)
+    }
+
+    /// A success at `now`: a recovery line when failures came before it.
+    pub(crate) fn succeeded(&mut self, now: Instant) -> Option<LogLine> {
+        let o = self.outage.take()?;
+        Some(LogLine::Recovered {
+            batches: o.batches,
+            records: o.records,
+            over: now.saturating_duration_since(o.began),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -307,5 +656,235 @@ mod tests {
         assert_eq!(rec.stats().dropped.load(Ordering::Relaxed), 0);
         assert_eq!(rec.stats().failed.load(Ordering::Relaxed), 0);
         assert_eq!(rec.stats().written.load(Ordering::Relaxed), accepted + 1);
+    }
+}
+
+/// The writer's health and log against real SQLite files: a database locked by another
+/// connection, a database that runs out of pages (`SQLITE_FULL`, as a full disk), a queue
+/// behind a stalled writer.
+#[cfg(test)]
+mod health_tests {
+    use super::*;
+    use crate::records::tests::sample;
+
+    fn failure_lines(log: &mut FailureLog, t0: Instant, every: Duration, n: u32) -> Vec<LogLine> {
+        (1..=n)
+            .filter_map(|i| log.failed(t0 + every * i, 3))
+            .collect()
+    }
+
+    #[test]
+    fn an_outage_logs_its_first_failure_then_one_summary_per_interval_then_its_recovery() {
+        // One failed batch per write interval (5 ms) for 60 s: 12,000 failures.
+        let t0 = Instant::now();
+        let mut log = FailureLog::new(LOG_INTERVAL);
+        let lines = failure_lines(&mut log, t0, MIN_WRITE_INTERVAL, 12_000);
+        // The first at 5 ms, then one summary each 10 s after it: at 10.005 s … 50.005 s.
+        assert_eq!(lines.len(), 6, "{lines:?}");
+        assert_eq!(lines[0], LogLine::First);
+        for line in &lines[1..] {
+            assert_eq!(
+                *line,
+                LogLine::Since {
+                    batches: 2000,
+                    records: 6000,
+                    over: LOG_INTERVAL
+                }
+            );
+        }
+        // The 1,999 failures after the last summary are in the recovery line's totals.
+        let recovered = log.succeeded(t0 + Duration::from_secs(61));
+        assert_eq!(
+            recovered,
+            Some(LogLine::Recovered {
+                batches: 12_000,
+                records: 36_000,
+                over: Duration::from_secs(61) - MIN_WRITE_INTERVAL,
+            })
+        );
+        // A success without failures before it logs nothing; the next outage starts afresh.
+        assert_eq!(log.succeeded(t0 + Duration::from_secs(62)), None);
+        assert_eq!(
+            log.failed(t0 + Duration::from_secs(63), 1),
+            Some(LogLine::First)
+        );
+        assert_eq!(log.failed(t0 + Duration::from_secs(64), 1), None);
+    }
+
+    /// Counts the recorder's log events by level.
+    #[derive(Clone, Default)]
+    struct Counter(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Counter {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            struct Msg(String);
+            impl tracing::field::Visit for Msg {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    if f.name() == "message" {
+                        self.0 = format!("{v:?}");
+                    }
+                }
+            }
+            let mut m = Msg(String::new());
+            event.record(&mut m);
+            self.0
+                .lock()
+                .unwrap()
+                .push((*event.metadata().level(), m.0));
+        }
+    }
+
+    fn sql_count(store: &Store) -> i64 {
+        store
+            .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))?))
+            .unwrap()
+    }
+
+    /// Fills a page-capped store until even a one-record batch fails; returns the next index.
+    async fn fill_until_full(rec: &Recorder, from: i64) -> i64 {
+        let failed = || rec.stats().failed.load(Ordering::Relaxed);
+        let mut i = from;
+        // Batches of 50 until one fails, then of one (a smaller batch may still fit).
+        for size in [50, 1] {
+            let before = failed();
+            while failed() == before {
+                assert!(i < from + 20_000, "the capped store never filled up");
+                for _ in 0..size {
+                    assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
+                    i += 1;
+                }
+                assert!(rec.flush(Duration::from_secs(10)).await);
+            }
+        }
+        i
+    }
+
+    #[tokio::test]
+    async fn a_full_disk_is_reported_and_logged_once_until_a_batch_is_written_again() {
+        let lines = Counter::default();
+        let _log =
+            tracing::subscriber::set_default(tracing_subscriber::layer::SubscriberExt::with(
+                tracing_subscriber::registry(),
+                lines.clone(),
+            ));
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        store.cap_pages(8).unwrap();
+        let (rec, task) = Recorder::start(&store, 1000).unwrap();
+        assert_eq!(rec.health(), RecorderHealth::Ready);
+        let sent = fill_until_full(&rec, 0).await;
+        let RecorderHealth::Failing { failure, error } = rec.health() else {
+            panic!("{:?}", rec.health());
+        };
+        assert_eq!(failure, WriteFailure::DiskFull);
+        assert!(error.contains("full"), "{error}");
+        assert!(rec.health().to_string().starts_with("disk full:"));
+        // The store stays full: 40 more failed batches and not one more line.
+        let errors = |l: &[(tracing::Level, String)]| {
+            l.iter()
+                .filter(|(lv, _)| *lv == tracing::Level::ERROR)
+                .count()
+        };
+        let before = lines.0.lock().unwrap().clone();
+        assert!(errors(&before) >= 1, "{before:?}");
+        let failed = rec.stats().failed.load(Ordering::Relaxed);
+        for k in 0..40 {
+            assert!(rec.record(sample(&format!("again{k}"), "ws", sent + k)));
+            assert!(rec.flush(Duration::from_secs(10)).await);
+        }
+        assert_eq!(rec.stats().failed.load(Ordering::Relaxed), failed + 40);
+        assert_eq!(*lines.0.lock().unwrap(), before);
+        // Room again (rows deleted, as retention does): the next batch is written, health is
+        // back, and one INFO line says how many failed.
+        store
+            .with_conn(|c| Ok(c.execute_batch("DELETE FROM requests")?))
+            .unwrap();
+        assert!(rec.record(sample("after", "ws", sent + 100)));
+        assert!(rec.flush(Duration::from_secs(10)).await);
+        assert_eq!(rec.health(), RecorderHealth::Ready);
+        assert_eq!(sql_count(&store), 1);
+        let seen = lines.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), before.len() + 1, "{seen:?}");
+        let (level, last) = &seen[seen.len() - 1];
+        assert_eq!(*level, tracing::Level::INFO);
+        assert!(
+            last.contains("written again, after 41 failed batches"),
+            "{last}"
+        );
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
+        assert_eq!(rec.health(), RecorderHealth::Stopped);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_batch_held_up_by_a_locked_database_is_a_stall_until_the_lock_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let (rec, task) = Recorder::start(&store, 1000).unwrap();
+        // Another connection holds the write lock (as another process would); the writer's
+        // batch waits in SQLite's busy handler (5 s).
+        let blocker = store.connect().unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        assert!(rec.record(sample("r1", "ws", 1)));
+        let mut seen = rec.health();
+        for _ in 0..90 {
+            if matches!(seen, RecorderHealth::Stalled { .. }) {
+                break;
+            }
+            assert_eq!(seen, RecorderHealth::Ready);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seen = rec.health();
+        }
+        let RecorderHealth::Stalled { running } = seen else {
+            panic!("no stall reported while the lock was held: {seen:?}");
+        };
+        assert!(running > STALL_AFTER);
+        assert!(seen.to_string().starts_with("store stalled:"), "{seen}");
+        blocker.execute_batch("COMMIT").unwrap();
+        assert!(rec.flush(Duration::from_secs(10)).await);
+        assert_eq!(rec.health(), RecorderHealth::Ready);
+        assert_eq!(sql_count(&store), 1);
+        assert_eq!(rec.stats().failed.load(Ordering::Relaxed), 0);
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
+    }
+
+    #[tokio::test]
+    async fn a_queue_nearly_full_behind_a_locked_database_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let (rec, task) = Recorder::start(&store, 10).unwrap();
+        let blocker = store.connect().unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        // The writer takes the first record into a batch that waits on the lock; the rest wait
+        // in the queue.
+        assert!(rec.record(sample("r0", "ws", 0)));
+        while rec.queue_depth() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for i in 1..=8 {
+            assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
+        }
+        assert_eq!(
+            rec.health(),
+            RecorderHealth::Ready,
+            "8 of 10 is not nearly full"
+        );
+        assert!(rec.record(sample("r9", "ws", 9)));
+        assert_eq!(
+            rec.health(),
+            RecorderHealth::QueueNearlyFull {
+                depth: 9,
+                capacity: 10
+            }
+        );
+        blocker.execute_batch("COMMIT").unwrap();
+        assert!(rec.flush(Duration::from_secs(10)).await);
+        assert_eq!(rec.health(), RecorderHealth::Ready);
+        assert_eq!(sql_count(&store), 10);
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
     }
 }

@@ -220,7 +220,12 @@ fn run(cli: Cli) -> Result<(), String> {
                 cfg.server.data_dir = d;
             }
             cfg.validate(&env).map_err(|e| e.to_string())?;
-            runtime()?.block_on(serve(cfg))
+            let rt = runtime()?;
+            let served = rt.block_on(serve(cfg));
+            // Dropping a runtime waits for its blocking tasks without bound (a store call stuck
+            // on a locked database, after a forced exit); everything that matters is done.
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+            served
         }
         Command::Sim { listen } => runtime()?.block_on(async move {
             let (listener, addr) = bind(&listen)
@@ -584,17 +589,92 @@ async fn serve(mut cfg: Config) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let router = laptime_api::router(gateway.app.clone());
-    let shutdown = shutdown_signal();
+    let app = gateway.app.clone();
+    let signals = count_signals();
+    let first = wait_signals(signals.clone(), 1);
     tracing::info!(%addr, "laptime listening");
     out(&format!("laptime listening on http://{addr}"));
-    let served = gateway
-        .serve(listener, router, shutdown)
-        .await
-        .map_err(|e| e.to_string());
+    let served = gateway.serve(listener, router, first);
+    let served = tokio::select! {
+        served = served => served.map_err(|e| e.to_string()),
+        () = wait_signals(signals, 2) => Err(forced_exit(&app).await),
+    };
     if let Some(sim) = sim {
         sim.abort();
     }
     served
+}
+
+/// How long a forced exit waits for the records already queued: long enough for a healthy
+/// store (a batch takes well under a second), short enough that the operator who asked twice
+/// is not kept waiting by a stalled one.
+const FORCED_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A second SIGINT/SIGTERM during the drain: the operator wants out now. Streams still in
+/// flight are cut without their records; what is queued is flushed if the store is quick.
+async fn forced_exit(app: &laptime_proxy::App) -> String {
+    let queued = app.recorder.queue_depth();
+    tracing::error!(
+        queued_records = queued,
+        "second signal during the drain: forcing the exit, streams in flight are cut"
+    );
+    if app.recorder.flush(FORCED_FLUSH).await {
+        tracing::info!(
+            records = queued,
+            "queued records flushed before the forced exit"
+        );
+    } else {
+        tracing::error!(
+            queued_records = app.recorder.queue_depth(),
+            "queued records not flushed within {} s; exiting without them",
+            FORCED_FLUSH.as_secs()
+        );
+    }
+    "forced exit: a second signal arrived during the graceful drain".into()
+}
+
+/// Counts SIGINT and SIGTERM from now on: the handlers are installed when this is called (not
+/// when a future is first polled), so a signal right after "listening" is printed is not lost.
+/// The first starts the graceful drain, a second forces the exit.
+fn count_signals() -> tokio::sync::watch::Receiver<u32> {
+    let (tx, rx) = tokio::sync::watch::channel(0u32);
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        tokio::spawn(async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => loop {
+                    tokio::select! {
+                        _ = term.recv() => {},
+                        _ = int.recv() => {},
+                    }
+                    tx.send_modify(|n| *n += 1);
+                },
+                _ => loop {
+                    if tokio::signal::ctrl_c().await.is_err() {
+                        break;
+                    }
+                    tx.send_modify(|n| *n += 1);
+                },
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            tx.send_modify(|n| *n += 1);
+        }
+    });
+    rx
+}
+
+/// Resolves once `n` signals have arrived (never, when no handler could be installed).
+async fn wait_signals(mut signals: tokio::sync::watch::Receiver<u32>, n: u32) {
+    if signals.wait_for(|seen| *seen >= n).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Starts the in-process sim when a `sim` channel has no `base_url` (the embedded default's
