@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::config::{Provider, TimeoutsConfig};
 use crate::connect::{Connector, MemoryConnect};
+use crate::model_health::ModelHealth;
 use crate::observe::{ObservedBody, StreamDeadlines, Until};
 use crate::respond::{header_value, GatewayError};
 use crate::routing::{Channel, InflightGuard, Route};
@@ -98,6 +99,8 @@ pub enum AnswerBody {
 /// An attempt that got a head the client may be committed to.
 pub struct Answer {
     pub channel: Arc<Channel>,
+    /// The cool-down and circuit of the model on the channel.
+    pub health: Arc<ModelHealth>,
     pub parts: http::response::Parts,
     pub body: AnswerBody,
     /// This attempt's dispatch and head (offsets from t0).
@@ -131,6 +134,7 @@ pub async fn dispatch(
     errors: ErrorStatus<'_>,
 ) -> Result<Answer, AttemptError> {
     let channel = route.channel.clone();
+    let health = route.health.clone();
     let request = build_request(
         &channel,
         ctx.dialect,
@@ -147,14 +151,14 @@ pub async fn dispatch(
     let response = match sent {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
-            channel.circuit_record(true);
+            health.circuit_record(true);
             let class = classify_error(&e);
             tracing::debug!(channel = %channel.name, error = %e, "upstream call failed");
             let deadline = (class == ErrorClass::ConnectTimeout).then_some(DeadlineKind::Connect);
             return Err(AttemptError::before_head(class, deadline, headers_at));
         }
         Err(_) => {
-            channel.circuit_record(true);
+            health.circuit_record(true);
             let kind = Some(DeadlineKind::Headers);
             return Err(AttemptError::before_head(
                 ErrorClass::Timeout,
@@ -167,7 +171,7 @@ pub async fn dispatch(
     let wait = retry_after(response.headers());
     if let Some(wait) = wait {
         let wait_us = i64::try_from(wait.as_micros()).unwrap_or(i64::MAX);
-        channel.cool_down_until(crate::clock::now_unix_us().saturating_add(wait_us));
+        health.cool_down_until(crate::clock::now_unix_us().saturating_add(wait_us));
     }
     // Refused credentials are the operator's to fix, and the provider's body may echo part of
     // the key: the attempt fails whatever `errors` says, and the client is told in the
@@ -198,7 +202,7 @@ pub async fn dispatch(
         };
     let streamed = response.status().is_success() && is_sse(response.headers());
     if !streamed {
-        channel.circuit_record(status == 429 || status >= 500 || refused || redirect);
+        health.circuit_record(status == 429 || status >= 500 || refused || redirect);
     }
     if fails {
         // Dropped unread: the connection closes instead of going back to the pool.
@@ -245,6 +249,7 @@ pub async fn dispatch(
     };
     Ok(Answer {
         channel,
+        health,
         parts,
         body,
         start,
@@ -265,7 +270,7 @@ impl Answer {
         };
         let read = body.read_until(until).await;
         if read.is_err() || self.verdict_pending {
-            self.channel.circuit_record(read.is_err());
+            self.health.circuit_record(read.is_err());
             self.verdict_pending = false;
         }
         if let (Ok(()), Until::FirstEvent) = (read, until) {
@@ -283,7 +288,7 @@ impl Answer {
     /// The client is committed to this answer: a stream not read ahead counts as a success.
     pub fn committed(&mut self) {
         if std::mem::take(&mut self.verdict_pending) {
-            self.channel.circuit_record(false);
+            self.health.circuit_record(false);
         }
     }
 

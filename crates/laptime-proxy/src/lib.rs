@@ -29,6 +29,7 @@ pub mod connect;
 pub mod ingress;
 pub mod listen;
 pub mod metrics;
+pub mod model_health;
 pub mod models;
 pub mod observe;
 pub mod pipeline;

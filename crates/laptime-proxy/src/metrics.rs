@@ -68,8 +68,8 @@
 //! | `laptime_handler_seconds` | histogram | same | t7 − t0 (present on every finished record) |
 //! | `laptime_tokens_total` | counter | `type` (`input`, `output`, `cache_read`, `cache_write`, `reasoning`), `model` | sum of the upstream-reported counts (input normalised as above); absent counts add nothing |
 //! | `laptime_channel_inflight` | gauge | `channel` | requests in flight on each configured channel, read at scrape time |
-//! | `laptime_circuit_state` | gauge | `channel`, `state` (`closed`, `open`, `half_open`) | 1 for each channel's current circuit state, read at scrape time |
-//! | `laptime_circuit_transitions_total` | counter | `channel` | circuit breaker state changes (each is also logged) |
+//! | `laptime_circuit_state` | gauge | `channel`, `state` (`closed`, `open`, `half_open`) | 1 for the worst current circuit state over the channel's models (each model has its own circuit), read at scrape time |
+//! | `laptime_circuit_transitions_total` | counter | `channel` | circuit breaker state changes over the channel's models (each is also logged with its model) |
 //! | `laptime_connections_open` | gauge | — | client connections open, at scrape time |
 //! | `laptime_connections_max` | gauge | — | the cap on open client connections |
 //! | `laptime_connections_evicted_total` | counter | — | idle connections closed to make room at the cap |
@@ -602,7 +602,7 @@ fn scrape_time(router: &Router, recorder: &Recorder) -> Vec<proto::MetricFamily>
         .channels()
         .iter()
         .map(|c| {
-            let mut m = counter(c.circuit_transitions.load(Ordering::Relaxed) as f64);
+            let mut m = counter(c.health.transitions() as f64);
             let mut p = proto::LabelPair::default();
             p.set_name("channel".to_string());
             p.set_value(c.name.clone());

@@ -1,18 +1,17 @@
 //! Routing: model + dialect → the ordered candidates that may serve it (channel and the model
 //! name to send upstream). Channels that name the model come before `*` channels; within those,
 //! lower priority tiers first, and a weighted random order within a tier. A channel is eligible
-//! only for the dialects its provider speaks, and not while it is cooling down after a
-//! `Retry-After`. Upstream URLs come from configuration only.
+//! only for the dialects its provider speaks; a (channel, model) cooling down after a
+//! `Retry-After` or ejected by its circuit goes last. Upstream URLs come from configuration only.
 
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use laptime_core::circuit::{Circuit, CircuitState};
-use tokio::time::Instant;
-
+use laptime_core::circuit::CircuitState;
 use laptime_core::Dialect;
 
 use crate::config::{ChannelConfig, Provider};
+use crate::model_health::{ChannelHealth, ModelHealth};
 
 /// A configured channel, ready to call.
 pub struct Channel {
@@ -28,14 +27,8 @@ pub struct Channel {
     pub inflight: AtomicU32,
     pub priority: u32,
     pub weight: u32,
-    /// Unix microseconds before which the channel is skipped (set from `Retry-After`).
-    pub cooldown_until_us: AtomicI64,
-    /// The circuit breaker; the lock is held only to read or update it, never across I/O.
-    circuit: Mutex<Circuit>,
-    /// The origin of the circuit's time offsets.
-    born: Instant,
-    /// State changes of the circuit so far (for `/metrics`).
-    pub circuit_transitions: AtomicU64,
+    /// Cool-down and circuit breaker of each model on this channel.
+    pub health: ChannelHealth,
     /// Recent times to first event from dispatch, microseconds (for adaptive hedging).
     recent_first_event: Mutex<std::collections::VecDeque<u64>>,
 }
@@ -88,10 +81,7 @@ impl Channel {
             inflight: AtomicU32::new(0),
             priority: c.priority,
             weight: c.weight.max(1),
-            cooldown_until_us: AtomicI64::new(0),
-            circuit: Mutex::new(Circuit::new(c.circuit)),
-            born: Instant::now(),
-            circuit_transitions: AtomicU64::new(0),
+            health: ChannelHealth::new(&c.name, c.circuit, c.models.pairs().len()),
             recent_first_event: Mutex::new(std::collections::VecDeque::new()),
         }
     }
@@ -107,62 +97,9 @@ impl Channel {
         }
     }
 
-    /// Skips this channel until `until_us` (an upstream asked to be left alone).
-    pub fn cool_down_until(&self, until_us: i64) {
-        self.cooldown_until_us
-            .fetch_max(until_us, Ordering::Relaxed);
-    }
-
-    pub fn cooling_down(&self, now_us: i64) -> bool {
-        self.cooldown_until_us.load(Ordering::Relaxed) > now_us
-    }
-
-    fn since_born(&self) -> std::time::Duration {
-        Instant::now().saturating_duration_since(self.born)
-    }
-
+    /// The worst circuit state over the channel's models (for `/metrics` and the API).
     pub fn circuit_state(&self) -> CircuitState {
-        self.circuit
-            .lock()
-            .map(|c| c.state())
-            .unwrap_or(CircuitState::Closed)
-    }
-
-    /// Whether the circuit lets a request through now (without taking the half-open probe).
-    pub fn circuit_available(&self) -> bool {
-        let now = self.since_born();
-        self.circuit
-            .lock()
-            .map(|c| c.available(now))
-            .unwrap_or(true)
-    }
-
-    /// Takes the circuit's permission for one attempt (an open circuit past its back-off lets
-    /// this one through as its probe).
-    pub fn circuit_acquire(&self) -> bool {
-        let now = self.since_born();
-        let Ok(mut c) = self.circuit.lock() else {
-            return true;
-        };
-        let (allowed, changed) = c.acquire(now);
-        drop(c);
-        if let Some(state) = changed {
-            self.circuit_changed(state);
-        }
-        allowed
-    }
-
-    /// Records an attempt's result at its head (failed: no answer, or a retryable status).
-    pub fn circuit_record(&self, failed: bool) {
-        let now = self.since_born();
-        let changed = self
-            .circuit
-            .lock()
-            .ok()
-            .and_then(|mut c| c.record(now, failed));
-        if let Some(state) = changed {
-            self.circuit_changed(state);
-        }
+        self.health.worst_state()
     }
 
     /// Remembers a time to first event (from dispatch) of this channel.
@@ -192,11 +129,6 @@ impl Channel {
         Some(std::time::Duration::from_micros(v[rank - 1]))
     }
 
-    fn circuit_changed(&self, state: CircuitState) {
-        self.circuit_transitions.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(channel = %self.name, state = state.as_str(), "circuit breaker state changed");
-    }
-
     /// Marks a request in flight until the guard drops; returns the count including it.
     pub fn enter(self: &Arc<Self>) -> (InflightGuard, u32) {
         let n = self.inflight.fetch_add(1, Ordering::Relaxed) + 1;
@@ -218,6 +150,18 @@ impl Drop for InflightGuard {
 pub struct Route {
     pub channel: Arc<Channel>,
     pub upstream_model: String,
+    /// The cool-down and circuit of this model on this channel.
+    pub health: Arc<ModelHealth>,
+}
+
+impl Route {
+    fn new(channel: &Arc<Channel>, upstream_model: &str) -> Self {
+        Route {
+            health: channel.health.of(upstream_model),
+            channel: channel.clone(),
+            upstream_model: upstream_model.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -253,19 +197,13 @@ impl Router {
                 c.models
                     .iter()
                     .find(|(public, _)| public == model)
-                    .map(|(_, up)| Route {
-                        channel: c.clone(),
-                        upstream_model: up.clone(),
-                    })
+                    .map(|(_, up)| Route::new(c, up))
             })
             .collect();
         let wildcard: Vec<Route> = eligible()
             .filter(|c| c.models.iter().any(|(public, _)| public == "*"))
             .filter(|c| !exact.iter().any(|r| Arc::ptr_eq(&r.channel, c)))
-            .map(|c| Route {
-                channel: c.clone(),
-                upstream_model: model.to_string(),
-            })
+            .map(|c| Route::new(c, model))
             .collect();
         let mut out = order(exact, now_us);
         out.extend(order(wildcard, now_us));
@@ -301,7 +239,7 @@ fn order(routes: Vec<Route>, now_us: i64) -> Vec<Route> {
         .map(|r| {
             let u: f64 = rng.gen_range(f64::MIN_POSITIVE..1.0);
             let key = u.powf(1.0 / f64::from(r.channel.weight.max(1)));
-            let held_back = r.channel.cooling_down(now_us) || !r.channel.circuit_available();
+            let held_back = r.health.cooling_down(now_us) || !r.health.circuit_available();
             (held_back, r.channel.priority, key, r)
         })
         .collect();
@@ -414,7 +352,7 @@ mod tests {
         }
         // Weight 9 against 1: heavy leads about 90 % of the time.
         assert!((1700..=1900).contains(&heavy_first), "{heavy_first}");
-        r.channels()[1].cool_down_until(1_000);
+        r.channels()[1].health.of("m").cool_down_until(1_000);
         let names: Vec<_> = r
             .candidates(Dialect::Chat, "default", "m", 500)
             .iter()

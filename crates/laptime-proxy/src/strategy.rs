@@ -51,7 +51,7 @@ pub async fn run(
             && candidates
                 .clone()
                 .take(2)
-                .all(|r| r.channel.circuit_available());
+                .all(|r| r.health.circuit_available());
         let pair = if hedgeable {
             candidates.next().zip(candidates.next())
         } else {
@@ -97,7 +97,7 @@ pub async fn run(
             break;
         }
         // An ejected channel is passed over without an attempt.
-        if !route.channel.circuit_acquire() {
+        if !route.health.circuit_acquire() {
             failure.get_or_insert(AttemptError {
                 class: ErrorClass::CircuitOpen,
                 ..internal(pending.offset(Instant::now()))
@@ -292,7 +292,7 @@ async fn race(
     };
     let within_budget = (app.hedges_sent.load(Ordering::Relaxed) as f64) < h.budget * total as f64;
     let hedge_at = delay.filter(|_| within_budget).map(|d| Instant::now() + d);
-    primary.channel.circuit_acquire();
+    primary.health.circuit_acquire();
     let (pi, p_start) = begin(pending, &primary, AttemptRole::Primary);
     pending.marks.upstream_start = Some(p_start);
     let p_body = body_for(&primary);
@@ -322,7 +322,7 @@ async fn race(
             },
             () = sleep_until_opt(hedge_at), if hedge.is_none() && p.live() => {
                 app.hedges_sent.fetch_add(1, Ordering::Relaxed);
-                second.channel.circuit_acquire();
+                second.health.circuit_acquire();
                 let (hi, h_start) = begin(pending, second, AttemptRole::Hedge);
                 let body = body_for(second);
                 // A hedge's figures count from the primary's dispatch, like the primary's.

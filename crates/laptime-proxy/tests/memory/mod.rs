@@ -270,8 +270,24 @@ impl Gw {
         self.post(dialect.path(), body, Some(&self.token)).await
     }
 
-    /// POSTs `body` to `path` through the whole router, with `token` as the bearer if given.
+    /// POSTs `body` to `path` through the whole router, with `token` as the bearer if given,
+    /// at the test's start (so the upstreams' logged times are offsets from t0).
     pub async fn post(
+        &self,
+        path: &str,
+        body: impl Into<axum::body::Body>,
+        token: Option<&str>,
+    ) -> http::Response<axum::body::Body> {
+        assert_eq!(
+            self.origin.elapsed(),
+            Duration::ZERO,
+            "t0 is the test's start"
+        );
+        self.post_later(path, body, token).await
+    }
+
+    /// As [`Gw::post`], at any time (a later request of a sequence).
+    pub async fn post_later(
         &self,
         path: &str,
         body: impl Into<axum::body::Body>,
@@ -282,11 +298,6 @@ impl Gw {
             req = req.header("authorization", format!("Bearer {t}"));
         }
         let req = req.body(body.into()).unwrap();
-        assert_eq!(
-            self.origin.elapsed(),
-            Duration::ZERO,
-            "t0 is the test's start"
-        );
         let router = laptime_api::router(self.gw.app.clone());
         router.oneshot(req).await.unwrap()
     }

@@ -1,0 +1,202 @@
+//! The health of one (channel, model): its `Retry-After` cool-down and its circuit breaker. An
+//! upstream limits and fails per model, so one model's 429s or outage never take the channel
+//! away from its other models.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use laptime_core::circuit::{Circuit, CircuitConfig, CircuitState};
+use tokio::time::Instant;
+
+/// Cool-down and circuit of one model on one channel.
+#[derive(Debug)]
+pub struct ModelHealth {
+    channel: String,
+    model: String,
+    /// Unix microseconds before which the model is skipped on this channel (`Retry-After`).
+    cooldown_until_us: AtomicI64,
+    /// The lock is held only to read or update it, never across I/O.
+    circuit: Mutex<Circuit>,
+    /// The origin of the circuit's time offsets.
+    born: Instant,
+    transitions: AtomicU64,
+}
+
+impl ModelHealth {
+    fn new(channel: &str, model: &str, config: CircuitConfig) -> Self {
+        ModelHealth {
+            channel: channel.to_string(),
+            model: model.to_string(),
+            cooldown_until_us: AtomicI64::new(0),
+            circuit: Mutex::new(Circuit::new(config)),
+            born: Instant::now(),
+            transitions: AtomicU64::new(0),
+        }
+    }
+
+    /// Skips this model on this channel until `until_us` (the upstream asked to be left alone).
+    pub fn cool_down_until(&self, until_us: i64) {
+        self.cooldown_until_us
+            .fetch_max(until_us, Ordering::Relaxed);
+    }
+
+    pub fn cooling_down(&self, now_us: i64) -> bool {
+        self.cooldown_until_us.load(Ordering::Relaxed) > now_us
+    }
+
+    fn since_born(&self) -> std::time::Duration {
+        Instant::now().saturating_duration_since(self.born)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Circuit> {
+        self.circuit.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn circuit_state(&self) -> CircuitState {
+        self.lock().state()
+    }
+
+    /// Whether the circuit lets a request through now (without taking the half-open probe).
+    pub fn circuit_available(&self) -> bool {
+        let now = self.since_born();
+        self.lock().available(now)
+    }
+
+    /// Takes the circuit's permission for one attempt (an open circuit past its back-off lets
+    /// this one through as its probe).
+    pub fn circuit_acquire(&self) -> bool {
+        let now = self.since_born();
+        let (allowed, changed) = self.lock().acquire(now);
+        if let Some(state) = changed {
+            self.changed(state);
+        }
+        allowed
+    }
+
+    /// Records an attempt's result at its head (failed: no answer, or a retryable status).
+    pub fn circuit_record(&self, failed: bool) {
+        let now = self.since_born();
+        let changed = self.lock().record(now, failed);
+        if let Some(state) = changed {
+            self.changed(state);
+        }
+    }
+
+    fn changed(&self, state: CircuitState) {
+        self.transitions.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            channel = %self.channel,
+            model = %self.model,
+            state = state.as_str(),
+            "circuit breaker state changed"
+        );
+    }
+}
+
+/// The health of each model of one channel. A `*` channel passes any name, so the names it
+/// tracks on their own are bounded; later names share one entry.
+#[derive(Debug)]
+pub struct ChannelHealth {
+    channel: String,
+    config: CircuitConfig,
+    max_tracked: usize,
+    by_model: Mutex<HashMap<String, Arc<ModelHealth>>>,
+    /// For the names beyond `max_tracked`.
+    others: Arc<ModelHealth>,
+}
+
+/// Model names a channel tracks on its own beyond the ones it lists.
+const UNLISTED_TRACKED: usize = 64;
+
+impl ChannelHealth {
+    pub fn new(channel: &str, config: CircuitConfig, listed: usize) -> Self {
+        ChannelHealth {
+            channel: channel.to_string(),
+            config,
+            max_tracked: listed + UNLISTED_TRACKED,
+            by_model: Mutex::new(HashMap::new()),
+            others: Arc::new(ModelHealth::new(channel, "*", config)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ModelHealth>>> {
+        self.by_model.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The health of `model` (the name sent upstream) on this channel.
+    pub fn of(&self, model: &str) -> Arc<ModelHealth> {
+        let mut map = self.lock();
+        if let Some(h) = map.get(model) {
+            return h.clone();
+        }
+        if map.len() >= self.max_tracked {
+            return self.others.clone();
+        }
+        let h = Arc::new(ModelHealth::new(&self.channel, model, self.config));
+        map.insert(model.to_string(), h.clone());
+        h
+    }
+
+    /// The worst circuit state over the channel's models (open, then half-open, then closed).
+    pub fn worst_state(&self) -> CircuitState {
+        let rank = |s: CircuitState| match s {
+            CircuitState::Closed => 0,
+            CircuitState::HalfOpen { .. } => 1,
+            CircuitState::Open { .. } => 2,
+        };
+        let map = self.lock();
+        map.values()
+            .chain(std::iter::once(&self.others))
+            .map(|h| h.circuit_state())
+            .max_by_key(|s| rank(*s))
+            .unwrap_or(CircuitState::Closed)
+    }
+
+    /// Circuit state changes over the channel's models.
+    pub fn transitions(&self) -> u64 {
+        let map = self.lock();
+        map.values()
+            .chain(std::iter::once(&self.others))
+            .map(|h| h.transitions.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn one_models_failures_open_only_its_own_circuit() {
+        let config = CircuitConfig {
+            consecutive_failures: 2,
+            ..CircuitConfig::default()
+        };
+        let channel = ChannelHealth::new("c", config, 2);
+        let (a, b) = (channel.of("a"), channel.of("b"));
+        for _ in 0..2 {
+            assert!(a.circuit_acquire());
+            a.circuit_record(true);
+        }
+        assert!(matches!(a.circuit_state(), CircuitState::Open { .. }));
+        assert!(!a.circuit_available());
+        assert!(b.circuit_available() && channel.of("b").circuit_acquire());
+        assert!(matches!(channel.worst_state(), CircuitState::Open { .. }));
+        assert_eq!(channel.transitions(), 1);
+        a.cool_down_until(100);
+        assert!(a.cooling_down(50) && !b.cooling_down(50));
+        assert!(Arc::ptr_eq(&a, &channel.of("a")));
+    }
+
+    #[test]
+    fn names_beyond_the_bound_share_one_entry() {
+        let channel = ChannelHealth::new("c", CircuitConfig::default(), 0);
+        let tracked: Vec<_> = (0..UNLISTED_TRACKED)
+            .map(|i| channel.of(&format!("m{i}")))
+            .collect();
+        let beyond = channel.of("one-more");
+        assert!(Arc::ptr_eq(&beyond, &channel.of("yet-another")));
+        assert!(tracked.iter().all(|t| !Arc::ptr_eq(t, &beyond)));
+    }
+}
