@@ -231,9 +231,14 @@ pub async fn dispatch(
         let t = ctx.timeouts;
         // First event and first output count from this attempt's dispatch, so an attempt after
         // a failover gets the whole setting; `total` counts from t0.
+        let first_output = match errors {
+            // Nothing else could take over: the configured deadline, whatever the history.
+            ErrorStatus::Answers => Duration::from_millis(t.first_output_ms),
+            _ => adaptive_first_output(t, health.first_output_p95()),
+        };
         let deadlines = StreamDeadlines {
             first_event: start + Duration::from_millis(t.first_event_ms),
-            first_output: start + Duration::from_millis(t.first_output_ms),
+            first_output: start + first_output,
             idle: Duration::from_millis(t.idle_ms),
             progress: Duration::from_millis(t.progress_ms),
             total: Duration::from_millis(t.total_ms),
@@ -273,11 +278,21 @@ impl Answer {
             self.health.circuit_record(read.is_err());
             self.verdict_pending = false;
         }
-        if let (Ok(()), Until::FirstEvent) = (read, until) {
-            if let Some(first) = body.summary().marks.first_event {
-                self.channel
-                    .note_first_event(first.saturating_sub(self.start));
+        let marks = body.summary().marks;
+        match (read, until) {
+            (Ok(()), Until::FirstEvent) => {
+                if let Some(first) = marks.first_event {
+                    self.channel
+                        .note_first_event(first.saturating_sub(self.start));
+                }
             }
+            (Ok(()), Until::FirstOutput) => {
+                if let Some(first) = marks.first_effective {
+                    self.health
+                        .note_first_output(first.saturating_sub(self.start));
+                }
+            }
+            (Err(_), _) => {}
         }
         read.map_err(|e| AttemptError {
             status: Some(self.parts.status.as_u16()),
@@ -314,6 +329,19 @@ pub fn is_sse(headers: &HeaderMap) -> bool {
 
 /// `Retry-After` in seconds (the HTTP-date form is not used by LLM providers), as microseconds,
 /// capped at an hour.
+/// The first-output deadline while another channel could take over: the (channel, model)'s
+/// recent p95 times the factor, within the floor and the configured deadline.
+fn adaptive_first_output(t: &TimeoutsConfig, p95: Option<Duration>) -> Duration {
+    let configured = Duration::from_millis(t.first_output_ms);
+    match p95 {
+        Some(p95) if t.first_output_p95_factor > 0.0 => p95
+            .mul_f64(t.first_output_p95_factor)
+            .max(Duration::from_millis(t.first_output_floor_ms))
+            .min(configured),
+        _ => configured,
+    }
+}
+
 /// A `Retry-After` in seconds (at most an hour); an HTTP date is not read.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let secs: u64 = headers

@@ -324,6 +324,12 @@ pub struct TimeoutsConfig {
     pub headers_ms: u64,
     pub first_event_ms: u64,
     pub first_output_ms: u64,
+    /// While another channel could take over, the first-output deadline adapts to the
+    /// (channel, model)'s recent history: this many times its p95 time to first output, at
+    /// least `first_output_floor_ms`, at most `first_output_ms`. Without enough history (or on
+    /// the last candidate) it is `first_output_ms`. 0 turns the adaptation off.
+    pub first_output_p95_factor: f64,
+    pub first_output_floor_ms: u64,
     pub idle_ms: u64,
     pub progress_ms: u64,
     pub total_ms: u64,
@@ -336,6 +342,8 @@ impl Default for TimeoutsConfig {
             headers_ms: 15_000,
             first_event_ms: 30_000,
             first_output_ms: 60_000,
+            first_output_p95_factor: 4.0,
+            first_output_floor_ms: 10_000,
             idle_ms: 30_000,
             progress_ms: 120_000,
             total_ms: 600_000,
@@ -643,6 +651,11 @@ impl RouteConfig {
         let t = &self.timeouts;
         if t.connect_ms == Some(0) {
             errs.push(format!("{key}.timeouts.connect_ms: must be positive"));
+        }
+        if !(t.first_output_p95_factor.is_finite() && t.first_output_p95_factor >= 0.0) {
+            errs.push(format!(
+                "{key}.timeouts.first_output_p95_factor: must be a number ≥ 0 (0: off)"
+            ));
         }
         for (name, v) in [
             ("headers_ms", t.headers_ms),

@@ -2,7 +2,7 @@
 //! upstream limits and fails per model, so one model's 429s or outage never take the channel
 //! away from its other models.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -21,7 +21,13 @@ pub struct ModelHealth {
     /// The origin of the circuit's time offsets.
     born: Instant,
     transitions: AtomicU64,
+    /// Recent times from dispatch to first effective output, microseconds.
+    recent_first_output: Mutex<VecDeque<u64>>,
 }
+
+/// Samples kept of the recent times to first output, and the fewest a p95 is read from.
+const FIRST_OUTPUT_SAMPLES: usize = 200;
+const FIRST_OUTPUT_MIN_SAMPLES: usize = 20;
 
 impl ModelHealth {
     fn new(channel: &str, model: &str, config: CircuitConfig) -> Self {
@@ -32,7 +38,37 @@ impl ModelHealth {
             circuit: Mutex::new(Circuit::new(config)),
             born: Instant::now(),
             transitions: AtomicU64::new(0),
+            recent_first_output: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// Remembers a time from dispatch to first output of this model on this channel.
+    pub fn note_first_output(&self, d: std::time::Duration) {
+        let mut q = self
+            .recent_first_output
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if q.len() == FIRST_OUTPUT_SAMPLES {
+            q.pop_front();
+        }
+        q.push_back(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    }
+
+    /// The nearest-rank p95 of the recent times to first output; `None` below 20 samples.
+    pub fn first_output_p95(&self) -> Option<std::time::Duration> {
+        let mut v: Vec<u64> = self
+            .recent_first_output
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .copied()
+            .collect();
+        if v.len() < FIRST_OUTPUT_MIN_SAMPLES {
+            return None;
+        }
+        v.sort_unstable();
+        let rank = (v.len() * 95).div_ceil(100).max(1);
+        Some(std::time::Duration::from_micros(v[rank - 1]))
     }
 
     /// Skips this model on this channel until `until_us` (the upstream asked to be left alone).
