@@ -283,42 +283,38 @@ impl<B> ObservedBody<B> {
 
     /// The drain time is over: the client is told in-band, the upstream call is closed.
     fn on_drain_over(&mut self) {
-        if self.obs.terminal_seen() {
-            self.on_upstream_end(BodyEnd::Eof);
-            return;
-        }
-        self.relay.discard_held();
-        self.queue.push_back(Piece::Bytes(in_band_error(
-            self.dialect,
+        let cut = self.end_in_band(
             InBandError::GatewayShutdown,
             "the gateway is shutting down and its drain time ran out before the answer ended",
-        )));
-        let at = self.now();
-        self.shut_down = true;
-        self.obs.on_end(at, BodyEnd::Eof);
-        self.upstream_end = Some(BodyEnd::Eof);
-        self.inner = None;
+        );
+        self.shut_down = cut.is_some();
     }
 
-    /// A deadline passed: the stream ends with an error event in the dialect's shape. An
-    /// incomplete event held back is dropped (a client would discard it at the end anyway).
+    /// A deadline passed: the stream ends with an error event in the dialect's shape.
     fn on_deadline(&mut self, kind: DeadlineKind) {
+        let message = format!("the upstream missed the {} deadline", kind.as_str());
+        if let Some(at) = self.end_in_band(InBandError::Timeout, &message) {
+            self.timed_out = Some((kind, at));
+        }
+    }
+
+    /// Ends the stream here with the dialect's error event (an incomplete event held back is
+    /// dropped: a client would discard it at the end anyway) and closes the upstream call;
+    /// returns when. An answer already complete (its upstream merely did not close) just ends:
+    /// `None`.
+    fn end_in_band(&mut self, why: InBandError, message: &str) -> Option<Duration> {
         if self.obs.terminal_seen() {
-            // The answer is complete; the upstream merely did not close.
             self.on_upstream_end(BodyEnd::Eof);
-            return;
+            return None;
         }
         self.relay.discard_held();
-        self.queue.push_back(Piece::Bytes(in_band_error(
-            self.dialect,
-            InBandError::Timeout,
-            &format!("the upstream missed the {} deadline", kind.as_str()),
-        )));
+        let event = in_band_error(self.dialect, why, message);
+        self.queue.push_back(Piece::Bytes(event));
         let at = self.now();
-        self.timed_out = Some((kind, at));
         self.obs.on_end(at, BodyEnd::Eof);
         self.upstream_end = Some(BodyEnd::Eof);
         self.inner = None;
+        Some(at)
     }
 
     fn on_data(&mut self, data: Bytes) {
