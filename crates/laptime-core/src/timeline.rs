@@ -265,9 +265,12 @@ impl ErrorClass {
         )
     }
 
-    /// The class of an upstream status code, if it is an error.
+    /// The class of an upstream status code, if it is an error: a redirect (never followed)
+    /// and refused credentials (the channel's key) are their own classes.
     pub fn from_status(status: u16) -> Option<ErrorClass> {
         match status {
+            300..=399 => Some(ErrorClass::UpstreamRedirect),
+            401 | 403 => Some(ErrorClass::UpstreamAuth),
             429 => Some(ErrorClass::RateLimited),
             500..=599 => Some(ErrorClass::UpstreamStatus5xx),
             400..=499 => Some(ErrorClass::UpstreamStatus4xx),
@@ -565,6 +568,11 @@ mod tests {
         assert_eq!(ErrorClass::from_status(200), None);
         assert!(ErrorClass::from_status(503).is_some_and(|c| c.retryable()));
         assert!(ErrorClass::from_status(429).is_some_and(|c| c.retryable()));
+        assert_eq!(
+            ErrorClass::from_status(302),
+            Some(ErrorClass::UpstreamRedirect)
+        );
+        assert_eq!(ErrorClass::from_status(403), Some(ErrorClass::UpstreamAuth));
         let bad = ErrorClass::from_status(400);
         assert_eq!(bad.map(|c| c.fault()), Some(Fault::Client));
         assert!(!bad.is_some_and(|c| c.retryable()));

@@ -173,22 +173,20 @@ pub async fn dispatch(
         let wait_us = i64::try_from(wait.as_micros()).unwrap_or(i64::MAX);
         health.cool_down_until(crate::clock::now_unix_us().saturating_add(wait_us));
     }
+    let class = ErrorClass::from_status(status);
     // Refused credentials are the operator's to fix, and the provider's body may echo part of
-    // the key: the attempt fails whatever `errors` says, and the client is told in the
-    // gateway's own words.
-    let refused = matches!(status, 401 | 403);
-    if refused {
+    // the key; a redirect is never followed (nothing in a request or an answer may choose where
+    // a call goes) nor relayed (its Location is the provider's). Either fails the attempt
+    // whatever `errors` says, and the client is told in the gateway's own words.
+    let refused = class == Some(ErrorClass::UpstreamAuth);
+    let redirect = class == Some(ErrorClass::UpstreamRedirect);
+    if refused || redirect {
         tracing::warn!(
             channel = %channel.name,
             status,
-            "upstream refused the channel's credentials; check its key"
+            class = class.map_or("", ErrorClass::as_str),
+            "upstream answer not relayed: check the channel's key (upstream_auth) or base_url (upstream_redirect)"
         );
-    }
-    // A redirect is never followed (nothing in a request or an answer may choose where a call
-    // goes) nor relayed: its Location is the provider's, not the client's to see.
-    let redirect = (300..400).contains(&status);
-    if redirect {
-        tracing::warn!(channel = %channel.name, status, "upstream answered a redirect; check its base_url");
     }
     let fails = refused
         || redirect
@@ -212,13 +210,7 @@ pub async fn dispatch(
             headers_at: Some(headers_at),
             retry_after: wait,
             ..AttemptError::before_head(
-                if refused {
-                    ErrorClass::UpstreamAuth
-                } else if redirect {
-                    ErrorClass::UpstreamRedirect
-                } else {
-                    ErrorClass::from_status(status).unwrap_or(ErrorClass::UpstreamStatus5xx)
-                },
+                class.unwrap_or(ErrorClass::UpstreamStatus5xx),
                 None,
                 headers_at,
             )

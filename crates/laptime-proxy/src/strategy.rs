@@ -131,7 +131,8 @@ pub async fn run(
             Err(e) => {
                 failed(pending, i, &e, None);
                 let retry = e.class.retryable() || e.status.is_some();
-                if retry && !others_left && worth_the_same_channel(&e) {
+                let may_ask_again = made < max_attempts && policy.failover.retries_same();
+                if !others_left && may_ask_again && worth_the_same_channel(&e) {
                     // Only one channel is left: ask it again after its Retry-After (bounded
                     // above) or a jittered backoff, never at once.
                     let wait = e.retry_after.unwrap_or_else(|| {
@@ -382,12 +383,13 @@ async fn race(
 /// connection. A missed deadline is not asked again of the same channel (it would double the
 /// wait), nor are refused credentials or a redirect.
 fn worth_the_same_channel(e: &AttemptError) -> bool {
-    match e.class {
-        ErrorClass::UpstreamAuth | ErrorClass::UpstreamRedirect => false,
-        ErrorClass::RateLimited | ErrorClass::UpstreamStatus5xx => true,
-        ErrorClass::ConnectFailed | ErrorClass::BodyError => e.deadline.is_none(),
-        _ => false,
-    }
+    matches!(
+        e.class,
+        ErrorClass::RateLimited
+            | ErrorClass::UpstreamStatus5xx
+            | ErrorClass::ConnectFailed
+            | ErrorClass::BodyError
+    )
 }
 
 /// The wait before the `n`-th same-channel retry (from 0): `base` doubled each time, the upper

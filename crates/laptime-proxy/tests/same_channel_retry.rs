@@ -110,3 +110,22 @@ async fn retry_wait_max_ms_0_turns_same_channel_retries_off() {
     let (status, _, rec) = gw.call(laptime_core::Dialect::Chat).await;
     assert_eq!((status, rec.attempts.len()), (500, 1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_connection_is_asked_again_and_the_last_refusal_answers_without_a_wait() {
+    for dialect in DIALECTS {
+        // Channel `gone` has no upstream: every connection is refused.
+        let gw = gateway_with(&[("a", healthy(dialect))], |cfg| {
+            cfg.channels = vec![channel("gone", 0)];
+        })
+        .await;
+        let start = tokio::time::Instant::now();
+        let (status, _, rec) = gw.call(dialect).await;
+        let took = start.elapsed();
+        assert_eq!(status, 502, "{dialect}");
+        let classes: Vec<_> = rec.attempts.iter().map(|a| a.error_class).collect();
+        assert_eq!(classes, [Some(ErrorClass::ConnectFailed); 3]);
+        // Two backoffs (125–250 ms, then 250–500 ms), and none after the third refusal.
+        assert!(took >= ms(375) && took <= ms(750), "{dialect}: {took:?}");
+    }
+}
