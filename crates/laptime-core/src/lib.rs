@@ -15,6 +15,7 @@
 //! - [`circuit`]: a channel's circuit breaker (closed, open, half-open).
 //! - [`views`]: the two vocabularies a record is read in (`other.timing` and the usage API), and
 //!   the in-band timing line.
+//! - [`translate`]: the hub that carries a request and its answer between two dialects.
 //! - [`rollup`]: mergeable summaries of many records (counts, token sums, log-bucketed percentile
 //!   sketches) that the usage API answers from.
 //!
@@ -30,6 +31,7 @@ pub mod rollup;
 pub mod slow;
 pub mod sse;
 pub mod timeline;
+pub mod translate;
 pub mod usage;
 pub mod views;
 
