@@ -9,8 +9,11 @@
 //!
 //! Layout, from the script to the socket:
 //! - [`script`]: the [`Script`] type, the named [`preset`]s (the DESIGN's seed traces
-//!   `sim-trace-a|b|c` and `sim-fast`), and [`schedule`], which turns a script into the exact
-//!   bytes and instants of one response. Pure: no tokio, no clock.
+//!   `sim-trace-a|b|c` and `sim-fast`, and the translation-test scenarios `sim-reasoning`,
+//!   `sim-tool-call`, `sim-parallel-tools`, `sim-max-tokens`, `sim-rate-limited`,
+//!   `sim-overloaded-in-band`, `sim-echo`), and [`schedule`], which turns a script into the
+//!   exact bytes and instants of one response. Pure: no tokio, no clock.
+//! - `echo`: the summary of a request that `sim-echo` answers with (format in its doc).
 //! - `wire`: the bytes of each dialect (streamed events, non-streamed bodies, error bodies).
 //!   Pure.
 //! - `json`: an ordered JSON builder, so fields come out in the providers' order.
@@ -20,12 +23,14 @@
 //!   stretch) and the histogram of the sim's own lateness.
 //!
 //! A request picks its script with a top-level `"laptime_sim": {…}` object (any [`Script`]
-//! fields), or by naming a preset as its `model`.
+//! fields), or by naming a preset as its `model` (the only way through a translating gateway,
+//! which does not carry `laptime_sim` across dialects).
 
 pub mod script;
 pub mod server;
 
 mod clock;
+mod echo;
 mod json;
 #[cfg(test)]
 mod testkit;

@@ -55,6 +55,19 @@ pub struct Script {
     pub end: End,
     /// Status code for `end: status` (and for a non-streamed `end: error_event`).
     pub status: u16,
+    /// How many tool calls the tool-argument deltas are split across (parallel calls, one
+    /// after the other as the providers stream them), each with its own id, name and
+    /// arguments. At least one argument delta is sent per call. Only used when
+    /// `first_effective` names tool args.
+    pub tool_calls: u32,
+    /// The visible text, instead of the generated words: split into `text_tokens` deltas of
+    /// nearly equal length (fewer when the text has fewer characters).
+    pub text: Option<String>,
+    /// Answer with a summary of the request as the visible text: the server fills `text` with
+    /// it (the format is documented in the crate's `echo` module).
+    pub echo: bool,
+    /// Sent as the `retry-after` header (seconds) with the response head.
+    pub retry_after_s: Option<u64>,
 }
 
 impl Default for Script {
@@ -72,6 +85,10 @@ impl Default for Script {
             heartbeat_ms: None,
             end: End::Terminal,
             status: 500,
+            tool_calls: 1,
+            text: None,
+            echo: false,
+            retry_after_s: None,
         }
     }
 }
@@ -150,6 +167,7 @@ pub enum End {
 /// Limits that keep a hostile or mistyped script from allocating without bound.
 const MAX_DELTAS: u32 = 1_000_000;
 const MAX_HEARTBEATS: u64 = 100_000;
+pub(crate) const MAX_TOOL_CALLS: u32 = 128;
 
 impl Script {
     /// Rejects scripts that cannot be played: a non-positive or NaN pace, an impossible status
@@ -174,6 +192,15 @@ impl Script {
                 "laptime_sim.text_tokens and reasoning_deltas are limited to {MAX_DELTAS}"
             ));
         }
+        if !(1..=MAX_TOOL_CALLS).contains(&self.tool_calls) {
+            return Err(format!(
+                "laptime_sim.tool_calls must be between 1 and {MAX_TOOL_CALLS}, got {}",
+                self.tool_calls
+            ));
+        }
+        if self.echo && self.text.is_some() {
+            return Err("laptime_sim.echo and laptime_sim.text cannot both be set".to_owned());
+        }
         if let Some(hb) = self.heartbeat_ms {
             if hb == 0 {
                 return Err("laptime_sim.heartbeat_ms must be positive".to_owned());
@@ -186,6 +213,16 @@ impl Script {
             }
         }
         Ok(())
+    }
+
+    /// The number of text deltas actually sent: `text_tokens`, or fewer for a given `text`
+    /// shorter than that (every delta carries at least one character).
+    pub(crate) fn text_deltas(&self) -> u32 {
+        let n = self.text_tokens.min(MAX_DELTAS);
+        match &self.text {
+            Some(text) => n.min(u32::try_from(text.chars().count()).unwrap_or(u32::MAX)),
+            None => n,
+        }
     }
 }
 
@@ -210,11 +247,26 @@ mod pace {
 // === Presets ===
 
 /// The model names [`preset`] knows, in the order `GET /v1/models` lists them.
-pub const PRESET_NAMES: [&str; 4] = ["sim-trace-a", "sim-trace-b", "sim-trace-c", "sim-fast"];
+pub const PRESET_NAMES: [&str; 11] = [
+    "sim-trace-a",
+    "sim-trace-b",
+    "sim-trace-c",
+    "sim-fast",
+    "sim-reasoning",
+    "sim-tool-call",
+    "sim-parallel-tools",
+    "sim-max-tokens",
+    "sim-rate-limited",
+    "sim-overloaded-in-band",
+    "sim-echo",
+];
 
 /// The script served for a model name, if it is a preset. The `sim-trace-*` numbers are the
 /// seed traces of the DESIGN (slow-request classification): A is slow to headers, B is late to
 /// visible text, C decodes slowly; `sim-fast` answers at once.
+///
+/// The other presets are scenarios for translation tests, reachable by model name because a
+/// translated request cannot carry a `laptime_sim` script: [`scenario`] lists them.
 pub fn preset(name: &str) -> Option<Script> {
     let reasoning_at = |at_ms| {
         Some(FirstEffective {
@@ -276,6 +328,100 @@ pub fn preset(name: &str) -> Option<Script> {
             ..Script::default()
         }),
         "sim-fast" => Some(Script::default()),
+        _ => scenario(name),
+    }
+}
+
+/// The translation-test scenarios. Each is fast (all within ~50 ms), reports usage with its own
+/// numbers (cache reads and writes included, so a test cannot pass on another preset's), and
+/// is served in every dialect, streamed and whole:
+///
+/// - `sim-reasoning`: 4 reasoning deltas (`Let me think about`) from 20 ms, then 6 text
+///   tokens (`Sure, here is the short`) at 40 ms. Usage: input 20, cache read 8, cache write
+///   4, output 10, reasoning 4.
+/// - `sim-tool-call`: one `get_weather` call only, its arguments
+///   `{"query":"weather in Paris tomorrow"}` in 4 fragments; stop reason tool calls. Usage:
+///   input 30, cache read 16, cache write 0, output 4.
+/// - `sim-parallel-tools`: two calls in one answer, `get_weather`
+///   `{"query":"weather in Paris"}` then `get_time` `{"location":"Tokyo, Japan local"}`, 3
+///   fragments each. Usage: input 36, cache read 0, cache write 12, output 6.
+/// - `sim-max-tokens`: 8 text tokens (`Sure, here is the short answer:`) cut by the token
+///   limit. Usage: input 12, cache read 4, cache write 0, output 8.
+/// - `sim-rate-limited`: HTTP 429 with the dialect's rate-limit error body and
+///   `retry-after: 1`, streamed or not.
+/// - `sim-overloaded-in-band`: 5 text tokens (`Sure, here is the`), then the dialect's
+///   in-band overload error (HTTP 529's vocabulary: Anthropic `overloaded_error`), no normal
+///   terminal; not streamed, a 529 with that error body. Input 14.
+/// - `sim-echo`: 8 text deltas whose text is the summary of the request (see the `echo`
+///   module). Usage: input 40, cache read 0, cache write 0, output 8.
+fn scenario(name: &str) -> Option<Script> {
+    let at = |kind, at_ms| Some(FirstEffective { kind, at_ms });
+    let usage = |input_tokens, cache_read_tokens, cache_write_tokens| UsageSpec {
+        input_tokens,
+        cache_read_tokens,
+        cache_write_tokens,
+        ..UsageSpec::default()
+    };
+    // Fast but not instantaneous: the head, the first event and the first output each have
+    // their own instant, so a record's marks can be told apart.
+    let base = Script {
+        headers_ms: 5,
+        first_event_ms: 10,
+        tokens_per_s: 1000.0,
+        ..Script::default()
+    };
+    match name {
+        "sim-reasoning" => Some(Script {
+            first_effective: at(EffectiveKind::Reasoning, 20),
+            reasoning_deltas: 4,
+            first_text_ms: Some(40),
+            text_tokens: 6,
+            usage: usage(20, 8, 4),
+            ..base
+        }),
+        "sim-tool-call" => Some(Script {
+            first_effective: at(EffectiveKind::ToolArgs, 20),
+            reasoning_deltas: 4,
+            first_text_ms: None,
+            usage: usage(30, 16, 0),
+            ..base
+        }),
+        "sim-parallel-tools" => Some(Script {
+            first_effective: at(EffectiveKind::ToolArgs, 20),
+            reasoning_deltas: 6,
+            tool_calls: 2,
+            first_text_ms: None,
+            usage: usage(36, 0, 12),
+            ..base
+        }),
+        "sim-max-tokens" => Some(Script {
+            first_text_ms: Some(20),
+            text_tokens: 8,
+            end: End::Incomplete,
+            usage: usage(12, 4, 0),
+            ..base
+        }),
+        "sim-rate-limited" => Some(Script {
+            end: End::Status,
+            status: 429,
+            retry_after_s: Some(1),
+            ..base
+        }),
+        "sim-overloaded-in-band" => Some(Script {
+            first_text_ms: Some(20),
+            text_tokens: 5,
+            end: End::ErrorEvent,
+            status: 529,
+            usage: usage(14, 0, 0),
+            ..base
+        }),
+        "sim-echo" => Some(Script {
+            first_text_ms: Some(20),
+            text_tokens: 8,
+            echo: true,
+            usage: usage(40, 0, 0),
+            ..base
+        }),
         _ => None,
     }
 }
@@ -308,6 +454,8 @@ pub struct Schedule {
     pub head_at: Duration,
     pub steps: Vec<Step>,
     pub finish: Finish,
+    /// The `retry-after` header (seconds) the head carries, if any.
+    pub retry_after_s: Option<u64>,
 }
 
 pub(crate) const SSE: &str = "text/event-stream";
@@ -340,7 +488,10 @@ pub fn schedule(
         end: script.end,
         status: script.status,
         include_usage: include_usage && dialect == Dialect::Chat,
+        tool_calls: script.tool_calls.clamp(1, MAX_TOOL_CALLS),
+        text: script.text.as_deref(),
     };
+    let retry_after_s = script.retry_after_s;
     let whole = |status: u16, at: Duration, body: String| Schedule {
         status,
         content_type: JSON,
@@ -350,6 +501,7 @@ pub fn schedule(
             bytes: Bytes::from(body),
         }],
         finish: Finish::Eof,
+        retry_after_s,
     };
     if script.end == End::Status {
         return whole(script.status, timeline.head, wire::scripted_error(&ctx));
@@ -366,6 +518,7 @@ pub fn schedule(
             head_at: timeline.head,
             steps: wire::stream(&ctx),
             finish,
+            retry_after_s,
         };
     }
     match script.end {
@@ -474,7 +627,12 @@ impl Timeline {
         });
 
         let work = work_start.map(|(kind, start)| {
-            let n = script.reasoning_deltas.clamp(1, MAX_DELTAS);
+            // Each tool call gets at least one argument delta.
+            let floor = match kind {
+                WorkKind::ToolArgs => script.tool_calls.clamp(1, MAX_TOOL_CALLS),
+                WorkKind::Reasoning => 1,
+            };
+            let n = script.reasoning_deltas.clamp(floor, MAX_DELTAS);
             let at = match text_start {
                 // Evenly spaced in [start, text), the first one at `start`; integer arithmetic
                 // so 58 deltas over 5.8 s are exactly 100 ms apart.
@@ -491,13 +649,13 @@ impl Timeline {
 
         let text = text_start.map(|start| Text {
             start,
-            at: (0..script.text_tokens.min(MAX_DELTAS))
+            at: (0..script.text_deltas())
                 .map(|i| start + pace.offset(i))
                 .collect(),
         });
 
         let end = match (&text, &work) {
-            (Some(text), _) => text.start + pace.offset(script.text_tokens.min(MAX_DELTAS)),
+            (Some(text), _) => text.start + pace.offset(script.text_deltas()),
             (None, Some(work)) => {
                 let n = u32::try_from(work.at.len()).unwrap_or(MAX_DELTAS);
                 work.at.first().copied().unwrap_or(first_event) + pace.offset(n)
@@ -1166,8 +1324,86 @@ mod tests {
     }
 
     #[test]
+    fn a_scripted_text_is_cut_into_at_most_text_tokens_non_empty_deltas() {
+        for (json, expected) in [
+            (
+                r#"{"text": "héllo wörld", "text_tokens": 4}"#,
+                vec!["hé", "llo", " wö", "rld"],
+            ),
+            (r#"{"text": "ab", "text_tokens": 5}"#, vec!["a", "b"]),
+            (r#"{"text": "", "text_tokens": 3}"#, vec![]),
+        ] {
+            let script = custom(json);
+            for dialect in Dialect::ALL {
+                let (_, evs) = streamed(dialect, &script);
+                let deltas: Vec<String> = evs
+                    .iter()
+                    .filter(|e| testkit::classify(dialect, e) == Class::Visible)
+                    .map(|e| {
+                        let j = e.json.as_ref().unwrap();
+                        match dialect {
+                            Dialect::Chat => &j["choices"][0]["delta"]["content"],
+                            Dialect::Responses => &j["delta"],
+                            Dialect::Messages => &j["delta"]["text"],
+                        }
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                    })
+                    .collect();
+                assert_eq!(deltas, expected, "{json} / {dialect}");
+                let usage = testkit::usage(dialect, &evs).unwrap();
+                assert_eq!(usage.output, expected.len() as u64, "{json} / {dialect}");
+            }
+        }
+    }
+
+    #[test]
+    fn parallel_tool_calls_split_the_argument_deltas_and_get_one_each_at_least() {
+        let script = custom(
+            r#"{"first_effective": {"kind": "tool_args", "at_ms": 0}, "reasoning_deltas": 1,
+                "tool_calls": 3, "first_text_ms": null}"#,
+        );
+        for dialect in Dialect::ALL {
+            let (_, evs) = streamed(dialect, &script);
+            let args = evs
+                .iter()
+                .filter(|e| testkit::classify(dialect, e) == Class::Effective)
+                .count();
+            assert_eq!(args, 3, "one argument delta per call, {dialect}");
+            assert_eq!(testkit::usage(dialect, &evs).unwrap().output, 3);
+        }
+        let whole = schedule(Dialect::Chat, &script, "m", false, false);
+        let body: serde_json::Value = serde_json::from_slice(&whole.steps[0].bytes).unwrap();
+        let names: Vec<&str> = body["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["get_weather", "get_time", "get_weather"]);
+    }
+
+    #[test]
+    fn a_retry_after_rides_on_the_head_of_the_schedule() {
+        let s = schedule(
+            Dialect::Messages,
+            &preset("sim-rate-limited").unwrap(),
+            "m",
+            true,
+            false,
+        );
+        assert_eq!((s.status, s.retry_after_s), (429, Some(1)));
+        let fast = schedule(Dialect::Messages, &Script::default(), "m", true, false);
+        assert_eq!(fast.retry_after_s, None);
+    }
+
+    #[test]
     fn validate_rejects_scripts_that_cannot_be_played() {
         let bad = [
+            r#"{"tool_calls": 0}"#,
+            r#"{"tool_calls": 129}"#,
+            r#"{"echo": true, "text": "both"}"#,
             r#"{"tokens_per_s": 0}"#,
             r#"{"tokens_per_s": -3}"#,
             r#"{"status": 42}"#,

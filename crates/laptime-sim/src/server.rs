@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use http::header::{HeaderMap, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use http::header::{HeaderMap, HeaderValue, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{Method, Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::clock::{sleep_to, Lateness};
+use crate::echo;
 use crate::json::{obj, J};
 use crate::script::{self, preset, Finish, Schedule, Script, Step, JSON, PRESET_NAMES, SSE};
 use crate::wire::{ApiError, CREATED};
@@ -501,7 +502,10 @@ fn plan(dialect: Dialect, body: &[u8]) -> Planned {
         .get("model")
         .and_then(serde_json::Value::as_str)
         .map(str::to_owned);
-    let answer = choose(&value, model.as_deref()).map(|script| {
+    let answer = choose(&value, model.as_deref()).map(|mut script| {
+        if script.echo {
+            script.text = Some(echo::summary(dialect, &value));
+        }
         let stream = value
             .get("stream")
             .and_then(serde_json::Value::as_bool)
@@ -551,6 +555,7 @@ async fn answer(
         head_at,
         steps,
         finish,
+        retry_after_s,
     } = schedule;
     // Created before the wait: a client that leaves before the head is a dropped answer too.
     let mut guard = PlayGuard::new(sim.clone());
@@ -563,6 +568,9 @@ async fn answer(
         .header(CONTENT_TYPE, content_type);
     if content_type == SSE {
         builder = builder.header(CACHE_CONTROL, "no-cache");
+    }
+    if let Some(seconds) = retry_after_s {
+        builder = builder.header(RETRY_AFTER, seconds);
     }
     // A JSON answer that is whole at the head goes out with a Content-Length, like a real one.
     let whole =

@@ -7,14 +7,12 @@
 use crate::json::{arr, obj, J};
 use crate::script::WorkKind;
 
-use super::{
-    full_reasoning, full_text, reasoning_token, text_token, tool_fragment, tool_input, ApiError,
-    Ctx, Ending, Out, CREATED, TOOL_NAME,
-};
+use super::{full_reasoning, reasoning_token, ApiError, Ctx, Ending, Out, CREATED};
 
 const ID: &str = "chatcmpl-laptimesim0001";
 const FINGERPRINT: &str = "fp_laptimesim";
-const CALL_ID: &str = "call_laptimesim0001";
+/// Tool call ids are this and the call's number: `call_laptimesim0001`, …
+const CALL_ID_PREFIX: &str = "call_laptimesim";
 
 pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
     let t = ctx.timeline;
@@ -32,32 +30,43 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
     );
 
     if let Some(work) = &t.work {
-        let n = work.at.len();
-        if let (WorkKind::ToolArgs, Some(&first)) = (work.kind, work.at.first()) {
-            // The header fragment carries id, type, name and `arguments:""`: envelope only.
-            let header = obj! {
-                "index": 0u32,
-                "id": CALL_ID,
-                "type": "function",
-                "function": obj! {"name": TOOL_NAME, "arguments": ""},
-            };
-            out.push(first, chunk(ctx, obj! {"tool_calls": arr![header]}, None));
-        }
-        for (i, &at) in work.at.iter().enumerate() {
-            let delta = match work.kind {
-                WorkKind::Reasoning => obj! {"reasoning_content": reasoning_token(i)},
-                WorkKind::ToolArgs => obj! {"tool_calls": arr![obj! {
-                    "index": 0u32,
-                    "function": obj! {"arguments": tool_fragment(i, n)},
-                }]},
-            };
-            out.push(at, chunk(ctx, delta, None));
+        match work.kind {
+            WorkKind::Reasoning => {
+                for (i, &at) in work.at.iter().enumerate() {
+                    let delta = obj! {"reasoning_content": reasoning_token(i)};
+                    out.push(at, chunk(ctx, delta, None));
+                }
+            }
+            WorkKind::ToolArgs => {
+                for call in ctx.calls() {
+                    let Some(&first) = call.at.first() else {
+                        continue;
+                    };
+                    // The header fragment carries id, type, name and `arguments:""`: envelope
+                    // only. Parallel calls follow one another, each under its own `index`.
+                    let header = obj! {
+                        "index": call.index,
+                        "id": call.id(CALL_ID_PREFIX),
+                        "type": "function",
+                        "function": obj! {"name": call.name(), "arguments": ""},
+                    };
+                    out.push(first, chunk(ctx, obj! {"tool_calls": arr![header]}, None));
+                    for (i, &at) in call.at.iter().enumerate() {
+                        let delta = obj! {"tool_calls": arr![obj! {
+                            "index": call.index,
+                            "function": obj! {"arguments": call.fragment(i)},
+                        }]};
+                        out.push(at, chunk(ctx, delta, None));
+                    }
+                }
+            }
         }
     }
 
     if let Some(text) = &t.text {
+        let n = text.at.len();
         for (i, &at) in text.at.iter().enumerate() {
-            out.push(at, chunk(ctx, obj! {"content": text_token(i)}, None));
+            out.push(at, chunk(ctx, obj! {"content": ctx.text_delta(i, n)}, None));
         }
     }
 
@@ -87,7 +96,7 @@ pub(super) fn body(ctx: &Ctx<'_>) -> String {
     let tool = ctx.work_kind() == Some(WorkKind::ToolArgs);
     // `content` is null only when the answer is a bare tool call, as OpenAI sends it.
     let content = match ctx.text_count() {
-        Some(n) => J::from(full_text(n)),
+        Some(n) => J::from(ctx.answer_text(n)),
         None if tool => J::Null,
         None => J::from(""),
     };
@@ -102,15 +111,21 @@ pub(super) fn body(ctx: &Ctx<'_>) -> String {
             message = message.with("reasoning_content", full_reasoning(ctx.work_count()));
         }
         Some(WorkKind::ToolArgs) => {
-            let call = obj! {
-                "id": CALL_ID,
-                "type": "function",
-                "function": obj! {
-                    "name": TOOL_NAME,
-                    "arguments": tool_input(ctx.work_count()).encode(),
-                },
-            };
-            message = message.with("tool_calls", arr![call]);
+            let calls: Vec<J> = ctx
+                .calls()
+                .iter()
+                .map(|call| {
+                    obj! {
+                        "id": call.id(CALL_ID_PREFIX),
+                        "type": "function",
+                        "function": obj! {
+                            "name": call.name(),
+                            "arguments": call.input().encode(),
+                        },
+                    }
+                })
+                .collect();
+            message = message.with("tool_calls", calls);
         }
         None => {}
     }

@@ -12,12 +12,12 @@ use crate::json::{arr, obj, J};
 use crate::script::WorkKind;
 
 use super::{
-    full_reasoning, full_text, named_event, reasoning_token, text_token, tool_fragment, tool_input,
-    ApiError, Ctx, Ending, Out, SIGNATURE, TOOL_NAME,
+    full_reasoning, named_event, reasoning_token, ApiError, Call, Ctx, Ending, Out, SIGNATURE,
 };
 
 const ID: &str = "msg_laptimesim0001";
-const TOOL_USE_ID: &str = "toolu_laptimesim0001";
+/// Tool-use ids are this and the call's number: `toolu_laptimesim0001`, …
+const TOOL_USE_ID_PREFIX: &str = "toolu_laptimesim";
 
 /// The exact bytes Anthropic sends for a ping (note the space after the colon).
 const PING: &str = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
@@ -43,19 +43,34 @@ fn stop(out: &mut Out, at: Duration, index: u32) {
     emit(out, at, "content_block_stop", obj! {"index": index});
 }
 
-/// Closes the reasoning/tool block: a thinking block gets its empty final `thinking_delta` and
-/// its `signature_delta` just before the stop, as the recorded streams show.
-fn close_work(out: &mut Out, at: Duration, kind: WorkKind) {
+/// Closes the last reasoning/tool block, `index`: a thinking block gets its empty final
+/// `thinking_delta` and its `signature_delta` just before the stop, as the recorded streams
+/// show.
+fn close_work(out: &mut Out, at: Duration, kind: WorkKind, index: u32) {
     if kind == WorkKind::Reasoning {
-        delta(out, at, 0, obj! {"type": "thinking_delta", "thinking": ""});
         delta(
             out,
             at,
-            0,
+            index,
+            obj! {"type": "thinking_delta", "thinking": ""},
+        );
+        delta(
+            out,
+            at,
+            index,
             obj! {"type": "signature_delta", "signature": SIGNATURE},
         );
     }
-    stop(out, at, 0);
+    stop(out, at, index);
+}
+
+/// The opening `tool_use` block of a call (its input comes in `input_json_delta`s).
+fn tool_use_block(call: &Call<'_>) -> J {
+    obj! {"type": "tool_use", "id": call.id(TOOL_USE_ID_PREFIX), "name": call.name(), "input": obj! {}}
+}
+
+fn block_index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
 }
 
 pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
@@ -90,14 +105,13 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
 
     // The first block opens with the envelope: thinking, tool_use, or text.
     let kind = ctx.work_kind();
-    let first_block = match kind {
-        Some(WorkKind::Reasoning) => {
+    let calls = ctx.calls();
+    let first_block = match (kind, calls.first()) {
+        (Some(WorkKind::Reasoning), _) => {
             obj! {"type": "thinking", "thinking": "", "signature": ""}
         }
-        Some(WorkKind::ToolArgs) => {
-            obj! {"type": "tool_use", "id": TOOL_USE_ID, "name": TOOL_NAME, "input": obj! {}}
-        }
-        None => text_block(""),
+        (Some(WorkKind::ToolArgs), Some(call)) => tool_use_block(call),
+        _ => text_block(""),
     };
     emit(
         out,
@@ -116,25 +130,53 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
     }
 
     if let Some(work) = &t.work {
-        let n = work.at.len();
-        for (i, &at) in work.at.iter().enumerate() {
-            let d = match work.kind {
-                WorkKind::Reasoning => {
-                    obj! {"type": "thinking_delta", "thinking": reasoning_token(i)}
+        match work.kind {
+            WorkKind::Reasoning => {
+                for (i, &at) in work.at.iter().enumerate() {
+                    let d = obj! {"type": "thinking_delta", "thinking": reasoning_token(i)};
+                    delta(out, at, 0, d);
                 }
-                WorkKind::ToolArgs => {
-                    obj! {"type": "input_json_delta", "partial_json": tool_fragment(i, n)}
+            }
+            WorkKind::ToolArgs => {
+                for call in &calls {
+                    let index = block_index(call.index);
+                    // Parallel calls are blocks one after the other: the previous one stops
+                    // when the next starts (the first opened with the envelope).
+                    if let (Some(&first), true) = (call.at.first(), call.index > 0) {
+                        stop(out, first, index - 1);
+                        emit(
+                            out,
+                            first,
+                            "content_block_start",
+                            obj! {"index": index, "content_block": tool_use_block(call)},
+                        );
+                        delta(
+                            out,
+                            first,
+                            index,
+                            obj! {"type": "input_json_delta", "partial_json": ""},
+                        );
+                    }
+                    for (i, &at) in call.at.iter().enumerate() {
+                        let d = obj! {"type": "input_json_delta", "partial_json": call.fragment(i)};
+                        delta(out, at, index, d);
+                    }
                 }
-            };
-            delta(out, at, 0, d);
+            }
         }
     }
 
-    // The text block is block 0 when nothing came before it, else block 1.
-    let text_index = u32::from(kind.is_some());
+    // The text block comes after the reasoning block or the tool calls' blocks, if any.
+    let work_blocks = match kind {
+        Some(WorkKind::ToolArgs) => block_index(calls.len().max(1)),
+        Some(WorkKind::Reasoning) => 1,
+        None => 0,
+    };
+    let last_work = work_blocks.saturating_sub(1);
+    let text_index = work_blocks;
     if let Some(text) = &t.text {
         if let Some(kind) = kind {
-            close_work(out, text.start, kind);
+            close_work(out, text.start, kind, last_work);
             emit(
                 out,
                 text.start,
@@ -142,12 +184,13 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
                 obj! {"index": text_index, "content_block": text_block("")},
             );
         }
+        let n = text.at.len();
         for (i, &at) in text.at.iter().enumerate() {
             delta(
                 out,
                 at,
                 text_index,
-                obj! {"type": "text_delta", "text": text_token(i)},
+                obj! {"type": "text_delta", "text": ctx.text_delta(i, n)},
             );
         }
     }
@@ -155,7 +198,7 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
     match ctx.ending() {
         Ending::Done { .. } => {
             match (kind, &t.text) {
-                (Some(kind), None) => close_work(out, t.end, kind),
+                (Some(kind), None) => close_work(out, t.end, kind, last_work),
                 _ => stop(out, t.end, text_index),
             }
             emit(
@@ -186,16 +229,20 @@ pub(super) fn body(ctx: &Ctx<'_>) -> String {
             "thinking": full_reasoning(ctx.work_count()),
             "signature": SIGNATURE,
         }),
-        Some(WorkKind::ToolArgs) => content.push(obj! {
-            "type": "tool_use",
-            "id": TOOL_USE_ID,
-            "name": TOOL_NAME,
-            "input": tool_input(ctx.work_count()),
-        }),
+        Some(WorkKind::ToolArgs) => {
+            for call in ctx.calls() {
+                content.push(obj! {
+                    "type": "tool_use",
+                    "id": call.id(TOOL_USE_ID_PREFIX),
+                    "name": call.name(),
+                    "input": call.input(),
+                });
+            }
+        }
         None => {}
     }
     match ctx.text_count() {
-        Some(n) => content.push(text_block(&full_text(n))),
+        Some(n) => content.push(text_block(&ctx.answer_text(n))),
         // An answer with nothing at all still has its (empty) text block.
         None if content.is_empty() => content.push(text_block("")),
         None => {}

@@ -27,6 +27,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) status: u16,
     /// Chat only: the request had `stream_options.include_usage: true`.
     pub(crate) include_usage: bool,
+    /// How many tool calls the tool-argument deltas are split across (at least 1).
+    pub(crate) tool_calls: u32,
+    /// The script's own visible text, instead of the generated words.
+    pub(crate) text: Option<&'a str>,
 }
 
 /// A fixed `created` / `created_at`, so a schedule is a pure function of its inputs.
@@ -125,6 +129,57 @@ impl Ctx<'_> {
     }
 }
 
+impl<'a> Ctx<'a> {
+    /// Text delta `i` of the answer's `n`: a generated word, or a piece of the script's text.
+    pub(crate) fn text_delta(&self, i: usize, n: usize) -> &'a str {
+        match self.text {
+            Some(text) => piece(text, i, n),
+            None => text_token(i),
+        }
+    }
+
+    /// The whole text of the answer's `n` text deltas.
+    pub(crate) fn answer_text(&self, n: usize) -> String {
+        match self.text {
+            Some(text) => (0..n).map(|i| piece(text, i, n)).collect(),
+            None => full_text(n),
+        }
+    }
+
+    /// The tool calls of a tool-args answer, each with its share of the argument deltas (in
+    /// order: the providers stream parallel calls one after the other). Empty otherwise.
+    pub(crate) fn calls(&self) -> Vec<Call<'a>> {
+        let Some(work) = self.timeline.work.as_ref() else {
+            return Vec::new();
+        };
+        if work.kind != WorkKind::ToolArgs {
+            return Vec::new();
+        }
+        let n = work.at.len();
+        let k = usize::try_from(self.tool_calls)
+            .unwrap_or(1)
+            .clamp(1, n.max(1));
+        (0..k)
+            .map(|j| Call {
+                index: j,
+                at: work.at.get(j * n / k..(j + 1) * n / k).unwrap_or(&[]),
+                tool: &TOOLS[j % TOOLS.len()],
+            })
+            .collect()
+    }
+}
+
+/// Piece `i` of `text` cut into `n` pieces of nearly equal length in characters.
+fn piece(text: &str, i: usize, n: usize) -> &str {
+    let chars = text.chars().count();
+    let n = n.max(1);
+    let byte = |c: usize| {
+        let c = c * chars / n;
+        text.char_indices().nth(c).map_or(text.len(), |(b, _)| b)
+    };
+    text.get(byte(i)..byte(i + 1)).unwrap_or("")
+}
+
 // === Generated content ===
 
 /// The answer's words, one token each, cycled. Leading spaces as a tokenizer would split them.
@@ -140,12 +195,69 @@ const REASONING_WORDS: [&str; 16] = [
     " to", " answer", " it", " briefly", ".",
 ];
 
-/// The words of the tool call's single `query` argument.
+/// The words of the first tool call's single `query` argument.
 const TOOL_WORDS: [&str; 8] = [
     "weather", "in", "Paris", "tomorrow", "morning", "and", "evening", "forecast",
 ];
 
+/// The words of the second tool call's single `location` argument.
+const TIME_WORDS: [&str; 8] = [
+    "Tokyo,", "Japan", "local", "time", "right", "now", "and", "tonight",
+];
+
+/// The first tool call's name.
 pub(crate) const TOOL_NAME: &str = "get_weather";
+
+/// A tool the answer calls: its name and its one string argument.
+#[derive(Debug)]
+pub(crate) struct Tool {
+    pub(crate) name: &'static str,
+    key: &'static str,
+    words: &'static [&'static str],
+}
+
+/// The tools of an answer's calls: call `j` uses `TOOLS[j % 2]`.
+pub(crate) const TOOLS: [Tool; 2] = [
+    Tool {
+        name: TOOL_NAME,
+        key: "query",
+        words: &TOOL_WORDS,
+    },
+    Tool {
+        name: "get_time",
+        key: "location",
+        words: &TIME_WORDS,
+    },
+];
+
+/// One tool call of an answer: its position, the instants of its argument deltas, its tool.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub(crate) index: usize,
+    pub(crate) at: &'a [Duration],
+    pub(crate) tool: &'static Tool,
+}
+
+impl Call<'_> {
+    pub(crate) fn name(&self) -> &'static str {
+        self.tool.name
+    }
+
+    /// The call's id: `prefix` and its number from 1 (`call_laptimesim0001`, …0002).
+    pub(crate) fn id(&self, prefix: &str) -> String {
+        format!("{prefix}{:04}", self.index + 1)
+    }
+
+    /// Argument fragment `i` of this call's deltas.
+    pub(crate) fn fragment(&self, i: usize) -> String {
+        arg_fragment(self.tool, i, self.at.len())
+    }
+
+    /// The arguments object once every fragment is sent.
+    pub(crate) fn input(&self) -> J {
+        arg_input(self.tool, self.at.len())
+    }
+}
 
 /// A (made-up but well-formed) thinking-block signature, sent in `signature_delta`.
 pub(crate) const SIGNATURE: &str =
@@ -181,30 +293,43 @@ pub(crate) fn full_reasoning(n: usize) -> String {
     (0..n).map(reasoning_token).collect()
 }
 
-fn tool_word(i: usize) -> &'static str {
-    TOOL_WORDS[i % TOOL_WORDS.len()]
+fn tool_word(tool: &Tool, i: usize) -> &'static str {
+    tool.words[i % tool.words.len()]
 }
 
-/// Argument fragment `i` of `n`. The fragments concatenate to exactly [`tool_input`]`(n)`
-/// encoded, and every fragment is non-empty, so each one is effective output.
-pub(crate) fn tool_fragment(i: usize, n: usize) -> String {
+/// Argument fragment `i` of `n` of a call to `tool`. The fragments concatenate to exactly
+/// [`arg_input`]`(tool, n)` encoded, and every fragment is non-empty, so each one is effective
+/// output.
+fn arg_fragment(tool: &Tool, i: usize, n: usize) -> String {
     let mut s = String::new();
     if i == 0 {
-        s.push_str("{\"query\":\"");
+        s.push_str(&format!("{{\"{}\":\"", tool.key));
     } else {
         s.push(' ');
     }
-    s.push_str(tool_word(i));
+    s.push_str(tool_word(tool, i));
     if i + 1 == n {
         s.push_str("\"}");
     }
     s
 }
 
-/// The tool call's input object after `n` fragments.
+/// The input object of a call to `tool` after `n` fragments.
+fn arg_input(tool: &Tool, n: usize) -> J {
+    let words: Vec<&str> = (0..n).map(|i| tool_word(tool, i)).collect();
+    J::Obj(vec![(tool.key, J::from(words.join(" ")))])
+}
+
+/// Argument fragment `i` of `n` of the first tool call.
+#[cfg(test)]
+pub(crate) fn tool_fragment(i: usize, n: usize) -> String {
+    arg_fragment(&TOOLS[0], i, n)
+}
+
+/// The first tool call's input object after `n` fragments.
+#[cfg(test)]
 pub(crate) fn tool_input(n: usize) -> J {
-    let words: Vec<&str> = (0..n).map(tool_word).collect();
-    obj! {"query": words.join(" ")}
+    arg_input(&TOOLS[0], n)
 }
 
 // === Errors ===
@@ -365,9 +490,15 @@ mod tests {
     use crate::testkit::{self, Class, Ev};
     use serde_json::{json, Value};
 
-    /// Every preset plus scripts that exercise tool args, heartbeats and answers without text.
+    /// Every preset that ends normally (the tests below give each script every end; a status
+    /// or error answer has no whole body to compare) plus scripts that exercise tool args,
+    /// heartbeats and answers without text.
     fn scripts() -> Vec<Script> {
-        let mut all: Vec<Script> = PRESET_NAMES.iter().filter_map(|n| preset(n)).collect();
+        let mut all: Vec<Script> = PRESET_NAMES
+            .iter()
+            .filter_map(|n| preset(n))
+            .filter(|s| matches!(s.end, End::Terminal | End::Incomplete))
+            .collect();
         for custom in [
             r#"{"headers_ms": 5, "first_event_ms": 40, "heartbeat_ms": 10,
                 "first_effective": {"kind": "tool_args", "at_ms": 50}, "reasoning_deltas": 6,
@@ -418,6 +549,7 @@ mod tests {
     }
 
     fn check_chat(evs: &[Ev], end: End, include_usage: bool) {
+        let mut calls_opened = 0u64;
         let first = evs.iter().find(|e| !e.comment).unwrap();
         assert_eq!(
             json(first)["choices"][0]["delta"],
@@ -445,7 +577,14 @@ mod tests {
                     );
                 }
                 for call in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
-                    assert_eq!(call["index"], 0);
+                    // Calls are numbered from 0 in order: a header opens the next index, and
+                    // argument fragments belong to the call opened last.
+                    if call.get("id").is_some() {
+                        assert_eq!(call["index"], calls_opened, "header of the next call");
+                        calls_opened += 1;
+                    } else {
+                        assert_eq!(call["index"], calls_opened - 1, "fragment of the open call");
+                    }
                     if call.get("id").is_some() {
                         assert_eq!(call["type"], "function");
                         assert_eq!(call["function"]["arguments"], "");

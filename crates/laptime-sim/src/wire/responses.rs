@@ -12,14 +12,14 @@ use crate::json::{arr, obj, J};
 use crate::script::WorkKind;
 
 use super::{
-    full_reasoning, full_text, named_event, reasoning_token, text_token, tool_fragment, tool_input,
-    ApiError, Ctx, Ending, Out, CREATED, TOOL_NAME,
+    full_reasoning, named_event, reasoning_token, ApiError, Call, Ctx, Ending, Out, CREATED,
 };
 
 const ID: &str = "resp_laptimesim0001";
 const REASONING_ID: &str = "rs_laptimesim0001";
-const CALL_ITEM_ID: &str = "fc_laptimesim0001";
-const CALL_ID: &str = "call_laptimesim0001";
+/// Function-call item ids and call ids are these and the call's number (`fc_laptimesim0001`).
+const CALL_ITEM_ID_PREFIX: &str = "fc_laptimesim";
+const CALL_ID_PREFIX: &str = "call_laptimesim";
 const MESSAGE_ID: &str = "msg_laptimesim0001";
 
 /// Writes events with a running `sequence_number` (heartbeats included, as OpenAI numbers
@@ -119,31 +119,47 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
                 }
             }
             WorkKind::ToolArgs => {
-                let ids = || obj! {"item_id": CALL_ITEM_ID, "output_index": output_index};
-                ev.emit(
-                    start,
-                    "response.output_item.added",
-                    obj! {"output_index": output_index, "item": call_item("in_progress", String::new())},
-                );
-                for (i, &at) in work.at.iter().enumerate() {
+                let calls = ctx.calls();
+                for (j, call) in calls.iter().enumerate() {
+                    let Some(&start) = call.at.first() else {
+                        continue;
+                    };
+                    // A call's item closes when the next call starts; the last one as the
+                    // work does.
+                    let close_at = match calls.get(j + 1).and_then(|next| next.at.first()) {
+                        Some(&next) => Some(next),
+                        None => close_at,
+                    };
+                    let item_id = call.id(CALL_ITEM_ID_PREFIX);
+                    let ids = || obj! {"item_id": item_id.as_str(), "output_index": output_index};
                     ev.emit(
-                        at,
-                        "response.function_call_arguments.delta",
-                        ids().with("delta", tool_fragment(i, n)),
+                        start,
+                        "response.output_item.added",
+                        obj! {"output_index": output_index, "item": call_item(call, "in_progress", String::new())},
                     );
-                }
-                if let Some(at) = close_at {
-                    let args = tool_input(n).encode();
-                    ev.emit(
-                        at,
-                        "response.function_call_arguments.done",
-                        ids().with("arguments", args.as_str()),
-                    );
-                    ev.emit(
-                        at,
-                        "response.output_item.done",
-                        obj! {"output_index": output_index, "item": call_item("completed", args)},
-                    );
+                    for (i, &at) in call.at.iter().enumerate() {
+                        ev.emit(
+                            at,
+                            "response.function_call_arguments.delta",
+                            ids().with("delta", call.fragment(i)),
+                        );
+                    }
+                    if let Some(at) = close_at {
+                        let args = call.input().encode();
+                        ev.emit(
+                            at,
+                            "response.function_call_arguments.done",
+                            ids().with("arguments", args.as_str()),
+                        );
+                        ev.emit(
+                            at,
+                            "response.output_item.done",
+                            obj! {"output_index": output_index, "item": call_item(call, "completed", args)},
+                        );
+                    }
+                    if j + 1 < calls.len() {
+                        output_index += 1;
+                    }
                 }
             }
         }
@@ -169,12 +185,12 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
                 at,
                 "response.output_text.delta",
                 ids()
-                    .with("delta", text_token(i))
+                    .with("delta", ctx.text_delta(i, text.at.len()))
                     .with("logprobs", J::Arr(Vec::new())),
             );
         }
         if let Ending::Done { .. } = ending {
-            let full = full_text(text.at.len());
+            let full = ctx.answer_text(text.at.len());
             ev.emit(
                 t.end,
                 "response.output_text.done",
@@ -260,29 +276,30 @@ fn output(ctx: &Ctx<'_>) -> Vec<J> {
             "type": "reasoning",
             "summary": arr![obj! {"type": "summary_text", "text": full_reasoning(ctx.work_count())}],
         }),
-        Some(WorkKind::ToolArgs) => items.push(call_item(
-            "completed",
-            tool_input(ctx.work_count()).encode(),
-        )),
+        Some(WorkKind::ToolArgs) => {
+            for call in ctx.calls() {
+                items.push(call_item(&call, "completed", call.input().encode()));
+            }
+        }
         None => {}
     }
     if let Some(n) = ctx.text_count() {
         items.push(message_item(
             message_status(ctx),
-            arr![output_text(&full_text(n))],
+            arr![output_text(&ctx.answer_text(n))],
         ));
     }
     items
 }
 
-fn call_item(status: &str, arguments: String) -> J {
+fn call_item(call: &Call<'_>, status: &str, arguments: String) -> J {
     obj! {
-        "id": CALL_ITEM_ID,
+        "id": call.id(CALL_ITEM_ID_PREFIX),
         "type": "function_call",
         "status": status,
         "arguments": arguments,
-        "call_id": CALL_ID,
-        "name": TOOL_NAME,
+        "call_id": call.id(CALL_ID_PREFIX),
+        "name": call.name(),
     }
 }
 
