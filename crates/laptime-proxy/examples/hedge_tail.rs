@@ -86,6 +86,7 @@ fn channel(name: &str, base: &str, priority: u32) -> ChannelConfig {
         base_url: Some(base.into()),
         api_key_env: Some("HEDGE_TAIL_KEY".into()),
         models: Models::List(vec!["m".into()]),
+        dialect: None,
         group: "default".into(),
         priority,
         weight: 1,

@@ -128,6 +128,16 @@ impl Provider {
         }
     }
 
+    /// The dialect a channel of this provider is called in when the client speaks one it does
+    /// not serve (the sim serves every dialect, so it has none).
+    pub fn native(self) -> Option<Dialect> {
+        match self {
+            Provider::Openai => Some(Dialect::Chat),
+            Provider::Anthropic => Some(Dialect::Messages),
+            Provider::Sim => None,
+        }
+    }
+
     pub fn serves(self, dialect: Dialect) -> bool {
         match self {
             Provider::Openai => matches!(dialect, Dialect::Chat | Dialect::Responses),
@@ -174,6 +184,11 @@ pub struct ChannelConfig {
     pub api_key_env: Option<String>,
     #[serde(default)]
     pub models: Models,
+    /// Call this channel in one dialect only (one its provider serves): every other client
+    /// dialect is translated to it. Default: the client's own when the provider serves it, else
+    /// the provider's native one (Chat for `openai`, Messages for `anthropic`).
+    #[serde(default)]
+    pub dialect: Option<Dialect>,
     #[serde(default = "default_group")]
     pub group: String,
     /// Lower tiers are tried first.
@@ -422,6 +437,7 @@ impl Config {
             base_url: None,
             api_key_env: None,
             models: Models::List(SIM_MODELS.iter().map(|s| s.to_string()).collect()),
+            dialect: None,
             group: default_group(),
             priority: 0,
             weight: 1,
@@ -434,6 +450,7 @@ impl Config {
                 base_url: Some("https://api.openai.com/v1".into()),
                 api_key_env: Some("OPENAI_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
+                dialect: None,
                 group: default_group(),
                 priority: 0,
                 weight: 1,
@@ -447,6 +464,7 @@ impl Config {
                 base_url: Some("https://api.anthropic.com".into()),
                 api_key_env: Some("ANTHROPIC_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
+                dialect: None,
                 group: default_group(),
                 priority: 0,
                 weight: 1,
@@ -597,6 +615,12 @@ impl ChannelConfig {
         }
         if self.group.trim().is_empty() {
             errs.push(format!("{key}.group: must not be empty"));
+        }
+        if let Some(d) = self.dialect.filter(|d| !self.provider.serves(*d)) {
+            errs.push(format!(
+                "{key}.dialect: provider {} does not serve {d}",
+                self.provider.as_str()
+            ));
         }
         if self.weight == 0 {
             errs.push(format!("{key}.weight: must be positive"));
@@ -784,6 +808,7 @@ mod tests {
             base_url = "https://api.anthropic.com"
             api_key_env = "MISSING_KEY"
             models = ["claude"]
+            dialect = "chat"
         "#;
         let errs = Config::from_toml(text, "c")
             .unwrap()
@@ -797,6 +822,7 @@ mod tests {
             "channels[0].models",
             "channels[1].name",
             "channels[1].api_key_env: environment variable MISSING_KEY is not set",
+            "channels[1].dialect: provider anthropic does not serve chat",
         ] {
             assert!(all.contains(needle), "missing {needle} in {all}");
         }

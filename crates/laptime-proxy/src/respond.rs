@@ -273,7 +273,7 @@ pub async fn answer(
                 finisher,
                 parts,
                 body,
-                &channel,
+                (&channel, answer.upstream),
                 answer.start,
                 (total_at, server.max_answer_bytes),
                 store_in,
@@ -289,12 +289,11 @@ async fn whole(
     finisher: Finisher,
     parts: http::response::Parts,
     mut body: StampedBody<hyper::body::Incoming>,
-    channel: &str,
+    (channel, upstream): (&str, Dialect),
     start: std::time::Duration,
     (total_at, max_answer_bytes): (Instant, usize),
     store_in: StoreIn,
 ) -> Response {
-    let dialect = finisher.pending.dialect;
     let read = http_body_util::Limited::new(&mut body, max_answer_bytes).collect();
     let read = tokio::time::timeout_at(total_at, read).await;
     let mut summary = StreamSummary {
@@ -347,7 +346,8 @@ async fn whole(
     } else {
         BodyEnd::Eof
     };
-    let judged = whole_answer(dialect, parts.status.as_u16(), end, &bytes);
+    // Judged in the upstream's dialect, like a stream's marks.
+    let judged = whole_answer(upstream, parts.status.as_u16(), end, &bytes);
     summary.outcome = Some(judged.outcome);
     summary.error_class = judged.error_class;
     summary.tokens = judged.tokens;
