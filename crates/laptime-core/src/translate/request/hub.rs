@@ -43,6 +43,9 @@ pub struct HubRequest {
     pub stream: Option<bool>,
     /// Chat only: whether the client asked for the final usage chunk.
     pub include_usage: Option<bool>,
+    /// Responses only: the client asked for encrypted reasoning, to carry it to its next turn
+    /// itself (`include: ["reasoning.encrypted_content"]`).
+    pub include_encrypted_reasoning: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

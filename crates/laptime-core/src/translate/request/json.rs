@@ -45,6 +45,11 @@ impl<'a> Path<'a> {
         }
     }
 
+    /// Refuses this value for what it is, e.g. `include[0]=file_search_call.results`.
+    pub(crate) fn unsupported_as(&self, value: &str, reason: &'static str) -> RequestError {
+        RequestError::unsupported(format!("{}={value}", self.render()), reason)
+    }
+
     /// Refuses a field for the value it has, e.g. `tools[0].type=web_search`.
     pub(crate) fn unsupported_value(
         &self,
