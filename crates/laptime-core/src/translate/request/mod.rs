@@ -19,6 +19,8 @@ mod responses;
 mod shared;
 
 #[cfg(test)]
+mod round_trip;
+#[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
