@@ -70,30 +70,7 @@ pub(super) fn decode(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
         Some(n) => Some(n),
         None => o.u32("max_tokens")?,
     };
-    d.hub.temperature = o.f64("temperature")?;
-    d.hub.top_p = o.f64("top_p")?;
-    d.hub.stop = o.strings("stop")?;
-    if !d.hub.stop.is_empty() {
-        d.need(Cap::Stop, &o.path.key("stop"))?;
-    }
-    d.hub.choices = o.u32("n")?;
-    if d.hub.choices.is_some_and(|n| n > 1) {
-        d.need(Cap::Choices, &o.path.key("n"))?;
-    }
-    d.hub.seed = o.i64("seed")?;
-    if d.hub.seed.is_some() {
-        d.need(Cap::Seed, &o.path.key("seed"))?;
-    }
-    for key in ["presence_penalty", "frequency_penalty"] {
-        let v = o.f64(key)?;
-        if v.is_some() {
-            d.need(Cap::Penalties, &o.path.key(key))?;
-        }
-        match key {
-            "presence_penalty" => d.hub.presence_penalty = v,
-            _ => d.hub.frequency_penalty = v,
-        }
-    }
+    sampling(o, d)?;
     if let Some(word) = o.str("reasoning_effort")? {
         d.hub.reasoning = Some(openai_effort(word, &o.path.key("reasoning_effort"))?);
     }
@@ -192,6 +169,35 @@ fn refuse_the_untranslatable(o: Obj<'_>) -> Result<()> {
     if let Some(i) = modalities.iter().position(|m| m != "text") {
         let at = o.path.key("modalities");
         return Err(at.index(i).unsupported("only text output is translated"));
+    }
+    Ok(())
+}
+
+/// Temperature, top_p, stop, n, seed and the penalties.
+fn sampling(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
+    d.hub.temperature = o.f64("temperature")?;
+    d.hub.top_p = o.f64("top_p")?;
+    d.hub.stop = o.strings("stop")?;
+    if !d.hub.stop.is_empty() {
+        d.need(Cap::Stop, &o.path.key("stop"))?;
+    }
+    d.hub.choices = o.u32("n")?;
+    if d.hub.choices.is_some_and(|n| n > 1) {
+        d.need(Cap::Choices, &o.path.key("n"))?;
+    }
+    d.hub.seed = o.i64("seed")?;
+    if d.hub.seed.is_some() {
+        d.need(Cap::Seed, &o.path.key("seed"))?;
+    }
+    for key in ["presence_penalty", "frequency_penalty"] {
+        let v = o.f64(key)?;
+        if v.is_some() {
+            d.need(Cap::Penalties, &o.path.key(key))?;
+        }
+        match key {
+            "presence_penalty" => d.hub.presence_penalty = v,
+            _ => d.hub.frequency_penalty = v,
+        }
     }
     Ok(())
 }

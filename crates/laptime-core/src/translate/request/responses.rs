@@ -94,20 +94,7 @@ pub(super) fn decode(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
     }
     text_options(o, d)?;
     reasoning(o, d)?;
-    if let Some(tools) = o.array("tools")? {
-        let at = o.path.key("tools");
-        for (i, t) in tools.iter().enumerate() {
-            let at = at.index(i);
-            d.hub.tools.push(tool(Obj::new(t, &at)?)?);
-        }
-    }
-    if let Some(choice) = o.get("tool_choice") {
-        d.hub.tool_choice = Some(tool_choice(choice, &o.path.key("tool_choice"))?);
-    }
-    d.hub.parallel_tool_calls = o.bool("parallel_tool_calls")?;
-    if d.hub.parallel_tool_calls == Some(false) {
-        d.need(Cap::ParallelOff, &o.path.key("parallel_tool_calls"))?;
-    }
+    tools_and_choice(o, d)?;
     if let Some(text) = o.str("instructions")? {
         if !text.is_empty() {
             d.hub.instructions.push(Instruction {
@@ -242,6 +229,24 @@ fn reasoning(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
                 _ => return Err(at.key(key).invalid("expected auto, concise or detailed")),
             });
         }
+    }
+    Ok(())
+}
+
+fn tools_and_choice(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
+    if let Some(tools) = o.array("tools")? {
+        let at = o.path.key("tools");
+        for (i, t) in tools.iter().enumerate() {
+            let at = at.index(i);
+            d.hub.tools.push(tool(Obj::new(t, &at)?)?);
+        }
+    }
+    if let Some(choice) = o.get("tool_choice") {
+        d.hub.tool_choice = Some(tool_choice(choice, &o.path.key("tool_choice"))?);
+    }
+    d.hub.parallel_tool_calls = o.bool("parallel_tool_calls")?;
+    if d.hub.parallel_tool_calls == Some(false) {
+        d.need(Cap::ParallelOff, &o.path.key("parallel_tool_calls"))?;
     }
     Ok(())
 }
@@ -541,6 +546,22 @@ pub(super) fn encode(hub: &HubRequest, e: &mut Encoder<'_, '_>) -> Result<Map<St
         out.insert("tool_choice".into(), choice);
     }
     insert_opt(&mut out, "parallel_tool_calls", hub.parallel_tool_calls);
+    text_and_reasoning(hub, e, &mut out);
+    insert_opt(&mut out, "user", hub.user.clone());
+    if !hub.metadata.is_empty() {
+        let map: Map<String, Value> = hub
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into()))
+            .collect();
+        out.insert("metadata".into(), map.into());
+    }
+    insert_opt(&mut out, "prompt_cache_key", hub.prompt_cache_key.clone());
+    Ok(out)
+}
+
+/// `text` (format, verbosity), `reasoning` and the `include` that keeps reasoning state.
+fn text_and_reasoning(hub: &HubRequest, e: &Encoder<'_, '_>, out: &mut Map<String, Value>) {
     let mut text = Map::new();
     if let Some(format) = &hub.output {
         // Chat's shape with the schema's fields one level up.
@@ -578,17 +599,6 @@ pub(super) fn encode(hub: &HubRequest, e: &mut Encoder<'_, '_>) -> Result<Map<St
         // Without storage, the encrypted reasoning is the only way to carry it to the next turn.
         out.insert("include".into(), json!([ENCRYPTED_REASONING]));
     }
-    insert_opt(&mut out, "user", hub.user.clone());
-    if !hub.metadata.is_empty() {
-        let map: Map<String, Value> = hub
-            .metadata
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone().into()))
-            .collect();
-        out.insert("metadata".into(), map.into());
-    }
-    insert_opt(&mut out, "prompt_cache_key", hub.prompt_cache_key.clone());
-    Ok(out)
 }
 
 fn encode_message(m: &Message, e: &mut Encoder<'_, '_>, out: &mut Vec<Value>) {
