@@ -1064,3 +1064,29 @@ fn thinking_of_an_earlier_turn_goes_back_to_anthropic_only_when_signed() {
         t.omitted
     );
 }
+
+#[test]
+fn each_tool_result_is_named_from_the_earlier_call_with_its_id() {
+    for client in DIALECTS.iter().copied() {
+        let upstream = if client == Chat { Messages } else { Chat };
+        let t = run(client, upstream, &tool_round_body(client)).unwrap();
+        let names: Vec<(&str, Option<&str>)> = t
+            .hub
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                hub::Message::Tool(r) => Some((r.call_id.as_str(), r.name.as_deref())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            names,
+            vec![("c1", Some("weather")), ("c2", Some("weather"))],
+            "{client}"
+        );
+    }
+    let orphan = json!({"model": "m", "messages": [
+        {"role": "tool", "tool_call_id": "nowhere", "content": "x"}]});
+    let t = run(Chat, Messages, &orphan).unwrap();
+    assert!(matches!(&t.hub.messages[0], hub::Message::Tool(r) if r.name.is_none()));
+}
