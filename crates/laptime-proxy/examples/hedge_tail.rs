@@ -123,6 +123,7 @@ async fn run(hedge: bool, requests: usize, concurrency: usize) {
             after: Some(laptime_proxy::config::HedgeAfter::P95),
             budget: 0.1,
         }),
+        translation: Default::default(),
     }];
     let env = |k: &str| (k == "HEDGE_TAIL_KEY").then(|| "sk-local".to_string());
     let gw = Gateway::start(cfg, store, &env).await.unwrap();

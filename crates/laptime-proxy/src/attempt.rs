@@ -99,8 +99,10 @@ pub enum AnswerBody {
 /// An attempt that got a head the client may be committed to.
 pub struct Answer {
     pub channel: Arc<Channel>,
-    /// The dialect the channel answered in (the client's unless translated).
+    /// The dialect the channel answered in (the client's unless translated), and the model
+    /// name it was asked for.
     pub upstream: Dialect,
+    pub upstream_model: String,
     /// The cool-down and circuit of the model on the channel.
     pub health: Arc<ModelHealth>,
     pub parts: http::response::Parts,
@@ -251,6 +253,7 @@ pub async fn dispatch(
     Ok(Answer {
         channel,
         upstream: route.upstream,
+        upstream_model: route.upstream_model.clone(),
         health,
         parts,
         body,

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use laptime_core::circuit::CircuitConfig;
 use laptime_core::slow::Thresholds;
+use laptime_core::translate::request::ReasoningTable;
 use laptime_core::Dialect;
 use serde::{Deserialize, Serialize};
 
@@ -222,6 +223,73 @@ pub struct RouteConfig {
     /// Hedging; absent = no hedging.
     #[serde(default)]
     pub hedge: Option<HedgeConfig>,
+    /// How a request is carried to a channel of another dialect.
+    #[serde(default)]
+    pub translation: TranslationConfig,
+}
+
+/// What a translated request needs that the client's body may not say.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TranslationConfig {
+    /// The output-token cap sent to an upstream that requires one (Anthropic) when the client
+    /// gives none; 0 = no default, such a request is answered 400 naming the field.
+    pub default_max_tokens: u32,
+    /// Reasoning-token budgets per named effort, both ways (effort → Anthropic or Gemini
+    /// budget, and a budget → the nearest OpenAI effort).
+    pub reasoning_budgets: ReasoningBudgets,
+}
+
+impl Default for TranslationConfig {
+    fn default() -> Self {
+        TranslationConfig {
+            default_max_tokens: 4096,
+            reasoning_budgets: ReasoningBudgets::default(),
+        }
+    }
+}
+
+/// The table of `docs/translation.md`, overridable per model.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReasoningBudgets {
+    pub minimal: u32,
+    pub low: u32,
+    pub medium: u32,
+    pub high: u32,
+    pub xhigh: u32,
+    pub max: u32,
+    /// The model takes a named effort itself (Anthropic adaptive thinking) instead of a budget.
+    pub native_effort: bool,
+}
+
+impl Default for ReasoningBudgets {
+    fn default() -> Self {
+        let t = ReasoningTable::DEFAULT;
+        ReasoningBudgets {
+            minimal: t.minimal,
+            low: t.low,
+            medium: t.medium,
+            high: t.high,
+            xhigh: t.xhigh,
+            max: t.max,
+            native_effort: t.native_effort,
+        }
+    }
+}
+
+impl ReasoningBudgets {
+    pub fn table(&self) -> ReasoningTable {
+        ReasoningTable {
+            minimal: self.minimal,
+            low: self.low,
+            medium: self.medium,
+            high: self.high,
+            xhigh: self.xhigh,
+            max: self.max,
+            native_effort: self.native_effort,
+        }
+    }
 }
 
 /// `{ after_ms = 800 }` or `{ after = "p95" }` (the first channel's recent p95 time to first
@@ -233,6 +301,7 @@ static DEFAULT_ROUTE: std::sync::LazyLock<RouteConfig> = std::sync::LazyLock::ne
     timeouts: TimeoutsConfig::default(),
     cache: None,
     hedge: None,
+    translation: TranslationConfig::default(),
 });
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -44,6 +44,9 @@ pub struct Pending {
     pub hedge: Hedge,
     /// Answered from the gateway's response cache.
     pub cached: bool,
+    /// Client fields a translation left out on purpose (hints the upstream has no use for),
+    /// told to the client in `x-laptime-translation-omitted`.
+    pub translation_omitted: Vec<String>,
     /// Relayed without observation (`[server] observe = false`): stream marks are absent.
     pub unobserved: bool,
 }
@@ -71,6 +74,7 @@ impl Pending {
             attempts: Vec::new(),
             hedge: Hedge::None,
             cached: false,
+            translation_omitted: Vec::new(),
             unobserved: false,
         }
     }
