@@ -646,6 +646,57 @@ fn a_cut_stream_gets_no_terminal_frame_and_no_comment() {
 }
 
 #[test]
+fn a_failed_stream_ends_in_the_clients_dialect_and_takes_nothing_more() {
+    for up in Dialect::ALL {
+        let whole = fixture(up, Scenario::Text);
+        let (cut, rest) = whole.split_at(whole.find("Bye").unwrap());
+        for client in Dialect::ALL {
+            let mut t = StreamTranslator::new(up, client, &opts());
+            let mut out = VecDeque::new();
+            t.push(cut.as_bytes(), &mut out);
+            t.fail(ErrorKind::Timeout, "no output for \"30 s\"", &mut out);
+            t.push(rest.as_bytes(), &mut out);
+            t.finish(BodyEnd::Eof, &mut out);
+            let got = render(out);
+            assert_eq!(got.matches(COMMENT).count(), 1, "{up}→{client}");
+            assert!(!got.contains("Bye"), "{up}→{client}");
+            let answer = decode_stream(client, &got);
+            assert_eq!(answer.error.as_ref().map(|e| e.0), Some(ErrorKind::Timeout));
+            assert_eq!(observe(client, &got).outcome, Some(Outcome::UpstreamError));
+        }
+        // After the terminal, there is nothing to fail.
+        let mut t = StreamTranslator::new(up, Dialect::Chat, &opts());
+        let mut out = VecDeque::new();
+        t.push(whole.as_bytes(), &mut out);
+        let before = out.len();
+        t.fail(ErrorKind::Timeout, "late", &mut out);
+        assert_eq!(out.len(), before);
+    }
+}
+
+#[test]
+fn mistral_content_parts_are_text_and_reasoning() {
+    let chunk =
+        |delta: &str| format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n");
+    let stream = [
+        chunk(r#"{"role":"assistant","content":""}"#),
+        chunk(r#"{"content":[{"type":"thinking","thinking":[{"type":"text","text":"Hmm, "}]}]}"#),
+        chunk(r#"{"content":[{"type":"thinking","thinking":[{"type":"text","text":"yes."}]},{"type":"text","text":"3"}]}"#),
+        chunk(r#"{"content":[{"type":"text","text":" apples"}]}"#),
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    let s = said(&decode_stream(Dialect::Chat, &stream));
+    assert_eq!(s.reasoning, "Hmm, yes.");
+    assert_eq!(s.text, "3 apples");
+    let got = said(&decode_stream(
+        Dialect::Messages,
+        &translate(Dialect::Chat, Dialect::Messages, &stream, &[]),
+    ));
+    assert_eq!((got.reasoning, got.text), (s.reasoning, s.text));
+}
+
+#[test]
 fn a_chat_upstream_without_done_completes_only_on_a_clean_end() {
     let whole = fixture(Dialect::Chat, Scenario::Text);
     let no_done = whole.strip_suffix("data: [DONE]\n\n").unwrap();

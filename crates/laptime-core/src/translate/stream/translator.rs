@@ -12,7 +12,7 @@ use bytes::BytesMut;
 
 use super::acc::Answer;
 use super::error::{client_status, read_error, write_anthropic_error, write_openai_error};
-use super::hub::HubEvent;
+use super::hub::{ErrorKind, HubError, HubEvent, JsonText};
 use super::{chat, messages, responses, ClientStreamOptions, Head, Out, TranslateError};
 use crate::observe::BodyEnd;
 use crate::relay::Piece;
@@ -100,6 +100,8 @@ pub struct StreamTranslator {
     /// Reused for the client's bytes; each push hands its bytes out as one piece per side of
     /// the timing comment.
     buf: BytesMut,
+    /// [`StreamTranslator::fail`] ended the client's stream.
+    failed: bool,
 }
 
 impl StreamTranslator {
@@ -109,6 +111,7 @@ impl StreamTranslator {
             decoder: Decoder::new(upstream),
             encoder: Encoder::new(client, Head::new(opts)),
             buf: BytesMut::with_capacity(4096),
+            failed: false,
         }
     }
 
@@ -121,7 +124,11 @@ impl StreamTranslator {
             decoder,
             encoder,
             buf,
+            failed,
         } = self;
+        if *failed {
+            return;
+        }
         let mut sink = Out::new(buf, out);
         scanner.feed(chunk, &mut |item| {
             if let SseItem::Event { event, data, .. } = item {
@@ -137,6 +144,9 @@ impl StreamTranslator {
     /// reason and usage, without `data: [DONE]` (some providers never send it), is complete.
     pub fn finish(&mut self, end: BodyEnd, out: &mut VecDeque<Piece>) {
         self.scanner.finish();
+        if self.failed {
+            return;
+        }
         let StreamTranslator {
             decoder,
             encoder,
@@ -145,6 +155,21 @@ impl StreamTranslator {
         } = self;
         let mut sink = Out::new(buf, out);
         decoder.finish(end, &mut |ev| encoder.event(&ev, &mut sink));
+        sink.flush();
+    }
+
+    /// Ends the client's stream with an in-band error in its dialect (a cut upstream, a missed
+    /// deadline), the timing comment before its terminal frame as always; nothing once the
+    /// upstream's terminal has been translated.
+    pub fn fail(&mut self, kind: ErrorKind, message: &str, out: &mut VecDeque<Piece>) {
+        if self.decoder.done() || self.failed {
+            return;
+        }
+        self.failed = true;
+        let message = JsonText::from_plain(message);
+        let mut sink = Out::new(&mut self.buf, out);
+        let err = HubEvent::Error(HubError { kind, message });
+        self.encoder.event(&err, &mut sink);
         sink.flush();
     }
 

@@ -4,7 +4,8 @@
 //! translated). Chat has no block boundaries, so the decoder makes them: a text or reasoning
 //! block ends when output of another kind starts; tool-call blocks stay open until the finish
 //! reason, because providers may interleave the argument fragments of parallel calls.
-//! `delta.refusal` is answer text to the hub.
+//! `delta.refusal` is answer text to the hub; Mistral's array-typed `content` (text and
+//! thinking parts) is read too.
 
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -124,28 +125,28 @@ impl Decoder {
 
     fn delta<'a>(&mut self, delta: ChunkDelta<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
         let reasoning = nonempty(delta.reasoning_content).or_else(|| nonempty(delta.reasoning));
+        let mut put = |piece| self.piece(piece, emit);
         if let Some(t) = reasoning {
-            self.blocks.stop(TEXT, emit);
-            let index = self.open(REASONING, BlockKind::Reasoning, emit);
-            emit(HubEvent::BlockDelta {
-                index,
-                delta: Delta::Reasoning(t),
-            });
+            put(Piece::Reasoning(t));
         }
-        for t in [nonempty(delta.content), nonempty(delta.refusal)]
-            .into_iter()
-            .flatten()
-        {
-            self.blocks.stop(REASONING, emit);
-            let index = self.open(TEXT, BlockKind::Text, emit);
-            emit(HubEvent::BlockDelta {
-                index,
-                delta: Delta::Text(t),
-            });
+        content_pieces(delta.content, &mut put);
+        if let Some(t) = nonempty(delta.refusal) {
+            put(Piece::Text(t));
         }
         for call in delta.tool_calls.into_iter().flatten() {
             self.tool_fragment(call, emit);
         }
+    }
+
+    /// Text or reasoning goes to its block, which ends the block of the other kind.
+    fn piece<'a>(&mut self, piece: Piece<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
+        let (key, other, kind, delta) = match piece {
+            Piece::Reasoning(t) => (REASONING, TEXT, BlockKind::Reasoning, Delta::Reasoning(t)),
+            Piece::Text(t) => (TEXT, REASONING, BlockKind::Text, Delta::Text(t)),
+        };
+        self.blocks.stop(other, emit);
+        let index = self.open(key, kind, emit);
+        emit(HubEvent::BlockDelta { index, delta });
     }
 
     fn tool_fragment<'a>(&mut self, call: ToolFragment<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
@@ -210,19 +211,19 @@ pub(crate) fn decode_body<'a>(
     let mut next = 0u32;
     if let Some(m) = choice.message {
         let reasoning = nonempty(m.reasoning_content).or_else(|| nonempty(m.reasoning));
+        let mut put = |piece| {
+            let (kind, delta) = match piece {
+                Piece::Reasoning(t) => (BlockKind::Reasoning, Delta::Reasoning(t)),
+                Piece::Text(t) => (BlockKind::Text, Delta::Text(t)),
+            };
+            whole_block(&mut next, kind, Some(delta), emit);
+        };
         if let Some(t) = reasoning {
-            whole_block(
-                &mut next,
-                BlockKind::Reasoning,
-                Some(Delta::Reasoning(t)),
-                emit,
-            );
+            put(Piece::Reasoning(t));
         }
-        for t in [nonempty(m.content), nonempty(m.refusal)]
-            .into_iter()
-            .flatten()
-        {
-            whole_block(&mut next, BlockKind::Text, Some(Delta::Text(t)), emit);
+        content_pieces(m.content, &mut put);
+        if let Some(t) = nonempty(m.refusal) {
+            put(Piece::Text(t));
         }
         for call in m.tool_calls.into_iter().flatten() {
             let (name, args) = match call.function {
@@ -253,7 +254,53 @@ pub(crate) fn decode_body<'a>(
     Ok(())
 }
 
+/// A piece of output a delta or message carried, in order.
+enum Piece<'a> {
+    Text(JsonText<'a>),
+    Reasoning(JsonText<'a>),
+}
+
+/// `content`: a string, or (Mistral) an array of parts where `text` parts are answer text and
+/// `thinking` parts hold reasoning as an array of text parts.
+fn content_pieces<'a>(raw: Option<&'a RawValue>, put: &mut impl FnMut(Piece<'a>)) {
+    let Some(raw) = raw else { return };
+    if !raw.get().starts_with('[') {
+        if let Some(t) = nonempty(Some(raw)) {
+            put(Piece::Text(t));
+        }
+        return;
+    }
+    let parts = serde_json::from_str::<Vec<ContentPart<'a>>>(raw.get()).unwrap_or_default();
+    for part in parts {
+        match plain(part.kind).as_deref() {
+            Some("text") => {
+                if let Some(t) = nonempty(part.text) {
+                    put(Piece::Text(t));
+                }
+            }
+            Some("thinking") => {
+                for inner in part.thinking.into_iter().flatten() {
+                    if let Some(t) = nonempty(inner.text) {
+                        put(Piece::Reasoning(t));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 // === wire shapes (only the fields translation reads) ===
+
+#[derive(Deserialize)]
+struct ContentPart<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow)]
+    thinking: Option<Vec<ContentPart<'a>>>,
+}
 
 #[derive(Deserialize)]
 struct Chunk<'a> {
