@@ -253,7 +253,13 @@ pub struct RequestEvent {
     pub provider: Option<String>,
     pub channel: Option<String>,
     pub group: Option<String>,
+    /// The client's dialect (`clientDialect` says the same).
     pub dialect: String,
+    pub client_dialect: String,
+    /// The dialect of the channel that answered; null when no upstream was called.
+    pub upstream_dialect: Option<String>,
+    /// The request and its answer were translated between the two dialects.
+    pub translated: bool,
     pub stream: bool,
     pub status: u16,
     pub outcome: String,
@@ -294,6 +300,9 @@ impl From<&RequestRecord> for RequestEvent {
             channel: r.channel.clone(),
             group: r.group.clone(),
             dialect: r.dialect.as_str().to_string(),
+            client_dialect: r.dialect.as_str().to_string(),
+            upstream_dialect: r.upstream_dialect.map(|d| d.as_str().to_string()),
+            translated: r.translated(),
             stream: r.stream,
             status: r.status,
             outcome: r.outcome.as_str().to_string(),

@@ -815,6 +815,7 @@ mod tests {
             channel: None,
             group: None,
             dialect: Dialect::Chat,
+            upstream_dialect: Some(Dialect::Chat),
             stream: true,
             status: if outcome.is_success() { 200 } else { 502 },
             outcome,

@@ -427,7 +427,12 @@ pub struct RequestRecord {
     pub provider: Option<String>,
     pub channel: Option<String>,
     pub group: Option<String>,
+    /// The dialect the client spoke.
     pub dialect: Dialect,
+    /// The dialect of the channel whose answer the client got (the last attempt's when none
+    /// won); absent when no upstream was called (refused, cache hit). It differs from `dialect`
+    /// exactly when the exchange was translated.
+    pub upstream_dialect: Option<Dialect>,
     pub stream: bool,
     /// HTTP status the client got.
     pub status: u16,
@@ -453,6 +458,11 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// Whether the request and its answer were translated between dialects.
+    pub fn translated(&self) -> bool {
+        self.upstream_dialect.is_some_and(|u| u != self.dialect)
+    }
+
     /// Whose fault the request's failure was; `None` for a success. From the error class when
     /// the record has one (the stored `error_class`, so old rows get it too); otherwise from the
     /// outcome: a client that left, or a refusal, is the client's; an upstream error, close or

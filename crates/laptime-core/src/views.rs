@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::slow::visible_output_tps;
 use crate::timeline::{between, Attempt, Hedge, Marks, RequestRecord};
 use crate::usage::Tokens;
+use crate::Dialect;
 
 /// Milliseconds with microsecond precision (the store keeps microseconds).
 pub fn ms(d: Duration) -> f64 {
@@ -215,7 +216,11 @@ pub struct RequestLogView {
     pub provider: Option<String>,
     pub channel: Option<String>,
     pub group: Option<String>,
+    /// The client's dialect (kept under its first name; `client_dialect` says the same).
     pub dialect: &'static str,
+    pub client_dialect: &'static str,
+    pub upstream_dialect: Option<&'static str>,
+    pub translated: bool,
     pub stream: bool,
     pub status: u16,
     pub outcome: &'static str,
@@ -268,6 +273,9 @@ impl RequestLogView {
             channel: r.channel.clone(),
             group: r.group.clone(),
             dialect: r.dialect.as_str(),
+            client_dialect: r.dialect.as_str(),
+            upstream_dialect: r.upstream_dialect.map(Dialect::as_str),
+            translated: r.translated(),
             stream: r.stream,
             status: r.status,
             outcome: r.outcome.as_str(),
@@ -362,7 +370,6 @@ mod tests {
     #[test]
     fn request_log_view_shape_is_stable() {
         use crate::timeline::{Attempt, Outcome, RequestShape};
-        use crate::Dialect;
         let marks = Marks {
             auth: Some(Duration::from_micros(40)),
             body_read: Some(Duration::from_micros(10)),
@@ -387,6 +394,7 @@ mod tests {
             channel: Some("sim".into()),
             group: Some("default".into()),
             dialect: Dialect::Chat,
+            upstream_dialect: Some(Dialect::Chat),
             stream: true,
             status: 200,
             outcome: Outcome::Completed,
@@ -432,7 +440,8 @@ mod tests {
             r#"{
             "request_id": "req_1", "workspace_id": "ws_1", "created_at": "2023-11-14T22:13:20Z",
             "model": "sim-trace-b", "provider": "sim", "channel": "sim", "group": "default",
-            "dialect": "chat", "stream": true, "status": 200, "outcome": "completed",
+            "dialect": "chat", "client_dialect": "chat", "upstream_dialect": "chat",
+            "translated": false, "stream": true, "status": 200, "outcome": "completed",
             "timeout_kind": null, "error_class": null, "fault": null, "classification": "visible_text_late",
             "flags": ["visible_text_late"], "latency_ms": 10202.0, "ttft_ms": 299.0,
             "upstream_ms": 10200.0, "input_tokens": 800, "output_tokens": 75,
@@ -451,6 +460,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got, expected);
+
+        // A Chat client answered by a Messages channel was translated.
+        let mut translated = record.clone();
+        translated.upstream_dialect = Some(Dialect::Messages);
+        let v = serde_json::to_value(RequestLogView::new(&translated)).unwrap();
+        assert_eq!(
+            (
+                &v["client_dialect"],
+                &v["upstream_dialect"],
+                &v["translated"]
+            ),
+            (&"chat".into(), &"messages".into(), &true.into())
+        );
 
         // A failure says whose fault it was, per request and per attempt.
         let mut failed = record.clone();

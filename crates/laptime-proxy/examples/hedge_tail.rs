@@ -86,6 +86,7 @@ fn channel(name: &str, base: &str, priority: u32) -> ChannelConfig {
         base_url: Some(base.into()),
         api_key_env: Some("HEDGE_TAIL_KEY".into()),
         models: Models::List(vec!["m".into()]),
+        dialect: None,
         group: "default".into(),
         priority,
         weight: 1,
@@ -122,6 +123,7 @@ async fn run(hedge: bool, requests: usize, concurrency: usize) {
             after: Some(laptime_proxy::config::HedgeAfter::P95),
             budget: 0.1,
         }),
+        translation: Default::default(),
     }];
     let env = |k: &str| (k == "HEDGE_TAIL_KEY").then(|| "sk-local".to_string());
     let gw = Gateway::start(cfg, store, &env).await.unwrap();

@@ -99,6 +99,10 @@ pub enum AnswerBody {
 /// An attempt that got a head the client may be committed to.
 pub struct Answer {
     pub channel: Arc<Channel>,
+    /// The dialect the channel answered in (the client's unless translated), and the model
+    /// name it was asked for.
+    pub upstream: Dialect,
+    pub upstream_model: String,
     /// The cool-down and circuit of the model on the channel.
     pub health: Arc<ModelHealth>,
     pub parts: http::response::Parts,
@@ -137,7 +141,7 @@ pub async fn dispatch(
     let health = route.health.clone();
     let request = build_request(
         &channel,
-        ctx.dialect,
+        route.upstream,
         body,
         ctx.client_headers,
         ctx.traceparent,
@@ -218,7 +222,9 @@ pub async fn dispatch(
     }
     let (parts, incoming) = response.into_parts();
     let body = if streamed {
-        let mut obs = StreamObserver::new(ctx.dialect, Some(origin));
+        // Marks are classified in the upstream's dialect, so they mean the same whatever the
+        // client speaks.
+        let mut obs = StreamObserver::new(route.upstream, Some(origin));
         obs.set_headers(headers_at);
         let t = ctx.timeouts;
         // First event and first output count from this attempt's dispatch, so an attempt after
@@ -246,6 +252,8 @@ pub async fn dispatch(
     };
     Ok(Answer {
         channel,
+        upstream: route.upstream,
+        upstream_model: route.upstream_model.clone(),
         health,
         parts,
         body,
@@ -486,6 +494,7 @@ mod tests {
             base_url: Some("http://127.0.0.1:9/v1".into()),
             api_key_env: Some("K".into()),
             models: Models::List(vec!["m".into()]),
+            dialect: None,
             group: "default".into(),
             priority: 0,
             weight: 1,

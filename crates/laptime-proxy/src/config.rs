@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use laptime_core::circuit::CircuitConfig;
 use laptime_core::slow::Thresholds;
+use laptime_core::translate::request::ReasoningTable;
 use laptime_core::Dialect;
 use serde::{Deserialize, Serialize};
 
@@ -128,6 +129,16 @@ impl Provider {
         }
     }
 
+    /// The dialect a channel of this provider is called in when the client speaks one it does
+    /// not serve (the sim serves every dialect, so it has none).
+    pub fn native(self) -> Option<Dialect> {
+        match self {
+            Provider::Openai => Some(Dialect::Chat),
+            Provider::Anthropic => Some(Dialect::Messages),
+            Provider::Sim => None,
+        }
+    }
+
     pub fn serves(self, dialect: Dialect) -> bool {
         match self {
             Provider::Openai => matches!(dialect, Dialect::Chat | Dialect::Responses),
@@ -174,6 +185,11 @@ pub struct ChannelConfig {
     pub api_key_env: Option<String>,
     #[serde(default)]
     pub models: Models,
+    /// Call this channel in one dialect only (one its provider serves): every other client
+    /// dialect is translated to it. Default: the client's own when the provider serves it, else
+    /// the provider's native one (Chat for `openai`, Messages for `anthropic`).
+    #[serde(default)]
+    pub dialect: Option<Dialect>,
     #[serde(default = "default_group")]
     pub group: String,
     /// Lower tiers are tried first.
@@ -207,6 +223,73 @@ pub struct RouteConfig {
     /// Hedging; absent = no hedging.
     #[serde(default)]
     pub hedge: Option<HedgeConfig>,
+    /// How a request is carried to a channel of another dialect.
+    #[serde(default)]
+    pub translation: TranslationConfig,
+}
+
+/// What a translated request needs that the client's body may not say.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TranslationConfig {
+    /// The output-token cap sent to an upstream that requires one (Anthropic) when the client
+    /// gives none; 0 = no default, such a request is answered 400 naming the field.
+    pub default_max_tokens: u32,
+    /// Reasoning-token budgets per named effort, both ways (effort → Anthropic or Gemini
+    /// budget, and a budget → the nearest OpenAI effort).
+    pub reasoning_budgets: ReasoningBudgets,
+}
+
+impl Default for TranslationConfig {
+    fn default() -> Self {
+        TranslationConfig {
+            default_max_tokens: 4096,
+            reasoning_budgets: ReasoningBudgets::default(),
+        }
+    }
+}
+
+/// The table of `docs/translation.md`, overridable per model.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReasoningBudgets {
+    pub minimal: u32,
+    pub low: u32,
+    pub medium: u32,
+    pub high: u32,
+    pub xhigh: u32,
+    pub max: u32,
+    /// The model takes a named effort itself (Anthropic adaptive thinking) instead of a budget.
+    pub native_effort: bool,
+}
+
+impl Default for ReasoningBudgets {
+    fn default() -> Self {
+        let t = ReasoningTable::DEFAULT;
+        ReasoningBudgets {
+            minimal: t.minimal,
+            low: t.low,
+            medium: t.medium,
+            high: t.high,
+            xhigh: t.xhigh,
+            max: t.max,
+            native_effort: t.native_effort,
+        }
+    }
+}
+
+impl ReasoningBudgets {
+    pub fn table(&self) -> ReasoningTable {
+        ReasoningTable {
+            minimal: self.minimal,
+            low: self.low,
+            medium: self.medium,
+            high: self.high,
+            xhigh: self.xhigh,
+            max: self.max,
+            native_effort: self.native_effort,
+        }
+    }
 }
 
 /// `{ after_ms = 800 }` or `{ after = "p95" }` (the first channel's recent p95 time to first
@@ -218,6 +301,7 @@ static DEFAULT_ROUTE: std::sync::LazyLock<RouteConfig> = std::sync::LazyLock::ne
     timeouts: TimeoutsConfig::default(),
     cache: None,
     hedge: None,
+    translation: TranslationConfig::default(),
 });
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -422,6 +506,7 @@ impl Config {
             base_url: None,
             api_key_env: None,
             models: Models::List(SIM_MODELS.iter().map(|s| s.to_string()).collect()),
+            dialect: None,
             group: default_group(),
             priority: 0,
             weight: 1,
@@ -434,6 +519,7 @@ impl Config {
                 base_url: Some("https://api.openai.com/v1".into()),
                 api_key_env: Some("OPENAI_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
+                dialect: None,
                 group: default_group(),
                 priority: 0,
                 weight: 1,
@@ -447,6 +533,7 @@ impl Config {
                 base_url: Some("https://api.anthropic.com".into()),
                 api_key_env: Some("ANTHROPIC_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
+                dialect: None,
                 group: default_group(),
                 priority: 0,
                 weight: 1,
@@ -597,6 +684,12 @@ impl ChannelConfig {
         }
         if self.group.trim().is_empty() {
             errs.push(format!("{key}.group: must not be empty"));
+        }
+        if let Some(d) = self.dialect.filter(|d| !self.provider.serves(*d)) {
+            errs.push(format!(
+                "{key}.dialect: provider {} does not serve {d}",
+                self.provider.as_str()
+            ));
         }
         if self.weight == 0 {
             errs.push(format!("{key}.weight: must be positive"));
@@ -784,6 +877,7 @@ mod tests {
             base_url = "https://api.anthropic.com"
             api_key_env = "MISSING_KEY"
             models = ["claude"]
+            dialect = "chat"
         "#;
         let errs = Config::from_toml(text, "c")
             .unwrap()
@@ -797,6 +891,7 @@ mod tests {
             "channels[0].models",
             "channels[1].name",
             "channels[1].api_key_env: environment variable MISSING_KEY is not set",
+            "channels[1].dialect: provider anthropic does not serve chat",
         ] {
             assert!(all.contains(needle), "missing {needle} in {all}");
         }

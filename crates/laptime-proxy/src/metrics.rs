@@ -729,6 +729,7 @@ mod tests {
             channel: Some("main".into()),
             group: Some("default".into()),
             dialect: Dialect::Responses,
+            upstream_dialect: Some(Dialect::Responses),
             stream: true,
             status: 200,
             outcome,

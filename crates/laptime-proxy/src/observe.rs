@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName};
 use http_body::{Body, Frame};
-use laptime_core::observe::{BodyEnd, StreamObserver, StreamSummary};
+use laptime_core::observe::{BodyEnd, ChunkPlan, StreamObserver, StreamSummary};
 use laptime_core::relay::{Piece, Relay};
 use laptime_core::timeline::{self, DeadlineKind, ErrorClass, Outcome};
 use laptime_core::Dialect;
@@ -91,7 +91,7 @@ pub struct ObservedBody<B> {
     t0: Instant,
     dialect: Dialect,
     obs: StreamObserver,
-    relay: Relay,
+    forward: Forward,
     /// What the client gets, in order; nothing leaves it before the commit.
     queue: VecDeque<Piece>,
     upstream_end: Option<BodyEnd>,
@@ -118,6 +118,39 @@ pub struct ObservedBody<B> {
     /// ended with an error event and recorded `gateway_shutdown`.
     drain_over: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     shut_down: bool,
+}
+
+/// How observed bytes become the client's.
+enum Forward {
+    /// The client speaks the upstream's dialect: its bytes, untouched, plus the comment.
+    Untouched(Relay),
+}
+
+impl Forward {
+    fn push(&mut self, plan: ChunkPlan, data: Bytes, out: &mut VecDeque<Piece>) {
+        match self {
+            Forward::Untouched(relay) => relay.push(plan, data, out),
+        }
+    }
+
+    fn finish(&mut self, out: &mut VecDeque<Piece>) {
+        match self {
+            Forward::Untouched(relay) => relay.finish(out),
+        }
+    }
+
+    fn discard_held(&mut self) {
+        match self {
+            Forward::Untouched(relay) => relay.discard_held(),
+        }
+    }
+
+    /// The upstream bytes of an event not yet complete.
+    fn held(&self) -> &[u8] {
+        match self {
+            Forward::Untouched(relay) => relay.held(),
+        }
+    }
 }
 
 /// The default of [`ObservedBody::with_held_cap`] (the config's `server.max_held_bytes`).
@@ -147,7 +180,7 @@ impl<B> ObservedBody<B> {
             t0,
             dialect,
             obs,
-            relay: Relay::new(),
+            forward: Forward::Untouched(Relay::new()),
             queue: VecDeque::new(),
             upstream_end: None,
             deadlines: None,
@@ -213,7 +246,7 @@ impl<B> ObservedBody<B> {
     /// Relays without scanning from now on (no deadlines, no cache, no timing comment).
     pub fn unobserved(&mut self) {
         // What was read ahead keeps its order: an event held back goes out as it is.
-        self.relay.finish(&mut self.queue);
+        self.forward.finish(&mut self.queue);
         self.observe = false;
         self.deadlines = None;
         self.capture = None;
@@ -234,7 +267,7 @@ impl<B> ObservedBody<B> {
                 bytes.extend_from_slice(b);
             }
         }
-        bytes.extend_from_slice(self.relay.held());
+        bytes.extend_from_slice(self.forward.held());
         self.capture = Some(Capture {
             cache,
             key,
@@ -307,7 +340,7 @@ impl<B> ObservedBody<B> {
             self.on_upstream_end(BodyEnd::Eof);
             return None;
         }
-        self.relay.discard_held();
+        self.forward.discard_held();
         let event = in_band_error(self.dialect, why, message);
         self.queue.push_back(Piece::Bytes(event));
         let at = self.now();
@@ -335,7 +368,7 @@ impl<B> ObservedBody<B> {
             }
         }
         let plan = self.obs.on_chunk(at, &data);
-        self.relay.push(plan, data, &mut self.queue);
+        self.forward.push(plan, data, &mut self.queue);
     }
 
     fn on_upstream_end(&mut self, how: BodyEnd) {
@@ -345,13 +378,13 @@ impl<B> ObservedBody<B> {
         if self.observe && self.obs.summary().outcome == Some(Outcome::UpstreamClosedEarly) {
             // Cut before its terminal event: an incomplete event held back is dropped, and a
             // committed client is told in-band (a held one only if it is committed later).
-            self.relay.discard_held();
+            self.forward.discard_held();
             self.cut = Some(how);
             self.tell_cut();
             self.upstream_end = Some(BodyEnd::Eof);
             return;
         }
-        self.relay.finish(&mut self.queue);
+        self.forward.finish(&mut self.queue);
         self.upstream_end = Some(how);
     }
 

@@ -1,5 +1,5 @@
 //! The request path, one function per phase, in order: ingress → auth → admission → routing →
-//! attempts (the strategy: failover and hedging over one attempt function) → respond, which
+//! translation → attempts (the strategy: failover and hedging over one attempt function) → respond, which
 //! hands the record to the body that finishes it (observe → record). Each phase stamps its mark
 //! on the pending record; every exit answers through a body that records exactly once.
 
@@ -11,6 +11,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, Request};
 use laptime_core::timeline::ErrorClass;
+use laptime_core::translate::request::{translate_request, RequestError, RequestOptions};
 use laptime_core::Dialect;
 use laptime_store::auth::{Principal, Scope};
 use tokio::time::Instant;
@@ -62,6 +63,11 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Lookup::Miss(store_in) => store_in,
     };
     let policy = routed.policy;
+    let (candidates, bodies) =
+        match translate(&finisher.pending, policy, &head, &body, routed.candidates) {
+            Ok(t) => t,
+            Err(e) => return respond::reject(finisher, e),
+        };
     let ctx = AttemptCtx {
         app: &app,
         dialect,
@@ -70,9 +76,9 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         t0: finisher.pending.t0,
         timeouts: &policy.timeouts,
     };
-    let body_for = |route: &Route| upstream_body(&body, &head, route);
+    let body_for = |route: &Route| bodies.body_for(route);
     let plan = Plan {
-        candidates: routed.candidates,
+        candidates,
         policy,
         body_for: &body_for,
     };
@@ -80,6 +86,9 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Ok(a) => a,
         Err(e) => return respond::failed(finisher, e),
     };
+    if let Some(b) = bodies.find(answer.upstream, &answer.upstream_model) {
+        finisher.pending.translation_omitted = b.omitted.clone();
+    }
     let total_at = finisher.pending.t0 + Duration::from_millis(policy.timeouts.total_ms);
     respond::answer(
         finisher,
@@ -204,6 +213,88 @@ fn route<'a>(
         ));
     }
     Ok(Routed { candidates, policy })
+}
+
+/// The body each candidate is sent, one per (dialect, upstream model) the candidates need.
+struct Bodies {
+    bodies: Vec<UpstreamBody>,
+}
+
+struct UpstreamBody {
+    dialect: Dialect,
+    model: String,
+    body: Bytes,
+    /// Client fields the translation left out on purpose.
+    omitted: Vec<String>,
+}
+
+impl Bodies {
+    fn find(&self, dialect: Dialect, model: &str) -> Option<&UpstreamBody> {
+        self.bodies
+            .iter()
+            .find(|b| b.dialect == dialect && b.model == model)
+    }
+
+    fn body_for(&self, route: &Route) -> Bytes {
+        self.find(route.upstream, &route.upstream_model)
+            .map(|b| b.body.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Translation: each candidate's body — the client's bytes (the model spliced in when the
+/// channel maps it) when the channel speaks the client's dialect, else the request translated
+/// into the channel's. A candidate the request cannot be carried to is passed over; when none
+/// is left, the client is told which field, in its own dialect.
+fn translate(
+    pending: &Pending,
+    policy: &RouteConfig,
+    head: &RequestHead,
+    body: &Bytes,
+    candidates: Vec<Route>,
+) -> Result<(Vec<Route>, Bodies), GatewayError> {
+    let reasoning = policy.translation.reasoning_budgets.table();
+    let default_max_tokens = Some(policy.translation.default_max_tokens).filter(|&n| n > 0);
+    let mut bodies = Bodies { bodies: Vec::new() };
+    let mut refused: Option<RequestError> = None;
+    let mut kept = Vec::with_capacity(candidates.len());
+    for route in candidates {
+        if bodies.find(route.upstream, &route.upstream_model).is_none() {
+            let translated = if route.upstream == pending.dialect {
+                Ok((upstream_body(body, head, &route), Vec::new()))
+            } else {
+                let opts = RequestOptions {
+                    upstream_model: &route.upstream_model,
+                    stream: head.stream,
+                    default_max_tokens,
+                    reasoning: &reasoning,
+                };
+                translate_request(pending.dialect, route.upstream, body, &opts).map(|t| {
+                    let omitted = t.omitted.into_iter().map(|o| o.field).collect();
+                    (Bytes::from(t.body), omitted)
+                })
+            };
+            match translated {
+                Ok((b, omitted)) => bodies.bodies.push(UpstreamBody {
+                    dialect: route.upstream,
+                    model: route.upstream_model.clone(),
+                    body: b,
+                    omitted,
+                }),
+                Err(e) => {
+                    tracing::debug!(channel = %route.channel.name, error = %e, "request not translatable for this channel");
+                    refused.get_or_insert(e);
+                    continue;
+                }
+            }
+        }
+        kept.push(route);
+    }
+    if kept.is_empty() {
+        let message = refused.map_or_else(|| "no channel can take this request".into(), |e| e.message());
+        return Err(GatewayError::new(ErrorClass::BadRequest, message));
+    }
+    Ok((kept, bodies))
 }
 
 enum Lookup {

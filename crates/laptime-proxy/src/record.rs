@@ -26,6 +26,8 @@ pub struct Pending {
     pub created_at_us: i64,
     pub request_id: String,
     pub dialect: Dialect,
+    /// The dialect of the channel called last (the answering one once an attempt won).
+    pub upstream_dialect: Option<Dialect>,
     pub workspace_id: Option<String>,
     pub key_id: Option<String>,
     pub model: Option<String>,
@@ -42,6 +44,9 @@ pub struct Pending {
     pub hedge: Hedge,
     /// Answered from the gateway's response cache.
     pub cached: bool,
+    /// Client fields a translation left out on purpose (hints the upstream has no use for),
+    /// told to the client in `x-laptime-translation-omitted`.
+    pub translation_omitted: Vec<String>,
     /// Relayed without observation (`[server] observe = false`): stream marks are absent.
     pub unobserved: bool,
 }
@@ -53,6 +58,7 @@ impl Pending {
             created_at_us,
             request_id,
             dialect,
+            upstream_dialect: None,
             workspace_id: None,
             key_id: None,
             model: None,
@@ -68,6 +74,7 @@ impl Pending {
             attempts: Vec::new(),
             hedge: Hedge::None,
             cached: false,
+            translation_omitted: Vec::new(),
             unobserved: false,
         }
     }
@@ -272,6 +279,7 @@ pub fn build(
         channel: p.channel,
         group: p.group,
         dialect: p.dialect,
+        upstream_dialect: p.upstream_dialect,
         stream: p.stream,
         status: ending.status,
         outcome: ending.outcome,

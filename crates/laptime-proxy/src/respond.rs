@@ -205,6 +205,9 @@ pub fn relay_headers(upstream: &HeaderMap, out: &mut HeaderMap) {
 }
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-laptime-request-id");
+/// The client fields a translated request left out (comma-separated JSON paths).
+pub const TRANSLATION_OMITTED: HeaderName =
+    HeaderName::from_static("x-laptime-translation-omitted");
 
 pub fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
@@ -242,7 +245,8 @@ pub async fn answer(
         AnswerBody::Stream(mut body) => {
             let status = parts.status;
             let trailers = wants_trailers(client_headers);
-            let request_id = finisher.pending.request_id.clone();
+            let mut own = HeaderMap::new();
+            own_headers(&finisher.pending, &mut own);
             finisher.pending.unobserved = !observe;
             body.commit(finisher, status.as_u16(), trailers);
             if let Some((cache, key)) = store_in {
@@ -254,8 +258,7 @@ pub async fn answer(
             let mut resp = Response::new(AxumBody::new(body));
             *resp.status_mut() = status;
             relay_headers(&parts.headers, resp.headers_mut());
-            resp.headers_mut()
-                .insert(REQUEST_ID, header_value(&request_id));
+            resp.headers_mut().extend(own);
             if trailers {
                 resp.headers_mut().insert(
                     http::header::TRAILER,
@@ -273,7 +276,7 @@ pub async fn answer(
                 finisher,
                 parts,
                 body,
-                &channel,
+                (&channel, answer.upstream),
                 answer.start,
                 (total_at, server.max_answer_bytes),
                 store_in,
@@ -289,12 +292,11 @@ async fn whole(
     finisher: Finisher,
     parts: http::response::Parts,
     mut body: StampedBody<hyper::body::Incoming>,
-    channel: &str,
+    (channel, upstream): (&str, Dialect),
     start: std::time::Duration,
     (total_at, max_answer_bytes): (Instant, usize),
     store_in: StoreIn,
 ) -> Response {
-    let dialect = finisher.pending.dialect;
     let read = http_body_util::Limited::new(&mut body, max_answer_bytes).collect();
     let read = tokio::time::timeout_at(total_at, read).await;
     let mut summary = StreamSummary {
@@ -347,7 +349,8 @@ async fn whole(
     } else {
         BodyEnd::Eof
     };
-    let judged = whole_answer(dialect, parts.status.as_u16(), end, &bytes);
+    // Judged in the upstream's dialect, like a stream's marks.
+    let judged = whole_answer(upstream, parts.status.as_u16(), end, &bytes);
     summary.outcome = Some(judged.outcome);
     summary.error_class = judged.error_class;
     summary.tokens = judged.tokens;
@@ -500,7 +503,8 @@ fn buffered(
     body: Bytes,
     ending: Ending,
 ) -> Response {
-    let request_id = finisher.pending.request_id.clone();
+    let mut own = HeaderMap::new();
+    own_headers(&finisher.pending, &mut own);
     let len = body.len();
     let mut resp = Response::new(AxumBody::new(BufferedBody::new(body, finisher, ending)));
     *resp.status_mut() = status;
@@ -512,8 +516,20 @@ fn buffered(
         }
     }
     h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
-    h.insert(REQUEST_ID, header_value(&request_id));
+    h.extend(own);
     resp
+}
+
+/// The gateway's own headers on every answer: the request id, and the client fields a
+/// translation left out on purpose (so that nothing is dropped silently).
+fn own_headers(pending: &crate::record::Pending, h: &mut HeaderMap) {
+    h.insert(REQUEST_ID, header_value(&pending.request_id));
+    if !pending.translation_omitted.is_empty() {
+        h.insert(
+            TRANSLATION_OMITTED,
+            header_value(&pending.translation_omitted.join(", ")),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
 //! Routing: model + dialect → the ordered candidates that may serve it (channel and the model
 //! name to send upstream). Channels that name the model come before `*` channels; within those,
-//! lower priority tiers first, and a weighted random order within a tier. A channel is eligible
-//! only for the dialects its provider speaks; a (channel, model) cooling down after a
-//! `Retry-After` or ejected by its circuit goes last. Upstream URLs come from configuration only.
+//! lower priority tiers first, and a weighted random order within a tier. A channel that names
+//! the model serves it in any client dialect: in the client's own when the channel speaks it,
+//! else translated to the channel's dialect. A `*` channel serves only the dialects it speaks (a
+//! catch-all never pulls in another provider's models by translation). A (channel, model)
+//! cooling down after a `Retry-After` or ejected by its circuit goes last. Upstream URLs come
+//! from configuration only.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +26,9 @@ pub struct Channel {
     pub api_key: Option<Secret>,
     pub group: String,
     pub models: Vec<(String, String)>,
+    /// The one dialect this channel is called in, when configured; else see
+    /// [`Channel::upstream_dialect`].
+    pub dialect: Option<Dialect>,
     /// Requests in flight on this channel.
     pub inflight: AtomicU32,
     pub priority: u32,
@@ -78,6 +84,7 @@ impl Channel {
             api_key: c.api_key_env.as_deref().and_then(env).map(Secret::new),
             group: c.group.clone(),
             models: c.models.pairs(),
+            dialect: c.dialect,
             inflight: AtomicU32::new(0),
             priority: c.priority,
             weight: c.weight.max(1),
@@ -95,6 +102,23 @@ impl Channel {
             (_, Dialect::Chat) => format!("{}/chat/completions", self.base_url),
             (_, Dialect::Responses) => format!("{}/responses", self.base_url),
         }
+    }
+
+    /// Whether a client of `client` dialect reaches this channel without translation.
+    pub fn speaks(&self, client: Dialect) -> bool {
+        match self.dialect {
+            Some(d) => d == client,
+            None => self.provider.serves(client),
+        }
+    }
+
+    /// The dialect a request from a `client` dialect is sent in: the client's own when the
+    /// channel speaks it, else the channel's configured or its provider's native dialect.
+    pub fn upstream_dialect(&self, client: Dialect) -> Dialect {
+        if self.speaks(client) {
+            return client;
+        }
+        self.dialect.or(self.provider.native()).unwrap_or(client)
     }
 
     /// The worst circuit state over the channel's models (for `/metrics` and the API).
@@ -150,16 +174,20 @@ impl Drop for InflightGuard {
 pub struct Route {
     pub channel: Arc<Channel>,
     pub upstream_model: String,
+    /// The dialect the channel is called in; it differs from the client's when the request is
+    /// translated.
+    pub upstream: Dialect,
     /// The cool-down and circuit of this model on this channel.
     pub health: Arc<ModelHealth>,
 }
 
 impl Route {
-    fn new(channel: &Arc<Channel>, upstream_model: &str) -> Self {
+    fn new(channel: &Arc<Channel>, upstream_model: &str, client: Dialect) -> Self {
         Route {
             health: channel.health.of(upstream_model),
             channel: channel.clone(),
             upstream_model: upstream_model.to_string(),
+            upstream: channel.upstream_dialect(client),
         }
     }
 }
@@ -187,23 +215,20 @@ impl Router {
         model: &str,
         now_us: i64,
     ) -> Vec<Route> {
-        let eligible = || {
-            self.channels
-                .iter()
-                .filter(move |c| c.provider.serves(dialect) && c.group == group)
-        };
-        let exact: Vec<Route> = eligible()
+        let in_group = || self.channels.iter().filter(move |c| c.group == group);
+        let exact: Vec<Route> = in_group()
             .filter_map(|c| {
                 c.models
                     .iter()
                     .find(|(public, _)| public == model)
-                    .map(|(_, up)| Route::new(c, up))
+                    .map(|(_, up)| Route::new(c, up, dialect))
             })
             .collect();
-        let wildcard: Vec<Route> = eligible()
+        let wildcard: Vec<Route> = in_group()
+            .filter(|c| c.speaks(dialect))
             .filter(|c| c.models.iter().any(|(public, _)| public == "*"))
             .filter(|c| !exact.iter().any(|r| Arc::ptr_eq(&r.channel, c)))
-            .map(|c| Route::new(c, model))
+            .map(|c| Route::new(c, model, dialect))
             .collect();
         let mut out = order(exact, now_us);
         out.extend(order(wildcard, now_us));
@@ -273,6 +298,7 @@ mod tests {
             base_url: Some("http://127.0.0.1:1/v1/".into()),
             api_key_env: None,
             models,
+            dialect: None,
             group: "default".into(),
             priority,
             weight,
@@ -286,7 +312,7 @@ mod tests {
     }
 
     #[test]
-    fn exact_names_win_over_wildcards_and_dialects_must_match() {
+    fn exact_names_win_over_wildcards_and_only_named_models_are_translated() {
         let r = Router::new(vec![
             channel("any", Provider::Openai, Models::List(vec!["*".into()])),
             channel(
@@ -322,12 +348,64 @@ mod tests {
             .map(|c| c.channel.name.clone())
             .collect();
         assert_eq!(names, ["mapped", "any"]);
+        // A named model is served to every dialect, translated where the channel does not
+        // speak the client's; a `*` channel is never a translated catch-all.
+        let claude = r.candidates(Dialect::Chat, "default", "claude-x", 0);
+        let seen: Vec<_> = claude
+            .iter()
+            .map(|c| (c.channel.name.as_str(), c.upstream))
+            .collect();
+        assert_eq!(
+            seen,
+            [("claude", Dialect::Messages), ("any", Dialect::Chat)]
+        );
+        let fast = r.candidates(Dialect::Messages, "default", "fast", 0);
+        assert_eq!(fast.len(), 1);
+        assert_eq!(
+            (fast[0].channel.name.as_str(), fast[0].upstream),
+            ("mapped", Dialect::Chat)
+        );
         assert!(r
             .candidates(Dialect::Messages, "default", "nope", 0)
             .is_empty());
         assert!(r
             .candidates(Dialect::Chat, "other-group", "fast", 0)
             .is_empty());
+    }
+
+    #[test]
+    fn a_channel_pinned_to_a_dialect_is_called_in_it() {
+        let mut cfg = ChannelConfig {
+            name: "pinned".into(),
+            provider: Provider::Sim,
+            base_url: None,
+            api_key_env: None,
+            models: Models::List(vec!["m".into()]),
+            dialect: Some(Dialect::Messages),
+            group: "default".into(),
+            priority: 0,
+            weight: 1,
+            circuit: Default::default(),
+        };
+        let pinned = Arc::new(Channel::from_config(
+            &cfg,
+            "http://127.0.0.1:1".into(),
+            &|_| None,
+        ));
+        cfg.dialect = None;
+        let free = Arc::new(Channel::from_config(
+            &cfg,
+            "http://127.0.0.1:1".into(),
+            &|_| None,
+        ));
+        for client in Dialect::ALL {
+            assert_eq!(pinned.upstream_dialect(client), Dialect::Messages);
+            assert_eq!(
+                free.upstream_dialect(client),
+                client,
+                "the sim speaks them all"
+            );
+        }
     }
 
     #[test]

@@ -172,6 +172,7 @@ fn begin(pending: &mut Pending, route: &Route, role: AttemptRole) -> (usize, Dur
     let start = pending.offset(Instant::now());
     pending.channel = Some(route.channel.name.clone());
     pending.provider = Some(route.channel.provider.as_str().to_string());
+    pending.upstream_dialect = Some(route.upstream);
     pending.attempts.push(Attempt {
         channel: route.channel.name.clone(),
         role,
@@ -209,6 +210,7 @@ fn won(pending: &mut Pending, i: usize, answer: &Answer) {
     pending.marks.upstream_headers = Some(answer.headers_at);
     pending.channel = Some(answer.channel.name.clone());
     pending.provider = Some(answer.channel.provider.as_str().to_string());
+    pending.upstream_dialect = Some(answer.upstream);
     pending.channel_inflight = Some(answer.inflight);
 }
 

@@ -68,6 +68,7 @@ fn route(model: &str, tweak: impl FnOnce(&mut TimeoutsConfig)) -> RouteConfig {
         timeouts,
         cache: None,
         hedge: None,
+        translation: Default::default(),
     }
 }
 

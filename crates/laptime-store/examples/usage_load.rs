@@ -311,6 +311,7 @@ impl Synth {
             channel: marks.upstream_start.map(|_| channel),
             group: group.map(str::to_string),
             dialect,
+            upstream_dialect: Some(dialect),
             stream,
             status,
             outcome,

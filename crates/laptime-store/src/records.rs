@@ -64,10 +64,10 @@ pub(crate) fn insert_rows(
                 input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
                 event_count, text_delta_count, channel_inflight, hedge, failover_count, cached,
                 max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
-                temperature, top_p, region, trace_id)
+                temperature, top_p, region, trace_id, upstream_dialect)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
-                ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48)
+                ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49)
              ON CONFLICT (request_id) DO NOTHING",
         )?;
         let mut att = tx.prepare_cached(
@@ -159,6 +159,7 @@ fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Re
         r.shape.top_p,
         r.region,
         r.trace_id,
+        r.upstream_dialect.map(Dialect::as_str),
     ])?)
 }
 
@@ -177,7 +178,7 @@ pub(crate) const SELECT: &str =
     upstream_done_us, handler_done_us, input_tokens, output_tokens, cache_read_tokens,
     cache_write_tokens, reasoning_tokens, event_count, text_delta_count, channel_inflight, hedge,
     failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
-    response_format, temperature, top_p, region, trace_id FROM requests";
+    response_format, temperature, top_p, region, trace_id, upstream_dialect FROM requests";
 
 fn corrupt(what: &str, v: &str) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
@@ -195,6 +196,7 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let classification: String = row.get(14)?;
     let flags: String = row.get(15)?;
     let hedge: String = row.get(36)?;
+    let upstream_dialect: Option<String> = row.get(48)?;
     Ok(RequestRecord {
         request_id: row.get(0)?,
         workspace_id: row.get(1)?,
@@ -205,6 +207,10 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         channel: row.get(6)?,
         group: row.get(7)?,
         dialect: Dialect::parse(&dialect).ok_or_else(|| corrupt("dialect", &dialect))?,
+        upstream_dialect: match upstream_dialect {
+            Some(d) => Some(Dialect::parse(&d).ok_or_else(|| corrupt("upstream_dialect", &d))?),
+            None => None,
+        },
         stream: row.get(9)?,
         status: row.get(10)?,
         outcome: Outcome::parse(&outcome).ok_or_else(|| corrupt("outcome", &outcome))?,
@@ -417,6 +423,7 @@ pub(crate) mod tests {
             channel: Some("sim".into()),
             group: Some("default".into()),
             dialect: Dialect::Messages,
+            upstream_dialect: Some(Dialect::Messages),
             stream: true,
             status: 200,
             outcome: Outcome::Completed,

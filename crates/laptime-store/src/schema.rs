@@ -31,6 +31,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: V3,
         after: None,
     },
+    // 4: the dialect of the channel that answered (translation when it differs from `dialect`).
+    Migration {
+        sql: V4,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -156,6 +161,10 @@ const V3: &str = r#"
     ALTER TABLE tokens ADD COLUMN grp TEXT;
 "#;
 
+const V4: &str = r#"
+    ALTER TABLE requests ADD COLUMN upstream_dialect TEXT;
+"#;
+
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -200,6 +209,35 @@ mod tests {
         assert_eq!(v, VERSION);
     }
 
+    /// Writes `rows` into a v1 store as a v1 gateway did: through today's writer into a scratch
+    /// store, then only the columns v1 has are copied over.
+    fn write_as_v1(
+        conn: &Connection,
+        scratch: &std::path::Path,
+        rows: &[laptime_core::timeline::RequestRecord],
+    ) {
+        let mut s = Connection::open(scratch).unwrap();
+        migrate(&mut s).unwrap();
+        crate::records::insert_rows(&s, rows).unwrap();
+        drop(s);
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('requests')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let columns = columns.join(", ");
+        conn.execute("ATTACH ?1 AS scratch", [scratch.to_str().unwrap()])
+            .unwrap();
+        conn.execute_batch(&format!(
+            "INSERT INTO requests ({columns}) SELECT {columns} FROM scratch.requests;
+             INSERT INTO attempts SELECT * FROM scratch.attempts;
+             DETACH scratch;"
+        ))
+        .unwrap();
+    }
+
     #[test]
     fn upgrading_a_v1_store_backfills_rollups_and_keeps_absent_marks_absent() {
         use crate::records::tests::sample;
@@ -219,7 +257,7 @@ mod tests {
         let mut orphan = sample("orphan", "ws", 7);
         orphan.workspace_id = None;
         rows.push(orphan);
-        crate::records::insert_rows(&conn, &rows).unwrap();
+        write_as_v1(&conn, &dir.path().join("scratch.db"), &rows);
         // A row from before most fields existed: only the columns v1 requires.
         conn.execute(
             "INSERT INTO requests (request_id, workspace_id, created_at_us, dialect, stream, status,

@@ -36,6 +36,7 @@ fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord
         channel: Some("ch-a".into()),
         group: Some("default".into()),
         dialect: Dialect::Chat,
+        upstream_dialect: Some(Dialect::Chat),
         stream: true,
         status: 200,
         outcome: Outcome::Completed,

@@ -106,6 +106,10 @@
     if (v == null || !Number.isFinite(v)) return '—';
     return NF[Math.abs(v) < 1 ? 3 : 1].format(v) + ' ms';
   }
+  // The client's dialect, and the channel's when the exchange was translated ("chat → messages").
+  function dialectPair(r) {
+    return r.translated && r.upstreamDialect ? r.dialect + ' → ' + r.upstreamDialect : r.dialect;
+  }
   function fmtInt(v) { return v == null ? '—' : NF[0].format(v); }
   function fmtPct(v) { return v == null ? '—' : NF[1].format(v * 100) + ' %'; }
   function fmtTps(v) { return v == null ? '—' : NF[1].format(v) + ' tok/s'; }
@@ -415,7 +419,7 @@
   }
 
   // ===== requests page =====
-  const REQ_FIELDS = `requestId model channel dialect stream status outcome classification flags ts
+  const REQ_FIELDS = `requestId model channel dialect upstreamDialect translated stream status outcome classification flags ts
     latencyMs ttftMs upstreamMs hedge
     timing { authMs bodyReadMs distributionMs upstreamHeadersMs firstSseEventMs firstResponseMs
       firstTextDeltaMs upstreamDoneMs totalHandlerMs }
@@ -584,7 +588,7 @@
     },
     h('td', { class: 'c-time mono' }, h('a', { href, 'data-fk': 'req-' + r.requestId, title: r.ts + ' · ' + r.requestId, 'aria-label': 'Request at ' + fmtClock(r.ts, true) + ', ' + (r.model || 'no model') + ', ' + r.outcome + ', ' + fmtMs(r.latencyMs) + ': open detail', text: fmtClock(r.ts, true) })),
     h('td', { class: 'c-model', title: r.model || '', text: r.model || '—' }),
-    h('td', { class: 'c-route', text: (r.channel || '—') + ' · ' + r.dialect + (r.stream ? ' · stream' : '') }),
+    h('td', { class: 'c-route', text: (r.channel || '—') + ' · ' + dialectPair(r) + (r.stream ? ' · stream' : '') }),
     h('td', { class: 'c-outcome' }, outcomeBadge(r.outcome)),
     h('td', { class: 'c-class', title: r.flags.join(', ') }, classSpan(r.classification)),
     h('td', { class: 'c-total num', text: fmtMs(r.latencyMs) }),
@@ -595,7 +599,7 @@
   // ===== request detail =====
   async function renderDetail(id, gen) {
     const d = await gql(`query($ws: ID!, $id: ID!) { request(workspaceId: $ws, requestId: $id) {
-      requestId model provider channel group dialect stream status outcome errorClass classification flags ts
+      requestId model provider channel group dialect upstreamDialect translated stream status outcome errorClass classification flags ts
       latencyMs ttftMs upstreamMs cacheReadTokens cacheWriteTokens failoverCount cached hedge
       inputTokens outputTokens reasoningTokens eventCount textDeltaCount channelInflight
       timing { authMs distributionMs bodyReadMs upstreamHeadersMs firstSseEventMs firstResponseMs
@@ -643,7 +647,7 @@
     const failed = !SUCCESS.has(r.outcome);
     m.append(back,
       h('h1', {}, 'Request ', h('code', { text: r.requestId })),
-      h('p', { class: 'lead' }, (r.model || 'no model') + ' · ' + (r.channel || 'no channel') + ' · ' + r.dialect + (r.stream ? ' stream' : '') + ' · ', outcomeBadge(r.outcome), ' · ', classSpan(r.classification), ' · total ' + fmtMs(r.latencyMs)),
+      h('p', { class: 'lead' }, (r.model || 'no model') + ' · ' + (r.channel || 'no channel') + ' · ' + dialectPair(r) + (r.stream ? ' stream' : '') + ' · ', outcomeBadge(r.outcome), ' · ', classSpan(r.classification), ' · total ' + fmtMs(r.latencyMs)),
       h('h2', { id: 'tl-title', text: 'Timeline (to scale)' }),
       h('p', { class: 'note', text: 'Every mark is an offset from t0, when the gateway had the request head. t1 is the dispatch of the winning attempt (hedged: the primary’s), derived as upstream done − upstreamMs; t2 = t1 + upstreamHeadersMs. Local phases are durations, drawn back to back from t0 in the order the gateway runs them. A mark the API does not have is written “absent”, never drawn at 0.' }),
       tl,
@@ -653,7 +657,7 @@
         h('div', { class: 'card' }, h('h2', { text: 'Request' }), h('dl', { class: 'kv' },
           kv('Received', h('span', { title: r.ts, text: new Date(r.ts).toLocaleDateString() + ' ' + fmtClock(r.ts, true) })),
           kv('Model', r.model || '—'), kv('Channel', (r.channel || '—') + ' (' + (r.provider || '—') + ', group ' + (r.group || '—') + ')'),
-          kv('Dialect', r.dialect + (r.stream ? ', streamed' : ', not streamed')),
+          kv('Dialect', dialectPair(r) + (r.translated ? ' (translated)' : '') + (r.stream ? ', streamed' : ', not streamed')),
           kv('Status', String(r.status)), kv('Outcome', outcomeBadge(r.outcome)),
           r.errorClass ? kv('Error class', r.errorClass) : null,
           kv('Total (latencyMs)', fmtMs(r.latencyMs)),

@@ -77,6 +77,7 @@ pub fn channel(name: &str, base_url: &str, models: &[&str]) -> ChannelConfig {
         base_url: Some(base_url.into()),
         api_key_env: None,
         models: laptime_proxy::config::Models::List(models.iter().map(|m| m.to_string()).collect()),
+        dialect: None,
         group: "default".into(),
         priority: 0,
         weight: 1,

@@ -190,6 +190,7 @@ pub fn channel(name: &str, priority: u32) -> ChannelConfig {
         base_url: Some(format!("http://{name}")),
         api_key_env: None,
         models: Models::List(vec!["m".into()]),
+        dialect: None,
         group: "default".into(),
         priority,
         weight: 1,

@@ -1,0 +1,225 @@
+//! JSON helpers shared by the decoders (borrowed strings, lenient token counts) and the encoders
+//! (writing literals, numbers and SSE frames into a reused buffer).
+
+use std::borrow::Cow;
+
+use bytes::{BufMut, BytesMut};
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::hub::JsonText;
+
+// === decoding ===
+
+/// The text of a JSON value that is a string, escapes kept; `None` for any other value.
+pub(super) fn text(raw: Option<&RawValue>) -> Option<JsonText<'_>> {
+    let s = raw?.get();
+    let inner = s.strip_prefix('"')?.strip_suffix('"')?;
+    Some(JsonText::escaped(inner))
+}
+
+/// The text of a JSON string value when it is non-empty (an empty delta is not output).
+pub(super) fn nonempty(raw: Option<&RawValue>) -> Option<JsonText<'_>> {
+    text(raw).filter(|t| !t.is_empty())
+}
+
+/// A discriminator or code: borrowed unless it holds escapes (then unescaped).
+pub(super) fn plain(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
+    let t = text(raw)?;
+    if t.raw().contains('\\') {
+        t.unescape().map(Cow::Owned)
+    } else {
+        Some(t.into_cow())
+    }
+}
+
+/// JavaScript truthiness of a JSON value, as the OpenAI SDKs test an in-stream `error` key.
+pub(super) fn truthy(raw: Option<&RawValue>) -> bool {
+    let Some(raw) = raw else { return false };
+    let s = raw.get();
+    match s.as_bytes().first() {
+        Some(b'{' | b'[') => s.len() > 2 && !s[1..s.len() - 1].trim_ascii().is_empty(),
+        Some(b'"') => s != "\"\"",
+        Some(b'n' | b'f') => false,
+        Some(b'0') => false,
+        _ => true,
+    }
+}
+
+/// A JSON value written out as a string literal's inside (a tool input object becomes the
+/// arguments text OpenAI carries).
+pub(super) fn value_as_text(raw: &RawValue) -> JsonText<'static> {
+    JsonText::from_plain(raw.get())
+}
+
+/// A token count, read leniently: a non-negative integer (or a float, truncated) is a count;
+/// anything else is "not sent", so an odd field never costs the event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Count(pub(super) Option<u64>);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CountVisitor;
+
+        impl<'de> Visitor<'de> for CountVisitor {
+            type Value = Count;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a token count")
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+                Ok(Count(Some(v)))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
+                Ok(Count(u64::try_from(v).ok()))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
+                // A fractional count is truncated; the cast saturates.
+                Ok(Count((v.is_finite() && v >= 0.0).then_some(v as u64)))
+            }
+
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Count(None))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Count, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Count(None))
+            }
+        }
+
+        deserializer.deserialize_any(CountVisitor)
+    }
+}
+
+// === encoding ===
+
+/// Appends `text` escaped as the inside of a JSON string literal.
+pub(crate) fn escape_into(out: &mut String, text: &str) {
+    let mut from = 0;
+    for (i, b) in text.bytes().enumerate() {
+        let esc: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&text[from..i]);
+        if esc.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("\\u00");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        } else {
+            out.push_str(esc);
+        }
+        from = i + 1;
+    }
+    out.push_str(&text[from..]);
+}
+
+/// Writes JSON into a reused buffer.
+pub(crate) trait JsonOut {
+    fn raw(&mut self, s: &str);
+    /// A string literal from escaped text.
+    fn lit(&mut self, t: &str) {
+        self.raw("\"");
+        self.raw(t);
+        self.raw("\"");
+    }
+    fn num(&mut self, n: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        let mut n = n;
+        loop {
+            i -= 1;
+            // n % 10 < 10, so the cast keeps the digit.
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        // Only ASCII digits were written.
+        self.raw(std::str::from_utf8(&digits[i..]).unwrap_or("0"));
+    }
+}
+
+impl JsonOut for BytesMut {
+    fn raw(&mut self, s: &str) {
+        self.put_slice(s.as_bytes());
+    }
+}
+
+impl JsonOut for String {
+    fn raw(&mut self, s: &str) {
+        self.push_str(s);
+    }
+}
+
+/// Opens an SSE event: `event: <name>\n` when named, then `data: `.
+pub(super) fn sse_open(buf: &mut BytesMut, event: Option<&str>) {
+    if let Some(name) = event {
+        buf.raw("event: ");
+        buf.raw(name);
+        buf.raw("\n");
+    }
+    buf.raw("data: ");
+}
+
+/// Ends an SSE event.
+pub(super) fn sse_close(buf: &mut BytesMut) {
+    buf.raw("\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_text_parses_back_to_the_original() {
+        let original = "a \"quote\", a \\ backslash,\n a tab\t, a bell \u{7}, é and 🦀";
+        let t = JsonText::from_plain(original);
+        assert_eq!(t.unescape().as_deref(), Some(original));
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        let mut s = String::new();
+        for n in [0, 7, 10, 12345, u64::MAX] {
+            s.clear();
+            s.num(n);
+            assert_eq!(s, n.to_string());
+        }
+    }
+
+    #[test]
+    fn truthiness_follows_javascript() {
+        let t = |s: &str| truthy(serde_json::from_str::<&RawValue>(s).ok());
+        assert!(t(r#"{"message":"x"}"#));
+        assert!(!t("{}"));
+        assert!(!t("{ }"));
+        assert!(!t("null"));
+        assert!(!t("\"\""));
+        assert!(t("\"x\""));
+    }
+}

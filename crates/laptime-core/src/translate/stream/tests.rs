@@ -1,0 +1,994 @@
+//! Round trips through the hub: every upstream fixture, translated to every client dialect and
+//! decoded again, says the same thing; the client's stream is one the classifier reads as
+//! well-formed; any split of the upstream bytes gives the same client bytes.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use serde_json::Value;
+
+use super::translator::{decode_body, Decoder};
+use super::*;
+use crate::observe::{whole_answer, BodyEnd, StreamObserver};
+use crate::sse::{SseItem, SseScanner};
+use crate::timeline::Outcome;
+use crate::usage::Tokens;
+use crate::Dialect;
+
+const COMMENT: &str = ": x-laptime-timing test\n\n";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    Text,
+    Reasoning,
+    Tool,
+    Parallel,
+    MaxTokens,
+    Cache,
+    Overload,
+}
+
+const SCENARIOS: [Scenario; 7] = [
+    Scenario::Text,
+    Scenario::Reasoning,
+    Scenario::Tool,
+    Scenario::Parallel,
+    Scenario::MaxTokens,
+    Scenario::Cache,
+    Scenario::Overload,
+];
+
+macro_rules! fixtures {
+    ($d:ident, $($s:ident => $f:literal),*) => {
+        match $d {
+            $(Scenario::$s => include_str!(concat!("fixtures/", $f)),)*
+        }
+    };
+}
+
+fn fixture(dialect: Dialect, s: Scenario) -> &'static str {
+    match dialect {
+        Dialect::Chat => fixtures!(s, Text => "chat_text.sse", Reasoning => "chat_reasoning.sse",
+            Tool => "chat_tool.sse", Parallel => "chat_parallel.sse",
+            MaxTokens => "chat_max_tokens.sse", Cache => "chat_cache.sse",
+            Overload => "chat_overload.sse"),
+        Dialect::Responses => fixtures!(s, Text => "responses_text.sse",
+            Reasoning => "responses_reasoning.sse", Tool => "responses_tool.sse",
+            Parallel => "responses_parallel.sse", MaxTokens => "responses_max_tokens.sse",
+            Cache => "responses_cache.sse", Overload => "responses_overload.sse"),
+        Dialect::Messages => fixtures!(s, Text => "messages_text.sse",
+            Reasoning => "messages_reasoning.sse", Tool => "messages_tool.sse",
+            Parallel => "messages_parallel.sse", MaxTokens => "messages_max_tokens.sse",
+            Cache => "messages_cache.sse", Overload => "messages_overload.sse"),
+    }
+}
+
+fn body_fixtures(dialect: Dialect) -> [&'static str; 3] {
+    match dialect {
+        Dialect::Chat => [
+            include_str!("fixtures/chat_body_reasoning.json"),
+            include_str!("fixtures/chat_body_parallel.json"),
+            include_str!("fixtures/chat_body_max_tokens.json"),
+        ],
+        Dialect::Responses => [
+            include_str!("fixtures/responses_body_reasoning.json"),
+            include_str!("fixtures/responses_body_parallel.json"),
+            include_str!("fixtures/responses_body_max_tokens.json"),
+        ],
+        Dialect::Messages => [
+            include_str!("fixtures/messages_body_reasoning.json"),
+            include_str!("fixtures/messages_body_parallel.json"),
+            include_str!("fixtures/messages_body_max_tokens.json"),
+        ],
+    }
+}
+
+fn opts() -> ClientStreamOptions {
+    ClientStreamOptions {
+        model: Some("client-model".to_owned()),
+        id: "lt0001".to_owned(),
+        created: 1_750_000_000,
+        include_usage: true,
+    }
+}
+
+// === what an answer says, compared across dialects ===
+
+#[derive(Debug, Clone, PartialEq)]
+struct Said {
+    text: String,
+    reasoning: String,
+    /// (id, name, parsed arguments).
+    tools: Vec<(String, String, Value)>,
+    stop: Option<StopReason>,
+    usage: Tokens,
+    error: Option<ErrorKind>,
+    ended: bool,
+}
+
+fn unescape(s: &str) -> String {
+    serde_json::from_str(&format!("\"{s}\"")).unwrap()
+}
+
+fn said(answer: &Answer) -> Said {
+    let mut s = Said {
+        text: String::new(),
+        reasoning: String::new(),
+        tools: Vec::new(),
+        stop: answer.stop,
+        usage: answer.usage,
+        error: answer.error.as_ref().map(|(k, _)| *k),
+        ended: answer.ended,
+    };
+    for b in &answer.blocks {
+        assert!(
+            b.stopped || answer.error.is_some(),
+            "block never stopped: {b:?}"
+        );
+        match &b.kind {
+            BlockKind::Text => s.text.push_str(&unescape(&b.text)),
+            BlockKind::Reasoning => s.reasoning.push_str(&unescape(&b.text)),
+            BlockKind::RedactedReasoning { .. } => {}
+            BlockKind::ToolCall { id, name } => {
+                let args = unescape(&b.text);
+                let args = if args.is_empty() {
+                    Value::Object(Default::default())
+                } else {
+                    serde_json::from_str(&args).unwrap()
+                };
+                s.tools
+                    .push((unescape(id.raw()), unescape(name.raw()), args));
+            }
+        }
+    }
+    s
+}
+
+fn decode_stream(dialect: Dialect, bytes: &str) -> Answer {
+    let mut scanner = SseScanner::new();
+    let mut decoder = Decoder::new(dialect);
+    let mut answer = Answer::default();
+    scanner.feed(bytes.as_bytes(), &mut |item| {
+        if let SseItem::Event { event, data, .. } = item {
+            decoder.event(event, data, &mut |ev| answer.apply(&ev));
+        }
+    });
+    decoder.finish(BodyEnd::Eof, &mut |ev| answer.apply(&ev));
+    answer
+}
+
+/// The scenario's answer, as the fixtures of every dialect spell it.
+fn expected(s: Scenario) -> Said {
+    let tool = |id: &str, name: &str, args: &str| {
+        (
+            id.to_owned(),
+            name.to_owned(),
+            serde_json::from_str::<Value>(args).unwrap(),
+        )
+    };
+    let base = Said {
+        text: String::new(),
+        reasoning: String::new(),
+        tools: Vec::new(),
+        stop: Some(StopReason::EndTurn),
+        usage: Tokens::default(),
+        error: None,
+        ended: true,
+    };
+    match s {
+        Scenario::Text => Said {
+            text: "Hello, \"world\"!\nBye.".to_owned(),
+            ..base
+        },
+        Scenario::Reasoning => Said {
+            text: "The answer is 42.".to_owned(),
+            reasoning: "Let me think: 6×7.".to_owned(),
+            ..base
+        },
+        Scenario::Tool => Said {
+            tools: vec![tool("W1", "get_weather", r#"{"city":"Paris"}"#)],
+            stop: Some(StopReason::ToolUse),
+            ..base
+        },
+        Scenario::Parallel => Said {
+            tools: vec![
+                tool("W1", "get_weather", r#"{"city":"Paris"}"#),
+                tool("T2", "get_time", r#"{"tz":"Europe/Paris"}"#),
+            ],
+            stop: Some(StopReason::ToolUse),
+            ..base
+        },
+        Scenario::MaxTokens => Said {
+            text: "Once upon a time".to_owned(),
+            stop: Some(StopReason::MaxTokens),
+            ..base
+        },
+        Scenario::Cache => Said {
+            text: "Cached.".to_owned(),
+            ..base
+        },
+        Scenario::Overload => Said {
+            text: "Partial".to_owned(),
+            stop: None,
+            error: Some(ErrorKind::Overloaded),
+            ended: false,
+            ..base
+        },
+    }
+}
+
+/// The counts each fixture reports, as the hub normalises them: OpenAI sends the cache-read
+/// and reasoning details (0 when none) but no cache writes; Anthropic sends both cache fields
+/// (0 when none) but no reasoning count.
+fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
+    let (input, output, reasoning, cache_read, cache_write) = match s {
+        Scenario::Text => (12, 6, 0, 0, None),
+        Scenario::Reasoning => (20, 30, 18, 0, None),
+        Scenario::Tool => (30, 15, 0, 0, None),
+        Scenario::Parallel => (40, 25, 0, 0, None),
+        Scenario::MaxTokens => (8, 4, 0, 0, None),
+        Scenario::Cache => (1200, 3, 0, 1000, Some(150)),
+        // Anthropic's start reports input before the error; OpenAI reports nothing.
+        Scenario::Overload => {
+            return match dialect {
+                Dialect::Messages => Tokens {
+                    input: Some(9),
+                    cache_read: Some(0),
+                    cache_write: Some(0),
+                    ..Tokens::default()
+                },
+                _ => Tokens::default(),
+            }
+        }
+    };
+    match dialect {
+        Dialect::Chat | Dialect::Responses => Tokens {
+            input: Some(input),
+            output: Some(output),
+            reasoning: Some(reasoning),
+            cache_read: Some(cache_read),
+            cache_write,
+        },
+        Dialect::Messages => Tokens {
+            input: Some(input),
+            output: Some(output),
+            reasoning: None,
+            cache_read: Some(cache_read),
+            cache_write: Some(cache_write.unwrap_or(0)),
+        },
+    }
+}
+
+/// Whether `client` says the same counts as `upstream`: every known count is the same, and an
+/// unknown one is still unknown, or 0 where the client dialect requires the field.
+fn same_counts(upstream: &Tokens, client: &Tokens, dialect: Dialect, stream: bool) {
+    let required = |field: &str| match dialect {
+        Dialect::Chat => matches!(field, "input" | "output"),
+        Dialect::Responses => matches!(field, "input" | "output" | "cache_read" | "reasoning"),
+        // message_start's input and message_delta's output.
+        Dialect::Messages => matches!(field, "input" | "output") || !stream && field == "input",
+    };
+    for (field, up, got) in [
+        ("input", upstream.input, client.input),
+        ("output", upstream.output, client.output),
+        ("cache_read", upstream.cache_read, client.cache_read),
+        ("cache_write", upstream.cache_write, client.cache_write),
+        ("reasoning", upstream.reasoning, client.reasoning),
+    ] {
+        match up {
+            Some(_) => assert_eq!(got, up, "{field} to {dialect}"),
+            None if required(field) => {
+                assert!(
+                    matches!(got, None | Some(0)),
+                    "{field} to {dialect}: {got:?}"
+                )
+            }
+            None => assert_eq!(got, None, "{field} to {dialect}"),
+        }
+    }
+}
+
+fn same_answer(upstream: &Said, client: &Said, dialect: Dialect, stream: bool) {
+    assert_eq!(client.text, upstream.text, "text to {dialect}");
+    assert_eq!(
+        client.reasoning, upstream.reasoning,
+        "reasoning to {dialect}"
+    );
+    assert_eq!(client.tools, upstream.tools, "tools to {dialect}");
+    assert_eq!(client.error, upstream.error, "error to {dialect}");
+    assert_eq!(client.ended, upstream.ended, "end to {dialect}");
+    if upstream.error.is_none() {
+        assert_eq!(client.stop, upstream.stop, "stop to {dialect}");
+        same_counts(&upstream.usage, &client.usage, dialect, stream);
+    }
+}
+
+// === translating ===
+
+fn render(pieces: VecDeque<crate::relay::Piece>) -> String {
+    let mut out = Vec::new();
+    for p in pieces {
+        match p {
+            crate::relay::Piece::Bytes(b) => out.extend_from_slice(&b),
+            crate::relay::Piece::TimingComment => out.extend_from_slice(COMMENT.as_bytes()),
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Translates `upstream` bytes cut at `cuts`, and returns the client's bytes.
+fn translate(up: Dialect, client: Dialect, bytes: &str, cuts: &[usize]) -> String {
+    let mut t = StreamTranslator::new(up, client, &opts());
+    let mut out = VecDeque::new();
+    let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    bounds.push(bytes.len());
+    bounds.sort_unstable();
+    let mut from = 0;
+    for to in bounds {
+        t.push(&bytes.as_bytes()[from..to], &mut out);
+        from = to;
+    }
+    t.finish(BodyEnd::Eof, &mut out);
+    render(out)
+}
+
+/// The observer's reading of a stream of `dialect`.
+fn observe(dialect: Dialect, bytes: &str) -> crate::observe::StreamSummary {
+    let mut obs = StreamObserver::new(dialect, Some(Duration::ZERO));
+    obs.on_chunk(Duration::from_millis(1), bytes.as_bytes());
+    obs.on_end(Duration::from_millis(2), BodyEnd::Eof);
+    obs.summary()
+}
+
+/// The events of a client stream, with whether the timing comment came right before each.
+fn events(bytes: &str) -> Vec<(Option<String>, String, bool)> {
+    let mut out = Vec::new();
+    let mut comment = false;
+    SseScanner::new().feed(bytes.as_bytes(), &mut |item| match item {
+        SseItem::Comment => comment = true,
+        SseItem::Event { event, data, .. } => {
+            out.push((event.map(str::to_owned), data.to_owned(), comment));
+            comment = false;
+        }
+        SseItem::Boundary { .. } => {}
+    });
+    out
+}
+
+/// Every check of one translated stream.
+fn check_pair(up: Dialect, client: Dialect, s: Scenario) {
+    let upstream = fixture(up, s);
+    let up_said = said(&decode_stream(up, upstream));
+    let got = translate(up, client, upstream, &[]);
+    let client_said = said(&decode_stream(client, &got));
+    same_answer(&up_said, &client_said, client, true);
+
+    // One comment, right before the terminal frame, which ends the stream.
+    assert_eq!(
+        got.matches(COMMENT).count(),
+        1,
+        "{up}→{client} {s:?}:\n{got}"
+    );
+    let evs = events(&got);
+    let frames: Vec<_> = evs
+        .iter()
+        .map(|(e, d, _)| crate::classify::classify_event(client, e.as_deref(), d))
+        .collect();
+    let last = frames.len() - 1;
+    assert!(
+        frames[last].terminal_frame,
+        "{up}→{client} {s:?}: last is not terminal"
+    );
+    assert_eq!(frames.iter().filter(|c| c.terminal_frame).count(), 1);
+    assert!(
+        evs[last].2,
+        "{up}→{client} {s:?}: comment not before the terminal"
+    );
+    if client == Dialect::Messages {
+        assert_eq!(evs[0].0.as_deref(), Some("message_start"), "{got}");
+        for (e, d, _) in &evs {
+            let json: Value = serde_json::from_str(d).unwrap();
+            assert_eq!(json["type"].as_str(), e.as_deref(), "event line = type");
+        }
+    }
+    if client == Dialect::Responses {
+        let seqs: Vec<u64> = evs
+            .iter()
+            .map(|(_, d, _)| {
+                serde_json::from_str::<Value>(d).unwrap()["sequence_number"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
+    }
+
+    // The classifier's reading: effective output of the right kinds, the right outcome, and
+    // the same normalised counts as it reads from the upstream's own stream.
+    use crate::classify::{EffectiveKind, EventClass};
+    let kinds = |k: EffectiveKind| {
+        frames
+            .iter()
+            .filter(|c| c.class == EventClass::Effective(k))
+            .count()
+    };
+    assert_eq!(
+        kinds(EffectiveKind::Text) > 0,
+        !up_said.text.is_empty(),
+        "{up}→{client} {s:?}"
+    );
+    assert_eq!(
+        kinds(EffectiveKind::Reasoning) > 0,
+        !up_said.reasoning.is_empty()
+    );
+    assert_eq!(
+        kinds(EffectiveKind::ToolArgs) > 0,
+        !up_said.tools.is_empty()
+    );
+    let outcome = match s {
+        Scenario::MaxTokens => Outcome::Incomplete,
+        Scenario::Overload => Outcome::UpstreamError,
+        _ => Outcome::Completed,
+    };
+    let client_obs = observe(client, &got);
+    assert_eq!(client_obs.outcome, Some(outcome), "{up}→{client} {s:?}");
+    let up_obs = observe(up, upstream);
+    assert_eq!(up_obs.outcome, Some(outcome), "{up} fixture {s:?}");
+    if s != Scenario::Overload {
+        same_counts(&up_obs.tokens, &client_obs.tokens, client, true);
+    }
+}
+
+fn check_scenario(s: Scenario) {
+    for up in Dialect::ALL {
+        let mut e = expected(s);
+        e.usage = expected_usage(s, up);
+        let mut got = said(&decode_stream(up, fixture(up, s)));
+        // Tool ids differ by dialect (call_W1, toolu_01W1); their tail is the scenario's.
+        for (id, _, _) in &mut got.tools {
+            *id = id[id.len() - 2..].to_owned();
+        }
+        assert_eq!(got, e, "{up} fixture {s:?}");
+        for client in Dialect::ALL {
+            check_pair(up, client, s);
+        }
+    }
+}
+
+#[test]
+fn plain_text_crosses_every_pair() {
+    check_scenario(Scenario::Text);
+}
+
+#[test]
+fn reasoning_then_text_crosses_every_pair() {
+    check_scenario(Scenario::Reasoning);
+}
+
+#[test]
+fn a_tool_call_crosses_every_pair() {
+    check_scenario(Scenario::Tool);
+}
+
+#[test]
+fn two_parallel_tool_calls_cross_every_pair() {
+    check_scenario(Scenario::Parallel);
+}
+
+#[test]
+fn a_max_tokens_stop_stays_incomplete_in_every_pair() {
+    check_scenario(Scenario::MaxTokens);
+}
+
+#[test]
+fn cache_reads_and_writes_cross_every_pair() {
+    check_scenario(Scenario::Cache);
+}
+
+#[test]
+fn an_in_band_overload_stays_an_overload_in_every_pair() {
+    check_scenario(Scenario::Overload);
+}
+
+// === exact wire values ===
+
+fn json_events(bytes: &str) -> Vec<Value> {
+    events(bytes)
+        .into_iter()
+        .filter(|(_, d, _)| d != "[DONE]")
+        .map(|(_, d, _)| serde_json::from_str(&d).unwrap())
+        .collect()
+}
+
+#[test]
+fn cache_counts_are_written_once_in_each_dialects_terms() {
+    let chat = fixture(Dialect::Chat, Scenario::Cache);
+    // To Anthropic: input_tokens excludes both cache counts.
+    let got = json_events(&translate(Dialect::Chat, Dialect::Messages, chat, &[]));
+    let delta = got.iter().find(|e| e["type"] == "message_delta").unwrap();
+    assert_eq!(delta["usage"]["input_tokens"], 50);
+    assert_eq!(delta["usage"]["cache_read_input_tokens"], 1000);
+    assert_eq!(delta["usage"]["cache_creation_input_tokens"], 150);
+    assert_eq!(delta["usage"]["output_tokens"], 3);
+    // The start knew no input yet: 0, the field being required.
+    assert_eq!(got[0]["message"]["usage"]["input_tokens"], 0);
+
+    let messages = fixture(Dialect::Messages, Scenario::Cache);
+    let got = json_events(&translate(
+        Dialect::Messages,
+        Dialect::Messages,
+        messages,
+        &[],
+    ));
+    assert_eq!(got[0]["message"]["usage"]["input_tokens"], 50);
+    assert_eq!(got[0]["message"]["usage"]["cache_read_input_tokens"], 1000);
+    let got = json_events(&translate(Dialect::Messages, Dialect::Chat, messages, &[]));
+    let usage = &got.last().unwrap()["usage"];
+    assert_eq!(usage["prompt_tokens"], 1200);
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 1000);
+    assert_eq!(usage["prompt_tokens_details"]["cache_write_tokens"], 150);
+    assert_eq!(usage["completion_tokens"], 3);
+    assert_eq!(usage["total_tokens"], 1203);
+    assert!(
+        usage.get("completion_tokens_details").is_none(),
+        "unknown reasoning is left out"
+    );
+    let got = json_events(&translate(
+        Dialect::Messages,
+        Dialect::Responses,
+        messages,
+        &[],
+    ));
+    let usage = &got.last().unwrap()["response"]["usage"];
+    assert_eq!(usage["input_tokens"], 1200);
+    assert_eq!(usage["input_tokens_details"]["cached_tokens"], 1000);
+    assert_eq!(usage["input_tokens_details"]["cache_write_tokens"], 150);
+    assert_eq!(usage["total_tokens"], 1203);
+}
+
+#[test]
+fn the_chat_usage_chunk_comes_only_when_the_client_asked_for_it() {
+    let up = fixture(Dialect::Messages, Scenario::Text);
+    let mut t = StreamTranslator::new(
+        Dialect::Messages,
+        Dialect::Chat,
+        &ClientStreamOptions {
+            include_usage: false,
+            ..opts()
+        },
+    );
+    let mut out = VecDeque::new();
+    t.push(up.as_bytes(), &mut out);
+    let got = render(out);
+    assert!(!got.contains("\"usage\""), "{got}");
+    assert!(got.ends_with(&format!("{COMMENT}data: [DONE]\n\n")));
+    let with = translate(Dialect::Messages, Dialect::Chat, up, &[]);
+    let last = json_events(&with).pop().unwrap();
+    assert_eq!(last["choices"], Value::Array(vec![]));
+    assert_eq!(last["usage"]["prompt_tokens"], 12);
+}
+
+#[test]
+fn chat_chunks_have_the_shape_the_openai_sdk_accumulates() {
+    let got = json_events(&translate(
+        Dialect::Messages,
+        Dialect::Chat,
+        fixture(Dialect::Messages, Scenario::Parallel),
+        &[],
+    ));
+    assert_eq!(got[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(got[0]["model"], "client-model");
+    assert_eq!(got[0]["id"], "chatcmpl-lt0001");
+    let headers: Vec<&Value> = got
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["tool_calls"][0]
+                .get("id")
+                .map(|_| &c["choices"][0]["delta"]["tool_calls"][0])
+        })
+        .collect();
+    assert_eq!(headers.len(), 2);
+    assert_eq!(headers[1]["index"], 1);
+    assert_eq!(headers[1]["type"], "function");
+    assert_eq!(headers[1]["function"]["name"], "get_time");
+    assert_eq!(headers[1]["function"]["arguments"], "");
+    let finish: Vec<&Value> = got
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]
+                .get("finish_reason")
+                .filter(|f| !f.is_null())
+        })
+        .collect();
+    assert_eq!(finish, [&Value::from("tool_calls")]);
+}
+
+#[test]
+fn an_anthropic_signature_survives_the_hub_to_an_anthropic_client() {
+    let up = fixture(Dialect::Messages, Scenario::Reasoning);
+    let answer = decode_stream(
+        Dialect::Messages,
+        &translate(Dialect::Messages, Dialect::Messages, up, &[]),
+    );
+    assert_eq!(
+        answer.blocks[0].signature.as_deref(),
+        Some("EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds")
+    );
+}
+
+#[test]
+fn a_cut_stream_gets_no_terminal_frame_and_no_comment() {
+    for up in Dialect::ALL {
+        let whole = fixture(up, Scenario::Text);
+        // Cut inside the text, before any end.
+        let cut = &whole[..whole.find("Bye").unwrap()];
+        for client in Dialect::ALL {
+            let mut t = StreamTranslator::new(up, client, &opts());
+            let mut out = VecDeque::new();
+            t.push(cut.as_bytes(), &mut out);
+            t.finish(BodyEnd::Error, &mut out);
+            assert!(!t.terminal_seen());
+            let got = render(out);
+            assert!(!got.contains(COMMENT), "{up}→{client}: {got}");
+            let obs = observe(client, &got);
+            assert_eq!(
+                obs.outcome,
+                Some(Outcome::UpstreamClosedEarly),
+                "{up}→{client}"
+            );
+            assert!(
+                obs.marks.first_visible.is_some(),
+                "the text so far was relayed"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_failed_stream_ends_in_the_clients_dialect_and_takes_nothing_more() {
+    for up in Dialect::ALL {
+        let whole = fixture(up, Scenario::Text);
+        let (cut, rest) = whole.split_at(whole.find("Bye").unwrap());
+        for client in Dialect::ALL {
+            let mut t = StreamTranslator::new(up, client, &opts());
+            let mut out = VecDeque::new();
+            t.push(cut.as_bytes(), &mut out);
+            t.fail(ErrorKind::Timeout, "no output for \"30 s\"", &mut out);
+            t.push(rest.as_bytes(), &mut out);
+            t.finish(BodyEnd::Eof, &mut out);
+            let got = render(out);
+            assert_eq!(got.matches(COMMENT).count(), 1, "{up}→{client}");
+            assert!(!got.contains("Bye"), "{up}→{client}");
+            let answer = decode_stream(client, &got);
+            assert_eq!(answer.error.as_ref().map(|e| e.0), Some(ErrorKind::Timeout));
+            assert_eq!(observe(client, &got).outcome, Some(Outcome::UpstreamError));
+        }
+        // After the terminal, there is nothing to fail.
+        let mut t = StreamTranslator::new(up, Dialect::Chat, &opts());
+        let mut out = VecDeque::new();
+        t.push(whole.as_bytes(), &mut out);
+        let before = out.len();
+        t.fail(ErrorKind::Timeout, "late", &mut out);
+        assert_eq!(out.len(), before);
+    }
+}
+
+#[test]
+fn mistral_content_parts_are_text_and_reasoning() {
+    let chunk =
+        |delta: &str| format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n");
+    let stream = [
+        chunk(r#"{"role":"assistant","content":""}"#),
+        chunk(r#"{"content":[{"type":"thinking","thinking":[{"type":"text","text":"Hmm, "}]}]}"#),
+        chunk(r#"{"content":[{"type":"thinking","thinking":[{"type":"text","text":"yes."}]},{"type":"text","text":"3"}]}"#),
+        chunk(r#"{"content":[{"type":"text","text":" apples"}]}"#),
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    let s = said(&decode_stream(Dialect::Chat, &stream));
+    assert_eq!(s.reasoning, "Hmm, yes.");
+    assert_eq!(s.text, "3 apples");
+    let got = said(&decode_stream(
+        Dialect::Messages,
+        &translate(Dialect::Chat, Dialect::Messages, &stream, &[]),
+    ));
+    assert_eq!((got.reasoning, got.text), (s.reasoning, s.text));
+}
+
+#[test]
+fn a_chat_upstream_without_done_completes_only_on_a_clean_end() {
+    let whole = fixture(Dialect::Chat, Scenario::Text);
+    let no_done = whole.strip_suffix("data: [DONE]\n\n").unwrap();
+    for (end, complete) in [(BodyEnd::Eof, true), (BodyEnd::Error, false)] {
+        let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Messages, &opts());
+        let mut out = VecDeque::new();
+        t.push(no_done.as_bytes(), &mut out);
+        assert!(!t.terminal_seen());
+        t.finish(end, &mut out);
+        assert_eq!(t.terminal_seen(), complete);
+        assert_eq!(render(out).contains("message_stop"), complete);
+    }
+}
+
+#[test]
+fn every_event_is_translated_in_the_push_that_completes_it() {
+    let up = fixture(Dialect::Messages, Scenario::Text);
+    let first_delta_end = up.find("\"Hello\"}}\n\n").unwrap() + "\"Hello\"}}\n\n".len();
+    let mut t = StreamTranslator::new(Dialect::Messages, Dialect::Chat, &opts());
+    let mut out = VecDeque::new();
+    t.push(&up.as_bytes()[..first_delta_end], &mut out);
+    let got = render(std::mem::take(&mut out));
+    assert!(got.contains("\"content\":\"Hello\""), "{got}");
+    // One byte short of the next event's end gives nothing new.
+    let next_end = up[first_delta_end..].find("\n\n").unwrap() + first_delta_end + 2;
+    t.push(&up.as_bytes()[first_delta_end..next_end - 1], &mut out);
+    assert!(out.is_empty());
+    t.push(&up.as_bytes()[next_end - 1..next_end], &mut out);
+    assert!(render(out).contains("world"));
+}
+
+// === whole bodies ===
+
+fn decode_whole(dialect: Dialect, body: &[u8]) -> Answer {
+    let mut answer = Answer::default();
+    decode_body(dialect, body, &mut |ev| answer.apply(&ev)).unwrap();
+    answer
+}
+
+#[test]
+fn whole_bodies_cross_every_pair() {
+    for up in Dialect::ALL {
+        for (i, body) in body_fixtures(up).into_iter().enumerate() {
+            let up_said = said(&decode_whole(up, body.as_bytes()));
+            let up_whole = whole_answer(up, 200, BodyEnd::Eof, body.as_bytes());
+            for client in Dialect::ALL {
+                let got = translate_body(up, client, body.as_bytes(), &opts()).unwrap();
+                let client_said = said(&decode_whole(client, &got));
+                same_answer(&up_said, &client_said, client, false);
+                let whole = whole_answer(client, 200, BodyEnd::Eof, &got);
+                assert_eq!(whole.outcome, up_whole.outcome, "{up}→{client} body {i}");
+                assert_eq!(whole.has_text, up_whole.has_text, "{up}→{client} body {i}");
+                same_counts(&up_whole.tokens, &whole.tokens, client, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn body_fixtures_decode_to_what_they_say() {
+    for up in Dialect::ALL {
+        let [reasoning, parallel, max] =
+            body_fixtures(up).map(|b| said(&decode_whole(up, b.as_bytes())));
+        assert_eq!(reasoning.text, "The answer is 42.");
+        assert_eq!(reasoning.reasoning, "Let me think: 6×7.");
+        assert_eq!(reasoning.usage.input, Some(1200), "{up}");
+        assert_eq!(reasoning.usage.cache_read, Some(1000), "{up}");
+        assert_eq!(reasoning.usage.cache_write, Some(150), "{up}");
+        assert_eq!(parallel.tools.len(), 2);
+        assert_eq!(parallel.tools[1].2["tz"], "Europe/Paris");
+        assert_eq!(parallel.stop, Some(StopReason::ToolUse));
+        assert_eq!(max.stop, Some(StopReason::MaxTokens));
+        assert_eq!(max.text, "Once upon a time");
+    }
+}
+
+#[test]
+fn cut_tool_arguments_cannot_become_an_anthropic_input() {
+    let body = br#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"city\":\"Par"}}]},"finish_reason":"length"}]}"#;
+    assert_eq!(
+        translate_body(Dialect::Chat, Dialect::Messages, body, &opts()),
+        Err(TranslateError::ToolArgumentsNotAnObject { block: 0 })
+    );
+    // OpenAI clients carry arguments as text, so they get them as they came.
+    assert!(translate_body(Dialect::Chat, Dialect::Responses, body, &opts()).is_ok());
+    assert_eq!(
+        translate_body(Dialect::Chat, Dialect::Messages, b"<html>", &opts()),
+        Err(TranslateError::NotAnAnswer)
+    );
+}
+
+// === errors ===
+
+#[test]
+fn error_responses_keep_their_kind_in_every_dialect() {
+    let anthropic =
+        |t: &str| format!(r#"{{"type":"error","error":{{"type":"{t}","message":"m"}}}}"#);
+    let openai = |t: &str, c: &str| {
+        format!(r#"{{"error":{{"message":"m","type":"{t}","param":null,"code":{c}}}}}"#)
+    };
+    let cases: Vec<(Dialect, u16, String, u16, &str, u16, &str)> = vec![
+        // upstream, status, body, Anthropic client status + type, OpenAI client status + type
+        (
+            Dialect::Messages,
+            529,
+            anthropic("overloaded_error"),
+            529,
+            "overloaded_error",
+            503,
+            "server_error",
+        ),
+        (
+            Dialect::Chat,
+            503,
+            openai("server_error", "null"),
+            529,
+            "overloaded_error",
+            503,
+            "server_error",
+        ),
+        (
+            Dialect::Chat,
+            429,
+            openai("requests", "\"rate_limit_exceeded\""),
+            429,
+            "rate_limit_error",
+            429,
+            "requests",
+        ),
+        (
+            Dialect::Messages,
+            429,
+            anthropic("rate_limit_error"),
+            429,
+            "rate_limit_error",
+            429,
+            "requests",
+        ),
+        (
+            Dialect::Responses,
+            400,
+            openai("invalid_request_error", "null"),
+            400,
+            "invalid_request_error",
+            400,
+            "invalid_request_error",
+        ),
+        (
+            Dialect::Chat,
+            401,
+            openai("invalid_request_error", "\"invalid_api_key\""),
+            401,
+            "authentication_error",
+            401,
+            "invalid_request_error",
+        ),
+        (
+            Dialect::Messages,
+            403,
+            anthropic("permission_error"),
+            403,
+            "permission_error",
+            403,
+            "invalid_request_error",
+        ),
+        (
+            Dialect::Messages,
+            404,
+            anthropic("not_found_error"),
+            404,
+            "not_found_error",
+            404,
+            "invalid_request_error",
+        ),
+        (
+            Dialect::Chat,
+            500,
+            openai("server_error", "null"),
+            500,
+            "api_error",
+            500,
+            "server_error",
+        ),
+        (
+            Dialect::Messages,
+            500,
+            "<html>oops</html>".to_owned(),
+            500,
+            "api_error",
+            500,
+            "server_error",
+        ),
+        // A 4xx the status names only broadly takes the body's kind, and keeps its status.
+        (
+            Dialect::Messages,
+            400,
+            anthropic("rate_limit_error"),
+            400,
+            "rate_limit_error",
+            400,
+            "requests",
+        ),
+    ];
+    for (up, status, body, a_status, a_type, o_status, o_type) in cases {
+        let (s, b) = translate_error(up, Dialect::Messages, status, body.as_bytes());
+        let b: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(
+            (s, b["error"]["type"].as_str()),
+            (a_status, Some(a_type)),
+            "{up} {status}"
+        );
+        assert_eq!(b["type"], "error");
+        for client in [Dialect::Chat, Dialect::Responses] {
+            let (s, b) = translate_error(up, client, status, body.as_bytes());
+            let b: Value = serde_json::from_slice(&b).unwrap();
+            assert_eq!(
+                (s, b["error"]["type"].as_str()),
+                (o_status, Some(o_type)),
+                "{up} {status}"
+            );
+            assert!(b["error"]["message"].is_string());
+        }
+    }
+    let (_, b) = translate_error(
+        Dialect::Messages,
+        Dialect::Chat,
+        529,
+        anthropic("overloaded_error").as_bytes(),
+    );
+    let b: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(b["error"]["message"], "m");
+    assert_eq!(b["error"]["code"], "server_is_overloaded");
+}
+
+#[test]
+fn an_in_band_error_becomes_each_dialects_error_frames() {
+    let up = fixture(Dialect::Messages, Scenario::Overload);
+    let chat = translate(Dialect::Messages, Dialect::Chat, up, &[]);
+    assert!(
+        chat.ends_with(&format!("{COMMENT}data: [DONE]\n\n")),
+        "{chat}"
+    );
+    let err = json_events(&chat).pop().unwrap();
+    assert_eq!(err["error"]["code"], "server_is_overloaded");
+    let responses = json_events(&translate(Dialect::Messages, Dialect::Responses, up, &[]));
+    let n = responses.len();
+    assert_eq!(responses[n - 2]["type"], "error");
+    assert_eq!(responses[n - 1]["type"], "response.failed");
+    assert_eq!(responses[n - 1]["response"]["status"], "failed");
+    assert_eq!(
+        responses[n - 1]["response"]["error"]["code"],
+        "server_is_overloaded"
+    );
+    let messages = translate(
+        Dialect::Chat,
+        Dialect::Messages,
+        fixture(Dialect::Chat, Scenario::Overload),
+        &[],
+    );
+    assert!(
+        messages.contains(&format!("{COMMENT}event: error\n")),
+        "{messages}"
+    );
+    let err = json_events(&messages).pop().unwrap();
+    assert_eq!(err["error"]["type"], "overloaded_error");
+}
+
+// === any split ===
+
+fn dialects() -> impl Strategy<Value = Dialect> {
+    prop_oneof![
+        Just(Dialect::Chat),
+        Just(Dialect::Responses),
+        Just(Dialect::Messages)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn any_split_of_the_upstream_gives_the_same_client_bytes_and_answer(
+        up in dialects(),
+        client in dialects(),
+        s in 0..SCENARIOS.len(),
+        cuts in proptest::collection::vec(any::<usize>(), 0..16),
+    ) {
+        let upstream = fixture(up, SCENARIOS[s]);
+        let whole = translate(up, client, upstream, &[]);
+        let split = translate(up, client, upstream, &cuts);
+        prop_assert_eq!(&split, &whole);
+        let up_said = said(&decode_stream(up, upstream));
+        same_answer(&up_said, &said(&decode_stream(client, &split)), client, true);
+    }
+}
