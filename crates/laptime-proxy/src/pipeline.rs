@@ -291,7 +291,10 @@ fn translate(
         kept.push(route);
     }
     if kept.is_empty() {
-        let message = refused.map_or_else(|| "no channel can take this request".into(), |e| e.message());
+        let message = refused.map_or_else(
+            || "no channel can take this request".into(),
+            |e| e.message(),
+        );
         return Err(GatewayError::new(ErrorClass::BadRequest, message));
     }
     Ok((kept, bodies))

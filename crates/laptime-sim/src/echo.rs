@@ -21,8 +21,8 @@
 //!  "stop":["END"],                       Chat stop (a string becomes a list), Messages
 //!                                        stop_sequences
 //!  "response_format":"json_schema:name", Chat response_format, Responses text.format, Messages
-//!                                        output_format: the type, `json_schema:<name>` when
-//!                                        it names one
+//!                                        output_config.format (else output_format): the
+//!                                        type, `json_schema:<name>` when it names one
 //!  "reasoning":"effort:high",            see below
 //!  "include_usage":true,                 Chat stream_options.include_usage; null elsewhere
 //!  "other":["metadata","user"]}          top-level keys not summarised above, sorted
@@ -39,14 +39,16 @@
 //!   thinking blocks, Chat `reasoning_content`, Responses reasoning items);
 //!   `tool_call:<name>:<call id>` (Chat `tool_calls`, Responses `function_call`, Messages
 //!   `tool_use`); `tool_result:<call id>` (Chat `tool` messages, Responses
-//!   `function_call_output`, Messages `tool_result`, with `:error` when `is_error` is true);
+//!   `function_call_output`, Messages `tool_result`; then `:error` when Messages' `is_error`
+//!   is true, or when a Chat or Responses result's text starts with `Error: `, the way
+//!   translation carries that flag);
 //!   `unknown:<type>` for a part type not listed here.
 //! - `tool_choice`: Chat and Responses `auto|none|required`, `function:<name>`, or the type of
 //!   another object; Messages `auto|any|none`, `tool:<name>`. Messages'
 //!   `disable_parallel_tool_use` is reported as `parallel_tool_calls` (negated).
 //! - `reasoning`: Chat `effort:<reasoning_effort>`; Responses `effort:<effort>` and
 //!   `,summary:<summary>` when set; Messages `budget_tokens:<n>` for enabled thinking, else the
-//!   thinking type (`disabled`, …).
+//!   thinking type (`disabled`, `adaptive`), then `,effort:<e>` for `output_config.effort`.
 //!
 //! A field whose shape cannot be read is reported as the string `invalid:<json type>` in place
 //! of its value; nothing in a request makes the summary fail.
@@ -186,8 +188,9 @@ fn chat_turn(m: &Value) -> J {
     let mut parts = Vec::new();
     if role == "tool" {
         parts.push(J::from(format!(
-            "tool_result:{}",
-            str_of(o.get("tool_call_id"))
+            "tool_result:{}{}",
+            str_of(o.get("tool_call_id")),
+            error_mark(o.get("content"))
         )));
     } else {
         if o.get("reasoning_content")
@@ -336,9 +339,11 @@ fn responses_item(i: &Value) -> J {
                     str_of(o.get("name")),
                     str_of(o.get("call_id"))
                 )),
-                "function_call_output" => {
-                    J::from(format!("tool_result:{}", str_of(o.get("call_id"))))
-                }
+                "function_call_output" => J::from(format!(
+                    "tool_result:{}{}",
+                    str_of(o.get("call_id")),
+                    error_mark(o.get("output"))
+                )),
                 "reasoning" => J::from("reasoning"),
                 other => J::from(format!("unknown:{other}")),
             };
@@ -360,6 +365,7 @@ const MESSAGES_KEYS: &[&str] = &[
     "temperature",
     "top_p",
     "stop_sequences",
+    "output_config",
     "output_format",
     "thinking",
 ];
@@ -399,16 +405,40 @@ fn messages(b: &Map<String, Value>) -> Summary {
             None | Some(Value::Null) => J::Null,
             Some(v) => strings(v),
         },
-        response_format: format_of(b.get("output_format"), |f| f.get("name")),
-        reasoning: match b.get("thinking") {
-            None | Some(Value::Null) => J::Null,
-            Some(Value::Object(t)) => match (str_of(t.get("type")), t.get("budget_tokens")) {
-                ("enabled", Some(n)) => J::from(format!("budget_tokens:{n}")),
-                (ty, _) => J::from(ty),
-            },
-            Some(v) => invalid(v),
-        },
+        response_format: format_of(
+            b.get("output_config")
+                .and_then(|c| c.get("format"))
+                .or_else(|| b.get("output_format")),
+            |f| f.get("name"),
+        ),
+        reasoning: messages_reasoning(b),
         include_usage: J::Null,
+    }
+}
+
+/// `thinking` (`budget_tokens:<n>` when enabled, else its type), then `effort:<e>` from
+/// `output_config.effort`, joined by a comma; null when neither is there.
+fn messages_reasoning(b: &Map<String, Value>) -> J {
+    let mut said = Vec::new();
+    match b.get("thinking") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(t)) => match (str_of(t.get("type")), t.get("budget_tokens")) {
+            ("enabled", Some(n)) => said.push(format!("budget_tokens:{n}")),
+            (ty, _) => said.push(ty.to_owned()),
+        },
+        Some(v) => return invalid(v),
+    }
+    if let Some(effort) = b
+        .get("output_config")
+        .and_then(|c| c.get("effort"))
+        .and_then(Value::as_str)
+    {
+        said.push(format!("effort:{effort}"));
+    }
+    if said.is_empty() {
+        J::Null
+    } else {
+        J::from(said.join(","))
     }
 }
 
@@ -459,6 +489,24 @@ fn messages_block(b: &Value) -> J {
 }
 
 // === Shared ===
+
+/// `:error` for an OpenAI tool result whose text starts with `Error: `, the way translation
+/// carries Anthropic's `is_error` to a dialect without the flag; else nothing.
+fn error_mark(content: Option<&Value>) -> &'static str {
+    let text = match content {
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(Value::Array(parts)) => parts
+            .first()
+            .and_then(|p| p.get("text"))
+            .and_then(Value::as_str),
+        _ => None,
+    };
+    if text.is_some_and(|t| t.starts_with("Error: ")) {
+        ":error"
+    } else {
+        ""
+    }
+}
 
 /// The first of `keys` the body has (not null), as a scalar; null when none.
 fn first_of(b: &Map<String, Value>, keys: &[&str]) -> J {

@@ -777,3 +777,37 @@ async fn sim_echo_splits_its_text_into_eight_deltas_that_rebuild_the_whole_answe
         assert_eq!(a, b, "{dialect}");
     }
 }
+
+#[tokio::test]
+async fn sim_echo_reads_the_shapes_translation_writes() {
+    let h = Harness::start().await;
+    // Anthropic's is_error becomes an `Error: ` text in the OpenAI dialects.
+    let body = json!({"model": "sim-echo", "messages": [
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Error: no such city"},
+        {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "fine"}]},
+    ]});
+    let summary = echo(&h, Dialect::Chat, body).await;
+    assert_eq!(
+        summary["turns"][1]["parts"],
+        json!(["tool_result:c1:error"])
+    );
+    assert_eq!(summary["turns"][2]["parts"], json!(["tool_result:c2"]));
+    let body = json!({"model": "sim-echo", "input": [
+        {"type": "function_call_output", "call_id": "c1", "output": "Error: no such city"},
+    ]});
+    let summary = echo(&h, Dialect::Responses, body).await;
+    assert_eq!(
+        summary["turns"][0]["parts"],
+        json!(["tool_result:c1:error"])
+    );
+    // Messages' newer output_config carries the format and the effort.
+    let body = json!({"model": "sim-echo", "max_tokens": 10, "messages": [],
+        "thinking": {"type": "adaptive"},
+        "output_config": {"effort": "high", "format": {"type": "json_schema", "schema": {}}}});
+    let summary = echo(&h, Dialect::Messages, body).await;
+    assert_eq!(summary["reasoning"], "adaptive,effort:high");
+    assert_eq!(summary["response_format"], "json_schema");
+    assert_eq!(summary["other"], json!([]));
+}
