@@ -1,9 +1,13 @@
-"""Session fixture: run the real `laptime` binary for the official-SDK tests.
+"""Session fixtures: run the real `laptime` binary for the official-SDK tests.
 
-The gateway is started once per test session with no config file, so it uses
+`gateway` is started once per test session with no config file, so it uses
 its embedded default (SQLite in a temp data dir plus the in-process simulated
 upstream), on 127.0.0.1 with an ephemeral port and a freshly generated
 bootstrap admin token.
+
+`translation_gateway` is a second one started the same way but with a config
+file (which replaces the embedded default): one in-process sim channel pinned
+to each dialect, for the translation matrix (test_translation.py).
 """
 
 from __future__ import annotations
@@ -79,8 +83,9 @@ def _stderr_tail(path: Path, limit: int = 4000) -> str:
         return "<no stderr>"
 
 
-@pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory):
+def _run_gateway(tmp_path_factory: pytest.TempPathFactory, config: str | None = None):
+    """Starts the binary (with `config` as its --config file when given), yields a Gateway,
+    then stops it with SIGTERM and checks it exited cleanly."""
     binary = Path(os.environ.get("LAPTIME_BIN", str(DEFAULT_BIN)))
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         pytest.fail(
@@ -90,6 +95,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
         )
 
     data_dir = tmp_path_factory.mktemp("laptime-data")
+    args = [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
+    if config is not None:
+        config_path = data_dir.parent / f"{data_dir.name}-config.toml"
+        config_path.write_text(config)
+        args += ["--config", str(config_path)]
     stderr_path = data_dir.parent / f"{data_dir.name}-stderr.log"
     token = "lt_" + secrets.token_hex(32)
     env = dict(os.environ)
@@ -98,7 +108,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
 
     stderr_file = open(stderr_path, "wb")
     proc = subprocess.Popen(
-        [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        args,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=stderr_file,
@@ -175,3 +185,64 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
             f"laptime exited with {code} after SIGTERM, expected 0\n"
             f"stderr tail:\n{_stderr_tail(stderr_path)}"
         )
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory):
+    yield from _run_gateway(tmp_path_factory)
+
+
+# --- The translation matrix's gateway ---------------------------------------
+
+# Each upstream dialect gets an in-process sim channel pinned to it; the public model
+# `via-<dialect>/<preset>` reaches `<preset>` through that channel, so a client of any dialect
+# can be sent to an upstream of any dialect (translated when they differ).
+DIALECTS = ("chat", "responses", "messages")
+TRANSLATION_PRESETS = (
+    "sim-fast",
+    "sim-reasoning",
+    "sim-tool-call",
+    "sim-parallel-tools",
+    "sim-max-tokens",
+    "sim-rate-limited",
+    "sim-overloaded-in-band",
+    "sim-echo",
+)
+
+
+def via(upstream: str, preset: str) -> str:
+    """The public model name that reaches `preset` through the channel pinned to `upstream`."""
+    return f"via-{upstream}/{preset}"
+
+
+def translation_config() -> str:
+    lines = []
+    for dialect in DIALECTS:
+        models = ", ".join(f'"{via(dialect, p)}" = "{p}"' for p in TRANSLATION_PRESETS)
+        lines += [
+            "[[channels]]",
+            f'name = "sim-{dialect}"',
+            'provider = "sim"',
+            f'dialect = "{dialect}"',
+            f"models = {{ {models} }}",
+            # The matrix asks for the same failing model (429, overload) many times in a row on
+            # purpose; the breaker (tested on its own elsewhere) would eject it after 5.
+            "circuit = { consecutive_failures = 100000, min_requests = 100000 }",
+            "",
+        ]
+        # A 429 is relayed at once: with retries the gateway would wait out the Retry-After
+        # (1 s) on the only channel before answering, twice per request.
+        lines += [
+            "[[routes]]",
+            f'model = "{via(dialect, "sim-rate-limited")}"',
+            "failover = { max_attempts = 1 }",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="session")
+def translation_gateway(tmp_path_factory: pytest.TempPathFactory):
+    """A second gateway, on its own config file: three sim channels, one pinned to each
+    dialect, serving every translation preset (see `via`)."""
+    yield from _run_gateway(tmp_path_factory, translation_config())

@@ -1,0 +1,793 @@
+"""The translation matrix: each official SDK as a client of every dialect, against a sim channel
+pinned to every dialect (the same one as a control, the other two translated), streamed and
+not.
+
+The gateway is `translation_gateway` (conftest.py): the public model `via-<upstream>/<preset>`
+reaches the sim preset `<preset>` through a channel that is called in `<upstream>` only. Every
+expected value below comes from the preset's definition in the sim
+(crates/laptime-sim/src/script.rs, `scenario`, and the generated words of
+crates/laptime-sim/src/wire/mod.rs), never from what the gateway answered; each test then
+checks what the SDK reconstructed and what the gateway stored for the request.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from dataclasses import dataclass, field
+
+import anthropic
+import openai
+import pytest
+
+from conftest import DIALECTS, via
+
+REQUEST_ID_HEADER = "x-laptime-request-id"
+MAX_TOKENS = 64
+TEMPERATURE = 0.5
+SYSTEM = "Answer briefly."
+PROMPT = "What is the weather in Paris?"
+# A 1×1 transparent PNG.
+PNG_BASE64 = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+)
+IMAGE_URL = "https://example.com/cat.png"
+
+TOOLS = {
+    "get_weather": {"description": "The weather forecast for a place.", "key": "query"},
+    "get_time": {"description": "The local time of a place.", "key": "location"},
+}
+
+MATRIX = [
+    pytest.param(client, upstream, stream, id=f"{client}-via-{upstream}-{'stream' if stream else 'whole'}")
+    for client in DIALECTS
+    for upstream in DIALECTS
+    for stream in (True, False)
+]
+
+
+# --- What each preset sends (mirrors the sim's definitions) ---------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    """In the sim's terms: `input` excludes cached tokens (Anthropic's convention)."""
+
+    input: int
+    cache_read: int
+    cache_write: int
+    output: int
+    reasoning: int
+
+    @property
+    def input_total(self) -> int:
+        return self.input + self.cache_read + self.cache_write
+
+
+@dataclass(frozen=True)
+class Preset:
+    text: str = ""
+    reasoning: str = ""
+    calls: tuple = ()  # (name, arguments)
+    stop: str = "end"  # end | tool | max_tokens, in no dialect's words
+    usage: Usage | None = None
+
+
+PRESETS = {
+    # Script::default(): 16 generated words, input 10.
+    "sim-fast": Preset(
+        text="Sure, here is the short answer: the request waited in a queue, the",
+        usage=Usage(input=10, cache_read=0, cache_write=0, output=16, reasoning=0),
+    ),
+    "sim-reasoning": Preset(
+        text="Sure, here is the short",
+        reasoning="Let me think about",
+        usage=Usage(input=20, cache_read=8, cache_write=4, output=10, reasoning=4),
+    ),
+    "sim-tool-call": Preset(
+        calls=(("get_weather", {"query": "weather in Paris tomorrow"}),),
+        stop="tool",
+        usage=Usage(input=30, cache_read=16, cache_write=0, output=4, reasoning=0),
+    ),
+    "sim-parallel-tools": Preset(
+        calls=(
+            ("get_weather", {"query": "weather in Paris"}),
+            ("get_time", {"location": "Tokyo, Japan local"}),
+        ),
+        stop="tool",
+        usage=Usage(input=36, cache_read=0, cache_write=12, output=6, reasoning=0),
+    ),
+    "sim-max-tokens": Preset(
+        text="Sure, here is the short answer:",
+        stop="max_tokens",
+        usage=Usage(input=12, cache_read=4, cache_write=0, output=8, reasoning=0),
+    ),
+    # sim-echo: 8 text deltas of the request's summary; its text is checked by each test.
+    "sim-echo": Preset(usage=Usage(input=40, cache_read=0, cache_write=0, output=8, reasoning=0)),
+}
+OVERLOAD_TEXT = "Sure, here is the"  # sim-overloaded-in-band: 5 words, then the error
+OVERLOAD_MESSAGE = "Overloaded"  # the sim's message for HTTP 529, in every dialect
+RATE_LIMIT_MESSAGE = "Rate limit reached for requests"
+
+
+def stop_word(client: str, stop: str) -> str:
+    """The client dialect's own word for a preset's ending."""
+    return {
+        "chat": {"end": "stop", "tool": "tool_calls", "max_tokens": "length"},
+        "responses": {"end": "completed", "tool": "completed", "max_tokens": "incomplete:max_output_tokens"},
+        "messages": {"end": "end_turn", "tool": "tool_use", "max_tokens": "max_tokens"},
+    }[client][stop]
+
+
+def expected_usage(client: str, upstream: str, u: Usage) -> dict:
+    """The usage fields the client's SDK shows for preset usage `u` sent by an `upstream` sim:
+    OpenAI counts cached tokens in the input, Anthropic does not; Anthropic reports no
+    reasoning tokens, so none can reach an OpenAI client from it."""
+    reasoning = None if upstream == "messages" else u.reasoning
+    if client == "chat":
+        return {
+            "prompt_tokens": u.input_total,
+            "completion_tokens": u.output,
+            "cached_tokens": u.cache_read,
+            "cache_write_tokens": u.cache_write,
+            "reasoning_tokens": reasoning,
+        }
+    if client == "responses":
+        return {
+            "input_tokens": u.input_total,
+            "output_tokens": u.output,
+            "cached_tokens": u.cache_read,
+            "cache_write_tokens": u.cache_write,
+            "reasoning_tokens": reasoning,
+        }
+    return {
+        "input_tokens": u.input,
+        "output_tokens": u.output,
+        "cache_read_input_tokens": u.cache_read,
+        "cache_creation_input_tokens": u.cache_write,
+    }
+
+
+def assert_usage(got: dict, expected: dict, at: str) -> None:
+    # A count of zero may be absent in one dialect and 0 in another (Chat leaves out a zero
+    # cache write, Anthropic always sends it); a non-zero count must be there, exactly.
+    for key, value in expected.items():
+        seen = got.get(key)
+        if not value:
+            assert seen in (None, 0), f"{at}: usage {key} = {seen!r}, expected 0 or absent; {got}"
+        else:
+            assert seen == value, f"{at}: usage {key} = {seen!r}, expected {value}; {got}"
+
+
+# --- The SDKs, as a customer uses them ------------------------------------------------------
+
+
+@dataclass
+class Got:
+    """What one SDK call reconstructed."""
+
+    request_id: str
+    text: str = ""
+    reasoning: str = ""
+    calls: list = field(default_factory=list)  # (name, parsed arguments)
+    call_ids: list = field(default_factory=list)
+    stop: str | None = None
+    usage: dict = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def openai_client(translation_gateway):
+    client = openai.OpenAI(
+        api_key=translation_gateway.token,
+        base_url=translation_gateway.openai_base_url,
+        max_retries=0,
+        timeout=10.0,
+    )
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def anthropic_client(translation_gateway):
+    client = anthropic.Anthropic(
+        api_key=translation_gateway.token,
+        base_url=translation_gateway.anthropic_base_url,
+        max_retries=0,
+        timeout=10.0,
+    )
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def sdk(openai_client, anthropic_client):
+    """`sdk(client_dialect)` returns the function that runs one conversation in that dialect."""
+
+    def pick(client: str):
+        return {
+            "chat": lambda **kw: run_chat(openai_client, **kw),
+            "responses": lambda **kw: run_responses(openai_client, **kw),
+            "messages": lambda **kw: run_messages(anthropic_client, **kw),
+        }[client]
+
+    return pick
+
+
+def _extra(obj, name):
+    """A field the SDK's types do not declare (kept by its models as an extra)."""
+    if obj is None:
+        return None
+    value = getattr(obj, name, None)
+    if value is None and getattr(obj, "model_extra", None):
+        value = obj.model_extra.get(name)
+    return value
+
+
+# Conversations, in the dialect-neutral form the runners turn into each SDK's own shapes:
+# ("user", [parts]) with parts "text:<s>", "image_url", "image_base64"; ("assistant_calls",
+# [(id, name, arguments)]); ("tool_results", [(id, text, is_error)]).
+PLAIN = [("user", [f"text:{PROMPT}"])]
+
+
+def chat_messages(conversation) -> list:
+    out = [{"role": "system", "content": SYSTEM}]
+    for kind, items in conversation:
+        if kind == "user":
+            parts = []
+            for p in items:
+                if p.startswith("text:"):
+                    parts.append({"type": "text", "text": p[5:]})
+                elif p == "image_url":
+                    parts.append({"type": "image_url", "image_url": {"url": IMAGE_URL}})
+                elif p == "image_base64":
+                    url = f"data:image/png;base64,{PNG_BASE64}"
+                    parts.append({"type": "image_url", "image_url": {"url": url}})
+            out.append({"role": "user", "content": parts})
+        elif kind == "assistant_calls":
+            calls = [
+                {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+                for i, n, a in items
+            ]
+            out.append({"role": "assistant", "content": None, "tool_calls": calls})
+        elif kind == "tool_results":
+            for i, text, is_error in items:
+                content = f"Error: {text}" if is_error else text
+                out.append({"role": "tool", "tool_call_id": i, "content": content})
+    return out
+
+
+def responses_input(conversation) -> list:
+    out = []
+    for kind, items in conversation:
+        if kind == "user":
+            parts = []
+            for p in items:
+                if p.startswith("text:"):
+                    parts.append({"type": "input_text", "text": p[5:]})
+                elif p == "image_url":
+                    parts.append({"type": "input_image", "image_url": IMAGE_URL, "detail": "auto"})
+                elif p == "image_base64":
+                    url = f"data:image/png;base64,{PNG_BASE64}"
+                    parts.append({"type": "input_image", "image_url": url, "detail": "auto"})
+            out.append({"role": "user", "content": parts})
+        elif kind == "assistant_calls":
+            for i, n, a in items:
+                out.append(
+                    {"type": "function_call", "call_id": i, "name": n, "arguments": json.dumps(a)}
+                )
+        elif kind == "tool_results":
+            for i, text, is_error in items:
+                output = f"Error: {text}" if is_error else text
+                out.append({"type": "function_call_output", "call_id": i, "output": output})
+    return out
+
+
+def messages_messages(conversation) -> list:
+    out = []
+    for kind, items in conversation:
+        if kind == "user":
+            parts = []
+            for p in items:
+                if p.startswith("text:"):
+                    parts.append({"type": "text", "text": p[5:]})
+                elif p == "image_url":
+                    parts.append({"type": "image", "source": {"type": "url", "url": IMAGE_URL}})
+                elif p == "image_base64":
+                    source = {"type": "base64", "media_type": "image/png", "data": PNG_BASE64}
+                    parts.append({"type": "image", "source": source})
+            out.append({"role": "user", "content": parts})
+        elif kind == "assistant_calls":
+            blocks = [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in items]
+            out.append({"role": "assistant", "content": blocks})
+        elif kind == "tool_results":
+            blocks = [
+                {"type": "tool_result", "tool_use_id": i, "content": text, "is_error": is_error}
+                for i, text, is_error in items
+            ]
+            out.append({"role": "user", "content": blocks})
+    return out
+
+
+def _schema(name: str) -> dict:
+    key = TOOLS[name]["key"]
+    return {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]}
+
+
+def run_chat(client, *, model, stream, conversation=PLAIN, tools=()) -> Got:
+    params = dict(
+        model=model,
+        messages=chat_messages(conversation),
+        max_completion_tokens=MAX_TOKENS,
+        temperature=TEMPERATURE,
+    )
+    if tools:
+        params["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t, "description": TOOLS[t]["description"], "parameters": _schema(t)},
+            }
+            for t in tools
+        ]
+    if stream:
+        raw = client.chat.completions.with_raw_response.create(
+            stream=True, stream_options={"include_usage": True}, **params
+        )
+        got = Got(request_id=raw.headers.get(REQUEST_ID_HEADER))
+        calls: dict[int, list] = {}
+        usage = None
+        for chunk in raw.parse():
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                delta = choice.delta
+                got.text += delta.content or ""
+                got.reasoning += _extra(delta, "reasoning_content") or ""
+                for tc in delta.tool_calls or []:
+                    call = calls.setdefault(tc.index, [None, None, ""])
+                    if tc.id:
+                        call[0] = tc.id
+                    if tc.function and tc.function.name:
+                        call[1] = tc.function.name
+                    if tc.function and tc.function.arguments:
+                        call[2] += tc.function.arguments
+                if choice.finish_reason:
+                    got.stop = choice.finish_reason
+        for index in sorted(calls):
+            call_id, name, arguments = calls[index]
+            got.call_ids.append(call_id)
+            got.calls.append((name, json.loads(arguments)))
+    else:
+        raw = client.chat.completions.with_raw_response.create(**params)
+        got = Got(request_id=raw.headers.get(REQUEST_ID_HEADER))
+        completion = raw.parse()
+        message = completion.choices[0].message
+        got.text = message.content or ""
+        got.reasoning = _extra(message, "reasoning_content") or ""
+        for tc in message.tool_calls or []:
+            got.call_ids.append(tc.id)
+            got.calls.append((tc.function.name, json.loads(tc.function.arguments)))
+        got.stop = completion.choices[0].finish_reason
+        usage = completion.usage
+    if usage is not None:
+        prompt = usage.prompt_tokens_details
+        completion_details = usage.completion_tokens_details
+        got.usage = {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "cached_tokens": prompt.cached_tokens if prompt else None,
+            "cache_write_tokens": _extra(prompt, "cache_write_tokens"),
+            "reasoning_tokens": completion_details.reasoning_tokens if completion_details else None,
+        }
+    return got
+
+
+def _responses_got(got: Got, response) -> Got:
+    for item in response.output:
+        if item.type == "reasoning":
+            got.reasoning += "".join(s.text for s in item.summary or [])
+        elif item.type == "function_call":
+            got.call_ids.append(item.call_id)
+            got.calls.append((item.name, json.loads(item.arguments)))
+    got.text = response.output_text
+    got.stop = response.status
+    if response.status == "incomplete" and response.incomplete_details:
+        got.stop = f"incomplete:{response.incomplete_details.reason}"
+    u = response.usage
+    if u is not None:
+        got.usage = {
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+            "cached_tokens": u.input_tokens_details.cached_tokens if u.input_tokens_details else None,
+            "cache_write_tokens": _extra(u.input_tokens_details, "cache_write_tokens"),
+            "reasoning_tokens": u.output_tokens_details.reasoning_tokens
+            if u.output_tokens_details
+            else None,
+        }
+    return got
+
+
+def run_responses(client, *, model, stream, conversation=PLAIN, tools=()) -> Got:
+    params = dict(
+        model=model,
+        instructions=SYSTEM,
+        input=responses_input(conversation),
+        max_output_tokens=MAX_TOKENS,
+        temperature=TEMPERATURE,
+    )
+    if tools:
+        params["tools"] = [
+            {
+                "type": "function",
+                "name": t,
+                "description": TOOLS[t]["description"],
+                "parameters": _schema(t),
+                "strict": False,
+            }
+            for t in tools
+        ]
+    raw = client.responses.with_raw_response.create(stream=stream, **params)
+    got = Got(request_id=raw.headers.get(REQUEST_ID_HEADER))
+    if not stream:
+        return _responses_got(got, raw.parse())
+    events = list(raw.parse())
+    types = [e.type for e in events]
+    terminal = [e for e in events if e.type in ("response.completed", "response.incomplete")]
+    assert len(terminal) == 1, f"one terminal event expected: {types}"
+    assert types[0] == "response.created", types
+    assert types[-1] == terminal[0].type, types
+    _responses_got(got, terminal[0].response)
+    # The deltas the SDK yielded add up to what the terminal response says.
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == got.text, f"text deltas {deltas!r} != output_text {got.text!r}"
+    reasoning = "".join(
+        e.delta for e in events if e.type == "response.reasoning_summary_text.delta"
+    )
+    assert reasoning == got.reasoning, f"reasoning deltas {reasoning!r} != {got.reasoning!r}"
+    return got
+
+
+def run_messages(client, *, model, stream, conversation=PLAIN, tools=()) -> Got:
+    params = dict(
+        model=model,
+        system=SYSTEM,
+        messages=messages_messages(conversation),
+        max_tokens=MAX_TOKENS,
+    )
+    if tools:
+        params["tools"] = [
+            {"name": t, "description": TOOLS[t]["description"], "input_schema": _schema(t)}
+            for t in tools
+        ]
+    if stream:
+        with client.messages.stream(**params) as s:
+            got = Got(request_id=s.response.headers.get(REQUEST_ID_HEADER))
+            streamed_text = "".join(s.text_stream)
+            message = s.get_final_message()
+    else:
+        raw = client.messages.with_raw_response.create(**params)
+        got = Got(request_id=raw.headers.get(REQUEST_ID_HEADER))
+        message = raw.parse()
+        streamed_text = None
+    for block in message.content:
+        if block.type == "text":
+            got.text += block.text
+        elif block.type == "thinking":
+            got.reasoning += block.thinking
+        elif block.type == "tool_use":
+            got.call_ids.append(block.id)
+            got.calls.append((block.name, block.input))
+    if streamed_text is not None:
+        assert streamed_text == got.text, f"text_stream {streamed_text!r} != {got.text!r}"
+    got.stop = message.stop_reason
+    u = message.usage
+    got.usage = {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cache_read_input_tokens": u.cache_read_input_tokens,
+        "cache_creation_input_tokens": u.cache_creation_input_tokens,
+    }
+    return got
+
+
+# --- The stored record ----------------------------------------------------------------------
+
+
+def _is_ms(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value >= 0
+
+
+def assert_row(gw, request_id, *, client, upstream, stream, model, outcome="completed",
+               usage: Usage | None = None, has_text=True, status=200) -> dict:
+    assert request_id and request_id.startswith("req_"), f"bad request id: {request_id!r}"
+    row = gw.stored_request(request_id)
+    at = f"row {request_id}"
+    assert row["model"] == model, (at, row)
+    assert row["dialect"] == client, (at, row)
+    assert row["client_dialect"] == client, (at, row)
+    assert row["upstream_dialect"] == upstream, (at, row)
+    assert row["translated"] is (client != upstream), (at, row)
+    assert row["stream"] is stream, (at, row)
+    assert row["status"] == status, (at, row)
+    assert row["outcome"] == outcome, (at, row)
+    if usage is not None:
+        assert row["input_tokens"] == usage.input_total, (at, row)
+        assert row["output_tokens"] == usage.output, (at, row)
+        assert (row["cache_read_tokens"] or 0) == usage.cache_read, (at, row)
+        assert (row["cache_write_tokens"] or 0) == usage.cache_write, (at, row)
+    timing = row["other"]["timing"]
+    assert _is_ms(timing["upstream_headers_ms"]), (at, timing)
+    if status == 200 and stream:
+        # The stream's marks, stamped in the upstream's dialect.
+        assert _is_ms(timing["first_sse_event_ms"]), (at, timing)
+        assert _is_ms(timing["first_response_ms"]), (at, timing)
+        assert timing["first_response_ms"] >= timing["first_sse_event_ms"], (at, timing)
+        if has_text:
+            assert _is_ms(timing["first_text_delta_ms"]), (at, timing)
+            assert timing["first_text_delta_ms"] >= timing["first_response_ms"], (at, timing)
+        else:
+            assert timing["first_text_delta_ms"] is None, (at, timing)
+    elif status == 200:
+        # A whole answer has no stream marks; its end is the upstream's.
+        assert _is_ms(timing["upstream_done_ms"]), (at, timing)
+    return row
+
+
+def check_answer(gw, got: Got, preset_name: str, *, client, upstream, stream) -> None:
+    preset = PRESETS[preset_name]
+    at = f"{client} via {upstream}, stream={stream}"
+    assert got.text == preset.text, at
+    assert got.reasoning == preset.reasoning, at
+    assert got.calls == list(preset.calls), at
+    assert all(got.call_ids) and len(set(got.call_ids)) == len(got.call_ids), (at, got.call_ids)
+    assert got.stop == stop_word(client, preset.stop), at
+    assert_usage(got.usage, expected_usage(client, upstream, preset.usage), at)
+    outcome = "incomplete" if preset.stop == "max_tokens" else "completed"
+    assert_row(
+        gw, got.request_id, client=client, upstream=upstream, stream=stream,
+        model=via(upstream, preset_name), outcome=outcome, usage=preset.usage,
+        has_text=bool(preset.text),
+    )
+
+
+# --- The matrix -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+def test_plain_text(translation_gateway, sdk, client, upstream, stream):
+    got = sdk(client)(model=via(upstream, "sim-fast"), stream=stream)
+    check_answer(translation_gateway, got, "sim-fast", client=client, upstream=upstream, stream=stream)
+
+
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+def test_reasoning_then_text(translation_gateway, sdk, client, upstream, stream):
+    got = sdk(client)(model=via(upstream, "sim-reasoning"), stream=stream)
+    check_answer(
+        translation_gateway, got, "sim-reasoning", client=client, upstream=upstream, stream=stream
+    )
+
+
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+def test_tool_call_only(translation_gateway, sdk, client, upstream, stream):
+    got = sdk(client)(model=via(upstream, "sim-tool-call"), stream=stream, tools=("get_weather",))
+    check_answer(
+        translation_gateway, got, "sim-tool-call", client=client, upstream=upstream, stream=stream
+    )
+
+
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+def test_parallel_tool_calls(translation_gateway, sdk, client, upstream, stream):
+    got = sdk(client)(
+        model=via(upstream, "sim-parallel-tools"), stream=stream, tools=("get_weather", "get_time")
+    )
+    check_answer(
+        translation_gateway, got, "sim-parallel-tools", client=client, upstream=upstream, stream=stream
+    )
+
+
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+def test_incomplete_at_max_tokens(translation_gateway, sdk, client, upstream, stream):
+    got = sdk(client)(model=via(upstream, "sim-max-tokens"), stream=stream)
+    check_answer(
+        translation_gateway, got, "sim-max-tokens", client=client, upstream=upstream, stream=stream
+    )
+
+
+def run_echo(gw, sdk, client, upstream, stream, conversation, tools=()) -> dict:
+    """Runs `conversation` against sim-echo; checks the answer like any other and returns the
+    summary of what the upstream received, in its own dialect."""
+    got = sdk(client)(
+        model=via(upstream, "sim-echo"), stream=stream, conversation=conversation, tools=tools
+    )
+    at = f"{client} via {upstream}, stream={stream}"
+    assert got.stop == stop_word(client, "end"), at
+    assert_usage(got.usage, expected_usage(client, upstream, PRESETS["sim-echo"].usage), at)
+    assert_row(
+        gw, got.request_id, client=client, upstream=upstream, stream=stream,
+        model=via(upstream, "sim-echo"), usage=PRESETS["sim-echo"].usage,
+    )
+    summary = json.loads(got.text)
+    # What every request of these tests says, in any upstream's words.
+    assert summary["dialect"] == upstream, (at, summary)
+    assert summary["model"] == "sim-echo", (at, summary)
+    assert summary["stream"] is stream, (at, summary)
+    assert summary["system"] == SYSTEM, (at, summary)
+    assert summary["max_tokens"] == MAX_TOKENS, (at, summary)
+    # This Anthropic SDK has no `temperature` parameter; the OpenAI clients send one.
+    temperature = None if client == "messages" else TEMPERATURE
+    assert summary["temperature"] == temperature, (at, summary)
+    if upstream == "chat" and stream:
+        assert summary["include_usage"] is True, (at, summary)
+    return summary
+
+
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+def test_text_after_tool_results_reaches_the_upstream_in_its_own_shape(
+    translation_gateway, sdk, client, upstream, stream
+):
+    conversation = [
+        ("user", [f"text:{PROMPT} And what time is it in Tokyo?"]),
+        (
+            "assistant_calls",
+            [
+                ("call_1", "get_weather", {"query": "Paris"}),
+                ("call_2", "get_time", {"location": "Tokyo"}),
+            ],
+        ),
+        ("tool_results", [("call_1", "22 C and sunny", False), ("call_2", "no such city", True)]),
+    ]
+    summary = run_echo(
+        translation_gateway, sdk, client, upstream, stream, conversation,
+        tools=("get_weather", "get_time"),
+    )
+    calls = ["tool_call:get_weather:call_1", "tool_call:get_time:call_2"]
+    results = ["tool_result:call_1", "tool_result:call_2:error"]
+    user = {"role": "user", "parts": ["text"]}
+    expected_turns = {
+        "chat": [
+            user,
+            {"role": "assistant", "parts": calls},
+            {"role": "tool", "parts": results[:1]},
+            {"role": "tool", "parts": results[1:]},
+        ],
+        "responses": [
+            user,
+            {"item": "function_call", "parts": calls[:1]},
+            {"item": "function_call", "parts": calls[1:]},
+            {"item": "function_call_output", "parts": results[:1]},
+            {"item": "function_call_output", "parts": results[1:]},
+        ],
+        # Anthropic: every result of a turn in the next user message.
+        "messages": [user, {"role": "assistant", "parts": calls}, {"role": "user", "parts": results}],
+    }[upstream]
+    assert summary["turns"] == expected_turns, summary
+    assert summary["tools"] == ["get_weather", "get_time"], summary
+
+
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+def test_image_input_by_url_and_base64_reaches_the_upstream(
+    translation_gateway, sdk, client, upstream, stream
+):
+    conversation = [("user", ["text:What is in these two pictures?", "image_url", "image_base64"])]
+    summary = run_echo(translation_gateway, sdk, client, upstream, stream, conversation)
+    assert summary["turns"] == [{"role": "user", "parts": ["text", "image:url", "image:base64"]}], summary
+    assert summary["tools"] in (None, []), summary
+
+
+# --- Errors ---------------------------------------------------------------------------------
+
+
+def _raise_for(client: str, model: str, stream: bool, openai_client, anthropic_client):
+    if client == "chat":
+        return openai_client.chat.completions.create(
+            model=model, messages=chat_messages(PLAIN), max_completion_tokens=MAX_TOKENS, stream=stream
+        )
+    if client == "responses":
+        return openai_client.responses.create(
+            model=model, input=responses_input(PLAIN), max_output_tokens=MAX_TOKENS, stream=stream
+        )
+    return anthropic_client.messages.create(
+        model=model, messages=messages_messages(PLAIN), max_tokens=MAX_TOKENS, stream=stream
+    )
+
+
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+def test_an_upstream_429_raises_rate_limit_error(
+    translation_gateway, openai_client, anthropic_client, client, upstream, stream
+):
+    model = via(upstream, "sim-rate-limited")
+    expected = anthropic.RateLimitError if client == "messages" else openai.RateLimitError
+    with pytest.raises(expected) as excinfo:
+        _raise_for(client, model, stream, openai_client, anthropic_client)
+    err = excinfo.value
+    assert err.status_code == 429
+    assert RATE_LIMIT_MESSAGE in str(err), str(err)
+    body = err.response.json()
+    if client == "messages":
+        assert body["type"] == "error" and body["error"]["type"] == "rate_limit_error", body
+    else:
+        assert body["error"]["message"].startswith(RATE_LIMIT_MESSAGE), body
+    assert err.response.headers.get("retry-after") == "1", dict(err.response.headers)
+    assert_row(
+        translation_gateway, err.response.headers.get(REQUEST_ID_HEADER), client=client,
+        upstream=upstream, stream=stream, model=model, outcome="upstream_error", status=429,
+    )
+
+
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+def test_an_in_band_overload_error(
+    translation_gateway, openai_client, anthropic_client, client, upstream, stream
+):
+    model = via(upstream, "sim-overloaded-in-band")
+    if not stream:
+        # Not streamed, the sim answers HTTP 529 with the overload error.
+        expected = anthropic.InternalServerError if client == "messages" else openai.InternalServerError
+        with pytest.raises(expected) as excinfo:
+            _raise_for(client, model, stream, openai_client, anthropic_client)
+        assert excinfo.value.status_code == 529
+        assert OVERLOAD_MESSAGE in str(excinfo.value), str(excinfo.value)
+        if client == "messages":
+            assert excinfo.value.response.json()["error"]["type"] == "overloaded_error"
+        assert_row(
+            translation_gateway, excinfo.value.response.headers.get(REQUEST_ID_HEADER),
+            client=client, upstream=upstream, stream=stream, model=model,
+            outcome="upstream_error", status=529,
+        )
+        return
+
+    text = ""
+    if client == "messages":
+        # The Anthropic SDK raises on `event: error`, after the text it already yielded.
+        with pytest.raises(anthropic.APIStatusError) as excinfo:
+            with anthropic_client.messages.stream(
+                model=model, messages=messages_messages(PLAIN), max_tokens=MAX_TOKENS
+            ) as s:
+                request_id = s.response.headers.get(REQUEST_ID_HEADER)
+                for t in s.text_stream:
+                    text += t
+        assert excinfo.value.body["error"]["type"] == "overloaded_error", excinfo.value.body
+        assert OVERLOAD_MESSAGE in str(excinfo.value)
+    elif client == "chat":
+        # The OpenAI SDK raises on a chunk carrying `error`.
+        raw = openai_client.chat.completions.with_raw_response.create(
+            model=model, messages=chat_messages(PLAIN), max_completion_tokens=MAX_TOKENS,
+            stream=True, stream_options={"include_usage": True},
+        )
+        request_id = raw.headers.get(REQUEST_ID_HEADER)
+        finish = []
+        with pytest.raises(openai.APIError) as excinfo:
+            for chunk in raw.parse():
+                for c in chunk.choices:
+                    text += c.delta.content or ""
+                    finish += [c.finish_reason] if c.finish_reason else []
+        assert OVERLOAD_MESSAGE in str(excinfo.value), str(excinfo.value)
+        assert finish == [], "no finish reason before the error"
+    else:
+        # The Responses SDK raises on an `error` event that nests its `error` object, and
+        # yields one that carries code and message flat; either way no completed response.
+        raw = openai_client.responses.with_raw_response.create(
+            model=model, input=responses_input(PLAIN), max_output_tokens=MAX_TOKENS, stream=True
+        )
+        request_id = raw.headers.get(REQUEST_ID_HEADER)
+        events = []
+        raised = None
+        try:
+            for e in raw.parse():
+                events.append(e)
+        except openai.APIError as err:
+            raised = err
+        types = [e.type for e in events]
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert "response.completed" not in types and "response.incomplete" not in types, types
+        if raised is not None:
+            assert OVERLOAD_MESSAGE in str(raised), str(raised)
+        else:
+            errors = [e for e in events if e.type in ("error", "response.failed")]
+            assert errors, f"neither raised nor yielded an error: {types}"
+            first = errors[0]
+            message = first.message if first.type == "error" else first.response.error.message
+            assert OVERLOAD_MESSAGE in message, message
+    assert text == OVERLOAD_TEXT
+    assert_row(
+        translation_gateway, request_id, client=client, upstream=upstream, stream=stream,
+        model=model, outcome="upstream_error",
+    )
