@@ -676,6 +676,17 @@ def test_image_input_by_url_and_base64_reaches_the_upstream(
 # --- Errors ---------------------------------------------------------------------------------
 
 
+def assert_error_body(client: str, body: dict, anthropic_type: str) -> None:
+    """The error body is in the client's dialect: Anthropic's `{"type":"error","error":{type,
+    message}}`, or OpenAI's `{"error":{message,type,param,code}}` (no top-level `type`)."""
+    if client == "messages":
+        assert body.get("type") == "error", body
+        assert body["error"]["type"] == anthropic_type, body
+    else:
+        assert "type" not in body, f"an Anthropic-shaped error reached an OpenAI client: {body}"
+        assert {"message", "type", "code"} <= set(body["error"]), body
+
+
 def _raise_for(client: str, model: str, stream: bool, openai_client, anthropic_client):
     if client == "chat":
         return openai_client.chat.completions.create(
@@ -702,10 +713,8 @@ def test_an_upstream_429_raises_rate_limit_error(
     assert err.status_code == 429
     assert RATE_LIMIT_MESSAGE in str(err), str(err)
     body = err.response.json()
-    if client == "messages":
-        assert body["type"] == "error" and body["error"]["type"] == "rate_limit_error", body
-    else:
-        assert body["error"]["message"].startswith(RATE_LIMIT_MESSAGE), body
+    assert_error_body(client, body, "rate_limit_error")
+    assert body["error"]["message"].startswith(RATE_LIMIT_MESSAGE), body
     assert err.response.headers.get("retry-after") == "1", dict(err.response.headers)
     assert_row(
         translation_gateway, err.response.headers.get(REQUEST_ID_HEADER), client=client,
@@ -725,8 +734,7 @@ def test_an_in_band_overload_error(
             _raise_for(client, model, stream, openai_client, anthropic_client)
         assert excinfo.value.status_code == 529
         assert OVERLOAD_MESSAGE in str(excinfo.value), str(excinfo.value)
-        if client == "messages":
-            assert excinfo.value.response.json()["error"]["type"] == "overloaded_error"
+        assert_error_body(client, excinfo.value.response.json(), "overloaded_error")
         assert_row(
             translation_gateway, excinfo.value.response.headers.get(REQUEST_ID_HEADER),
             client=client, upstream=upstream, stream=stream, model=model,
