@@ -52,24 +52,7 @@ impl Encoder {
                 buf.raw("}");
                 sse_close(buf);
             }
-            HubEvent::BlockDelta { index, delta } => {
-                let buf = out.buf();
-                open(buf, "content_block_delta", *index);
-                let (kind, key, t) = match delta {
-                    Delta::Text(t) => ("text_delta", "text", t),
-                    Delta::Reasoning(t) => ("thinking_delta", "thinking", t),
-                    Delta::Signature(t) => ("signature_delta", "signature", t),
-                    Delta::ToolArgs(t) => ("input_json_delta", "partial_json", t),
-                };
-                buf.raw(",\"delta\":{\"type\":\"");
-                buf.raw(kind);
-                buf.raw("\",\"");
-                buf.raw(key);
-                buf.raw("\":");
-                buf.lit(t.raw());
-                buf.raw("}}");
-                sse_close(buf);
-            }
+            HubEvent::BlockDelta { index, delta } => write_delta(out.buf(), *index, delta),
             HubEvent::BlockStop { index } => {
                 let buf = out.buf();
                 open(buf, "content_block_stop", *index);
@@ -118,6 +101,24 @@ impl Encoder {
         buf.raw("}}");
         sse_close(buf);
     }
+}
+
+fn write_delta(buf: &mut bytes::BytesMut, index: u32, delta: &Delta<'_>) {
+    open(buf, "content_block_delta", index);
+    let (kind, key, t) = match delta {
+        Delta::Text(t) => ("text_delta", "text", t),
+        Delta::Reasoning(t) => ("thinking_delta", "thinking", t),
+        Delta::Signature(t) => ("signature_delta", "signature", t),
+        Delta::ToolArgs(t) => ("input_json_delta", "partial_json", t),
+    };
+    buf.raw(",\"delta\":{\"type\":\"");
+    buf.raw(kind);
+    buf.raw("\",\"");
+    buf.raw(key);
+    buf.raw("\":");
+    buf.lit(t.raw());
+    buf.raw("}}");
+    sse_close(buf);
 }
 
 /// `event: <name>` and `{"type":"<name>","index":<i>` (the caller closes the object).

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::super::error::ErrorObject;
-use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, StopReason};
+use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
 use super::super::json::{nonempty, plain, text, Count};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::incomplete_stop;
@@ -76,35 +76,21 @@ impl Decoder {
         let content = ev.content_index.0.unwrap_or(0);
         match kind.as_deref().or(event).unwrap_or_default() {
             "response.output_text.delta" | "response.refusal.delta" => {
-                if let Some(t) = nonempty(ev.delta) {
-                    let index = self.open(key(output, content), BlockKind::Text, emit);
-                    emit(HubEvent::BlockDelta {
-                        index,
-                        delta: Delta::Text(t),
-                    });
-                }
+                let key = key(output, content);
+                self.delta(
+                    key,
+                    BlockKind::Text,
+                    nonempty(ev.delta).map(Delta::Text),
+                    emit,
+                );
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                if let Some(t) = nonempty(ev.delta) {
-                    let index = self.open(key(output, ITEM), BlockKind::Reasoning, emit);
-                    emit(HubEvent::BlockDelta {
-                        index,
-                        delta: Delta::Reasoning(t),
-                    });
-                }
+                let key = key(output, ITEM);
+                let delta = nonempty(ev.delta).map(Delta::Reasoning);
+                self.delta(key, BlockKind::Reasoning, delta, emit);
             }
             "response.function_call_arguments.delta" => {
-                if let (Some(t), Some(index)) =
-                    (nonempty(ev.delta), self.blocks.get(key(output, ITEM)))
-                {
-                    if !self.args_streamed.contains(&output) {
-                        self.args_streamed.push(output);
-                    }
-                    emit(HubEvent::BlockDelta {
-                        index,
-                        delta: Delta::ToolArgs(t),
-                    });
-                }
+                self.args(output, nonempty(ev.delta), emit);
             }
             "response.function_call_arguments.done" => {
                 self.unstreamed_args(output, nonempty(ev.arguments), emit);
@@ -129,43 +115,10 @@ impl Decoder {
                 }
                 self.blocks.stop(key(output, ITEM), emit);
             }
-            "response.created" => {
-                let response = ev.response.unwrap_or_default();
-                if let Some(u) = &response.usage {
-                    self.usage.apply(&u.report());
-                }
-                emit(HubEvent::MessageStart {
-                    id: nonempty(response.id),
-                    model: nonempty(response.model),
-                    usage: self.usage.tokens(),
-                });
-            }
-            "response.completed" | "response.incomplete" => {
-                let response = ev.response.unwrap_or_default();
-                self.blocks.stop_all(emit);
-                if let Some(u) = &response.usage {
-                    self.usage.apply(&u.report());
-                    emit(HubEvent::Usage(self.usage.tokens()));
-                }
-                let stop = if kind.as_deref() == Some("response.incomplete") {
-                    let reason = response
-                        .incomplete_details
-                        .as_ref()
-                        .and_then(|d| plain(d.reason));
-                    incomplete_stop(reason.as_deref())
-                } else if self.tool_seen {
-                    StopReason::ToolUse
-                } else {
-                    StopReason::EndTurn
-                };
-                emit(HubEvent::Stop(stop));
-                self.done = true;
-                emit(HubEvent::End);
-            }
-            "response.failed" => {
-                let response = ev.response.unwrap_or_default();
-                self.fail(response.error, emit);
-            }
+            "response.created" => self.created(ev.response.unwrap_or_default(), emit),
+            "response.completed" => self.finished(ev.response.unwrap_or_default(), false, emit),
+            "response.incomplete" => self.finished(ev.response.unwrap_or_default(), true, emit),
+            "response.failed" => self.fail(ev.response.unwrap_or_default().error, emit),
             // Both shapes: flat `{"type":"error","code":…,"message":…}` and nested
             // `{"type":"error","error":{…}}`.
             "error" => {
@@ -178,6 +131,76 @@ impl Decoder {
             }
             _ => {}
         }
+    }
+
+    /// Text or reasoning for the block of `key`, opened if the upstream skipped its opening.
+    fn delta<'a>(
+        &mut self,
+        key: u64,
+        kind: BlockKind<'a>,
+        delta: Option<Delta<'a>>,
+        emit: &mut impl FnMut(HubEvent<'a>),
+    ) {
+        if let Some(delta) = delta {
+            let index = self.open(key, kind, emit);
+            emit(HubEvent::BlockDelta { index, delta });
+        }
+    }
+
+    fn args<'a>(
+        &mut self,
+        output: u64,
+        args: Option<JsonText<'a>>,
+        emit: &mut impl FnMut(HubEvent<'a>),
+    ) {
+        if let (Some(t), Some(index)) = (args, self.blocks.get(key(output, ITEM))) {
+            if !self.args_streamed.contains(&output) {
+                self.args_streamed.push(output);
+            }
+            emit(HubEvent::BlockDelta {
+                index,
+                delta: Delta::ToolArgs(t),
+            });
+        }
+    }
+
+    fn created<'a>(&mut self, response: Response<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
+        if let Some(u) = &response.usage {
+            self.usage.apply(&u.report());
+        }
+        emit(HubEvent::MessageStart {
+            id: nonempty(response.id),
+            model: nonempty(response.model),
+            usage: self.usage.tokens(),
+        });
+    }
+
+    /// `response.completed` or (`incomplete`) `response.incomplete`.
+    fn finished<'a>(
+        &mut self,
+        response: Response<'a>,
+        incomplete: bool,
+        emit: &mut impl FnMut(HubEvent<'a>),
+    ) {
+        self.blocks.stop_all(emit);
+        if let Some(u) = &response.usage {
+            self.usage.apply(&u.report());
+            emit(HubEvent::Usage(self.usage.tokens()));
+        }
+        let stop = if incomplete {
+            let reason = response
+                .incomplete_details
+                .as_ref()
+                .and_then(|d| plain(d.reason));
+            incomplete_stop(reason.as_deref())
+        } else if self.tool_seen {
+            StopReason::ToolUse
+        } else {
+            StopReason::EndTurn
+        };
+        emit(HubEvent::Stop(stop));
+        self.done = true;
+        emit(HubEvent::End);
     }
 
     fn item_added<'a>(&mut self, output: u64, item: Item<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
@@ -208,7 +231,7 @@ impl Decoder {
     fn unstreamed_args<'a>(
         &mut self,
         output: u64,
-        args: Option<super::super::hub::JsonText<'a>>,
+        args: Option<JsonText<'a>>,
         emit: &mut impl FnMut(HubEvent<'a>),
     ) {
         if self.args_streamed.contains(&output) {
