@@ -675,6 +675,30 @@ fn a_failed_stream_ends_in_the_clients_dialect_and_takes_nothing_more() {
 }
 
 #[test]
+fn keep_alives_reach_the_client_as_its_own_kind_of_keep_alive() {
+    // Each text fixture carries one upstream keep-alive: a Chat comment, a Responses
+    // `keepalive`, an Anthropic `ping`.
+    for up in Dialect::ALL {
+        let upstream = fixture(up, Scenario::Text);
+        for client in Dialect::ALL {
+            let got = translate(up, client, upstream, &[]);
+            let pings = got.matches("event: ping\n").count();
+            let comments = got.matches(": keep-alive\n\n").count();
+            assert_eq!(pings + comments, 1, "{up}→{client}:\n{got}");
+            if client != Dialect::Messages {
+                assert_eq!(pings, 0);
+            }
+            let start = got.find("message_start");
+            let ping = got.find("event: ping");
+            assert!(
+                ping.is_none() || ping > start,
+                "no event before message_start"
+            );
+        }
+    }
+}
+
+#[test]
 fn mistral_content_parts_are_text_and_reasoning() {
     let chunk =
         |delta: &str| format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n");

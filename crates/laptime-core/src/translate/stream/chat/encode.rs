@@ -96,6 +96,7 @@ impl Encoder {
                 write_error_event(out, err);
                 done(out);
             }
+            HubEvent::Heartbeat => out.buf().raw(": keep-alive\n\n"),
         }
     }
 

@@ -100,6 +100,7 @@ impl Decoder {
                     },
                 )));
             }
+            "ping" => emit(HubEvent::Heartbeat),
             _ => {}
         }
     }

@@ -77,6 +77,12 @@ impl Encoder {
                 buf.raw("{\"type\":\"message_stop\"}");
                 sse_close(buf);
             }
+            // Anthropic's own ping once the message opened; before, a comment (no event may
+            // come before `message_start`).
+            HubEvent::Heartbeat if self.started => {
+                out.buf().raw("event: ping\ndata: {\"type\": \"ping\"}\n\n");
+            }
+            HubEvent::Heartbeat => out.buf().raw(": keep-alive\n\n"),
             HubEvent::Error(err) => {
                 out.comment();
                 let buf = out.buf();

@@ -129,6 +129,7 @@ impl Decoder {
                 };
                 self.fail(Some(ev.error.unwrap_or(flat)), emit);
             }
+            "keepalive" => emit(HubEvent::Heartbeat),
             _ => {}
         }
     }

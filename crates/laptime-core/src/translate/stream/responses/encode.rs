@@ -108,6 +108,8 @@ impl Encoder {
             HubEvent::Usage(_) | HubEvent::Stop(_) => {}
             HubEvent::End => self.end(out),
             HubEvent::Error(err) => self.fail(err, out),
+            // A comment rather than a `keepalive` event, which older SDKs do not know.
+            HubEvent::Heartbeat => out.buf().raw(": keep-alive\n\n"),
         }
     }
 
