@@ -1,7 +1,9 @@
 //! Responses events and `response` bodies → hub events.
 //!
 //! A `message` item's `output_text` (or `refusal`) part is a text block; a `reasoning` item is
-//! one reasoning block, fed by `reasoning_summary_text` and `reasoning_text` deltas alike; a
+//! one reasoning block, fed by `reasoning_summary_text` and `reasoning_text` deltas alike
+//! (summary parts a blank line apart), its `encrypted_content` the block's signature (the
+//! request half carries it back as Anthropic's `signature` and the other way round); a
 //! `function_call` item is a tool-call block whose id is the item's `call_id` (the id tool
 //! results name). Hosted-tool items (web search, code interpreter, …) are tools OpenAI ran and
 //! are not decoded. Arguments that arrive only in `.done` events (no deltas) are taken from
@@ -17,6 +19,9 @@ use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::incomplete_stop;
 use crate::usage::{Tokens, UsageAcc, UsageReport};
 use crate::Dialect;
+
+/// Between two summary parts of one reasoning item (escaped), as the request half joins them.
+const PART_BREAK: &str = "\\n\\n";
 
 /// The key of an item-level block (reasoning, function call): no content index.
 const ITEM: u64 = 0xFFFF_FFFF;
@@ -107,10 +112,26 @@ impl Decoder {
                     self.item_added(output, item, emit);
                 }
             }
+            "response.reasoning_summary_part.added" if ev.summary_index.0 > Some(0) => {
+                let delta = Some(Delta::Reasoning(JsonText::escaped(PART_BREAK)));
+                self.delta(key(output, ITEM), BlockKind::Reasoning, delta, emit);
+            }
             "response.output_item.done" => {
                 if let Some(item) = &ev.item {
-                    if plain(item.kind).as_deref() == Some("function_call") {
-                        self.unstreamed_args(output, nonempty(item.arguments), emit);
+                    match plain(item.kind).as_deref() {
+                        Some("function_call") => {
+                            self.unstreamed_args(output, nonempty(item.arguments), emit);
+                        }
+                        Some("reasoning") => {
+                            if let (Some(sig), Some(index)) = (
+                                nonempty(item.encrypted_content),
+                                self.blocks.get(key(output, ITEM)),
+                            ) {
+                                let delta = Delta::Signature(sig);
+                                emit(HubEvent::BlockDelta { index, delta });
+                            }
+                        }
+                        _ => {}
                     }
                 }
                 self.blocks.stop(key(output, ITEM), emit);
@@ -356,6 +377,8 @@ struct Event<'a> {
     output_index: Count,
     #[serde(default)]
     content_index: Count,
+    #[serde(default)]
+    summary_index: Count,
     #[serde(borrow)]
     delta: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -407,6 +430,8 @@ struct Item<'a> {
     name: Option<&'a RawValue>,
     #[serde(borrow)]
     arguments: Option<&'a RawValue>,
+    #[serde(borrow)]
+    encrypted_content: Option<&'a RawValue>,
     #[serde(borrow)]
     content: Option<Vec<Part<'a>>>,
     #[serde(borrow)]

@@ -10,7 +10,9 @@
 //! takes its final answer from it. In `usage`, `input_tokens`, `output_tokens`,
 //! `total_tokens`, `input_tokens_details.cached_tokens` and
 //! `output_tokens_details.reasoning_tokens` are required and written as 0 when unknown.
-//! Redacted reasoning and signatures have no Responses field and are not sent.
+//! A reasoning block's signature (Anthropic's) is the item's `encrypted_content`, which the
+//! request half carries back as the signature. Redacted reasoning has no Responses field and
+//! is not sent.
 
 use bytes::BytesMut;
 
@@ -429,6 +431,10 @@ fn write_item(out: &mut impl JsonOut, head: &Head, n: u32, block: &Block, status
                 write_summary_part(out, &block.text);
             }
             out.raw("]");
+            if let (Some(sig), Status::Completed) = (&block.signature, status) {
+                out.raw(",\"encrypted_content\":");
+                out.lit(sig);
+            }
         }
         BlockKind::ToolCall { id, name } => {
             out.raw(",\"type\":\"function_call\",\"status\":");
