@@ -17,6 +17,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use laptime_core::observe::StreamObserver;
 use laptime_core::timeline::{self, DeadlineKind, ErrorClass};
+use laptime_core::translate::stream::{ClientStreamOptions, StreamTranslator};
 use laptime_core::Dialect;
 use tokio::time::Instant;
 
@@ -61,7 +62,11 @@ impl AttemptError {
 /// What every attempt of one request shares.
 pub struct AttemptCtx<'a> {
     pub app: &'a App,
+    /// The client's dialect.
     pub dialect: Dialect,
+    /// What a translated answer tells the client that the upstream's does not decide (set
+    /// when some candidate is translated).
+    pub client_answer: Option<&'a ClientStreamOptions>,
     pub client_headers: &'a HeaderMap,
     pub traceparent: &'a str,
     pub t0: Instant,
@@ -241,12 +246,14 @@ pub async fn dispatch(
             progress: Duration::from_millis(t.progress_ms),
             total: Duration::from_millis(t.total_ms),
         };
-        AnswerBody::Stream(Box::new(
-            ObservedBody::held(incoming, ctx.t0, ctx.dialect, obs)
-                .with_deadlines(deadlines)
-                .with_held_cap(ctx.app.config.server.max_held_bytes)
-                .with_drain_signal(ctx.app.drain_over.subscribe()),
-        ))
+        let mut body = ObservedBody::held(incoming, ctx.t0, ctx.dialect, obs)
+            .with_deadlines(deadlines)
+            .with_held_cap(ctx.app.config.server.max_held_bytes)
+            .with_drain_signal(ctx.app.drain_over.subscribe());
+        if let Some(opts) = ctx.client_answer.filter(|_| route.upstream != ctx.dialect) {
+            body = body.translated(StreamTranslator::new(route.upstream, ctx.dialect, opts));
+        }
+        AnswerBody::Stream(Box::new(body))
     } else {
         AnswerBody::Whole(incoming)
     };

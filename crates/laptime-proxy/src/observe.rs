@@ -20,6 +20,7 @@ use http_body::{Body, Frame};
 use laptime_core::observe::{BodyEnd, ChunkPlan, StreamObserver, StreamSummary};
 use laptime_core::relay::{Piece, Relay};
 use laptime_core::timeline::{self, DeadlineKind, ErrorClass, Outcome};
+use laptime_core::translate::stream::StreamTranslator;
 use laptime_core::Dialect;
 use tokio::time::{Instant, Sleep};
 
@@ -124,24 +125,31 @@ pub struct ObservedBody<B> {
 enum Forward {
     /// The client speaks the upstream's dialect: its bytes, untouched, plus the comment.
     Untouched(Relay),
+    /// The client speaks another dialect: each upstream event is written in the client's as
+    /// soon as it completes, the comment before the client's terminal frame.
+    Translated(Box<StreamTranslator>),
 }
 
 impl Forward {
     fn push(&mut self, plan: ChunkPlan, data: Bytes, out: &mut VecDeque<Piece>) {
         match self {
             Forward::Untouched(relay) => relay.push(plan, data, out),
+            Forward::Translated(t) => t.push(&data, out),
         }
     }
 
-    fn finish(&mut self, out: &mut VecDeque<Piece>) {
+    fn finish(&mut self, how: BodyEnd, out: &mut VecDeque<Piece>) {
         match self {
             Forward::Untouched(relay) => relay.finish(out),
+            Forward::Translated(t) => t.finish(how, out),
         }
     }
 
+    /// Drops an incomplete event (a translator simply reads no further).
     fn discard_held(&mut self) {
         match self {
             Forward::Untouched(relay) => relay.discard_held(),
+            Forward::Translated(_) => {}
         }
     }
 
@@ -149,6 +157,23 @@ impl Forward {
     fn held(&self) -> &[u8] {
         match self {
             Forward::Untouched(relay) => relay.held(),
+            Forward::Translated(_) => &[],
+        }
+    }
+
+    /// Ends the client's stream with an error event in its dialect.
+    fn in_band_error(
+        &mut self,
+        client: Dialect,
+        why: InBandError,
+        message: &str,
+        out: &mut VecDeque<Piece>,
+    ) {
+        match self {
+            Forward::Untouched(_) => {
+                out.push_back(Piece::Bytes(in_band_error(client, why, message)))
+            }
+            Forward::Translated(t) => t.fail(why.kind(), message, out),
         }
     }
 }
@@ -198,6 +223,12 @@ impl<B> ObservedBody<B> {
         }
     }
 
+    /// Translates the stream for a client of another dialect (`dialect` is the client's).
+    pub fn translated(mut self, translator: StreamTranslator) -> Self {
+        self.forward = Forward::Translated(Box::new(translator));
+        self
+    }
+
     /// Ends the stream (once committed) when `drain` says the drain time is over.
     pub fn with_drain_signal(mut self, mut drain: tokio::sync::watch::Receiver<bool>) -> Self {
         self.drain_over = Some(Box::pin(async move {
@@ -245,8 +276,12 @@ impl<B> ObservedBody<B> {
 
     /// Relays without scanning from now on (no deadlines, no cache, no timing comment).
     pub fn unobserved(&mut self) {
+        if matches!(self.forward, Forward::Translated(_)) {
+            // A translated stream must be read to be written in the client's dialect.
+            return;
+        }
         // What was read ahead keeps its order: an event held back goes out as it is.
-        self.forward.finish(&mut self.queue);
+        self.forward.finish(BodyEnd::Eof, &mut self.queue);
         self.observe = false;
         self.deadlines = None;
         self.capture = None;
@@ -260,6 +295,10 @@ impl<B> ObservedBody<B> {
         key: CacheKey,
         content_type: Option<String>,
     ) {
+        if matches!(self.forward, Forward::Translated(_)) {
+            // The cache replays upstream bytes as they came; a translated answer is not one.
+            return;
+        }
         // Before the commit nothing left the queue: it and the held event are every byte so far.
         let mut bytes = BytesMut::new();
         for p in &self.queue {
@@ -341,8 +380,8 @@ impl<B> ObservedBody<B> {
             return None;
         }
         self.forward.discard_held();
-        let event = in_band_error(self.dialect, why, message);
-        self.queue.push_back(Piece::Bytes(event));
+        self.forward
+            .in_band_error(self.dialect, why, message, &mut self.queue);
         let at = self.now();
         self.obs.on_end(at, BodyEnd::Eof);
         self.upstream_end = Some(BodyEnd::Eof);
@@ -384,7 +423,7 @@ impl<B> ObservedBody<B> {
             self.upstream_end = Some(BodyEnd::Eof);
             return;
         }
-        self.forward.finish(&mut self.queue);
+        self.forward.finish(how, &mut self.queue);
         self.upstream_end = Some(how);
     }
 
@@ -398,8 +437,12 @@ impl<B> ObservedBody<B> {
             BodyEnd::Eof => "the upstream closed the stream before it was complete",
             BodyEnd::Error => "the upstream connection broke before the stream was complete",
         };
-        let event = in_band_error(self.dialect, InBandError::UpstreamCut, message);
-        self.queue.push_back(Piece::Bytes(event));
+        self.forward.in_band_error(
+            self.dialect,
+            InBandError::UpstreamCut,
+            message,
+            &mut self.queue,
+        );
     }
 
     /// Whether a held read has got as far as `until`, or can no longer get there.

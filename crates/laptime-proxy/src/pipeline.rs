@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request};
 use laptime_core::timeline::ErrorClass;
 use laptime_core::translate::request::{translate_request, RequestError, RequestOptions};
+use laptime_core::translate::stream::ClientStreamOptions;
 use laptime_core::Dialect;
 use laptime_store::auth::{Principal, Scope};
 use tokio::time::Instant;
@@ -68,9 +69,16 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             Ok(t) => t,
             Err(e) => return respond::reject(finisher, e),
         };
+    let client_answer = bodies.any_translated().then(|| ClientStreamOptions {
+        model: Some(head.model.clone()),
+        id: finisher.pending.request_id.clone(),
+        created: u64::try_from(finisher.pending.created_at_us / 1_000_000).unwrap_or_default(),
+        include_usage: bodies.client_wants_usage_chunk,
+    });
     let ctx = AttemptCtx {
         app: &app,
         dialect,
+        client_answer: client_answer.as_ref(),
         client_headers: &parts.headers,
         traceparent: &trace.traceparent,
         t0: finisher.pending.t0,
@@ -97,6 +105,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         &app.config.server,
         total_at,
         store_in,
+        client_answer.as_ref(),
     )
     .await
 }
@@ -218,6 +227,8 @@ fn route<'a>(
 /// The body each candidate is sent, one per (dialect, upstream model) the candidates need.
 struct Bodies {
     bodies: Vec<UpstreamBody>,
+    /// A Chat client asked for the usage chunk (`stream_options.include_usage`).
+    client_wants_usage_chunk: bool,
 }
 
 struct UpstreamBody {
@@ -226,6 +237,7 @@ struct UpstreamBody {
     body: Bytes,
     /// Client fields the translation left out on purpose.
     omitted: Vec<String>,
+    translated: bool,
 }
 
 impl Bodies {
@@ -233,6 +245,10 @@ impl Bodies {
         self.bodies
             .iter()
             .find(|b| b.dialect == dialect && b.model == model)
+    }
+
+    fn any_translated(&self) -> bool {
+        self.bodies.iter().any(|b| b.translated)
     }
 
     fn body_for(&self, route: &Route) -> Bytes {
@@ -255,7 +271,10 @@ fn translate(
 ) -> Result<(Vec<Route>, Bodies), GatewayError> {
     let reasoning = policy.translation.reasoning_budgets.table();
     let default_max_tokens = Some(policy.translation.default_max_tokens).filter(|&n| n > 0);
-    let mut bodies = Bodies { bodies: Vec::new() };
+    let mut bodies = Bodies {
+        bodies: Vec::new(),
+        client_wants_usage_chunk: false,
+    };
     let mut refused: Option<RequestError> = None;
     let mut kept = Vec::with_capacity(candidates.len());
     for route in candidates {
@@ -270,6 +289,7 @@ fn translate(
                     reasoning: &reasoning,
                 };
                 translate_request(pending.dialect, route.upstream, body, &opts).map(|t| {
+                    bodies.client_wants_usage_chunk = t.client_wants_usage_chunk;
                     let omitted = t.omitted.into_iter().map(|o| o.field).collect();
                     (Bytes::from(t.body), omitted)
                 })
@@ -280,6 +300,7 @@ fn translate(
                     model: route.upstream_model.clone(),
                     body: b,
                     omitted,
+                    translated: route.upstream != pending.dialect,
                 }),
                 Err(e) => {
                     tracing::debug!(channel = %route.channel.name, error = %e, "request not translatable for this channel");

@@ -13,6 +13,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use laptime_core::observe::{whole_answer, BodyEnd, StreamSummary};
 use laptime_core::timeline::{ErrorClass, Marks, Outcome};
+use laptime_core::translate::stream::{translate_body, translate_error, ClientStreamOptions};
 use laptime_core::views::{ms, upstream_ms};
 use laptime_core::Dialect;
 use serde_json::json;
@@ -147,6 +148,16 @@ pub enum InBandError {
 }
 
 impl InBandError {
+    /// The hub's kind of this error, for a translated stream.
+    pub fn kind(self) -> laptime_core::translate::stream::ErrorKind {
+        use laptime_core::translate::stream::ErrorKind;
+        match self {
+            InBandError::Timeout => ErrorKind::Timeout,
+            InBandError::UpstreamCut => ErrorKind::Server,
+            InBandError::GatewayShutdown => ErrorKind::Overloaded,
+        }
+    }
+
     /// (code, OpenAI `type`, Anthropic `type`).
     fn names(self) -> (&'static str, &'static str, &'static str) {
         match self {
@@ -236,6 +247,7 @@ pub async fn answer(
     server: &ServerConfig,
     total_at: Instant,
     store_in: StoreIn,
+    client_answer: Option<&ClientStreamOptions>,
 ) -> Response {
     let observe = server.observe;
     answer.committed();
@@ -272,11 +284,12 @@ pub async fn answer(
         AnswerBody::Whole(incoming) => {
             let channel = answer.channel.name.clone();
             let body = StampedBody::new(incoming, finisher.pending.t0);
+            let translate = client_answer.filter(|_| answer.upstream != finisher.pending.dialect);
             whole(
                 finisher,
                 parts,
                 body,
-                (&channel, answer.upstream),
+                (&channel, answer.upstream, translate),
                 answer.start,
                 (total_at, server.max_answer_bytes),
                 store_in,
@@ -292,7 +305,7 @@ async fn whole(
     finisher: Finisher,
     parts: http::response::Parts,
     mut body: StampedBody<hyper::body::Incoming>,
-    (channel, upstream): (&str, Dialect),
+    (channel, upstream, translate): (&str, Dialect, Option<&ClientStreamOptions>),
     start: std::time::Duration,
     (total_at, max_answer_bytes): (Instant, usize),
     store_in: StoreIn,
@@ -373,9 +386,46 @@ async fn whole(
         };
         return error(finisher, &err, ending);
     }
+    let mut extra = HeaderMap::new();
+    let (status, bytes) = match translate {
+        None => (parts.status, bytes),
+        Some(opts) => {
+            match translated(
+                upstream,
+                finisher.pending.dialect,
+                parts.status,
+                &bytes,
+                opts,
+            ) {
+                Ok(t) => {
+                    extra.insert(
+                        http::header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    t
+                }
+                Err(e) => {
+                    let err = GatewayError::new(
+                    ErrorClass::InvalidBody,
+                    format!("the answer of upstream channel {channel:?} could not be translated: {e}"),
+                );
+                    let ending = Ending {
+                        status: err.status().as_u16(),
+                        outcome: Outcome::UpstreamError,
+                        error_class: Some(ErrorClass::InvalidBody),
+                        ..ending
+                    };
+                    return error(finisher, &err, ending);
+                }
+            }
+        }
+    };
+    let ending = Ending {
+        status: status.as_u16(),
+        ..ending
+    };
     let mut marks = finisher.pending.marks;
     marks.upstream_done = summary.marks.upstream_done;
-    let mut extra = HeaderMap::new();
     if let Some(up) = upstream_ms(&marks) {
         let mut timing = format!("upstream;dur={up}");
         if let Some(h) = marks.upstream_headers.and_then(|h| h.checked_sub(start)) {
@@ -387,14 +437,31 @@ async fn whole(
         cache.insert(
             key,
             CachedAnswer {
-                status: parts.status.as_u16(),
+                status: status.as_u16(),
                 content_type: content_type(&parts.headers),
                 body: bytes.clone(),
                 stream: false,
             },
         );
     }
-    buffered(finisher, parts.status, parts.headers, extra, bytes, ending)
+    buffered(finisher, status, parts.headers, extra, bytes, ending)
+}
+
+/// A whole answer in the client's dialect: a 2xx body through the hub, an error status and
+/// body as the client dialect's error.
+fn translated(
+    upstream: Dialect,
+    client: Dialect,
+    status: StatusCode,
+    body: &[u8],
+    opts: &ClientStreamOptions,
+) -> Result<(StatusCode, Bytes), laptime_core::translate::stream::TranslateError> {
+    if status.is_success() {
+        let b = translate_body(upstream, client, body, opts)?;
+        return Ok((status, Bytes::from(b)));
+    }
+    let (s, b) = translate_error(upstream, client, status.as_u16(), body);
+    Ok((StatusCode::from_u16(s).unwrap_or(status), Bytes::from(b)))
 }
 
 /// No attempt gave an answer: the last failure, in the dialect's shape.

@@ -219,7 +219,8 @@ type Sending<'f> = Pin<Box<dyn Future<Output = Result<Answer, AttemptError>> + S
 /// One racer: waiting for its head, then reading to its first event.
 enum Racer<'f> {
     Sending(Sending<'f>),
-    Reading(Answer),
+    /// Boxed: an answer is much larger than a pending future.
+    Reading(Box<Answer>),
     Out,
 }
 
@@ -233,7 +234,7 @@ impl Racer<'_> {
     async fn reach_first_event(&mut self) -> Result<(), AttemptError> {
         if let Racer::Sending(f) = self {
             match f.as_mut().await {
-                Ok(answer) => *self = Racer::Reading(answer),
+                Ok(answer) => *self = Racer::Reading(Box::new(answer)),
                 Err(e) => {
                     *self = Racer::Out;
                     return Err(e);
@@ -249,7 +250,7 @@ impl Racer<'_> {
     /// Takes the racer out of the race; its answer, if it had a head.
     fn take(&mut self) -> Option<Answer> {
         match std::mem::replace(self, Racer::Out) {
-            Racer::Reading(a) => Some(a),
+            Racer::Reading(a) => Some(*a),
             Racer::Sending(_) | Racer::Out => None,
         }
     }

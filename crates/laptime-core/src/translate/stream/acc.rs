@@ -69,6 +69,7 @@ impl Answer {
                 self.error = Some((err.kind, err.message.raw().to_owned()));
             }
             HubEvent::End => self.ended = true,
+            HubEvent::Heartbeat => {}
         }
     }
 

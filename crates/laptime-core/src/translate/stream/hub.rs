@@ -88,6 +88,10 @@ pub enum HubEvent<'a> {
     Error(HubError<'a>),
     /// The upstream's terminal arrived: the answer is complete.
     End,
+    /// A keep-alive with no meaning (an SSE comment, Anthropic `ping`, Responses
+    /// `keepalive`): passed on so that the client's connection is not idle while the upstream
+    /// queues or thinks.
+    Heartbeat,
 }
 
 /// What a content block holds.

@@ -618,6 +618,48 @@ fn an_anthropic_signature_survives_the_hub_to_an_anthropic_client() {
 }
 
 #[test]
+fn reasoning_state_crosses_as_signature_and_encrypted_content() {
+    let sig = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds";
+    let up = fixture(Dialect::Messages, Scenario::Reasoning);
+    let got = json_events(&translate(Dialect::Messages, Dialect::Responses, up, &[]));
+    let done = got
+        .iter()
+        .find(|e| e["type"] == "response.output_item.done" && e["item"]["type"] == "reasoning")
+        .unwrap();
+    assert_eq!(done["item"]["encrypted_content"], sig);
+    let completed = &got.last().unwrap()["response"]["output"][0];
+    assert_eq!(completed["encrypted_content"], sig);
+    // And back: a Responses upstream's encrypted reasoning is an Anthropic signature.
+    let up = fixture(Dialect::Responses, Scenario::Reasoning);
+    let answer = decode_stream(
+        Dialect::Messages,
+        &translate(Dialect::Responses, Dialect::Messages, up, &[]),
+    );
+    assert_eq!(answer.blocks[0].signature.as_deref(), Some("gAAAAABo-enc"));
+}
+
+#[test]
+fn summary_parts_are_a_blank_line_apart() {
+    let ev =
+        |seq: u32, body: &str| format!("event: x\ndata: {{\"sequence_number\":{seq},{body}}}\n\n");
+    let stream = [
+        ev(0, r#""type":"response.created","response":{"id":"r","output":[]}"#),
+        ev(1, r#""type":"response.output_item.added","output_index":0,"item":{"type":"reasoning","summary":[]}"#),
+        ev(2, r#""type":"response.reasoning_summary_part.added","output_index":0,"summary_index":0"#),
+        ev(3, r#""type":"response.reasoning_summary_text.delta","output_index":0,"summary_index":0,"delta":"One.""#),
+        ev(4, r#""type":"response.reasoning_summary_part.added","output_index":0,"summary_index":1"#),
+        ev(5, r#""type":"response.reasoning_summary_text.delta","output_index":0,"summary_index":1,"delta":"Two.""#),
+        ev(6, r#""type":"response.output_item.done","output_index":0,"item":{"type":"reasoning"}"#),
+        ev(7, r#""type":"response.completed","response":{"id":"r","status":"completed"}"#),
+    ]
+    .concat();
+    assert_eq!(
+        said(&decode_stream(Dialect::Responses, &stream)).reasoning,
+        "One.\n\nTwo."
+    );
+}
+
+#[test]
 fn a_cut_stream_gets_no_terminal_frame_and_no_comment() {
     for up in Dialect::ALL {
         let whole = fixture(up, Scenario::Text);
@@ -671,6 +713,30 @@ fn a_failed_stream_ends_in_the_clients_dialect_and_takes_nothing_more() {
         let before = out.len();
         t.fail(ErrorKind::Timeout, "late", &mut out);
         assert_eq!(out.len(), before);
+    }
+}
+
+#[test]
+fn keep_alives_reach_the_client_as_its_own_kind_of_keep_alive() {
+    // Each text fixture carries one upstream keep-alive: a Chat comment, a Responses
+    // `keepalive`, an Anthropic `ping`.
+    for up in Dialect::ALL {
+        let upstream = fixture(up, Scenario::Text);
+        for client in Dialect::ALL {
+            let got = translate(up, client, upstream, &[]);
+            let pings = got.matches("event: ping\n").count();
+            let comments = got.matches(": keep-alive\n\n").count();
+            assert_eq!(pings + comments, 1, "{up}→{client}:\n{got}");
+            if client != Dialect::Messages {
+                assert_eq!(pings, 0);
+            }
+            let start = got.find("message_start");
+            let ping = got.find("event: ping");
+            assert!(
+                ping.is_none() || ping > start,
+                "no event before message_start"
+            );
+        }
     }
 }
 

@@ -130,10 +130,14 @@ impl StreamTranslator {
             return;
         }
         let mut sink = Out::new(buf, out);
-        scanner.feed(chunk, &mut |item| {
-            if let SseItem::Event { event, data, .. } = item {
+        scanner.feed(chunk, &mut |item| match item {
+            SseItem::Event { event, data, .. } => {
                 decoder.event(event, data, &mut |ev| encoder.event(&ev, &mut sink));
             }
+            // An upstream comment is a keep-alive (DeepSeek's `: keep-alive`); after the
+            // terminal there is nothing left to keep alive.
+            SseItem::Comment if !decoder.done() => encoder.event(&HubEvent::Heartbeat, &mut sink),
+            SseItem::Comment | SseItem::Boundary { .. } => {}
         });
         sink.flush();
     }

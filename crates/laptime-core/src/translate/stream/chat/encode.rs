@@ -11,7 +11,7 @@
 
 use super::super::acc::Answer;
 use super::super::error::write_openai_error;
-use super::super::hub::{BlockKind, Delta, HubError, HubEvent, StopReason};
+use super::super::hub::{BlockKind, Delta, HubError, HubEvent, JsonText, StopReason};
 use super::super::json::{sse_close, sse_open, JsonOut};
 use super::super::{field, Head, Out, TranslateError};
 use super::finish_reason;
@@ -69,51 +69,11 @@ impl Encoder {
                     BlockKind::Text => Role::Text,
                     BlockKind::Reasoning => Role::Reasoning,
                     BlockKind::RedactedReasoning { .. } => Role::Unsent,
-                    BlockKind::ToolCall { id, name } => {
-                        let n = self.tools;
-                        self.tools += 1;
-                        let buf = out.buf();
-                        self.open_chunk(buf);
-                        buf.raw("{\"tool_calls\":[{\"index\":");
-                        buf.num(u64::from(n));
-                        buf.raw(",\"id\":");
-                        buf.lit(id.raw());
-                        buf.raw(",\"type\":\"function\",\"function\":{\"name\":");
-                        buf.lit(name.raw());
-                        buf.raw(",\"arguments\":\"\"}}]}");
-                        close_chunk(buf, None);
-                        Role::Tool(n)
-                    }
+                    BlockKind::ToolCall { id, name } => self.tool_header(id, name, out),
                 };
                 self.roles.push(role);
             }
-            HubEvent::BlockDelta { index, delta } => {
-                let role = self.role(*index);
-                let buf = out.buf();
-                match (delta, role) {
-                    (Delta::Text(t), _) => {
-                        self.open_chunk(buf);
-                        buf.raw("{\"content\":");
-                        buf.lit(t.raw());
-                    }
-                    (Delta::Reasoning(t), _) => {
-                        self.open_chunk(buf);
-                        buf.raw("{\"reasoning_content\":");
-                        buf.lit(t.raw());
-                    }
-                    (Delta::ToolArgs(t), Role::Tool(n)) => {
-                        self.open_chunk(buf);
-                        buf.raw("{\"tool_calls\":[{\"index\":");
-                        buf.num(u64::from(n));
-                        buf.raw(",\"function\":{\"arguments\":");
-                        buf.lit(t.raw());
-                        buf.raw("}}]");
-                    }
-                    (Delta::ToolArgs(_) | Delta::Signature(_), _) => return,
-                }
-                buf.raw("}");
-                close_chunk(buf, None);
-            }
+            HubEvent::BlockDelta { index, delta } => self.delta(*index, delta, out),
             HubEvent::BlockStop { .. } => {}
             HubEvent::Usage(usage) => self.usage = *usage,
             HubEvent::Stop(stop) => self.finish_chunk(*stop, out),
@@ -136,7 +96,53 @@ impl Encoder {
                 write_error_event(out, err);
                 done(out);
             }
+            HubEvent::Heartbeat => out.buf().raw(": keep-alive\n\n"),
         }
+    }
+
+    /// A tool call's first fragment: index, id, type, name and empty arguments.
+    fn tool_header(&mut self, id: &JsonText<'_>, name: &JsonText<'_>, out: &mut Out<'_>) -> Role {
+        let n = self.tools;
+        self.tools += 1;
+        let buf = out.buf();
+        self.open_chunk(buf);
+        buf.raw("{\"tool_calls\":[{\"index\":");
+        buf.num(u64::from(n));
+        buf.raw(",\"id\":");
+        buf.lit(id.raw());
+        buf.raw(",\"type\":\"function\",\"function\":{\"name\":");
+        buf.lit(name.raw());
+        buf.raw(",\"arguments\":\"\"}}]}");
+        close_chunk(buf, None);
+        Role::Tool(n)
+    }
+
+    fn delta(&mut self, index: u32, delta: &Delta<'_>, out: &mut Out<'_>) {
+        let role = self.role(index);
+        let buf = out.buf();
+        match (delta, role) {
+            (Delta::Text(t), _) => {
+                self.open_chunk(buf);
+                buf.raw("{\"content\":");
+                buf.lit(t.raw());
+            }
+            (Delta::Reasoning(t), _) => {
+                self.open_chunk(buf);
+                buf.raw("{\"reasoning_content\":");
+                buf.lit(t.raw());
+            }
+            (Delta::ToolArgs(t), Role::Tool(n)) => {
+                self.open_chunk(buf);
+                buf.raw("{\"tool_calls\":[{\"index\":");
+                buf.num(u64::from(n));
+                buf.raw(",\"function\":{\"arguments\":");
+                buf.lit(t.raw());
+                buf.raw("}}]");
+            }
+            (Delta::ToolArgs(_) | Delta::Signature(_), _) => return,
+        }
+        buf.raw("}");
+        close_chunk(buf, None);
     }
 
     fn role(&self, index: u32) -> Role {
@@ -252,7 +258,7 @@ pub(crate) fn encode_body(
         out.raw("{\"error\":");
         let err = HubError {
             kind: *kind,
-            message: super::super::hub::JsonText::escaped(message),
+            message: JsonText::escaped(message),
         };
         write_openai_error(out, &err);
         out.raw("}");

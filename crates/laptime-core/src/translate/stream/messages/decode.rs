@@ -59,21 +59,8 @@ impl Decoder {
         let kind = plain(ev.kind);
         match kind.as_deref().or(event).unwrap_or_default() {
             "content_block_delta" => {
-                let (Some(index), Some(delta)) = (ev.index.0, ev.delta) else {
-                    return;
-                };
-                let Some(index) = self.blocks.get(index) else {
-                    return;
-                };
-                let delta = match plain(delta.kind).as_deref() {
-                    Some("text_delta") => nonempty(delta.text).map(Delta::Text),
-                    Some("thinking_delta") => nonempty(delta.thinking).map(Delta::Reasoning),
-                    Some("signature_delta") => nonempty(delta.signature).map(Delta::Signature),
-                    Some("input_json_delta") => nonempty(delta.partial_json).map(Delta::ToolArgs),
-                    _ => None,
-                };
-                if let Some(delta) = delta {
-                    emit(HubEvent::BlockDelta { index, delta });
+                if let (Some(index), Some(delta)) = (ev.index.0, ev.delta) {
+                    self.block_delta(index, delta, emit);
                 }
             }
             "content_block_start" => {
@@ -86,22 +73,7 @@ impl Decoder {
                     self.blocks.stop(index, emit);
                 }
             }
-            "message_start" => {
-                let message = ev.message.unwrap_or_default();
-                if let Some(usage) = message.usage {
-                    // The start's output count is a placeholder (usually 1), not a count.
-                    let report = UsageReport {
-                        output: None,
-                        ..usage.report()
-                    };
-                    self.usage.apply(&report);
-                }
-                emit(HubEvent::MessageStart {
-                    id: nonempty(message.id),
-                    model: nonempty(message.model),
-                    usage: self.usage.tokens(),
-                });
-            }
+            "message_start" => self.message_start(ev.message.unwrap_or_default(), emit),
             "message_delta" => {
                 self.blocks.stop_all(emit);
                 if let Some(reason) = ev.delta.and_then(|d| plain(d.stop_reason)) {
@@ -128,7 +100,45 @@ impl Decoder {
                     },
                 )));
             }
+            "ping" => emit(HubEvent::Heartbeat),
             _ => {}
+        }
+    }
+
+    fn message_start<'a>(&mut self, message: Message<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
+        if let Some(usage) = message.usage {
+            // The start's output count is a placeholder (usually 1), not a count.
+            let report = UsageReport {
+                output: None,
+                ..usage.report()
+            };
+            self.usage.apply(&report);
+        }
+        emit(HubEvent::MessageStart {
+            id: nonempty(message.id),
+            model: nonempty(message.model),
+            usage: self.usage.tokens(),
+        });
+    }
+
+    fn block_delta<'a>(
+        &mut self,
+        key: u64,
+        delta: EventDelta<'a>,
+        emit: &mut impl FnMut(HubEvent<'a>),
+    ) {
+        let Some(index) = self.blocks.get(key) else {
+            return;
+        };
+        let delta = match plain(delta.kind).as_deref() {
+            Some("text_delta") => nonempty(delta.text).map(Delta::Text),
+            Some("thinking_delta") => nonempty(delta.thinking).map(Delta::Reasoning),
+            Some("signature_delta") => nonempty(delta.signature).map(Delta::Signature),
+            Some("input_json_delta") => nonempty(delta.partial_json).map(Delta::ToolArgs),
+            _ => None,
+        };
+        if let Some(delta) = delta {
+            emit(HubEvent::BlockDelta { index, delta });
         }
     }
 

@@ -52,24 +52,7 @@ impl Encoder {
                 buf.raw("}");
                 sse_close(buf);
             }
-            HubEvent::BlockDelta { index, delta } => {
-                let buf = out.buf();
-                open(buf, "content_block_delta", *index);
-                let (kind, key, t) = match delta {
-                    Delta::Text(t) => ("text_delta", "text", t),
-                    Delta::Reasoning(t) => ("thinking_delta", "thinking", t),
-                    Delta::Signature(t) => ("signature_delta", "signature", t),
-                    Delta::ToolArgs(t) => ("input_json_delta", "partial_json", t),
-                };
-                buf.raw(",\"delta\":{\"type\":\"");
-                buf.raw(kind);
-                buf.raw("\",\"");
-                buf.raw(key);
-                buf.raw("\":");
-                buf.lit(t.raw());
-                buf.raw("}}");
-                sse_close(buf);
-            }
+            HubEvent::BlockDelta { index, delta } => write_delta(out.buf(), *index, delta),
             HubEvent::BlockStop { index } => {
                 let buf = out.buf();
                 open(buf, "content_block_stop", *index);
@@ -94,6 +77,12 @@ impl Encoder {
                 buf.raw("{\"type\":\"message_stop\"}");
                 sse_close(buf);
             }
+            // Anthropic's own ping once the message opened; before, a comment (no event may
+            // come before `message_start`).
+            HubEvent::Heartbeat if self.started => {
+                out.buf().raw("event: ping\ndata: {\"type\": \"ping\"}\n\n");
+            }
+            HubEvent::Heartbeat => out.buf().raw(": keep-alive\n\n"),
             HubEvent::Error(err) => {
                 out.comment();
                 let buf = out.buf();
@@ -118,6 +107,24 @@ impl Encoder {
         buf.raw("}}");
         sse_close(buf);
     }
+}
+
+fn write_delta(buf: &mut bytes::BytesMut, index: u32, delta: &Delta<'_>) {
+    open(buf, "content_block_delta", index);
+    let (kind, key, t) = match delta {
+        Delta::Text(t) => ("text_delta", "text", t),
+        Delta::Reasoning(t) => ("thinking_delta", "thinking", t),
+        Delta::Signature(t) => ("signature_delta", "signature", t),
+        Delta::ToolArgs(t) => ("input_json_delta", "partial_json", t),
+    };
+    buf.raw(",\"delta\":{\"type\":\"");
+    buf.raw(kind);
+    buf.raw("\",\"");
+    buf.raw(key);
+    buf.raw("\":");
+    buf.lit(t.raw());
+    buf.raw("}}");
+    sse_close(buf);
 }
 
 /// `event: <name>` and `{"type":"<name>","index":<i>` (the caller closes the object).

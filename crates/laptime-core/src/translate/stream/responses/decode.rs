@@ -1,7 +1,9 @@
 //! Responses events and `response` bodies → hub events.
 //!
 //! A `message` item's `output_text` (or `refusal`) part is a text block; a `reasoning` item is
-//! one reasoning block, fed by `reasoning_summary_text` and `reasoning_text` deltas alike; a
+//! one reasoning block, fed by `reasoning_summary_text` and `reasoning_text` deltas alike
+//! (summary parts a blank line apart), its `encrypted_content` the block's signature (the
+//! request half carries it back as Anthropic's `signature` and the other way round); a
 //! `function_call` item is a tool-call block whose id is the item's `call_id` (the id tool
 //! results name). Hosted-tool items (web search, code interpreter, …) are tools OpenAI ran and
 //! are not decoded. Arguments that arrive only in `.done` events (no deltas) are taken from
@@ -11,12 +13,15 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::super::error::ErrorObject;
-use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, StopReason};
+use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
 use super::super::json::{nonempty, plain, text, Count};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::incomplete_stop;
 use crate::usage::{Tokens, UsageAcc, UsageReport};
 use crate::Dialect;
+
+/// Between two summary parts of one reasoning item (escaped), as the request half joins them.
+const PART_BREAK: &str = "\\n\\n";
 
 /// The key of an item-level block (reasoning, function call): no content index.
 const ITEM: u64 = 0xFFFF_FFFF;
@@ -76,35 +81,21 @@ impl Decoder {
         let content = ev.content_index.0.unwrap_or(0);
         match kind.as_deref().or(event).unwrap_or_default() {
             "response.output_text.delta" | "response.refusal.delta" => {
-                if let Some(t) = nonempty(ev.delta) {
-                    let index = self.open(key(output, content), BlockKind::Text, emit);
-                    emit(HubEvent::BlockDelta {
-                        index,
-                        delta: Delta::Text(t),
-                    });
-                }
+                let key = key(output, content);
+                self.delta(
+                    key,
+                    BlockKind::Text,
+                    nonempty(ev.delta).map(Delta::Text),
+                    emit,
+                );
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                if let Some(t) = nonempty(ev.delta) {
-                    let index = self.open(key(output, ITEM), BlockKind::Reasoning, emit);
-                    emit(HubEvent::BlockDelta {
-                        index,
-                        delta: Delta::Reasoning(t),
-                    });
-                }
+                let key = key(output, ITEM);
+                let delta = nonempty(ev.delta).map(Delta::Reasoning);
+                self.delta(key, BlockKind::Reasoning, delta, emit);
             }
             "response.function_call_arguments.delta" => {
-                if let (Some(t), Some(index)) =
-                    (nonempty(ev.delta), self.blocks.get(key(output, ITEM)))
-                {
-                    if !self.args_streamed.contains(&output) {
-                        self.args_streamed.push(output);
-                    }
-                    emit(HubEvent::BlockDelta {
-                        index,
-                        delta: Delta::ToolArgs(t),
-                    });
-                }
+                self.args(output, nonempty(ev.delta), emit);
             }
             "response.function_call_arguments.done" => {
                 self.unstreamed_args(output, nonempty(ev.arguments), emit);
@@ -121,51 +112,34 @@ impl Decoder {
                     self.item_added(output, item, emit);
                 }
             }
+            "response.reasoning_summary_part.added" if ev.summary_index.0 > Some(0) => {
+                let delta = Some(Delta::Reasoning(JsonText::escaped(PART_BREAK)));
+                self.delta(key(output, ITEM), BlockKind::Reasoning, delta, emit);
+            }
             "response.output_item.done" => {
                 if let Some(item) = &ev.item {
-                    if plain(item.kind).as_deref() == Some("function_call") {
-                        self.unstreamed_args(output, nonempty(item.arguments), emit);
+                    match plain(item.kind).as_deref() {
+                        Some("function_call") => {
+                            self.unstreamed_args(output, nonempty(item.arguments), emit);
+                        }
+                        Some("reasoning") => {
+                            if let (Some(sig), Some(index)) = (
+                                nonempty(item.encrypted_content),
+                                self.blocks.get(key(output, ITEM)),
+                            ) {
+                                let delta = Delta::Signature(sig);
+                                emit(HubEvent::BlockDelta { index, delta });
+                            }
+                        }
+                        _ => {}
                     }
                 }
                 self.blocks.stop(key(output, ITEM), emit);
             }
-            "response.created" => {
-                let response = ev.response.unwrap_or_default();
-                if let Some(u) = &response.usage {
-                    self.usage.apply(&u.report());
-                }
-                emit(HubEvent::MessageStart {
-                    id: nonempty(response.id),
-                    model: nonempty(response.model),
-                    usage: self.usage.tokens(),
-                });
-            }
-            "response.completed" | "response.incomplete" => {
-                let response = ev.response.unwrap_or_default();
-                self.blocks.stop_all(emit);
-                if let Some(u) = &response.usage {
-                    self.usage.apply(&u.report());
-                    emit(HubEvent::Usage(self.usage.tokens()));
-                }
-                let stop = if kind.as_deref() == Some("response.incomplete") {
-                    let reason = response
-                        .incomplete_details
-                        .as_ref()
-                        .and_then(|d| plain(d.reason));
-                    incomplete_stop(reason.as_deref())
-                } else if self.tool_seen {
-                    StopReason::ToolUse
-                } else {
-                    StopReason::EndTurn
-                };
-                emit(HubEvent::Stop(stop));
-                self.done = true;
-                emit(HubEvent::End);
-            }
-            "response.failed" => {
-                let response = ev.response.unwrap_or_default();
-                self.fail(response.error, emit);
-            }
+            "response.created" => self.created(ev.response.unwrap_or_default(), emit),
+            "response.completed" => self.finished(ev.response.unwrap_or_default(), false, emit),
+            "response.incomplete" => self.finished(ev.response.unwrap_or_default(), true, emit),
+            "response.failed" => self.fail(ev.response.unwrap_or_default().error, emit),
             // Both shapes: flat `{"type":"error","code":…,"message":…}` and nested
             // `{"type":"error","error":{…}}`.
             "error" => {
@@ -176,8 +150,79 @@ impl Decoder {
                 };
                 self.fail(Some(ev.error.unwrap_or(flat)), emit);
             }
+            "keepalive" => emit(HubEvent::Heartbeat),
             _ => {}
         }
+    }
+
+    /// Text or reasoning for the block of `key`, opened if the upstream skipped its opening.
+    fn delta<'a>(
+        &mut self,
+        key: u64,
+        kind: BlockKind<'a>,
+        delta: Option<Delta<'a>>,
+        emit: &mut impl FnMut(HubEvent<'a>),
+    ) {
+        if let Some(delta) = delta {
+            let index = self.open(key, kind, emit);
+            emit(HubEvent::BlockDelta { index, delta });
+        }
+    }
+
+    fn args<'a>(
+        &mut self,
+        output: u64,
+        args: Option<JsonText<'a>>,
+        emit: &mut impl FnMut(HubEvent<'a>),
+    ) {
+        if let (Some(t), Some(index)) = (args, self.blocks.get(key(output, ITEM))) {
+            if !self.args_streamed.contains(&output) {
+                self.args_streamed.push(output);
+            }
+            emit(HubEvent::BlockDelta {
+                index,
+                delta: Delta::ToolArgs(t),
+            });
+        }
+    }
+
+    fn created<'a>(&mut self, response: Response<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
+        if let Some(u) = &response.usage {
+            self.usage.apply(&u.report());
+        }
+        emit(HubEvent::MessageStart {
+            id: nonempty(response.id),
+            model: nonempty(response.model),
+            usage: self.usage.tokens(),
+        });
+    }
+
+    /// `response.completed` or (`incomplete`) `response.incomplete`.
+    fn finished<'a>(
+        &mut self,
+        response: Response<'a>,
+        incomplete: bool,
+        emit: &mut impl FnMut(HubEvent<'a>),
+    ) {
+        self.blocks.stop_all(emit);
+        if let Some(u) = &response.usage {
+            self.usage.apply(&u.report());
+            emit(HubEvent::Usage(self.usage.tokens()));
+        }
+        let stop = if incomplete {
+            let reason = response
+                .incomplete_details
+                .as_ref()
+                .and_then(|d| plain(d.reason));
+            incomplete_stop(reason.as_deref())
+        } else if self.tool_seen {
+            StopReason::ToolUse
+        } else {
+            StopReason::EndTurn
+        };
+        emit(HubEvent::Stop(stop));
+        self.done = true;
+        emit(HubEvent::End);
     }
 
     fn item_added<'a>(&mut self, output: u64, item: Item<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
@@ -208,7 +253,7 @@ impl Decoder {
     fn unstreamed_args<'a>(
         &mut self,
         output: u64,
-        args: Option<super::super::hub::JsonText<'a>>,
+        args: Option<JsonText<'a>>,
         emit: &mut impl FnMut(HubEvent<'a>),
     ) {
         if self.args_streamed.contains(&output) {
@@ -332,6 +377,8 @@ struct Event<'a> {
     output_index: Count,
     #[serde(default)]
     content_index: Count,
+    #[serde(default)]
+    summary_index: Count,
     #[serde(borrow)]
     delta: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -383,6 +430,8 @@ struct Item<'a> {
     name: Option<&'a RawValue>,
     #[serde(borrow)]
     arguments: Option<&'a RawValue>,
+    #[serde(borrow)]
+    encrypted_content: Option<&'a RawValue>,
     #[serde(borrow)]
     content: Option<Vec<Part<'a>>>,
     #[serde(borrow)]

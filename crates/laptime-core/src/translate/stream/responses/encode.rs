@@ -10,12 +10,14 @@
 //! takes its final answer from it. In `usage`, `input_tokens`, `output_tokens`,
 //! `total_tokens`, `input_tokens_details.cached_tokens` and
 //! `output_tokens_details.reasoning_tokens` are required and written as 0 when unknown.
-//! Redacted reasoning and signatures have no Responses field and are not sent.
+//! A reasoning block's signature (Anthropic's) is the item's `encrypted_content`, which the
+//! request half carries back as the signature. Redacted reasoning has no Responses field and
+//! is not sent.
 
 use bytes::BytesMut;
 
 use super::super::acc::{Answer, Block};
-use super::super::hub::{BlockKind, ErrorKind, HubError, HubEvent, JsonText, StopReason};
+use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
 use super::super::json::{sse_close, JsonOut};
 use super::super::{field, Head, Out, TranslateError};
 use super::incomplete_reason;
@@ -26,7 +28,7 @@ use crate::usage::Tokens;
 pub(crate) struct Encoder {
     head: Head,
     started: bool,
-    seq: u64,
+    seq: Seq,
     /// The whole answer so far: the `.done` events and the terminal repeat it.
     answer: Answer,
     /// Hub block index → output index (`None`: not sent).
@@ -50,12 +52,29 @@ impl Status {
     }
 }
 
+/// The running `sequence_number`.
+#[derive(Debug, Default)]
+struct Seq(u64);
+
+impl Seq {
+    /// `event: <name>` and `{"type":"<name>","sequence_number":<n>` (the caller closes it).
+    fn open(&mut self, buf: &mut BytesMut, name: &str) {
+        buf.raw("event: ");
+        buf.raw(name);
+        buf.raw("\ndata: {\"type\":\"");
+        buf.raw(name);
+        buf.raw("\",\"sequence_number\":");
+        buf.num(self.0);
+        self.0 += 1;
+    }
+}
+
 impl Encoder {
     pub(crate) fn new(head: Head) -> Self {
         Encoder {
             head,
             started: false,
-            seq: 0,
+            seq: Seq::default(),
             answer: Answer::default(),
             items: Vec::new(),
             next_item: 0,
@@ -79,32 +98,9 @@ impl Encoder {
                 }
             }
             HubEvent::BlockDelta { index, delta } => {
-                let Some(n) = self.item(*index) else { return };
-                let buf = out.buf();
-                let (name, kind) = match delta {
-                    super::super::hub::Delta::Text(t) => ("response.output_text.delta", t),
-                    super::super::hub::Delta::Reasoning(t) => {
-                        ("response.reasoning_summary_text.delta", t)
-                    }
-                    super::super::hub::Delta::ToolArgs(t) => {
-                        ("response.function_call_arguments.delta", t)
-                    }
-                    super::super::hub::Delta::Signature(_) => return,
-                };
-                self.open(buf, name);
-                self.item_ref(buf, *index, n);
-                match delta {
-                    super::super::hub::Delta::Text(_) => buf.raw(",\"content_index\":0"),
-                    super::super::hub::Delta::Reasoning(_) => buf.raw(",\"summary_index\":0"),
-                    _ => {}
+                if let Some(n) = self.item(*index) {
+                    self.delta(*index, n, delta, out.buf());
                 }
-                buf.raw(",\"delta\":");
-                buf.lit(kind.raw());
-                if matches!(delta, super::super::hub::Delta::Text(_)) {
-                    buf.raw(",\"logprobs\":[]");
-                }
-                buf.raw("}");
-                sse_close(buf);
             }
             HubEvent::BlockStop { index } => {
                 if let Some(n) = self.item(*index) {
@@ -112,71 +108,15 @@ impl Encoder {
                 }
             }
             HubEvent::Usage(_) | HubEvent::Stop(_) => {}
-            HubEvent::End => {
-                self.start(out.buf());
-                let stop = self.answer.stop.unwrap_or(StopReason::EndTurn);
-                let (name, status, reason) = match incomplete_reason(stop) {
-                    Some(reason) => ("response.incomplete", "incomplete", Some(reason)),
-                    None => ("response.completed", "completed", None),
-                };
-                out.comment();
-                let buf = out.buf();
-                self.open(buf, name);
-                buf.raw(",\"response\":");
-                let end = End::Done { status, reason };
-                write_response(buf, &self.head, &self.answer, end);
-                buf.raw("}");
-                sse_close(buf);
-            }
-            HubEvent::Error(err) => {
-                self.start(out.buf());
-                let buf = out.buf();
-                let (_, code) = err.kind.openai_type_code();
-                self.open(buf, "error");
-                buf.raw(",\"code\":");
-                write_code(buf, err.kind, code);
-                buf.raw(",\"message\":");
-                buf.lit(err.message.raw());
-                buf.raw(",\"param\":null}");
-                sse_close(buf);
-                out.comment();
-                let buf = out.buf();
-                self.open(buf, "response.failed");
-                buf.raw(",\"response\":");
-                write_response(buf, &self.head, &self.answer, End::Failed(err));
-                buf.raw("}");
-                sse_close(buf);
-            }
+            HubEvent::End => self.end(out),
+            HubEvent::Error(err) => self.fail(err, out),
+            // A comment rather than a `keepalive` event, which older SDKs do not know.
+            HubEvent::Heartbeat => out.buf().raw(": keep-alive\n\n"),
         }
     }
 
     fn item(&self, index: u32) -> Option<u32> {
         *self.items.get(usize::try_from(index).ok()?)?
-    }
-
-    /// `event: <name>` and `{"type":"<name>","sequence_number":<n>` (the caller closes it).
-    fn open(&mut self, buf: &mut BytesMut, name: &str) {
-        buf.raw("event: ");
-        buf.raw(name);
-        buf.raw("\ndata: {\"type\":\"");
-        buf.raw(name);
-        buf.raw("\",\"sequence_number\":");
-        buf.num(self.seq);
-        self.seq += 1;
-    }
-
-    /// `,"item_id":…,"output_index":n`.
-    fn item_ref(&self, buf: &mut BytesMut, index: u32, n: u32) {
-        buf.raw(",\"item_id\":\"");
-        if let Some(block) = self
-            .answer
-            .blocks
-            .get(usize::try_from(index).unwrap_or(usize::MAX))
-        {
-            write_item_id(buf, &self.head, &block.kind, n);
-        }
-        buf.raw("\",\"output_index\":");
-        buf.num(u64::from(n));
     }
 
     fn start(&mut self, buf: &mut BytesMut) {
@@ -185,7 +125,7 @@ impl Encoder {
         }
         self.started = true;
         for name in ["response.created", "response.in_progress"] {
-            self.open(buf, name);
+            self.seq.open(buf, name);
             buf.raw(",\"response\":");
             write_response(buf, &self.head, &self.answer, End::Open);
             buf.raw("}");
@@ -194,107 +134,191 @@ impl Encoder {
     }
 
     fn block_start(&mut self, index: u32, n: u32, buf: &mut BytesMut) {
-        let Some(block) = self.block(index) else {
+        let Some(block) = self
+            .answer
+            .blocks
+            .get(usize::try_from(index).unwrap_or(usize::MAX))
+        else {
             return;
         };
-        let kind = block.kind.clone();
-        self.open(buf, "response.output_item.added");
+        let (head, seq) = (&self.head, &mut self.seq);
+        seq.open(buf, "response.output_item.added");
         buf.raw(",\"output_index\":");
         buf.num(u64::from(n));
         buf.raw(",\"item\":");
-        write_item(
-            buf,
-            &self.head,
-            n,
-            &Block {
-                text: String::new(),
-                ..block
-            },
-            Status::InProgress,
-        );
+        write_item(buf, head, n, block, Status::InProgress);
         buf.raw("}");
         sse_close(buf);
-        match kind {
-            BlockKind::Text => {
-                self.open(buf, "response.content_part.added");
-                self.item_ref(buf, index, n);
-                buf.raw(",\"content_index\":0,\"part\":");
-                write_text_part(buf, "");
-                buf.raw("}");
-                sse_close(buf);
-            }
-            BlockKind::Reasoning => {
-                self.open(buf, "response.reasoning_summary_part.added");
-                self.item_ref(buf, index, n);
-                buf.raw(",\"summary_index\":0,\"part\":");
-                write_summary_part(buf, "");
-                buf.raw("}");
-                sse_close(buf);
-            }
-            BlockKind::ToolCall { .. } | BlockKind::RedactedReasoning { .. } => {}
+        let (name, part) = match block.kind {
+            BlockKind::Text => ("response.content_part.added", Part::Text),
+            BlockKind::Reasoning => ("response.reasoning_summary_part.added", Part::Summary),
+            BlockKind::ToolCall { .. } | BlockKind::RedactedReasoning { .. } => return,
+        };
+        seq.open(buf, name);
+        write_item_ref(buf, head, &block.kind, n);
+        part.write(buf, "");
+        buf.raw("}");
+        sse_close(buf);
+    }
+
+    fn delta(&mut self, index: u32, n: u32, delta: &Delta<'_>, buf: &mut BytesMut) {
+        let Some(block) = self
+            .answer
+            .blocks
+            .get(usize::try_from(index).unwrap_or(usize::MAX))
+        else {
+            return;
+        };
+        let (name, part, t) = match delta {
+            Delta::Text(t) => ("response.output_text.delta", Some(Part::Text), t),
+            Delta::Reasoning(t) => (
+                "response.reasoning_summary_text.delta",
+                Some(Part::Summary),
+                t,
+            ),
+            Delta::ToolArgs(t) => ("response.function_call_arguments.delta", None, t),
+            Delta::Signature(_) => return,
+        };
+        self.seq.open(buf, name);
+        write_item_ref(buf, &self.head, &block.kind, n);
+        if let Some(part) = part {
+            buf.raw(part.index_key());
         }
+        buf.raw(",\"delta\":");
+        buf.lit(t.raw());
+        if part == Some(Part::Text) {
+            buf.raw(",\"logprobs\":[]");
+        }
+        buf.raw("}");
+        sse_close(buf);
     }
 
     fn block_stop(&mut self, index: u32, n: u32, buf: &mut BytesMut) {
-        let Some(block) = self.block(index) else {
+        let Some(block) = self
+            .answer
+            .blocks
+            .get(usize::try_from(index).unwrap_or(usize::MAX))
+        else {
             return;
         };
+        let (head, seq) = (&self.head, &mut self.seq);
         let text = block.text.as_str();
-        match &block.kind {
-            BlockKind::Text => {
-                self.open(buf, "response.output_text.done");
-                self.item_ref(buf, index, n);
-                buf.raw(",\"content_index\":0,\"text\":");
-                buf.lit(text);
-                buf.raw(",\"logprobs\":[]}");
-                sse_close(buf);
-                self.open(buf, "response.content_part.done");
-                self.item_ref(buf, index, n);
-                buf.raw(",\"content_index\":0,\"part\":");
-                write_text_part(buf, text);
-                buf.raw("}");
-                sse_close(buf);
-            }
-            BlockKind::Reasoning => {
-                self.open(buf, "response.reasoning_summary_text.done");
-                self.item_ref(buf, index, n);
-                buf.raw(",\"summary_index\":0,\"text\":");
-                buf.lit(text);
-                buf.raw("}");
-                sse_close(buf);
-                self.open(buf, "response.reasoning_summary_part.done");
-                self.item_ref(buf, index, n);
-                buf.raw(",\"summary_index\":0,\"part\":");
-                write_summary_part(buf, text);
-                buf.raw("}");
-                sse_close(buf);
-            }
+        let (done, part_done, key) = match block.kind {
+            BlockKind::Text => (
+                "response.output_text.done",
+                Some(("response.content_part.done", Part::Text)),
+                "text",
+            ),
+            BlockKind::Reasoning => (
+                "response.reasoning_summary_text.done",
+                Some(("response.reasoning_summary_part.done", Part::Summary)),
+                "text",
+            ),
             BlockKind::ToolCall { .. } => {
-                self.open(buf, "response.function_call_arguments.done");
-                self.item_ref(buf, index, n);
-                buf.raw(",\"arguments\":");
-                buf.lit(text);
-                buf.raw("}");
-                sse_close(buf);
+                ("response.function_call_arguments.done", None, "arguments")
             }
             BlockKind::RedactedReasoning { .. } => return,
+        };
+        seq.open(buf, done);
+        write_item_ref(buf, head, &block.kind, n);
+        if let Some((_, part)) = part_done {
+            buf.raw(part.index_key());
         }
-        self.open(buf, "response.output_item.done");
+        buf.raw(",\"");
+        buf.raw(key);
+        buf.raw("\":");
+        buf.lit(text);
+        if matches!(block.kind, BlockKind::Text) {
+            buf.raw(",\"logprobs\":[]");
+        }
+        buf.raw("}");
+        sse_close(buf);
+        if let Some((name, part)) = part_done {
+            seq.open(buf, name);
+            write_item_ref(buf, head, &block.kind, n);
+            part.write(buf, text);
+            buf.raw("}");
+            sse_close(buf);
+        }
+        seq.open(buf, "response.output_item.done");
         buf.raw(",\"output_index\":");
         buf.num(u64::from(n));
         buf.raw(",\"item\":");
-        write_item(buf, &self.head, n, &block, Status::Completed);
+        write_item(buf, head, n, block, Status::Completed);
         buf.raw("}");
         sse_close(buf);
     }
 
-    /// A copy of the block (the item writers and the sequence counter both need `self`).
-    fn block(&self, index: u32) -> Option<Block> {
-        self.answer
-            .blocks
-            .get(usize::try_from(index).ok()?)
-            .cloned()
+    /// `response.completed`, or `response.incomplete` for a cut answer.
+    fn end(&mut self, out: &mut Out<'_>) {
+        self.start(out.buf());
+        let stop = self.answer.stop.unwrap_or(StopReason::EndTurn);
+        let (name, status, reason) = match incomplete_reason(stop) {
+            Some(reason) => ("response.incomplete", "incomplete", Some(reason)),
+            None => ("response.completed", "completed", None),
+        };
+        out.comment();
+        let buf = out.buf();
+        self.seq.open(buf, name);
+        buf.raw(",\"response\":");
+        write_response(buf, &self.head, &self.answer, End::Done { status, reason });
+        buf.raw("}");
+        sse_close(buf);
     }
+
+    /// The flat `error` event, then `response.failed` (the terminal frame).
+    fn fail(&mut self, err: &HubError<'_>, out: &mut Out<'_>) {
+        self.start(out.buf());
+        let buf = out.buf();
+        self.seq.open(buf, "error");
+        buf.raw(",\"code\":");
+        write_code(buf, err.kind);
+        buf.raw(",\"message\":");
+        buf.lit(err.message.raw());
+        buf.raw(",\"param\":null}");
+        sse_close(buf);
+        out.comment();
+        let buf = out.buf();
+        self.seq.open(buf, "response.failed");
+        buf.raw(",\"response\":");
+        write_response(buf, &self.head, &self.answer, End::Failed(err));
+        buf.raw("}");
+        sse_close(buf);
+    }
+}
+
+/// The part an item streams into: a message's `output_text` or a reasoning summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Text,
+    Summary,
+}
+
+impl Part {
+    fn index_key(self) -> &'static str {
+        match self {
+            Part::Text => ",\"content_index\":0",
+            Part::Summary => ",\"summary_index\":0",
+        }
+    }
+
+    /// `,"content_index":0,"part":{…}` (or the summary's).
+    fn write(self, out: &mut impl JsonOut, text: &str) {
+        out.raw(self.index_key());
+        out.raw(",\"part\":");
+        match self {
+            Part::Text => write_text_part(out, text),
+            Part::Summary => write_summary_part(out, text),
+        }
+    }
+}
+
+/// `,"item_id":…,"output_index":n`.
+fn write_item_ref(out: &mut impl JsonOut, head: &Head, kind: &BlockKind<'_>, n: u32) {
+    out.raw(",\"item_id\":\"");
+    write_item_id(out, head, kind, n);
+    out.raw("\",\"output_index\":");
+    out.num(u64::from(n));
 }
 
 /// How the `response` object ends, or that it has not.
@@ -310,8 +334,9 @@ enum End<'e> {
 }
 
 /// `error.code` of a failed response: OpenAI's code, else its type.
-fn write_code(out: &mut impl JsonOut, kind: ErrorKind, code: Option<&str>) {
-    out.lit(code.unwrap_or(kind.openai_type_code().0));
+fn write_code(out: &mut impl JsonOut, kind: ErrorKind) {
+    let (kind_name, code) = kind.openai_type_code();
+    out.lit(code.unwrap_or(kind_name));
 }
 
 /// The `response` object with every sent item of `answer`.
@@ -330,7 +355,7 @@ fn write_response(out: &mut impl JsonOut, head: &Head, answer: &Answer, end: End
     match end {
         End::Failed(err) => {
             out.raw("{\"code\":");
-            write_code(out, err.kind, err.kind.openai_type_code().1);
+            write_code(out, err.kind);
             out.raw(",\"message\":");
             out.lit(err.message.raw());
             out.raw("}");
@@ -406,6 +431,10 @@ fn write_item(out: &mut impl JsonOut, head: &Head, n: u32, block: &Block, status
                 write_summary_part(out, &block.text);
             }
             out.raw("]");
+            if let (Some(sig), Status::Completed) = (&block.signature, status) {
+                out.raw(",\"encrypted_content\":");
+                out.lit(sig);
+            }
         }
         BlockKind::ToolCall { id, name } => {
             out.raw(",\"type\":\"function_call\",\"status\":");

@@ -1,0 +1,217 @@
+//! A client of one dialect answered by a channel of another, over real sockets: the client gets
+//! its own dialect's stream (one timing comment, before its terminal frame) or body, the text
+//! the upstream sent, and the record says which two dialects met, with the upstream's marks.
+//! A field the upstream cannot carry is a 400 in the client's dialect that names it.
+
+pub mod common;
+
+use common::{body_for, cut_comment, path_for, terminal_for, Harness, DIALECTS};
+use laptime_core::Dialect;
+use serde_json::{json, Value};
+
+/// A gateway with one sim channel pinned to each dialect: model `via-<dialect>` is `sim-fast`
+/// called in that dialect.
+async fn pinned() -> Harness {
+    common::start_with(|cfg, sim| {
+        for d in DIALECTS {
+            let mut c = common::channel(&format!("sim-{d}"), sim, &[]);
+            c.models = laptime_proxy::config::Models::Map(
+                [(format!("via-{d}"), "sim-fast".to_string())].into(),
+            );
+            c.dialect = Dialect::parse(d);
+            cfg.channels.push(c);
+        }
+    })
+    .await
+}
+
+/// The visible text of a client stream, read the way each dialect's SDK reads it.
+fn stream_text(dialect: &str, sse: &str) -> String {
+    let mut text = String::new();
+    for data in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            continue;
+        };
+        let piece = match dialect {
+            "chat" => v["choices"][0]["delta"]["content"].as_str(),
+            "responses" if v["type"] == "response.output_text.delta" => v["delta"].as_str(),
+            "messages" if v["type"] == "content_block_delta" => v["delta"]["text"].as_str(),
+            _ => None,
+        };
+        text.push_str(piece.unwrap_or_default());
+    }
+    text
+}
+
+/// The visible text of a whole answer.
+fn body_text(dialect: &str, v: &Value) -> String {
+    match dialect {
+        "chat" => v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        "responses" => v["output"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["type"] == "output_text")
+            .filter_map(|c| c["text"].as_str().map(str::to_string))
+            .collect(),
+        _ => v["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["type"] == "text")
+            .filter_map(|c| c["text"].as_str().map(str::to_string))
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn every_client_dialect_streams_from_every_other_with_its_own_events_and_the_upstreams_marks()
+{
+    let h = pinned().await;
+    for client in DIALECTS {
+        // The control: the same sim answer, untranslated.
+        let control = h
+            .post(
+                path_for(client),
+                &body_for(client, &format!("via-{client}"), true),
+            )
+            .await;
+        let control = control.text().await.unwrap();
+        let want = stream_text(client, &control);
+        assert!(!want.is_empty(), "{client} control has text");
+        for upstream in DIALECTS.into_iter().filter(|u| *u != client) {
+            let pair = format!("{client} → {upstream}");
+            let r = h
+                .post(
+                    path_for(client),
+                    &body_for(client, &format!("via-{upstream}"), true),
+                )
+                .await;
+            assert_eq!(r.status(), 200, "{pair}");
+            let id = r.headers()["x-laptime-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let text = r.text().await.unwrap();
+            assert_eq!(stream_text(client, &text), want, "{pair}: text\n{text}");
+            let (_, comment, after) = cut_comment(&text);
+            assert!(
+                after.starts_with(terminal_for(client)),
+                "{pair}: the comment precedes the client's terminal frame, got {after:?}"
+            );
+            assert!(comment.contains("ttft_ms="), "{pair}: {comment}");
+
+            let row = h.row(&id).await;
+            assert_eq!(row["client_dialect"], client, "{pair}");
+            assert_eq!(row["upstream_dialect"], upstream, "{pair}");
+            assert_eq!(row["translated"], true, "{pair}");
+            assert_eq!(row["outcome"], "completed", "{pair}: {row}");
+            assert_eq!(
+                row["output_tokens"], 16,
+                "{pair}: usage in the upstream's terms"
+            );
+            assert_eq!(row["input_tokens"], 10, "{pair}");
+            let timing = &row["other"]["timing"];
+            for mark in [
+                "first_sse_event_ms",
+                "first_response_ms",
+                "first_text_delta_ms",
+            ] {
+                assert!(timing[mark].is_number(), "{pair}: {mark} in {timing}");
+            }
+        }
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn whole_answers_are_translated_with_server_timing() {
+    let h = pinned().await;
+    for client in DIALECTS {
+        let control: Value = h
+            .post(
+                path_for(client),
+                &body_for(client, &format!("via-{client}"), false),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        let want = body_text(client, &control);
+        assert!(!want.is_empty(), "{client} control: {control}");
+        for upstream in DIALECTS.into_iter().filter(|u| *u != client) {
+            let pair = format!("{client} → {upstream}");
+            let r = h
+                .post(
+                    path_for(client),
+                    &body_for(client, &format!("via-{upstream}"), false),
+                )
+                .await;
+            assert_eq!(r.status(), 200, "{pair}");
+            assert!(r.headers().contains_key("server-timing"), "{pair}");
+            let id = r.headers()["x-laptime-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(body_text(client, &v), want, "{pair}: {v}");
+            let row = h.row(&id).await;
+            assert_eq!(row["translated"], true, "{pair}");
+            assert_eq!(row["output_tokens"], 16, "{pair}");
+        }
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_field_the_upstream_cannot_carry_is_a_400_in_the_clients_dialect_naming_it() {
+    let h = pinned().await;
+    let cases = [
+        (
+            "chat",
+            "via-messages",
+            json!({"model": "via-messages", "n": 2,
+                "messages": [{"role": "user", "content": "hi"}]}),
+            "n",
+        ),
+        (
+            "responses",
+            "via-messages",
+            json!({"model": "via-messages", "input": "hi", "previous_response_id": "resp_1"}),
+            "previous_response_id",
+        ),
+        (
+            "messages",
+            "via-chat",
+            json!({"model": "via-chat", "max_tokens": 16,
+                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                "messages": [{"role": "user", "content": "hi"}]}),
+            "tools[0]",
+        ),
+    ];
+    for (client, model, body, field) in cases {
+        let r = h.post(path_for(client), &body).await;
+        assert_eq!(r.status(), 400, "{client} → {model}");
+        let v: Value = r.json().await.unwrap();
+        let message = if client == "messages" {
+            assert_eq!(v["type"], "error", "{v}");
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+            v["error"]["message"].as_str().unwrap().to_string()
+        } else {
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+            v["error"]["message"].as_str().unwrap().to_string()
+        };
+        assert!(
+            message.contains(&format!("`{field}")),
+            "{client} → {model}: names {field}: {message}"
+        );
+    }
+    // Nothing reached the sim.
+    let stats = h.sim_stats().await;
+    assert_eq!(stats["requests"], 0, "{stats}");
+    h.stop().await;
+}
