@@ -350,8 +350,10 @@ pub fn preset(name: &str) -> Option<Script> {
 /// - `sim-rate-limited`: HTTP 429 with the dialect's rate-limit error body and
 ///   `retry-after: 1`, streamed or not.
 /// - `sim-overloaded-in-band`: 5 text tokens (`Sure, here is the`), then the dialect's
-///   in-band overload error (HTTP 529's vocabulary: Anthropic `overloaded_error`), no normal
-///   terminal; not streamed, a 529 with that error body. Input 14.
+///   in-band overload error (HTTP 529's vocabulary: Anthropic `overloaded_error`, OpenAI
+///   `server_error` with code `server_is_overloaded`), no normal terminal (Chat still ends with
+///   `[DONE]`, Responses with `response.failed`); not streamed, a 529 with that error body.
+///   Input 14.
 /// - `sim-echo`: 8 text deltas whose text is the summary of the request (see the `echo`
 ///   module). Usage: input 40, cache read 0, cache write 0, output 8.
 fn scenario(name: &str) -> Option<Script> {

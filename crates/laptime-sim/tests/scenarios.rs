@@ -558,11 +558,13 @@ async fn sim_overloaded_in_band_sends_text_then_an_overload_error_and_no_termina
             }
             Dialect::Chat => {
                 assert_eq!(error["type"], "server_error");
+                assert_eq!(error["code"], "server_is_overloaded");
                 // OpenAI and vLLM end the stream with [DONE] after the error chunk.
                 assert_eq!(a.after_error, ["[DONE]"]);
             }
             Dialect::Responses => {
                 assert_eq!(error["type"], "server_error");
+                assert_eq!(error["code"], "server_is_overloaded");
                 assert_eq!(a.after_error.len(), 1, "only response.failed follows");
                 let failed: Value = serde_json::from_str(&a.after_error[0]).unwrap();
                 assert_eq!(failed["type"], "response.failed");
@@ -583,6 +585,7 @@ async fn sim_overloaded_in_band_not_streamed_is_a_529_with_the_error_body() {
             assert_eq!(body["error"]["type"], "overloaded_error");
         } else {
             assert_eq!(body["error"]["type"], "server_error");
+            assert_eq!(body["error"]["code"], "server_is_overloaded");
         }
     }
 }

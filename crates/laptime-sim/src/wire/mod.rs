@@ -398,7 +398,14 @@ impl ApiError {
                 "The engine is currently overloaded, please try again later.",
             ),
             504 => ("server_error", None, "timeout_error", "Request timed out."),
-            529 => ("server_error", None, "overloaded_error", "Overloaded"),
+            // Anthropic's overload status; in OpenAI's words the code its Responses streams use
+            // for an overload, so the error is told apart from any other server error.
+            529 => (
+                "server_error",
+                Some("server_is_overloaded"),
+                "overloaded_error",
+                "Overloaded",
+            ),
             500..=599 => (
                 "server_error",
                 None,
