@@ -269,7 +269,7 @@ fn translate(
     body: &Bytes,
     candidates: Vec<Route>,
 ) -> Result<(Vec<Route>, Bodies), GatewayError> {
-    let reasoning = policy.translation.reasoning_budgets.table();
+    let reasoning = policy.translation.reasoning_budgets;
     let default_max_tokens = Some(policy.translation.default_max_tokens).filter(|&n| n > 0);
     let mut bodies = Bodies {
         bodies: Vec::new(),
