@@ -183,7 +183,8 @@ class Sim:
 
 
 class Gateway:
-    def __init__(self, upstream: str, observe: bool | None = None, name: str = "gateway"):
+    def __init__(self, upstream: str, observe: bool | None = None, name: str = "gateway",
+                 pin: str | None = None):
         d = tmpdir(name)
         self.data = d / "data"
         self.log = d / "gateway.log"
@@ -193,11 +194,14 @@ class Gateway:
         server = f'data_dir = "{self.data}"\ndrain_s = 2\n'
         if observe is not None:
             server += f"observe = {'true' if observe else 'false'}\n"
-        # The strict format: one sim channel serving every model name, default routes.
+        # The strict format: one sim channel serving every model name, default routes. Pinned
+        # to a dialect (`pin`), it serves `sim-fast` only (a `*` channel is never translated),
+        # and every other client dialect is translated to it.
+        models = '["sim-fast"]\ndialect = "' + pin + '"' if pin else '["*"]'
         self.config.write_text(
             "[server]\n" + server +
             "\n[[channels]]\nname = \"sim\"\nprovider = \"sim\"\n"
-            f"base_url = \"{upstream}\"\nmodels = [\"*\"]\n")
+            f"base_url = \"{upstream}\"\nmodels = {models}\n")
         self.proc = spawn([str(BIN), "serve", "--config", str(self.config), "--listen",
                            "127.0.0.1:0", "--data-dir", str(self.data)], self.log,
                           {"LAPTIME_BOOTSTRAP_TOKEN": TOKEN}, stdout=subprocess.PIPE)

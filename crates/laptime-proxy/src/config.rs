@@ -236,58 +236,15 @@ pub struct TranslationConfig {
     /// gives none; 0 = no default, such a request is answered 400 naming the field.
     pub default_max_tokens: u32,
     /// Reasoning-token budgets per named effort, both ways (effort → Anthropic or Gemini
-    /// budget, and a budget → the nearest OpenAI effort).
-    pub reasoning_budgets: ReasoningBudgets,
+    /// budget, and a budget → the nearest OpenAI effort): the table of `docs/translation.md`.
+    pub reasoning_budgets: ReasoningTable,
 }
 
 impl Default for TranslationConfig {
     fn default() -> Self {
         TranslationConfig {
             default_max_tokens: 4096,
-            reasoning_budgets: ReasoningBudgets::default(),
-        }
-    }
-}
-
-/// The table of `docs/translation.md`, overridable per model.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ReasoningBudgets {
-    pub minimal: u32,
-    pub low: u32,
-    pub medium: u32,
-    pub high: u32,
-    pub xhigh: u32,
-    pub max: u32,
-    /// The model takes a named effort itself (Anthropic adaptive thinking) instead of a budget.
-    pub native_effort: bool,
-}
-
-impl Default for ReasoningBudgets {
-    fn default() -> Self {
-        let t = ReasoningTable::DEFAULT;
-        ReasoningBudgets {
-            minimal: t.minimal,
-            low: t.low,
-            medium: t.medium,
-            high: t.high,
-            xhigh: t.xhigh,
-            max: t.max,
-            native_effort: t.native_effort,
-        }
-    }
-}
-
-impl ReasoningBudgets {
-    pub fn table(&self) -> ReasoningTable {
-        ReasoningTable {
-            minimal: self.minimal,
-            low: self.low,
-            medium: self.medium,
-            high: self.high,
-            xhigh: self.xhigh,
-            max: self.max,
-            native_effort: self.native_effort,
+            reasoning_budgets: ReasoningTable::DEFAULT,
         }
     }
 }
@@ -852,6 +809,26 @@ mod tests {
             "{bad}"
         );
         assert!(bad.contains("after"), "{bad}");
+    }
+
+    #[test]
+    fn a_routes_translation_overrides_only_what_it_names() {
+        let text = r#"
+            [[routes]]
+            model = "claude"
+            translation = { default_max_tokens = 0, reasoning_budgets = { high = 20000 } }
+        "#;
+        let cfg = Config::from_toml(text, "c").unwrap();
+        let t = &cfg.route_for("claude").translation;
+        assert_eq!(t.default_max_tokens, 0);
+        assert_eq!(t.reasoning_budgets.high, 20_000);
+        assert_eq!(t.reasoning_budgets.low, ReasoningTable::DEFAULT.low);
+        assert_eq!(
+            cfg.route_for("other").translation,
+            TranslationConfig::default()
+        );
+        let bad = "[[routes]]\nmodel = \"m\"\ntranslation = { reasoning_budgets = { huge = 1 } }";
+        assert!(Config::from_toml(bad, "c").is_err());
     }
 
     #[test]

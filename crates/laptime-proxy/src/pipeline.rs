@@ -21,7 +21,7 @@ use crate::attempt::AttemptCtx;
 use crate::auth::{AuthFailure, Authenticated};
 use crate::budget::{Held, Refusal};
 use crate::cache::{self, CachedAnswer};
-use crate::config::RouteConfig;
+use crate::config::{Provider, RouteConfig};
 use crate::ingress::{self, RequestHead, Trace};
 use crate::record::{Finisher, Pending};
 use crate::respond::{self, GatewayError, StoreIn};
@@ -269,7 +269,7 @@ fn translate(
     body: &Bytes,
     candidates: Vec<Route>,
 ) -> Result<(Vec<Route>, Bodies), GatewayError> {
-    let reasoning = policy.translation.reasoning_budgets.table();
+    let reasoning = policy.translation.reasoning_budgets;
     let default_max_tokens = Some(policy.translation.default_max_tokens).filter(|&n| n > 0);
     let mut bodies = Bodies {
         bodies: Vec::new(),
@@ -287,6 +287,11 @@ fn translate(
                     stream: head.stream,
                     default_max_tokens,
                     reasoning: &reasoning,
+                    // A real provider would refuse the simulator's script.
+                    pass_through: match route.channel.provider {
+                        Provider::Sim => &["laptime_sim"],
+                        Provider::Openai | Provider::Anthropic => &[],
+                    },
                 };
                 translate_request(pending.dialect, route.upstream, body, &opts).map(|t| {
                     bodies.client_wants_usage_chunk = t.client_wants_usage_chunk;

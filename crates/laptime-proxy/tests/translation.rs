@@ -13,12 +13,27 @@ use serde_json::{json, Value};
 /// called in that dialect.
 async fn pinned() -> Harness {
     common::start_with(|cfg, sim| {
+        // Only the pinned channels, and one attempt: an upstream's error status is the answer.
+        cfg.channels.clear();
+        let mut once = laptime_proxy::config::RouteConfig {
+            model: "*".into(),
+            failover: Default::default(),
+            timeouts: Default::default(),
+            cache: None,
+            hedge: None,
+            translation: Default::default(),
+        };
+        once.failover.max_attempts = 1;
+        cfg.routes = vec![once];
         for d in DIALECTS {
             let mut c = common::channel(&format!("sim-{d}"), sim, &[]);
             c.models = laptime_proxy::config::Models::Map(
                 [(format!("via-{d}"), "sim-fast".to_string())].into(),
             );
             c.dialect = Dialect::parse(d);
+            // The error cases must reach the upstream every time, not an open circuit.
+            c.circuit.consecutive_failures = 1_000;
+            c.circuit.min_requests = 1_000;
             cfg.channels.push(c);
         }
     })
@@ -213,5 +228,107 @@ async fn a_field_the_upstream_cannot_carry_is_a_400_in_the_clients_dialect_namin
     // Nothing reached the sim.
     let stats = h.sim_stats().await;
     assert_eq!(stats["requests"], 0, "{stats}");
+    h.stop().await;
+}
+
+/// A client's body with a sim script, for `via-<upstream>`.
+fn scripted(client: &str, upstream: &str, stream: bool, script: Value) -> Value {
+    let mut body = body_for(client, &format!("via-{upstream}"), stream);
+    body["laptime_sim"] = script;
+    body
+}
+
+#[tokio::test]
+async fn an_upstream_error_status_becomes_the_clients_error_of_the_same_kind() {
+    let h = pinned().await;
+    for client in DIALECTS {
+        for upstream in DIALECTS {
+            let pair = format!("{client} → {upstream}");
+            for stream in [false, true] {
+                let script = json!({"end": "status", "status": 429});
+                let r = h
+                    .post(
+                        path_for(client),
+                        &scripted(client, upstream, stream, script),
+                    )
+                    .await;
+                let status = r.status();
+                let v: Value = r.json().await.unwrap();
+                assert_eq!(status, 429, "{pair}: {v}");
+                if client == "messages" {
+                    assert_eq!(v["type"], "error", "{pair}: {v}");
+                    assert_eq!(v["error"]["type"], "rate_limit_error", "{pair}: {v}");
+                } else {
+                    assert!(v["error"]["message"].is_string(), "{pair}: {v}");
+                    assert!(v.get("type").is_none(), "{pair}: OpenAI shape: {v}");
+                }
+            }
+        }
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn endings_keep_their_meaning_through_translation() {
+    let h = pinned().await;
+    for client in DIALECTS {
+        for upstream in DIALECTS.into_iter().filter(|u| *u != client) {
+            let pair = format!("{client} → {upstream}");
+            // Cut by max tokens: incomplete, in the client's words.
+            let r = h
+                .post(
+                    path_for(client),
+                    &scripted(client, upstream, true, json!({"end": "incomplete"})),
+                )
+                .await;
+            let id = r.headers()["x-laptime-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let text = r.text().await.unwrap();
+            let said = match client {
+                "chat" => text.contains("\"finish_reason\":\"length\""),
+                "responses" => text.contains("event: response.incomplete"),
+                _ => text.contains("\"stop_reason\":\"max_tokens\""),
+            };
+            assert!(said, "{pair}: incomplete in the client's words:\n{text}");
+            assert_eq!(h.row(&id).await["outcome"], "incomplete", "{pair}");
+
+            // Cut by the upstream: the client is told in-band, never a clean end.
+            let r = h
+                .post(
+                    path_for(client),
+                    &scripted(client, upstream, true, json!({"end": "close"})),
+                )
+                .await;
+            let id = r.headers()["x-laptime-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let text = r.text().await.unwrap();
+            let tail = &text[text.len().saturating_sub(600)..];
+            let completed = match client {
+                "chat" => "\"finish_reason\":\"stop\"",
+                "responses" => "event: response.completed",
+                _ => "\"stop_reason\":\"end_turn\"",
+            };
+            assert!(
+                !text.contains(completed),
+                "{pair}: a cut is never a completion, the stream ends:\n{tail}"
+            );
+            let error_at = text
+                .find("error")
+                .unwrap_or_else(|| panic!("{pair}: no in-band error:\n{tail}"));
+            assert!(
+                text.find(terminal_for(client)).is_none_or(|t| t > error_at),
+                "{pair}: a terminal frame only after the error:\n{tail}"
+            );
+            assert_eq!(
+                h.row(&id).await["outcome"],
+                "upstream_closed_early",
+                "{pair}"
+            );
+        }
+    }
     h.stop().await;
 }

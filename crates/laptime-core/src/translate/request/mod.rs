@@ -48,6 +48,9 @@ pub struct RequestOptions<'a> {
     /// one).
     pub default_max_tokens: Option<u32>,
     pub reasoning: &'a ReasoningTable,
+    /// Top-level client fields copied into the upstream body as they are, untranslated (the
+    /// gateway's own simulator reads its script from `laptime_sim` in every dialect).
+    pub pass_through: &'a [&'a str],
 }
 
 /// A body for the upstream, and what the response side needs to answer the client.
@@ -74,8 +77,15 @@ pub fn translate_request(
     opts: &RequestOptions<'_>,
 ) -> std::result::Result<TranslatedRequest, RequestError> {
     let mut omitted = Omissions::default();
-    let hub = decode(client, upstream, body, &mut omitted)?;
-    let value = encode(upstream, client, &hub, opts, &mut omitted)?;
+    let mut map = json::parse_body(body)?;
+    let carried: Vec<(String, Value)> = opts
+        .pass_through
+        .iter()
+        .filter_map(|k| map.remove_entry(*k))
+        .collect();
+    let hub = decode_map(client, upstream, &map, &mut omitted)?;
+    let mut value = encode(upstream, client, &hub, opts, &mut omitted)?;
+    value.extend(carried);
     Ok(TranslatedRequest {
         body: Value::Object(value).to_string().into_bytes(),
         client_wants_usage_chunk: client == Dialect::Chat && hub.include_usage == Some(true),
@@ -85,18 +95,24 @@ pub fn translate_request(
 }
 
 /// Decodes a client's body into the hub, refusing what `upstream` cannot carry.
+#[cfg(test)]
 pub(crate) fn decode(
     client: Dialect,
     upstream: Dialect,
     body: &[u8],
     omitted: &mut Omissions,
 ) -> Result<HubRequest> {
-    let map = json::parse_body(body)?;
+    decode_map(client, upstream, &json::parse_body(body)?, omitted)
+}
+
+fn decode_map(
+    client: Dialect,
+    upstream: Dialect,
+    map: &Map<String, Value>,
+    omitted: &mut Omissions,
+) -> Result<HubRequest> {
     let root = Path::Root;
-    let obj = Obj {
-        map: &map,
-        path: &root,
-    };
+    let obj = Obj { map, path: &root };
     let mut d = Decoder {
         upstream,
         omitted,

@@ -7,8 +7,10 @@
 
 use super::hub::Effort;
 
-/// Reasoning-token budgets per effort, for one model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Reasoning-token budgets per effort, for one model (the proxy reads it from its config: a
+/// field left out keeps its default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ReasoningTable {
     pub minimal: u32,
     pub low: u32,

@@ -18,6 +18,7 @@ fn opts() -> RequestOptions<'static> {
         stream: false,
         default_max_tokens: None,
         reasoning: &TABLE,
+        pass_through: &[],
     }
 }
 

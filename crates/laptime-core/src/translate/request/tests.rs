@@ -24,6 +24,7 @@ fn opts(stream: bool) -> RequestOptions<'static> {
         stream,
         default_max_tokens: Some(4096),
         reasoning: &TABLE,
+        pass_through: &[],
     }
 }
 
@@ -1089,4 +1090,19 @@ fn each_tool_result_is_named_from_the_earlier_call_with_its_id() {
         {"role": "tool", "tool_call_id": "nowhere", "content": "x"}]});
     let t = run(Chat, Messages, &orphan).unwrap();
     assert!(matches!(&t.hub.messages[0], hub::Message::Tool(r) if r.name.is_none()));
+}
+
+#[test]
+fn pass_through_fields_are_copied_untranslated_and_others_still_refused() {
+    let b = json!({"model": "m", "max_tokens": 8, "laptime_sim": {"text_tokens": 3},
+        "messages": [{"role": "user", "content": "x"}]});
+    let carry = RequestOptions {
+        pass_through: &["laptime_sim"],
+        ..opts(false)
+    };
+    let t = translate_request(Messages, Chat, b.to_string().as_bytes(), &carry).unwrap();
+    let up: Value = serde_json::from_slice(&t.body).unwrap();
+    assert_eq!(up["laptime_sim"], json!({"text_tokens": 3}));
+    let e = translate_request(Messages, Chat, b.to_string().as_bytes(), &opts(false)).unwrap_err();
+    assert_eq!(e.field(), "laptime_sim");
 }
