@@ -445,8 +445,21 @@ impl Config {
     }
 }
 
-/// The sim models the embedded default serves.
-pub const SIM_MODELS: [&str; 4] = ["sim-trace-a", "sim-trace-b", "sim-trace-c", "sim-fast"];
+/// The sim models the embedded default serves: every preset of the sim (a test keeps the two
+/// lists equal; the proxy's library does not depend on the sim).
+pub const SIM_MODELS: [&str; 11] = [
+    "sim-trace-a",
+    "sim-trace-b",
+    "sim-trace-c",
+    "sim-fast",
+    "sim-reasoning",
+    "sim-tool-call",
+    "sim-parallel-tools",
+    "sim-max-tokens",
+    "sim-rate-limited",
+    "sim-overloaded-in-band",
+    "sim-echo",
+];
 
 impl Config {
     /// Parses TOML text; `origin` names the source in error messages.
@@ -809,6 +822,11 @@ mod tests {
             "{bad}"
         );
         assert!(bad.contains("after"), "{bad}");
+    }
+
+    #[test]
+    fn the_embedded_default_serves_every_sim_preset() {
+        assert_eq!(SIM_MODELS, laptime_sim::PRESET_NAMES);
     }
 
     #[test]
