@@ -10,10 +10,12 @@ use serde_json::value::RawValue;
 
 use super::super::error::ErrorObject;
 use super::super::hub::{BlockKind, Delta, ErrorKind, HubEvent};
-use super::super::json::{nonempty, plain, text, value_as_text, Count};
+use super::super::json::{nonempty, plain, text, value_as_text};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::stop_reason;
 use crate::usage::{UsageAcc, UsageReport};
+use crate::wire::usage::MessagesUsage;
+use crate::wire::Count;
 use crate::Dialect;
 
 /// Decodes one upstream Messages stream.
@@ -205,7 +207,7 @@ struct Event<'a> {
     content_block: Option<Block<'a>>,
     #[serde(borrow)]
     delta: Option<EventDelta<'a>>,
-    usage: Option<Usage>,
+    usage: Option<MessagesUsage>,
     #[serde(borrow)]
     error: Option<ErrorObject<'a>>,
 }
@@ -216,7 +218,7 @@ struct Message<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow)]
     model: Option<&'a RawValue>,
-    usage: Option<Usage>,
+    usage: Option<MessagesUsage>,
 }
 
 #[derive(Deserialize)]
@@ -309,41 +311,7 @@ struct Body<'a> {
     content: Option<Vec<Block<'a>>>,
     #[serde(borrow)]
     stop_reason: Option<&'a RawValue>,
-    usage: Option<Usage>,
+    usage: Option<MessagesUsage>,
     #[serde(borrow)]
     error: Option<ErrorObject<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    input_tokens: Count,
-    #[serde(default)]
-    output_tokens: Count,
-    #[serde(default)]
-    cache_creation_input_tokens: Count,
-    #[serde(default)]
-    cache_read_input_tokens: Count,
-    output_tokens_details: Option<OutputDetails>,
-}
-
-#[derive(Deserialize)]
-struct OutputDetails {
-    #[serde(default)]
-    thinking_tokens: Count,
-}
-
-impl Usage {
-    fn report(&self) -> UsageReport {
-        UsageReport {
-            input: self.input_tokens.0,
-            output: self.output_tokens.0,
-            cache_read: self.cache_read_input_tokens.0,
-            cache_write: self.cache_creation_input_tokens.0,
-            reasoning: self
-                .output_tokens_details
-                .as_ref()
-                .and_then(|d| d.thinking_tokens.0),
-        }
-    }
 }

@@ -14,10 +14,12 @@ use serde_json::value::RawValue;
 
 use super::super::error::ErrorObject;
 use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
-use super::super::json::{nonempty, plain, text, Count};
+use super::super::json::{nonempty, plain, text};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::incomplete_stop;
-use crate::usage::{Tokens, UsageAcc, UsageReport};
+use crate::usage::{Tokens, UsageAcc};
+use crate::wire::usage::ResponsesUsage;
+use crate::wire::Count;
 use crate::Dialect;
 
 /// Between two summary parts of one reasoning item (escaped), as the request half joins them.
@@ -407,7 +409,7 @@ struct Response<'a> {
     status: Option<&'a RawValue>,
     #[serde(borrow)]
     output: Option<Vec<Item<'a>>>,
-    usage: Option<Usage>,
+    usage: Option<ResponsesUsage>,
     #[serde(borrow)]
     incomplete_details: Option<IncompleteDetails<'a>>,
     #[serde(borrow)]
@@ -446,44 +448,4 @@ struct Part<'a> {
     text: Option<&'a RawValue>,
     #[serde(borrow)]
     refusal: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    input_tokens: Count,
-    #[serde(default)]
-    output_tokens: Count,
-    input_tokens_details: Option<InputDetails>,
-    output_tokens_details: Option<OutputDetails>,
-}
-
-#[derive(Deserialize)]
-struct InputDetails {
-    #[serde(default)]
-    cached_tokens: Count,
-    #[serde(default)]
-    cache_write_tokens: Count,
-}
-
-#[derive(Deserialize)]
-struct OutputDetails {
-    #[serde(default)]
-    reasoning_tokens: Count,
-}
-
-impl Usage {
-    fn report(&self) -> UsageReport {
-        let input = self.input_tokens_details.as_ref();
-        UsageReport {
-            input: self.input_tokens.0,
-            output: self.output_tokens.0,
-            cache_read: input.and_then(|d| d.cached_tokens.0),
-            cache_write: input.and_then(|d| d.cache_write_tokens.0),
-            reasoning: self
-                .output_tokens_details
-                .as_ref()
-                .and_then(|d| d.reasoning_tokens.0),
-        }
-    }
 }
