@@ -11,8 +11,8 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::super::error::ErrorObject;
-use super::super::hub::{BlockKind, Delta, ErrorKind, HubEvent, JsonText};
+use super::super::error::{in_band_error, ErrorObject};
+use super::super::hub::{BlockKind, Delta, HubEvent, JsonText};
 use super::super::json::{nonempty, plain, text, truthy, value_as_text};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::stop_reason;
@@ -92,13 +92,7 @@ impl Decoder {
             let err = chunk
                 .error
                 .and_then(|raw| serde_json::from_str::<ErrorObject<'a>>(raw.get()).ok());
-            emit(HubEvent::Error(match err {
-                Some(obj) => obj.hub(false, ErrorKind::Server),
-                None => super::super::hub::HubError {
-                    kind: ErrorKind::Server,
-                    message: JsonText::default(),
-                },
-            }));
+            emit(HubEvent::Error(in_band_error(err, false)));
             return;
         }
         if !self.started {
@@ -147,7 +141,7 @@ impl Decoder {
             Piece::Text(t) => (TEXT, REASONING, BlockKind::Text, Delta::Text(t)),
         };
         self.blocks.stop(other, emit);
-        let index = self.open(key, kind, emit);
+        let index = self.blocks.open(key, kind, emit);
         emit(HubEvent::BlockDelta { index, delta });
     }
 
@@ -176,18 +170,6 @@ impl Decoder {
             });
         }
     }
-
-    fn open<'a>(
-        &mut self,
-        key: u64,
-        kind: BlockKind<'a>,
-        emit: &mut impl FnMut(HubEvent<'a>),
-    ) -> u32 {
-        match self.blocks.get(key) {
-            Some(index) => index,
-            None => self.blocks.start(key, kind, emit),
-        }
-    }
 }
 
 /// Decodes a whole `chat.completion` body (or an error body).
@@ -198,7 +180,7 @@ pub(crate) fn decode_body<'a>(
     let parsed =
         serde_json::from_slice::<Body<'a>>(body).map_err(|_| TranslateError::NotAnAnswer)?;
     if let Some(err) = parsed.error {
-        emit(HubEvent::Error(err.hub(false, ErrorKind::Server)));
+        emit(HubEvent::Error(in_band_error(Some(err), false)));
         return Ok(());
     }
     let choice = parsed

@@ -8,8 +8,8 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::super::error::ErrorObject;
-use super::super::hub::{BlockKind, Delta, ErrorKind, HubEvent};
+use super::super::error::{in_band_error, ErrorObject};
+use super::super::hub::{BlockKind, Delta, HubEvent};
 use super::super::json::{nonempty, plain, text, value_as_text};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::stop_reason;
@@ -94,13 +94,7 @@ impl Decoder {
             "error" => {
                 self.blocks.stop_all(emit);
                 self.done = true;
-                let err = ev.error.map(|e| e.hub(true, ErrorKind::Server));
-                emit(HubEvent::Error(err.unwrap_or(
-                    super::super::hub::HubError {
-                        kind: ErrorKind::Server,
-                        message: Default::default(),
-                    },
-                )));
+                emit(HubEvent::Error(in_band_error(ev.error, true)));
             }
             "ping" => emit(HubEvent::Heartbeat),
             _ => {}
@@ -163,7 +157,7 @@ pub(crate) fn decode_body<'a>(
     let parsed =
         serde_json::from_slice::<Body<'a>>(body).map_err(|_| TranslateError::NotAnAnswer)?;
     if let Some(err) = parsed.error {
-        emit(HubEvent::Error(err.hub(true, ErrorKind::Server)));
+        emit(HubEvent::Error(in_band_error(Some(err), true)));
         return Ok(());
     }
     let content = parsed.content.ok_or(TranslateError::NotAnAnswer)?;

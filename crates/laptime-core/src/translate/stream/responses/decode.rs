@@ -12,8 +12,8 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::super::error::ErrorObject;
-use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
+use super::super::error::{in_band_error, ErrorObject};
+use super::super::hub::{BlockKind, Delta, HubEvent, JsonText, StopReason};
 use super::super::json::{nonempty, plain, text};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::incomplete_stop;
@@ -105,7 +105,8 @@ impl Decoder {
             "response.content_part.added" => {
                 let part = ev.part.as_ref().and_then(|p| plain(p.kind));
                 if matches!(part.as_deref(), Some("output_text" | "refusal")) {
-                    self.open(key(output, content), BlockKind::Text, emit);
+                    self.blocks
+                        .open(key(output, content), BlockKind::Text, emit);
                 }
             }
             "response.content_part.done" => self.blocks.stop(key(output, content), emit),
@@ -166,7 +167,7 @@ impl Decoder {
         emit: &mut impl FnMut(HubEvent<'a>),
     ) {
         if let Some(delta) = delta {
-            let index = self.open(key, kind, emit);
+            let index = self.blocks.open(key, kind, emit);
             emit(HubEvent::BlockDelta { index, delta });
         }
     }
@@ -230,7 +231,8 @@ impl Decoder {
     fn item_added<'a>(&mut self, output: u64, item: Item<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
         match plain(item.kind).as_deref() {
             Some("reasoning") => {
-                self.open(key(output, ITEM), BlockKind::Reasoning, emit);
+                self.blocks
+                    .open(key(output, ITEM), BlockKind::Reasoning, emit);
             }
             Some("function_call") => {
                 self.tool_seen = true;
@@ -238,7 +240,7 @@ impl Decoder {
                     id: text(item.call_id).unwrap_or_default(),
                     name: text(item.name).unwrap_or_default(),
                 };
-                let index = self.open(key(output, ITEM), kind, emit);
+                let index = self.blocks.open(key(output, ITEM), kind, emit);
                 if let Some(t) = nonempty(item.arguments) {
                     self.args_streamed.push(output);
                     emit(HubEvent::BlockDelta {
@@ -273,25 +275,7 @@ impl Decoder {
     fn fail<'a>(&mut self, err: Option<ErrorObject<'a>>, emit: &mut impl FnMut(HubEvent<'a>)) {
         self.blocks.stop_all(emit);
         self.done = true;
-        emit(HubEvent::Error(match err {
-            Some(obj) => obj.hub(false, ErrorKind::Server),
-            None => HubError {
-                kind: ErrorKind::Server,
-                message: Default::default(),
-            },
-        }));
-    }
-
-    fn open<'a>(
-        &mut self,
-        key: u64,
-        kind: BlockKind<'a>,
-        emit: &mut impl FnMut(HubEvent<'a>),
-    ) -> u32 {
-        match self.blocks.get(key) {
-            Some(index) => index,
-            None => self.blocks.start(key, kind, emit),
-        }
+        emit(HubEvent::Error(in_band_error(err, false)));
     }
 }
 
@@ -303,7 +287,7 @@ pub(crate) fn decode_body<'a>(
     let r =
         serde_json::from_slice::<Response<'a>>(body).map_err(|_| TranslateError::NotAnAnswer)?;
     if let Some(err) = r.error {
-        emit(HubEvent::Error(err.hub(false, ErrorKind::Server)));
+        emit(HubEvent::Error(in_band_error(Some(err), false)));
         return Ok(());
     }
     let output = r.output.ok_or(TranslateError::NotAnAnswer)?;
