@@ -89,13 +89,10 @@ pub(super) fn decode(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
         let at = o.path.key("response_format");
         d.hub.output = Some(response_format(Obj::new(rf, &at)?, d)?);
     }
-    if let Some(tools) = o.array("tools")? {
-        let at = o.path.key("tools");
-        for (i, t) in tools.iter().enumerate() {
-            let at = at.index(i);
-            d.hub.tools.push(tool(Obj::new(t, &at)?)?);
-        }
-    }
+    o.each_object("tools", |t| {
+        d.hub.tools.push(tool(t)?);
+        Ok(())
+    })?;
     if let Some(choice) = o.get("tool_choice") {
         d.hub.tool_choice = Some(tool_choice(choice, &o.path.key("tool_choice"))?);
     }
@@ -103,11 +100,8 @@ pub(super) fn decode(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
     if d.hub.parallel_tool_calls == Some(false) {
         d.need(Cap::ParallelOff, &o.path.key("parallel_tool_calls"))?;
     }
-    let at = o.path.key("messages");
-    let messages = o.array("messages")?.ok_or_else(|| at.invalid("required"))?;
-    for (i, m) in messages.iter().enumerate() {
-        let at = at.index(i);
-        message(Obj::new(m, &at)?, d)?;
+    if !o.each_object("messages", |m| message(m, d))? {
+        return Err(o.path.key("messages").invalid("required"));
     }
     Ok(())
 }
@@ -369,13 +363,10 @@ fn assistant(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
             parts.push(Part::Text(refusal.to_string()));
         }
     }
-    if let Some(calls) = o.array("tool_calls")? {
-        let at = o.path.key("tool_calls");
-        for (i, c) in calls.iter().enumerate() {
-            let at = at.index(i);
-            parts.push(Part::ToolCall(tool_call(Obj::new(c, &at)?)?));
-        }
-    }
+    o.each_object("tool_calls", |c| {
+        parts.push(Part::ToolCall(tool_call(c)?));
+        Ok(())
+    })?;
     d.push(Message::Assistant(parts));
     Ok(())
 }

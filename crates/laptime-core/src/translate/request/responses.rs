@@ -234,13 +234,10 @@ fn reasoning(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
 }
 
 fn tools_and_choice(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
-    if let Some(tools) = o.array("tools")? {
-        let at = o.path.key("tools");
-        for (i, t) in tools.iter().enumerate() {
-            let at = at.index(i);
-            d.hub.tools.push(tool(Obj::new(t, &at)?)?);
-        }
-    }
+    o.each_object("tools", |t| {
+        d.hub.tools.push(tool(t)?);
+        Ok(())
+    })?;
     if let Some(choice) = o.get("tool_choice") {
         d.hub.tool_choice = Some(tool_choice(choice, &o.path.key("tool_choice"))?);
     }
@@ -369,13 +366,10 @@ fn reasoning_item(o: Obj<'_>) -> Result<Thought> {
     let mut texts = Vec::new();
     // The full reasoning text when the provider gave it, else its summary.
     for key in ["content", "summary"] {
-        if let Some(parts) = o.array(key)? {
-            let at = o.path.key(key);
-            for (i, p) in parts.iter().enumerate() {
-                let at = at.index(i);
-                texts.push(Obj::new(p, &at)?.req_str("text")?.to_string());
-            }
-        }
+        o.each_object(key, |p| {
+            texts.push(p.req_str("text")?.to_string());
+            Ok(())
+        })?;
         if !texts.is_empty() {
             break;
         }
