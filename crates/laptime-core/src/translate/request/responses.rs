@@ -11,7 +11,7 @@ use super::hub::{
 use super::json::{data_url, Obj, Path, Result};
 use super::shared::{
     file_data, image_detail, image_detail_word, image_from_url, insert_opt, openai_effort,
-    openai_effort_word, parse_arguments,
+    openai_effort_word, openai_tool_choice, parse_arguments,
 };
 use super::{Cap, Decoder, Encoder, HubRequest};
 
@@ -271,12 +271,7 @@ fn tool(o: Obj<'_>) -> Result<Tool> {
 
 fn tool_choice(v: &Value, at: &Path<'_>) -> Result<ToolChoice> {
     match v {
-        Value::String(s) => match s.as_str() {
-            "auto" => Ok(ToolChoice::Auto),
-            "none" => Ok(ToolChoice::None),
-            "required" => Ok(ToolChoice::Required),
-            _ => Err(at.invalid("expected auto, none, required or a named function")),
-        },
+        Value::String(s) => openai_tool_choice(s, at),
         _ => {
             let o = Obj::new(v, at)?;
             match o.req_str("type")? {
