@@ -5,6 +5,8 @@
 //! - [`sse`]: the incremental SSE scanner (WHATWG framing, any split of the bytes).
 //! - [`classify`]: per-dialect classification of one SSE event (heartbeat, envelope, effective,
 //!   usage, terminal) and of a whole non-streamed body.
+//! - `wire`: borrowed JSON helpers and each dialect's usage shape, read alike by [`classify`]
+//!   and [`translate`]'s decoders.
 //! - [`usage`]: token counts, last value per field wins, normalised across dialects.
 //! - [`observe`]: the stream observer that turns bytes-at-instants into marks, counts and the
 //!   place where the in-band timing comment goes.
@@ -34,5 +36,6 @@ pub mod timeline;
 pub mod translate;
 pub mod usage;
 pub mod views;
+mod wire;
 
 pub use dialect::Dialect;

@@ -12,11 +12,9 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{
-    is_object, nonempty_str, truthy, BodySummary, Classification, Count, EffectiveKind, EventClass,
-    JsonStr, StopHint,
-};
-use crate::usage::UsageReport;
+use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
+use crate::wire::usage::ChatUsage;
+use crate::wire::{is_object, nonempty_str, truthy, JsonStr};
 
 /// Classifies one Chat chunk (the SSE `data`).
 pub(super) fn classify(data: &str) -> Classification {
@@ -31,7 +29,7 @@ pub(super) fn classify(data: &str) -> Classification {
     let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
         return Classification::of(EventClass::Envelope);
     };
-    let usage = chunk.usage.map(Usage::report);
+    let usage = chunk.usage.map(ChatUsage::report);
     if truthy(chunk.error) {
         // vLLM sends `{"error":…}` then `[DONE]`: the error is the end that counts; the timing
         // comment still goes before `[DONE]`.
@@ -65,7 +63,7 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
     };
     if let Some(usage) = parsed
         .usage
-        .and_then(|raw| serde_json::from_str::<Usage>(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str::<ChatUsage>(raw.get()).ok())
     {
         summary.usage = usage.report();
     }
@@ -162,7 +160,7 @@ fn content_output(raw: &RawValue) -> Output {
 #[derive(Deserialize)]
 struct Chunk<'a> {
     choices: Option<Choices>,
-    usage: Option<Usage>,
+    usage: Option<ChatUsage>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
 }
@@ -338,53 +336,6 @@ struct Part<'a> {
     thinking: Option<&'a RawValue>,
 }
 
-/// `CompletionUsage`: `prompt_tokens` includes cached tokens, `completion_tokens` includes
-/// reasoning tokens.
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    prompt_tokens: Count,
-    #[serde(default)]
-    completion_tokens: Count,
-    prompt_tokens_details: Option<PromptDetails>,
-    completion_tokens_details: Option<CompletionDetails>,
-}
-
-#[derive(Deserialize)]
-struct PromptDetails {
-    #[serde(default)]
-    cached_tokens: Count,
-    #[serde(default)]
-    cache_write_tokens: Count,
-}
-
-#[derive(Deserialize)]
-struct CompletionDetails {
-    #[serde(default)]
-    reasoning_tokens: Count,
-}
-
-impl Usage {
-    fn report(self) -> UsageReport {
-        UsageReport {
-            input: self.prompt_tokens.0,
-            output: self.completion_tokens.0,
-            cache_read: self
-                .prompt_tokens_details
-                .as_ref()
-                .and_then(|d| d.cached_tokens.0),
-            cache_write: self
-                .prompt_tokens_details
-                .as_ref()
-                .and_then(|d| d.cache_write_tokens.0),
-            reasoning: self
-                .completion_tokens_details
-                .as_ref()
-                .and_then(|d| d.reasoning_tokens.0),
-        }
-    }
-}
-
 /// A non-streamed body: its parts are parsed one by one, so an odd `choices` never hides usage.
 #[derive(Deserialize)]
 struct Body<'a> {
@@ -415,6 +366,7 @@ mod tests {
     use super::*;
     use crate::classify::{classify_body, classify_event};
     use crate::sse::{SseItem, SseScanner};
+    use crate::usage::UsageReport;
     use crate::Dialect;
 
     fn class(data: &str) -> EventClass {

@@ -11,11 +11,9 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{
-    is_object, nonempty_str, BodySummary, Classification, Count, EffectiveKind, EventClass,
-    JsonStr, StopHint,
-};
-use crate::usage::UsageReport;
+use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
+use crate::wire::usage::MessagesUsage;
+use crate::wire::{is_object, nonempty_str, JsonStr};
 
 /// Classifies one Messages event.
 pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
@@ -34,7 +32,7 @@ pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
         }
         "ping" => Classification::of(EventClass::Heartbeat),
         "message_start" => Classification {
-            usage: ev.message.and_then(|m| m.usage).map(Usage::report),
+            usage: ev.message.and_then(|m| m.usage).map(MessagesUsage::report),
             ..Classification::of(EventClass::Envelope)
         },
         "content_block_start" => {
@@ -50,7 +48,7 @@ pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
             })
         }
         "message_delta" => Classification {
-            usage: ev.usage.map(Usage::report),
+            usage: ev.usage.map(MessagesUsage::report),
             stop: ev
                 .delta
                 .as_ref()
@@ -93,7 +91,7 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
     };
     if let Some(usage) = parsed
         .usage
-        .and_then(|raw| serde_json::from_str::<Usage>(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str::<MessagesUsage>(raw.get()).ok())
     {
         summary.usage = usage.report();
     }
@@ -117,12 +115,12 @@ struct Event<'a> {
     content_block: Option<Block<'a>>,
     #[serde(borrow)]
     delta: Option<Delta<'a>>,
-    usage: Option<Usage>,
+    usage: Option<MessagesUsage>,
 }
 
 #[derive(Deserialize)]
 struct Message {
-    usage: Option<Usage>,
+    usage: Option<MessagesUsage>,
 }
 
 #[derive(Deserialize)]
@@ -167,39 +165,6 @@ impl Delta<'_> {
     }
 }
 
-/// Anthropic usage: `input_tokens` excludes cache reads and writes (normalised later, in
-/// `usage`); `message_delta` counts are cumulative and may revise the input side.
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    input_tokens: Count,
-    #[serde(default)]
-    cache_read_input_tokens: Count,
-    #[serde(default)]
-    cache_creation_input_tokens: Count,
-    #[serde(default)]
-    output_tokens: Count,
-    output_tokens_details: Option<OutputDetails>,
-}
-
-#[derive(Deserialize)]
-struct OutputDetails {
-    #[serde(default)]
-    thinking_tokens: Count,
-}
-
-impl Usage {
-    fn report(self) -> UsageReport {
-        UsageReport {
-            input: self.input_tokens.0,
-            output: self.output_tokens.0,
-            cache_read: self.cache_read_input_tokens.0,
-            cache_write: self.cache_creation_input_tokens.0,
-            reasoning: self.output_tokens_details.and_then(|d| d.thinking_tokens.0),
-        }
-    }
-}
-
 /// A non-streamed body: its parts are parsed one by one, so an odd `content` never hides usage.
 #[derive(Deserialize)]
 struct Body<'a> {
@@ -221,6 +186,7 @@ mod tests {
     use crate::classify::{classify_body, classify_event};
     use crate::sse::{SseItem, SseScanner};
     use crate::usage::UsageAcc;
+    use crate::usage::UsageReport;
     use crate::Dialect;
 
     fn class(data: &str) -> EventClass {

@@ -10,11 +10,9 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{
-    is_object, nonempty_str, truthy, BodySummary, Classification, Count, EffectiveKind, EventClass,
-    JsonStr, StopHint,
-};
-use crate::usage::UsageReport;
+use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
+use crate::wire::usage::ResponsesUsage;
+use crate::wire::{is_object, nonempty_str, truthy, JsonStr};
 
 /// Classifies one Responses event.
 pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
@@ -89,7 +87,7 @@ fn terminal(
 ) -> Classification {
     Classification {
         class,
-        usage: response.and_then(|r| r.usage).map(Usage::report),
+        usage: response.and_then(|r| r.usage).map(ResponsesUsage::report),
         stop,
         terminal_frame: true,
     }
@@ -130,7 +128,7 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
     };
     if let Some(usage) = parsed
         .usage
-        .and_then(|raw| serde_json::from_str::<Usage>(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str::<ResponsesUsage>(raw.get()).ok())
     {
         summary.usage = usage.report();
     }
@@ -164,7 +162,7 @@ struct Event<'a> {
 
 #[derive(Deserialize)]
 struct Response<'a> {
-    usage: Option<Usage>,
+    usage: Option<ResponsesUsage>,
     #[serde(borrow)]
     incomplete_details: Option<IncompleteDetails<'a>>,
 }
@@ -173,52 +171,6 @@ struct Response<'a> {
 struct IncompleteDetails<'a> {
     #[serde(borrow)]
     reason: Option<JsonStr<'a>>,
-}
-
-/// `ResponseUsage`: `input_tokens` includes cached tokens, `output_tokens` includes reasoning.
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    input_tokens: Count,
-    #[serde(default)]
-    output_tokens: Count,
-    input_tokens_details: Option<InputDetails>,
-    output_tokens_details: Option<OutputDetails>,
-}
-
-#[derive(Deserialize)]
-struct InputDetails {
-    #[serde(default)]
-    cached_tokens: Count,
-    #[serde(default)]
-    cache_write_tokens: Count,
-}
-
-#[derive(Deserialize)]
-struct OutputDetails {
-    #[serde(default)]
-    reasoning_tokens: Count,
-}
-
-impl Usage {
-    fn report(self) -> UsageReport {
-        UsageReport {
-            input: self.input_tokens.0,
-            output: self.output_tokens.0,
-            cache_read: self
-                .input_tokens_details
-                .as_ref()
-                .and_then(|d| d.cached_tokens.0),
-            cache_write: self
-                .input_tokens_details
-                .as_ref()
-                .and_then(|d| d.cache_write_tokens.0),
-            reasoning: self
-                .output_tokens_details
-                .as_ref()
-                .and_then(|d| d.reasoning_tokens.0),
-        }
-    }
 }
 
 /// A non-streamed body: its parts are parsed one by one, so an odd `output` never hides usage.
@@ -255,6 +207,7 @@ mod tests {
     use super::*;
     use crate::classify::{classify_body, classify_event};
     use crate::sse::{SseItem, SseScanner};
+    use crate::usage::UsageReport;
     use crate::Dialect;
 
     fn class(data: &str) -> EventClass {

@@ -10,7 +10,7 @@ use super::hub::{
 use super::json::{data_url, Obj, Path, Result};
 use super::shared::{
     file_data, image_detail, image_detail_word, image_from_url, insert_opt, openai_effort,
-    openai_effort_word, parse_arguments,
+    openai_effort_word, openai_tool_choice, parse_arguments,
 };
 use super::{Cap, Decoder, Encoder, HubRequest};
 
@@ -89,13 +89,10 @@ pub(super) fn decode(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
         let at = o.path.key("response_format");
         d.hub.output = Some(response_format(Obj::new(rf, &at)?, d)?);
     }
-    if let Some(tools) = o.array("tools")? {
-        let at = o.path.key("tools");
-        for (i, t) in tools.iter().enumerate() {
-            let at = at.index(i);
-            d.hub.tools.push(tool(Obj::new(t, &at)?)?);
-        }
-    }
+    o.each_object("tools", |t| {
+        d.hub.tools.push(tool(t)?);
+        Ok(())
+    })?;
     if let Some(choice) = o.get("tool_choice") {
         d.hub.tool_choice = Some(tool_choice(choice, &o.path.key("tool_choice"))?);
     }
@@ -103,11 +100,8 @@ pub(super) fn decode(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
     if d.hub.parallel_tool_calls == Some(false) {
         d.need(Cap::ParallelOff, &o.path.key("parallel_tool_calls"))?;
     }
-    let at = o.path.key("messages");
-    let messages = o.array("messages")?.ok_or_else(|| at.invalid("required"))?;
-    for (i, m) in messages.iter().enumerate() {
-        let at = at.index(i);
-        message(Obj::new(m, &at)?, d)?;
+    if !o.each_object("messages", |m| message(m, d))? {
+        return Err(o.path.key("messages").invalid("required"));
     }
     Ok(())
 }
@@ -258,12 +252,7 @@ fn tool(o: Obj<'_>) -> Result<Tool> {
 
 fn tool_choice(v: &Value, at: &Path<'_>) -> Result<ToolChoice> {
     match v {
-        Value::String(s) => match s.as_str() {
-            "auto" => Ok(ToolChoice::Auto),
-            "none" => Ok(ToolChoice::None),
-            "required" => Ok(ToolChoice::Required),
-            _ => Err(at.invalid("expected auto, none, required or a named function")),
-        },
+        Value::String(s) => openai_tool_choice(s, at),
         _ => {
             let o = Obj::new(v, at)?;
             let kind = o.req_str("type")?;
@@ -369,13 +358,10 @@ fn assistant(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
             parts.push(Part::Text(refusal.to_string()));
         }
     }
-    if let Some(calls) = o.array("tool_calls")? {
-        let at = o.path.key("tool_calls");
-        for (i, c) in calls.iter().enumerate() {
-            let at = at.index(i);
-            parts.push(Part::ToolCall(tool_call(Obj::new(c, &at)?)?));
-        }
-    }
+    o.each_object("tool_calls", |c| {
+        parts.push(Part::ToolCall(tool_call(c)?));
+        Ok(())
+    })?;
     d.push(Message::Assistant(parts));
     Ok(())
 }

@@ -179,6 +179,24 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// Calls `f` with each element of the array at `key`, read as an object at `key[i]` (so a
+    /// refusal names the element); `false` when the key is absent.
+    pub(crate) fn each_object(
+        &self,
+        key: &'a str,
+        mut f: impl FnMut(Obj<'_>) -> Result<()>,
+    ) -> Result<bool> {
+        let Some(items) = self.array(key)? else {
+            return Ok(false);
+        };
+        let at = self.path.key(key);
+        for (i, item) in items.iter().enumerate() {
+            let at = at.index(i);
+            f(Obj::new(item, &at)?)?;
+        }
+        Ok(true)
+    }
+
     pub(crate) fn object(&self, key: &'a str) -> Result<Option<&'a Map<String, Value>>> {
         match self.get(key) {
             None => Ok(None),

@@ -88,23 +88,17 @@ pub(super) fn decode(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
     system(o, d)?;
     thinking(o, d)?;
     output_config(o, d)?;
-    if let Some(tools) = o.array("tools")? {
-        let at = o.path.key("tools");
-        for (i, t) in tools.iter().enumerate() {
-            let at = at.index(i);
-            let tool = tool(Obj::new(t, &at)?, d)?;
-            d.hub.tools.push(tool);
-        }
-    }
+    o.each_object("tools", |t| {
+        let tool = tool(t, d)?;
+        d.hub.tools.push(tool);
+        Ok(())
+    })?;
     if let Some(choice) = o.get("tool_choice") {
         let at = o.path.key("tool_choice");
         tool_choice(Obj::new(choice, &at)?, d)?;
     }
-    let at = o.path.key("messages");
-    let messages = o.array("messages")?.ok_or_else(|| at.invalid("required"))?;
-    for (i, m) in messages.iter().enumerate() {
-        let at = at.index(i);
-        message(Obj::new(m, &at)?, d)?;
+    if !o.each_object("messages", |m| message(m, d))? {
+        return Err(o.path.key("messages").invalid("required"));
     }
     Ok(())
 }

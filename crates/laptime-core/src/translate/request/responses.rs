@@ -11,7 +11,7 @@ use super::hub::{
 use super::json::{data_url, Obj, Path, Result};
 use super::shared::{
     file_data, image_detail, image_detail_word, image_from_url, insert_opt, openai_effort,
-    openai_effort_word, parse_arguments,
+    openai_effort_word, openai_tool_choice, parse_arguments,
 };
 use super::{Cap, Decoder, Encoder, HubRequest};
 
@@ -234,13 +234,10 @@ fn reasoning(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
 }
 
 fn tools_and_choice(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
-    if let Some(tools) = o.array("tools")? {
-        let at = o.path.key("tools");
-        for (i, t) in tools.iter().enumerate() {
-            let at = at.index(i);
-            d.hub.tools.push(tool(Obj::new(t, &at)?)?);
-        }
-    }
+    o.each_object("tools", |t| {
+        d.hub.tools.push(tool(t)?);
+        Ok(())
+    })?;
     if let Some(choice) = o.get("tool_choice") {
         d.hub.tool_choice = Some(tool_choice(choice, &o.path.key("tool_choice"))?);
     }
@@ -274,12 +271,7 @@ fn tool(o: Obj<'_>) -> Result<Tool> {
 
 fn tool_choice(v: &Value, at: &Path<'_>) -> Result<ToolChoice> {
     match v {
-        Value::String(s) => match s.as_str() {
-            "auto" => Ok(ToolChoice::Auto),
-            "none" => Ok(ToolChoice::None),
-            "required" => Ok(ToolChoice::Required),
-            _ => Err(at.invalid("expected auto, none, required or a named function")),
-        },
+        Value::String(s) => openai_tool_choice(s, at),
         _ => {
             let o = Obj::new(v, at)?;
             match o.req_str("type")? {
@@ -369,13 +361,10 @@ fn reasoning_item(o: Obj<'_>) -> Result<Thought> {
     let mut texts = Vec::new();
     // The full reasoning text when the provider gave it, else its summary.
     for key in ["content", "summary"] {
-        if let Some(parts) = o.array(key)? {
-            let at = o.path.key(key);
-            for (i, p) in parts.iter().enumerate() {
-                let at = at.index(i);
-                texts.push(Obj::new(p, &at)?.req_str("text")?.to_string());
-            }
-        }
+        o.each_object(key, |p| {
+            texts.push(p.req_str("text")?.to_string());
+            Ok(())
+        })?;
         if !texts.is_empty() {
             break;
         }

@@ -1,9 +1,9 @@
-//! Readings and writings that several dialects share: OpenAI's effort words, image URLs that may
-//! be `data:` URLs, tool arguments as JSON text.
+//! Readings and writings that several dialects share: OpenAI's effort and tool-choice words,
+//! image URLs that may be `data:` URLs, tool arguments as JSON text.
 
 use serde_json::{Map, Value};
 
-use super::hub::{Effort, Image, ImageDetail, Reasoning, Source};
+use super::hub::{Effort, Image, ImageDetail, Reasoning, Source, ToolChoice};
 use super::json::{split_data_url, Path, Result};
 use super::{Cap, Decoder};
 
@@ -34,6 +34,16 @@ pub(crate) fn openai_effort_word(
         Effort::Max => Effort::XHigh.as_str(),
         e => e.as_str(),
     })
+}
+
+/// OpenAI's `tool_choice` word (Chat and Responses alike); a named function is an object.
+pub(crate) fn openai_tool_choice(word: &str, at: &Path<'_>) -> Result<ToolChoice> {
+    match word {
+        "auto" => Ok(ToolChoice::Auto),
+        "none" => Ok(ToolChoice::None),
+        "required" => Ok(ToolChoice::Required),
+        _ => Err(at.invalid("expected auto, none, required or a named function")),
+    }
 }
 
 pub(crate) fn image_detail(word: &str, at: &Path<'_>) -> Result<ImageDetail> {

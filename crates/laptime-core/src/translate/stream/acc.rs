@@ -2,7 +2,7 @@
 //! the whole answer (a non-streamed body, the Responses `response.completed` object) and for
 //! the tests that compare answers.
 
-use super::hub::{BlockKind, Delta, ErrorKind, HubEvent, StopReason};
+use super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
 use crate::usage::Tokens;
 
 /// One content block, its text kept escaped (see [`super::hub::JsonText`]).
@@ -75,6 +75,20 @@ impl Answer {
 
     fn block(&mut self, index: u32) -> Option<&mut Block> {
         self.blocks.get_mut(usize::try_from(index).ok()?)
+    }
+
+    /// The block of hub index `index`, if it started.
+    pub(crate) fn block_at(&self, index: u32) -> Option<&Block> {
+        self.blocks.get(usize::try_from(index).ok()?)
+    }
+
+    /// The in-band error that ended the answer, as the hub error the encoders write.
+    pub(crate) fn hub_error(&self) -> Option<HubError<'_>> {
+        let (kind, message) = self.error.as_ref()?;
+        Some(HubError {
+            kind: *kind,
+            message: JsonText::escaped(message),
+        })
     }
 
     /// Clears for the next answer, keeping the allocations.

@@ -174,6 +174,19 @@ impl<'a> ErrorObject<'a> {
     }
 }
 
+/// The hub error of an upstream's in-band error (an error event in a stream, or the error
+/// object of a 200 body): a server error unless the object names a kind we know; an event
+/// without a readable object is a server error with no message.
+pub(super) fn in_band_error<'a>(obj: Option<ErrorObject<'a>>, anthropic: bool) -> HubError<'a> {
+    match obj {
+        Some(obj) => obj.hub(anthropic, ErrorKind::Server),
+        None => HubError {
+            kind: ErrorKind::Server,
+            message: JsonText::default(),
+        },
+    }
+}
+
 /// A whole error body of any dialect: `{"error":{…}}` (OpenAI) or
 /// `{"type":"error","error":{…}}` (Anthropic).
 #[derive(Deserialize)]

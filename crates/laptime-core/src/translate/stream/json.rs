@@ -1,10 +1,10 @@
-//! JSON helpers shared by the decoders (borrowed strings, lenient token counts) and the encoders
-//! (writing literals, numbers and SSE frames into a reused buffer).
+//! JSON helpers shared by the decoders (string values kept escaped as [`JsonText`]; the lenient
+//! counts and usage shapes are [`crate::wire`]'s) and the encoders (writing literals, numbers
+//! and SSE frames into a reused buffer).
 
 use std::borrow::Cow;
 
 use bytes::{BufMut, BytesMut};
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::hub::JsonText;
@@ -50,62 +50,6 @@ pub(super) fn truthy(raw: Option<&RawValue>) -> bool {
 /// arguments text OpenAI carries).
 pub(super) fn value_as_text(raw: &RawValue) -> JsonText<'static> {
     JsonText::from_plain(raw.get())
-}
-
-/// A token count, read leniently: a non-negative integer (or a float, truncated) is a count;
-/// anything else is "not sent", so an odd field never costs the event.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Count(pub(super) Option<u64>);
-
-impl<'de> Deserialize<'de> for Count {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct CountVisitor;
-
-        impl<'de> Visitor<'de> for CountVisitor {
-            type Value = Count;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a token count")
-            }
-
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
-                Ok(Count(Some(v)))
-            }
-
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
-                Ok(Count(u64::try_from(v).ok()))
-            }
-
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Count, E> {
-                // A fractional count is truncated; the cast saturates.
-                Ok(Count((v.is_finite() && v >= 0.0).then_some(v as u64)))
-            }
-
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
-                Ok(Count(None))
-            }
-
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Count, E> {
-                Ok(Count(None))
-            }
-
-            fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
-                Ok(Count(None))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Count(None))
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Count, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Count(None))
-            }
-        }
-
-        deserializer.deserialize_any(CountVisitor)
-    }
 }
 
 // === encoding ===

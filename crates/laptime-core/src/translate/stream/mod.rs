@@ -128,6 +128,20 @@ impl OpenBlocks {
         index
     }
 
+    /// The hub index of the block of `key`, started as `kind` if it is not open (an upstream
+    /// may skip a block's opening event and send its first delta straight away).
+    pub(crate) fn open<'a>(
+        &mut self,
+        key: u64,
+        kind: BlockKind<'a>,
+        emit: &mut impl FnMut(HubEvent<'a>),
+    ) -> u32 {
+        match self.get(key) {
+            Some(index) => index,
+            None => self.start(key, kind, emit),
+        }
+    }
+
     /// Stops the block of `key`, if it is open.
     pub(crate) fn stop<'a>(&mut self, key: u64, emit: &mut impl FnMut(HubEvent<'a>)) {
         if let Some(at) = self.open.iter().position(|(k, _)| *k == key) {

@@ -11,13 +11,15 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::super::error::ErrorObject;
-use super::super::hub::{BlockKind, Delta, ErrorKind, HubEvent, JsonText};
-use super::super::json::{nonempty, plain, text, truthy, value_as_text, Count};
+use super::super::error::{in_band_error, ErrorObject};
+use super::super::hub::{BlockKind, Delta, HubEvent, JsonText};
+use super::super::json::{nonempty, plain, text, truthy, value_as_text};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::stop_reason;
 use crate::observe::BodyEnd;
-use crate::usage::{UsageAcc, UsageReport};
+use crate::usage::UsageAcc;
+use crate::wire::usage::ChatUsage;
+use crate::wire::Count;
 use crate::Dialect;
 
 const TEXT: u64 = 0;
@@ -90,13 +92,7 @@ impl Decoder {
             let err = chunk
                 .error
                 .and_then(|raw| serde_json::from_str::<ErrorObject<'a>>(raw.get()).ok());
-            emit(HubEvent::Error(match err {
-                Some(obj) => obj.hub(false, ErrorKind::Server),
-                None => super::super::hub::HubError {
-                    kind: ErrorKind::Server,
-                    message: JsonText::default(),
-                },
-            }));
+            emit(HubEvent::Error(in_band_error(err, false)));
             return;
         }
         if !self.started {
@@ -118,7 +114,7 @@ impl Decoder {
             }
         }
         if let Some(usage) = chunk.usage {
-            self.usage.apply(&usage.report());
+            self.usage.apply(&usage.report_with_cache_hits());
             emit(HubEvent::Usage(self.usage.tokens()));
         }
     }
@@ -145,7 +141,7 @@ impl Decoder {
             Piece::Text(t) => (TEXT, REASONING, BlockKind::Text, Delta::Text(t)),
         };
         self.blocks.stop(other, emit);
-        let index = self.open(key, kind, emit);
+        let index = self.blocks.open(key, kind, emit);
         emit(HubEvent::BlockDelta { index, delta });
     }
 
@@ -174,18 +170,6 @@ impl Decoder {
             });
         }
     }
-
-    fn open<'a>(
-        &mut self,
-        key: u64,
-        kind: BlockKind<'a>,
-        emit: &mut impl FnMut(HubEvent<'a>),
-    ) -> u32 {
-        match self.blocks.get(key) {
-            Some(index) => index,
-            None => self.blocks.start(key, kind, emit),
-        }
-    }
 }
 
 /// Decodes a whole `chat.completion` body (or an error body).
@@ -196,7 +180,7 @@ pub(crate) fn decode_body<'a>(
     let parsed =
         serde_json::from_slice::<Body<'a>>(body).map_err(|_| TranslateError::NotAnAnswer)?;
     if let Some(err) = parsed.error {
-        emit(HubEvent::Error(err.hub(false, ErrorKind::Server)));
+        emit(HubEvent::Error(in_band_error(Some(err), false)));
         return Ok(());
     }
     let choice = parsed
@@ -247,7 +231,7 @@ pub(crate) fn decode_body<'a>(
     }
     if let Some(usage) = parsed.usage {
         let mut acc = UsageAcc::new(Dialect::Chat);
-        acc.apply(&usage.report());
+        acc.apply(&usage.report_with_cache_hits());
         emit(HubEvent::Usage(acc.tokens()));
     }
     emit(HubEvent::End);
@@ -310,7 +294,7 @@ struct Chunk<'a> {
     model: Option<&'a RawValue>,
     #[serde(borrow)]
     choices: Option<FirstChoice<ChunkChoice<'a>>>,
-    usage: Option<Usage>,
+    usage: Option<ChatUsage>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
 }
@@ -364,7 +348,7 @@ struct Body<'a> {
     model: Option<&'a RawValue>,
     #[serde(borrow)]
     choices: Option<FirstChoice<BodyChoice<'a>>>,
-    usage: Option<Usage>,
+    usage: Option<ChatUsage>,
     #[serde(borrow)]
     error: Option<ErrorObject<'a>>,
 }
@@ -448,50 +432,5 @@ impl<'de, C: Deserialize<'de> + Indexed> Deserialize<'de> for FirstChoice<C> {
         }
 
         deserializer.deserialize_any(V(std::marker::PhantomData))
-    }
-}
-
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    prompt_tokens: Count,
-    #[serde(default)]
-    completion_tokens: Count,
-    prompt_tokens_details: Option<PromptDetails>,
-    completion_tokens_details: Option<CompletionDetails>,
-    /// DeepSeek's name for cached prompt tokens.
-    #[serde(default)]
-    prompt_cache_hit_tokens: Count,
-}
-
-#[derive(Deserialize)]
-struct PromptDetails {
-    #[serde(default)]
-    cached_tokens: Count,
-    #[serde(default)]
-    cache_write_tokens: Count,
-}
-
-#[derive(Deserialize)]
-struct CompletionDetails {
-    #[serde(default)]
-    reasoning_tokens: Count,
-}
-
-impl Usage {
-    fn report(&self) -> UsageReport {
-        let prompt = self.prompt_tokens_details.as_ref();
-        UsageReport {
-            input: self.prompt_tokens.0,
-            output: self.completion_tokens.0,
-            cache_read: prompt
-                .and_then(|d| d.cached_tokens.0)
-                .or(self.prompt_cache_hit_tokens.0),
-            cache_write: prompt.and_then(|d| d.cache_write_tokens.0),
-            reasoning: self
-                .completion_tokens_details
-                .as_ref()
-                .and_then(|d| d.reasoning_tokens.0),
-        }
     }
 }

@@ -254,12 +254,8 @@ pub(crate) fn encode_body(
     head: &Head,
     out: &mut String,
 ) -> Result<(), TranslateError> {
-    if let Some((kind, message)) = &answer.error {
+    if let Some(err) = answer.hub_error() {
         out.raw("{\"error\":");
-        let err = HubError {
-            kind: *kind,
-            message: JsonText::escaped(message),
-        };
         write_openai_error(out, &err);
         out.raw("}");
         return Ok(());

@@ -8,12 +8,14 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::super::error::ErrorObject;
-use super::super::hub::{BlockKind, Delta, ErrorKind, HubEvent};
-use super::super::json::{nonempty, plain, text, value_as_text, Count};
+use super::super::error::{in_band_error, ErrorObject};
+use super::super::hub::{BlockKind, Delta, HubEvent};
+use super::super::json::{nonempty, plain, text, value_as_text};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::stop_reason;
 use crate::usage::{UsageAcc, UsageReport};
+use crate::wire::usage::MessagesUsage;
+use crate::wire::Count;
 use crate::Dialect;
 
 /// Decodes one upstream Messages stream.
@@ -92,13 +94,7 @@ impl Decoder {
             "error" => {
                 self.blocks.stop_all(emit);
                 self.done = true;
-                let err = ev.error.map(|e| e.hub(true, ErrorKind::Server));
-                emit(HubEvent::Error(err.unwrap_or(
-                    super::super::hub::HubError {
-                        kind: ErrorKind::Server,
-                        message: Default::default(),
-                    },
-                )));
+                emit(HubEvent::Error(in_band_error(ev.error, true)));
             }
             "ping" => emit(HubEvent::Heartbeat),
             _ => {}
@@ -161,7 +157,7 @@ pub(crate) fn decode_body<'a>(
     let parsed =
         serde_json::from_slice::<Body<'a>>(body).map_err(|_| TranslateError::NotAnAnswer)?;
     if let Some(err) = parsed.error {
-        emit(HubEvent::Error(err.hub(true, ErrorKind::Server)));
+        emit(HubEvent::Error(in_band_error(Some(err), true)));
         return Ok(());
     }
     let content = parsed.content.ok_or(TranslateError::NotAnAnswer)?;
@@ -205,7 +201,7 @@ struct Event<'a> {
     content_block: Option<Block<'a>>,
     #[serde(borrow)]
     delta: Option<EventDelta<'a>>,
-    usage: Option<Usage>,
+    usage: Option<MessagesUsage>,
     #[serde(borrow)]
     error: Option<ErrorObject<'a>>,
 }
@@ -216,7 +212,7 @@ struct Message<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow)]
     model: Option<&'a RawValue>,
-    usage: Option<Usage>,
+    usage: Option<MessagesUsage>,
 }
 
 #[derive(Deserialize)]
@@ -309,41 +305,7 @@ struct Body<'a> {
     content: Option<Vec<Block<'a>>>,
     #[serde(borrow)]
     stop_reason: Option<&'a RawValue>,
-    usage: Option<Usage>,
+    usage: Option<MessagesUsage>,
     #[serde(borrow)]
     error: Option<ErrorObject<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    input_tokens: Count,
-    #[serde(default)]
-    output_tokens: Count,
-    #[serde(default)]
-    cache_creation_input_tokens: Count,
-    #[serde(default)]
-    cache_read_input_tokens: Count,
-    output_tokens_details: Option<OutputDetails>,
-}
-
-#[derive(Deserialize)]
-struct OutputDetails {
-    #[serde(default)]
-    thinking_tokens: Count,
-}
-
-impl Usage {
-    fn report(&self) -> UsageReport {
-        UsageReport {
-            input: self.input_tokens.0,
-            output: self.output_tokens.0,
-            cache_read: self.cache_read_input_tokens.0,
-            cache_write: self.cache_creation_input_tokens.0,
-            reasoning: self
-                .output_tokens_details
-                .as_ref()
-                .and_then(|d| d.thinking_tokens.0),
-        }
-    }
 }

@@ -12,7 +12,7 @@
 
 use super::super::acc::Answer;
 use super::super::error::write_anthropic_error;
-use super::super::hub::{BlockKind, Delta, HubError, HubEvent, JsonText, StopReason};
+use super::super::hub::{BlockKind, Delta, HubEvent, JsonText, StopReason};
 use super::super::json::{sse_close, sse_open, JsonOut};
 use super::super::{Head, Out, TranslateError};
 use super::{stop_name, uncached_input};
@@ -217,11 +217,7 @@ pub(crate) fn encode_body(
     head: &Head,
     out: &mut String,
 ) -> Result<(), TranslateError> {
-    if let Some((kind, message)) = &answer.error {
-        let err = HubError {
-            kind: *kind,
-            message: JsonText::escaped(message),
-        };
+    if let Some(err) = answer.hub_error() {
         write_anthropic_error(out, &err);
         return Ok(());
     }

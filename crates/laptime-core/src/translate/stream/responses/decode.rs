@@ -12,12 +12,14 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::super::error::ErrorObject;
-use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
-use super::super::json::{nonempty, plain, text, Count};
+use super::super::error::{in_band_error, ErrorObject};
+use super::super::hub::{BlockKind, Delta, HubEvent, JsonText, StopReason};
+use super::super::json::{nonempty, plain, text};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::incomplete_stop;
-use crate::usage::{Tokens, UsageAcc, UsageReport};
+use crate::usage::{Tokens, UsageAcc};
+use crate::wire::usage::ResponsesUsage;
+use crate::wire::Count;
 use crate::Dialect;
 
 /// Between two summary parts of one reasoning item (escaped), as the request half joins them.
@@ -103,7 +105,8 @@ impl Decoder {
             "response.content_part.added" => {
                 let part = ev.part.as_ref().and_then(|p| plain(p.kind));
                 if matches!(part.as_deref(), Some("output_text" | "refusal")) {
-                    self.open(key(output, content), BlockKind::Text, emit);
+                    self.blocks
+                        .open(key(output, content), BlockKind::Text, emit);
                 }
             }
             "response.content_part.done" => self.blocks.stop(key(output, content), emit),
@@ -164,7 +167,7 @@ impl Decoder {
         emit: &mut impl FnMut(HubEvent<'a>),
     ) {
         if let Some(delta) = delta {
-            let index = self.open(key, kind, emit);
+            let index = self.blocks.open(key, kind, emit);
             emit(HubEvent::BlockDelta { index, delta });
         }
     }
@@ -228,7 +231,8 @@ impl Decoder {
     fn item_added<'a>(&mut self, output: u64, item: Item<'a>, emit: &mut impl FnMut(HubEvent<'a>)) {
         match plain(item.kind).as_deref() {
             Some("reasoning") => {
-                self.open(key(output, ITEM), BlockKind::Reasoning, emit);
+                self.blocks
+                    .open(key(output, ITEM), BlockKind::Reasoning, emit);
             }
             Some("function_call") => {
                 self.tool_seen = true;
@@ -236,7 +240,7 @@ impl Decoder {
                     id: text(item.call_id).unwrap_or_default(),
                     name: text(item.name).unwrap_or_default(),
                 };
-                let index = self.open(key(output, ITEM), kind, emit);
+                let index = self.blocks.open(key(output, ITEM), kind, emit);
                 if let Some(t) = nonempty(item.arguments) {
                     self.args_streamed.push(output);
                     emit(HubEvent::BlockDelta {
@@ -271,25 +275,7 @@ impl Decoder {
     fn fail<'a>(&mut self, err: Option<ErrorObject<'a>>, emit: &mut impl FnMut(HubEvent<'a>)) {
         self.blocks.stop_all(emit);
         self.done = true;
-        emit(HubEvent::Error(match err {
-            Some(obj) => obj.hub(false, ErrorKind::Server),
-            None => HubError {
-                kind: ErrorKind::Server,
-                message: Default::default(),
-            },
-        }));
-    }
-
-    fn open<'a>(
-        &mut self,
-        key: u64,
-        kind: BlockKind<'a>,
-        emit: &mut impl FnMut(HubEvent<'a>),
-    ) -> u32 {
-        match self.blocks.get(key) {
-            Some(index) => index,
-            None => self.blocks.start(key, kind, emit),
-        }
+        emit(HubEvent::Error(in_band_error(err, false)));
     }
 }
 
@@ -301,7 +287,7 @@ pub(crate) fn decode_body<'a>(
     let r =
         serde_json::from_slice::<Response<'a>>(body).map_err(|_| TranslateError::NotAnAnswer)?;
     if let Some(err) = r.error {
-        emit(HubEvent::Error(err.hub(false, ErrorKind::Server)));
+        emit(HubEvent::Error(in_band_error(Some(err), false)));
         return Ok(());
     }
     let output = r.output.ok_or(TranslateError::NotAnAnswer)?;
@@ -407,7 +393,7 @@ struct Response<'a> {
     status: Option<&'a RawValue>,
     #[serde(borrow)]
     output: Option<Vec<Item<'a>>>,
-    usage: Option<Usage>,
+    usage: Option<ResponsesUsage>,
     #[serde(borrow)]
     incomplete_details: Option<IncompleteDetails<'a>>,
     #[serde(borrow)]
@@ -446,44 +432,4 @@ struct Part<'a> {
     text: Option<&'a RawValue>,
     #[serde(borrow)]
     refusal: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    input_tokens: Count,
-    #[serde(default)]
-    output_tokens: Count,
-    input_tokens_details: Option<InputDetails>,
-    output_tokens_details: Option<OutputDetails>,
-}
-
-#[derive(Deserialize)]
-struct InputDetails {
-    #[serde(default)]
-    cached_tokens: Count,
-    #[serde(default)]
-    cache_write_tokens: Count,
-}
-
-#[derive(Deserialize)]
-struct OutputDetails {
-    #[serde(default)]
-    reasoning_tokens: Count,
-}
-
-impl Usage {
-    fn report(&self) -> UsageReport {
-        let input = self.input_tokens_details.as_ref();
-        UsageReport {
-            input: self.input_tokens.0,
-            output: self.output_tokens.0,
-            cache_read: input.and_then(|d| d.cached_tokens.0),
-            cache_write: input.and_then(|d| d.cache_write_tokens.0),
-            reasoning: self
-                .output_tokens_details
-                .as_ref()
-                .and_then(|d| d.reasoning_tokens.0),
-        }
-    }
 }

@@ -17,7 +17,7 @@
 use bytes::BytesMut;
 
 use super::super::acc::{Answer, Block};
-use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
+use super::super::hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, StopReason};
 use super::super::json::{sse_close, JsonOut};
 use super::super::{field, Head, Out, TranslateError};
 use super::incomplete_reason;
@@ -134,11 +134,7 @@ impl Encoder {
     }
 
     fn block_start(&mut self, index: u32, n: u32, buf: &mut BytesMut) {
-        let Some(block) = self
-            .answer
-            .blocks
-            .get(usize::try_from(index).unwrap_or(usize::MAX))
-        else {
+        let Some(block) = self.answer.block_at(index) else {
             return;
         };
         let (head, seq) = (&self.head, &mut self.seq);
@@ -162,11 +158,7 @@ impl Encoder {
     }
 
     fn delta(&mut self, index: u32, n: u32, delta: &Delta<'_>, buf: &mut BytesMut) {
-        let Some(block) = self
-            .answer
-            .blocks
-            .get(usize::try_from(index).unwrap_or(usize::MAX))
-        else {
+        let Some(block) = self.answer.block_at(index) else {
             return;
         };
         let (name, part, t) = match delta {
@@ -194,11 +186,7 @@ impl Encoder {
     }
 
     fn block_stop(&mut self, index: u32, n: u32, buf: &mut BytesMut) {
-        let Some(block) = self
-            .answer
-            .blocks
-            .get(usize::try_from(index).unwrap_or(usize::MAX))
-        else {
+        let Some(block) = self.answer.block_at(index) else {
             return;
         };
         let (head, seq) = (&self.head, &mut self.seq);
@@ -492,12 +480,8 @@ pub(crate) fn encode_body(
     head: &Head,
     out: &mut String,
 ) -> Result<(), TranslateError> {
-    match &answer.error {
-        Some((kind, message)) => {
-            let err = HubError {
-                kind: *kind,
-                message: JsonText::escaped(message),
-            };
+    match answer.hub_error() {
+        Some(err) => {
             write_response(out, head, answer, End::Failed(&err));
         }
         None => {

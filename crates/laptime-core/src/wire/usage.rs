@@ -1,0 +1,126 @@
+//! Each dialect's usage object as it stands on the wire, read into a [`UsageReport`]: the
+//! classifiers (what the observer records) and the hub's decoders (what the client is told)
+//! read the same counts, so they share these shapes.
+
+use serde::Deserialize;
+
+use super::Count;
+use crate::usage::UsageReport;
+
+/// Chat `CompletionUsage`: `prompt_tokens` includes cached tokens, `completion_tokens` includes
+/// reasoning tokens.
+#[derive(Deserialize, Clone, Copy)]
+pub(crate) struct ChatUsage {
+    #[serde(default)]
+    prompt_tokens: Count,
+    #[serde(default)]
+    completion_tokens: Count,
+    prompt_tokens_details: Option<CacheDetails>,
+    completion_tokens_details: Option<ReasoningDetails>,
+    /// DeepSeek's name for cached prompt tokens.
+    #[serde(default)]
+    prompt_cache_hit_tokens: Count,
+}
+
+/// `prompt_tokens_details` (Chat) and `input_tokens_details` (Responses).
+#[derive(Deserialize, Clone, Copy)]
+struct CacheDetails {
+    #[serde(default)]
+    cached_tokens: Count,
+    #[serde(default)]
+    cache_write_tokens: Count,
+}
+
+/// `completion_tokens_details` (Chat) and `output_tokens_details` (Responses).
+#[derive(Deserialize, Clone, Copy)]
+struct ReasoningDetails {
+    #[serde(default)]
+    reasoning_tokens: Count,
+}
+
+impl ChatUsage {
+    /// The counts under OpenAI's names.
+    pub(crate) fn report(self) -> UsageReport {
+        let prompt = self.prompt_tokens_details;
+        UsageReport {
+            input: self.prompt_tokens.0,
+            output: self.completion_tokens.0,
+            cache_read: prompt.and_then(|d| d.cached_tokens.0),
+            cache_write: prompt.and_then(|d| d.cache_write_tokens.0),
+            reasoning: self
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens.0),
+        }
+    }
+
+    /// [`Self::report`], with DeepSeek's `prompt_cache_hit_tokens` as the cache reads when
+    /// OpenAI's `cached_tokens` is not sent (translation carries it to the client; the
+    /// observer's record has only ever read OpenAI's field).
+    pub(crate) fn report_with_cache_hits(self) -> UsageReport {
+        let report = self.report();
+        UsageReport {
+            cache_read: report.cache_read.or(self.prompt_cache_hit_tokens.0),
+            ..report
+        }
+    }
+}
+
+/// Responses `ResponseUsage`: `input_tokens` includes cached tokens, `output_tokens` includes
+/// reasoning.
+#[derive(Deserialize, Clone, Copy)]
+pub(crate) struct ResponsesUsage {
+    #[serde(default)]
+    input_tokens: Count,
+    #[serde(default)]
+    output_tokens: Count,
+    input_tokens_details: Option<CacheDetails>,
+    output_tokens_details: Option<ReasoningDetails>,
+}
+
+impl ResponsesUsage {
+    pub(crate) fn report(self) -> UsageReport {
+        let input = self.input_tokens_details;
+        UsageReport {
+            input: self.input_tokens.0,
+            output: self.output_tokens.0,
+            cache_read: input.and_then(|d| d.cached_tokens.0),
+            cache_write: input.and_then(|d| d.cache_write_tokens.0),
+            reasoning: self
+                .output_tokens_details
+                .and_then(|d| d.reasoning_tokens.0),
+        }
+    }
+}
+
+/// Anthropic usage: `input_tokens` excludes cache reads and writes (normalised later, in
+/// `usage`); `message_delta` counts are cumulative and may revise the input side.
+#[derive(Deserialize, Clone, Copy)]
+pub(crate) struct MessagesUsage {
+    #[serde(default)]
+    input_tokens: Count,
+    #[serde(default)]
+    cache_read_input_tokens: Count,
+    #[serde(default)]
+    cache_creation_input_tokens: Count,
+    #[serde(default)]
+    output_tokens: Count,
+    output_tokens_details: Option<ThinkingDetails>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+struct ThinkingDetails {
+    #[serde(default)]
+    thinking_tokens: Count,
+}
+
+impl MessagesUsage {
+    pub(crate) fn report(self) -> UsageReport {
+        UsageReport {
+            input: self.input_tokens.0,
+            output: self.output_tokens.0,
+            cache_read: self.cache_read_input_tokens.0,
+            cache_write: self.cache_creation_input_tokens.0,
+            reasoning: self.output_tokens_details.and_then(|d| d.thinking_tokens.0),
+        }
+    }
+}
