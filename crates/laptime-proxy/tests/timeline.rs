@@ -1,5 +1,7 @@
 //! The timeline under paused tokio time: the sim's seed-trace schedules played into the observed
-//! body give the seed's exact values and classification, and a real SQLite store keeps them.
+//! body give the seed's exact values and classification, and a real SQLite store keeps them;
+//! translated for a client of another dialect, the same values, the comment before the client's
+//! terminal frame.
 
 #![expect(
     clippy::unwrap_used,
@@ -15,6 +17,7 @@ use http_body_util::BodyExt;
 use laptime_core::observe::StreamObserver;
 use laptime_core::slow::Thresholds;
 use laptime_core::timeline::{Attempt, Outcome, RequestRecord};
+use laptime_core::translate::stream::{ClientStreamOptions, StreamTranslator};
 use laptime_core::views::{InBand, TimingView};
 use laptime_core::Dialect;
 use laptime_proxy::observe::ObservedBody;
@@ -23,9 +26,10 @@ use laptime_store::recorder::Recorder;
 use laptime_store::{records, Store};
 use tokio::time::Instant;
 
-/// Plays a preset's schedule as a scripted upstream body, relays it through the observed body,
-/// and returns the stored record and the bytes the client got.
-async fn play(dialect: Dialect, model: &str) -> (RequestRecord, Bytes) {
+/// Plays a preset's schedule as a scripted upstream body, relays it through the observed body
+/// (translated when the client's dialect is not the upstream's), and returns the stored record
+/// and the bytes the client got.
+async fn play_for(dialect: Dialect, client: Dialect, model: &str) -> (RequestRecord, Bytes) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
     let (recorder, task) = Recorder::start(&store, 100).unwrap();
@@ -33,7 +37,8 @@ async fn play(dialect: Dialect, model: &str) -> (RequestRecord, Bytes) {
     let schedule = laptime_sim::schedule(dialect, &script, model, true, true);
 
     let t0 = Instant::now();
-    let mut p = Pending::new(t0, 1, "req_trace".into(), dialect);
+    let mut p = Pending::new(t0, 1, "req_trace".into(), client);
+    p.upstream_dialect = Some(dialect);
     p.workspace_id = Some("ws".into());
     p.stream = true;
     p.marks.upstream_start = Some(Duration::ZERO);
@@ -64,7 +69,17 @@ async fn play(dialect: Dialect, model: &str) -> (RequestRecord, Bytes) {
     let mut obs = StreamObserver::new(dialect, Some(Duration::ZERO));
     obs.set_headers(headers);
     let finisher = Finisher::new(p, recorder.clone(), Thresholds::default());
-    let body = ObservedBody::new(upstream, obs, finisher, 200, false);
+    let mut body = ObservedBody::held(upstream, t0, client, obs);
+    if client != dialect {
+        let opts = ClientStreamOptions {
+            model: Some(model.into()),
+            id: "req_trace".into(),
+            created: 1,
+            include_usage: true,
+        };
+        body = body.translated(StreamTranslator::new(dialect, client, &opts));
+    }
+    body.commit(finisher, 200, false);
     let bytes = body.collect().await.unwrap().to_bytes();
     assert!(recorder.shutdown(task, Duration::from_secs(10)).await);
     let record = store
@@ -123,10 +138,15 @@ const SEEDS: [Seed; 3] = [
 ];
 
 async fn check_seeds(dialect: Dialect) {
+    check_seeds_for(dialect, dialect).await;
+}
+
+/// Every seed over an upstream of `dialect`, for a client of `client` dialect.
+async fn check_seeds_for(dialect: Dialect, client: Dialect) {
     for seed in SEEDS {
-        let (r, bytes) = play(dialect, seed.model).await;
+        let (r, bytes) = play_for(dialect, client, seed.model).await;
         let t = TimingView::new(&r.marks, &r.tokens);
-        let what = format!("{} over {dialect}", seed.model);
+        let what = format!("{} over {dialect} for a {client} client", seed.model);
         assert_eq!(t.upstream_headers_ms, Some(seed.headers), "{what}");
         assert_eq!(t.first_sse_event_ms, Some(seed.first_event), "{what}");
         assert_eq!(t.first_response_ms, Some(seed.first_response), "{what}");
@@ -144,6 +164,24 @@ async fn check_seeds(dialect: Dialect) {
         let comment = InBand::of_record(&r).comment();
         assert_eq!(text.matches(": x-laptime-timing").count(), 1, "{what}");
         assert!(text.contains(&comment), "{what}: {comment}");
+        let after = &text[text.find(": x-laptime-timing").unwrap()..];
+        let terminal = match client {
+            Dialect::Chat => "data: [DONE]",
+            Dialect::Responses => "event: response.completed",
+            _ => "event: message_stop",
+        };
+        let next = after.split("\n\n").nth(1).unwrap_or_default();
+        assert!(next.starts_with(terminal), "{what}: {next:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn translated_seed_traces_keep_the_upstreams_values_in_every_pair() {
+    const SSE_WITH_TERMINAL: [Dialect; 3] = [Dialect::Chat, Dialect::Responses, Dialect::Messages];
+    for upstream in SSE_WITH_TERMINAL {
+        for client in SSE_WITH_TERMINAL.into_iter().filter(|c| *c != upstream) {
+            check_seeds_for(upstream, client).await;
+        }
     }
 }
 
