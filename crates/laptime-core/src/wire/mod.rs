@@ -144,3 +144,31 @@ impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
         deserializer.deserialize_str(StrVisitor)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truthiness_follows_javascript_numbers_included() {
+        let t = |s: &str| truthy(serde_json::from_str::<&RawValue>(s).ok());
+        for yes in [
+            r#"{"message":"x"}"#,
+            "[0]",
+            "\"x\"",
+            "true",
+            "1",
+            "0.5",
+            "-2",
+            "1e5",
+        ] {
+            assert!(t(yes), "{yes}");
+        }
+        for no in [
+            "{}", "{ }", "[]", "null", "false", "\"\"", "0", "-0", "0.0", "0e7",
+        ] {
+            assert!(!t(no), "{no}");
+        }
+        assert!(!truthy(None));
+    }
+}

@@ -33,19 +33,6 @@ pub(super) fn plain(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
     }
 }
 
-/// JavaScript truthiness of a JSON value, as the OpenAI SDKs test an in-stream `error` key.
-pub(super) fn truthy(raw: Option<&RawValue>) -> bool {
-    let Some(raw) = raw else { return false };
-    let s = raw.get();
-    match s.as_bytes().first() {
-        Some(b'{' | b'[') => s.len() > 2 && !s[1..s.len() - 1].trim_ascii().is_empty(),
-        Some(b'"') => s != "\"\"",
-        Some(b'n' | b'f') => false,
-        Some(b'0') => false,
-        _ => true,
-    }
-}
-
 /// A JSON value written out as a string literal's inside (a tool input object becomes the
 /// arguments text OpenAI carries).
 pub(super) fn value_as_text(raw: &RawValue) -> JsonText<'static> {
@@ -154,16 +141,5 @@ mod tests {
             s.num(n);
             assert_eq!(s, n.to_string());
         }
-    }
-
-    #[test]
-    fn truthiness_follows_javascript() {
-        let t = |s: &str| truthy(serde_json::from_str::<&RawValue>(s).ok());
-        assert!(t(r#"{"message":"x"}"#));
-        assert!(!t("{}"));
-        assert!(!t("{ }"));
-        assert!(!t("null"));
-        assert!(!t("\"\""));
-        assert!(t("\"x\""));
     }
 }

@@ -13,11 +13,12 @@ use serde_json::value::RawValue;
 
 use super::super::error::{in_band_error, ErrorObject};
 use super::super::hub::{BlockKind, Delta, HubEvent, JsonText};
-use super::super::json::{nonempty, plain, text, truthy, value_as_text};
+use super::super::json::{nonempty, plain, text, value_as_text};
 use super::super::{whole_block, OpenBlocks, TranslateError};
 use super::stop_reason;
 use crate::observe::BodyEnd;
 use crate::usage::UsageAcc;
+use crate::wire::truthy;
 use crate::wire::usage::ChatUsage;
 use crate::wire::Count;
 use crate::Dialect;
