@@ -1,6 +1,11 @@
 //! The circuit breaker of one channel, as a pure state machine over time offsets: closed until
 //! N failures in a row or an error rate over a window, then open (ejected) for a back-off, then
 //! half-open, where a single probe decides between closed and open again.
+//!
+//! The back-off starts short and doubles with each failed probe, up to `open_s`: a channel that
+//! recovers is found again within about one back-off of its recovery, while one that stays down
+//! is asked at most once per `open_s` (with the defaults: probes 5, 15, 35 and 65 s after the
+//! circuit opens, then every 30 s).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -17,8 +22,10 @@ pub struct CircuitConfig {
     pub error_rate: f64,
     pub window_s: u64,
     pub min_requests: u32,
-    /// How long an open circuit stays open before a probe is let through.
+    /// How long an open circuit stays open before a probe is let through, at the most.
     pub open_s: u64,
+    /// The first back-off after the circuit opens; each failed probe doubles it, up to `open_s`.
+    pub first_probe_s: u64,
 }
 
 impl Default for CircuitConfig {
@@ -29,6 +36,7 @@ impl Default for CircuitConfig {
             window_s: 30,
             min_requests: 20,
             open_s: 30,
+            first_probe_s: 5,
         }
     }
 }
@@ -64,6 +72,8 @@ pub struct Circuit {
     consecutive: u32,
     /// (when, failed) of recent results, oldest first.
     window: VecDeque<(Duration, bool)>,
+    /// Probes that failed since the circuit last closed: the back-off doubles with each.
+    failed_probes: u32,
 }
 
 impl Circuit {
@@ -73,7 +83,19 @@ impl Circuit {
             state: CircuitState::Closed,
             consecutive: 0,
             window: VecDeque::new(),
+            failed_probes: 0,
         }
+    }
+
+    /// How long the circuit stays open this time: `first_probe_s` doubled per failed probe,
+    /// at most `open_s`.
+    fn back_off(&self) -> Duration {
+        let doubled = self
+            .config
+            .first_probe_s
+            .max(1)
+            .saturating_mul(1u64 << self.failed_probes.min(32));
+        Duration::from_secs(doubled.min(self.config.open_s.max(1)))
     }
 
     pub fn state(&self) -> CircuitState {
@@ -116,16 +138,21 @@ impl Circuit {
         }
         self.window.push_back((now, failed));
         self.consecutive = if failed { self.consecutive + 1 } else { 0 };
-        let open = CircuitState::Open {
-            until: now + Duration::from_secs(self.config.open_s),
-        };
         self.state = match (self.state, failed) {
-            (CircuitState::HalfOpen { .. }, true) => open,
+            (CircuitState::HalfOpen { .. }, true) => {
+                self.failed_probes = self.failed_probes.saturating_add(1);
+                CircuitState::Open {
+                    until: now + self.back_off(),
+                }
+            }
             (CircuitState::HalfOpen { .. }, false) => {
                 self.window.clear();
+                self.failed_probes = 0;
                 CircuitState::Closed
             }
-            (CircuitState::Closed, true) if self.trips() => open,
+            (CircuitState::Closed, true) if self.trips() => CircuitState::Open {
+                until: now + self.back_off(),
+            },
             (state, _) => state,
         };
         (self.state.as_str() != before.as_str()).then_some(self.state)
@@ -154,6 +181,7 @@ mod tests {
         let mut c = Circuit::new(CircuitConfig {
             consecutive_failures: 3,
             open_s: 10,
+            first_probe_s: 10,
             ..CircuitConfig::default()
         });
         assert_eq!(c.record(s(1), true), None);
@@ -175,17 +203,59 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_probe_opens_it_again() {
+    fn a_failed_probe_opens_it_again_for_twice_as_long_up_to_open_s() {
         let mut c = Circuit::new(CircuitConfig {
             consecutive_failures: 1,
-            open_s: 5,
+            open_s: 12,
+            first_probe_s: 5,
             ..CircuitConfig::default()
         });
-        c.record(s(0), true);
+        assert_eq!(
+            c.record(s(0), true),
+            Some(CircuitState::Open { until: s(5) })
+        );
         assert!(c.acquire(s(5)).0);
         assert_eq!(
             c.record(s(6), true),
-            Some(CircuitState::Open { until: s(11) })
+            Some(CircuitState::Open { until: s(16) })
+        );
+        assert!(c.acquire(s(16)).0);
+        assert_eq!(
+            c.record(s(16), true),
+            Some(CircuitState::Open { until: s(28) }),
+            "capped at open_s"
+        );
+        // A probe that succeeds closes it, and the next opening starts short again.
+        assert!(c.acquire(s(28)).0);
+        assert_eq!(c.record(s(28), false), Some(CircuitState::Closed));
+        assert_eq!(
+            c.record(s(29), true),
+            Some(CircuitState::Open { until: s(34) })
+        );
+    }
+
+    #[test]
+    fn a_primary_down_for_60_s_is_back_within_30_s_of_its_recovery_with_the_defaults() {
+        let mut c = Circuit::new(CircuitConfig::default());
+        let down_until = s(60);
+        let mut now = s(0);
+        let mut back_at = None;
+        // One request a second; each reaches the channel only when the circuit lets it.
+        while now <= s(200) && back_at.is_none() {
+            if c.acquire(now).0 {
+                c.record(now, now < down_until);
+                if now >= down_until && c.state() == CircuitState::Closed {
+                    back_at = Some(now);
+                }
+            }
+            now += s(1);
+        }
+        let back_at = back_at.unwrap();
+        assert!(back_at <= down_until + s(30), "back at {back_at:?}");
+        assert_eq!(
+            back_at,
+            s(69),
+            "open at 4 s; probes at 9, 19 and 39 fail, 69 succeeds"
         );
     }
 
@@ -197,6 +267,7 @@ mod tests {
             window_s: 10,
             min_requests: 4,
             open_s: 1,
+            first_probe_s: 1,
         };
         let mut c = Circuit::new(cfg);
         // 2 of 3 failed: under the minimum sample.

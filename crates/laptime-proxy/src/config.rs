@@ -669,6 +669,7 @@ impl ChannelConfig {
             || cb.min_requests == 0
             || cb.window_s == 0
             || cb.open_s == 0
+            || cb.first_probe_s == 0
         {
             errs.push(format!(
                 "{key}.circuit: counts and durations must be positive"
