@@ -251,7 +251,8 @@ pub async fn dispatch(
             .with_held_cap(ctx.app.config.server.max_held_bytes)
             .with_drain_signal(ctx.app.drain_over.subscribe());
         if let Some(opts) = ctx.client_answer.filter(|_| route.upstream != ctx.dialect) {
-            body = body.translated(StreamTranslator::new(route.upstream, ctx.dialect, opts));
+            let opts = opts.for_model(&route.upstream_model);
+            body = body.translated(StreamTranslator::new(route.upstream, ctx.dialect, &opts));
         }
         AnswerBody::Stream(Box::new(body))
     } else {

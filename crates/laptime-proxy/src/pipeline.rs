@@ -70,7 +70,8 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             Err(e) => return respond::reject(finisher, e),
         };
     let client_answer = bodies.any_translated().then(|| ClientStreamOptions {
-        model: Some(head.model.clone()),
+        // Each attempt names the model its channel was asked for (`for_model`).
+        model: None,
         id: finisher.pending.request_id.clone(),
         created: u64::try_from(finisher.pending.created_at_us / 1_000_000).unwrap_or_default(),
         include_usage: bodies.client_wants_usage_chunk,

@@ -284,12 +284,14 @@ pub async fn answer(
         AnswerBody::Whole(incoming) => {
             let channel = answer.channel.name.clone();
             let body = StampedBody::new(incoming, finisher.pending.t0);
-            let translate = client_answer.filter(|_| answer.upstream != finisher.pending.dialect);
+            let translate = client_answer
+                .filter(|_| answer.upstream != finisher.pending.dialect)
+                .map(|opts| opts.for_model(&answer.upstream_model));
             whole(
                 finisher,
                 parts,
                 body,
-                (&channel, answer.upstream, translate),
+                (&channel, answer.upstream, translate.as_ref()),
                 answer.start,
                 (total_at, server.max_answer_bytes),
                 store_in,

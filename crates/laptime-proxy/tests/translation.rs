@@ -158,6 +158,7 @@ async fn whole_answers_are_translated_with_server_timing() {
             .unwrap();
         let want = body_text(client, &control);
         assert!(!want.is_empty(), "{client} control: {control}");
+        assert_eq!(control["model"], "sim-fast", "{client} control: {control}");
         for upstream in DIALECTS.into_iter().filter(|u| *u != client) {
             let pair = format!("{client} → {upstream}");
             let r = h
@@ -174,6 +175,8 @@ async fn whole_answers_are_translated_with_server_timing() {
                 .to_string();
             let v: Value = r.json().await.unwrap();
             assert_eq!(body_text(client, &v), want, "{pair}: {v}");
+            // The model the upstream answered as, as an untranslated answer shows it.
+            assert_eq!(v["model"], control["model"], "{pair}: {v}");
             let row = h.row(&id).await;
             assert_eq!(row["translated"], true, "{pair}");
             assert_eq!(row["output_tokens"], 16, "{pair}");

@@ -38,7 +38,9 @@ use crate::relay::Piece;
 /// What the client's stream reports that the upstream's does not decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientStreamOptions {
-    /// The model name the client sees; `None` reports the upstream's.
+    /// The model name the client sees when the upstream's answer names none (the name the
+    /// upstream was asked for fits). An answer that names its model is reported as it is, as an
+    /// untranslated answer would be: after a failover the client sees the fallback's model.
     pub model: Option<String>,
     /// The seed of the ids the client sees (the gateway's request id fits).
     pub id: String,
@@ -46,6 +48,16 @@ pub struct ClientStreamOptions {
     pub created: u64,
     /// Chat only: the client asked `stream_options.include_usage`, so the usage chunk is sent.
     pub include_usage: bool,
+}
+
+impl ClientStreamOptions {
+    /// These options, reporting `model` when the upstream's answer names none.
+    pub fn for_model(&self, model: &str) -> ClientStreamOptions {
+        ClientStreamOptions {
+            model: Some(model.to_owned()),
+            ..self.clone()
+        }
+    }
 }
 
 /// Why a whole body could not be translated.
@@ -177,7 +189,7 @@ pub(crate) fn whole_block<'a>(
 /// The options as the encoders write them: escaped once.
 #[derive(Debug, Clone)]
 pub(crate) struct Head {
-    /// Escaped; `None` reports the upstream's model.
+    /// Escaped; reported when the upstream names no model.
     model: Option<String>,
     /// Escaped id seed.
     id: String,
@@ -196,9 +208,12 @@ impl Head {
         }
     }
 
-    /// The model to report: the configured one, else the upstream's (escaped).
+    /// The model to report: the upstream's, else the configured one (escaped).
     pub(crate) fn model<'s>(&'s self, upstream: Option<&'s str>) -> &'s str {
-        self.model.as_deref().or(upstream).unwrap_or_default()
+        upstream
+            .filter(|m| !m.is_empty())
+            .or(self.model.as_deref())
+            .unwrap_or_default()
     }
 }
 

@@ -578,7 +578,10 @@ fn chat_chunks_have_the_shape_the_openai_sdk_accumulates() {
         &[],
     ));
     assert_eq!(got[0]["choices"][0]["delta"]["role"], "assistant");
-    assert_eq!(got[0]["model"], "client-model");
+    assert_eq!(
+        got[0]["model"], "claude-sonnet-4-5-20250929",
+        "the upstream's own name"
+    );
     assert_eq!(got[0]["id"], "chatcmpl-lt0001");
     let headers: Vec<&Value> = got
         .iter()
@@ -1057,4 +1060,18 @@ proptest! {
         let up_said = said(&decode_stream(up, upstream));
         same_answer(&up_said, &said(&decode_stream(client, &split)), client, true);
     }
+}
+
+#[test]
+fn the_model_reported_is_the_upstreams_own_else_the_one_it_was_asked_for() {
+    let nameless = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n\
+        data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}}\n\n\
+        data: [DONE]\n\n";
+    let got = json_events(&translate(Dialect::Chat, Dialect::Messages, nameless, &[]));
+    assert_eq!(got[0]["message"]["model"], "client-model", "{got:?}");
+    let named = fixture(Dialect::Chat, Scenario::Cache);
+    let got = json_events(&translate(Dialect::Chat, Dialect::Messages, named, &[]));
+    let upstream_model = json_events(named)[0]["model"].clone();
+    assert!(upstream_model.is_string());
+    assert_eq!(got[0]["message"]["model"], upstream_model);
 }
