@@ -26,6 +26,7 @@ pub(super) fn classify(data: &str) -> Classification {
             usage: None,
             stop: None,
             terminal_frame: true,
+            output: None,
         };
     }
     let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
@@ -40,6 +41,7 @@ pub(super) fn classify(data: &str) -> Classification {
             usage,
             stop: None,
             terminal_frame: false,
+            output: None,
         };
     }
     let seen = chunk.choices.map(|c| c.0).unwrap_or_default();
@@ -51,6 +53,7 @@ pub(super) fn classify(data: &str) -> Classification {
         usage,
         stop: seen.stop,
         terminal_frame: false,
+        output: None,
     }
 }
 
@@ -509,6 +512,7 @@ mod tests {
                 usage: None,
                 stop: None,
                 terminal_frame: true,
+                output: None,
             }
         );
         assert_eq!(classify(" [DONE] ").class, EventClass::TerminalOk);

@@ -542,6 +542,7 @@ mod tests {
                 usage: None,
                 stop: None,
                 terminal_frame: true,
+                output: None,
             }
         );
     }

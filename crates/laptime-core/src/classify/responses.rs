@@ -92,6 +92,7 @@ fn terminal(
         usage: response.and_then(|r| r.usage).map(Usage::report),
         stop,
         terminal_frame: true,
+        output: None,
     }
 }
 
@@ -572,6 +573,7 @@ mod tests {
                 }),
                 stop: None,
                 terminal_frame: true,
+                output: None,
             }
         );
     }
@@ -613,6 +615,7 @@ mod tests {
                 usage: None,
                 stop: None,
                 terminal_frame: true,
+                output: None,
             }
         );
     }
