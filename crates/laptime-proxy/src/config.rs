@@ -144,6 +144,7 @@ impl Provider {
         match self {
             Provider::Openai => Some(Dialect::Chat),
             Provider::Anthropic => Some(Dialect::Messages),
+            Provider::Gemini => Some(Dialect::Gemini),
             Provider::Sim => None,
         }
     }
@@ -514,6 +515,7 @@ impl Config {
                 base_url: Some("https://generativelanguage.googleapis.com".into()),
                 api_key_env: Some("GEMINI_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
+                dialect: None,
                 group: default_group(),
                 priority: 0,
                 weight: 1,

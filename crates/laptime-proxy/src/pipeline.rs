@@ -77,6 +77,8 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         id: finisher.pending.request_id.clone(),
         created: u64::try_from(finisher.pending.created_at_us / 1_000_000).unwrap_or_default(),
         include_usage: bodies.client_wants_usage_chunk,
+        // The official Gemini SDKs fail on a comment line: only when configured.
+        timing_comment: dialect != Dialect::Gemini || app.config.server.gemini_timing_comment,
     });
     let ctx = AttemptCtx {
         app: &app,
@@ -305,7 +307,7 @@ fn translate(
                     // A real provider would refuse the simulator's script.
                     pass_through: match route.channel.provider {
                         Provider::Sim => &["laptime_sim"],
-                        Provider::Openai | Provider::Anthropic => &[],
+                        Provider::Openai | Provider::Anthropic | Provider::Gemini => &[],
                     },
                 };
                 translate_request(pending.dialect, route.upstream, body, &opts).map(|t| {

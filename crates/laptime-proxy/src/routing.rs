@@ -489,6 +489,7 @@ mod tests {
             base_url: None,
             api_key_env: None,
             models: Models::List(vec!["m".into()]),
+            dialect: None,
             group: "default".into(),
             priority: 0,
             weight: 1,

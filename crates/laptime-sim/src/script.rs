@@ -1470,6 +1470,7 @@ mod tests {
                             Dialect::Chat => &j["choices"][0]["delta"]["content"],
                             Dialect::Responses => &j["delta"],
                             Dialect::Messages => &j["delta"]["text"],
+                            Dialect::Gemini => &j["candidates"][0]["content"]["parts"][0]["text"],
                         }
                         .as_str()
                         .unwrap()

@@ -22,8 +22,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
-use crate::wire::{is_object, nonempty_str, Count, JsonStr};
-use crate::usage::UsageReport;
+use crate::wire::usage::GeminiUsage as Usage;
+use crate::wire::{is_object, nonempty_str, JsonStr};
 
 /// Classifies one Gemini chunk (the SSE `data`).
 pub(super) fn classify(data: &str) -> Classification {
@@ -317,42 +317,6 @@ struct Part<'a> {
     code_execution_result: Option<&'a RawValue>,
 }
 
-/// `usageMetadata`, folded into normalised terms (see the module docs).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Usage {
-    #[serde(default)]
-    prompt_token_count: Count,
-    #[serde(default)]
-    candidates_token_count: Count,
-    #[serde(default)]
-    cached_content_token_count: Count,
-    #[serde(default)]
-    thoughts_token_count: Count,
-    #[serde(default)]
-    tool_use_prompt_token_count: Count,
-}
-
-impl Usage {
-    fn report(self) -> UsageReport {
-        let output = match (self.candidates_token_count.0, self.thoughts_token_count.0) {
-            (None, None) => None,
-            (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
-        };
-        let tool_prompt = self.tool_use_prompt_token_count.0.unwrap_or(0);
-        UsageReport {
-            input: self
-                .prompt_token_count
-                .0
-                .map(|p| p.saturating_add(tool_prompt)),
-            output,
-            cache_read: self.cached_content_token_count.0,
-            cache_write: None,
-            reasoning: self.thoughts_token_count.0,
-        }
-    }
-}
-
 /// A non-streamed body: its parts are parsed one by one, so an odd `candidates` never hides
 /// usage.
 #[derive(Deserialize)]
@@ -373,7 +337,7 @@ mod tests {
     use super::*;
     use crate::classify::{classify_body, classify_event};
     use crate::sse::{SseItem, SseScanner};
-    use crate::usage::UsageAcc;
+    use crate::usage::{UsageAcc, UsageReport};
     use crate::Dialect;
 
     fn class(data: &str) -> EventClass {

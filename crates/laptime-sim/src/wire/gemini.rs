@@ -19,10 +19,7 @@ use laptime_core::dialect::google_status;
 use crate::json::{arr, obj, J};
 use crate::script::WorkKind;
 
-use super::{
-    full_reasoning, full_text, reasoning_token, text_token, tool_input, ApiError, Ctx, Ending, Out,
-    TOOL_NAME,
-};
+use super::{full_reasoning, reasoning_token, ApiError, Call, Ctx, Ending, Out};
 
 const RESPONSE_ID: &str = "laptimeSimGeminiResp01";
 
@@ -52,21 +49,25 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
                 }
             }
             WorkKind::ToolArgs => {
-                if let Some(&at) = work.at.last() {
-                    so_far.candidates = u32::try_from(ctx.work_count())
-                        .unwrap_or(u32::MAX)
-                        .min(candidates(ctx));
-                    push(out, at, &chunk(ctx, call(ctx), None, usage(ctx, so_far)));
+                let mut sent = 0usize;
+                for c in ctx.calls() {
+                    sent += c.at.len();
+                    if let Some(&at) = c.at.last() {
+                        so_far.candidates =
+                            u32::try_from(sent).unwrap_or(u32::MAX).min(candidates(ctx));
+                        push(out, at, &chunk(ctx, call(&c), None, usage(ctx, so_far)));
+                    }
                 }
             }
         }
     }
     let before_text = so_far.candidates;
     if let Some(text) = &t.text {
+        let n = text.at.len();
         for (i, &at) in text.at.iter().enumerate() {
             let sent = u32::try_from(i + 1).unwrap_or(u32::MAX);
             so_far.candidates = before_text.saturating_add(sent).min(candidates(ctx));
-            let part = obj! {"text": text_token(i)};
+            let part = obj! {"text": ctx.text_delta(i, n)};
             push(out, at, &chunk(ctx, part, None, usage(ctx, so_far)));
         }
     }
@@ -99,11 +100,11 @@ pub(super) fn body(ctx: &Ctx<'_>) -> String {
         Some(WorkKind::Reasoning) => {
             parts.push(obj! {"text": full_reasoning(ctx.work_count()), "thought": true});
         }
-        Some(WorkKind::ToolArgs) => parts.push(call(ctx)),
+        Some(WorkKind::ToolArgs) => parts.extend(ctx.calls().iter().map(call)),
         None => {}
     }
     match ctx.text_count() {
-        Some(n) => parts.push(obj! {"text": full_text(n)}),
+        Some(n) => parts.push(obj! {"text": ctx.answer_text(n)}),
         None if parts.is_empty() => parts.push(obj! {"text": ""}),
         None => {}
     }
@@ -130,8 +131,9 @@ pub(super) fn google_object(e: &ApiError) -> J {
     }
 }
 
-fn call(ctx: &Ctx<'_>) -> J {
-    obj! {"functionCall": obj! {"name": TOOL_NAME, "args": tool_input(ctx.work_count())}}
+/// A whole call, without an id as the generativelanguage API sends it.
+fn call(c: &Call<'_>) -> J {
+    obj! {"functionCall": obj! {"name": c.name(), "args": c.input()}}
 }
 
 fn chunk(ctx: &Ctx<'_>, part: J, finish: Option<&'static str>, usage: J) -> J {
