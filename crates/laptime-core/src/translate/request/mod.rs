@@ -20,6 +20,8 @@ mod responses;
 mod shared;
 
 #[cfg(test)]
+mod gemini_tests;
+#[cfg(test)]
 mod round_trip;
 #[cfg(test)]
 mod tests;

@@ -1075,7 +1075,8 @@ fn dialects() -> impl Strategy<Value = Dialect> {
     prop_oneof![
         Just(Dialect::Chat),
         Just(Dialect::Responses),
-        Just(Dialect::Messages)
+        Just(Dialect::Messages),
+        Just(Dialect::Gemini)
     ]
 }
 
@@ -1096,4 +1097,168 @@ proptest! {
         let up_said = said(&decode_stream(up, upstream));
         same_answer(&up_said, &said(&decode_stream(client, &split)), client, true);
     }
+}
+
+// === Gemini ===
+
+fn gemini_chunk(parts: &str, tail: &str) -> String {
+    format!(
+        "data: {{\"candidates\": [{{\"content\": {{\"parts\": [{parts}],\"role\": \"model\"}}{tail},\"index\": 0}}]}}\r\n\r\n"
+    )
+}
+
+#[test]
+fn gemini_calls_without_ids_get_one_each_and_end_as_tool_use() {
+    let up = gemini_chunk(
+        r#"{"functionCall": {"name": "a", "args": {"x": 1}}},{"functionCall": {"name": "b"}}"#,
+        r#","finishReason": "STOP""#,
+    );
+    for client in Dialect::ALL {
+        let got = said(&decode_stream(
+            client,
+            &translate(Dialect::Gemini, client, &up, &[]),
+        ));
+        let ids: Vec<&str> = got.tools.iter().map(|t| t.0.as_str()).collect();
+        assert_eq!(ids, ["call_0", "call_1"], "{client}");
+        assert_eq!(got.tools[0].2, serde_json::json!({"x": 1}));
+        assert_eq!(got.stop, Some(StopReason::ToolUse), "{client}");
+    }
+}
+
+#[test]
+fn gemini_odd_ends_become_the_hubs() {
+    let malformed = gemini_chunk(
+        r#"{"text": ""}"#,
+        r#","finishReason": "MALFORMED_FUNCTION_CALL""#,
+    );
+    let a = decode_stream(Dialect::Gemini, &malformed);
+    assert_eq!(a.error.as_ref().map(|e| e.0), Some(ErrorKind::Server));
+    assert!(a.error.unwrap().1.contains("MALFORMED_FUNCTION_CALL"));
+    let blocked = "data: {\"promptFeedback\": {\"blockReason\": \"SAFETY\"},\"usageMetadata\": {\"promptTokenCount\": 5}}\r\n\r\n";
+    let a = decode_stream(Dialect::Gemini, blocked);
+    assert_eq!((a.stop, a.ended), (Some(StopReason::ContentFilter), true));
+    assert_eq!(a.usage.input, Some(5));
+    let recitation = gemini_chunk(r#"{"text": "x"}"#, r#","finishReason": "RECITATION""#);
+    assert_eq!(
+        decode_stream(Dialect::Gemini, &recitation).stop,
+        Some(StopReason::ContentFilter)
+    );
+    let in_band = "data: {\"error\": {\"code\": 429,\"message\": \"slow\",\"status\": \"RESOURCE_EXHAUSTED\"}}\r\n\r\n";
+    let a = decode_stream(Dialect::Gemini, in_band);
+    assert_eq!(a.error, Some((ErrorKind::RateLimited, "slow".to_owned())));
+}
+
+#[test]
+fn cache_counts_cross_gemini_in_googles_terms() {
+    let messages = fixture(Dialect::Messages, Scenario::Cache);
+    let got = json_events(&translate(
+        Dialect::Messages,
+        Dialect::Gemini,
+        messages,
+        &[],
+    ));
+    let last = got.last().unwrap();
+    assert_eq!(
+        last["usageMetadata"],
+        serde_json::json!({"promptTokenCount": 1200, "cachedContentTokenCount": 1000,
+            "candidatesTokenCount": 3, "totalTokenCount": 1203}),
+        "Anthropic reports no reasoning count, so none is written"
+    );
+    assert_eq!(last["candidates"][0]["finishReason"], "STOP");
+    let reasoning = fixture(Dialect::Chat, Scenario::Reasoning);
+    let got = json_events(&translate(Dialect::Chat, Dialect::Gemini, reasoning, &[]));
+    let usage = &got.last().unwrap()["usageMetadata"];
+    assert_eq!(
+        usage["candidatesTokenCount"], 12,
+        "thoughts are outside candidates"
+    );
+    assert_eq!(usage["thoughtsTokenCount"], 18);
+    assert!(got
+        .iter()
+        .any(|e| e["candidates"][0]["content"]["parts"][0]["thought"] == true));
+    // And back: Anthropic's input_tokens leaves the cache out.
+    let gemini = fixture(Dialect::Gemini, Scenario::Cache);
+    let got = json_events(&translate(Dialect::Gemini, Dialect::Messages, gemini, &[]));
+    let delta = got.iter().find(|e| e["type"] == "message_delta").unwrap();
+    assert_eq!(delta["usage"]["input_tokens"], 200);
+    assert_eq!(delta["usage"]["cache_read_input_tokens"], 1000);
+}
+
+#[test]
+fn a_gemini_client_gets_no_timing_comment_unless_asked() {
+    let up = fixture(Dialect::Chat, Scenario::Text);
+    let quiet = ClientStreamOptions {
+        timing_comment: false,
+        ..opts()
+    };
+    let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Gemini, &quiet);
+    let mut out = VecDeque::new();
+    t.push(up.as_bytes(), &mut out);
+    t.finish(BodyEnd::Eof, &mut out);
+    assert!(out
+        .iter()
+        .all(|p| !matches!(p, crate::relay::Piece::TimingComment)));
+    let got = render(out);
+    assert!(
+        got.lines().all(|l| l.is_empty() || l.starts_with("data: ")),
+        "{got}"
+    );
+    assert!(!got.contains('\n') || got.contains("\r\n"), "CRLF framing");
+}
+
+#[test]
+fn cut_arguments_cannot_become_a_gemini_call() {
+    let up = fixture(Dialect::Chat, Scenario::Tool);
+    let cut = up.replace(r#"\"Paris\"}"#, r#"\"Par"#);
+    let got = translate(Dialect::Chat, Dialect::Gemini, &cut, &[]);
+    let a = decode_stream(Dialect::Gemini, &got);
+    assert_eq!(
+        a.error.as_ref().map(|e| e.0),
+        Some(ErrorKind::Server),
+        "{got}"
+    );
+    assert!(a.blocks.is_empty(), "no call was sent: {got}");
+    let body = br#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"city\":\"Par"}}]},"finish_reason":"length"}]}"#;
+    assert_eq!(
+        translate_body(Dialect::Chat, Dialect::Gemini, body, &opts()),
+        Err(TranslateError::ToolArgumentsNotAnObject { block: 0 })
+    );
+}
+
+#[test]
+fn errors_cross_gemini_in_googles_shape() {
+    let openai = br#"{"error":{"message":"slow down","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+    let (status, body) = translate_error(Dialect::Chat, Dialect::Gemini, 429, openai);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 429);
+    assert_eq!(
+        v,
+        serde_json::json!({"error": {"code": 429, "message": "slow down",
+                                     "status": "RESOURCE_EXHAUSTED"}})
+    );
+    for (status, word) in [
+        (400, "INVALID_ARGUMENT"),
+        (401, "UNAUTHENTICATED"),
+        (403, "PERMISSION_DENIED"),
+        (404, "NOT_FOUND"),
+        (500, "INTERNAL"),
+        (503, "UNAVAILABLE"),
+        (504, "DEADLINE_EXCEEDED"),
+    ] {
+        let (got, body) = translate_error(Dialect::Messages, Dialect::Gemini, status, b"{}");
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((got, v["error"]["status"].as_str()), (status, Some(word)));
+    }
+    let google = br#"{"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}"#;
+    let (status, body) = translate_error(Dialect::Gemini, Dialect::Messages, 503, google);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (status, v["error"]["type"].as_str()),
+        (529, Some("overloaded_error"))
+    );
+    assert_eq!(v["error"]["message"], "overloaded");
+    // A 400 whose status names the kind more precisely keeps it.
+    let denied = br#"{"error": {"code": 400, "message": "m", "status": "FAILED_PRECONDITION"}}"#;
+    let (status, _) = translate_error(Dialect::Gemini, Dialect::Chat, 400, denied);
+    assert_eq!(status, 400);
 }
