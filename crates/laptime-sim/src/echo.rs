@@ -788,3 +788,47 @@ fn invalid(v: &Value) -> J {
     };
     J::from(format!("invalid:{kind}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gemini_body_is_summarised_from_its_contents_and_generation_config() {
+        let body = serde_json::json!({
+            "systemInstruction": {"parts": [{"text": "Be brief."}]},
+            "contents": [
+                {"role": "user", "parts": [{"text": "Hi"},
+                    {"inlineData": {"mimeType": "image/png", "data": "iVBO"}}]},
+                {"role": "model", "parts": [{"text": "Hmm", "thought": true},
+                    {"functionCall": {"id": "c1", "name": "get_weather", "args": {}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"id": "c1",
+                    "name": "get_weather", "response": {"error": "down"}}}]}
+            ],
+            "tools": [{"functionDeclarations": [{"name": "get_weather"}]}],
+            "toolConfig": {"functionCallingConfig": {"mode": "ANY",
+                "allowedFunctionNames": ["get_weather"]}},
+            "generationConfig": {"maxOutputTokens": 64, "temperature": 0.5,
+                "stopSequences": ["END"], "responseMimeType": "application/json",
+                "thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": true}},
+            "labels": {"a": "b"}
+        });
+        let got: Value = serde_json::from_str(&summary(Dialect::Gemini, &body)).unwrap();
+        assert_eq!(
+            got,
+            serde_json::json!({
+                "dialect": "gemini", "model": null, "stream": false, "system": "Be brief.",
+                "turns": [
+                    {"role": "user", "parts": ["text", "image:base64"]},
+                    {"role": "model", "parts": ["reasoning", "tool_call:get_weather:c1"]},
+                    {"role": "user", "parts": ["tool_result:get_weather:c1:error"]}
+                ],
+                "tools": ["get_weather"], "tool_choice": "any:get_weather",
+                "parallel_tool_calls": null, "max_tokens": 64, "temperature": 0.5,
+                "top_p": null, "stop": ["END"], "response_format": "json_object",
+                "reasoning": "budget:1024,include_thoughts", "include_usage": null,
+                "other": ["labels"]
+            })
+        );
+    }
+}

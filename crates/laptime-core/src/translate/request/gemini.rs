@@ -39,6 +39,7 @@ const CONFIG_FIELDS: &[&str] = &[
     "responseMimeType",
     "responseSchema",
     "responseJsonSchema",
+    SNAKE_RESPONSE_SCHEMA,
     "thinkingConfig",
     "seed",
     "presencePenalty",
@@ -47,6 +48,11 @@ const CONFIG_FIELDS: &[&str] = &[
 ];
 
 const UNKNOWN: &str = "not a Gemini field laptime can translate";
+
+/// Google's JSON parsing takes a field's proto name as well as its camelCase one, and
+/// google-genai sends these two JSON-schema fields by their proto names.
+const SNAKE_PARAMETERS_SCHEMA: &str = "parameters_json_schema";
+const SNAKE_RESPONSE_SCHEMA: &str = "response_json_schema";
 
 /// What a function response holds when it is the tool's output (Google's convention).
 const OUTPUT: &str = "output";
@@ -154,7 +160,10 @@ fn generation_config(c: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
 }
 
 fn output_format(c: Obj<'_>, d: &Decoder<'_>) -> Result<Option<OutputFormat>> {
-    let schema = match (c.get("responseJsonSchema"), c.get("responseSchema")) {
+    let json_schema = c
+        .get("responseJsonSchema")
+        .or_else(|| c.get(SNAKE_RESPONSE_SCHEMA));
+    let schema = match (json_schema, c.get("responseSchema")) {
         (Some(s), _) => Some(s.clone()),
         (None, Some(s)) => Some(openapi_to_json_schema(s)),
         (None, None) => None,
@@ -248,10 +257,19 @@ fn tools(t: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
     }
     t.each_object("functionDeclarations", |f| {
         f.only(
-            &["name", "description", "parameters", "parametersJsonSchema"],
+            &[
+                "name",
+                "description",
+                "parameters",
+                "parametersJsonSchema",
+                SNAKE_PARAMETERS_SCHEMA,
+            ],
             UNKNOWN,
         )?;
-        let parameters = match (f.get("parametersJsonSchema"), f.get("parameters")) {
+        let json_schema = f
+            .get("parametersJsonSchema")
+            .or_else(|| f.get(SNAKE_PARAMETERS_SCHEMA));
+        let parameters = match (json_schema, f.get("parameters")) {
             (Some(s), _) => Some(s.clone()),
             (None, Some(s)) => Some(openapi_to_json_schema(s)),
             (None, None) => None,

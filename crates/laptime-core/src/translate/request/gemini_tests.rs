@@ -398,3 +398,15 @@ fn inline_media_and_signed_thoughts_go_through_gemini_and_back() {
         json!({"type": "thinking", "thinking": "Hmm", "signature": "sig1"})
     );
 }
+
+#[test]
+fn the_schema_fields_google_genai_sends_by_their_proto_names_are_read() {
+    let schema = json!({"type": "object", "properties": {"q": {"type": "string"}}});
+    let body = json!({"contents": [{"parts": [{"text": "Hi"}]}],
+        "tools": [{"functionDeclarations": [{"name": "f", "parameters_json_schema": schema}]}],
+        "generationConfig": {"responseMimeType": "application/json",
+                             "response_json_schema": schema}});
+    let o = out(Gemini, Chat, &body);
+    assert_eq!(o["tools"][0]["function"]["parameters"], schema);
+    assert_eq!(o["response_format"]["json_schema"]["schema"], schema);
+}

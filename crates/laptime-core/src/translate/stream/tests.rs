@@ -1146,6 +1146,15 @@ fn gemini_odd_ends_become_the_hubs() {
     let in_band = "data: {\"error\": {\"code\": 429,\"message\": \"slow\",\"status\": \"RESOURCE_EXHAUSTED\"}}\r\n\r\n";
     let a = decode_stream(Dialect::Gemini, in_band);
     assert_eq!(a.error, Some((ErrorKind::RateLimited, "slow".to_owned())));
+    // The code decides where it is precise (529 is named INTERNAL by google.rpc.Code).
+    let overloaded =
+        "data: {\"error\": {\"code\": 529,\"message\": \"o\",\"status\": \"INTERNAL\"}}\r\n\r\n";
+    let a = decode_stream(Dialect::Gemini, overloaded);
+    assert_eq!(a.error.map(|e| e.0), Some(ErrorKind::Overloaded));
+    let refined =
+        "data: {\"error\": {\"code\": 500,\"message\": \"o\",\"status\": \"UNAVAILABLE\"}}\r\n\r\n";
+    let a = decode_stream(Dialect::Gemini, refined);
+    assert_eq!(a.error.map(|e| e.0), Some(ErrorKind::Overloaded));
 }
 
 #[test]

@@ -7,7 +7,10 @@
 //! not a JSON object cannot be carried and end the stream with an in-band error. The last
 //! chunk has an empty text part, the `finishReason` and the `usageMetadata` (Google's terms:
 //! the prompt includes cache reads, the candidates exclude thoughts; cache writes have no
-//! field). There is no terminal frame and no keep-alive: the official SDKs fail on anything but
+//! field). A reasoning signature is not sent: it is another provider's (a Gemini upstream's
+//! answer to a Gemini client is relayed untouched), Gemini could not check it, and
+//! google-genai rejects a `thoughtSignature` that is not base64. There is no terminal frame and
+//! no keep-alive: the official SDKs fail on anything but
 //! `data:` lines, so the timing comment, when the options ask for it, follows the last chunk.
 
 use bytes::BytesMut;
@@ -116,7 +119,6 @@ impl Encoder {
             }
             (Delta::Text(t), _) => Part::Text(t),
             (Delta::Reasoning(t), _) => Part::Thought(t),
-            (Delta::Signature(t), Role::Reasoning) => Part::Signature(t),
             (Delta::ToolArgs(_) | Delta::Signature(_), _) => return,
         };
         let buf = out.buf();
@@ -176,7 +178,6 @@ impl Encoder {
 enum Part<'t, 'a> {
     Text(&'t JsonText<'a>),
     Thought(&'t JsonText<'a>),
-    Signature(&'t JsonText<'a>),
 }
 
 impl Part<'_, '_> {
@@ -190,10 +191,6 @@ impl Part<'_, '_> {
                 out.raw("{\"text\":");
                 out.lit(t.raw());
                 out.raw(",\"thought\":true");
-            }
-            Part::Signature(t) => {
-                out.raw("{\"thought\":true,\"thoughtSignature\":");
-                out.lit(t.raw());
             }
         }
         out.raw("}");
@@ -286,12 +283,7 @@ pub(crate) fn encode_body(
                 sep(out, &mut first);
                 out.raw("{\"text\":");
                 out.lit(&block.text);
-                out.raw(",\"thought\":true");
-                if let Some(sig) = &block.signature {
-                    out.raw(",\"thoughtSignature\":");
-                    out.lit(sig);
-                }
-                out.raw("}");
+                out.raw(",\"thought\":true}");
             }
             BlockKind::RedactedReasoning { .. } => {}
             BlockKind::ToolCall { id, name } => {

@@ -48,9 +48,13 @@ fn finish_reason(stop: StopReason) -> &'static str {
 }
 
 impl ErrorKind {
-    /// The kind a Google error names by its `status` (`google.rpc.Code`), else by its `code`
-    /// (the HTTP status).
+    /// The kind a Google error names: by its `code` (the HTTP status), refined by its `status`
+    /// word (`google.rpc.Code`) where the code names a kind only broadly (another 4xx or 5xx)
+    /// or is absent.
     pub fn from_google(status: Option<&str>, code: Option<u64>) -> Option<ErrorKind> {
+        let by_code = code
+            .and_then(|c| u16::try_from(c).ok())
+            .and_then(ErrorKind::from_status);
         let by_status = status.and_then(|s| {
             Some(match s {
                 "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" => {
@@ -66,9 +70,9 @@ impl ErrorKind {
                 _ => return None,
             })
         });
-        by_status.or_else(|| {
-            code.and_then(|c| u16::try_from(c).ok())
-                .and_then(ErrorKind::from_status)
-        })
+        match by_code {
+            None | Some(ErrorKind::InvalidRequest | ErrorKind::Server) => by_status.or(by_code),
+            precise => precise,
+        }
     }
 }
