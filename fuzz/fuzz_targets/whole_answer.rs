@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (u8, u16, bool, Vec<u8>)| {
     let (d, status, broke, body) = input;
-    let dialect = [Dialect::Chat, Dialect::Responses, Dialect::Messages][d as usize % 3];
+    let dialect = Dialect::ALL[d as usize % Dialect::ALL.len()];
     let end = if broke { BodyEnd::Error } else { BodyEnd::Eof };
     let w = whole_answer(dialect, status, end, &body);
     let json = serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok();

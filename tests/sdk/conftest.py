@@ -197,7 +197,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
 # Each upstream dialect gets an in-process sim channel pinned to it; the public model
 # `via-<dialect>/<preset>` reaches `<preset>` through that channel, so a client of any dialect
 # can be sent to an upstream of any dialect (translated when they differ).
-DIALECTS = ("chat", "responses", "messages")
+DIALECTS = ("chat", "responses", "messages", "gemini")
 TRANSLATION_PRESETS = (
     "sim-fast",
     "sim-reasoning",
@@ -211,8 +211,9 @@ TRANSLATION_PRESETS = (
 
 
 def via(upstream: str, preset: str) -> str:
-    """The public model name that reaches `preset` through the channel pinned to `upstream`."""
-    return f"via-{upstream}/{preset}"
+    """The public model name that reaches `preset` through the channel pinned to `upstream`
+    (one path segment, as a Gemini client puts it in the URL)."""
+    return f"via-{upstream}.{preset}"
 
 
 def translation_config() -> str:
@@ -243,6 +244,6 @@ def translation_config() -> str:
 
 @pytest.fixture(scope="session")
 def translation_gateway(tmp_path_factory: pytest.TempPathFactory):
-    """A second gateway, on its own config file: three sim channels, one pinned to each
+    """A second gateway, on its own config file: four sim channels, one pinned to each
     dialect, serving every translation preset (see `via`)."""
     yield from _run_gateway(tmp_path_factory, translation_config())

@@ -1,6 +1,8 @@
-"""The translation matrix: each official SDK as a client of every dialect, against a sim channel
-pinned to every dialect (the same one as a control, the other two translated), streamed and
-not.
+"""The translation matrix: each official SDK as a client of every dialect (openai for Chat and
+Responses, anthropic for Messages, google-genai for Gemini), against a sim channel pinned to
+every dialect (the same one as a control, the others translated), streamed and not. The
+tests that read the sim-echo summary (written per upstream dialect) and the image test run
+over the body-model dialects only.
 
 The gateway is `translation_gateway` (conftest.py): the public model `via-<upstream>/<preset>`
 reaches the sim preset `<preset>` through a channel that is called in `<upstream>` only. Every
@@ -19,6 +21,9 @@ from dataclasses import dataclass, field
 import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
 from conftest import DIALECTS, via
 
@@ -38,12 +43,22 @@ TOOLS = {
     "get_time": {"description": "The local time of a place.", "key": "location"},
 }
 
-MATRIX = [
-    pytest.param(client, upstream, stream, id=f"{client}-via-{upstream}-{'stream' if stream else 'whole'}")
-    for client in DIALECTS
-    for upstream in DIALECTS
-    for stream in (True, False)
-]
+def _matrix(clients, upstreams):
+    return [
+        pytest.param(client, upstream, stream, id=f"{client}-via-{upstream}-{'stream' if stream else 'whole'}")
+        for client in clients
+        for upstream in upstreams
+        for stream in (True, False)
+    ]
+
+
+MATRIX = _matrix(DIALECTS, DIALECTS)
+BODY_DIALECTS = ("chat", "responses", "messages")
+# The sim-echo summaries and images below are checked in the body-model dialects' words.
+MATRIX_BODY = _matrix(BODY_DIALECTS, BODY_DIALECTS)
+# The error tests read each OpenAI and Anthropic SDK's exceptions; a Gemini client's 429 has its
+# own test below.
+MATRIX_ERRORS = _matrix(BODY_DIALECTS, DIALECTS)
 
 
 # --- What each preset sends (mirrors the sim's definitions) ---------------------------------
@@ -116,14 +131,26 @@ def stop_word(client: str, stop: str) -> str:
         "chat": {"end": "stop", "tool": "tool_calls", "max_tokens": "length"},
         "responses": {"end": "completed", "tool": "completed", "max_tokens": "incomplete:max_output_tokens"},
         "messages": {"end": "end_turn", "tool": "tool_use", "max_tokens": "max_tokens"},
+        "gemini": {"end": "STOP", "tool": "STOP", "max_tokens": "MAX_TOKENS"},
     }[client][stop]
 
 
 def expected_usage(client: str, upstream: str, u: Usage) -> dict:
     """The usage fields the client's SDK shows for preset usage `u` sent by an `upstream` sim:
     OpenAI counts cached tokens in the input, Anthropic does not; Anthropic reports no
-    reasoning tokens, so none can reach an OpenAI client from it."""
+    reasoning tokens, so none can reach an OpenAI client from it. Gemini reports no cache
+    writes: its prompt count holds them, so from a Gemini upstream they are input, not writes."""
     reasoning = None if upstream == "messages" else u.reasoning
+    if upstream == "gemini":
+        u = Usage(input=u.input + u.cache_write, cache_read=u.cache_read, cache_write=0,
+                  output=u.output, reasoning=u.reasoning)
+    if client == "gemini":
+        return {
+            "prompt_token_count": u.input_total,
+            "cached_content_token_count": u.cache_read,
+            "candidates_token_count": u.output - (reasoning or 0),
+            "thoughts_token_count": reasoning,
+        }
     if client == "chat":
         return {
             "prompt_tokens": u.input_total,
@@ -199,8 +226,20 @@ def anthropic_client(translation_gateway):
     client.close()
 
 
+@pytest.fixture(scope="module")
+def gemini_client(translation_gateway):
+    client = genai.Client(
+        api_key=translation_gateway.token,
+        http_options=genai_types.HttpOptions(
+            base_url=translation_gateway.base_url, api_version="v1beta", timeout=10_000
+        ),
+    )
+    yield client
+    client.close()
+
+
 @pytest.fixture
-def sdk(openai_client, anthropic_client):
+def sdk(openai_client, anthropic_client, gemini_client):
     """`sdk(client_dialect)` returns the function that runs one conversation in that dialect."""
 
     def pick(client: str):
@@ -208,6 +247,7 @@ def sdk(openai_client, anthropic_client):
             "chat": lambda **kw: run_chat(openai_client, **kw),
             "responses": lambda **kw: run_responses(openai_client, **kw),
             "messages": lambda **kw: run_messages(anthropic_client, **kw),
+            "gemini": lambda **kw: run_gemini(gemini_client, **kw),
         }[client]
 
     return pick
@@ -489,6 +529,62 @@ def run_messages(client, *, model, stream, conversation=PLAIN, tools=()) -> Got:
     return got
 
 
+def gemini_config(tools=()) -> genai_types.GenerateContentConfig:
+    declarations = [
+        genai_types.FunctionDeclaration(
+            name=t, description=TOOLS[t]["description"], parameters_json_schema=_schema(t)
+        )
+        for t in tools
+    ]
+    return genai_types.GenerateContentConfig(
+        system_instruction=SYSTEM,
+        max_output_tokens=MAX_TOKENS,
+        temperature=TEMPERATURE,
+        tools=[genai_types.Tool(function_declarations=declarations)] if declarations else None,
+        automatic_function_calling=genai_types.AutomaticFunctionCallingConfig(disable=True),
+    )
+
+
+def _gemini_request_id(response) -> str | None:
+    http = getattr(response, "sdk_http_response", None)
+    headers = getattr(http, "headers", None) or {}
+    return {k.lower(): v for k, v in headers.items()}.get(REQUEST_ID_HEADER)
+
+
+def run_gemini(client, *, model, stream, conversation=PLAIN, tools=()) -> Got:
+    assert conversation == PLAIN, "the Gemini runner speaks the plain conversation"
+    contents = [genai_types.Content(role="user", parts=[genai_types.Part(text=PROMPT)])]
+    config = gemini_config(tools)
+    if stream:
+        responses = list(
+            client.models.generate_content_stream(model=model, contents=contents, config=config)
+        )
+    else:
+        responses = [client.models.generate_content(model=model, contents=contents, config=config)]
+    got = Got(request_id=_gemini_request_id(responses[0]))
+    for r in responses:
+        for candidate in (r.candidates or [])[:1]:
+            for part in (candidate.content.parts if candidate.content else None) or []:
+                if part.function_call:
+                    got.call_ids.append(part.function_call.id)
+                    got.calls.append((part.function_call.name, dict(part.function_call.args or {})))
+                elif part.thought:
+                    got.reasoning += part.text or ""
+                else:
+                    got.text += part.text or ""
+            if candidate.finish_reason:
+                got.stop = candidate.finish_reason.value
+    u = responses[-1].usage_metadata
+    if u is not None:
+        got.usage = {
+            "prompt_token_count": u.prompt_token_count,
+            "cached_content_token_count": u.cached_content_token_count,
+            "candidates_token_count": u.candidates_token_count,
+            "thoughts_token_count": u.thoughts_token_count,
+        }
+    return got
+
+
 # --- The stored record ----------------------------------------------------------------------
 
 
@@ -510,10 +606,12 @@ def assert_row(gw, request_id, *, client, upstream, stream, model, outcome="comp
     assert row["status"] == status, (at, row)
     assert row["outcome"] == outcome, (at, row)
     if usage is not None:
+        # Recorded in the upstream's terms: Gemini reports no cache writes.
+        writes = 0 if upstream == "gemini" else usage.cache_write
         assert row["input_tokens"] == usage.input_total, (at, row)
         assert row["output_tokens"] == usage.output, (at, row)
         assert (row["cache_read_tokens"] or 0) == usage.cache_read, (at, row)
-        assert (row["cache_write_tokens"] or 0) == usage.cache_write, (at, row)
+        assert (row["cache_write_tokens"] or 0) == writes, (at, row)
     timing = row["other"]["timing"]
     assert _is_ms(timing["upstream_headers_ms"]), (at, timing)
     if status == 200 and stream:
@@ -538,7 +636,9 @@ def check_answer(gw, got: Got, preset_name: str, *, client, upstream, stream) ->
     assert got.text == preset.text, at
     assert got.reasoning == preset.reasoning, at
     assert got.calls == list(preset.calls), at
-    assert all(got.call_ids) and len(set(got.call_ids)) == len(got.call_ids), (at, got.call_ids)
+    if not (client == upstream == "gemini"):
+        # Untranslated, Gemini's calls carry no id (the sim sends none, as Google does).
+        assert all(got.call_ids) and len(set(got.call_ids)) == len(got.call_ids), (at, got.call_ids)
     assert got.stop == stop_word(client, preset.stop), at
     assert_usage(got.usage, expected_usage(client, upstream, preset.usage), at)
     outcome = "incomplete" if preset.stop == "max_tokens" else "completed"
@@ -620,7 +720,7 @@ def run_echo(gw, sdk, client, upstream, stream, conversation, tools=()) -> dict:
     return summary
 
 
-@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+@pytest.mark.parametrize("client,upstream,stream", MATRIX_BODY)
 def test_text_after_tool_results_reaches_the_upstream_in_its_own_shape(
     translation_gateway, sdk, client, upstream, stream
 ):
@@ -668,7 +768,7 @@ def test_text_after_tool_results_reaches_the_upstream_in_its_own_shape(
     assert summary["tools"] == ["get_weather", "get_time"], summary
 
 
-@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+@pytest.mark.parametrize("client,upstream,stream", MATRIX_BODY)
 def test_image_input_by_url_and_base64_reaches_the_upstream(
     translation_gateway, sdk, client, upstream, stream
 ):
@@ -706,7 +806,7 @@ def _raise_for(client: str, model: str, stream: bool, openai_client, anthropic_c
     )
 
 
-@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+@pytest.mark.parametrize("client,upstream,stream", MATRIX_ERRORS)
 def test_an_upstream_429_raises_rate_limit_error(
     translation_gateway, openai_client, anthropic_client, client, upstream, stream
 ):
@@ -727,7 +827,7 @@ def test_an_upstream_429_raises_rate_limit_error(
     )
 
 
-@pytest.mark.parametrize("client,upstream,stream", MATRIX)
+@pytest.mark.parametrize("client,upstream,stream", MATRIX_ERRORS)
 def test_an_in_band_overload_error(
     translation_gateway, openai_client, anthropic_client, client, upstream, stream
 ):
@@ -807,3 +907,20 @@ def test_an_in_band_overload_error(
         translation_gateway, request_id, client=client, upstream=upstream, stream=stream,
         model=model, outcome="upstream_error",
     )
+
+
+@pytest.mark.parametrize("upstream", DIALECTS)
+@pytest.mark.parametrize("stream", (True, False), ids=("stream", "whole"))
+def test_a_gemini_client_gets_googles_429(translation_gateway, gemini_client, upstream, stream):
+    model = via(upstream, "sim-rate-limited")
+    contents = [genai_types.Content(role="user", parts=[genai_types.Part(text=PROMPT)])]
+    with pytest.raises(genai_errors.ClientError) as excinfo:
+        if stream:
+            list(gemini_client.models.generate_content_stream(
+                model=model, contents=contents, config=gemini_config()))
+        else:
+            gemini_client.models.generate_content(model=model, contents=contents, config=gemini_config())
+    err = excinfo.value
+    assert err.code == 429, err
+    assert err.status == "RESOURCE_EXHAUSTED", err
+    assert RATE_LIMIT_MESSAGE in (err.message or ""), err

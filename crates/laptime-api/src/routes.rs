@@ -90,10 +90,18 @@ fn route(method: Method, path: &'static str, kind: Kind, handler: MethodRouter<A
     }
 }
 
+/// Gemini's calls: `{model}:generateContent` and `{model}:streamGenerateContent` under
+/// `/v1beta/models`; the pipeline reads the segment (and answers an unknown method itself).
+pub const GEMINI_ROUTE: &str = "/v1beta/models/{call}";
+
 fn proxy_route(dialect: Dialect) -> Route {
+    let path = match dialect {
+        Dialect::Gemini => GEMINI_ROUTE,
+        Dialect::Chat | Dialect::Responses | Dialect::Messages => dialect.path(),
+    };
     route(
         Method::POST,
-        dialect.path(),
+        path,
         Kind::Proxy,
         post(move |State(s): State<ApiState>, req: Request| pipeline::proxy(s.app, dialect, req)),
     )
@@ -105,6 +113,7 @@ pub fn routes() -> Vec<Route> {
         proxy_route(Dialect::Chat),
         proxy_route(Dialect::Responses),
         proxy_route(Dialect::Messages),
+        proxy_route(Dialect::Gemini),
         route(
             Method::GET,
             "/v1/models",
@@ -179,7 +188,10 @@ pub async fn authenticate(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let found = state.app.auth.check(req.headers()).await;
+    // A Gemini client may send its key as `?key=`; no other route takes a key in its URL.
+    let gemini = kind == Kind::Proxy && req.uri().path().starts_with(Dialect::Gemini.path());
+    let query = req.uri().query().filter(|_| gemini);
+    let found = state.app.auth.check_with_query(req.headers(), query).await;
     if kind == Kind::Proxy {
         req.extensions_mut().insert(found);
         return next.run(req).await;

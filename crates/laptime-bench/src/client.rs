@@ -80,6 +80,7 @@ impl Endpoint {
         if let Some(t) = token {
             let (name, value) = match dialect {
                 Dialect::Messages => ("x-api-key", t.to_string()),
+                Dialect::Gemini => ("x-goog-api-key", t.to_string()),
                 Dialect::Chat | Dialect::Responses => ("authorization", format!("Bearer {t}")),
             };
             let mut v = HeaderValue::from_str(&value)
@@ -364,12 +365,32 @@ fn stream_error_text(dialect: Dialect, body: &[u8]) -> String {
                     || data.contains("\"type\":\"error\"")
             }
             Dialect::Messages => event == Some("error") || data.contains("\"type\":\"error\""),
+            Dialect::Gemini => data.contains("\"error\""),
         };
         if is_error && found.is_none() {
             found = Some(data.to_string());
         }
     });
     found.unwrap_or_else(|| "in-stream error event".to_string())
+}
+
+/// A Gemini response's output text (a chunk's or a whole answer's): text and thought parts, and
+/// each function call's arguments as JSON (Gemini sends a call whole).
+fn gemini_output(v: &Value, out: &mut String) {
+    for candidate in v["candidates"].as_array().into_iter().flatten() {
+        for part in candidate["content"]["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(Value::String(s)) = part.get("text") {
+                out.push_str(s);
+            }
+            if let Some(args) = part["functionCall"].get("args") {
+                out.push_str(&args.to_string());
+            }
+        }
+    }
 }
 
 /// The output text a tokenizer counts when usage is absent: visible text, reasoning, refusal
@@ -415,6 +436,7 @@ fn output_text(dialect: Dialect, streamed: bool, body: &[u8]) -> String {
                         }
                     }
                 }
+                Dialect::Gemini => gemini_output(&v, &mut out),
             }
         });
         return out;
@@ -456,6 +478,7 @@ fn output_text(dialect: Dialect, streamed: bool, body: &[u8]) -> String {
                 }
             }
         }
+        Dialect::Gemini => gemini_output(&v, &mut out),
     }
     out
 }

@@ -219,12 +219,14 @@ impl Contract {
 }
 
 /// The field that carries the output limit. Chat uses `max_completion_tokens` (OpenAI's
-/// current name, which reasoning models require); Anthropic requires `max_tokens`.
+/// current name, which reasoning models require); Anthropic requires `max_tokens`; Gemini's is
+/// inside `generationConfig`.
 pub(crate) fn max_tokens_field(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::Chat => "max_completion_tokens",
         Dialect::Responses => "max_output_tokens",
         Dialect::Messages => "max_tokens",
+        Dialect::Gemini => "generationConfig.maxOutputTokens",
     }
 }
 
@@ -234,15 +236,25 @@ pub(crate) fn auth_kind(dialect: Dialect) -> &'static str {
         Dialect::Messages => {
             "x-api-key: <token> when a token is given; anthropic-version: 2023-06-01"
         }
+        Dialect::Gemini => "x-goog-api-key: <token> when a token is given",
     }
 }
 
 /// The endpoint an SDK would call for `base_url` (the OpenAI SDKs append `/chat/completions` or
 /// `/responses` to a base that ends in `/v1`; the Anthropic SDK appends `/v1/messages` to the
-/// host). A base given with the endpoint already on it is taken as it is.
-pub(crate) fn endpoint(base_url: &str, dialect: Dialect) -> String {
+/// host; the Gemini SDKs append `/v1beta/models/{model}:…` to the host, the model and
+/// stream-ness in the path). A base given with the endpoint already on it is taken as it is.
+pub(crate) fn endpoint(base_url: &str, dialect: Dialect, model: &str, stream: bool) -> String {
     let base = base_url.trim_end_matches('/');
+    if dialect == Dialect::Gemini {
+        return if base.contains("/v1beta/models/") {
+            base.to_string()
+        } else {
+            format!("{base}{}", dialect.target(model, stream))
+        };
+    }
     let suffix = match dialect {
+        Dialect::Gemini => "",
         Dialect::Chat => "/chat/completions",
         Dialect::Responses => "/responses",
         Dialect::Messages => {
@@ -267,23 +279,23 @@ mod tests {
     #[test]
     fn endpoints_follow_the_sdks() {
         assert_eq!(
-            endpoint("http://h:1/v1", Dialect::Chat),
+            endpoint("http://h:1/v1", Dialect::Chat, "m", true),
             "http://h:1/v1/chat/completions"
         );
         assert_eq!(
-            endpoint("http://h:1/v1/", Dialect::Responses),
+            endpoint("http://h:1/v1/", Dialect::Responses, "m", true),
             "http://h:1/v1/responses"
         );
         assert_eq!(
-            endpoint("http://h:1", Dialect::Messages),
+            endpoint("http://h:1", Dialect::Messages, "m", true),
             "http://h:1/v1/messages"
         );
         assert_eq!(
-            endpoint("http://h:1/v1", Dialect::Messages),
+            endpoint("http://h:1/v1", Dialect::Messages, "m", true),
             "http://h:1/v1/messages"
         );
         assert_eq!(
-            endpoint("http://h:1/v1/chat/completions", Dialect::Chat),
+            endpoint("http://h:1/v1/chat/completions", Dialect::Chat, "m", true),
             "http://h:1/v1/chat/completions"
         );
     }

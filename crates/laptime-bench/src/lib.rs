@@ -173,7 +173,9 @@ fn build_contract(a: &BenchArgs) -> Result<Contract, String> {
     let dialect = match (&a.dialect, &base) {
         (Some(d), _) => Dialect::parse(d).ok_or_else(|| format!("--dialect {d:?}"))?,
         (None, Some(b)) => b.dialect,
-        (None, None) => return Err("--dialect is required (chat, responses or messages)".into()),
+        (None, None) => {
+            return Err("--dialect is required (chat, responses, messages or gemini)".into())
+        }
     };
     let model = match (&a.model, &base) {
         (Some(m), _) => m.clone(),
@@ -203,18 +205,6 @@ fn build_contract(a: &BenchArgs) -> Result<Contract, String> {
     if others.len() > 25 {
         return Err("--compare may be given at most 25 times".into());
     }
-    let mut targets = vec![TargetSpec {
-        label: "A".into(),
-        url: endpoint(&base_a, dialect),
-        base_url: base_a,
-    }];
-    for (label, b) in ('B'..='Z').zip(others) {
-        targets.push(TargetSpec {
-            label: label.to_string(),
-            url: endpoint(&b, dialect),
-            base_url: b,
-        });
-    }
     let stream = if a.stream {
         true
     } else if a.no_stream {
@@ -222,6 +212,18 @@ fn build_contract(a: &BenchArgs) -> Result<Contract, String> {
     } else {
         base.as_ref().is_some_and(|b| b.stream)
     };
+    let mut targets = vec![TargetSpec {
+        label: "A".into(),
+        url: endpoint(&base_a, dialect, &model, stream),
+        base_url: base_a,
+    }];
+    for (label, b) in ('B'..='Z').zip(others) {
+        targets.push(TargetSpec {
+            label: label.to_string(),
+            url: endpoint(&b, dialect, &model, stream),
+            base_url: b,
+        });
+    }
     let tokenizer = a
         .tokenizer
         .clone()

@@ -111,6 +111,9 @@ pub(crate) fn mix(seed: u64, n: u64) -> u64 {
 /// The JSON body of one request: the dialect's shape, the contract's settings, then
 /// `extra_body` merged over it at the top level.
 pub(crate) fn body(c: &Contract, prompt: &str) -> Bytes {
+    if c.dialect == Dialect::Gemini {
+        return gemini_body(c, prompt);
+    }
     let mut m = Map::new();
     m.insert("model".into(), json!(c.model));
     match c.dialect {
@@ -123,7 +126,7 @@ pub(crate) fn body(c: &Contract, prompt: &str) -> Bytes {
         Dialect::Responses => {
             m.insert("input".into(), json!(prompt));
         }
-        Dialect::Messages => {
+        Dialect::Messages | Dialect::Gemini => {
             m.insert(
                 "messages".into(),
                 json!([{"role": "user", "content": prompt}]),
@@ -153,8 +156,40 @@ pub(crate) fn body(c: &Contract, prompt: &str) -> Bytes {
                 m.insert("reasoning".into(), json!({"effort": e}));
             }
             // Refused when the contract is built.
-            Dialect::Messages => {}
+            Dialect::Messages | Dialect::Gemini => {}
         }
+    }
+    if let Some(Value::Object(extra)) = &c.extra_body {
+        for (k, v) in extra {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    Bytes::from(Value::Object(m).to_string())
+}
+
+/// A Gemini body: model and stream-ness go in the URL, the settings in `generationConfig`
+/// (the reasoning effort as its `thinkingLevel`), then `extra_body` merged at the top level.
+fn gemini_body(c: &Contract, prompt: &str) -> Bytes {
+    let mut config = Map::new();
+    if let Some(n) = c.output_tokens.max_output_tokens {
+        config.insert("maxOutputTokens".into(), json!(n));
+    }
+    if let Some(t) = c.sampling.temperature {
+        config.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = c.sampling.top_p {
+        config.insert("topP".into(), json!(p));
+    }
+    if let Some(e) = &c.reasoning_effort {
+        config.insert("thinkingConfig".into(), json!({"thinkingLevel": e}));
+    }
+    let mut m = Map::new();
+    m.insert(
+        "contents".into(),
+        json!([{"role": "user", "parts": [{"text": prompt}]}]),
+    );
+    if !config.is_empty() {
+        m.insert("generationConfig".into(), Value::Object(config));
     }
     if let Some(Value::Object(extra)) = &c.extra_body {
         for (k, v) in extra {

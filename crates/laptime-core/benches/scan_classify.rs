@@ -1,4 +1,5 @@
-//! Scan + classify throughput: a realistic 1,000-event stream per dialect, fed in realistic
+//! Scan + classify throughput: a realistic 1,000-event stream per dialect (Gemini's framed
+//! with CRLF, as Google sends it), fed in realistic
 //! chunks (1–3 events per read, every fourth read cut inside an event), through a fresh
 //! `SseScanner` and `classify_event`, as the observer does for one request.
 //!
@@ -163,6 +164,30 @@ data: {"type":"content_block_stop","index":0}"#
 data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":994}}"#.to_owned());
             out.push("event: message_stop\ndata: {\"type\":\"message_stop\"}".to_owned());
         }
+        Dialect::Gemini => {
+            // Every chunk repeats usageMetadata with the counts so far, as Google sends them.
+            let tail = |n: usize| {
+                format!(
+                    r#""usageMetadata": {{"promptTokenCount": 1017,"candidatesTokenCount": {n},"totalTokenCount": {},"cachedContentTokenCount": 896,"promptTokensDetails": [{{"modality": "TEXT","tokenCount": 1017}}],"thoughtsTokenCount": 64}},"modelVersion": "gemini-2.5-flash","responseId": "8hW3aNqLHMSe1dkPw9_Y4QY""#,
+                    1017 + 64 + n
+                )
+            };
+            out.push(format!(
+                r#"data: {{"candidates": [{{"content": {{"parts": [{{"text": "**Reading the question**","thought": true}}],"role": "model"}},"index": 0}}],{}}}"#,
+                tail(0)
+            ));
+            for i in 0..EVENTS - 2 {
+                let word = WORDS[i % WORDS.len()];
+                out.push(format!(
+                    r#"data: {{"candidates": [{{"content": {{"parts": [{{"text": "{word}"}}],"role": "model"}},"index": 0}}],{}}}"#,
+                    tail(i + 1)
+                ));
+            }
+            out.push(format!(
+                r#"data: {{"candidates": [{{"content": {{"parts": [{{"text": "."}}],"role": "model"}},"finishReason": "STOP","index": 0}}],{}}}"#,
+                tail(EVENTS - 1)
+            ));
+        }
     }
     assert_eq!(out.len(), EVENTS);
     out
@@ -173,9 +198,14 @@ data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":
 fn chunks(dialect: Dialect) -> Vec<Vec<u8>> {
     let mut bytes = Vec::new();
     let mut ends = Vec::with_capacity(EVENTS);
+    // Google's generativelanguage API ends its events with CRLF; the others with LF.
+    let blank: &[u8] = match dialect {
+        Dialect::Gemini => b"\r\n\r\n",
+        Dialect::Chat | Dialect::Responses | Dialect::Messages => b"\n\n",
+    };
     for event in events(dialect) {
         bytes.extend_from_slice(event.as_bytes());
-        bytes.extend_from_slice(b"\n\n");
+        bytes.extend_from_slice(blank);
         ends.push(bytes.len());
     }
     let mut rng = Lcg(0x5eed);
@@ -246,4 +276,9 @@ fn responses(bencher: Bencher) {
 #[divan::bench]
 fn messages(bencher: Bencher) {
     bench(bencher, Dialect::Messages);
+}
+
+#[divan::bench]
+fn gemini(bencher: Bencher) {
+    bench(bencher, Dialect::Gemini);
 }

@@ -1,6 +1,6 @@
 //! Stream translation cost per event, for every (upstream, client) pair: a realistic stream of
 //! 1,000 events per upstream dialect (reasoning deltas, text deltas, one tool call, usage and
-//! the terminal), fed in reads of 1–3 events with every fourth read cut inside an event,
+//! the terminal; Gemini's tool call is one whole chunk), fed in reads of 1–3 events with every fourth read cut inside an event,
 //! through a fresh `StreamTranslator` (scan, decode, encode), as the proxy does for one request.
 //!
 //! Run: `cargo bench -p laptime-core --bench translate_stream`. Each figure is per stream; the
@@ -50,9 +50,16 @@ impl fmt::Display for Pair {
     }
 }
 
-const PAIRS: [Pair; 9] = {
-    use Dialect::{Chat, Messages, Responses};
+const PAIRS: [Pair; 16] = {
+    use Dialect::{Chat, Gemini, Messages, Responses};
     [
+        Pair(Gemini, Chat),
+        Pair(Gemini, Messages),
+        Pair(Chat, Gemini),
+        Pair(Messages, Gemini),
+        Pair(Responses, Gemini),
+        Pair(Gemini, Responses),
+        Pair(Gemini, Gemini),
         Pair(Chat, Messages),
         Pair(Chat, Responses),
         Pair(Messages, Chat),
@@ -221,6 +228,30 @@ fn events(dialect: Dialect) -> Vec<String> {
             let last = out.len() - 1;
             out[last] = "event: message_stop\ndata: {\"type\":\"message_stop\"}".to_owned();
         }
+        Dialect::Gemini => {
+            // Gemini sends a tool call whole: its fragments' share of events is text here.
+            let chunk = |parts: &str, finish: &str, usage: &str| {
+                format!(
+                    r#"data: {{"candidates": [{{"content": {{"parts": [{parts}],"role": "model"}}{finish},"index": 0}}],"usageMetadata": {{{usage}}},"modelVersion": "gemini-2.5-flash","responseId": "8hW3aNqLHMSe1dkPw9_Y4QY"}}"#
+                )
+            };
+            let usage = r#""promptTokenCount": 1017,"cachedContentTokenCount": 896,"totalTokenCount": 1200,"thoughtsTokenCount": 120"#;
+            for i in 0..REASONING {
+                let part = format!(r#"{{"text": "{}","thought": true}}"#, WORDS[i % 8]);
+                out.push(chunk(&part, "", usage));
+            }
+            for i in 0..EVENTS - REASONING - 2 {
+                let part = format!(r#"{{"text": "{}"}}"#, WORDS[i % 8]);
+                out.push(chunk(&part, "", usage));
+            }
+            out.push(chunk(
+                r#"{"functionCall": {"name": "get_weather","args": {"city": "Paris","unit": "celsius"}}}"#,
+                "",
+                usage,
+            ));
+            let last = r#""promptTokenCount": 1017,"cachedContentTokenCount": 896,"candidatesTokenCount": 876,"totalTokenCount": 2013,"thoughtsTokenCount": 120"#;
+            out.push(chunk(r#"{"text": ""}"#, r#","finishReason": "STOP""#, last));
+        }
     }
     assert_eq!(out.len(), EVENTS, "{dialect}");
     out
@@ -273,6 +304,7 @@ fn translate(bencher: Bencher<'_, '_>, pair: Pair) {
         id: "req_0123456789".to_owned(),
         created: 1_750_000_000,
         include_usage: true,
+        timing_comment: true,
     };
     bencher
         .counter(ItemsCount::new(EVENTS))

@@ -1,7 +1,7 @@
 //! The pure core of laptime: everything that decides what a number means, with no I/O.
 //!
 //! Layout, in the order a streamed byte meets it:
-//! - [`dialect`]: which of the three wire formats a request speaks.
+//! - [`dialect`]: which of the four wire formats a request speaks.
 //! - [`sse`]: the incremental SSE scanner (WHATWG framing, any split of the bytes).
 //! - [`classify`]: per-dialect classification of one SSE event (heartbeat, envelope, effective,
 //!   usage, terminal) and of a whole non-streamed body.
@@ -38,4 +38,4 @@ pub mod usage;
 pub mod views;
 mod wire;
 
-pub use dialect::Dialect;
+pub use dialect::{Dialect, GeminiMethod};

@@ -5,7 +5,9 @@
 //! offset in. Bytes after the last event boundary of a chunk are an incomplete event; the edge
 //! holds them until the event completes. No SSE consumer can act on half an event, so holding it
 //! costs the client nothing, and it guarantees that the terminal frame starts inside what is
-//! released, so the comment can always be written before it.
+//! released, so the comment can always be written before it. Gemini has no terminal frame: its
+//! comment goes right after its last event (the one with the `finishReason`), once that event
+//! is complete.
 
 use std::time::Duration;
 
@@ -23,6 +25,10 @@ pub enum Placement {
     BeforeHeld,
     /// At this offset of the current chunk.
     InChunk(usize),
+    /// Right after the event that ends at this offset of the current chunk (an
+    /// [`SseItem::Event`]'s `end`): after its whole line end, so when the chunk ends on the CR
+    /// of a CRLF the comment waits for the LF (or the end of the stream).
+    AfterEvent(usize),
 }
 
 /// What the edge does with one chunk.
@@ -56,7 +62,18 @@ pub struct StreamObserver {
     event_count: u32,
     text_delta_count: u32,
     comment_placed: bool,
+    /// No comment is placed (an edge whose clients cannot take one).
+    no_comment: bool,
     ended: Option<BodyEnd>,
+}
+
+/// Whether the dialect's comment goes after its terminal event instead of before its terminal
+/// frame: Gemini has no terminal frame, its last event is the one that ends it.
+fn comment_follows_terminal(dialect: Dialect) -> bool {
+    match dialect {
+        Dialect::Gemini => true,
+        Dialect::Chat | Dialect::Responses | Dialect::Messages => false,
+    }
 }
 
 /// What the observer concluded; `outcome` is absent while the stream is still open.
@@ -90,8 +107,15 @@ impl StreamObserver {
             event_count: 0,
             text_delta_count: 0,
             comment_placed: false,
+            no_comment: false,
             ended: None,
         }
+    }
+
+    /// Places no timing comment in this stream (its bytes are relayed exactly as they came).
+    pub fn without_comment(mut self) -> Self {
+        self.no_comment = true;
+        self
     }
 
     /// Sets the head's arrival (t2), for the in-band values' consistency with the record.
@@ -113,6 +137,8 @@ impl StreamObserver {
         let mut release_to = 0;
         let mut comment_at = None;
         let dialect = self.dialect;
+        let after = comment_follows_terminal(dialect);
+        let no_comment = self.no_comment;
         let Self {
             scanner,
             usage,
@@ -141,31 +167,27 @@ impl StreamObserver {
                 if c.stop.is_some() {
                     *stop = c.stop;
                 }
-                match c.class {
-                    EventClass::Heartbeat => return,
-                    EventClass::Envelope => {}
-                    EventClass::Effective(kind) => {
-                        marks.first_effective.get_or_insert(at);
-                        marks.last_effective = Some(at);
-                        if kind == EffectiveKind::Text {
-                            marks.first_visible.get_or_insert(at);
-                            *text_delta_count += 1;
-                        }
+                if c.class == EventClass::Heartbeat {
+                    return;
+                }
+                if let Some(kind) = c.effective() {
+                    marks.first_effective.get_or_insert(at);
+                    marks.last_effective = Some(at);
+                    if kind == EffectiveKind::Text {
+                        marks.first_visible.get_or_insert(at);
+                        *text_delta_count += 1;
                     }
-                    EventClass::TerminalOk
-                    | EventClass::TerminalIncomplete
-                    | EventClass::TerminalError => {
-                        if terminal.is_none() {
-                            *terminal = Some(c.class);
-                            marks.upstream_done = Some(at);
-                        }
-                    }
+                }
+                if c.class.is_terminal() && terminal.is_none() {
+                    *terminal = Some(c.class);
+                    marks.upstream_done = Some(at);
                 }
                 *event_count += 1;
                 marks.first_event.get_or_insert(at);
-                if c.terminal_frame && !*comment_placed {
+                if c.terminal_frame && !*comment_placed && !no_comment {
                     *comment_placed = true;
                     comment_at = Some(match start {
+                        _ if after => Placement::AfterEvent(end),
                         Some(s) => Placement::InChunk(s),
                         None => Placement::BeforeHeld,
                     });
@@ -500,6 +522,85 @@ mod tests {
             ],
         );
         assert_eq!(obs.summary().outcome, Some(Outcome::Incomplete));
+    }
+
+    const GEMINI: [&str; 3] = [
+        "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"hm\",\"thought\": true}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 9,\"totalTokenCount\": 13,\"thoughtsTokenCount\": 4}}\r\n\r\n",
+        "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hi\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 9,\"candidatesTokenCount\": 1,\"totalTokenCount\": 14,\"thoughtsTokenCount\": 4}}\r\n\r\n",
+        "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" you\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 9,\"cachedContentTokenCount\": 5,\"candidatesTokenCount\": 2,\"totalTokenCount\": 15,\"thoughtsTokenCount\": 4}}\r\n\r\n",
+    ];
+
+    #[test]
+    fn a_gemini_stream_ends_on_its_finish_reason_with_the_comment_after_it() {
+        let mut obs = StreamObserver::new(Dialect::Gemini, Some(at(1)));
+        let out = relay(
+            &mut obs,
+            &[(10, GEMINI[0]), (20, GEMINI[1]), (30, GEMINI[2])],
+        );
+        // The terminal is known before the body ends: the comment is already written.
+        let s = obs.summary();
+        assert_eq!(s.outcome, Some(Outcome::Completed));
+        assert_eq!(s.marks.first_event, Some(at(10)));
+        assert_eq!(s.marks.first_effective, Some(at(10)));
+        assert_eq!(s.marks.first_visible, Some(at(20)));
+        assert_eq!(s.marks.last_effective, Some(at(30)));
+        assert_eq!(s.marks.upstream_done, Some(at(30)));
+        assert_eq!(
+            s.text_delta_count, 2,
+            "the last text rides on the terminal event"
+        );
+        assert_eq!(
+            (
+                s.tokens.input,
+                s.tokens.output,
+                s.tokens.reasoning,
+                s.tokens.cache_read
+            ),
+            (Some(9), Some(6), Some(4), Some(5))
+        );
+        let comment = ": x-laptime-timing upstream_ms=29 ttft_ms=9 cached_tokens=5 hedge=none\n\n";
+        assert_eq!(out, format!("{}{comment}", GEMINI.concat()));
+        obs.on_end(at(40), BodyEnd::Eof);
+        assert_eq!(obs.summary().marks.upstream_done, Some(at(30)));
+    }
+
+    #[test]
+    fn gemini_ends_that_are_not_a_stop_and_streams_without_a_comment() {
+        let end = |last: &str| {
+            let mut obs = StreamObserver::new(Dialect::Gemini, Some(at(0)));
+            relay(&mut obs, &[(1, GEMINI[1]), (2, last)]);
+            obs.on_end(at(3), BodyEnd::Eof);
+            (obs.summary().outcome, obs.summary().error_class)
+        };
+        let finish = |reason: &str| {
+            format!("data: {{\"candidates\": [{{\"content\": {{\"parts\": [{{\"text\": \"\"}}]}},\"finishReason\": \"{reason}\",\"index\": 0}}]}}\r\n\r\n")
+        };
+        assert_eq!(
+            end(&finish("MAX_TOKENS")),
+            (Some(Outcome::Incomplete), None)
+        );
+        assert_eq!(end(&finish("SAFETY")), (Some(Outcome::Incomplete), None));
+        assert_eq!(
+            end(&finish("MALFORMED_FUNCTION_CALL")),
+            (Some(Outcome::UpstreamError), Some(ErrorClass::StreamError))
+        );
+        let error = "data: {\"error\": {\"code\": 503,\"message\": \"The model is overloaded.\",\"status\": \"UNAVAILABLE\"}}\r\n\r\n";
+        assert_eq!(
+            end(error),
+            (Some(Outcome::UpstreamError), Some(ErrorClass::StreamError))
+        );
+        // Text without a finishReason, then a close: cut, never complete.
+        assert_eq!(
+            end(GEMINI[1]),
+            (
+                Some(Outcome::UpstreamClosedEarly),
+                Some(ErrorClass::ClosedEarly)
+            )
+        );
+        let mut obs = StreamObserver::new(Dialect::Gemini, Some(at(0))).without_comment();
+        let out = relay(&mut obs, &[(1, GEMINI[0]), (2, GEMINI[2])]);
+        assert_eq!(out, format!("{}{}", GEMINI[0], GEMINI[2]));
+        assert_eq!(obs.summary().outcome, Some(Outcome::Completed));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! it completes (no SSE client can use half an event, and it guarantees the terminal frame starts
 //! in what is released). A boundary is released with its whole line end: the LF of a CRLF goes
 //! with its CR, also when the CR ends one chunk and the LF starts the next, so the client's bytes
-//! are always the upstream's plus one comment block at an event boundary.
+//! are always the upstream's plus one comment block at an event boundary. A comment placed after
+//! an event (Gemini's last) goes after that event's whole line end too: when a chunk ends on
+//! the CR of a CRLF, it waits for the next chunk's LF (or the end of the stream).
 
 use std::collections::VecDeque;
 
@@ -36,6 +38,9 @@ pub struct Relay {
     /// The last release ended with a CR that ended its chunk: an LF opening the next chunk is
     /// that line end's second byte and is released at once.
     cr_at_release_end: bool,
+    /// The comment goes after an event whose line end was a CR that ended its chunk: right
+    /// after the LF that may open the next chunk, else before that chunk.
+    comment_after_lf: bool,
 }
 
 impl Relay {
@@ -49,8 +54,9 @@ impl Relay {
         if data.is_empty() {
             return;
         }
+        let lf_continues = self.cr_at_release_end && data.first() == Some(&b'\n');
         let mut release_to = plan.release_to;
-        if self.cr_at_release_end && release_to == 0 && data.first() == Some(&b'\n') {
+        if lf_continues && release_to == 0 {
             release_to = 1;
         }
         if release_to > 0
@@ -62,7 +68,14 @@ impl Relay {
         self.cr_at_release_end =
             release_to > 0 && release_to == data.len() && data.last() == Some(&b'\r');
         let released = data.slice(..release_to);
-        match plan.comment_at {
+        let waiting = std::mem::take(&mut self.comment_after_lf);
+        let comment_at = match plan.comment_at {
+            Some(Placement::AfterEvent(end)) => self.after_event(&data, end),
+            Some(p) => Some(p),
+            None if waiting => Some(Placement::InChunk(usize::from(lf_continues))),
+            None => None,
+        };
+        match comment_at {
             Some(Placement::BeforeHeld) => {
                 let held = self.held.split().freeze();
                 // A stream-opening BOM stays first; the comment follows it.
@@ -76,7 +89,7 @@ impl Relay {
                 self.emit(out, held.slice(keep..));
                 self.emit(out, released);
             }
-            Some(Placement::InChunk(i)) => {
+            Some(Placement::InChunk(i) | Placement::AfterEvent(i)) => {
                 self.release_held(out);
                 self.emit(out, released.slice(..i));
                 self.comment(out);
@@ -96,7 +109,25 @@ impl Relay {
     /// The stream ended: an unterminated last event is relayed as it came (the bytes are the
     /// upstream's).
     pub fn finish(&mut self, out: &mut VecDeque<Piece>) {
+        if std::mem::take(&mut self.comment_after_lf) {
+            self.comment(out);
+        }
         self.release_held(out);
+    }
+
+    /// Where a comment after the event ending at `end` (just after its line end's CR, for a
+    /// CRLF) goes in `data`: after the LF of a CRLF; `None` when the chunk ends on that CR, and
+    /// then it waits for the next chunk.
+    fn after_event(&mut self, data: &[u8], end: usize) -> Option<Placement> {
+        let after_cr = end > 0 && data.get(end - 1) == Some(&b'\r');
+        match data.get(end) {
+            Some(b'\n') if after_cr => Some(Placement::InChunk(end + 1)),
+            None if after_cr => {
+                self.comment_after_lf = true;
+                None
+            }
+            _ => Some(Placement::InChunk(end)),
+        }
     }
 
     /// Drops the incomplete event held back (a deadline ended the stream; a client would discard
@@ -234,6 +265,30 @@ mod tests {
                 ],
                 (Some("message_stop"), vec![r#"{"type":"message_stop"}"#]),
             ),
+            // No terminal frame: the finishReason event is the last, the comment follows it.
+            Dialect::Gemini => (
+                vec![
+                    (
+                        None,
+                        vec![
+                            r#"{"candidates":[{"content":{"parts":[{"text":"hm","thought":true}],"role":"model"},"index":0}]}"#,
+                        ],
+                    ),
+                    (
+                        None,
+                        vec![
+                            r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"#,
+                            r#""role":"model"},"index":0}]}"#,
+                        ],
+                    ),
+                ],
+                (
+                    None,
+                    vec![
+                        r#"{"candidates":[{"content":{"parts":[{"text":"!"}],"role":"model"},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2,"totalTokenCount":5}}"#,
+                    ],
+                ),
+            ),
         }
     }
 
@@ -315,7 +370,8 @@ mod tests {
         prop_oneof![
             Just(Dialect::Chat),
             Just(Dialect::Responses),
-            Just(Dialect::Messages)
+            Just(Dialect::Messages),
+            Just(Dialect::Gemini)
         ]
     }
 
@@ -323,7 +379,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
         #[test]
-        fn any_split_relays_the_upstream_bytes_plus_one_comment_block_right_before_the_terminal_frame(
+        fn any_split_relays_the_upstream_bytes_plus_one_comment_block_right_at_the_terminal_frame(
             dialect in dialects(),
             eol in prop_oneof![Just("\n"), Just("\r\n"), Just("\r")],
             bom in any::<bool>(),
@@ -340,8 +396,37 @@ mod tests {
             let len = got[at..].find("\n\n").unwrap() + 2;
             // Exactly the upstream's bytes around one comment block…
             prop_assert_eq!(format!("{}{}", &got[..at], &got[at + len..]), upstream.clone());
-            // …placed right where the terminal frame's block begins.
-            prop_assert_eq!(at, terminal_at);
+            // …placed right where the terminal frame's block begins (Gemini: right after its
+            // last event, which ends the stream here).
+            let expected = match dialect {
+                Dialect::Gemini => upstream.len(),
+                Dialect::Chat | Dialect::Responses | Dialect::Messages => terminal_at,
+            };
+            prop_assert_eq!(at, expected);
+        }
+    }
+
+    /// A Gemini stream with one more chunk after its last event, cut at every offset: the
+    /// comment lands after the finishReason event's whole CRLF, before what follows.
+    #[test]
+    fn a_gemini_comment_follows_the_whole_line_end_of_its_last_event_for_every_cut() {
+        let text = "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hi\"}]},\"index\":0}]}\r\n\r\n";
+        let last = "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"!\"}]},\"finishReason\":\"STOP\",\"index\":0}]}\r\n\r\n";
+        let after = ": trailing\r\n\r\n";
+        let upstream = format!("{text}{last}{after}");
+        let at = text.len() + last.len();
+        for cut in 0..=upstream.len() {
+            for second in [cut, (cut + 7).min(upstream.len())] {
+                let got = relay(Dialect::Gemini, upstream.as_bytes(), &[cut, second]);
+                let got = String::from_utf8(got).unwrap();
+                let found = got.find(COMMENT_HEAD).unwrap();
+                assert_eq!(found, at, "cut at {cut}, {second}: {got:?}");
+                let len = got[found..].find("\n\n").unwrap() + 2;
+                assert_eq!(
+                    format!("{}{}", &got[..found], &got[found + len..]),
+                    upstream
+                );
+            }
         }
     }
 

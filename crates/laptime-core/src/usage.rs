@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::Dialect;
 
 /// Token fields one upstream event or body reported, in the dialect's own terms
-/// (Anthropic `input` excludes cache reads and writes). `None` = the field was not sent.
+/// (Anthropic `input` excludes cache reads and writes). Gemini's are folded from one
+/// `usageMetadata` object by its classifier, where the fields it sums are side by side (input =
+/// prompt + tool-use prompt, output = candidates + thoughts). `None` = the field was not sent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UsageReport {
     pub input: Option<u64>,
@@ -76,7 +78,7 @@ impl UsageAcc {
                 i.saturating_add(raw.cache_read.unwrap_or(0))
                     .saturating_add(raw.cache_write.unwrap_or(0))
             }),
-            Dialect::Chat | Dialect::Responses => raw.input,
+            Dialect::Chat | Dialect::Responses | Dialect::Gemini => raw.input,
         };
         Tokens {
             input,

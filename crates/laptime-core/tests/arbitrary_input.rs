@@ -14,7 +14,7 @@ use laptime_core::timeline::{ErrorClass, Outcome};
 use laptime_core::Dialect;
 use proptest::prelude::*;
 
-/// Pieces an upstream stream is made of, in all three dialects, and pieces of broken ones.
+/// Pieces an upstream stream is made of, in all four dialects, and pieces of broken ones.
 const PIECES: &[&str] = &[
     "data: ",
     "data:",
@@ -61,10 +61,17 @@ const PIECES: &[&str] = &[
     r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":12}}"#,
     r#"{"type":"message_stop"}"#,
     r#"{"type":"error","error":{"type":"overloaded_error"}}"#,
+    r#"{"candidates":[{"content":{"parts":[{"text":"hm","thought":true}],"role":"model"},"index":0}]}"#,
+    r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"index":0}]}"#,
+    r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{}}}]},"index":0}]}"#,
+    r#"{"candidates":[{"content":{"parts":[{"text":"!"}]},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":2,"thoughtsTokenCount":3}}"#,
+    r#"{"candidates":[{"finishReason":"SAFETY","index":0}]}"#,
+    r#"{"promptFeedback":{"blockReason":"OTHER"}}"#,
+    r#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}"#,
 ];
 
 fn dialect() -> impl Strategy<Value = Dialect> {
-    prop::sample::select(vec![Dialect::Chat, Dialect::Responses, Dialect::Messages])
+    prop::sample::select(Dialect::ALL.to_vec())
 }
 
 /// A stream: pieces from [`PIECES`] mixed with arbitrary bytes.

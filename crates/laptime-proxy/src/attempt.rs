@@ -67,6 +67,8 @@ pub struct AttemptCtx<'a> {
     /// What a translated answer tells the client that the upstream's does not decide (set
     /// when some candidate is translated).
     pub client_answer: Option<&'a ClientStreamOptions>,
+    /// The client asked for a stream (Gemini names it in the upstream URL).
+    pub stream: bool,
     pub client_headers: &'a HeaderMap,
     pub traceparent: &'a str,
     pub t0: Instant,
@@ -146,7 +148,7 @@ pub async fn dispatch(
     let health = route.health.clone();
     let request = build_request(
         &channel,
-        route.upstream,
+        (route.upstream, &route.upstream_model, ctx.stream),
         body,
         ctx.client_headers,
         ctx.traceparent,
@@ -230,6 +232,10 @@ pub async fn dispatch(
         // Marks are classified in the upstream's dialect, so they mean the same whatever the
         // client speaks.
         let mut obs = StreamObserver::new(route.upstream, Some(origin));
+        let gemini_untouched = route.upstream == Dialect::Gemini && ctx.dialect == Dialect::Gemini;
+        if gemini_untouched && !ctx.app.config.server.gemini_timing_comment {
+            obs = obs.without_comment();
+        }
         obs.set_headers(headers_at);
         let t = ctx.timeouts;
         // First event and first output count from this attempt's dispatch, so an attempt after
@@ -408,16 +414,17 @@ const PASSED: [&str; 3] = ["anthropic-version", "anthropic-beta", "openai-beta"]
 
 const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
+/// `call`: the dialect, the upstream model and whether the client asked for a stream.
 pub fn build_request(
     channel: &Channel,
-    dialect: Dialect,
+    (dialect, model, stream): (Dialect, &str, bool),
     body: Bytes,
     client_headers: &HeaderMap,
     traceparent: &str,
 ) -> Result<Request<Full<Bytes>>, GatewayError> {
     let mut req = Request::builder()
         .method(Method::POST)
-        .uri(channel.url(dialect))
+        .uri(channel.url(dialect, model, stream))
         .body(Full::new(body))
         .map_err(|e| GatewayError::new(ErrorClass::Internal, format!("bad upstream URL: {e}")))?;
     let h = req.headers_mut();
@@ -445,12 +452,13 @@ pub fn build_request(
     h.insert("traceparent", header_value(traceparent));
     if let Some(key) = &channel.api_key {
         let mut value = match channel.provider {
-            Provider::Anthropic => header_value(key.expose()),
+            Provider::Anthropic | Provider::Gemini => header_value(key.expose()),
             Provider::Openai | Provider::Sim => header_value(&format!("Bearer {}", key.expose())),
         };
         value.set_sensitive(true);
         match channel.provider {
             Provider::Anthropic => h.insert("x-api-key", value),
+            Provider::Gemini => h.insert("x-goog-api-key", value),
             Provider::Openai | Provider::Sim => h.insert(http::header::AUTHORIZATION, value),
         };
     }
@@ -522,7 +530,7 @@ mod tests {
         client.insert("anthropic-version", "2023-06-01".parse().unwrap());
         let req = build_request(
             &channel(Provider::Openai),
-            Dialect::Chat,
+            (Dialect::Chat, "m", true),
             Bytes::from_static(b"{}"),
             &client,
             "00-a-b-01",
@@ -535,7 +543,7 @@ mod tests {
         assert_eq!(req.uri(), "http://127.0.0.1:9/v1/chat/completions");
         let req = build_request(
             &channel(Provider::Anthropic),
-            Dialect::Messages,
+            (Dialect::Messages, "m", true),
             Bytes::new(),
             &client,
             "00-a-b-01",
@@ -544,5 +552,23 @@ mod tests {
         assert_eq!(req.headers()["x-api-key"], "sk-canary");
         assert!(!req.headers().contains_key("authorization"));
         assert_eq!(req.headers()["anthropic-version"], "2023-06-01");
+        let mut gemini = channel(Provider::Gemini);
+        gemini.base_url = "http://127.0.0.1:9".into();
+        let req = build_request(
+            &gemini,
+            (Dialect::Gemini, "gemini-2.5-flash", true),
+            Bytes::new(),
+            &client,
+            "00-a-b-01",
+        )
+        .unwrap();
+        assert_eq!(req.headers()["x-goog-api-key"], "sk-canary");
+        assert!(req.headers()["x-goog-api-key"].is_sensitive());
+        assert!(!req.headers().contains_key("authorization"));
+        assert!(!req.headers().contains_key("x-api-key"));
+        assert_eq!(
+            req.uri(),
+            "http://127.0.0.1:9/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Auth: bearer token (or `x-api-key`) → principal, looked up by the token's SHA-256 in the
+//! Auth: bearer token (or `x-api-key`, `x-goog-api-key`, a Gemini client's `?key=`) → principal, looked up by the token's SHA-256 in the
 //! store and remembered for at most [`FRESH_FOR`]. A change made through this gateway (revoking
 //! a token, moving a workspace to another group) forgets every remembered principal at once, so
 //! it applies from the next request; a change made by another process sharing the store (the
@@ -22,17 +22,28 @@ pub const FRESH_FOR: Duration = Duration::from_secs(1);
 /// Principals remembered at most; beyond it the memory is cleared and refilled.
 const MAX_REMEMBERED: usize = 10_000;
 
-/// The presented credential: `Authorization: Bearer …`, else `x-api-key` (Anthropic clients).
+/// The presented credential: `Authorization: Bearer …`, else `x-api-key` (Anthropic clients),
+/// else `x-goog-api-key` (Gemini clients).
 pub fn credential(headers: &HeaderMap) -> Option<&str> {
     if let Some(v) = headers.get(http::header::AUTHORIZATION) {
         let v = v.to_str().ok()?;
         let (scheme, token) = v.split_once(' ')?;
         return scheme.eq_ignore_ascii_case("bearer").then(|| token.trim());
     }
-    headers
-        .get("x-api-key")
+    ["x-api-key", "x-goog-api-key"]
+        .into_iter()
+        .find_map(|name| headers.get(name))
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
+}
+
+/// The credential of a Gemini client that sends its key in the URL (`?key=…`), when no header
+/// carries one. Only the request's own query is read; it is never forwarded nor logged.
+pub fn query_credential(query: Option<&str>) -> Option<&str> {
+    query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("key="))
+        .filter(|token| !token.is_empty())
 }
 
 pub struct Authenticator {
@@ -117,8 +128,19 @@ impl Authenticator {
 
     /// Authenticates and times it, from now (the request's t0 when called on its head).
     pub async fn check(&self, headers: &HeaderMap) -> Authenticated {
+        self.check_with_query(headers, None).await
+    }
+
+    /// As [`Authenticator::check`], also taking a Gemini client's `?key=` when no header
+    /// carries a credential.
+    pub async fn check_with_query(
+        &self,
+        headers: &HeaderMap,
+        query: Option<&str>,
+    ) -> Authenticated {
         let received = Instant::now();
-        let result = self.authenticate(headers).await;
+        let token = credential(headers).or_else(|| query_credential(query));
+        let result = self.authenticate_token(token).await;
         Authenticated {
             received,
             result,
@@ -127,7 +149,11 @@ impl Authenticator {
     }
 
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthFailure> {
-        let token = credential(headers).ok_or(AuthFailure::Missing)?;
+        self.authenticate_token(credential(headers)).await
+    }
+
+    async fn authenticate_token(&self, token: Option<&str>) -> Result<Principal, AuthFailure> {
+        let token = token.ok_or(AuthFailure::Missing)?;
         // Malformed tokens are refused before any lookup.
         if !auth::looks_like_token(token) {
             return Err(AuthFailure::Invalid);
@@ -165,6 +191,20 @@ mod tests {
         assert_eq!(credential(&h), Some("lt_a"));
         h.insert("authorization", "Basic xyz".parse().unwrap());
         assert_eq!(credential(&h), None);
+        let mut g = HeaderMap::new();
+        g.insert("x-goog-api-key", "lt_g".parse().unwrap());
+        assert_eq!(credential(&g), Some("lt_g"));
+        g.insert("x-api-key", "lt_b".parse().unwrap());
+        assert_eq!(credential(&g), Some("lt_b"));
+    }
+
+    #[test]
+    fn a_gemini_key_in_the_query_is_found_among_other_parameters() {
+        assert_eq!(query_credential(Some("alt=sse&key=lt_q")), Some("lt_q"));
+        assert_eq!(query_credential(Some("key=lt_q")), Some("lt_q"));
+        assert_eq!(query_credential(Some("alt=sse&key=")), None);
+        assert_eq!(query_credential(Some("monkey=x")), None);
+        assert_eq!(query_credential(None), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -12,7 +12,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use laptime_core::Dialect;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
@@ -78,16 +77,17 @@ impl std::fmt::Debug for ResponseCache {
     }
 }
 
-/// The cache key of a request: its workspace, dialect and body with object keys sorted and
-/// whitespace removed, so formatting differences hit the same entry. `None` for a body that is
-/// not JSON.
-pub fn key(workspace_id: &str, dialect: Dialect, body: &[u8]) -> Option<CacheKey> {
+/// The cache key of a request: its workspace, its target ([`laptime_core::Dialect::target`]:
+/// the dialect's path, and for Gemini the model and stream-ness the body does not carry) and
+/// body with object keys sorted and whitespace removed, so formatting differences hit the same
+/// entry. `None` for a body that is not JSON.
+pub fn key(workspace_id: &str, target: &str, body: &[u8]) -> Option<CacheKey> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let canonical = serde_json::to_vec(&value).ok()?;
     let mut h = Sha256::new();
     h.update(workspace_id.as_bytes());
     h.update([0]);
-    h.update(dialect.path().as_bytes());
+    h.update(target.as_bytes());
     h.update([0]);
     h.update(&canonical);
     Some(h.finalize().into())
@@ -176,6 +176,7 @@ impl ResponseCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use laptime_core::Dialect;
 
     fn answer(body: &'static str) -> CachedAnswer {
         CachedAnswer {
@@ -225,29 +226,46 @@ mod tests {
     }
 
     #[test]
-    fn keys_ignore_formatting_and_separate_workspaces_and_dialects() {
-        let a = key("ws", Dialect::Chat, br#"{"model":"m","temperature":0}"#).unwrap();
+    fn keys_ignore_formatting_and_separate_workspaces_dialects_and_targets() {
+        let a = key(
+            "ws",
+            Dialect::Chat.path(),
+            br#"{"model":"m","temperature":0}"#,
+        )
+        .unwrap();
         let b = key(
             "ws",
-            Dialect::Chat,
+            Dialect::Chat.path(),
             br#"{ "temperature" : 0, "model":"m" }"#,
         )
         .unwrap();
         assert_eq!(a, b);
         assert_ne!(
             a,
-            key("other", Dialect::Chat, br#"{"model":"m","temperature":0}"#).unwrap()
+            key(
+                "other",
+                Dialect::Chat.path(),
+                br#"{"model":"m","temperature":0}"#
+            )
+            .unwrap()
         );
         assert_ne!(
             a,
             key(
                 "ws",
-                Dialect::Responses,
+                Dialect::Responses.path(),
                 br#"{"model":"m","temperature":0}"#
             )
             .unwrap()
         );
-        assert!(key("ws", Dialect::Chat, b"not json").is_none());
+        assert!(key("ws", Dialect::Chat.path(), b"not json").is_none());
+        // Gemini's model and stream-ness are only in the target.
+        let body = br#"{"contents":[{"parts":[{"text":"hi"}]}]}"#;
+        let gemini = |model: &str, stream: bool| {
+            key("ws", &Dialect::Gemini.target(model, stream), body).unwrap()
+        };
+        assert_ne!(gemini("a", false), gemini("b", false));
+        assert_ne!(gemini("a", false), gemini("a", true));
     }
 
     #[test]

@@ -67,6 +67,11 @@ pub struct ServerConfig {
     /// Observe streams (scan, classify, stamp marks). `false` exists only to measure what the
     /// timeline costs: streams are relayed blind and recorded with head and end marks only.
     pub observe: bool,
+    /// Write the in-band timing comment in Gemini streams too (after the `finishReason` event).
+    /// Off by default: the official Gemini SDKs (google-genai for Python, @google/genai) fail on
+    /// any line of a stream that is not `data:`, comments included; their clients read the
+    /// timing from trailers (`TE: trailers`) or the request log instead.
+    pub gemini_timing_comment: bool,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +92,7 @@ impl Default for ServerConfig {
             metrics_public: false,
             threads: 0,
             observe: true,
+            gemini_timing_comment: false,
         }
     }
 }
@@ -116,7 +122,9 @@ pub enum Provider {
     Openai,
     /// Anthropic or compatible: Messages.
     Anthropic,
-    /// The built-in simulated upstream (all three dialects).
+    /// Google Gemini (the generativelanguage API) or compatible: Gemini.
+    Gemini,
+    /// The built-in simulated upstream (every dialect).
     Sim,
 }
 
@@ -125,6 +133,7 @@ impl Provider {
         match self {
             Provider::Openai => "openai",
             Provider::Anthropic => "anthropic",
+            Provider::Gemini => "gemini",
             Provider::Sim => "sim",
         }
     }
@@ -135,6 +144,7 @@ impl Provider {
         match self {
             Provider::Openai => Some(Dialect::Chat),
             Provider::Anthropic => Some(Dialect::Messages),
+            Provider::Gemini => Some(Dialect::Gemini),
             Provider::Sim => None,
         }
     }
@@ -143,6 +153,7 @@ impl Provider {
         match self {
             Provider::Openai => matches!(dialect, Dialect::Chat | Dialect::Responses),
             Provider::Anthropic => dialect == Dialect::Messages,
+            Provider::Gemini => dialect == Dialect::Gemini,
             Provider::Sim => true,
         }
     }
@@ -496,6 +507,21 @@ impl Config {
                 circuit: CircuitConfig::default(),
             });
         }
+        if env("GEMINI_API_KEY").is_some() {
+            channels.push(ChannelConfig {
+                name: "gemini".into(),
+                provider: Provider::Gemini,
+                // The google-genai SDKs' base URL: the API version is part of the path.
+                base_url: Some("https://generativelanguage.googleapis.com".into()),
+                api_key_env: Some("GEMINI_API_KEY".into()),
+                models: Models::List(vec!["*".into()]),
+                dialect: None,
+                group: default_group(),
+                priority: 0,
+                weight: 1,
+                circuit: CircuitConfig::default(),
+            });
+        }
         if env("ANTHROPIC_API_KEY").is_some() {
             channels.push(ChannelConfig {
                 name: "anthropic".into(),
@@ -636,10 +662,12 @@ impl ChannelConfig {
             (Some(var), _) if env(var).is_none() => errs.push(format!(
                 "{key}.api_key_env: environment variable {var} is not set"
             )),
-            (None, Provider::Openai | Provider::Anthropic) => errs.push(format!(
-                "{key}.api_key_env: required for provider {}",
-                self.provider.as_str()
-            )),
+            (None, Provider::Openai | Provider::Anthropic | Provider::Gemini) => {
+                errs.push(format!(
+                    "{key}.api_key_env: required for provider {}",
+                    self.provider.as_str()
+                ))
+            }
             _ => {}
         }
         let pairs = self.models.pairs();

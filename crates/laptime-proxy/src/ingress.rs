@@ -76,6 +76,12 @@ pub enum BodyProblem {
     NoModel,
     /// A recorded string over its bound: the field's name and the bound.
     TooLong(&'static str, usize),
+    /// A Gemini path whose method the gateway does not serve (`:countTokens`, …).
+    GeminiMethod(String),
+    /// A Gemini model name that is not a plain path segment.
+    GeminiModel,
+    /// `:streamGenerateContent` without `alt=sse` (Gemini would stream a JSON array).
+    GeminiNotSse,
 }
 
 impl BodyProblem {
@@ -87,7 +93,22 @@ impl BodyProblem {
             BodyProblem::TooLong(field, limit) => {
                 format!("request field {field:?} is over its {limit}-byte limit")
             }
+            BodyProblem::GeminiMethod(path) => format!(
+                "{path} is not served: call /v1beta/models/{{model}}:generateContent or \
+                 :streamGenerateContent?alt=sse"
+            ),
+            BodyProblem::GeminiModel => {
+                "the model in the path must be letters, digits, '-', '.' and '_' only".into()
+            }
+            BodyProblem::GeminiNotSse => "streamGenerateContent is served as server-sent \
+                 events only: add ?alt=sse to the URL"
+                .into(),
         }
+    }
+
+    /// Whether the problem is that nothing is served there (404) rather than a bad request.
+    pub fn not_found(&self) -> bool {
+        matches!(self, BodyProblem::GeminiMethod(_))
     }
 }
 
@@ -95,8 +116,9 @@ impl BodyProblem {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestHead {
     pub model: String,
-    /// Byte range of the model's JSON string (quotes included) in the body, for splicing.
-    pub model_span: (usize, usize),
+    /// Byte range of the model's JSON string (quotes included) in the body, for splicing;
+    /// `None` when the model is not in the body (Gemini names it in the path).
+    pub model_span: Option<(usize, usize)>,
     pub stream: bool,
     pub shape: RequestShape,
 }
@@ -207,7 +229,7 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
     }
     Ok(RequestHead {
         model,
-        model_span: span,
+        model_span: Some(span),
         stream: head.stream.unwrap_or(false),
         shape: RequestShape {
             max_output_tokens: head
@@ -222,6 +244,160 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
             response_format,
             temperature: head.temperature,
             top_p: head.top_p,
+        },
+    })
+}
+
+/// What a Gemini call's path and query name: `/v1beta/models/{model}:{method}[?alt=sse]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeminiCall {
+    pub model: String,
+    pub stream: bool,
+}
+
+/// Reads a Gemini call from its path (as decoded) and query. The model is bounded like any
+/// model name and must be a plain path segment, since it may be sent upstream in a URL.
+pub fn gemini_call(path: &str, query: Option<&str>) -> Result<GeminiCall, BodyProblem> {
+    let segment = path
+        .strip_prefix(laptime_core::Dialect::Gemini.path())
+        .and_then(|rest| rest.strip_prefix('/'));
+    let Some((model, method)) = segment.and_then(laptime_core::GeminiMethod::split) else {
+        return Err(BodyProblem::GeminiMethod(
+            path.chars().take(MAX_MODEL_BYTES).collect(),
+        ));
+    };
+    if model.len() > MAX_MODEL_BYTES {
+        return Err(BodyProblem::TooLong("model", MAX_MODEL_BYTES));
+    }
+    if !laptime_core::dialect::gemini_model_ok(model) {
+        return Err(BodyProblem::GeminiModel);
+    }
+    let sse = query.is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+    if method.is_stream() && !sse {
+        return Err(BodyProblem::GeminiNotSse);
+    }
+    Ok(GeminiCall {
+        model: model.to_string(),
+        stream: method.is_stream(),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GeminiHead<'a> {
+    #[serde(borrow)]
+    generation_config: Option<GenerationConfig<'a>>,
+    tools: Option<Vec<GeminiTool>>,
+    #[serde(borrow)]
+    tool_config: Option<GeminiToolConfig<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerationConfig<'a> {
+    max_output_tokens: Option<u64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    #[serde(borrow)]
+    response_mime_type: Option<&'a str>,
+    response_schema: Option<serde::de::IgnoredAny>,
+    response_json_schema: Option<serde::de::IgnoredAny>,
+    #[serde(borrow)]
+    thinking_config: Option<ThinkingConfig<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThinkingConfig<'a> {
+    thinking_budget: Option<i64>,
+    #[serde(borrow)]
+    thinking_level: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GeminiTool {
+    function_declarations: Option<Vec<serde::de::IgnoredAny>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GeminiToolConfig<'a> {
+    #[serde(borrow)]
+    function_calling_config: Option<FunctionCallingConfig<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionCallingConfig<'a> {
+    #[serde(borrow)]
+    mode: Option<&'a str>,
+}
+
+/// The head of a Gemini request: model and stream-ness from its path, the shape from its body
+/// (`generationConfig`, `tools`, `toolConfig`). The body must be a JSON object; nothing in it
+/// names the model, so nothing is spliced.
+pub fn parse_gemini_head(call: GeminiCall, body: &[u8]) -> Result<RequestHead, BodyProblem> {
+    let trimmed = body.iter().position(|b| !b.is_ascii_whitespace());
+    if trimmed.map(|i| body[i]) != Some(b'{') {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            Ok(_) => Err(BodyProblem::NotAnObject),
+            Err(e) => Err(BodyProblem::NotJson(e.to_string())),
+        };
+    }
+    let head: GeminiHead<'_> =
+        serde_json::from_slice(body).map_err(|e| BodyProblem::NotJson(e.to_string()))?;
+    let config = head.generation_config;
+    let reasoning_effort = config
+        .as_ref()
+        .and_then(|c| c.thinking_config.as_ref())
+        .and_then(|t| {
+            t.thinking_level
+                .map(str::to_ascii_lowercase)
+                .or_else(|| t.thinking_budget.map(|b| format!("thinking_budget:{b}")))
+        });
+    let response_format = config.as_ref().and_then(|c| {
+        let schema = c.response_schema.is_some() || c.response_json_schema.is_some();
+        match (c.response_mime_type, schema) {
+            (_, true) => Some("json_schema".to_string()),
+            (Some("application/json"), false) => Some("json_object".to_string()),
+            (Some(other), false) => Some(other.to_string()),
+            (None, false) => None,
+        }
+    });
+    let tool_choice = head
+        .tool_config
+        .and_then(|t| t.function_calling_config)
+        .and_then(|f| f.mode)
+        .map(str::to_ascii_lowercase);
+    for (field, value) in [
+        ("thinkingConfig", &reasoning_effort),
+        ("toolConfig", &tool_choice),
+        ("responseMimeType", &response_format),
+    ] {
+        if value.as_ref().is_some_and(|v| v.len() > MAX_SHAPE_BYTES) {
+            return Err(BodyProblem::TooLong(field, MAX_SHAPE_BYTES));
+        }
+    }
+    // A tool is a function declaration, or a built-in tool (search, code execution) entry.
+    let tool_count = head.tools.map(|tools| {
+        let n: usize = tools
+            .iter()
+            .map(|t| t.function_declarations.as_ref().map_or(1, Vec::len))
+            .sum();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    });
+    Ok(RequestHead {
+        model: call.model,
+        model_span: None,
+        stream: call.stream,
+        shape: RequestShape {
+            max_output_tokens: config.as_ref().and_then(|c| c.max_output_tokens),
+            reasoning_effort,
+            tool_count,
+            tool_choice,
+            response_format,
+            temperature: config.as_ref().and_then(|c| c.temperature),
+            top_p: config.as_ref().and_then(|c| c.top_p),
         },
     })
 }
@@ -301,7 +477,8 @@ mod tests {
         let h = parse_head(body).unwrap();
         assert_eq!(h.model, "gpt-4.1-mini");
         assert!(h.stream);
-        assert_eq!(&body[h.model_span.0..h.model_span.1], br#""gpt-4.1-mini""#);
+        let (from, to) = h.model_span.unwrap();
+        assert_eq!(&body[from..to], br#""gpt-4.1-mini""#);
         assert_eq!(h.shape.max_output_tokens, Some(64));
         assert_eq!(h.shape.reasoning_effort.as_deref(), Some("low"));
         assert_eq!(h.shape.tool_count, Some(2));
@@ -338,11 +515,91 @@ mod tests {
     fn splicing_the_model_keeps_every_other_byte() {
         let body = bytes::Bytes::from_static(br#"{ "x": 1, "model" : "fast" ,"y":"\u00e9"}"#);
         let h = parse_head(&body).unwrap();
-        let out = splice_model(&body, h.model_span, "gpt-4.1-mini");
+        let out = splice_model(&body, h.model_span.unwrap(), "gpt-4.1-mini");
         assert_eq!(
             &out[..],
             &br#"{ "x": 1, "model" : "gpt-4.1-mini" ,"y":"\u00e9"}"#[..]
         );
+    }
+
+    #[test]
+    fn a_gemini_call_is_read_from_its_path_and_query() {
+        let call = |path: &str, query: Option<&str>| gemini_call(path, query);
+        assert_eq!(
+            call(
+                "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+                Some("alt=sse")
+            ),
+            Ok(GeminiCall {
+                model: "gemini-2.5-flash".into(),
+                stream: true
+            })
+        );
+        assert_eq!(
+            call("/v1beta/models/gemini-2.5-flash:generateContent", None),
+            Ok(GeminiCall {
+                model: "gemini-2.5-flash".into(),
+                stream: false
+            })
+        );
+        assert_eq!(
+            call("/v1beta/models/g:streamGenerateContent", Some("key=lt_x")),
+            Err(BodyProblem::GeminiNotSse)
+        );
+        assert!(call("/v1beta/models/g:countTokens", None)
+            .unwrap_err()
+            .not_found());
+        assert_eq!(
+            call("/v1beta/models/a/../b:generateContent", None),
+            Err(BodyProblem::GeminiModel)
+        );
+        assert_eq!(
+            call("/v1beta/models/a?x:generateContent", None),
+            Err(BodyProblem::GeminiModel)
+        );
+        let long = format!("/v1beta/models/{}:generateContent", "m".repeat(1 << 12));
+        assert_eq!(
+            call(&long, None),
+            Err(BodyProblem::TooLong("model", MAX_MODEL_BYTES))
+        );
+    }
+
+    #[test]
+    fn a_gemini_head_takes_its_shape_from_generation_config_and_tools() {
+        let call = GeminiCall {
+            model: "gemini-2.5-flash".into(),
+            stream: true,
+        };
+        let body = br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}],
+            "generationConfig":{"maxOutputTokens":256,"temperature":0.3,"topP":0.8,
+              "responseMimeType":"application/json","thinkingConfig":{"thinkingBudget":1024}},
+            "tools":[{"functionDeclarations":[{"name":"a"},{"name":"b"}]},{"googleSearch":{}}],
+            "toolConfig":{"functionCallingConfig":{"mode":"ANY"}}}"#;
+        let h = parse_gemini_head(call.clone(), body).unwrap();
+        assert_eq!(
+            (h.model.as_str(), h.stream, h.model_span),
+            ("gemini-2.5-flash", true, None)
+        );
+        assert_eq!(h.shape.max_output_tokens, Some(256));
+        assert_eq!(h.shape.temperature, Some(0.3));
+        assert_eq!(h.shape.top_p, Some(0.8));
+        assert_eq!(h.shape.response_format.as_deref(), Some("json_object"));
+        assert_eq!(
+            h.shape.reasoning_effort.as_deref(),
+            Some("thinking_budget:1024")
+        );
+        assert_eq!(h.shape.tool_count, Some(3));
+        assert_eq!(h.shape.tool_choice.as_deref(), Some("any"));
+        let bare = parse_gemini_head(call.clone(), br#"{"contents":[]}"#).unwrap();
+        assert_eq!(bare.shape, RequestShape::default());
+        assert_eq!(
+            parse_gemini_head(call.clone(), b"[1]"),
+            Err(BodyProblem::NotAnObject)
+        );
+        assert!(matches!(
+            parse_gemini_head(call, b"{nope"),
+            Err(BodyProblem::NotJson(_))
+        ));
     }
 
     #[test]

@@ -44,7 +44,10 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Err(e) => return respond::reject(finisher, e),
     };
     // `_held`: the body's bytes count against the gateway's budget until the request is done.
-    let (body, _held, head) = match admit(&app, &mut finisher.pending, body).await {
+    // Gemini names the model and stream-ness in the path, not the body.
+    let gemini = (dialect == Dialect::Gemini)
+        .then(|| ingress::gemini_call(parts.uri.path(), parts.uri.query()));
+    let (body, _held, head) = match admit(&app, &mut finisher.pending, body, gemini).await {
         Ok(admitted) => admitted,
         Err(e) => return respond::reject(finisher, e),
     };
@@ -54,7 +57,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     };
     let store_in = match cache_lookup(
         &app,
-        dialect,
+        (dialect, &head),
         routed.policy,
         &parts.headers,
         &principal,
@@ -75,11 +78,14 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         id: finisher.pending.request_id.clone(),
         created: u64::try_from(finisher.pending.created_at_us / 1_000_000).unwrap_or_default(),
         include_usage: bodies.client_wants_usage_chunk,
+        // The official Gemini SDKs fail on a comment line: only when configured.
+        timing_comment: dialect != Dialect::Gemini || app.config.server.gemini_timing_comment,
     });
     let ctx = AttemptCtx {
         app: &app,
         dialect,
         client_answer: client_answer.as_ref(),
+        stream: head.stream,
         client_headers: &parts.headers,
         traceparent: &trace.traceparent,
         t0: finisher.pending.t0,
@@ -138,7 +144,7 @@ fn authenticate(
         }
         AuthFailure::Missing => GatewayError::new(
             ErrorClass::Unauthorized,
-            "missing credentials: send Authorization: Bearer <token> or x-api-key",
+            "missing credentials: send Authorization: Bearer <token>, x-api-key or x-goog-api-key",
         ),
         AuthFailure::Invalid => {
             GatewayError::new(ErrorClass::Unauthorized, "invalid or revoked token")
@@ -156,11 +162,12 @@ fn authenticate(
 }
 
 /// Admission: the body within the size limit and the gateway's byte budget (timed as
-/// `body_read`), and the top-level fields the gateway needs.
+/// `body_read`), and the top-level fields the gateway needs (for Gemini, what its path named).
 async fn admit(
     app: &App,
     pending: &mut Pending,
     body: AxumBody,
+    gemini: Option<Result<ingress::GeminiCall, ingress::BodyProblem>>,
 ) -> Result<(Bytes, Held, RequestHead), GatewayError> {
     let started = Instant::now();
     let read = app
@@ -181,8 +188,18 @@ async fn admit(
             GatewayError::new(ErrorClass::BadRequest, "the request body could not be read")
         }
     })?;
-    let head = ingress::parse_head(&body)
-        .map_err(|p| GatewayError::new(ErrorClass::BadRequest, p.message()))?;
+    let head = match gemini {
+        None => ingress::parse_head(&body),
+        Some(call) => call.and_then(|call| ingress::parse_gemini_head(call, &body)),
+    }
+    .map_err(|p| {
+        let class = if p.not_found() {
+            ErrorClass::UnknownModel
+        } else {
+            ErrorClass::BadRequest
+        };
+        GatewayError::new(class, p.message())
+    })?;
     pending.model = Some(head.model.clone());
     pending.stream = head.stream;
     pending.shape = head.shape.clone();
@@ -291,7 +308,7 @@ fn translate(
                     // A real provider would refuse the simulator's script.
                     pass_through: match route.channel.provider {
                         Provider::Sim => &["laptime_sim"],
-                        Provider::Openai | Provider::Anthropic => &[],
+                        Provider::Openai | Provider::Anthropic | Provider::Gemini => &[],
                     },
                 };
                 translate_request(pending.dialect, route.upstream, body, &opts).map(|t| {
@@ -337,7 +354,7 @@ enum Lookup {
 /// The route's response cache, unless the client asked to skip it.
 fn cache_lookup(
     app: &App,
-    dialect: Dialect,
+    (dialect, head): (Dialect, &RequestHead),
     policy: &RouteConfig,
     headers: &HeaderMap,
     principal: &Principal,
@@ -349,7 +366,9 @@ fn cache_lookup(
     if skips_cache(headers) {
         return Lookup::Miss(None);
     }
-    let Some(key) = cache::key(&principal.workspace_id, dialect, body) else {
+    // The target, not only the dialect: Gemini's model and stream-ness are in it, not the body.
+    let target = dialect.target(&head.model, head.stream);
+    let Some(key) = cache::key(&principal.workspace_id, &target, body) else {
         return Lookup::Miss(None);
     };
     match cache.get(&key) {
@@ -361,10 +380,12 @@ fn cache_lookup(
 /// The upstream body for `route`: the client's bytes, with the model name spliced in place when
 /// the channel maps it.
 fn upstream_body(body: &Bytes, head: &RequestHead, route: &Route) -> Bytes {
-    if route.upstream_model == head.model {
-        body.clone()
-    } else {
-        ingress::splice_model(body, head.model_span, &route.upstream_model)
+    match head.model_span {
+        Some(span) if route.upstream_model != head.model => {
+            ingress::splice_model(body, span, &route.upstream_model)
+        }
+        // Unmapped, or a Gemini call, whose upstream model goes in the URL.
+        _ => body.clone(),
     }
 }
 

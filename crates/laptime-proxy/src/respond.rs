@@ -11,6 +11,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
+use laptime_core::dialect::google_status;
 use laptime_core::observe::{whole_answer, BodyEnd, StreamSummary};
 use laptime_core::timeline::{ErrorClass, Marks, Outcome};
 use laptime_core::translate::stream::{translate_body, translate_error, ClientStreamOptions};
@@ -124,13 +125,21 @@ impl GatewayError {
         }
     }
 
-    /// The body in the dialect's own error shape.
+    /// The body in the dialect's own error shape (Google's `status` follows from the HTTP
+    /// status the gateway answers with).
     pub fn body(&self, dialect: Dialect) -> Bytes {
         let (oa_type, oa_code, an_type) = self.kinds();
-        let v = if dialect.is_anthropic() {
-            json!({"type": "error", "error": {"type": an_type, "message": self.message}})
-        } else {
-            json!({"error": {"message": self.message, "type": oa_type, "param": null, "code": oa_code}})
+        let v = match dialect {
+            Dialect::Messages => {
+                json!({"type": "error", "error": {"type": an_type, "message": self.message}})
+            }
+            Dialect::Gemini => {
+                let code = self.status().as_u16();
+                json!({"error": {"code": code, "message": self.message, "status": google_status(code)}})
+            }
+            Dialect::Chat | Dialect::Responses => {
+                json!({"error": {"message": self.message, "type": oa_type, "param": null, "code": oa_code}})
+            }
         };
         Bytes::from(v.to_string())
     }
@@ -155,6 +164,14 @@ impl InBandError {
             InBandError::Timeout => ErrorKind::Timeout,
             InBandError::UpstreamCut => ErrorKind::Server,
             InBandError::GatewayShutdown => ErrorKind::Overloaded,
+        }
+    }
+
+    /// The HTTP status Google's error object names for it.
+    fn google_code(self) -> u16 {
+        match self {
+            InBandError::Timeout => 504,
+            InBandError::UpstreamCut | InBandError::GatewayShutdown => 503,
         }
     }
 
@@ -187,6 +204,14 @@ pub fn in_band_error(dialect: Dialect, why: InBandError, message: &str) -> Bytes
             "event: error\ndata: {}\n\n",
             json!({"type": "error", "error": {"type": an_type, "message": message}})
         ),
+        // Framed with CRLF, as Google frames its own events.
+        Dialect::Gemini => {
+            let code = why.google_code();
+            format!(
+                "data: {}\r\n\r\n",
+                json!({"error": {"code": code, "message": message, "status": google_status(code)}})
+            )
+        }
     };
     Bytes::from(event)
 }
@@ -616,6 +641,25 @@ mod tests {
         assert_eq!(an["type"], "error");
         assert_eq!(an["error"]["type"], "not_found_error");
         assert_eq!(an["error"]["message"], "model \"x\" is not served here");
+        let g: serde_json::Value = serde_json::from_slice(&e.body(Dialect::Gemini)).unwrap();
+        assert_eq!(g["error"]["code"], 404);
+        assert_eq!(g["error"]["status"], "NOT_FOUND");
+        assert_eq!(g["error"]["message"], "model \"x\" is not served here");
+        let limited = GatewayError::new(ErrorClass::Overloaded, "busy");
+        let g: serde_json::Value = serde_json::from_slice(&limited.body(Dialect::Gemini)).unwrap();
+        assert_eq!(
+            (&g["error"]["code"], &g["error"]["status"]),
+            (&503.into(), &"UNAVAILABLE".into())
+        );
+        let event = in_band_error(Dialect::Gemini, InBandError::Timeout, "late");
+        let text = std::str::from_utf8(&event).unwrap();
+        let data = text
+            .strip_prefix("data: ")
+            .unwrap()
+            .strip_suffix("\r\n\r\n")
+            .unwrap();
+        let g: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!(g["error"]["status"], "DEADLINE_EXCEEDED");
     }
 
     #[test]

@@ -93,11 +93,14 @@ impl Channel {
         }
     }
 
-    /// The upstream URL for a dialect: OpenAI paths hang off the SDK base URL (which includes
-    /// `/v1`), Anthropic's off the bare host; a sim's base URL is its bare host for all three.
-    pub fn url(&self, dialect: Dialect) -> String {
+    /// The upstream URL of a call: OpenAI paths hang off the SDK base URL (which includes
+    /// `/v1`), Anthropic's and Gemini's off the bare host (Gemini's names the upstream `model`
+    /// and whether it `stream`s); a sim's base URL is its bare host for every dialect.
+    pub fn url(&self, dialect: Dialect, model: &str, stream: bool) -> String {
         match (self.provider, dialect) {
-            (Provider::Sim, d) => format!("{}{}", self.base_url, d.path()),
+            (Provider::Sim, d) | (_, d @ Dialect::Gemini) => {
+                format!("{}{}", self.base_url, d.target(model, stream))
+            }
             (_, Dialect::Messages) => format!("{}/v1/messages", self.base_url),
             (_, Dialect::Chat) => format!("{}/chat/completions", self.base_url),
             (_, Dialect::Responses) => format!("{}/responses", self.base_url),
@@ -473,10 +476,38 @@ mod tests {
     fn urls_follow_each_sdks_base_url_convention() {
         let c = channel("o", Provider::Openai, Models::List(vec!["m".into()]));
         assert_eq!(
-            c.url(Dialect::Chat),
+            c.url(Dialect::Chat, "m", true),
             "http://127.0.0.1:1/v1/chat/completions"
         );
-        assert_eq!(c.url(Dialect::Responses), "http://127.0.0.1:1/v1/responses");
+        assert_eq!(
+            c.url(Dialect::Responses, "m", true),
+            "http://127.0.0.1:1/v1/responses"
+        );
+        let cfg = ChannelConfig {
+            name: "g".into(),
+            provider: Provider::Gemini,
+            base_url: None,
+            api_key_env: None,
+            models: Models::List(vec!["m".into()]),
+            dialect: None,
+            group: "default".into(),
+            priority: 0,
+            weight: 1,
+            circuit: Default::default(),
+        };
+        let g = Channel::from_config(
+            &cfg,
+            "https://generativelanguage.googleapis.com/".into(),
+            &|_| None,
+        );
+        assert_eq!(
+            g.url(Dialect::Gemini, "gemini-2.5-flash", true),
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(
+            g.url(Dialect::Gemini, "gemini-2.5-flash", false),
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+        );
     }
 
     #[test]

@@ -1,13 +1,49 @@
 //! A client of one dialect answered by a channel of another, over real sockets: the client gets
 //! its own dialect's stream (one timing comment, before its terminal frame) or body, the text
 //! the upstream sent, and the record says which two dialects met, with the upstream's marks.
-//! A field the upstream cannot carry is a 400 in the client's dialect that names it.
+//! A field the upstream cannot carry is a 400 in the client's dialect that names it. Gemini is
+//! on both sides: its calls name the model and the stream in the URL, and a Gemini client gets
+//! no timing comment (its SDKs fail on one) unless `gemini_timing_comment` is set.
 
 pub mod common;
 
-use common::{body_for, cut_comment, path_for, terminal_for, Harness, DIALECTS};
+use common::{body_for, cut_comment, path_for, terminal_for, Harness};
 use laptime_core::Dialect;
 use serde_json::{json, Value};
+
+/// Every dialect, Gemini included.
+const DIALECTS: [&str; 4] = ["chat", "responses", "messages", "gemini"];
+
+/// The path of a call: Gemini's names the model and the method.
+fn path(client: &str, model: &str, stream: bool) -> String {
+    match Dialect::parse(client) {
+        Some(Dialect::Gemini) => Dialect::Gemini.target(model, stream),
+        _ => path_for(client).to_owned(),
+    }
+}
+
+/// A client's body for `model`: Gemini's has neither model nor stream.
+fn body(client: &str, model: &str, stream: bool) -> Value {
+    match client {
+        "gemini" => json!({
+            "contents": [{"role": "user", "parts": [{"text": "hello"}]}],
+            "generationConfig": {"maxOutputTokens": 64}
+        }),
+        _ => body_for(client, model, stream),
+    }
+}
+
+/// `POST` of `client`'s call to `via-<upstream>`, with `body`.
+async fn call(
+    h: &Harness,
+    client: &str,
+    upstream: &str,
+    stream: bool,
+    b: &Value,
+) -> reqwest::Response {
+    h.post(&path(client, &format!("via-{upstream}"), stream), b)
+        .await
+}
 
 /// A gateway with one sim channel pinned to each dialect: model `via-<dialect>` is `sim-fast`
 /// called in that dialect.
@@ -51,11 +87,26 @@ fn stream_text(dialect: &str, sse: &str) -> String {
             "chat" => v["choices"][0]["delta"]["content"].as_str(),
             "responses" if v["type"] == "response.output_text.delta" => v["delta"].as_str(),
             "messages" if v["type"] == "content_block_delta" => v["delta"]["text"].as_str(),
+            "gemini" => {
+                text.push_str(&gemini_text(&v));
+                None
+            }
             _ => None,
         };
         text.push_str(piece.unwrap_or_default());
     }
     text
+}
+
+/// The answer text of a Gemini response: its non-thought text parts.
+fn gemini_text(v: &Value) -> String {
+    v["candidates"][0]["content"]["parts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["thought"] != true)
+        .filter_map(|p| p["text"].as_str())
+        .collect()
 }
 
 /// The visible text of a whole answer.
@@ -65,6 +116,7 @@ fn body_text(dialect: &str, v: &Value) -> String {
             .as_str()
             .unwrap_or_default()
             .to_string(),
+        "gemini" => gemini_text(v),
         "responses" => v["output"]
             .as_array()
             .into_iter()
@@ -89,23 +141,15 @@ async fn every_client_dialect_streams_from_every_other_with_its_own_events_and_t
     let h = pinned().await;
     for client in DIALECTS {
         // The control: the same sim answer, untranslated.
-        let control = h
-            .post(
-                path_for(client),
-                &body_for(client, &format!("via-{client}"), true),
-            )
-            .await;
+        let model = format!("via-{client}");
+        let control = call(&h, client, client, true, &body(client, &model, true)).await;
         let control = control.text().await.unwrap();
         let want = stream_text(client, &control);
         assert!(!want.is_empty(), "{client} control has text");
         for upstream in DIALECTS.into_iter().filter(|u| *u != client) {
             let pair = format!("{client} → {upstream}");
-            let r = h
-                .post(
-                    path_for(client),
-                    &body_for(client, &format!("via-{upstream}"), true),
-                )
-                .await;
+            let model = format!("via-{upstream}");
+            let r = call(&h, client, upstream, true, &body(client, &model, true)).await;
             assert_eq!(r.status(), 200, "{pair}");
             let id = r.headers()["x-laptime-request-id"]
                 .to_str()
@@ -113,12 +157,23 @@ async fn every_client_dialect_streams_from_every_other_with_its_own_events_and_t
                 .to_string();
             let text = r.text().await.unwrap();
             assert_eq!(stream_text(client, &text), want, "{pair}: text\n{text}");
-            let (_, comment, after) = cut_comment(&text);
-            assert!(
-                after.starts_with(terminal_for(client)),
-                "{pair}: the comment precedes the client's terminal frame, got {after:?}"
-            );
-            assert!(comment.contains("ttft_ms="), "{pair}: {comment}");
+            if client == "gemini" {
+                assert!(
+                    !text.contains(": x-laptime-timing"),
+                    "{pair}: no comment:\n{text}"
+                );
+                assert!(
+                    text.ends_with("\r\n\r\n") && text.contains("\"finishReason\":\"STOP\""),
+                    "{pair}: Google's framing, the finish reason last:\n{text}"
+                );
+            } else {
+                let (_, comment, after) = cut_comment(&text);
+                assert!(
+                    after.starts_with(terminal_for(client)),
+                    "{pair}: the comment precedes the client's terminal frame, got {after:?}"
+                );
+                assert!(comment.contains("ttft_ms="), "{pair}: {comment}");
+            }
 
             let row = h.row(&id).await;
             assert_eq!(row["client_dialect"], client, "{pair}");
@@ -147,11 +202,8 @@ async fn every_client_dialect_streams_from_every_other_with_its_own_events_and_t
 async fn whole_answers_are_translated_with_server_timing() {
     let h = pinned().await;
     for client in DIALECTS {
-        let control: Value = h
-            .post(
-                path_for(client),
-                &body_for(client, &format!("via-{client}"), false),
-            )
+        let model = format!("via-{client}");
+        let control: Value = call(&h, client, client, false, &body(client, &model, false))
             .await
             .json()
             .await
@@ -161,12 +213,8 @@ async fn whole_answers_are_translated_with_server_timing() {
         assert_eq!(control["model"], "sim-fast", "{client} control: {control}");
         for upstream in DIALECTS.into_iter().filter(|u| *u != client) {
             let pair = format!("{client} → {upstream}");
-            let r = h
-                .post(
-                    path_for(client),
-                    &body_for(client, &format!("via-{upstream}"), false),
-                )
-                .await;
+            let model = format!("via-{upstream}");
+            let r = call(&h, client, upstream, false, &body(client, &model, false)).await;
             assert_eq!(r.status(), 200, "{pair}");
             assert!(r.headers().contains_key("server-timing"), "{pair}");
             let id = r.headers()["x-laptime-request-id"]
@@ -210,12 +258,29 @@ async fn a_field_the_upstream_cannot_carry_is_a_400_in_the_clients_dialect_namin
                 "messages": [{"role": "user", "content": "hi"}]}),
             "tools[0]",
         ),
+        (
+            "gemini",
+            "via-messages",
+            json!({"contents": [{"parts": [{"text": "hi"}]}], "tools": [{"googleSearch": {}}]}),
+            "tools[0].googleSearch",
+        ),
+        (
+            "chat",
+            "via-gemini",
+            json!({"model": "via-gemini", "verbosity": "low",
+                "messages": [{"role": "user", "content": "hi"}]}),
+            "verbosity",
+        ),
     ];
     for (client, model, body, field) in cases {
-        let r = h.post(path_for(client), &body).await;
+        let r = h.post(&path(client, model, false), &body).await;
         assert_eq!(r.status(), 400, "{client} → {model}");
         let v: Value = r.json().await.unwrap();
-        let message = if client == "messages" {
+        let message = if client == "gemini" {
+            assert_eq!(v["error"]["status"], "INVALID_ARGUMENT", "{v}");
+            assert_eq!(v["error"]["code"], 400, "{v}");
+            v["error"]["message"].as_str().unwrap().to_string()
+        } else if client == "messages" {
             assert_eq!(v["type"], "error", "{v}");
             assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
             v["error"]["message"].as_str().unwrap().to_string()
@@ -236,7 +301,7 @@ async fn a_field_the_upstream_cannot_carry_is_a_400_in_the_clients_dialect_namin
 
 /// A client's body with a sim script, for `via-<upstream>`.
 fn scripted(client: &str, upstream: &str, stream: bool, script: Value) -> Value {
-    let mut body = body_for(client, &format!("via-{upstream}"), stream);
+    let mut body = body(client, &format!("via-{upstream}"), stream);
     body["laptime_sim"] = script;
     body
 }
@@ -249,16 +314,15 @@ async fn an_upstream_error_status_becomes_the_clients_error_of_the_same_kind() {
             let pair = format!("{client} → {upstream}");
             for stream in [false, true] {
                 let script = json!({"end": "status", "status": 429});
-                let r = h
-                    .post(
-                        path_for(client),
-                        &scripted(client, upstream, stream, script),
-                    )
-                    .await;
+                let b = scripted(client, upstream, stream, script);
+                let r = call(&h, client, upstream, stream, &b).await;
                 let status = r.status();
                 let v: Value = r.json().await.unwrap();
                 assert_eq!(status, 429, "{pair}: {v}");
-                if client == "messages" {
+                if client == "gemini" {
+                    assert_eq!(v["error"]["status"], "RESOURCE_EXHAUSTED", "{pair}: {v}");
+                    assert_eq!(v["error"]["code"], 429, "{pair}: {v}");
+                } else if client == "messages" {
                     assert_eq!(v["type"], "error", "{pair}: {v}");
                     assert_eq!(v["error"]["type"], "rate_limit_error", "{pair}: {v}");
                 } else {
@@ -278,12 +342,8 @@ async fn endings_keep_their_meaning_through_translation() {
         for upstream in DIALECTS.into_iter().filter(|u| *u != client) {
             let pair = format!("{client} → {upstream}");
             // Cut by max tokens: incomplete, in the client's words.
-            let r = h
-                .post(
-                    path_for(client),
-                    &scripted(client, upstream, true, json!({"end": "incomplete"})),
-                )
-                .await;
+            let b = scripted(client, upstream, true, json!({"end": "incomplete"}));
+            let r = call(&h, client, upstream, true, &b).await;
             let id = r.headers()["x-laptime-request-id"]
                 .to_str()
                 .unwrap()
@@ -292,18 +352,15 @@ async fn endings_keep_their_meaning_through_translation() {
             let said = match client {
                 "chat" => text.contains("\"finish_reason\":\"length\""),
                 "responses" => text.contains("event: response.incomplete"),
+                "gemini" => text.contains("\"finishReason\":\"MAX_TOKENS\""),
                 _ => text.contains("\"stop_reason\":\"max_tokens\""),
             };
             assert!(said, "{pair}: incomplete in the client's words:\n{text}");
             assert_eq!(h.row(&id).await["outcome"], "incomplete", "{pair}");
 
             // Cut by the upstream: the client is told in-band, never a clean end.
-            let r = h
-                .post(
-                    path_for(client),
-                    &scripted(client, upstream, true, json!({"end": "close"})),
-                )
-                .await;
+            let b = scripted(client, upstream, true, json!({"end": "close"}));
+            let r = call(&h, client, upstream, true, &b).await;
             let id = r.headers()["x-laptime-request-id"]
                 .to_str()
                 .unwrap()
@@ -313,6 +370,7 @@ async fn endings_keep_their_meaning_through_translation() {
             let completed = match client {
                 "chat" => "\"finish_reason\":\"stop\"",
                 "responses" => "event: response.completed",
+                "gemini" => "\"finishReason\":\"STOP\"",
                 _ => "\"stop_reason\":\"end_turn\"",
             };
             assert!(
@@ -322,8 +380,9 @@ async fn endings_keep_their_meaning_through_translation() {
             let error_at = text
                 .find("error")
                 .unwrap_or_else(|| panic!("{pair}: no in-band error:\n{tail}"));
+            // Gemini has no terminal frame to check the order of.
             assert!(
-                text.find(terminal_for(client)).is_none_or(|t| t > error_at),
+                client == "gemini" || text.find(terminal_for(client)).is_none_or(|t| t > error_at),
                 "{pair}: a terminal frame only after the error:\n{tail}"
             );
             assert_eq!(
@@ -333,5 +392,62 @@ async fn endings_keep_their_meaning_through_translation() {
             );
         }
     }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn other_clients_reach_a_provider_gemini_channel_and_a_gemini_client_may_ask_for_the_comment()
+{
+    let h = common::start_with(|cfg, sim| {
+        cfg.channels.clear();
+        cfg.server.gemini_timing_comment = true;
+        let mut c = common::channel("google", sim, &[]);
+        c.provider = laptime_proxy::config::Provider::Gemini;
+        c.api_key_env = Some("CANARY_KEY".into());
+        c.models = laptime_proxy::config::Models::Map(
+            [("via-google".to_string(), "sim-fast".to_string())].into(),
+        );
+        cfg.channels.push(c);
+        let mut chat = common::channel("sim-chat", sim, &[]);
+        chat.models = laptime_proxy::config::Models::Map(
+            [("via-chat".to_string(), "sim-fast".to_string())].into(),
+        );
+        chat.dialect = Some(Dialect::Chat);
+        cfg.channels.push(chat);
+    })
+    .await;
+    for client in ["chat", "responses", "messages"] {
+        let r = call(
+            &h,
+            client,
+            "google",
+            true,
+            &body(client, "via-google", true),
+        )
+        .await;
+        assert_eq!(r.status(), 200, "{client} → provider gemini");
+        let id = r.headers()["x-laptime-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let text = r.text().await.unwrap();
+        assert!(!stream_text(client, &text).is_empty(), "{client}:\n{text}");
+        let row = h.row(&id).await;
+        assert_eq!(row["upstream_dialect"], "gemini", "{client}");
+        assert_eq!(row["outcome"], "completed", "{client}: {row}");
+    }
+    // A Gemini client translated from Chat, with the comment asked for: after the last chunk.
+    let r = call(
+        &h,
+        "gemini",
+        "chat",
+        true,
+        &body("gemini", "via-chat", true),
+    )
+    .await;
+    let text = r.text().await.unwrap();
+    let (_, comment, after) = cut_comment(&text);
+    assert!(comment.contains("ttft_ms="), "{comment}");
+    assert_eq!(after, "", "the comment is the last thing:\n{text}");
     h.stop().await;
 }

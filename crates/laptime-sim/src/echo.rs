@@ -50,6 +50,18 @@
 //!   `,summary:<summary>` when set; Messages `budget_tokens:<n>` for enabled thinking, else the
 //!   thinking type (`disabled`, `adaptive`), then `,effort:<e>` for `output_config.effort`.
 //!
+//! - Gemini (`dialect: "gemini"`): the model and stream are in the URL, so `model` is null and
+//!   `stream` false; `system` is `systemInstruction`'s texts; `turns` are `contents` with
+//!   parts `text`, `reasoning` (`thought: true`), `image:base64` / `document` (`inlineData`
+//!   by its MIME type), `image:url` / `file` (`fileData`), `tool_call:<name>:<id>`
+//!   (`functionCall`, the id empty when there is none) and `tool_result:<name>:<id>`
+//!   (`functionResponse`, `:error` when its response holds `error`); `tool_choice` is
+//!   `functionCallingConfig.mode` lower-cased, `:<names>` after it when it allows some; the
+//!   sampling fields, `max_tokens` (`maxOutputTokens`), `stop` (`stopSequences`),
+//!   `response_format` (`json_schema` with a schema, `json_object` for `application/json`,
+//!   else the MIME type) and `reasoning` (`budget:<n>` or `level:<l>`, then
+//!   `,include_thoughts`) come from `generationConfig`.
+//!
 //! A field whose shape cannot be read is reported as the string `invalid:<json type>` in place
 //! of its value; nothing in a request makes the summary fail.
 
@@ -66,6 +78,7 @@ pub(crate) fn summary(dialect: Dialect, body: &Value) -> String {
         Dialect::Chat => chat(b),
         Dialect::Responses => responses(b),
         Dialect::Messages => messages(b),
+        Dialect::Gemini => gemini(b),
     };
     let other: Vec<J> = {
         let mut keys: Vec<&String> = b
@@ -85,8 +98,8 @@ pub(crate) fn summary(dialect: Dialect, body: &Value) -> String {
         "tool_choice": s.tool_choice,
         "parallel_tool_calls": s.parallel_tool_calls,
         "max_tokens": s.max_tokens,
-        "temperature": b.get("temperature").map(scalar),
-        "top_p": b.get("top_p").map(scalar),
+        "temperature": sampling(dialect, b, "temperature", "temperature"),
+        "top_p": sampling(dialect, b, "top_p", "topP"),
         "stop": s.stop,
         "response_format": s.response_format,
         "reasoning": s.reasoning,
@@ -488,6 +501,149 @@ fn messages_block(b: &Value) -> J {
     })
 }
 
+// === Gemini ===
+
+const GEMINI_KEYS: &[&str] = &[
+    "contents",
+    "systemInstruction",
+    "tools",
+    "toolConfig",
+    "generationConfig",
+];
+
+fn gemini(b: &Map<String, Value>) -> Summary {
+    let config = |key: &str| {
+        b.get("generationConfig")
+            .and_then(|c| c.get(key))
+            .filter(|v| !v.is_null())
+    };
+    let calling = b
+        .get("toolConfig")
+        .and_then(|c| c.get("functionCallingConfig"));
+    Summary {
+        known: GEMINI_KEYS,
+        system: join_texts(std::iter::once(
+            b.get("systemInstruction").and_then(|s| s.get("parts")),
+        )),
+        turns: match b.get("contents") {
+            None => J::Null,
+            Some(Value::Array(contents)) => J::Arr(contents.iter().map(gemini_turn).collect()),
+            Some(v) => invalid(v),
+        },
+        tools: match b.get("tools") {
+            None | Some(Value::Null) => J::Null,
+            Some(Value::Array(tools)) => J::Arr(
+                tools
+                    .iter()
+                    .flat_map(|t| match t.get("functionDeclarations") {
+                        Some(Value::Array(decls)) => decls
+                            .iter()
+                            .map(|d| J::from(str_of(d.get("name"))))
+                            .collect(),
+                        _ => vec![J::from(
+                            t.as_object()
+                                .and_then(|o| o.keys().next())
+                                .map_or("unknown", String::as_str),
+                        )],
+                    })
+                    .collect(),
+            ),
+            Some(v) => invalid(v),
+        },
+        tool_choice: match calling {
+            None => J::Null,
+            Some(c) => {
+                let mut choice = str_of(c.get("mode")).to_ascii_lowercase();
+                if let Some(Value::Array(names)) = c.get("allowedFunctionNames") {
+                    let names: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
+                    choice.push(':');
+                    choice.push_str(&names.join(","));
+                }
+                J::from(choice)
+            }
+        },
+        parallel_tool_calls: J::Null,
+        max_tokens: config("maxOutputTokens").map_or(J::Null, scalar),
+        stop: config("stopSequences").map_or(J::Null, strings),
+        response_format: match (
+            config("responseMimeType").and_then(Value::as_str),
+            config("responseJsonSchema").or_else(|| config("responseSchema")),
+        ) {
+            (None, None) => J::Null,
+            (_, Some(_)) => J::from("json_schema"),
+            (Some("application/json"), None) => J::from("json_object"),
+            (Some(mime), None) => J::from(mime),
+        },
+        reasoning: match config("thinkingConfig") {
+            None => J::Null,
+            Some(t) => {
+                let mut said = Vec::new();
+                if let Some(n) = t.get("thinkingBudget") {
+                    said.push(format!("budget:{n}"));
+                }
+                if let Some(l) = t.get("thinkingLevel").and_then(Value::as_str) {
+                    said.push(format!("level:{l}"));
+                }
+                if t.get("includeThoughts") == Some(&Value::Bool(true)) {
+                    said.push("include_thoughts".to_owned());
+                }
+                J::from(said.join(","))
+            }
+        },
+        include_usage: J::Null,
+    }
+}
+
+fn gemini_turn(c: &Value) -> J {
+    let parts = match c.get("parts") {
+        Some(Value::Array(parts)) => parts.iter().map(gemini_part).collect(),
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => vec![invalid(v)],
+    };
+    obj! {"role": str_of(c.get("role")), "parts": parts}
+}
+
+fn gemini_part(p: &Value) -> J {
+    let image = |blob: &Value| str_of(blob.get("mimeType")).starts_with("image/");
+    if let Some(call) = p.get("functionCall") {
+        return J::from(format!(
+            "tool_call:{}:{}",
+            str_of(call.get("name")),
+            str_of(call.get("id"))
+        ));
+    }
+    if let Some(r) = p.get("functionResponse") {
+        let error = if r.pointer("/response/error").is_some() {
+            ":error"
+        } else {
+            ""
+        };
+        return J::from(format!(
+            "tool_result:{}:{}{error}",
+            str_of(r.get("name")),
+            str_of(r.get("id"))
+        ));
+    }
+    J::from(match (p.get("inlineData"), p.get("fileData")) {
+        (Some(blob), _) if image(blob) => "image:base64",
+        (Some(_), _) => "document",
+        (None, Some(file)) if image(file) => "image:url",
+        (None, Some(_)) => "file",
+        (None, None) if p.get("thought") == Some(&Value::Bool(true)) => "reasoning",
+        (None, None) if p.get("text").is_some() => "text",
+        (None, None) => "unknown:part",
+    })
+}
+
+/// A sampling field: top-level in every dialect but Gemini, whose are in `generationConfig`.
+fn sampling(dialect: Dialect, b: &Map<String, Value>, key: &str, gemini_key: &str) -> J {
+    let v = match dialect {
+        Dialect::Gemini => b.get("generationConfig").and_then(|c| c.get(gemini_key)),
+        Dialect::Chat | Dialect::Responses | Dialect::Messages => b.get(key),
+    };
+    v.map_or(J::Null, scalar)
+}
+
 // === Shared ===
 
 /// `:error` for an OpenAI tool result whose text starts with `Error: `, the way translation
@@ -631,4 +787,48 @@ fn invalid(v: &Value) -> J {
         Value::Object(_) => "object",
     };
     J::from(format!("invalid:{kind}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gemini_body_is_summarised_from_its_contents_and_generation_config() {
+        let body = serde_json::json!({
+            "systemInstruction": {"parts": [{"text": "Be brief."}]},
+            "contents": [
+                {"role": "user", "parts": [{"text": "Hi"},
+                    {"inlineData": {"mimeType": "image/png", "data": "iVBO"}}]},
+                {"role": "model", "parts": [{"text": "Hmm", "thought": true},
+                    {"functionCall": {"id": "c1", "name": "get_weather", "args": {}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"id": "c1",
+                    "name": "get_weather", "response": {"error": "down"}}}]}
+            ],
+            "tools": [{"functionDeclarations": [{"name": "get_weather"}]}],
+            "toolConfig": {"functionCallingConfig": {"mode": "ANY",
+                "allowedFunctionNames": ["get_weather"]}},
+            "generationConfig": {"maxOutputTokens": 64, "temperature": 0.5,
+                "stopSequences": ["END"], "responseMimeType": "application/json",
+                "thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": true}},
+            "labels": {"a": "b"}
+        });
+        let got: Value = serde_json::from_str(&summary(Dialect::Gemini, &body)).unwrap();
+        assert_eq!(
+            got,
+            serde_json::json!({
+                "dialect": "gemini", "model": null, "stream": false, "system": "Be brief.",
+                "turns": [
+                    {"role": "user", "parts": ["text", "image:base64"]},
+                    {"role": "model", "parts": ["reasoning", "tool_call:get_weather:c1"]},
+                    {"role": "user", "parts": ["tool_result:get_weather:c1:error"]}
+                ],
+                "tools": ["get_weather"], "tool_choice": "any:get_weather",
+                "parallel_tool_calls": null, "max_tokens": 64, "temperature": 0.5,
+                "top_p": null, "stop": ["END"], "response_format": "json_object",
+                "reasoning": "budget:1024,include_thoughts", "include_usage": null,
+                "other": ["labels"]
+            })
+        );
+    }
 }

@@ -76,6 +76,66 @@ impl J {
         }
     }
 
+    /// Google's JSON as the generativelanguage API streams it: `"key": value` with a space
+    /// after each colon and none after commas.
+    pub(crate) fn encode_spaced(&self) -> String {
+        let mut out = String::with_capacity(160);
+        self.write_google(&mut out, None);
+        out
+    }
+
+    /// Google's whole (non-streamed) JSON answers: pretty-printed, two spaces per level.
+    pub(crate) fn encode_pretty(&self) -> String {
+        let mut out = String::with_capacity(256);
+        self.write_google(&mut out, Some(0));
+        out
+    }
+
+    /// `depth`: `None` for one line, else the indentation level of this value.
+    fn write_google(&self, out: &mut String, depth: Option<usize>) {
+        let newline = |out: &mut String, level: usize| {
+            out.push('\n');
+            out.push_str(&"  ".repeat(level));
+        };
+        match self {
+            J::Arr(items) if !items.is_empty() => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    if let Some(d) = depth {
+                        newline(out, d + 1);
+                    }
+                    item.write_google(out, depth.map(|d| d + 1));
+                }
+                if let Some(d) = depth {
+                    newline(out, d);
+                }
+                out.push(']');
+            }
+            J::Obj(fields) if !fields.is_empty() => {
+                out.push('{');
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    if let Some(d) = depth {
+                        newline(out, d + 1);
+                    }
+                    write_str(k, out);
+                    out.push_str(": ");
+                    v.write_google(out, depth.map(|d| d + 1));
+                }
+                if let Some(d) = depth {
+                    newline(out, d);
+                }
+                out.push('}');
+            }
+            other => other.write(out),
+        }
+    }
+
     /// Appends a field to an object (no-op on other values); used for fields that only some
     /// variants of an event carry.
     pub(crate) fn with(mut self, key: &'static str, value: impl Into<J>) -> J {
@@ -205,5 +265,21 @@ mod tests {
             obj! {"a": 1u32, "b": 2u32}.set("a", 3u32).encode(),
             r#"{"a":3,"b":2}"#
         );
+    }
+
+    #[test]
+    fn googles_spaced_and_pretty_forms_parse_back_to_the_same_value() {
+        let v = obj! {"candidates": arr![obj! {"content": obj! {"parts": arr![obj! {"text": "Hi"}]}, "index": 0u32}], "empty": arr![], "none": obj! {}};
+        assert_eq!(
+            v.encode_spaced(),
+            r#"{"candidates": [{"content": {"parts": [{"text": "Hi"}]},"index": 0}],"empty": [],"none": {}}"#
+        );
+        assert_eq!(
+            obj! {"error": obj! {"code": 429u32, "status": "RESOURCE_EXHAUSTED"}}.encode_pretty(),
+            "{\n  \"error\": {\n    \"code\": 429,\n    \"status\": \"RESOURCE_EXHAUSTED\"\n  }\n}"
+        );
+        let back = |s: String| serde_json::from_str::<serde_json::Value>(&s).unwrap();
+        assert_eq!(back(v.encode_pretty()), back(v.encode()));
+        assert_eq!(back(v.encode_spaced()), back(v.encode()));
     }
 }

@@ -1,10 +1,11 @@
 //! laptime-sim: a faithful fake of an LLM provider, for a gateway to use as its upstream.
 //!
-//! It speaks OpenAI Chat Completions, OpenAI Responses and Anthropic Messages byte for byte
+//! It speaks OpenAI Chat Completions, OpenAI Responses, Anthropic Messages and Google Gemini
+//! (`/v1beta/models/{model}:generateContent|:streamGenerateContent?alt=sse`) byte for byte
 //! (event names, JSON fields, first chunks, endings, usage placement as the real streams have
 //! them) and plays each answer on a script: when the head comes, when the first event, the
 //! first effective output, the first text and the terminal come, and how the answer ends
-//! (normally, cut by the token limit, with an in-band error, a clean close, a TCP reset, a
+//! (normally, cut by the token limit or the content filter, with an in-band error, a clean close, a TCP reset, a
 //! stall, or an HTTP error status).
 //!
 //! Layout, from the script to the socket:

@@ -148,8 +148,12 @@ pub enum End {
     #[default]
     Terminal,
     /// Cut by the token limit: `finish_reason:"length"`, `response.incomplete`,
-    /// `stop_reason:"max_tokens"`.
+    /// `stop_reason:"max_tokens"`, `finishReason:"MAX_TOKENS"`.
     Incomplete,
+    /// Stopped by the provider's content filter: Chat `finish_reason:"content_filter"`,
+    /// Responses `response.incomplete` with reason `content_filter`, Anthropic
+    /// `stop_reason:"refusal"`, Gemini `finishReason:"SAFETY"`.
+    Filtered,
     /// An in-band error after HTTP 200: Chat `data:{"error":…}` then `[DONE]`; Responses `error`
     /// (nested shape) then `response.failed`; Anthropic `event: error`.
     ErrorEvent,
@@ -534,7 +538,9 @@ pub fn schedule(
                 ..whole(200, timeline.end, body)
             }
         }
-        End::Terminal | End::Incomplete | End::Status => whole(200, timeline.end, wire::body(&ctx)),
+        End::Terminal | End::Incomplete | End::Filtered | End::Status => {
+            whole(200, timeline.end, wire::body(&ctx))
+        }
     }
 }
 
@@ -824,11 +830,12 @@ mod tests {
                 assert_eq!(s.content_type, "text/event-stream", "{at}");
                 assert_eq!(s.finish, Finish::Eof, "{at}");
                 assert_eq!(s.head_at, ms(seed.head), "head, {at}");
-                assert_eq!(
-                    m.first_event,
-                    Some(ms(seed.first_event)),
-                    "first event, {at}"
-                );
+                // Gemini sends no envelope: its first event is its first output.
+                let first_event = match dialect {
+                    Dialect::Gemini => seed.first_effective,
+                    Dialect::Chat | Dialect::Responses | Dialect::Messages => seed.first_event,
+                };
+                assert_eq!(m.first_event, Some(ms(first_event)), "first event, {at}");
                 assert_eq!(
                     m.first_effective,
                     Some(ms(seed.first_effective)),
@@ -854,6 +861,7 @@ mod tests {
                         Dialect::Chat => testkit::classify(dialect, e) == Class::Usage,
                         Dialect::Responses => e.event.as_deref() == Some("response.completed"),
                         Dialect::Messages => e.event.as_deref() == Some("message_delta"),
+                        Dialect::Gemini => testkit::classify(dialect, e) == Class::TerminalOk,
                     })
                     .unwrap();
                 assert_eq!(carrier.at, ms(seed.terminal), "usage event, {at}");
@@ -1002,6 +1010,10 @@ mod tests {
                         "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
                     )
                 }
+                Dialect::Gemini => {
+                    assert!(last.starts_with("data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {"), "{last}");
+                    assert!(last.ends_with("\"modelVersion\": \"m\",\"responseId\": \"laptimeSimGeminiResp01\"}\r\n\r\n"), "{last}");
+                }
             }
         }
     }
@@ -1035,7 +1047,52 @@ mod tests {
                     let delta = jsons.iter().find(|j| j["type"] == "message_delta").unwrap();
                     assert_eq!(delta["delta"]["stop_reason"], "max_tokens");
                 }
+                Dialect::Gemini => {
+                    assert_eq!(m.terminal, Some((ms(80), Class::TerminalIncomplete)));
+                    let last = jsons.last().unwrap();
+                    assert_eq!(last["candidates"][0]["finishReason"], "MAX_TOKENS");
+                    assert_eq!(last["usageMetadata"]["candidatesTokenCount"], 5);
+                }
             }
+        }
+    }
+
+    #[test]
+    fn a_filtered_end_reports_the_content_filter_in_each_dialects_words() {
+        for dialect in Dialect::ALL {
+            let (_, evs) = streamed(dialect, &with_end(End::Filtered));
+            let m = testkit::marks(dialect, &evs);
+            let last = evs.last().unwrap().json.clone().unwrap_or_default();
+            let (class, reason) = match dialect {
+                Dialect::Chat => (
+                    Class::TerminalIncomplete,
+                    evs[evs.len() - 3].json.as_ref().unwrap()["choices"][0]["finish_reason"]
+                        .clone(),
+                ),
+                Dialect::Responses => (
+                    Class::TerminalIncomplete,
+                    last["response"]["incomplete_details"]["reason"].clone(),
+                ),
+                Dialect::Messages => (
+                    Class::TerminalOk,
+                    evs[evs.len() - 2].json.as_ref().unwrap()["delta"]["stop_reason"].clone(),
+                ),
+                Dialect::Gemini => {
+                    let rating = &last["candidates"][0]["safetyRatings"][0];
+                    assert_eq!(rating["blocked"], true);
+                    (
+                        Class::TerminalIncomplete,
+                        last["candidates"][0]["finishReason"].clone(),
+                    )
+                }
+            };
+            let expected = match dialect {
+                Dialect::Chat | Dialect::Responses => "content_filter",
+                Dialect::Messages => "refusal",
+                Dialect::Gemini => "SAFETY",
+            };
+            assert_eq!(reason, expected, "{dialect}");
+            assert_eq!(m.terminal, Some((ms(80), class)), "{dialect}");
         }
     }
 
@@ -1076,6 +1133,16 @@ mod tests {
                     assert_eq!(j["type"], "error");
                     assert_eq!(j["error"]["type"], "api_error");
                 }
+                Dialect::Gemini => {
+                    assert!(
+                        tail[0].starts_with("data: {\"error\": {\"code\": 503,"),
+                        "{}",
+                        tail[0]
+                    );
+                    let j = evs.last().unwrap().json.as_ref().unwrap();
+                    assert_eq!(j["error"]["status"], "UNAVAILABLE");
+                    assert!(j["error"]["message"].is_string());
+                }
             }
         }
     }
@@ -1095,9 +1162,17 @@ mod tests {
                 let last = evs.last().unwrap();
                 assert_eq!(testkit::classify(dialect, last), Class::Visible);
                 assert_eq!(last.at, ms(70), "the 5th token at 30 + 4 × 10 ms");
-                // No final counts: only Anthropic's message_start (input side) was sent.
-                if dialect != Dialect::Messages {
-                    assert_eq!(testkit::usage(dialect, &evs), None);
+                // No final counts: only Anthropic's message_start (input side) and Gemini's
+                // running counts were sent.
+                match dialect {
+                    Dialect::Chat | Dialect::Responses => {
+                        assert_eq!(testkit::usage(dialect, &evs), None);
+                    }
+                    Dialect::Gemini => {
+                        assert_eq!(testkit::usage(dialect, &evs).unwrap().output, 5);
+                        assert!(evs.iter().all(|e| !e.raw.contains("finishReason")));
+                    }
+                    Dialect::Messages => {}
                 }
             }
         }
@@ -1115,15 +1190,31 @@ mod tests {
                 assert_eq!(s.steps.len(), 1);
                 assert_eq!(s.steps[0].at, ms(10));
                 let body: serde_json::Value = serde_json::from_slice(&s.steps[0].bytes).unwrap();
-                if dialect == Dialect::Messages {
-                    assert_eq!(body["type"], "error");
-                    assert_eq!(body["error"]["type"], "api_error");
-                    assert!(body["error"]["message"].is_string());
-                } else {
-                    let e = &body["error"];
-                    assert_eq!(e["type"], "server_error");
-                    assert!(e["message"].is_string() && e["param"].is_null());
-                    assert!(e.get("code").is_some());
+                match dialect {
+                    Dialect::Messages => {
+                        assert_eq!(body["type"], "error");
+                        assert_eq!(body["error"]["type"], "api_error");
+                        assert!(body["error"]["message"].is_string());
+                    }
+                    Dialect::Gemini => {
+                        let e = &body["error"];
+                        assert_eq!(
+                            (&e["code"], &e["status"]),
+                            (&503.into(), &"UNAVAILABLE".into())
+                        );
+                        assert!(e["message"].is_string());
+                        let text = std::str::from_utf8(&s.steps[0].bytes).unwrap();
+                        assert!(
+                            text.starts_with("{\n  \"error\": {\n    \"code\": 503,"),
+                            "{text}"
+                        );
+                    }
+                    Dialect::Chat | Dialect::Responses => {
+                        let e = &body["error"];
+                        assert_eq!(e["type"], "server_error");
+                        assert!(e["message"].is_string() && e["param"].is_null());
+                        assert!(e.get("code").is_some());
+                    }
                 }
             }
         }
@@ -1167,6 +1258,19 @@ mod tests {
                     assert_eq!(body["content"][1]["type"], "text");
                     testkit::messages_usage(&body["usage"])
                 }
+                Dialect::Gemini => {
+                    let candidate = &body["candidates"][0];
+                    assert_eq!(candidate["finishReason"], "STOP");
+                    let parts = &candidate["content"]["parts"];
+                    assert_eq!(parts[0]["thought"], true);
+                    assert!(parts[1]["text"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("Sure, here is"));
+                    assert_eq!(body["usageMetadata"]["thoughtsTokenCount"], 58);
+                    assert_eq!(body["usageMetadata"]["candidatesTokenCount"], 25);
+                    testkit::gemini_usage(&body["usageMetadata"])
+                }
             };
             assert_eq!(usage.input_total, 1312, "{dialect}");
             assert_eq!(usage.cache_read, 512, "{dialect}");
@@ -1206,6 +1310,12 @@ mod tests {
         let script = custom(r#"{"headers_ms": 100, "first_event_ms": 1000, "heartbeat_ms": 250}"#);
         for dialect in Dialect::ALL {
             let (_, evs) = streamed(dialect, &script);
+            if dialect == Dialect::Gemini {
+                // Google sends no keep-alive of any kind: the wait is silent.
+                assert_eq!(evs[0].at, ms(1000));
+                assert!(evs.iter().all(|e| !e.comment));
+                continue;
+            }
             let beats: Vec<&testkit::Ev> = evs
                 .iter()
                 .take_while(|e| testkit::classify(dialect, e) == Class::Heartbeat)
@@ -1222,6 +1332,7 @@ mod tests {
                 Dialect::Messages => {
                     assert_eq!(first, "event: ping\ndata: {\"type\": \"ping\"}\n\n")
                 }
+                Dialect::Gemini => unreachable!("Gemini sends no heartbeats"),
             }
             assert_eq!(testkit::marks(dialect, &evs).first_event, Some(ms(1000)));
         }
@@ -1241,7 +1352,14 @@ mod tests {
                 .filter(|e| testkit::classify(dialect, e) == Class::Effective)
                 .map(|e| e.at)
                 .collect();
-            assert_eq!(args, vec![ms(10), ms(15), ms(20), ms(25)], "{dialect}");
+            // Gemini sends the whole call once it is complete: at the last fragment's instant.
+            let expected = match dialect {
+                Dialect::Gemini => vec![ms(25)],
+                Dialect::Chat | Dialect::Responses | Dialect::Messages => {
+                    vec![ms(10), ms(15), ms(20), ms(25)]
+                }
+            };
+            assert_eq!(args, expected, "{dialect}");
             assert_eq!(m.first_text, None);
             assert_eq!(m.terminal, Some((ms(30), Class::TerminalOk)));
             assert_eq!(testkit::usage(dialect, &evs).unwrap().output, 4);
@@ -1257,11 +1375,16 @@ mod tests {
                             .unwrap()
                             .to_owned()
                     }),
+                    Dialect::Gemini => j["candidates"][0]["content"]["parts"][0]["functionCall"]
+                        ["name"]
+                        .as_str()
+                        .map(str::to_owned),
                 });
             let expected = match dialect {
                 Dialect::Chat => "tool_calls",
                 Dialect::Responses => "function_call",
                 Dialect::Messages => "tool_use",
+                Dialect::Gemini => "get_weather",
             };
             assert_eq!(stop.as_deref(), Some(expected), "{dialect}");
         }
@@ -1347,6 +1470,7 @@ mod tests {
                             Dialect::Chat => &j["choices"][0]["delta"]["content"],
                             Dialect::Responses => &j["delta"],
                             Dialect::Messages => &j["delta"]["text"],
+                            Dialect::Gemini => &j["candidates"][0]["content"]["parts"][0]["text"],
                         }
                         .as_str()
                         .unwrap()

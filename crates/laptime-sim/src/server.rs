@@ -29,7 +29,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use laptime_core::Dialect;
+use laptime_core::{Dialect, GeminiMethod};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
@@ -99,6 +99,7 @@ pub struct SimRequest {
     pub model: Option<String>,
     pub authorization: Option<String>,
     pub x_api_key: Option<String>,
+    pub x_goog_api_key: Option<String>,
     pub anthropic_version: Option<String>,
     pub traceparent: Option<String>,
     pub body_sha256: String,
@@ -342,6 +343,11 @@ async fn connection(stream: TcpStream, sim: Sim, stop: watch::Receiver<bool>, _o
 /// What a request asks for, from its method and path.
 enum Route {
     Api(Dialect),
+    /// `POST /v1beta/models/{model}:{method}`: model and stream-ness come from the path.
+    Gemini {
+        model: String,
+        method: GeminiMethod,
+    },
     Models,
     Stats,
     Requests,
@@ -352,7 +358,24 @@ enum Route {
 
 impl Route {
     fn of(method: &Method, path: &str) -> Route {
-        let api = Dialect::ALL.into_iter().find(|d| d.path() == path);
+        let gemini = path
+            .strip_prefix(Dialect::Gemini.path())
+            .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(GeminiMethod::split);
+        if let Some((model, gemini_method)) = gemini {
+            return if method == Method::POST {
+                Route::Gemini {
+                    model: model.to_owned(),
+                    method: gemini_method,
+                }
+            } else {
+                Route::MethodNotAllowed
+            };
+        }
+        let api = Dialect::ALL
+            .into_iter()
+            .filter(|d| *d != Dialect::Gemini)
+            .find(|d| d.path() == path);
         match (method, path, api) {
             (&Method::POST, _, Some(dialect)) => Route::Api(dialect),
             (&Method::GET, "/v1/models", _) => Route::Models,
@@ -381,7 +404,9 @@ async fn handle(
     // Errors about the path itself speak Anthropic on Anthropic's path, OpenAI elsewhere.
     let error_dialect = match route {
         Route::Api(d) => d,
+        Route::Gemini { .. } => Dialect::Gemini,
         _ if path.starts_with("/v1/messages") => Dialect::Messages,
+        _ if path.starts_with("/v1beta/") => Dialect::Gemini,
         _ => Dialect::Chat,
     };
 
@@ -405,8 +430,20 @@ async fn handle(
         }
         (_, Ok(bytes)) => {
             sim.shared.requests.fetch_add(1, Ordering::Relaxed);
-            let planned = match route {
-                Route::Api(dialect) => Some((dialect, plan(dialect, &bytes))),
+            let planned = match &route {
+                Route::Api(dialect) => Some((*dialect, plan(*dialect, &bytes, None))),
+                Route::Gemini { model, method } => {
+                    let sse = parts
+                        .uri
+                        .query()
+                        .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+                    let call = GeminiCall {
+                        model,
+                        stream: method.is_stream(),
+                        sse,
+                    };
+                    Some((Dialect::Gemini, plan(Dialect::Gemini, &bytes, Some(call))))
+                }
                 _ => None,
             };
             // Logged on arrival, so a test sees the request while its answer is still playing.
@@ -416,6 +453,7 @@ async fn handle(
                 model: planned.as_ref().and_then(|(_, p)| p.model.clone()),
                 authorization: header(&parts.headers, "authorization"),
                 x_api_key: header(&parts.headers, "x-api-key"),
+                x_goog_api_key: header(&parts.headers, "x-goog-api-key"),
                 anthropic_version: header(&parts.headers, "anthropic-version"),
                 traceparent: header(&parts.headers, "traceparent"),
                 body_sha256: digest.clone(),
@@ -457,12 +495,15 @@ async fn handle(
     insert(headers, "x-sim-body-sha256", &digest);
     insert(headers, "x-sim-request-id", &request_id);
     // The providers' own request-id headers, so a gateway can log them as it would for real.
-    let provider_id = if error_dialect.is_anthropic() {
-        "request-id"
-    } else {
-        "x-request-id"
+    let provider_id = match error_dialect {
+        Dialect::Messages => Some("request-id"),
+        // Google names an answer in its body (`responseId`), not in a header.
+        Dialect::Gemini => None,
+        Dialect::Chat | Dialect::Responses => Some("x-request-id"),
     };
-    insert(headers, provider_id, &request_id);
+    if let Some(name) = provider_id {
+        insert(headers, name, &request_id);
+    }
     debug!(%path, %request_id, status = response.status().as_u16(), "answered");
     Ok(response)
 }
@@ -485,9 +526,28 @@ struct Planned {
     answer: Result<Schedule, ApiError>,
 }
 
+/// A Gemini call as its path named it.
+struct GeminiCall<'a> {
+    model: &'a str,
+    stream: bool,
+    /// The query had `alt=sse` (without it Gemini streams a JSON array, which the fake does not).
+    sse: bool,
+}
+
 /// Picks the script for a request body: its own `laptime_sim` object, else the preset named by
-/// `model`, and schedules it.
-fn plan(dialect: Dialect, body: &[u8]) -> Planned {
+/// `model` (the body's, or for Gemini the path's), and schedules it.
+fn plan(dialect: Dialect, body: &[u8], gemini: Option<GeminiCall<'_>>) -> Planned {
+    if let Some(call) = gemini.as_ref().filter(|c| c.stream && !c.sse) {
+        let message = format!(
+            "streamGenerateContent is served as server-sent events only: call \
+             /v1beta/models/{}:streamGenerateContent?alt=sse",
+            call.model
+        );
+        return Planned {
+            model: Some(call.model.to_owned()),
+            answer: Err(ApiError::invalid_request(message)),
+        };
+    }
     let value: serde_json::Value = match serde_json::from_slice(body) {
         Ok(value) => value,
         Err(e) => {
@@ -498,18 +558,26 @@ fn plan(dialect: Dialect, body: &[u8]) -> Planned {
             };
         }
     };
-    let model = value
-        .get("model")
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_owned);
+    let model = match &gemini {
+        Some(call) => Some(call.model.to_owned()),
+        None => value
+            .get("model")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
+    };
     let answer = choose(&value, model.as_deref()).map(|mut script| {
         if script.echo {
             script.text = Some(echo::summary(dialect, &value));
         }
-        let stream = value
-            .get("stream")
-            .and_then(serde_json::Value::as_bool)
-            .unwrap_or(false);
+        let stream = gemini.as_ref().map_or_else(
+            || {
+                value
+                    .get("stream")
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false)
+            },
+            |call| call.stream,
+        );
         let include_usage = value
             .pointer("/stream_options/include_usage")
             .and_then(serde_json::Value::as_bool)
@@ -717,6 +785,7 @@ fn requests_json(requests: &[SimRequest]) -> String {
                 "model": r.model.as_deref(),
                 "authorization": r.authorization.as_deref(),
                 "x_api_key": r.x_api_key.as_deref(),
+                "x_goog_api_key": r.x_goog_api_key.as_deref(),
                 "anthropic_version": r.anthropic_version.as_deref(),
                 "traceparent": r.traceparent.as_deref(),
                 "body_sha256": r.body_sha256.as_str(),

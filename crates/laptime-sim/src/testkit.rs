@@ -35,7 +35,7 @@ pub(crate) enum Class {
     TerminalError,
 }
 
-/// Parses every step as exactly one SSE block (`…\n\n`), with `event:`/`data:` lines or a
+/// Parses every step as exactly one SSE block (`…\n\n`, or `…\r\n\r\n` for Gemini), with `event:`/`data:` lines or a
 /// comment, and every `data` other than `[DONE]` as JSON. Panics on anything else.
 pub(crate) fn events(schedule: &Schedule) -> Vec<Ev> {
     schedule
@@ -43,10 +43,20 @@ pub(crate) fn events(schedule: &Schedule) -> Vec<Ev> {
         .iter()
         .map(|step| {
             let raw = std::str::from_utf8(&step.bytes).expect("utf-8").to_owned();
-            let block = raw
-                .strip_suffix("\n\n")
-                .unwrap_or_else(|| panic!("step does not end with a blank line: {raw:?}"));
+            // Gemini's events end with CRLF, the others' with LF; never both in one block.
+            let (block, eol) = match raw.strip_suffix("\r\n\r\n") {
+                Some(block) => (block, "\r\n"),
+                None => (
+                    raw.strip_suffix("\n\n")
+                        .unwrap_or_else(|| panic!("step does not end with a blank line: {raw:?}")),
+                    "\n",
+                ),
+            };
             assert!(!block.contains("\n\n"), "two events in one step: {raw:?}");
+            assert!(
+                eol == "\r\n" || !block.contains('\r'),
+                "mixed line ends: {raw:?}"
+            );
             let mut ev = Ev {
                 at: step.at,
                 raw: raw.clone(),
@@ -55,7 +65,7 @@ pub(crate) fn events(schedule: &Schedule) -> Vec<Ev> {
                 data: None,
                 json: None,
             };
-            for line in block.split('\n') {
+            for line in block.split(eol) {
                 if line.starts_with(':') {
                     ev.comment = true;
                 } else if let Some(v) = line.strip_prefix("event: ") {
@@ -151,6 +161,33 @@ pub(crate) fn classify(dialect: Dialect, ev: &Ev) -> Class {
                 _ => Class::Envelope,
             }
         }
+        Dialect::Gemini => {
+            if j.get("error").is_some() {
+                return Class::TerminalError;
+            }
+            let candidate = &j["candidates"][0];
+            match candidate["finishReason"].as_str() {
+                Some("STOP") => return Class::TerminalOk,
+                Some("MALFORMED_FUNCTION_CALL") => return Class::TerminalError,
+                Some(_) => return Class::TerminalIncomplete,
+                None => {}
+            }
+            let mut class = Class::Envelope;
+            for part in candidate["content"]["parts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let thought = part["thought"] == true;
+                if non_empty(&part["text"]) && !thought {
+                    return Class::Visible;
+                }
+                if (non_empty(&part["text"]) && thought) || part["functionCall"].is_object() {
+                    class = Class::Effective;
+                }
+            }
+            class
+        }
     }
 }
 
@@ -188,13 +225,16 @@ pub(crate) fn marks(dialect: Dialect, evs: &[Ev]) -> Marks {
             m.terminal = Some((ev.at, class));
         }
     }
-    // Chat says "incomplete" with finish_reason length, then ends with [DONE] like any stream.
+    // Chat says "incomplete" with finish_reason length (or content_filter), then ends with
+    // [DONE] like any stream.
     if dialect == Dialect::Chat {
         let length = evs.iter().any(|e| {
             e.json.as_ref().is_some_and(|j| {
-                j["choices"]
-                    .as_array()
-                    .is_some_and(|c| c.iter().any(|c| c["finish_reason"] == "length"))
+                j["choices"].as_array().is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c["finish_reason"] == "length" || c["finish_reason"] == "content_filter"
+                    })
+                })
             })
         });
         if let (true, Some((at, Class::TerminalOk))) = (length, m.terminal) {
@@ -258,6 +298,21 @@ pub(crate) fn usage(dialect: Dialect, evs: &[Ev]) -> Option<SeenUsage> {
             }
             seen
         }
+        Dialect::Gemini => jsons
+            .filter_map(|j| j.get("usageMetadata"))
+            .next_back()
+            .map(gemini_usage),
+    }
+}
+
+/// Gemini's `usageMetadata`: the prompt includes cached tokens and candidates exclude thoughts.
+pub(crate) fn gemini_usage(u: &Value) -> SeenUsage {
+    SeenUsage {
+        input_total: n(&u["promptTokenCount"]) + n(&u["toolUsePromptTokenCount"]),
+        cache_read: n(&u["cachedContentTokenCount"]),
+        cache_write: 0,
+        output: n(&u["candidatesTokenCount"]) + n(&u["thoughtsTokenCount"]),
+        reasoning: n(&u["thoughtsTokenCount"]),
     }
 }
 

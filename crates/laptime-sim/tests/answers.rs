@@ -7,7 +7,7 @@ pub mod common;
 
 use std::time::Duration;
 
-use common::{scripted, sse, Harness};
+use common::{scripted, sse, target, Harness};
 use laptime_core::Dialect;
 use laptime_sim::{preset, schedule};
 use serde_json::{json, Value};
@@ -25,7 +25,8 @@ fn sim_fast(stream: bool) -> Value {
 /// Streams sim-fast in `dialect`, checks the bytes are exactly the schedule's, and returns the
 /// events.
 async fn stream_sim_fast(h: &Harness, dialect: Dialect) -> Vec<common::Sse> {
-    let resp = h.post(dialect.path(), &sim_fast(true)).await;
+    let body = sim_fast(true);
+    let resp = h.post(&target(dialect, &body), &body).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     assert_eq!(resp.headers()["transfer-encoding"], "chunked");
@@ -114,7 +115,8 @@ async fn a_sim_fast_messages_stream_arrives_whole_and_ends_with_message_stop() {
 async fn non_streamed_answers_are_valid_json_with_usage() {
     let h = Harness::start().await;
     for dialect in Dialect::ALL {
-        let resp = h.post(dialect.path(), &sim_fast(false)).await;
+        let body = sim_fast(false);
+        let resp = h.post(&target(dialect, &body), &body).await;
         assert_eq!(resp.status(), 200, "{dialect}");
         assert_eq!(resp.headers()["content-type"], "application/json");
         assert!(resp.headers().get("content-length").is_some(), "{dialect}");
@@ -141,6 +143,13 @@ async fn non_streamed_answers_are_valid_json_with_usage() {
                     &body["usage"]["output_tokens"],
                 )
             }
+            Dialect::Gemini => {
+                assert_eq!(body["candidates"][0]["finishReason"], "STOP");
+                (
+                    &body["usageMetadata"]["promptTokenCount"],
+                    &body["usageMetadata"]["candidatesTokenCount"],
+                )
+            }
         };
         assert_eq!((input, output), (&json!(10), &json!(16)), "{dialect}");
     }
@@ -154,12 +163,16 @@ async fn end_status_answers_the_status_with_the_dialects_error_body() {
             true,
             json!({"end": "status", "status": 429, "headers_ms": 20}),
         );
-        let resp = h.post(dialect.path(), &body).await;
+        let resp = h.post(&target(dialect, &body), &body).await;
         assert_eq!(resp.status(), 429, "{dialect}");
         let error: Value = resp.json().await.unwrap();
         if dialect == Dialect::Messages {
             assert_eq!(error["type"], "error");
             assert_eq!(error["error"]["type"], "rate_limit_error");
+        } else if dialect == Dialect::Gemini {
+            assert_eq!(error["error"]["code"], 429);
+            assert_eq!(error["error"]["status"], "RESOURCE_EXHAUSTED");
+            assert!(error["error"]["message"].is_string());
         } else {
             assert_eq!(error["error"]["code"], "rate_limit_exceeded");
             assert!(error["error"]["message"].is_string());
@@ -172,13 +185,14 @@ async fn end_status_answers_the_status_with_the_dialects_error_body() {
 async fn an_unknown_model_is_a_404_in_the_dialects_error_shape() {
     let h = Harness::start().await;
     for dialect in Dialect::ALL {
-        let resp = h
-            .post(dialect.path(), &json!({"model": "gpt-nonexistent"}))
-            .await;
+        let body = json!({"model": "gpt-nonexistent"});
+        let resp = h.post(&target(dialect, &body), &body).await;
         assert_eq!(resp.status(), 404, "{dialect}");
         let error: Value = resp.json().await.unwrap();
         if dialect == Dialect::Messages {
             assert_eq!(error["error"]["type"], "not_found_error");
+        } else if dialect == Dialect::Gemini {
+            assert_eq!(error["error"]["status"], "NOT_FOUND");
         } else {
             assert_eq!(error["error"]["code"], "model_not_found");
         }
@@ -281,4 +295,44 @@ async fn h2c_with_prior_knowledge_streams_the_same_bytes() {
     let body = resp.text().await.unwrap();
     assert!(body.ends_with("data: [DONE]\n\n"));
     assert_eq!(sse(&body).len(), 16 + 4);
+}
+
+#[tokio::test]
+async fn a_gemini_stream_takes_model_and_stream_from_the_path_and_ends_on_its_finish_reason() {
+    let h = Harness::start().await;
+    let events = stream_sim_fast(&h, Dialect::Gemini).await;
+    let chunks: Vec<Value> = events.iter().map(common::Sse::json).collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str())
+        .collect();
+    assert!(text.starts_with("Sure, here is"), "{text}");
+    let last = chunks.last().unwrap();
+    assert_eq!(last["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(last["usageMetadata"]["candidatesTokenCount"], 16);
+    assert_eq!(last["modelVersion"], "sim-fast");
+    assert!(chunks.iter().all(|c| c.get("usageMetadata").is_some()));
+    let logged = h.sim.requests();
+    assert_eq!(logged[0].model.as_deref(), Some("sim-fast"));
+}
+
+#[tokio::test]
+async fn a_gemini_stream_without_alt_sse_is_a_400_in_googles_shape() {
+    let h = Harness::start().await;
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    let resp = h
+        .post("/v1beta/models/sim-fast:streamGenerateContent", &body)
+        .await;
+    assert_eq!(resp.status(), 400);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["error"]["status"], "INVALID_ARGUMENT");
+    assert!(error["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("alt=sse"));
+    // A method the fake does not serve, on a model path, is not found in Google's shape.
+    let resp = h.post("/v1beta/models/sim-fast:countTokens", &body).await;
+    assert_eq!(resp.status(), 404);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["error"]["status"], "NOT_FOUND");
 }

@@ -24,6 +24,7 @@ pub(super) fn classify(data: &str) -> Classification {
             usage: None,
             stop: None,
             terminal_frame: true,
+            output: None,
         };
     }
     let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
@@ -38,6 +39,7 @@ pub(super) fn classify(data: &str) -> Classification {
             usage,
             stop: None,
             terminal_frame: false,
+            output: None,
         };
     }
     let seen = chunk.choices.map(|c| c.0).unwrap_or_default();
@@ -49,6 +51,7 @@ pub(super) fn classify(data: &str) -> Classification {
         usage,
         stop: seen.stop,
         terminal_frame: false,
+        output: None,
     }
 }
 
@@ -461,6 +464,7 @@ mod tests {
                 usage: None,
                 stop: None,
                 terminal_frame: true,
+                output: None,
             }
         );
         assert_eq!(classify(" [DONE] ").class, EventClass::TerminalOk);

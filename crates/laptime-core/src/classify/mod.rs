@@ -1,10 +1,11 @@
 //! Per-dialect classification of one upstream SSE event, and of one non-streamed body.
 //!
 //! The tables are those of `streaming-protocols.md` §1.5 (Chat), §2.1 (Responses) and §3.1
-//! (Messages). An event is effective only when its delta string is non-empty. JSON is parsed only
+//! (Messages), and of `docs/reference/gemini.md` §3 (Gemini). An event is effective only when its delta string is non-empty. JSON is parsed only
 //! for the fields a class or the usage needs (borrowed, so a typical event allocates nothing).
 
 mod chat;
+mod gemini;
 mod messages;
 mod responses;
 
@@ -88,9 +89,14 @@ pub struct Classification {
     /// Anthropic `message_start` / `message_delta`).
     pub usage: Option<UsageReport>,
     pub stop: Option<StopHint>,
-    /// This is the frame the in-band timing comment is written before: Chat `[DONE]`, Responses
-    /// `response.completed|incomplete|failed`, Anthropic `message_stop` or `error`.
+    /// This is the frame the in-band timing comment is written around: before Chat `[DONE]`,
+    /// Responses `response.completed|incomplete|failed`, Anthropic `message_stop` or `error`;
+    /// after Gemini's last event (the one with the `finishReason`, a block or an error), since
+    /// Gemini has no terminal frame of its own.
     pub terminal_frame: bool,
+    /// Effective output carried by a terminal event (Gemini's last text often rides on the
+    /// event with the `finishReason`). `None` for every other class: their output is the class.
+    pub output: Option<EffectiveKind>,
 }
 
 impl Classification {
@@ -100,6 +106,15 @@ impl Classification {
             usage: None,
             stop: None,
             terminal_frame: false,
+            output: None,
+        }
+    }
+
+    /// The effective output this event carried, whatever its class.
+    pub fn effective(&self) -> Option<EffectiveKind> {
+        match self.class {
+            EventClass::Effective(kind) => Some(kind),
+            _ => self.output,
         }
     }
 }
@@ -111,6 +126,7 @@ pub fn classify_event(dialect: Dialect, event: Option<&str>, data: &str) -> Clas
         Dialect::Chat => chat::classify(data),
         Dialect::Responses => responses::classify(event, data),
         Dialect::Messages => messages::classify(event, data),
+        Dialect::Gemini => gemini::classify(data),
     }
 }
 
@@ -119,8 +135,9 @@ pub fn classify_event(dialect: Dialect, event: Option<&str>, data: &str) -> Clas
 pub struct BodySummary {
     pub usage: UsageReport,
     pub stop: Option<StopHint>,
-    /// The body is an error object (`{"error":…}` or Anthropic `{"type":"error",…}`), or a
-    /// Responses object with `status: "failed"`.
+    /// The body is an error object (`{"error":…}` or Anthropic `{"type":"error",…}`), a
+    /// Responses object with `status: "failed"`, or a Gemini answer whose tool call failed
+    /// (`MALFORMED_FUNCTION_CALL` and kin).
     pub error: bool,
     /// The body holds non-empty visible text (for text-delta counts of non-streamed answers).
     pub has_text: bool,
@@ -132,5 +149,6 @@ pub fn classify_body(dialect: Dialect, body: &[u8]) -> BodySummary {
         Dialect::Chat => chat::body(body),
         Dialect::Responses => responses::body(body),
         Dialect::Messages => messages::body(body),
+        Dialect::Gemini => gemini::body(body),
     }
 }

@@ -90,6 +90,7 @@ fn terminal(
         usage: response.and_then(|r| r.usage).map(ResponsesUsage::report),
         stop,
         terminal_frame: true,
+        output: None,
     }
 }
 
@@ -525,6 +526,7 @@ mod tests {
                 }),
                 stop: None,
                 terminal_frame: true,
+                output: None,
             }
         );
     }
@@ -566,6 +568,7 @@ mod tests {
                 usage: None,
                 stop: None,
                 terminal_frame: true,
+                output: None,
             }
         );
     }

@@ -124,3 +124,43 @@ impl MessagesUsage {
         }
     }
 }
+
+/// Gemini `usageMetadata`: `promptTokenCount` includes `cachedContentTokenCount`,
+/// `candidatesTokenCount` excludes `thoughtsTokenCount`, and `toolUsePromptTokenCount` is
+/// outside the prompt. Its fields are side by side in one object, so one object is folded into
+/// the normalised terms here (input = prompt + tool-use prompt, output = candidates + thoughts);
+/// within a present object Google leaves zero counts out.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GeminiUsage {
+    #[serde(default)]
+    prompt_token_count: Count,
+    #[serde(default)]
+    candidates_token_count: Count,
+    #[serde(default)]
+    cached_content_token_count: Count,
+    #[serde(default)]
+    thoughts_token_count: Count,
+    #[serde(default)]
+    tool_use_prompt_token_count: Count,
+}
+
+impl GeminiUsage {
+    pub(crate) fn report(self) -> UsageReport {
+        let output = match (self.candidates_token_count.0, self.thoughts_token_count.0) {
+            (None, None) => None,
+            (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
+        };
+        let tool_prompt = self.tool_use_prompt_token_count.0.unwrap_or(0);
+        UsageReport {
+            input: self
+                .prompt_token_count
+                .0
+                .map(|p| p.saturating_add(tool_prompt)),
+            output,
+            cache_read: self.cached_content_token_count.0,
+            cache_write: None,
+            reasoning: self.thoughts_token_count.0,
+        }
+    }
+}

@@ -267,8 +267,10 @@ impl Gw {
             Dialect::Messages => {
                 r#"{"model":"m","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#
             }
+            Dialect::Gemini => r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
         };
-        self.post(dialect.path(), body, Some(&self.token)).await
+        self.post(&dialect.target("m", true), body, Some(&self.token))
+            .await
     }
 
     /// POSTs `body` to `path` through the whole router, with `token` as the bearer if given,
@@ -353,6 +355,13 @@ pub fn frames(dialect: Dialect) -> Frames {
             preamble: "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
             text: "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
             terminal: "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        },
+        // No envelope of its own: the preamble is a chunk whose only text is empty; the
+        // terminal is the finishReason chunk (Gemini's last).
+        Dialect::Gemini => Frames {
+            preamble: "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \"model\"},\"index\": 0}]}\r\n\r\n",
+            text: "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hi\"}],\"role\": \"model\"},\"index\": 0}]}\r\n\r\n",
+            terminal: "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 1,\"candidatesTokenCount\": 1,\"totalTokenCount\": 2}}\r\n\r\n",
         },
     }
 }

@@ -148,7 +148,9 @@ pub(super) fn body(ctx: &Ctx<'_>) -> String {
 }
 
 fn finish_reason(ctx: &Ctx<'_>) -> &'static str {
-    if ctx.incomplete() {
+    if ctx.filtered() {
+        "content_filter"
+    } else if ctx.incomplete() {
         "length"
     } else if ctx.work_kind() == Some(WorkKind::ToolArgs) {
         "tool_calls"

@@ -272,7 +272,9 @@ fn text_block(text: &str) -> J {
 }
 
 fn stop_reason(ctx: &Ctx<'_>) -> &'static str {
-    if ctx.incomplete() {
+    if ctx.filtered() {
+        "refusal"
+    } else if ctx.incomplete() {
         "max_tokens"
     } else if ctx.work_kind() == Some(WorkKind::ToolArgs) {
         "tool_use"

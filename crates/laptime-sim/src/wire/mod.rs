@@ -2,7 +2,7 @@
 //! the recorded streams of the real providers (see `streaming-protocols.md` §1–§3).
 //!
 //! Pure, like [`crate::script`]: a [`Timeline`] says *when*, this module says *what*. Each
-//! dialect has its own file ([`chat`], [`responses`], [`messages`]); this file holds what they
+//! dialect has its own file ([`chat`], [`responses`], [`messages`], [`gemini`]); this file holds what they
 //! share: the generated words, the ending kinds and the error vocabulary.
 
 use std::time::Duration;
@@ -14,6 +14,7 @@ use crate::json::{obj, J};
 use crate::script::{End, Step, Timeline, Usage, WorkKind};
 
 mod chat;
+mod gemini;
 mod messages;
 mod responses;
 
@@ -43,6 +44,7 @@ pub(crate) fn stream(ctx: &Ctx<'_>) -> Vec<Step> {
         Dialect::Chat => chat::stream(ctx, &mut out),
         Dialect::Responses => responses::stream(ctx, &mut out),
         Dialect::Messages => messages::stream(ctx, &mut out),
+        Dialect::Gemini => gemini::stream(ctx, &mut out),
     }
     out.steps
 }
@@ -53,6 +55,7 @@ pub(crate) fn body(ctx: &Ctx<'_>) -> String {
         Dialect::Chat => chat::body(ctx),
         Dialect::Responses => responses::body(ctx),
         Dialect::Messages => messages::body(ctx),
+        Dialect::Gemini => gemini::body(ctx),
     }
 }
 
@@ -88,7 +91,8 @@ pub(crate) fn named_event(name: &str, data: &J) -> String {
 /// What comes after the last delta, in the dialect-neutral terms the renderers switch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ending {
-    /// Close every open block and send the terminal; `incomplete` marks a token-limit stop.
+    /// Close every open block and send the terminal; `incomplete` marks a stop short of a
+    /// completion (the token limit or the content filter).
     Done { incomplete: bool },
     /// The in-band error event(s).
     Error,
@@ -100,7 +104,7 @@ impl Ending {
     pub(crate) fn of(end: End) -> Ending {
         match end {
             End::Terminal | End::Status => Ending::Done { incomplete: false },
-            End::Incomplete => Ending::Done { incomplete: true },
+            End::Incomplete | End::Filtered => Ending::Done { incomplete: true },
             End::ErrorEvent => Ending::Error,
             End::Close | End::Reset | End::Stall => Ending::Cut,
         }
@@ -112,8 +116,13 @@ impl Ctx<'_> {
         Ending::of(self.end)
     }
 
+    /// The answer stopped short: the token limit or the content filter.
     pub(crate) fn incomplete(&self) -> bool {
-        self.end == End::Incomplete
+        matches!(self.end, End::Incomplete | End::Filtered)
+    }
+
+    pub(crate) fn filtered(&self) -> bool {
+        self.end == End::Filtered
     }
 
     pub(crate) fn work_kind(&self) -> Option<WorkKind> {
@@ -334,8 +343,9 @@ pub(crate) fn tool_input(n: usize) -> J {
 
 // === Errors ===
 
-/// An error answer in both vocabularies: OpenAI's `{"error":{message,type,param,code}}` and
-/// Anthropic's `{"type":"error","error":{type,message}}`.
+/// An error answer in every vocabulary: OpenAI's `{"error":{message,type,param,code}}`,
+/// Anthropic's `{"type":"error","error":{type,message}}` and Google's
+/// `{"error":{code,message,status}}` (the status name follows from the HTTP status).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApiError {
     pub(crate) status: u16,
@@ -482,10 +492,10 @@ impl ApiError {
 
     /// The JSON error body in `dialect`'s shape.
     pub(crate) fn body(&self, dialect: Dialect) -> String {
-        if dialect.is_anthropic() {
-            obj! {"type": "error", "error": self.anthropic_object()}.encode()
-        } else {
-            obj! {"error": self.openai_object()}.encode()
+        match dialect {
+            Dialect::Messages => obj! {"type": "error", "error": self.anthropic_object()}.encode(),
+            Dialect::Gemini => gemini::error_body(self),
+            Dialect::Chat | Dialect::Responses => obj! {"error": self.openai_object()}.encode(),
         }
     }
 }
@@ -522,9 +532,10 @@ mod tests {
         all
     }
 
-    const ENDS: [End; 6] = [
+    const ENDS: [End; 7] = [
         End::Terminal,
         End::Incomplete,
+        End::Filtered,
         End::ErrorEvent,
         End::Close,
         End::Reset,
@@ -604,7 +615,10 @@ mod tests {
             .iter()
             .filter(|e| e.data.as_deref() == Some("[DONE]"))
             .count();
-        let expect_done = matches!(end, End::Terminal | End::Incomplete | End::ErrorEvent);
+        let expect_done = matches!(
+            end,
+            End::Terminal | End::Incomplete | End::Filtered | End::ErrorEvent
+        );
         assert_eq!(done, usize::from(expect_done));
         if expect_done {
             assert_eq!(evs.last().unwrap().raw, "data: [DONE]\n\n");
@@ -696,6 +710,34 @@ mod tests {
         }
     }
 
+    fn check_gemini(evs: &[Ev]) {
+        for (i, ev) in evs.iter().enumerate() {
+            assert!(
+                ev.event.is_none() && !ev.comment,
+                "Gemini has only data lines"
+            );
+            assert!(ev.raw.ends_with("}\r\n\r\n"), "CRLF framing: {:?}", ev.raw);
+            assert!(ev.raw.starts_with("data: {\""), "{:?}", ev.raw);
+            let j = json(ev);
+            if j.get("error").is_some() {
+                assert_eq!(i, evs.len() - 1, "an error is the last event");
+                continue;
+            }
+            assert_eq!(j["modelVersion"], "sim-model");
+            assert!(
+                j["usageMetadata"]["promptTokenCount"].is_u64(),
+                "usage on every chunk"
+            );
+            let candidate = &j["candidates"][0];
+            assert_eq!(candidate["index"], 0);
+            assert_eq!(candidate["content"]["role"], "model");
+            assert_eq!(candidate["content"]["parts"].as_array().unwrap().len(), 1);
+            if candidate.get("finishReason").is_some() {
+                assert_eq!(i, evs.len() - 1, "the finishReason chunk is the last");
+            }
+        }
+    }
+
     #[test]
     fn every_streamed_schedule_is_valid_sse_shaped_like_the_reference() {
         let streams = every_stream();
@@ -709,6 +751,7 @@ mod tests {
                 Dialect::Chat => check_chat(&evs, *end, *include_usage),
                 Dialect::Responses => check_responses(&evs),
                 Dialect::Messages => check_messages(&evs),
+                Dialect::Gemini => check_gemini(&evs),
             }
             // Exactly one protocol terminal, last, for the ends that have one; none otherwise.
             let classes: Vec<Class> = evs.iter().map(|e| testkit::classify(*dialect, e)).collect();
@@ -723,9 +766,9 @@ mod tests {
                 .count();
             let marks = testkit::marks(*dialect, &evs);
             match end {
-                End::Terminal | End::Incomplete => {
+                End::Terminal | End::Incomplete | End::Filtered => {
                     assert_eq!(terminals, 1, "{at}");
-                    let kind = if *end == End::Incomplete && *dialect != Dialect::Messages {
+                    let kind = if *end != End::Terminal && *dialect != Dialect::Messages {
                         Class::TerminalIncomplete
                     } else {
                         Class::TerminalOk
@@ -741,11 +784,15 @@ mod tests {
                 }
                 _ => {
                     assert_eq!(terminals, 0, "{at}");
-                    // The stream stops right after its last delta (or its envelope).
-                    let last = classes.last().unwrap();
+                    // The stream stops right after its last delta (or its envelope; Gemini
+                    // has none, so a cut answer without output sends nothing at all).
                     let has_deltas = marks.first_effective.is_some();
-                    if has_deltas {
-                        assert!(matches!(last, Class::Effective | Class::Visible), "{at}");
+                    match classes.last() {
+                        Some(last) if has_deltas => {
+                            assert!(matches!(last, Class::Effective | Class::Visible), "{at}");
+                        }
+                        Some(_) => {}
+                        None => assert_eq!(*dialect, Dialect::Gemini, "{at}"),
                     }
                 }
             }
@@ -767,6 +814,9 @@ mod tests {
                             Dialect::Chat => j["choices"][0]["delta"]["content"].as_str(),
                             Dialect::Responses => j["delta"].as_str(),
                             Dialect::Messages => j["delta"]["text"].as_str(),
+                            Dialect::Gemini => {
+                                j["candidates"][0]["content"]["parts"][0]["text"].as_str()
+                            }
                         }
                         .unwrap()
                         .to_owned()
@@ -790,6 +840,12 @@ mod tests {
                         .iter()
                         .find(|b| b["type"] == "text")
                         .map_or("", |b| b["text"].as_str().unwrap()),
+                    Dialect::Gemini => body["candidates"][0]["content"]["parts"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|p| p["thought"] != true && p.get("text").is_some())
+                        .map_or("", |p| p["text"].as_str().unwrap()),
                 };
                 assert_eq!(text, answer, "{dialect}");
             }

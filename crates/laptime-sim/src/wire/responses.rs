@@ -320,7 +320,12 @@ fn output_text(text: &str) -> J {
 /// The `response` object of the lifecycle events, with the fields a real one carries.
 fn response(ctx: &Ctx<'_>, status: &str, output: Vec<J>, usage: J) -> J {
     let incomplete = if status == "incomplete" {
-        obj! {"reason": "max_output_tokens"}
+        let reason = if ctx.filtered() {
+            "content_filter"
+        } else {
+            "max_output_tokens"
+        };
+        obj! {"reason": reason}
     } else {
         J::Null
     };

@@ -81,9 +81,11 @@ impl Sse {
     }
 }
 
-/// Splits a complete SSE body (LF line ends, as the fake writes) into its events.
+/// Splits a complete SSE body (LF line ends, or CRLF for Gemini, as the fake writes) into its
+/// events.
 pub fn sse(body: &str) -> Vec<Sse> {
-    body.split("\n\n")
+    body.replace("\r\n", "\n")
+        .split("\n\n")
         .filter(|block| !block.is_empty())
         .filter_map(|block| {
             let mut event = None;
@@ -101,6 +103,14 @@ pub fn sse(body: &str) -> Vec<Sse> {
 }
 
 /// The body of a streamed test request for `dialect`'s path with a custom script.
+/// Where a request with `body` goes in `dialect`: the dialect's path, or for Gemini the body's
+/// model and stream-ness put in the path (`…:streamGenerateContent?alt=sse`).
+pub fn target(dialect: laptime_core::Dialect, body: &Value) -> String {
+    let model = body["model"].as_str().unwrap_or("sim-fast");
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    dialect.target(model, stream)
+}
+
 pub fn scripted(stream: bool, script: Value) -> Value {
     serde_json::json!({
         "model": "custom-model",

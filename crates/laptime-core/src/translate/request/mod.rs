@@ -11,6 +11,7 @@
 
 mod chat;
 mod error;
+mod gemini;
 pub mod hub;
 mod json;
 mod messages;
@@ -18,6 +19,8 @@ mod reasoning;
 mod responses;
 mod shared;
 
+#[cfg(test)]
+mod gemini_tests;
 #[cfg(test)]
 mod round_trip;
 #[cfg(test)]
@@ -123,6 +126,7 @@ fn decode_map(
         Dialect::Chat => chat::decode(obj, &mut d)?,
         Dialect::Responses => responses::decode(obj, &mut d)?,
         Dialect::Messages => messages::decode(obj, &mut d)?,
+        Dialect::Gemini => gemini::decode(obj, &mut d)?,
     }
     Ok(d.hub)
 }
@@ -144,6 +148,7 @@ pub(crate) fn encode(
         Dialect::Chat => chat::encode(hub, &mut e),
         Dialect::Responses => responses::encode(hub, &mut e),
         Dialect::Messages => messages::encode(hub, &mut e),
+        Dialect::Gemini => gemini::encode(hub, &mut e),
     }
 }
 
@@ -171,12 +176,16 @@ pub(crate) enum Cap {
 impl Cap {
     /// Whether `upstream` can carry it.
     pub(crate) fn carried_by(self, upstream: Dialect) -> bool {
-        use Dialect::{Chat, Messages, Responses};
+        use Dialect::{Chat, Gemini, Messages, Responses};
         match self {
-            Cap::TopK => matches!(upstream, Messages),
-            Cap::Stop => matches!(upstream, Chat | Messages),
-            Cap::Seed | Cap::Penalties | Cap::Choices => matches!(upstream, Chat),
-            Cap::Verbosity | Cap::JsonObject => matches!(upstream, Chat | Responses),
+            Cap::TopK => matches!(upstream, Messages | Gemini),
+            Cap::Stop => matches!(upstream, Chat | Messages | Gemini),
+            Cap::Seed | Cap::Penalties => matches!(upstream, Chat | Gemini),
+            // Gemini's candidateCount exists, but laptime answers one candidate.
+            Cap::Choices => matches!(upstream, Chat),
+            Cap::Verbosity => matches!(upstream, Chat | Responses),
+            Cap::JsonObject => matches!(upstream, Chat | Responses | Gemini),
+            // Gemini's fileData wants a MIME type that a bare URL lacks.
             Cap::ImageUrl => matches!(upstream, Chat | Responses | Messages),
             Cap::DocumentUrl | Cap::ToolResultMedia => matches!(upstream, Responses | Messages),
             Cap::ParallelOff => matches!(upstream, Chat | Responses | Messages),
@@ -259,6 +268,8 @@ pub(crate) enum Knob {
     Reasoning,
     ToolChoice,
     OutputFormat,
+    /// The id a tool result answers (Gemini needs the called tool's name from it).
+    ToolCallId,
 }
 
 impl Encoder<'_, '_> {
@@ -271,6 +282,17 @@ impl Encoder<'_, '_> {
             (Dialect::Chat, Knob::Reasoning) => "reasoning_effort",
             (Dialect::Responses, Knob::Reasoning) => "reasoning.effort",
             (Dialect::Messages, Knob::Reasoning) => "thinking",
+            (Dialect::Gemini, Knob::MaxTokens) => "generationConfig.maxOutputTokens",
+            (Dialect::Gemini, Knob::Reasoning) => "generationConfig.thinkingConfig",
+            (Dialect::Gemini, Knob::Temperature) => "generationConfig.temperature",
+            (Dialect::Gemini, Knob::TopP) => "generationConfig.topP",
+            (Dialect::Gemini, Knob::TopK) => "generationConfig.topK",
+            (Dialect::Gemini, Knob::ToolChoice) => "toolConfig.functionCallingConfig",
+            (Dialect::Gemini, Knob::OutputFormat) => "generationConfig.responseMimeType",
+            (Dialect::Gemini, Knob::ToolCallId) => "contents[].parts[].functionResponse.id",
+            (Dialect::Chat, Knob::ToolCallId) => "messages[].tool_call_id",
+            (Dialect::Responses, Knob::ToolCallId) => "input[].call_id",
+            (Dialect::Messages, Knob::ToolCallId) => "messages[].content[].tool_use_id",
             (_, Knob::Temperature) => "temperature",
             (_, Knob::TopP) => "top_p",
             (_, Knob::TopK) => "top_k",

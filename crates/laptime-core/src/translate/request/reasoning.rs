@@ -19,7 +19,8 @@ pub struct ReasoningTable {
     pub xhigh: u32,
     pub max: u32,
     /// The upstream model takes a named effort itself (Anthropic adaptive thinking with
-    /// `output_config.effort`) instead of a budget, so an effort is sent as one.
+    /// `output_config.effort`, Gemini `thinkingLevel`) instead of a budget, so an effort is sent
+    /// as one.
     pub native_effort: bool,
 }
 

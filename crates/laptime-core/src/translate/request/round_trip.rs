@@ -241,6 +241,26 @@ prop_compose! {
     }
 }
 
+/// What of `h` survives a trip through `a` and `b`: Gemini has no end-user id, no parallel
+/// tool call setting and no document names, so a pair with Gemini starts without them.
+fn carried(h: &HubRequest, a: Dialect, b: Dialect) -> HubRequest {
+    let mut h = h.clone();
+    if a == Dialect::Gemini || b == Dialect::Gemini {
+        h.user = None;
+        h.parallel_tool_calls = None;
+        for m in &mut h.messages {
+            if let Message::User(parts) = m {
+                for p in parts {
+                    if let Part::Document(d) = p {
+                        d.name = None;
+                    }
+                }
+            }
+        }
+    }
+    h
+}
+
 /// Encodes the hub in `dialect` and decodes it back, as a client of that dialect would send it.
 fn through(dialect: Dialect, other: Dialect, h: &HubRequest) -> HubRequest {
     let mut omitted = Omissions::default();
@@ -260,11 +280,13 @@ proptest! {
     #[test]
     fn a_request_survives_any_pair_of_dialects(h in hub_request()) {
         for client in Dialect::ALL {
-            let decoded = through(client, client, &h);
-            prop_assert_eq!(common(&decoded), common(&h), "{} alone", client);
+            let sent = carried(&h, client, client);
+            let decoded = through(client, client, &sent);
+            prop_assert_eq!(common(&decoded), common(&sent), "{} alone", client);
             for upstream in Dialect::ALL.into_iter().filter(|&u| u != client) {
-                let again = through(upstream, client, &decoded);
-                prop_assert_eq!(common(&again), common(&decoded), "{} → {}", client, upstream);
+                let base = carried(&decoded, client, upstream);
+                let again = through(upstream, client, &base);
+                prop_assert_eq!(common(&again), common(&base), "{} → {}", client, upstream);
             }
         }
     }

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::Dialect::{self, Chat, Messages, Responses};
+use crate::Dialect::{self, Chat, Gemini, Messages, Responses};
 
 /// The dialects with a decoder and an encoder.
 const DIALECTS: &[Dialect] = &[Chat, Responses, Messages];
@@ -66,6 +66,7 @@ fn conversation(upstream: Dialect, out: &Value) -> Vec<Value> {
     match upstream {
         Chat | Messages => out["messages"].as_array().unwrap().clone(),
         Responses => out["input"].as_array().unwrap().clone(),
+        Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
     }
 }
 
@@ -86,6 +87,7 @@ fn system_and_user_text_reach_every_upstream() {
                 client,
                 json!({"system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}]}),
             ),
+            Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
         };
         let o = out(client, upstream, &b);
         assert_eq!(o["model"], "up-model", "{client} → {upstream}");
@@ -112,6 +114,7 @@ fn system_and_user_text_reach_every_upstream() {
                     vec![json!({"role": "user", "content": [{"type": "text", "text": "Hi"}]})]
                 );
             }
+            Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
         }
     }
 }
@@ -143,6 +146,7 @@ fn image_body(client: Dialect) -> Value {
                 {"type": "image", "source":
                     {"type": "base64", "media_type": "image/png", "data": "iVBO"}}]}]}),
         ),
+        Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
     }
 }
 
@@ -168,6 +172,7 @@ fn images_by_url_and_by_bytes_reach_every_upstream() {
                 {"type": "image", "source": {"type": "url", "url": url}},
                 {"type": "image", "source":
                     {"type": "base64", "media_type": "image/png", "data": "iVBO"}}]),
+            Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
         };
         assert_eq!(content, &expected, "{client} → {upstream}");
     }
@@ -198,6 +203,7 @@ fn document_body(client: Dialect) -> Value {
                     {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}},
                 {"type": "text", "text": "Summarise"}]}]}),
         ),
+        Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
     }
 }
 
@@ -213,6 +219,7 @@ fn a_pdf_document_reaches_every_upstream() {
                 "file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"}),
             Messages => json!({"type": "document", "title": "a.pdf", "source":
                 {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}),
+            Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
         };
         assert_eq!(first, expected, "{client} → {upstream}");
     }
@@ -272,6 +279,7 @@ fn tools_body(client: Dialect) -> Value {
                 "tool_choice": {"type": "tool", "name": "weather",
                     "disable_parallel_tool_use": true}}),
         ),
+        Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
     }
 }
 
@@ -321,6 +329,7 @@ fn tools_a_named_choice_and_no_parallel_calls_reach_every_upstream() {
                     "{at}"
                 );
             }
+            Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
         }
     }
 }
@@ -369,6 +378,7 @@ fn tool_round_body(client: Dialect) -> Value {
                     {"type": "tool_result", "tool_use_id": "c2", "content": "sunny"},
                     {"type": "text", "text": "And tomorrow?"}]}]}),
         ),
+        Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
     }
 }
 
@@ -420,6 +430,7 @@ fn a_tool_call_its_failed_result_and_a_follow_up_reach_every_upstream() {
                             "content": "Error: timeout"})
                     }
                     Messages => unreachable!(),
+                    Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
                 };
                 assert_eq!(
                     conv,
@@ -440,6 +451,7 @@ fn a_tool_call_its_failed_result_and_a_follow_up_reach_every_upstream() {
                     "{at}"
                 );
             }
+            Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
         }
     }
 }
@@ -485,6 +497,7 @@ fn schema_body(client: Dialect) -> Value {
             json!({"messages": messages,
                 "output_config": {"format": {"type": "json_schema", "schema": schema}}}),
         ),
+        Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
     }
 }
 
@@ -523,6 +536,7 @@ fn a_json_schema_output_reaches_every_upstream() {
                 json!({"type": "json_schema", "schema": schema}),
                 "{at}"
             ),
+            Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
         }
     }
 }
@@ -575,6 +589,7 @@ fn reasoning_body(client: Dialect, level: &str) -> Value {
             b["max_tokens"] = json!(64_000);
             b
         }
+        Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
     }
 }
 
@@ -596,6 +611,7 @@ fn reasoning_effort_becomes_a_budget_and_a_budget_the_nearest_effort() {
                     );
                     assert_eq!(o["max_tokens"], 64_000, "{at}");
                 }
+                Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
             }
         }
     }
@@ -708,6 +724,7 @@ fn stop_sequences_reach_upstreams_that_have_them_and_are_refused_by_responses() 
                     };
                     assert_eq!(e.field(), field);
                 }
+                Gemini => unreachable!("Gemini pairs are tested in gemini_tests.rs"),
             }
         }
     }

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::gemini::GoogleErrorBody;
 use super::hub::{ErrorKind, HubError, JsonText};
 use super::json::{plain, text, JsonOut};
 use crate::Dialect;
@@ -187,8 +188,8 @@ pub(super) fn in_band_error<'a>(obj: Option<ErrorObject<'a>>, anthropic: bool) -
     }
 }
 
-/// A whole error body of any dialect: `{"error":{…}}` (OpenAI) or
-/// `{"type":"error","error":{…}}` (Anthropic).
+/// A whole error body of the OpenAI or Anthropic family: `{"error":{…}}` (OpenAI) or
+/// `{"type":"error","error":{…}}` (Anthropic); Google's is [`GoogleErrorBody`].
 #[derive(Deserialize)]
 struct ErrorBody<'a> {
     #[serde(borrow)]
@@ -200,12 +201,19 @@ struct ErrorBody<'a> {
 /// that is not an error object keeps the status's kind, with a message saying so.
 pub(super) fn read_error(upstream: Dialect, status: u16, body: &[u8]) -> HubError<'_> {
     let by_status = ErrorKind::from_status(status).unwrap_or(ErrorKind::Server);
-    let parsed = serde_json::from_slice::<ErrorBody<'_>>(body)
-        .ok()
-        .and_then(|b| b.error);
+    let parsed = if upstream == Dialect::Gemini {
+        serde_json::from_slice::<GoogleErrorBody<'_>>(body)
+            .ok()
+            .and_then(|b| b.error)
+            .map(|e| e.hub())
+    } else {
+        serde_json::from_slice::<ErrorBody<'_>>(body)
+            .ok()
+            .and_then(|b| b.error)
+            .map(|obj| obj.hub(upstream.is_anthropic(), by_status))
+    };
     match parsed {
-        Some(obj) => {
-            let from_body = obj.hub(upstream.is_anthropic(), by_status);
+        Some(from_body) => {
             let kind = match by_status {
                 ErrorKind::InvalidRequest | ErrorKind::Server => from_body.kind,
                 precise => precise,

@@ -41,6 +41,16 @@ pub(super) fn value_as_text(raw: &RawValue) -> JsonText<'static> {
 
 // === encoding ===
 
+/// Escaped arguments text → the JSON object it spells; no arguments are `{}`.
+pub(super) fn tool_input(escaped: &str) -> Option<String> {
+    if escaped.trim_ascii().is_empty() {
+        return Some("{}".to_owned());
+    }
+    let args = JsonText::escaped(escaped).unescape()?;
+    let value = serde_json::from_str::<&serde_json::value::RawValue>(&args).ok()?;
+    value.get().starts_with('{').then(|| value.get().to_owned())
+}
+
 /// Appends `text` escaped as the inside of a JSON string literal.
 pub(crate) fn escape_into(out: &mut String, text: &str) {
     let mut from = 0;

@@ -3,10 +3,11 @@
 //! streaming translator the proxy drops into its relay ([`StreamTranslator`]).
 //!
 //! Each dialect's module holds its decoder and its encoder: `chat`, `responses`,
-//! `messages`. Choices made once for all of them:
+//! `messages`, `gemini`. Choices made once for all of them:
 //! - Text stays JSON-escaped from the upstream's bytes to the client's ([`hub::JsonText`]).
 //! - Ids: the client sees ids made from [`ClientStreamOptions::id`] (`chatcmpl-…`, `resp_…`,
-//!   `msg_…`); tool-call ids are the upstream's, so tool results sent back match.
+//!   `msg_…`, Gemini's `responseId` the seed itself); tool-call ids are the upstream's, so tool
+//!   results sent back match (a Gemini call without one gets `call_<n>`).
 //! - A count the client dialect requires but the upstream did not report is written as 0
 //!   (named in each encoder); every other unknown count is left out.
 //! - What a client dialect cannot carry (an Anthropic signature or redacted thinking for an
@@ -16,6 +17,7 @@
 pub mod acc;
 mod chat;
 pub mod error;
+mod gemini;
 pub mod hub;
 mod json;
 mod messages;
@@ -48,6 +50,10 @@ pub struct ClientStreamOptions {
     pub created: u64,
     /// Chat only: the client asked `stream_options.include_usage`, so the usage chunk is sent.
     pub include_usage: bool,
+    /// Whether [`Piece::TimingComment`] is placed in the client's stream. True for every
+    /// dialect but Gemini, whose official SDKs fail on a non-`data:` line (the proxy's
+    /// `gemini_timing_comment` turns it on there, after the last chunk).
+    pub timing_comment: bool,
 }
 
 impl ClientStreamOptions {
@@ -88,21 +94,34 @@ impl std::error::Error for TranslateError {}
 pub(crate) struct Out<'q> {
     buf: &'q mut BytesMut,
     pieces: &'q mut VecDeque<Piece>,
+    /// Whether the timing comment is placed at all ([`ClientStreamOptions::timing_comment`]).
+    timing_comment: bool,
 }
 
 impl<'q> Out<'q> {
-    pub(crate) fn new(buf: &'q mut BytesMut, pieces: &'q mut VecDeque<Piece>) -> Self {
-        Out { buf, pieces }
+    pub(crate) fn new(
+        buf: &'q mut BytesMut,
+        pieces: &'q mut VecDeque<Piece>,
+        timing_comment: bool,
+    ) -> Self {
+        Out {
+            buf,
+            pieces,
+            timing_comment,
+        }
     }
 
     pub(crate) fn buf(&mut self) -> &mut BytesMut {
         self.buf
     }
 
-    /// The timing comment goes here: before the client's terminal frame.
+    /// The timing comment goes here (before the client's terminal frame; after Gemini's last
+    /// chunk), when the options ask for one.
     pub(crate) fn comment(&mut self) {
-        self.flush();
-        self.pieces.push_back(Piece::TimingComment);
+        if self.timing_comment {
+            self.flush();
+            self.pieces.push_back(Piece::TimingComment);
+        }
     }
 
     /// Queues what was written.
@@ -206,6 +225,11 @@ impl Head {
             created: opts.created,
             include_usage: opts.include_usage,
         }
+    }
+
+    /// The escaped id seed.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
     }
 
     /// The model to report: the upstream's, else the configured one (escaped).

@@ -61,6 +61,10 @@ fn fixture(dialect: Dialect, s: Scenario) -> &'static str {
             Reasoning => "messages_reasoning.sse", Tool => "messages_tool.sse",
             Parallel => "messages_parallel.sse", MaxTokens => "messages_max_tokens.sse",
             Cache => "messages_cache.sse", Overload => "messages_overload.sse"),
+        Dialect::Gemini => fixtures!(s, Text => "gemini_text.sse",
+            Reasoning => "gemini_reasoning.sse", Tool => "gemini_tool.sse",
+            Parallel => "gemini_parallel.sse", MaxTokens => "gemini_max_tokens.sse",
+            Cache => "gemini_cache.sse", Overload => "gemini_overload.sse"),
     }
 }
 
@@ -81,6 +85,11 @@ fn body_fixtures(dialect: Dialect) -> [&'static str; 3] {
             include_str!("fixtures/messages_body_parallel.json"),
             include_str!("fixtures/messages_body_max_tokens.json"),
         ],
+        Dialect::Gemini => [
+            include_str!("fixtures/gemini_body_reasoning.json"),
+            include_str!("fixtures/gemini_body_parallel.json"),
+            include_str!("fixtures/gemini_body_max_tokens.json"),
+        ],
     }
 }
 
@@ -90,6 +99,7 @@ fn opts() -> ClientStreamOptions {
         id: "lt0001".to_owned(),
         created: 1_750_000_000,
         include_usage: true,
+        timing_comment: true,
     }
 }
 
@@ -220,7 +230,7 @@ fn expected(s: Scenario) -> Said {
 
 /// The counts each fixture reports, as the hub normalises them: OpenAI sends the cache-read
 /// and reasoning details (0 when none) but no cache writes; Anthropic sends both cache fields
-/// (0 when none) but no reasoning count.
+/// (0 when none) but no reasoning count; Google leaves zero counts out and has no cache writes.
 fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
     let (input, output, reasoning, cache_read, cache_write) = match s {
         Scenario::Text => (12, 6, 0, 0, None),
@@ -238,8 +248,13 @@ fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
                     cache_write: Some(0),
                     ..Tokens::default()
                 },
+                // Google's usage rides on the text chunk before the error.
+                Dialect::Gemini => Tokens {
+                    input: Some(9),
+                    ..Tokens::default()
+                },
                 _ => Tokens::default(),
-            }
+            };
         }
     };
     match dialect {
@@ -257,6 +272,13 @@ fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
             cache_read: Some(cache_read),
             cache_write: Some(cache_write.unwrap_or(0)),
         },
+        Dialect::Gemini => Tokens {
+            input: Some(input),
+            output: Some(output),
+            reasoning: Some(reasoning).filter(|&n| n > 0),
+            cache_read: Some(cache_read).filter(|&n| n > 0),
+            cache_write: None,
+        },
     }
 }
 
@@ -268,7 +290,10 @@ fn same_counts(upstream: &Tokens, client: &Tokens, dialect: Dialect, stream: boo
         Dialect::Responses => matches!(field, "input" | "output" | "cache_read" | "reasoning"),
         // message_start's input and message_delta's output.
         Dialect::Messages => matches!(field, "input" | "output") || !stream && field == "input",
+        Dialect::Gemini => false,
     };
+    // Gemini has no field for cache writes (its prompt count includes them).
+    let carried = |field: &str| !(dialect == Dialect::Gemini && field == "cache_write");
     for (field, up, got) in [
         ("input", upstream.input, client.input),
         ("output", upstream.output, client.output),
@@ -277,6 +302,7 @@ fn same_counts(upstream: &Tokens, client: &Tokens, dialect: Dialect, stream: boo
         ("reasoning", upstream.reasoning, client.reasoning),
     ] {
         match up {
+            Some(_) if !carried(field) => assert_eq!(got, None, "{field} to {dialect}"),
             Some(_) => assert_eq!(got, up, "{field} to {dialect}"),
             None if required(field) => {
                 assert!(
@@ -364,7 +390,8 @@ fn check_pair(up: Dialect, client: Dialect, s: Scenario) {
     let client_said = said(&decode_stream(client, &got));
     same_answer(&up_said, &client_said, client, true);
 
-    // One comment, right before the terminal frame, which ends the stream.
+    // One comment, right before the terminal frame, which ends the stream; Gemini has no
+    // terminal frame, and its comment follows the last chunk.
     assert_eq!(
         got.matches(COMMENT).count(),
         1,
@@ -381,10 +408,17 @@ fn check_pair(up: Dialect, client: Dialect, s: Scenario) {
         "{up}→{client} {s:?}: last is not terminal"
     );
     assert_eq!(frames.iter().filter(|c| c.terminal_frame).count(), 1);
-    assert!(
-        evs[last].2,
-        "{up}→{client} {s:?}: comment not before the terminal"
-    );
+    if client == Dialect::Gemini {
+        assert!(
+            !evs[last].2 && got.ends_with(COMMENT),
+            "{up}→{client} {s:?}:\n{got}"
+        );
+    } else {
+        assert!(
+            evs[last].2,
+            "{up}→{client} {s:?}: comment not before the terminal"
+        );
+    }
     if client == Dialect::Messages {
         assert_eq!(evs[0].0.as_deref(), Some("message_start"), "{got}");
         for (e, d, _) in &evs {
@@ -555,6 +589,7 @@ fn the_chat_usage_chunk_comes_only_when_the_client_asked_for_it() {
         Dialect::Chat,
         &ClientStreamOptions {
             include_usage: false,
+            timing_comment: true,
             ..opts()
         },
     );
@@ -722,14 +757,16 @@ fn a_failed_stream_ends_in_the_clients_dialect_and_takes_nothing_more() {
 #[test]
 fn keep_alives_reach_the_client_as_its_own_kind_of_keep_alive() {
     // Each text fixture carries one upstream keep-alive: a Chat comment, a Responses
-    // `keepalive`, an Anthropic `ping`.
+    // `keepalive`, an Anthropic `ping`. Gemini has none to send, and none is written to a
+    // Gemini client (its SDKs fail on a comment).
     for up in Dialect::ALL {
         let upstream = fixture(up, Scenario::Text);
         for client in Dialect::ALL {
             let got = translate(up, client, upstream, &[]);
             let pings = got.matches("event: ping\n").count();
             let comments = got.matches(": keep-alive\n\n").count();
-            assert_eq!(pings + comments, 1, "{up}→{client}:\n{got}");
+            let expected = usize::from(up != Dialect::Gemini && client != Dialect::Gemini);
+            assert_eq!(pings + comments, expected, "{up}→{client}:\n{got}");
             if client != Dialect::Messages {
                 assert_eq!(pings, 0);
             }
@@ -833,7 +870,9 @@ fn body_fixtures_decode_to_what_they_say() {
         assert_eq!(reasoning.reasoning, "Let me think: 6×7.");
         assert_eq!(reasoning.usage.input, Some(1200), "{up}");
         assert_eq!(reasoning.usage.cache_read, Some(1000), "{up}");
-        assert_eq!(reasoning.usage.cache_write, Some(150), "{up}");
+        // Google reports no cache writes.
+        let writes = Some(150).filter(|_| up != Dialect::Gemini);
+        assert_eq!(reasoning.usage.cache_write, writes, "{up}");
         assert_eq!(parallel.tools.len(), 2);
         assert_eq!(parallel.tools[1].2["tz"], "Europe/Paris");
         assert_eq!(parallel.stop, Some(StopReason::ToolUse));
@@ -1039,7 +1078,8 @@ fn dialects() -> impl Strategy<Value = Dialect> {
     prop_oneof![
         Just(Dialect::Chat),
         Just(Dialect::Responses),
-        Just(Dialect::Messages)
+        Just(Dialect::Messages),
+        Just(Dialect::Gemini)
     ]
 }
 
@@ -1074,4 +1114,177 @@ fn the_model_reported_is_the_upstreams_own_else_the_one_it_was_asked_for() {
     let upstream_model = json_events(named)[0]["model"].clone();
     assert!(upstream_model.is_string());
     assert_eq!(got[0]["message"]["model"], upstream_model);
+}
+
+// === Gemini ===
+
+fn gemini_chunk(parts: &str, tail: &str) -> String {
+    format!(
+        "data: {{\"candidates\": [{{\"content\": {{\"parts\": [{parts}],\"role\": \"model\"}}{tail},\"index\": 0}}]}}\r\n\r\n"
+    )
+}
+
+#[test]
+fn gemini_calls_without_ids_get_one_each_and_end_as_tool_use() {
+    let up = gemini_chunk(
+        r#"{"functionCall": {"name": "a", "args": {"x": 1}}},{"functionCall": {"name": "b"}}"#,
+        r#","finishReason": "STOP""#,
+    );
+    for client in Dialect::ALL {
+        let got = said(&decode_stream(
+            client,
+            &translate(Dialect::Gemini, client, &up, &[]),
+        ));
+        let ids: Vec<&str> = got.tools.iter().map(|t| t.0.as_str()).collect();
+        assert_eq!(ids, ["call_0", "call_1"], "{client}");
+        assert_eq!(got.tools[0].2, serde_json::json!({"x": 1}));
+        assert_eq!(got.stop, Some(StopReason::ToolUse), "{client}");
+    }
+}
+
+#[test]
+fn gemini_odd_ends_become_the_hubs() {
+    let malformed = gemini_chunk(
+        r#"{"text": ""}"#,
+        r#","finishReason": "MALFORMED_FUNCTION_CALL""#,
+    );
+    let a = decode_stream(Dialect::Gemini, &malformed);
+    assert_eq!(a.error.as_ref().map(|e| e.0), Some(ErrorKind::Server));
+    assert!(a.error.unwrap().1.contains("MALFORMED_FUNCTION_CALL"));
+    let blocked = "data: {\"promptFeedback\": {\"blockReason\": \"SAFETY\"},\"usageMetadata\": {\"promptTokenCount\": 5}}\r\n\r\n";
+    let a = decode_stream(Dialect::Gemini, blocked);
+    assert_eq!((a.stop, a.ended), (Some(StopReason::ContentFilter), true));
+    assert_eq!(a.usage.input, Some(5));
+    let recitation = gemini_chunk(r#"{"text": "x"}"#, r#","finishReason": "RECITATION""#);
+    assert_eq!(
+        decode_stream(Dialect::Gemini, &recitation).stop,
+        Some(StopReason::ContentFilter)
+    );
+    let in_band = "data: {\"error\": {\"code\": 429,\"message\": \"slow\",\"status\": \"RESOURCE_EXHAUSTED\"}}\r\n\r\n";
+    let a = decode_stream(Dialect::Gemini, in_band);
+    assert_eq!(a.error, Some((ErrorKind::RateLimited, "slow".to_owned())));
+    // The code decides where it is precise (529 is named INTERNAL by google.rpc.Code).
+    let overloaded =
+        "data: {\"error\": {\"code\": 529,\"message\": \"o\",\"status\": \"INTERNAL\"}}\r\n\r\n";
+    let a = decode_stream(Dialect::Gemini, overloaded);
+    assert_eq!(a.error.map(|e| e.0), Some(ErrorKind::Overloaded));
+    let refined =
+        "data: {\"error\": {\"code\": 500,\"message\": \"o\",\"status\": \"UNAVAILABLE\"}}\r\n\r\n";
+    let a = decode_stream(Dialect::Gemini, refined);
+    assert_eq!(a.error.map(|e| e.0), Some(ErrorKind::Overloaded));
+}
+
+#[test]
+fn cache_counts_cross_gemini_in_googles_terms() {
+    let messages = fixture(Dialect::Messages, Scenario::Cache);
+    let got = json_events(&translate(
+        Dialect::Messages,
+        Dialect::Gemini,
+        messages,
+        &[],
+    ));
+    let last = got.last().unwrap();
+    assert_eq!(
+        last["usageMetadata"],
+        serde_json::json!({"promptTokenCount": 1200, "cachedContentTokenCount": 1000,
+            "candidatesTokenCount": 3, "totalTokenCount": 1203}),
+        "Anthropic reports no reasoning count, so none is written"
+    );
+    assert_eq!(last["candidates"][0]["finishReason"], "STOP");
+    let reasoning = fixture(Dialect::Chat, Scenario::Reasoning);
+    let got = json_events(&translate(Dialect::Chat, Dialect::Gemini, reasoning, &[]));
+    let usage = &got.last().unwrap()["usageMetadata"];
+    assert_eq!(
+        usage["candidatesTokenCount"], 12,
+        "thoughts are outside candidates"
+    );
+    assert_eq!(usage["thoughtsTokenCount"], 18);
+    assert!(got
+        .iter()
+        .any(|e| e["candidates"][0]["content"]["parts"][0]["thought"] == true));
+    // And back: Anthropic's input_tokens leaves the cache out.
+    let gemini = fixture(Dialect::Gemini, Scenario::Cache);
+    let got = json_events(&translate(Dialect::Gemini, Dialect::Messages, gemini, &[]));
+    let delta = got.iter().find(|e| e["type"] == "message_delta").unwrap();
+    assert_eq!(delta["usage"]["input_tokens"], 200);
+    assert_eq!(delta["usage"]["cache_read_input_tokens"], 1000);
+}
+
+#[test]
+fn a_gemini_client_gets_no_timing_comment_unless_asked() {
+    let up = fixture(Dialect::Chat, Scenario::Text);
+    let quiet = ClientStreamOptions {
+        timing_comment: false,
+        ..opts()
+    };
+    let mut t = StreamTranslator::new(Dialect::Chat, Dialect::Gemini, &quiet);
+    let mut out = VecDeque::new();
+    t.push(up.as_bytes(), &mut out);
+    t.finish(BodyEnd::Eof, &mut out);
+    assert!(out
+        .iter()
+        .all(|p| !matches!(p, crate::relay::Piece::TimingComment)));
+    let got = render(out);
+    assert!(
+        got.lines().all(|l| l.is_empty() || l.starts_with("data: ")),
+        "{got}"
+    );
+    assert!(!got.contains('\n') || got.contains("\r\n"), "CRLF framing");
+}
+
+#[test]
+fn cut_arguments_cannot_become_a_gemini_call() {
+    let up = fixture(Dialect::Chat, Scenario::Tool);
+    let cut = up.replace(r#"\"Paris\"}"#, r#"\"Par"#);
+    let got = translate(Dialect::Chat, Dialect::Gemini, &cut, &[]);
+    let a = decode_stream(Dialect::Gemini, &got);
+    assert_eq!(
+        a.error.as_ref().map(|e| e.0),
+        Some(ErrorKind::Server),
+        "{got}"
+    );
+    assert!(a.blocks.is_empty(), "no call was sent: {got}");
+    let body = br#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"city\":\"Par"}}]},"finish_reason":"length"}]}"#;
+    assert_eq!(
+        translate_body(Dialect::Chat, Dialect::Gemini, body, &opts()),
+        Err(TranslateError::ToolArgumentsNotAnObject { block: 0 })
+    );
+}
+
+#[test]
+fn errors_cross_gemini_in_googles_shape() {
+    let openai = br#"{"error":{"message":"slow down","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+    let (status, body) = translate_error(Dialect::Chat, Dialect::Gemini, 429, openai);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 429);
+    assert_eq!(
+        v,
+        serde_json::json!({"error": {"code": 429, "message": "slow down",
+                                     "status": "RESOURCE_EXHAUSTED"}})
+    );
+    for (status, word) in [
+        (400, "INVALID_ARGUMENT"),
+        (401, "UNAUTHENTICATED"),
+        (403, "PERMISSION_DENIED"),
+        (404, "NOT_FOUND"),
+        (500, "INTERNAL"),
+        (503, "UNAVAILABLE"),
+        (504, "DEADLINE_EXCEEDED"),
+    ] {
+        let (got, body) = translate_error(Dialect::Messages, Dialect::Gemini, status, b"{}");
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((got, v["error"]["status"].as_str()), (status, Some(word)));
+    }
+    let google = br#"{"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}"#;
+    let (status, body) = translate_error(Dialect::Gemini, Dialect::Messages, 503, google);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (status, v["error"]["type"].as_str()),
+        (529, Some("overloaded_error"))
+    );
+    assert_eq!(v["error"]["message"], "overloaded");
+    // A 400 whose status names the kind more precisely keeps it.
+    let denied = br#"{"error": {"code": 400, "message": "m", "status": "FAILED_PRECONDITION"}}"#;
+    let (status, _) = translate_error(Dialect::Gemini, Dialect::Chat, 400, denied);
+    assert_eq!(status, 400);
 }

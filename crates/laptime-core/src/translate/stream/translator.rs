@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use super::acc::Answer;
 use super::error::{client_status, read_error, write_anthropic_error, write_openai_error};
 use super::hub::{ErrorKind, HubError, HubEvent, JsonText};
-use super::{chat, messages, responses, ClientStreamOptions, Head, Out, TranslateError};
+use super::{chat, gemini, messages, responses, ClientStreamOptions, Head, Out, TranslateError};
 use crate::observe::BodyEnd;
 use crate::relay::Piece;
 use crate::sse::{SseItem, SseScanner};
@@ -25,6 +25,7 @@ pub(super) enum Decoder {
     Chat(chat::Decoder),
     Responses(responses::Decoder),
     Messages(messages::Decoder),
+    Gemini(gemini::Decoder),
 }
 
 impl Decoder {
@@ -33,6 +34,7 @@ impl Decoder {
             Dialect::Chat => Decoder::Chat(chat::Decoder::new()),
             Dialect::Responses => Decoder::Responses(responses::Decoder::new()),
             Dialect::Messages => Decoder::Messages(messages::Decoder::new()),
+            Dialect::Gemini => Decoder::Gemini(gemini::Decoder::new()),
         }
     }
 
@@ -46,13 +48,14 @@ impl Decoder {
             Decoder::Chat(d) => d.event(data, emit),
             Decoder::Responses(d) => d.event(event, data, emit),
             Decoder::Messages(d) => d.event(event, data, emit),
+            Decoder::Gemini(d) => d.event(data, emit),
         }
     }
 
     pub(super) fn finish(&mut self, end: BodyEnd, emit: &mut impl FnMut(HubEvent<'static>)) {
         match self {
             Decoder::Chat(d) => d.finish(end, emit),
-            Decoder::Responses(_) | Decoder::Messages(_) => {}
+            Decoder::Responses(_) | Decoder::Messages(_) | Decoder::Gemini(_) => {}
         }
     }
 
@@ -61,6 +64,7 @@ impl Decoder {
             Decoder::Chat(d) => d.done(),
             Decoder::Responses(d) => d.done(),
             Decoder::Messages(d) => d.done(),
+            Decoder::Gemini(d) => d.done(),
         }
     }
 }
@@ -71,6 +75,7 @@ enum Encoder {
     Chat(chat::Encoder),
     Responses(responses::Encoder),
     Messages(messages::Encoder),
+    Gemini(gemini::Encoder),
 }
 
 impl Encoder {
@@ -79,6 +84,7 @@ impl Encoder {
             Dialect::Chat => Encoder::Chat(chat::Encoder::new(head)),
             Dialect::Responses => Encoder::Responses(responses::Encoder::new(head)),
             Dialect::Messages => Encoder::Messages(messages::Encoder::new(head)),
+            Dialect::Gemini => Encoder::Gemini(gemini::Encoder::new(head)),
         }
     }
 
@@ -87,6 +93,7 @@ impl Encoder {
             Encoder::Chat(e) => e.event(ev, out),
             Encoder::Responses(e) => e.event(ev, out),
             Encoder::Messages(e) => e.event(ev, out),
+            Encoder::Gemini(e) => e.event(ev, out),
         }
     }
 }
@@ -102,6 +109,8 @@ pub struct StreamTranslator {
     buf: BytesMut,
     /// [`StreamTranslator::fail`] ended the client's stream.
     failed: bool,
+    /// [`ClientStreamOptions::timing_comment`].
+    timing_comment: bool,
 }
 
 impl StreamTranslator {
@@ -112,6 +121,7 @@ impl StreamTranslator {
             encoder: Encoder::new(client, Head::new(opts)),
             buf: BytesMut::with_capacity(4096),
             failed: false,
+            timing_comment: opts.timing_comment,
         }
     }
 
@@ -125,11 +135,12 @@ impl StreamTranslator {
             encoder,
             buf,
             failed,
+            timing_comment,
         } = self;
         if *failed {
             return;
         }
-        let mut sink = Out::new(buf, out);
+        let mut sink = Out::new(buf, out, *timing_comment);
         scanner.feed(chunk, &mut |item| match item {
             SseItem::Event { event, data, .. } => {
                 decoder.event(event, data, &mut |ev| encoder.event(&ev, &mut sink));
@@ -155,9 +166,10 @@ impl StreamTranslator {
             decoder,
             encoder,
             buf,
+            timing_comment,
             ..
         } = self;
-        let mut sink = Out::new(buf, out);
+        let mut sink = Out::new(buf, out, *timing_comment);
         decoder.finish(end, &mut |ev| encoder.event(&ev, &mut sink));
         sink.flush();
     }
@@ -171,7 +183,7 @@ impl StreamTranslator {
         }
         self.failed = true;
         let message = JsonText::from_plain(message);
-        let mut sink = Out::new(&mut self.buf, out);
+        let mut sink = Out::new(&mut self.buf, out, self.timing_comment);
         let err = HubEvent::Error(HubError { kind, message });
         self.encoder.event(&err, &mut sink);
         sink.flush();
@@ -199,6 +211,7 @@ pub fn translate_body(
         Dialect::Chat => chat::encode_body(&answer, &head, &mut out)?,
         Dialect::Responses => responses::encode_body(&answer, &head, &mut out)?,
         Dialect::Messages => messages::encode_body(&answer, &head, &mut out)?,
+        Dialect::Gemini => gemini::encode_body(&answer, &head, &mut out)?,
     }
     Ok(out.into_bytes())
 }
@@ -213,6 +226,7 @@ pub(super) fn decode_body<'a>(
         Dialect::Chat => chat::decode_body(body, emit),
         Dialect::Responses => responses::decode_body(body, emit),
         Dialect::Messages => messages::decode_body(body, emit),
+        Dialect::Gemini => gemini::decode_body(body, emit),
     }
 }
 
@@ -227,7 +241,9 @@ pub fn translate_error(
     let err = read_error(upstream, status, body);
     let status = client_status(err.kind, client, status);
     let mut out = String::with_capacity(128 + err.message.raw().len());
-    if client.is_anthropic() {
+    if client == Dialect::Gemini {
+        gemini::write_google_error(&mut out, &err, status);
+    } else if client.is_anthropic() {
         write_anthropic_error(&mut out, &err);
     } else {
         out.push_str("{\"error\":");

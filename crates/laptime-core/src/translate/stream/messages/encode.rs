@@ -12,8 +12,8 @@
 
 use super::super::acc::Answer;
 use super::super::error::write_anthropic_error;
-use super::super::hub::{BlockKind, Delta, HubEvent, JsonText, StopReason};
-use super::super::json::{sse_close, sse_open, JsonOut};
+use super::super::hub::{BlockKind, Delta, HubEvent, StopReason};
+use super::super::json::{sse_close, sse_open, tool_input, JsonOut};
 use super::super::{Head, Out, TranslateError};
 use super::{stop_name, uncached_input};
 use crate::usage::Tokens;
@@ -262,14 +262,4 @@ pub(crate) fn encode_body(
     write_usage(out, &answer.usage, Place::Body);
     out.raw("}");
     Ok(())
-}
-
-/// Escaped arguments text → the JSON object it spells; no arguments are `{}`.
-fn tool_input(escaped: &str) -> Option<String> {
-    if escaped.trim_ascii().is_empty() {
-        return Some("{}".to_owned());
-    }
-    let args = JsonText::escaped(escaped).unescape()?;
-    let value = serde_json::from_str::<&serde_json::value::RawValue>(&args).ok()?;
-    value.get().starts_with('{').then(|| value.get().to_owned())
 }
