@@ -1,4 +1,4 @@
-"""The official OpenAI and Anthropic Python SDKs talk to a real laptime gateway.
+"""The official OpenAI, Anthropic and Google Gemini Python SDKs talk to a real laptime gateway.
 
 The gateway (see conftest.py) serves the simulated model `sim-fast`, which
 answers with 16 text tokens and reports usage input 10 / output 16 in every
@@ -13,12 +13,16 @@ import numbers
 import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import types
 
 MODEL = "sim-fast"
 EXPECTED_OUTPUT_TOKENS = 16
 EXPECTED_INPUT_TOKENS = 10
 PROMPT = "Why was my request slow?"
 REQUEST_ID_HEADER = "x-laptime-request-id"
+# What the sim streams for `sim-fast`: its first 16 text tokens.
+SIM_FAST_TEXT = "Sure, here is the short answer: the request waited in a queue, the"
 
 
 @pytest.fixture
@@ -328,3 +332,70 @@ def test_anthropic_stream_cut_by_the_upstream_raises_in_the_sdk(anthropic_client
             for _ in stream:
                 pass
     assert "closed the stream before it was complete" in str(excinfo.value)
+
+
+# --- Google Gemini (google-genai), same dialect: /v1beta/models/{model}:… ---
+
+
+@pytest.fixture
+def gemini_client(gateway):
+    client = genai.Client(
+        api_key=gateway.token,
+        http_options=types.HttpOptions(
+            base_url=gateway.base_url,
+            timeout=10_000,
+            retry_options=types.HttpRetryOptions(attempts=1),
+        ),
+    )
+    yield client
+    client.close()
+
+
+def _gemini_request_id(response) -> str:
+    headers = response.sdk_http_response.headers or {}
+    return {k.lower(): v for k, v in headers.items()}.get(REQUEST_ID_HEADER, "")
+
+
+def test_gemini_generate_content_stream_reconstructs_the_sims_text_and_usage(
+    gateway, gemini_client
+):
+    chunks = list(gemini_client.models.generate_content_stream(model=MODEL, contents=PROMPT))
+    assert "".join(c.text or "" for c in chunks) == SIM_FAST_TEXT
+    last = chunks[-1]
+    assert last.candidates[0].finish_reason == types.FinishReason.STOP
+    usage = last.usage_metadata
+    assert usage.prompt_token_count == EXPECTED_INPUT_TOKENS
+    assert usage.candidates_token_count == EXPECTED_OUTPUT_TOKENS
+    row = assert_stored_row_is_a_completed_stream(gateway, _gemini_request_id(chunks[0]), "gemini")
+    assert row["input_tokens"] == EXPECTED_INPUT_TOKENS, row
+    assert row["text_delta_count"] == EXPECTED_OUTPUT_TOKENS, row
+
+
+def test_gemini_generate_content_returns_the_sims_text_usage_and_server_timing(
+    gateway, gemini_client
+):
+    response = gemini_client.models.generate_content(
+        model=MODEL,
+        contents=PROMPT,
+        config=types.GenerateContentConfig(max_output_tokens=64),
+    )
+    assert response.text == SIM_FAST_TEXT
+    assert response.candidates[0].finish_reason == types.FinishReason.STOP
+    assert response.usage_metadata.prompt_token_count == EXPECTED_INPUT_TOKENS
+    assert response.usage_metadata.candidates_token_count == EXPECTED_OUTPUT_TOKENS
+    headers = {k.lower(): v for k, v in response.sdk_http_response.headers.items()}
+    assert headers["server-timing"].startswith("upstream;dur="), headers
+    row = gateway.stored_request(headers[REQUEST_ID_HEADER])
+    assert row["outcome"] == "completed", row
+    assert (row["dialect"], row["stream"], row["model"]) == ("gemini", False, MODEL), row
+    assert (row["input_tokens"], row["output_tokens"]) == (
+        EXPECTED_INPUT_TOKENS,
+        EXPECTED_OUTPUT_TOKENS,
+    ), row
+
+
+def test_gemini_sdk_raises_a_client_error_for_an_unknown_model(gemini_client):
+    with pytest.raises(genai.errors.ClientError) as caught:
+        gemini_client.models.generate_content(model="gemini-nonexistent", contents=PROMPT)
+    assert caught.value.code == 404
+    assert caught.value.status == "NOT_FOUND"

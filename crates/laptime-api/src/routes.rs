@@ -91,14 +91,16 @@ fn route(method: Method, path: &'static str, kind: Kind, handler: MethodRouter<A
 }
 
 /// Gemini's calls: `{model}:generateContent` and `{model}:streamGenerateContent` under
-/// `/v1beta/models`; the pipeline reads the segment (and answers an unknown method itself).
-pub const GEMINI_ROUTE: &str = "/v1beta/models/{call}";
+/// `/v1beta/models`, and under `/v1/models` (google-genai 3.x's default); the pipeline reads the
+/// segment (and answers an unknown method itself).
+pub const GEMINI_ROUTES: [&str; 2] = ["/v1beta/models/{call}", "/v1/models/{call}"];
 
+/// The route of a dialect served at one fixed path.
 fn proxy_route(dialect: Dialect) -> Route {
-    let path = match dialect {
-        Dialect::Gemini => GEMINI_ROUTE,
-        Dialect::Chat | Dialect::Responses | Dialect::Messages => dialect.path(),
-    };
+    proxy_route_at(dialect, dialect.path())
+}
+
+fn proxy_route_at(dialect: Dialect, path: &'static str) -> Route {
     route(
         Method::POST,
         path,
@@ -113,7 +115,8 @@ pub fn routes() -> Vec<Route> {
         proxy_route(Dialect::Chat),
         proxy_route(Dialect::Responses),
         proxy_route(Dialect::Messages),
-        proxy_route(Dialect::Gemini),
+        proxy_route_at(Dialect::Gemini, GEMINI_ROUTES[0]),
+        proxy_route_at(Dialect::Gemini, GEMINI_ROUTES[1]),
         route(
             Method::GET,
             "/v1/models",
@@ -189,7 +192,11 @@ pub async fn authenticate(
     next: Next,
 ) -> Response {
     // A Gemini client may send its key as `?key=`; no other route takes a key in its URL.
-    let gemini = kind == Kind::Proxy && req.uri().path().starts_with(Dialect::Gemini.path());
+    let path = req.uri().path();
+    let gemini = kind == Kind::Proxy
+        && laptime_proxy::ingress::GEMINI_COLLECTIONS
+            .iter()
+            .any(|c| path.starts_with(c));
     let query = req.uri().query().filter(|_| gemini);
     let found = state.app.auth.check_with_query(req.headers(), query).await;
     if kind == Kind::Proxy {

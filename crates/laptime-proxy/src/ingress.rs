@@ -255,12 +255,16 @@ pub struct GeminiCall {
     pub stream: bool,
 }
 
+/// The collections a Gemini client calls models under: `v1beta`, and `v1`, which google-genai
+/// 3.x uses by default. Upstream, the gateway always calls `v1beta` (a superset).
+pub const GEMINI_COLLECTIONS: [&str; 2] = ["/v1beta/models/", "/v1/models/"];
+
 /// Reads a Gemini call from its path (as decoded) and query. The model is bounded like any
 /// model name and must be a plain path segment, since it may be sent upstream in a URL.
 pub fn gemini_call(path: &str, query: Option<&str>) -> Result<GeminiCall, BodyProblem> {
-    let segment = path
-        .strip_prefix(laptime_core::Dialect::Gemini.path())
-        .and_then(|rest| rest.strip_prefix('/'));
+    let segment = GEMINI_COLLECTIONS
+        .iter()
+        .find_map(|prefix| path.strip_prefix(prefix));
     let Some((model, method)) = segment.and_then(laptime_core::GeminiMethod::split) else {
         return Err(BodyProblem::GeminiMethod(
             path.chars().take(MAX_MODEL_BYTES).collect(),
@@ -536,7 +540,7 @@ mod tests {
             })
         );
         assert_eq!(
-            call("/v1beta/models/gemini-2.5-flash:generateContent", None),
+            call("/v1/models/gemini-2.5-flash:generateContent", None),
             Ok(GeminiCall {
                 model: "gemini-2.5-flash".into(),
                 stream: false

@@ -245,6 +245,12 @@ async fn the_gateways_own_errors_take_googles_shape_and_the_key_may_come_in_the_
         .unwrap();
     assert_eq!(in_query.status(), 200, "?key= is the gateway token");
 
+    // google-genai 3.x calls /v1/models/… by default: served the same way.
+    let v1 = gemini_post(&h, "/v1/models/sim-fast:generateContent", &plain).await;
+    assert_eq!(v1.status(), 200);
+    let answer: Value = v1.json().await.unwrap();
+    assert_eq!(answer["candidates"][0]["finishReason"], "STOP");
+
     let not_sse = gemini_post(&h, "/v1beta/models/sim-fast:streamGenerateContent", &plain).await;
     assert_eq!(not_sse.status(), 400);
     let v: Value = not_sse.json().await.unwrap();
