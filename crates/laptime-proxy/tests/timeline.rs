@@ -76,6 +76,7 @@ async fn play_for(dialect: Dialect, client: Dialect, model: &str) -> (RequestRec
             id: "req_trace".into(),
             created: 1,
             include_usage: true,
+            timing_comment: true,
         };
         body = body.translated(StreamTranslator::new(dialect, client, &opts));
     }
