@@ -603,16 +603,22 @@ fn gemini_turn(c: &Value) -> J {
     obj! {"role": str_of(c.get("role")), "parts": parts}
 }
 
+/// A Gemini field by its camelCase name or its proto name: Google reads either, and
+/// google-genai writes the proto names inside parts (`mime_type`, `file_uri`).
+fn proto<'v>(v: &'v Value, camel: &str, snake: &str) -> Option<&'v Value> {
+    v.get(camel).or_else(|| v.get(snake))
+}
+
 fn gemini_part(p: &Value) -> J {
-    let image = |blob: &Value| str_of(blob.get("mimeType")).starts_with("image/");
-    if let Some(call) = p.get("functionCall") {
+    let image = |blob: &Value| str_of(proto(blob, "mimeType", "mime_type")).starts_with("image/");
+    if let Some(call) = proto(p, "functionCall", "function_call") {
         return J::from(format!(
             "tool_call:{}:{}",
             str_of(call.get("name")),
             str_of(call.get("id"))
         ));
     }
-    if let Some(r) = p.get("functionResponse") {
+    if let Some(r) = proto(p, "functionResponse", "function_response") {
         let error = if r.pointer("/response/error").is_some() {
             ":error"
         } else {
@@ -624,15 +630,20 @@ fn gemini_part(p: &Value) -> J {
             str_of(r.get("id"))
         ));
     }
-    J::from(match (p.get("inlineData"), p.get("fileData")) {
-        (Some(blob), _) if image(blob) => "image:base64",
-        (Some(_), _) => "document",
-        (None, Some(file)) if image(file) => "image:url",
-        (None, Some(_)) => "file",
-        (None, None) if p.get("thought") == Some(&Value::Bool(true)) => "reasoning",
-        (None, None) if p.get("text").is_some() => "text",
-        (None, None) => "unknown:part",
-    })
+    J::from(
+        match (
+            proto(p, "inlineData", "inline_data"),
+            proto(p, "fileData", "file_data"),
+        ) {
+            (Some(blob), _) if image(blob) => "image:base64",
+            (Some(_), _) => "document",
+            (None, Some(file)) if image(file) => "image:url",
+            (None, Some(_)) => "file",
+            (None, None) if p.get("thought") == Some(&Value::Bool(true)) => "reasoning",
+            (None, None) if p.get("text").is_some() => "text",
+            (None, None) => "unknown:part",
+        },
+    )
 }
 
 /// A sampling field: top-level in every dialect but Gemini, whose are in `generationConfig`.

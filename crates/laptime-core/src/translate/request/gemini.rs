@@ -39,7 +39,6 @@ const CONFIG_FIELDS: &[&str] = &[
     "responseMimeType",
     "responseSchema",
     "responseJsonSchema",
-    SNAKE_RESPONSE_SCHEMA,
     "thinkingConfig",
     "seed",
     "presencePenalty",
@@ -49,15 +48,66 @@ const CONFIG_FIELDS: &[&str] = &[
 
 const UNKNOWN: &str = "not a Gemini field laptime can translate";
 
-/// Google's JSON parsing takes a field's proto name as well as its camelCase one, and
-/// google-genai sends these two JSON-schema fields by their proto names.
-const SNAKE_PARAMETERS_SCHEMA: &str = "parameters_json_schema";
-const SNAKE_RESPONSE_SCHEMA: &str = "response_json_schema";
-
 /// What a function response holds when it is the tool's output (Google's convention).
 const OUTPUT: &str = "output";
 /// What it holds when the tool failed.
 const ERROR: &str = "error";
+
+/// Keys whose values are the client's own JSON (function arguments and results, schemas):
+/// their insides keep the client's spelling.
+const FREE_FORM: &[&str] = &[
+    "args",
+    "response",
+    "parameters",
+    "parametersJsonSchema",
+    "responseSchema",
+    "responseJsonSchema",
+];
+
+/// Spells every field name of a Gemini body in lowerCamelCase, as Google's proto-JSON parser
+/// accepts either spelling (google-genai itself sends `mime_type` and `file_uri` inside its
+/// parts); the client's own JSON under [`FREE_FORM`] keys is left as written.
+pub(super) fn camel_case_keys(map: &mut Map<String, Value>) {
+    let entries = std::mem::take(map);
+    for (key, mut value) in entries {
+        let key = if key.contains('_') {
+            lower_camel(&key)
+        } else {
+            key
+        };
+        if !FREE_FORM.contains(&key.as_str()) {
+            camel_case_value(&mut value);
+        }
+        // The camelCase spelling wins when a body has both.
+        if !map.contains_key(&key) {
+            map.insert(key, value);
+        }
+    }
+}
+
+fn camel_case_value(value: &mut Value) {
+    match value {
+        Value::Object(m) => camel_case_keys(m),
+        Value::Array(items) => items.iter_mut().for_each(camel_case_value),
+        _ => {}
+    }
+}
+
+fn lower_camel(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for c in key.chars() {
+        if c == '_' {
+            upper = !out.is_empty();
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 pub(super) fn decode(o: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
     o.only(FIELDS, UNKNOWN)?;
@@ -160,9 +210,7 @@ fn generation_config(c: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
 }
 
 fn output_format(c: Obj<'_>, d: &Decoder<'_>) -> Result<Option<OutputFormat>> {
-    let json_schema = c
-        .get("responseJsonSchema")
-        .or_else(|| c.get(SNAKE_RESPONSE_SCHEMA));
+    let json_schema = c.get("responseJsonSchema");
     let schema = match (json_schema, c.get("responseSchema")) {
         (Some(s), _) => Some(s.clone()),
         (None, Some(s)) => Some(openapi_to_json_schema(s)),
@@ -257,18 +305,10 @@ fn tools(t: Obj<'_>, d: &mut Decoder<'_>) -> Result<()> {
     }
     t.each_object("functionDeclarations", |f| {
         f.only(
-            &[
-                "name",
-                "description",
-                "parameters",
-                "parametersJsonSchema",
-                SNAKE_PARAMETERS_SCHEMA,
-            ],
+            &["name", "description", "parameters", "parametersJsonSchema"],
             UNKNOWN,
         )?;
-        let json_schema = f
-            .get("parametersJsonSchema")
-            .or_else(|| f.get(SNAKE_PARAMETERS_SCHEMA));
+        let json_schema = f.get("parametersJsonSchema");
         let parameters = match (json_schema, f.get("parameters")) {
             (Some(s), _) => Some(s.clone()),
             (None, Some(s)) => Some(openapi_to_json_schema(s)),

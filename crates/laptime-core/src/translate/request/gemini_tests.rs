@@ -410,3 +410,32 @@ fn the_schema_fields_google_genai_sends_by_their_proto_names_are_read() {
     assert_eq!(o["tools"][0]["function"]["parameters"], schema);
     assert_eq!(o["response_format"]["json_schema"]["schema"], schema);
 }
+
+#[test]
+fn proto_names_are_read_as_their_camel_case_and_the_clients_own_json_is_kept() {
+    // google-genai writes parts' insides by their proto names.
+    let body = json!({
+        "system_instruction": {"parts": [{"text": "Be brief."}]},
+        "contents": [{"role": "user", "parts": [
+            {"text": "What is in these?"},
+            {"inline_data": {"mime_type": "image/png", "data": "iVBORw0KGgo="}},
+            {"fileData": {"file_uri": "https://example.com/a.pdf", "mime_type": "application/pdf"}},
+        ]}],
+        "tools": [{"function_declarations": [{"name": "get_weather",
+            "parameters_json_schema": {"type": "object",
+                "properties": {"city_name": {"type": "string"}}}}]}],
+        "generation_config": {"max_output_tokens": 77, "stop_sequences": ["END"]},
+    });
+    let up = out(Gemini, Messages, &body);
+    assert_eq!(up["system"], "Be brief.", "{up}");
+    assert_eq!(up["max_tokens"], 77);
+    assert_eq!(up["stop_sequences"], json!(["END"]));
+    let content = &up["messages"][0]["content"];
+    assert_eq!(content[1]["source"]["media_type"], "image/png", "{up}");
+    assert_eq!(content[2]["type"], "document", "{up}");
+    // A property named by the client keeps its spelling.
+    assert_eq!(
+        up["tools"][0]["input_schema"]["properties"]["city_name"]["type"], "string",
+        "{up}"
+    );
+}

@@ -81,6 +81,9 @@ pub fn translate_request(
 ) -> std::result::Result<TranslatedRequest, RequestError> {
     let mut omitted = Omissions::default();
     let mut map = json::parse_body(body)?;
+    if client == Dialect::Gemini {
+        gemini::camel_case_keys(&mut map);
+    }
     let carried: Vec<(String, Value)> = opts
         .pass_through
         .iter()
