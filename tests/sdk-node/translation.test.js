@@ -4,8 +4,8 @@
 // translated), streamed and whole, over the same scenarios as tests/sdk/test_translation.py:
 // plain text, reasoning then text, one tool call, parallel tool calls, text after tool results
 // and image input (both read back from sim-echo's summary of what reached the upstream), the
-// max-tokens cut, an upstream 429 and an in-band overload. The expected values mirror the
-// Python test's, which come from the sim presets' definitions (crates/laptime-sim/src/script.rs,
+// max-tokens cut, an upstream 429 and an in-band overload. The expected values are the Python
+// test's (tests/sdk/expectations.json, shared), which come from the sim presets' definitions (crates/laptime-sim/src/script.rs,
 // `scenario`), never from what the gateway answered; a streamed cell's stored marks are checked
 // against the preset's scripted instants.
 'use strict';
@@ -42,43 +42,25 @@ const TOOLS = {
 };
 const schema = name => ({ type: 'object', properties: { [TOOLS[name].key]: { type: 'string' } }, required: [TOOLS[name].key] });
 
-// What each preset sends, in the sim's terms (`input` excludes cached tokens).
-const usage = (input, cacheRead, cacheWrite, output, reasoning) => ({ input, cacheRead, cacheWrite, output, reasoning });
-const PRESETS = {
-  // Script::default(): 16 generated words, input 10.
-  'sim-fast': { text: 'Sure, here is the short answer: the request waited in a queue, the', reasoning: '', calls: [], stop: 'end',
-    usage: usage(10, 0, 0, 16, 0) },
-  'sim-reasoning': { text: 'Sure, here is the short', reasoning: 'Let me think about', calls: [], stop: 'end',
-    usage: usage(20, 8, 4, 10, 4) },
-  'sim-tool-call': { text: '', reasoning: '', calls: [['get_weather', { query: 'weather in Paris tomorrow' }]], stop: 'tool',
-    usage: usage(30, 16, 0, 4, 0) },
-  'sim-parallel-tools': { text: '', reasoning: '', stop: 'tool', usage: usage(36, 0, 12, 6, 0),
-    calls: [['get_weather', { query: 'weather in Paris' }], ['get_time', { location: 'Tokyo, Japan local' }]] },
-  'sim-max-tokens': { text: 'Sure, here is the short answer:', reasoning: '', calls: [], stop: 'max_tokens',
-    usage: usage(12, 4, 0, 8, 0) },
-  // sim-echo: 8 text deltas of the request's summary; its text is checked by each test.
-  'sim-echo': { stop: 'end', usage: usage(40, 0, 0, 8, 0) },
-};
-const OVERLOAD_TEXT = 'Sure, here is the'; // sim-overloaded-in-band: 5 words, then the error
-const OVERLOAD_MESSAGE = 'Overloaded';
-const RATE_LIMIT_MESSAGE = 'Rate limit reached for requests';
-
-// The scripted instants, in ms from the sim's receipt of the request (script.rs `scenario`:
-// head at 5, first event at 10, a delta per ms; the terminal one ms per delta after the last
-// output's start). sim-fast is Script::default(): everything at 0.
-const SCRIPT_MARKS = {
-  'sim-fast': { first_response_ms: 0, first_text_delta_ms: 0, upstream_done_ms: 0 },
-  'sim-reasoning': { first_response_ms: 20, first_text_delta_ms: 40, upstream_done_ms: 46 },
-  'sim-tool-call': { first_response_ms: 20, first_text_delta_ms: null, upstream_done_ms: 24 },
-  'sim-parallel-tools': { first_response_ms: 20, first_text_delta_ms: null, upstream_done_ms: 26 },
-  'sim-max-tokens': { first_response_ms: 20, first_text_delta_ms: 20, upstream_done_ms: 28 },
-  'sim-echo': { first_response_ms: 20, first_text_delta_ms: 20, upstream_done_ms: 28 },
-  'sim-overloaded-in-band': { first_response_ms: 20, first_text_delta_ms: 20, upstream_done_ms: 25 },
-};
+// What each preset sends, shared with the Python matrix: tests/sdk/expectations.json (its
+// comment says where each value comes from in the sim). Usage is in the sim's terms (`input`
+// excludes cached tokens); stop is end | tool | max_tokens; marks are the scripted instants in
+// ms from the sim's receipt of the request.
+const EXPECTATIONS = JSON.parse(fs.readFileSync(path.join(REPO, 'tests', 'sdk', 'expectations.json'), 'utf8'));
+const PRESETS = Object.fromEntries(Object.entries(EXPECTATIONS.presets).filter(([, p]) => p.usage).map(([name, p]) => [name, {
+  text: p.text || '', reasoning: p.reasoning, calls: p.calls, stop: p.stop,
+  usage: { input: p.usage.input, cacheRead: p.usage.cache_read, cacheWrite: p.usage.cache_write, output: p.usage.output, reasoning: p.usage.reasoning },
+}]));
+const OVERLOAD_TEXT = EXPECTATIONS.presets['sim-overloaded-in-band'].text; // 5 words, then the error
+const OVERLOAD_MESSAGE = EXPECTATIONS.overload_message;
+const RATE_LIMIT_MESSAGE = EXPECTATIONS.rate_limit_message;
+const SCRIPT_MARKS = Object.fromEntries(Object.entries(EXPECTATIONS.presets).map(([name, p]) => [name, p.marks]));
 // A Gemini upstream sends each functionCall whole, at the instant of its last fragment.
-const GEMINI_FIRST_CALL_MS = { 'sim-tool-call': 23, 'sim-parallel-tools': 22 };
-const MARK_EARLY_MS = 1;
-const MARK_LATE_MS = 50;
+const GEMINI_FIRST_CALL_MS = Object.fromEntries(Object.entries(EXPECTATIONS.presets)
+  .filter(([, p]) => p.gemini_first_call_ms != null).map(([name, p]) => [name, p.gemini_first_call_ms]));
+// Real sockets and real time: a mark may be late by scheduling, never early.
+const MARK_EARLY_MS = EXPECTATIONS.mark_early_ms;
+const MARK_LATE_MS = EXPECTATIONS.mark_late_ms;
 
 const STOP = {
   chat: { end: 'stop', tool: 'tool_calls', max_tokens: 'length' },

@@ -6,6 +6,8 @@ image test run over every pair too; where docs/translation.md refuses a pair by 
 URL to a Gemini upstream), the test asserts the 400 naming the field, in the client's dialect.
 A streamed cell's stored marks are checked against the preset's scripted instants.
 
+The presets' expected values are in expectations.json, shared with the Node matrix.
+
 The gateway is `translation_gateway` (conftest.py): the public model `via-<upstream>/<preset>`
 reaches the sim preset `<preset>` through a channel that is called in `<upstream>` only. Every
 expected value below comes from the preset's definition in the sim
@@ -20,6 +22,7 @@ import base64
 import json
 import numbers
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anthropic
 import openai
@@ -89,69 +92,33 @@ class Preset:
     usage: Usage | None = None
 
 
+# The presets' definitions, shared with the Node matrix (tests/sdk-node/translation.test.js).
+EXPECTATIONS = json.loads((Path(__file__).parent / "expectations.json").read_text())
+_PRESETS = EXPECTATIONS["presets"]
 PRESETS = {
-    # Script::default(): 16 generated words, input 10.
-    "sim-fast": Preset(
-        text="Sure, here is the short answer: the request waited in a queue, the",
-        usage=Usage(input=10, cache_read=0, cache_write=0, output=16, reasoning=0),
-    ),
-    "sim-reasoning": Preset(
-        text="Sure, here is the short",
-        reasoning="Let me think about",
-        usage=Usage(input=20, cache_read=8, cache_write=4, output=10, reasoning=4),
-    ),
-    "sim-tool-call": Preset(
-        calls=(("get_weather", {"query": "weather in Paris tomorrow"}),),
-        stop="tool",
-        usage=Usage(input=30, cache_read=16, cache_write=0, output=4, reasoning=0),
-    ),
-    "sim-parallel-tools": Preset(
-        calls=(
-            ("get_weather", {"query": "weather in Paris"}),
-            ("get_time", {"location": "Tokyo, Japan local"}),
-        ),
-        stop="tool",
-        usage=Usage(input=36, cache_read=0, cache_write=12, output=6, reasoning=0),
-    ),
-    "sim-max-tokens": Preset(
-        text="Sure, here is the short answer:",
-        stop="max_tokens",
-        usage=Usage(input=12, cache_read=4, cache_write=0, output=8, reasoning=0),
-    ),
-    # sim-echo: 8 text deltas of the request's summary; its text is checked by each test.
-    "sim-echo": Preset(usage=Usage(input=40, cache_read=0, cache_write=0, output=8, reasoning=0)),
+    name: Preset(
+        text=p["text"] or "",
+        reasoning=p["reasoning"],
+        calls=tuple((n, a) for n, a in p["calls"]),
+        stop=p["stop"],
+        usage=Usage(**p["usage"]),
+    )
+    for name, p in _PRESETS.items()
+    if "usage" in p
 }
-OVERLOAD_TEXT = "Sure, here is the"  # sim-overloaded-in-band: 5 words, then the error
-OVERLOAD_MESSAGE = "Overloaded"  # the sim's message for HTTP 529, in every dialect
-RATE_LIMIT_MESSAGE = "Rate limit reached for requests"
+OVERLOAD_TEXT = _PRESETS["sim-overloaded-in-band"]["text"]  # 5 words, then the error
+OVERLOAD_MESSAGE = EXPECTATIONS["overload_message"]  # the sim's message for HTTP 529, in every dialect
+RATE_LIMIT_MESSAGE = EXPECTATIONS["rate_limit_message"]
 
-# The scripted instants of each preset, in ms from the sim's receipt of the request (script.rs
-# `scenario`: the base script sends its head at 5, its first event at 10 and a delta per ms
-# (1000 tokens/s); `Timeline::new` puts the terminal at the last output's start plus one ms per
-# delta). first_response = the first effective output (reasoning, tool arguments or text),
-# first_text = the first visible text, upstream_done = the terminal event. sim-fast is
-# `Script::default()`: everything at 0 ms.
-SCRIPT_MARKS = {
-    "sim-fast": {"first_response_ms": 0, "first_text_delta_ms": 0, "upstream_done_ms": 0},
-    # 4 reasoning deltas from 20, 6 text deltas from 40: terminal at 46.
-    "sim-reasoning": {"first_response_ms": 20, "first_text_delta_ms": 40, "upstream_done_ms": 46},
-    # 4 argument fragments from 20: terminal at 24.
-    "sim-tool-call": {"first_response_ms": 20, "first_text_delta_ms": None, "upstream_done_ms": 24},
-    # 6 argument fragments (3 per call) from 20: terminal at 26.
-    "sim-parallel-tools": {"first_response_ms": 20, "first_text_delta_ms": None, "upstream_done_ms": 26},
-    # 8 text deltas from 20: terminal at 28.
-    "sim-max-tokens": {"first_response_ms": 20, "first_text_delta_ms": 20, "upstream_done_ms": 28},
-    "sim-echo": {"first_response_ms": 20, "first_text_delta_ms": 20, "upstream_done_ms": 28},
-    # 5 text deltas from 20, then the error event at 25.
-    "sim-overloaded-in-band": {"first_response_ms": 20, "first_text_delta_ms": 20, "upstream_done_ms": 25},
-}
-# A Gemini upstream never streams argument fragments: each functionCall is sent whole at the
-# instant of its last fragment (crates/laptime-sim/src/wire/gemini.rs), so the first effective
-# output is the first call's last fragment: 20 + 3 for one call of 4, 20 + 2 for 2 calls of 3.
-GEMINI_FIRST_CALL_MS = {"sim-tool-call": 23, "sim-parallel-tools": 22}
+# The scripted instants of each preset, in ms from the sim's receipt of the request (see the
+# JSON file's comment: first_response = the first effective output, first_text = the first
+# visible text, upstream_done = the terminal event).
+SCRIPT_MARKS = {name: p["marks"] for name, p in _PRESETS.items()}
+# A Gemini upstream sends each functionCall whole, at the instant of its last fragment.
+GEMINI_FIRST_CALL_MS = {n: p["gemini_first_call_ms"] for n, p in _PRESETS.items() if "gemini_first_call_ms" in p}
 # Real sockets and real time: a mark may be late by scheduling, never early.
-MARK_EARLY_MS = 1.0
-MARK_LATE_MS = 50.0
+MARK_EARLY_MS = EXPECTATIONS["mark_early_ms"]
+MARK_LATE_MS = EXPECTATIONS["mark_late_ms"]
 
 
 def stop_word(client: str, stop: str) -> str:
