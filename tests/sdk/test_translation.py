@@ -1,8 +1,12 @@
 """The translation matrix: each official SDK as a client of every dialect (openai for Chat and
 Responses, anthropic for Messages, google-genai for Gemini), against a sim channel pinned to
 every dialect (the same one as a control, the others translated), streamed and not. The
-tests that read the sim-echo summary (written per upstream dialect) and the image test run
-over the body-model dialects only.
+tests that read the sim-echo summary (written per upstream dialect, Gemini's included) and the
+image test run over every pair too; where docs/translation.md refuses a pair by design (an image
+URL to a Gemini upstream), the test asserts the 400 naming the field, in the client's dialect.
+A streamed cell's stored marks are checked against the preset's scripted instants.
+
+The presets' expected values are in expectations.json, shared with the Node matrix.
 
 The gateway is `translation_gateway` (conftest.py): the public model `via-<upstream>/<preset>`
 reaches the sim preset `<preset>` through a channel that is called in `<upstream>` only. Every
@@ -14,9 +18,11 @@ checks what the SDK reconstructed and what the gateway stored for the request.
 
 from __future__ import annotations
 
+import base64
 import json
 import numbers
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anthropic
 import openai
@@ -54,8 +60,6 @@ def _matrix(clients, upstreams):
 
 MATRIX = _matrix(DIALECTS, DIALECTS)
 BODY_DIALECTS = ("chat", "responses", "messages")
-# The sim-echo summaries and images below are checked in the body-model dialects' words.
-MATRIX_BODY = _matrix(BODY_DIALECTS, BODY_DIALECTS)
 # The error tests read each OpenAI and Anthropic SDK's exceptions; a Gemini client's 429 has its
 # own test below.
 MATRIX_ERRORS = _matrix(BODY_DIALECTS, DIALECTS)
@@ -88,41 +92,33 @@ class Preset:
     usage: Usage | None = None
 
 
+# The presets' definitions, shared with the Node matrix (tests/sdk-node/translation.test.js).
+EXPECTATIONS = json.loads((Path(__file__).parent / "expectations.json").read_text())
+_PRESETS = EXPECTATIONS["presets"]
 PRESETS = {
-    # Script::default(): 16 generated words, input 10.
-    "sim-fast": Preset(
-        text="Sure, here is the short answer: the request waited in a queue, the",
-        usage=Usage(input=10, cache_read=0, cache_write=0, output=16, reasoning=0),
-    ),
-    "sim-reasoning": Preset(
-        text="Sure, here is the short",
-        reasoning="Let me think about",
-        usage=Usage(input=20, cache_read=8, cache_write=4, output=10, reasoning=4),
-    ),
-    "sim-tool-call": Preset(
-        calls=(("get_weather", {"query": "weather in Paris tomorrow"}),),
-        stop="tool",
-        usage=Usage(input=30, cache_read=16, cache_write=0, output=4, reasoning=0),
-    ),
-    "sim-parallel-tools": Preset(
-        calls=(
-            ("get_weather", {"query": "weather in Paris"}),
-            ("get_time", {"location": "Tokyo, Japan local"}),
-        ),
-        stop="tool",
-        usage=Usage(input=36, cache_read=0, cache_write=12, output=6, reasoning=0),
-    ),
-    "sim-max-tokens": Preset(
-        text="Sure, here is the short answer:",
-        stop="max_tokens",
-        usage=Usage(input=12, cache_read=4, cache_write=0, output=8, reasoning=0),
-    ),
-    # sim-echo: 8 text deltas of the request's summary; its text is checked by each test.
-    "sim-echo": Preset(usage=Usage(input=40, cache_read=0, cache_write=0, output=8, reasoning=0)),
+    name: Preset(
+        text=p["text"] or "",
+        reasoning=p["reasoning"],
+        calls=tuple((n, a) for n, a in p["calls"]),
+        stop=p["stop"],
+        usage=Usage(**p["usage"]),
+    )
+    for name, p in _PRESETS.items()
+    if "usage" in p
 }
-OVERLOAD_TEXT = "Sure, here is the"  # sim-overloaded-in-band: 5 words, then the error
-OVERLOAD_MESSAGE = "Overloaded"  # the sim's message for HTTP 529, in every dialect
-RATE_LIMIT_MESSAGE = "Rate limit reached for requests"
+OVERLOAD_TEXT = _PRESETS["sim-overloaded-in-band"]["text"]  # 5 words, then the error
+OVERLOAD_MESSAGE = EXPECTATIONS["overload_message"]  # the sim's message for HTTP 529, in every dialect
+RATE_LIMIT_MESSAGE = EXPECTATIONS["rate_limit_message"]
+
+# The scripted instants of each preset, in ms from the sim's receipt of the request (see the
+# JSON file's comment: first_response = the first effective output, first_text = the first
+# visible text, upstream_done = the terminal event).
+SCRIPT_MARKS = {name: p["marks"] for name, p in _PRESETS.items()}
+# A Gemini upstream sends each functionCall whole, at the instant of its last fragment.
+GEMINI_FIRST_CALL_MS = {n: p["gemini_first_call_ms"] for n, p in _PRESETS.items() if "gemini_first_call_ms" in p}
+# Real sockets and real time: a mark may be late by scheduling, never early.
+MARK_EARLY_MS = EXPECTATIONS["mark_early_ms"]
+MARK_LATE_MS = EXPECTATIONS["mark_late_ms"]
 
 
 def stop_word(client: str, stop: str) -> str:
@@ -348,6 +344,44 @@ def messages_messages(conversation) -> list:
     return out
 
 
+def gemini_contents(conversation) -> list:
+    """google-genai's own shapes: `Part.from_uri` / `Part.from_bytes` for images, the calls in a
+    `model` turn as `function_call` parts, and each result as a `function_response` part (its
+    text under `output`, or under `error` for a failed tool) in the next user turn."""
+    names = {}
+    out = []
+    for kind, items in conversation:
+        if kind == "user":
+            parts = []
+            for p in items:
+                if p.startswith("text:"):
+                    parts.append(genai_types.Part(text=p[5:]))
+                elif p == "image_url":
+                    parts.append(genai_types.Part.from_uri(file_uri=IMAGE_URL, mime_type="image/png"))
+                elif p == "image_base64":
+                    parts.append(
+                        genai_types.Part.from_bytes(data=base64.b64decode(PNG_BASE64), mime_type="image/png")
+                    )
+            out.append(genai_types.Content(role="user", parts=parts))
+        elif kind == "assistant_calls":
+            parts = []
+            for i, n, a in items:
+                names[i] = n
+                parts.append(genai_types.Part(function_call=genai_types.FunctionCall(id=i, name=n, args=a)))
+            out.append(genai_types.Content(role="model", parts=parts))
+        elif kind == "tool_results":
+            parts = [
+                genai_types.Part(
+                    function_response=genai_types.FunctionResponse(
+                        id=i, name=names[i], response={"error": text} if is_error else {"output": text}
+                    )
+                )
+                for i, text, is_error in items
+            ]
+            out.append(genai_types.Content(role="user", parts=parts))
+    return out
+
+
 def _schema(name: str) -> dict:
     key = TOOLS[name]["key"]
     return {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]}
@@ -552,8 +586,7 @@ def _gemini_request_id(response) -> str | None:
 
 
 def run_gemini(client, *, model, stream, conversation=PLAIN, tools=()) -> Got:
-    assert conversation == PLAIN, "the Gemini runner speaks the plain conversation"
-    contents = [genai_types.Content(role="user", parts=[genai_types.Part(text=PROMPT)])]
+    contents = gemini_contents(conversation)
     config = gemini_config(tools)
     if stream:
         responses = list(
@@ -624,10 +657,38 @@ def assert_row(gw, request_id, *, client, upstream, stream, model, outcome="comp
             assert timing["first_text_delta_ms"] >= timing["first_response_ms"], (at, timing)
         else:
             assert timing["first_text_delta_ms"] is None, (at, timing)
+        assert_marks_equal_the_script(row, model.split(".", 1)[1], upstream, at)
     elif status == 200:
         # A whole answer has no stream marks; its end is the upstream's.
         assert _is_ms(timing["upstream_done_ms"]), (at, timing)
     return row
+
+
+def assert_marks_equal_the_script(row: dict, preset: str, upstream: str, at: str) -> None:
+    """A streamed row's marks are the preset's scripted instants, give or take scheduling.
+
+    `other.timing`'s milestones are offsets from t0, the request's arrival (views.rs
+    `TimingView`); the script's are from the sim's receipt of the attempt, which is after its
+    dispatch t1. The row's `upstream_ms` is upstream_done − t1, so t1 = upstream_done_ms −
+    upstream_ms, and each mark from the dispatch is the mark − t1."""
+    timing = row["other"]["timing"]
+    assert _is_ms(timing["upstream_done_ms"]) and _is_ms(row["upstream_ms"]), (at, row)
+    dispatch = timing["upstream_done_ms"] - row["upstream_ms"]
+    assert dispatch >= -0.01, (at, "dispatch before arrival", row)
+    expected = dict(SCRIPT_MARKS[preset])
+    if upstream == "gemini" and preset in GEMINI_FIRST_CALL_MS:
+        expected["first_response_ms"] = GEMINI_FIRST_CALL_MS[preset]
+    got = {k: None if timing[k] is None else round(timing[k] - dispatch, 3) for k in expected}
+    at = f"{at}: marks from dispatch {got}, scripted {expected}"
+    seen = [got[k] for k in expected if got[k] is not None]
+    assert seen == sorted(seen), f"{at}: out of order"
+    for key, want in expected.items():
+        if want is None:
+            assert got[key] is None, f"{at}: {key}"
+            continue
+        assert got[key] is not None, f"{at}: {key} missing"
+        assert got[key] >= want - MARK_EARLY_MS, f"{at}: {key} early"
+        assert got[key] <= want + MARK_LATE_MS, f"{at}: {key} late"
 
 
 def check_answer(gw, got: Got, preset_name: str, *, client, upstream, stream) -> None:
@@ -706,10 +767,11 @@ def run_echo(gw, sdk, client, upstream, stream, conversation, tools=()) -> dict:
         model=via(upstream, "sim-echo"), usage=PRESETS["sim-echo"].usage,
     )
     summary = json.loads(got.text)
-    # What every request of these tests says, in any upstream's words.
+    # What every request of these tests says, in any upstream's words. A Gemini upstream's
+    # model and stream are in the URL, so its summary says null and false.
     assert summary["dialect"] == upstream, (at, summary)
-    assert summary["model"] == "sim-echo", (at, summary)
-    assert summary["stream"] is stream, (at, summary)
+    assert summary["model"] == (None if upstream == "gemini" else "sim-echo"), (at, summary)
+    assert summary["stream"] is (stream and upstream != "gemini"), (at, summary)
     assert summary["system"] == SYSTEM, (at, summary)
     assert summary["max_tokens"] == MAX_TOKENS, (at, summary)
     # This Anthropic SDK has no `temperature` parameter; the OpenAI clients send one.
@@ -720,7 +782,7 @@ def run_echo(gw, sdk, client, upstream, stream, conversation, tools=()) -> dict:
     return summary
 
 
-@pytest.mark.parametrize("client,upstream,stream", MATRIX_BODY)
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
 def test_text_after_tool_results_reaches_the_upstream_in_its_own_shape(
     translation_gateway, sdk, client, upstream, stream
 ):
@@ -743,9 +805,11 @@ def test_text_after_tool_results_reaches_the_upstream_in_its_own_shape(
     # The error flag: Anthropic's is_error reaches an OpenAI upstream as an `Error: ` text
     # (docs/translation.md), and that text passes between the OpenAI dialects as it is; an
     # OpenAI client has no flag, so its `Error: ` text reaches Anthropic as plain text, not as
-    # is_error (laptime-core translate::request tests: "OpenAI clients have no error flag").
-    flagged = client == "messages" or upstream != "messages"
-    results = ["tool_result:call_1", "tool_result:call_2" + (":error" if flagged else "")]
+    # is_error (laptime-core translate::request tests: "OpenAI clients have no error flag"),
+    # nor as Gemini's `response.error`. A Gemini client's `response.error` is the flag itself.
+    flagged = client in ("messages", "gemini") or upstream in ("chat", "responses")
+    error = ":error" if flagged else ""
+    results = ["tool_result:call_1", "tool_result:call_2" + error]
     user = {"role": "user", "parts": ["text"]}
     expected_turns = {
         "chat": [
@@ -763,19 +827,63 @@ def test_text_after_tool_results_reaches_the_upstream_in_its_own_shape(
         ],
         # Anthropic: every result of a turn in the next user message.
         "messages": [user, {"role": "assistant", "parts": calls}, {"role": "user", "parts": results}],
+        # Gemini: the calls in a `model` turn, every result (named by its call) in the next
+        # user turn.
+        "gemini": [
+            user,
+            {"role": "model", "parts": calls},
+            {
+                "role": "user",
+                "parts": ["tool_result:get_weather:call_1", "tool_result:get_time:call_2" + error],
+            },
+        ],
     }[upstream]
     assert summary["turns"] == expected_turns, summary
     assert summary["tools"] == ["get_weather", "get_time"], summary
 
 
-@pytest.mark.parametrize("client,upstream,stream", MATRIX_BODY)
+@pytest.mark.parametrize("client,upstream,stream", MATRIX)
 def test_image_input_by_url_and_base64_reaches_the_upstream(
     translation_gateway, sdk, client, upstream, stream
 ):
-    conversation = [("user", ["text:What is in these two pictures?", "image_url", "image_base64"])]
+    if upstream == "gemini" and client != "gemini":
+        # An image URL cannot be carried to Gemini (test below); its base64 image can.
+        conversation = [("user", ["text:What is in this picture?", "image_base64"])]
+        parts = ["text", "image:base64"]
+    else:
+        conversation = [("user", ["text:What is in these two pictures?", "image_url", "image_base64"])]
+        parts = ["text", "image:url", "image:base64"]
     summary = run_echo(translation_gateway, sdk, client, upstream, stream, conversation)
-    assert summary["turns"] == [{"role": "user", "parts": ["text", "image:url", "image:base64"]}], summary
+    assert summary["turns"] == [{"role": "user", "parts": parts}], summary
     assert summary["tools"] in (None, []), summary
+
+
+# Where each client wrote the URL of the first user message's second part (Chat's messages[0]
+# is the system message).
+IMAGE_URL_FIELD = {
+    "chat": "messages[1].content[1].image_url.url",
+    "responses": "input[0].content[1].image_url",
+    "messages": "messages[0].content[1].source",  # the url source as a whole
+}
+
+
+@pytest.mark.parametrize("client", BODY_DIALECTS)
+@pytest.mark.parametrize("stream", (True, False), ids=("stream", "whole"))
+def test_an_image_url_to_a_gemini_upstream_is_refused_naming_the_field(
+    translation_gateway, sdk, client, stream
+):
+    """docs/translation.md: an image by URL is refused for a Gemini upstream (`fileData` needs a
+    MIME type): a 400 in the client's dialect whose message names the field."""
+    conversation = [("user", ["text:What is in these two pictures?", "image_url", "image_base64"])]
+    expected = anthropic.BadRequestError if client == "messages" else openai.BadRequestError
+    with pytest.raises(expected) as excinfo:
+        sdk(client)(model=via("gemini", "sim-echo"), stream=stream, conversation=conversation)
+    err = excinfo.value
+    assert err.status_code == 400, err
+    body = err.response.json()
+    assert_error_body(client, body, "invalid_request_error")
+    field = IMAGE_URL_FIELD[client]
+    assert f"`{field}` cannot be carried" in body["error"]["message"], body
 
 
 # --- Errors ---------------------------------------------------------------------------------
@@ -906,6 +1014,46 @@ def test_an_in_band_overload_error(
     assert_row(
         translation_gateway, request_id, client=client, upstream=upstream, stream=stream,
         model=model, outcome="upstream_error",
+    )
+
+
+@pytest.mark.parametrize("upstream", DIALECTS)
+@pytest.mark.parametrize("stream", (True, False), ids=("stream", "whole"))
+def test_a_gemini_client_gets_an_overload_as_googles_error(translation_gateway, gemini_client, upstream, stream):
+    """google-genai raises `errors.ServerError` for a 5xx status and, streamed, for a chunk that
+    starts `{"error":` (`_api_client.request_streamed` calls `APIError.raise_error` with the
+    chunk's code), after yielding the chunks before it. Translated, the overload is Google's
+    503 UNAVAILABLE (the status word from the HTTP status, docs/translation.md); untranslated
+    it is the sim's own: code 529, whose word `google_status` makes INTERNAL."""
+    model = via(upstream, "sim-overloaded-in-band")
+    code, word = (529, "INTERNAL") if upstream == "gemini" else (503, "UNAVAILABLE")
+    contents = gemini_contents(PLAIN)
+    text, finish, request_id = "", [], None
+    with pytest.raises(genai_errors.ServerError) as excinfo:
+        if stream:
+            for r in gemini_client.models.generate_content_stream(
+                model=model, contents=contents, config=gemini_config()
+            ):
+                request_id = request_id or _gemini_request_id(r)
+                for candidate in (r.candidates or [])[:1]:
+                    for part in (candidate.content.parts if candidate.content else None) or []:
+                        text += part.text or ""
+                    finish += [candidate.finish_reason] if candidate.finish_reason else []
+        else:
+            gemini_client.models.generate_content(model=model, contents=contents, config=gemini_config())
+    err = excinfo.value
+    at = f"gemini via {upstream}, stream={stream}: {err}"
+    assert err.code == code, at
+    assert err.status == word, at
+    assert OVERLOAD_MESSAGE in (err.message or ""), at
+    headers = {k.lower(): v for k, v in (getattr(err.response, "headers", None) or {}).items()}
+    request_id = request_id or headers.get(REQUEST_ID_HEADER)
+    if stream:
+        assert text == OVERLOAD_TEXT, at
+        assert finish == [], f"{at}: no finish reason before the error"
+    assert_row(
+        translation_gateway, request_id, client="gemini", upstream=upstream, stream=stream,
+        model=model, outcome="upstream_error", status=200 if stream else code,
     )
 
 
