@@ -467,3 +467,24 @@ async fn other_clients_reach_a_provider_gemini_channel_and_a_gemini_client_may_a
     assert_eq!(after, "", "the comment is the last thing:\n{text}");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn hints_a_translation_leaves_out_are_named_to_the_client_and_none_when_untranslated() {
+    let h = pinned().await;
+    let hinted = |model: &str| {
+        json!({"model": model, "max_tokens": 16, "stream": false, "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]})
+    };
+    let r = h.post("/v1/messages", &hinted("via-chat")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-laptime-translation-omitted"],
+        "messages[0].content[0].cache_control"
+    );
+    // Relayed untouched to a Messages channel: nothing was left out.
+    let r = h.post("/v1/messages", &hinted("via-messages")).await;
+    assert_eq!(r.status(), 200);
+    assert!(!r.headers().contains_key("x-laptime-translation-omitted"));
+    h.stop().await;
+}

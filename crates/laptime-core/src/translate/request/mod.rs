@@ -81,14 +81,15 @@ pub fn translate_request(
 ) -> std::result::Result<TranslatedRequest, RequestError> {
     let mut omitted = Omissions::default();
     let mut map = json::parse_body(body)?;
-    if client == Dialect::Gemini {
-        gemini::camel_case_keys(&mut map);
-    }
+    // Taken out first: a pass-through field is carried as the client spelled it.
     let carried: Vec<(String, Value)> = opts
         .pass_through
         .iter()
         .filter_map(|k| map.remove_entry(*k))
         .collect();
+    if client == Dialect::Gemini {
+        gemini::camel_case_keys(&mut map);
+    }
     let hub = decode_map(client, upstream, &map, &mut omitted)?;
     let mut value = encode(upstream, client, &hub, opts, &mut omitted)?;
     value.extend(carried);

@@ -29,7 +29,7 @@ mod tests;
 
 pub use acc::Answer;
 pub use hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
-pub use translator::{translate_body, translate_error, StreamTranslator};
+pub use translator::{read_stream, translate_body, translate_error, StreamTranslator};
 
 use std::collections::VecDeque;
 

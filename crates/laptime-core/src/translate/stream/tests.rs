@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::Value;
 
-use super::translator::{decode_body, Decoder};
+use super::translator::decode_body;
 use super::*;
 use crate::observe::{whole_answer, BodyEnd, StreamObserver};
 use crate::sse::{SseItem, SseScanner};
@@ -156,16 +156,7 @@ fn said(answer: &Answer) -> Said {
 }
 
 fn decode_stream(dialect: Dialect, bytes: &str) -> Answer {
-    let mut scanner = SseScanner::new();
-    let mut decoder = Decoder::new(dialect);
-    let mut answer = Answer::default();
-    scanner.feed(bytes.as_bytes(), &mut |item| {
-        if let SseItem::Event { event, data, .. } = item {
-            decoder.event(event, data, &mut |ev| answer.apply(&ev));
-        }
-    });
-    decoder.finish(BodyEnd::Eof, &mut |ev| answer.apply(&ev));
-    answer
+    super::read_stream(dialect, bytes.as_bytes())
 }
 
 /// The scenario's answer, as the fixtures of every dialect spell it.

@@ -195,6 +195,22 @@ impl StreamTranslator {
     }
 }
 
+/// Reads a whole stream of `dialect` into the hub's [`Answer`]: what its text, reasoning, tool
+/// calls, stop reason and usage are, for comparing two streams across dialects.
+pub fn read_stream(dialect: Dialect, bytes: &[u8]) -> Answer {
+    let mut scanner = SseScanner::new();
+    let mut decoder = Decoder::new(dialect);
+    let mut answer = Answer::default();
+    scanner.feed(bytes, &mut |item| {
+        if let SseItem::Event { event, data, .. } = item {
+            decoder.event(event, data, &mut |ev| answer.apply(&ev));
+        }
+    });
+    scanner.finish();
+    decoder.finish(BodyEnd::Eof, &mut |ev| answer.apply(&ev));
+    answer
+}
+
 /// Translates a whole (non-streamed) 2xx answer body. An upstream body that reports an error
 /// becomes the client dialect's error body.
 pub fn translate_body(
