@@ -145,6 +145,60 @@ impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
     }
 }
 
+/// A JSON array read without allocating when it holds one element (the usual Gemini chunk has
+/// one candidate with one part): the first element inline, any others in a `Vec`.
+#[derive(Debug)]
+pub(crate) struct Few<T> {
+    first: Option<T>,
+    rest: Vec<T>,
+}
+
+impl<T> Default for Few<T> {
+    fn default() -> Self {
+        Few {
+            first: None,
+            rest: Vec::new(),
+        }
+    }
+}
+
+impl<T> IntoIterator for Few<T> {
+    type Item = T;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.rest)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Few<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FewVisitor<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for FewVisitor<T> {
+            type Value = Few<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Few<T>, A::Error> {
+                let mut few = Few::default();
+                while let Some(item) = seq.next_element()? {
+                    if few.first.is_none() {
+                        few.first = Some(item);
+                    } else {
+                        few.rest.push(item);
+                    }
+                }
+                Ok(few)
+            }
+        }
+
+        deserializer.deserialize_seq(FewVisitor(std::marker::PhantomData))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,5 +224,16 @@ mod tests {
             assert!(!t(no), "{no}");
         }
         assert!(!truthy(None));
+    }
+
+    #[test]
+    fn few_keeps_every_element_in_order() {
+        let few: Few<u32> = serde_json::from_str("[3, 1, 2]").unwrap();
+        assert_eq!(few.into_iter().collect::<Vec<_>>(), [3, 1, 2]);
+        let one: Few<u32> = serde_json::from_str("[7]").unwrap();
+        assert!(one.rest.capacity() == 0, "one element allocates nothing");
+        assert_eq!(one.into_iter().collect::<Vec<_>>(), [7]);
+        let none: Few<u32> = serde_json::from_str("[]").unwrap();
+        assert_eq!(none.into_iter().count(), 0);
     }
 }

@@ -18,7 +18,7 @@ use super::super::{OpenBlocks, TranslateError};
 use super::{finish, Finish};
 use crate::usage::UsageAcc;
 use crate::wire::usage::GeminiUsage;
-use crate::wire::{nonempty_str, Count};
+use crate::wire::{nonempty_str, Count, Few};
 use crate::Dialect;
 
 const TEXT: u64 = 0;
@@ -202,7 +202,7 @@ pub(crate) fn decode_body<'a>(
 #[serde(rename_all = "camelCase")]
 struct Chunk<'a> {
     #[serde(borrow)]
-    candidates: Option<Vec<Candidate<'a>>>,
+    candidates: Option<Few<Candidate<'a>>>,
     usage_metadata: Option<GeminiUsage>,
     #[serde(borrow)]
     prompt_feedback: Option<PromptFeedback<'a>>,
@@ -235,7 +235,7 @@ struct Candidate<'a> {
 #[derive(Deserialize)]
 struct Content<'a> {
     #[serde(borrow)]
-    parts: Option<Vec<Part<'a>>>,
+    parts: Option<Few<Part<'a>>>,
 }
 
 #[derive(Deserialize)]
