@@ -41,7 +41,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     let (mut finisher, trace) = ingress(&app, dialect, &parts.headers, authenticated.received);
     let principal = match authenticate(&mut finisher.pending, authenticated) {
         Ok(p) => p,
-        Err(e) => return respond::reject(finisher, e),
+        Err(e) => return unread(respond::reject(finisher, e), parts.version),
     };
     // `_held`: the body's bytes count against the gateway's budget until the request is done.
     // Gemini names the model and stream-ness in the path, not the body.
@@ -49,7 +49,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         .then(|| ingress::gemini_call(parts.uri.path(), parts.uri.query()));
     let (body, _held, head) = match admit(&app, &mut finisher.pending, body, gemini).await {
         Ok(admitted) => admitted,
-        Err(e) => return respond::reject(finisher, e),
+        Err(e) => return unread(respond::reject(finisher, e), parts.version),
     };
     let routed = match route(&app, &mut finisher.pending, &principal, &head) {
         Ok(r) => r,
@@ -115,6 +115,19 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         client_answer.as_ref(),
     )
     .await
+}
+
+/// A refusal answered before the request body was read: on HTTP/1 the connection is closed
+/// after it (the unread body cannot be skipped), and `Connection: close` tells the client so,
+/// rather than letting it write its next request into a closing socket.
+fn unread(mut resp: Response, version: http::Version) -> Response {
+    if version <= http::Version::HTTP_11 {
+        resp.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
 }
 
 /// Ingress: the pending record from t0 (when the gateway had the request head), the request and
