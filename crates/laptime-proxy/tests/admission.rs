@@ -113,7 +113,11 @@ async fn a_call_without_credentials_is_a_401_in_the_dialects_shape_and_calls_no_
         let body = r#"{"model":"m","input":"hi"}"#;
         let resp = gw.post(dialect.path(), body, None).await;
         assert_eq!(resp.status(), 401, "{dialect}");
-        assert_eq!(resp.headers()["connection"], "close", "the body was not read");
+        assert_eq!(
+            resp.headers()["connection"],
+            "close",
+            "the body was not read"
+        );
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         assert!(message(dialect, &v).contains("missing credentials"), "{v}");
@@ -173,7 +177,11 @@ async fn a_declared_length_over_the_limit_is_a_413_before_any_body_byte_is_read(
         .await
         .expect("answered without reading the body");
         assert_eq!(resp.status(), 413, "{dialect}");
-        assert_eq!(resp.headers()["connection"], "close", "the body was not read");
+        assert_eq!(
+            resp.headers()["connection"],
+            "close",
+            "the body was not read"
+        );
         let id = request_id(&resp);
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         let v: Value = serde_json::from_slice(&bytes).unwrap();
