@@ -677,6 +677,28 @@ mod tests {
     }
 
     #[test]
+    fn deepseeks_cache_hits_are_the_cache_reads_when_openais_field_is_absent() {
+        let c = classify(
+            r#"{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":5,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":36}}"#,
+        );
+        assert_eq!(
+            c.usage,
+            Some(UsageReport {
+                cache_read: Some(64),
+                ..usage(100, 5)
+            })
+        );
+        let both = classify(
+            r#"{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":5,"prompt_cache_hit_tokens":64,"prompt_tokens_details":{"cached_tokens":50}}}"#,
+        );
+        assert_eq!(
+            both.usage.and_then(|u| u.cache_read),
+            Some(50),
+            "OpenAI's own field wins"
+        );
+    }
+
+    #[test]
     fn refusal_fragments_are_refusal_and_the_empty_first_refusal_is_an_envelope() {
         // `173417d55340….bin`: first chunk `content:null, refusal:""`.
         assert_eq!(

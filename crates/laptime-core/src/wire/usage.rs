@@ -39,28 +39,21 @@ struct ReasoningDetails {
 }
 
 impl ChatUsage {
-    /// The counts under OpenAI's names.
+    /// The counts under OpenAI's names; DeepSeek's `prompt_cache_hit_tokens` are the cache
+    /// reads when OpenAI's `cached_tokens` is not sent (its `prompt_tokens` includes them, as
+    /// OpenAI's does).
     pub(crate) fn report(self) -> UsageReport {
         let prompt = self.prompt_tokens_details;
         UsageReport {
             input: self.prompt_tokens.0,
             output: self.completion_tokens.0,
-            cache_read: prompt.and_then(|d| d.cached_tokens.0),
+            cache_read: prompt
+                .and_then(|d| d.cached_tokens.0)
+                .or(self.prompt_cache_hit_tokens.0),
             cache_write: prompt.and_then(|d| d.cache_write_tokens.0),
             reasoning: self
                 .completion_tokens_details
                 .and_then(|d| d.reasoning_tokens.0),
-        }
-    }
-
-    /// [`Self::report`], with DeepSeek's `prompt_cache_hit_tokens` as the cache reads when
-    /// OpenAI's `cached_tokens` is not sent (translation carries it to the client; the
-    /// observer's record has only ever read OpenAI's field).
-    pub(crate) fn report_with_cache_hits(self) -> UsageReport {
-        let report = self.report();
-        UsageReport {
-            cache_read: report.cache_read.or(self.prompt_cache_hit_tokens.0),
-            ..report
         }
     }
 }

@@ -115,7 +115,7 @@ impl Decoder {
             }
         }
         if let Some(usage) = chunk.usage {
-            self.usage.apply(&usage.report_with_cache_hits());
+            self.usage.apply(&usage.report());
             emit(HubEvent::Usage(self.usage.tokens()));
         }
     }
@@ -232,7 +232,7 @@ pub(crate) fn decode_body<'a>(
     }
     if let Some(usage) = parsed.usage {
         let mut acc = UsageAcc::new(Dialect::Chat);
-        acc.apply(&usage.report_with_cache_hits());
+        acc.apply(&usage.report());
         emit(HubEvent::Usage(acc.tokens()));
     }
     emit(HubEvent::End);
