@@ -58,9 +58,10 @@ const SCRIPT_MARKS = Object.fromEntries(Object.entries(EXPECTATIONS.presets).map
 // A Gemini upstream sends each functionCall whole, at the instant of its last fragment.
 const GEMINI_FIRST_CALL_MS = Object.fromEntries(Object.entries(EXPECTATIONS.presets)
   .filter(([, p]) => p.gemini_first_call_ms != null).map(([name, p]) => [name, p.gemini_first_call_ms]));
-// Real sockets and real time: a mark may be late by scheduling, never early.
+// Real sockets and real time: a mark may be late by scheduling (by how much depends on the
+// machine's load, so it is not asserted; the paused-time Rust test proves exact marks), but
+// never earlier than the sim sent it.
 const MARK_EARLY_MS = EXPECTATIONS.mark_early_ms;
-const MARK_LATE_MS = EXPECTATIONS.mark_late_ms;
 
 const STOP = {
   chat: { end: 'stop', tool: 'tool_calls', max_tokens: 'length' },
@@ -195,7 +196,7 @@ async function assertRow(gw, id, { client, upstream, stream, model, status, outc
 
 /// The row's marks (offsets from t0, the request's arrival: views.rs `TimingView`) taken from
 /// the attempt's dispatch t1 = upstream_done_ms − upstream_ms are the preset's scripted
-/// instants, never early by more than 1 ms nor late by more than 50.
+/// instants or later, never early by more than 1 ms (rounding), and in order.
 function assertMarks(row, preset, upstream, at) {
   const timing = row.other.timing;
   assert.equal(typeof timing.upstream_done_ms, 'number', `${at}: upstream_done_ms`);
@@ -213,7 +214,6 @@ function assertMarks(row, preset, upstream, at) {
     if (want == null) { assert.equal(got[k], null, `${say}: ${k}`); continue; }
     assert.ok(got[k] != null, `${say}: ${k} missing`);
     assert.ok(got[k] >= want - MARK_EARLY_MS, `${say}: ${k} early`);
-    assert.ok(got[k] <= want + MARK_LATE_MS, `${say}: ${k} late`);
   }
 }
 

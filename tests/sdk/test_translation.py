@@ -116,9 +116,10 @@ RATE_LIMIT_MESSAGE = EXPECTATIONS["rate_limit_message"]
 SCRIPT_MARKS = {name: p["marks"] for name, p in _PRESETS.items()}
 # A Gemini upstream sends each functionCall whole, at the instant of its last fragment.
 GEMINI_FIRST_CALL_MS = {n: p["gemini_first_call_ms"] for n, p in _PRESETS.items() if "gemini_first_call_ms" in p}
-# Real sockets and real time: a mark may be late by scheduling, never early.
+# Real sockets and real time: a mark may be late by scheduling (how late depends on the
+# machine's load, so it is not asserted here; crates/laptime-proxy/tests/timeline.rs proves
+# exact marks through translation under paused time), but never earlier than the sim sent it.
 MARK_EARLY_MS = EXPECTATIONS["mark_early_ms"]
-MARK_LATE_MS = EXPECTATIONS["mark_late_ms"]
 
 
 def stop_word(client: str, stop: str) -> str:
@@ -688,7 +689,6 @@ def assert_marks_equal_the_script(row: dict, preset: str, upstream: str, at: str
             continue
         assert got[key] is not None, f"{at}: {key} missing"
         assert got[key] >= want - MARK_EARLY_MS, f"{at}: {key} early"
-        assert got[key] <= want + MARK_LATE_MS, f"{at}: {key} late"
 
 
 def check_answer(gw, got: Got, preset_name: str, *, client, upstream, stream) -> None:

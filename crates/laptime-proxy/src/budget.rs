@@ -44,7 +44,9 @@ impl BodyBudget {
         self.bytes.available_permits()
     }
 
-    fn take(&self, n: usize, held: &mut Held) -> Result<(), Refusal> {
+    /// Adds `n` bytes to what `held` holds (a body the request derived from the client's: a
+    /// translation, a spliced model name), or refuses when the budget is spent.
+    pub fn take(&self, n: usize, held: &mut Held) -> Result<(), Refusal> {
         if n == 0 {
             return Ok(());
         }

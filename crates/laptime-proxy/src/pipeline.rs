@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::attempt::AttemptCtx;
 use crate::auth::{AuthFailure, Authenticated};
-use crate::budget::{Held, Refusal};
+use crate::budget::{BodyBudget, Held, Refusal};
 use crate::cache::{self, CachedAnswer};
 use crate::config::{Provider, RouteConfig};
 use crate::ingress::{self, RequestHead, Trace};
@@ -43,11 +43,12 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Ok(p) => p,
         Err(e) => return unread(respond::reject(finisher, e), parts.version),
     };
-    // `_held`: the body's bytes count against the gateway's budget until the request is done.
+    // `held`: the body's bytes (and those of the bodies derived from it for the candidates)
+    // count against the gateway's budget until the request is done.
     // Gemini names the model and stream-ness in the path, not the body.
     let gemini = (dialect == Dialect::Gemini)
         .then(|| ingress::gemini_call(parts.uri.path(), parts.uri.query()));
-    let (body, _held, head) = match admit(&app, &mut finisher.pending, body, gemini).await {
+    let (body, mut held, head) = match admit(&app, &mut finisher.pending, body, gemini).await {
         Ok(admitted) => admitted,
         Err(e) => return unread(respond::reject(finisher, e), parts.version),
     };
@@ -67,11 +68,16 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Lookup::Miss(store_in) => store_in,
     };
     let policy = routed.policy;
-    let (candidates, bodies) =
-        match translate(&finisher.pending, policy, &head, &body, routed.candidates) {
-            Ok(t) => t,
-            Err(e) => return respond::reject(finisher, e),
-        };
+    let (candidates, bodies) = match translate(
+        &finisher.pending,
+        (policy, &head),
+        &body,
+        routed.candidates,
+        (&app.body_budget, &mut held),
+    ) {
+        Ok(t) => t,
+        Err(e) => return respond::reject(finisher, e),
+    };
     let client_answer = bodies.any_translated().then(|| ClientStreamOptions {
         // Each attempt names the model its channel was asked for (`for_model`).
         model: None,
@@ -193,10 +199,7 @@ async fn admit(
             ErrorClass::PayloadTooLarge,
             format!("request body is over the {limit}-byte limit"),
         ),
-        Refusal::BudgetFull => GatewayError::new(
-            ErrorClass::Overloaded,
-            "the gateway holds as many request bodies as it can now; retry shortly",
-        ),
+        Refusal::BudgetFull => budget_full(),
         Refusal::Unreadable => {
             GatewayError::new(ErrorClass::BadRequest, "the request body could not be read")
         }
@@ -217,6 +220,14 @@ async fn admit(
     pending.stream = head.stream;
     pending.shape = head.shape.clone();
     Ok((body, held, head))
+}
+
+/// The byte budget for request bodies is spent by the requests in flight.
+fn budget_full() -> GatewayError {
+    GatewayError::new(
+        ErrorClass::Overloaded,
+        "the gateway holds as many request bodies as it can now; retry shortly",
+    )
 }
 
 /// What routing decided.
@@ -295,10 +306,10 @@ impl Bodies {
 /// is left, the client is told which field, in its own dialect.
 fn translate(
     pending: &Pending,
-    policy: &RouteConfig,
-    head: &RequestHead,
+    (policy, head): (&RouteConfig, &RequestHead),
     body: &Bytes,
     candidates: Vec<Route>,
+    (budget, held): (&BodyBudget, &mut Held),
 ) -> Result<(Vec<Route>, Bodies), GatewayError> {
     let reasoning = policy.translation.reasoning_budgets;
     let default_max_tokens = Some(policy.translation.default_max_tokens).filter(|&n| n > 0);
@@ -331,13 +342,21 @@ fn translate(
                 })
             };
             match translated {
-                Ok((b, omitted)) => bodies.bodies.push(UpstreamBody {
-                    dialect: route.upstream,
-                    model: route.upstream_model.clone(),
-                    body: b,
-                    omitted,
-                    translated: route.upstream != pending.dialect,
-                }),
+                Ok((b, omitted)) => {
+                    // A body derived from the client's is held as long as the client's is.
+                    let derived =
+                        route.upstream != pending.dialect || route.upstream_model != head.model;
+                    if derived && budget.take(b.len(), held).is_err() {
+                        return Err(budget_full());
+                    }
+                    bodies.bodies.push(UpstreamBody {
+                        dialect: route.upstream,
+                        model: route.upstream_model.clone(),
+                        body: b,
+                        omitted,
+                        translated: route.upstream != pending.dialect,
+                    });
+                }
                 Err(e) => {
                     tracing::debug!(channel = %route.channel.name, error = %e, "request not translatable for this channel");
                     refused.get_or_insert(e);

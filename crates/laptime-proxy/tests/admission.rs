@@ -246,6 +246,39 @@ async fn bodies_over_the_gateways_byte_budget_are_a_503_with_retry_after_until_b
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_translated_body_is_held_against_the_budget_like_the_clients() {
+    let gw = gateway_with(&[("a", healthy(Dialect::Messages))], |cfg| {
+        cfg.server.max_body_bytes = 800;
+        cfg.server.body_budget_bytes = 900;
+        cfg.channels[0].dialect = Some(Dialect::Messages);
+    })
+    .await;
+    let app = gw.gw.app.clone();
+    let chat = |n: usize| {
+        let pad = "x".repeat(n);
+        format!(
+            r#"{{"model":"m","max_tokens":8,"messages":[{{"role":"user","content":"{pad}"}}]}}"#
+        )
+    };
+    // 600 bytes fit the budget once, not with their ~600-byte translation beside them.
+    let resp = post_body(&gw, Dialect::Chat, chat(520).into()).await;
+    assert_eq!(resp.status(), 503);
+    let id = request_id(&resp);
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert!(message(Dialect::Chat, &v).contains("retry shortly"), "{v}");
+    assert_eq!(gw.record(&id).error_class, Some(ErrorClass::Overloaded));
+    assert_eq!(app.body_budget.available(), 900, "a refusal holds nothing");
+    assert!(gw.seen().is_empty(), "refused before any upstream call");
+    // Small enough for both: translated and served, and every byte given back.
+    let resp = post_body(&gw, Dialect::Chat, chat(100).into()).await;
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.unwrap();
+    assert_eq!(app.body_budget.available(), 900);
+    assert_eq!(gw.seen().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn unauthenticated_refusals_are_all_counted_but_only_a_sample_is_stored() {
     let gw = gateway(&[("a", healthy(Dialect::Chat))], |_| {}).await;
     let calls = 3 * laptime_proxy::record::UNAUTHENTICATED_ROWS_PER_S;
