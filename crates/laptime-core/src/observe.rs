@@ -291,7 +291,7 @@ pub fn whole_answer(dialect: Dialect, status: u16, end: BodyEnd, body: &[u8]) ->
     let valid_json = || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
     let (outcome, error_class) = if end == BodyEnd::Error {
         (Outcome::UpstreamClosedEarly, Some(ErrorClass::BodyError))
-    } else if let Some(class) = ErrorClass::from_status(status) {
+    } else if let Some(class) = crate::classify::error_status_class(status, body) {
         (Outcome::UpstreamError, Some(class))
     } else if summary.error {
         (Outcome::UpstreamError, Some(ErrorClass::StreamError))

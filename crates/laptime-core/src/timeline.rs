@@ -172,12 +172,17 @@ pub enum ErrorClass {
     Overloaded,
     /// A bug or resource problem inside the gateway.
     Internal,
+    /// Upstream answered that the input (with the output cap) is over the model's context
+    /// window: the same model can never take it, a larger one might.
+    ContextLengthExceeded,
+    /// Upstream's content filter refused the request: no channel is asked again.
+    ContentFiltered,
 }
 
 impl ErrorClass {
     /// Every class, in declaration order (a test checks the order against the discriminants,
     /// so a class added to the enum but not here fails it).
-    pub const ALL: [ErrorClass; 22] = [
+    pub const ALL: [ErrorClass; 24] = [
         ErrorClass::ConnectFailed,
         ErrorClass::ConnectTimeout,
         ErrorClass::Tls,
@@ -200,6 +205,8 @@ impl ErrorClass {
         ErrorClass::UpstreamAuth,
         ErrorClass::Overloaded,
         ErrorClass::Internal,
+        ErrorClass::ContextLengthExceeded,
+        ErrorClass::ContentFiltered,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -226,6 +233,8 @@ impl ErrorClass {
             ErrorClass::UpstreamAuth => "upstream_auth",
             ErrorClass::Overloaded => "overloaded",
             ErrorClass::Internal => "internal",
+            ErrorClass::ContextLengthExceeded => "context_length_exceeded",
+            ErrorClass::ContentFiltered => "content_filtered",
         }
     }
 
@@ -240,8 +249,15 @@ impl ErrorClass {
             | StreamError | ClosedEarly | BodyError | InvalidBody | Timeout | CircuitOpen
             | UpstreamRedirect => Fault::Upstream,
             // A 4xx from upstream answers the client's request as forwarded.
-            UpstreamStatus4xx | ClientCancelled | Unauthorized | Forbidden | BadRequest
-            | PayloadTooLarge | UnknownModel => Fault::Client,
+            UpstreamStatus4xx
+            | ClientCancelled
+            | Unauthorized
+            | Forbidden
+            | BadRequest
+            | PayloadTooLarge
+            | UnknownModel
+            | ContextLengthExceeded
+            | ContentFiltered => Fault::Client,
             UpstreamAuth | Overloaded | Internal => Fault::Gateway,
         }
     }
@@ -549,7 +565,7 @@ mod tests {
         }
         assert_eq!(
             ErrorClass::ALL.len(),
-            ErrorClass::Internal as usize + 1,
+            ErrorClass::ContentFiltered as usize + 1,
             "the last variant is listed"
         );
         let mut names = std::collections::HashSet::new();

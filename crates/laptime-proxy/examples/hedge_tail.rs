@@ -124,6 +124,7 @@ async fn run(hedge: bool, requests: usize, concurrency: usize) {
             budget: 0.1,
         }),
         translation: Default::default(),
+        context_fallback: None,
     }];
     let env = |k: &str| (k == "HEDGE_TAIL_KEY").then(|| "sk-local".to_string());
     let gw = Gateway::start(cfg, store, &env).await.unwrap();

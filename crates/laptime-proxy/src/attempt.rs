@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::config::{Provider, TimeoutsConfig};
 use crate::connect::{Connector, MemoryConnect};
 use crate::model_health::ModelHealth;
-use crate::observe::{ObservedBody, StreamDeadlines, Until};
+use crate::observe::{ObservedBody, StreamDeadlines, Until, WholeRead};
 use crate::respond::{header_value, GatewayError};
 use crate::routing::{Channel, InflightGuard, Route};
 use crate::App;
@@ -101,6 +101,9 @@ pub enum AnswerBody {
     /// Boxed: the observer's scanner and buffers make it large, and it moves between phases.
     Stream(Box<ObservedBody<Incoming>>),
     Whole(Incoming),
+    /// A whole answer the gateway has already read (an error it looked into before deciding
+    /// whether to fail over).
+    Read(WholeRead),
 }
 
 /// An attempt that got a head the client may be committed to.
@@ -321,10 +324,35 @@ impl Answer {
         }
     }
 
+    /// The class of a whole 4xx answer as its body names it (over the context window, a
+    /// content filter), read before the client is committed to it; `None` for any other
+    /// answer. The body stays for the client if the answer is relayed after all.
+    pub async fn refusal(&mut self, ctx: &AttemptCtx<'_>) -> Option<ErrorClass> {
+        let status = self.parts.status.as_u16();
+        if !matches!(status, 400 | 413 | 422) || !matches!(self.body, AnswerBody::Whole(_)) {
+            return None;
+        }
+        let placeholder = AnswerBody::Read(WholeRead::empty());
+        let AnswerBody::Whole(incoming) = std::mem::replace(&mut self.body, placeholder) else {
+            return None;
+        };
+        let deadline = ctx.t0 + Duration::from_millis(ctx.timeouts.total_ms);
+        let max = ctx.app.config.server.max_answer_bytes;
+        let read = WholeRead::read(incoming, ctx.t0, deadline, max).await;
+        let class = read
+            .bytes
+            .as_ref()
+            .ok()
+            .and_then(|b| laptime_core::classify::error_status_class(status, b));
+        self.body = AnswerBody::Read(read);
+        class
+    }
+
     /// The first body byte so far, for the record of an attempt that lost or failed.
     pub fn first_byte(&self) -> Option<Duration> {
         match &self.body {
             AnswerBody::Stream(b) => b.summary().marks.first_byte,
+            AnswerBody::Read(read) => read.first_byte,
             AnswerBody::Whole(_) => None,
         }
     }

@@ -237,6 +237,11 @@ pub struct RouteConfig {
     /// How a request is carried to a channel of another dialect.
     #[serde(default)]
     pub translation: TranslationConfig,
+    /// A model with a larger context window: when a channel answers that the input is over
+    /// its model's context window, the request goes to this model's channels instead (the
+    /// same model is never asked again). Absent = the client gets that error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_fallback: Option<String>,
 }
 
 /// What a translated request needs that the client's body may not say.
@@ -270,6 +275,7 @@ static DEFAULT_ROUTE: std::sync::LazyLock<RouteConfig> = std::sync::LazyLock::ne
     cache: None,
     hedge: None,
     translation: TranslationConfig::default(),
+    context_fallback: None,
 });
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -458,7 +464,7 @@ impl Config {
 
 /// The sim models the embedded default serves: every preset of the sim (a test keeps the two
 /// lists equal; the proxy's library does not depend on the sim).
-pub const SIM_MODELS: [&str; 11] = [
+pub const SIM_MODELS: [&str; 13] = [
     "sim-trace-a",
     "sim-trace-b",
     "sim-trace-c",
@@ -468,6 +474,8 @@ pub const SIM_MODELS: [&str; 11] = [
     "sim-parallel-tools",
     "sim-max-tokens",
     "sim-rate-limited",
+    "sim-context-length",
+    "sim-content-filter",
     "sim-overloaded-in-band",
     "sim-echo",
 ];
@@ -583,6 +591,23 @@ impl Config {
                 errs.push(format!("{key}.model: {:?} has another route", r.model));
             }
             r.validate(&key, &mut errs);
+            if let Some(f) = r.context_fallback.as_deref() {
+                let served = self.channels.iter().any(|c| {
+                    c.models
+                        .pairs()
+                        .iter()
+                        .any(|(public, _)| public == f || public == "*")
+                });
+                if f == r.model || f == "*" || f.trim().is_empty() {
+                    errs.push(format!(
+                        "{key}.context_fallback: {f:?} must name another model"
+                    ));
+                } else if !served {
+                    errs.push(format!(
+                        "{key}.context_fallback: no channel serves model {f:?}"
+                    ));
+                }
+            }
         }
         if errs.is_empty() {
             Ok(())

@@ -723,6 +723,62 @@ where
     }
 }
 
+/// A whole answer read as far as it could be, with its arrival stamped.
+pub struct WholeRead {
+    pub bytes: Result<Bytes, WholeReadError>,
+    pub first_byte: Option<Duration>,
+    pub end: Option<Duration>,
+    /// The body broke instead of ending (`bytes` is then empty).
+    pub broke: bool,
+}
+
+/// Why a whole answer was not read to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WholeReadError {
+    /// Over the gateway's answer limit.
+    TooLarge,
+    /// Past the request's total deadline.
+    Timeout,
+}
+
+impl WholeRead {
+    /// Nothing read.
+    pub fn empty() -> WholeRead {
+        WholeRead {
+            bytes: Ok(Bytes::new()),
+            first_byte: None,
+            end: None,
+            broke: false,
+        }
+    }
+
+    /// Reads `body` to its end within `max` bytes and by `deadline`, stamping its first byte
+    /// and end (offsets from `t0`) where they arrive.
+    pub async fn read<B>(body: B, t0: Instant, deadline: Instant, max: usize) -> WholeRead
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<BoxError>,
+    {
+        use http_body_util::BodyExt;
+        let mut stamped = StampedBody::new(body, t0);
+        let read = http_body_util::Limited::new(&mut stamped, max).collect();
+        let bytes = match tokio::time::timeout_at(deadline, read).await {
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+                Err(WholeReadError::TooLarge)
+            }
+            Ok(Err(_)) => Ok(Bytes::new()),
+            Err(_) => Err(WholeReadError::Timeout),
+        };
+        WholeRead {
+            bytes,
+            first_byte: stamped.first_byte,
+            end: stamped.end,
+            broke: stamped.broke,
+        }
+    }
+}
+
 /// An answer the gateway holds whole (non-streamed upstream answers and the gateway's own
 /// errors). Recorded when the last byte is handed over, or as cancelled if dropped before.
 pub struct BufferedBody {

@@ -247,13 +247,23 @@ fn route<'a>(
     let started = Instant::now();
     let group = app.group_of(principal);
     let now_us = crate::clock::now_unix_us();
-    let candidates = app
+    let mut candidates = app
         .router
         .candidates(pending.dialect, group, &head.model, now_us);
     let policy = app.config.route_for(&head.model);
+    let primaries = candidates.len();
+    if let Some(larger) = &policy.context_fallback {
+        let fallback = app
+            .router
+            .candidates(pending.dialect, group, larger, now_us);
+        candidates.extend(fallback.into_iter().map(|mut r| {
+            r.context_fallback = true;
+            r
+        }));
+    }
     pending.marks.distribution = Some(pending.since(started));
     pending.group = Some(group.to_string());
-    if candidates.is_empty() {
+    if primaries == 0 {
         return Err(GatewayError::new(
             ErrorClass::UnknownModel,
             format!(
@@ -366,7 +376,7 @@ fn translate(
         }
         kept.push(route);
     }
-    if kept.is_empty() {
+    if kept.iter().all(|r| r.context_fallback) {
         let message = refused.map_or_else(
             || "no channel can take this request".into(),
             |e| e.message(),

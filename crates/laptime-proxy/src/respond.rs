@@ -10,7 +10,6 @@ use axum::body::Body as AxumBody;
 use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use http_body_util::BodyExt;
 use laptime_core::dialect::google_status;
 use laptime_core::observe::{whole_answer, BodyEnd, StreamSummary};
 use laptime_core::timeline::{ErrorClass, Marks, Outcome};
@@ -23,7 +22,7 @@ use tokio::time::Instant;
 use crate::attempt::{Answer, AnswerBody, AttemptError};
 use crate::cache::{CacheKey, CachedAnswer, ResponseCache};
 use crate::config::ServerConfig;
-use crate::observe::{BufferedBody, StampedBody};
+use crate::observe::{BufferedBody, WholeRead, WholeReadError};
 use crate::record::{Ending, Finisher};
 
 /// An error the gateway answers itself.
@@ -45,7 +44,9 @@ impl GatewayError {
         match self.class {
             ErrorClass::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorClass::Forbidden => StatusCode::FORBIDDEN,
-            ErrorClass::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorClass::BadRequest
+            | ErrorClass::ContextLengthExceeded
+            | ErrorClass::ContentFiltered => StatusCode::BAD_REQUEST,
             ErrorClass::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorClass::UnknownModel => StatusCode::NOT_FOUND,
             ErrorClass::ConnectFailed
@@ -83,6 +84,16 @@ impl GatewayError {
                 "permission_error",
             ),
             ErrorClass::BadRequest => ("invalid_request_error", None, "invalid_request_error"),
+            ErrorClass::ContextLengthExceeded => (
+                "invalid_request_error",
+                Some("context_length_exceeded"),
+                "invalid_request_error",
+            ),
+            ErrorClass::ContentFiltered => (
+                "invalid_request_error",
+                Some("content_filter"),
+                "invalid_request_error",
+            ),
             ErrorClass::PayloadTooLarge => (
                 "invalid_request_error",
                 Some("request_too_large"),
@@ -307,42 +318,78 @@ pub async fn answer(
             resp
         }
         AnswerBody::Whole(incoming) => {
-            let channel = answer.channel.name.clone();
-            let body = StampedBody::new(incoming, finisher.pending.t0);
-            let translate = client_answer
-                .filter(|_| answer.upstream != finisher.pending.dialect)
-                .map(|opts| opts.for_model(&answer.upstream_model));
-            whole(
-                finisher,
-                parts,
-                body,
-                (&channel, answer.upstream, translate.as_ref()),
-                answer.start,
-                (total_at, server.max_answer_bytes),
-                store_in,
-            )
-            .await
+            let (t0, max) = (finisher.pending.t0, server.max_answer_bytes);
+            let read = WholeRead::read(incoming, t0, total_at, max).await;
+            let how = WholeAnswerOf::new(
+                (
+                    &answer.channel.name,
+                    answer.upstream,
+                    &answer.upstream_model,
+                ),
+                finisher.pending.dialect,
+                client_answer,
+            );
+            whole(finisher, parts, read, how, answer.start, max, store_in)
+        }
+        AnswerBody::Read(read) => {
+            let max = server.max_answer_bytes;
+            let how = WholeAnswerOf::new(
+                (
+                    &answer.channel.name,
+                    answer.upstream,
+                    &answer.upstream_model,
+                ),
+                finisher.pending.dialect,
+                client_answer,
+            );
+            whole(finisher, parts, read, how, answer.start, max, store_in)
         }
     }
 }
 
-/// Reads a whole answer, stamping its bytes where they arrive, and answers it with
+/// Which channel gave a whole answer, in which dialect, and how it is translated for the client.
+struct WholeAnswerOf<'a> {
+    channel: &'a str,
+    upstream: Dialect,
+    translate: Option<ClientStreamOptions>,
+}
+
+impl<'a> WholeAnswerOf<'a> {
+    fn new(
+        (channel, upstream, upstream_model): (&'a str, Dialect, &str),
+        client: Dialect,
+        client_answer: Option<&ClientStreamOptions>,
+    ) -> Self {
+        WholeAnswerOf {
+            channel,
+            upstream,
+            translate: client_answer
+                .filter(|_| upstream != client)
+                .map(|opts| opts.for_model(upstream_model)),
+        }
+    }
+}
+
+/// Answers a whole answer (read with its bytes stamped where they arrived) with
 /// `Server-Timing`.
-async fn whole(
+fn whole(
     finisher: Finisher,
     parts: http::response::Parts,
-    mut body: StampedBody<hyper::body::Incoming>,
-    (channel, upstream, translate): (&str, Dialect, Option<&ClientStreamOptions>),
+    read: WholeRead,
+    how: WholeAnswerOf<'_>,
     start: std::time::Duration,
-    (total_at, max_answer_bytes): (Instant, usize),
+    max_answer_bytes: usize,
     store_in: StoreIn,
 ) -> Response {
-    let read = http_body_util::Limited::new(&mut body, max_answer_bytes).collect();
-    let read = tokio::time::timeout_at(total_at, read).await;
+    let WholeAnswerOf {
+        channel,
+        upstream,
+        translate,
+    } = how;
     let mut summary = StreamSummary {
         marks: Marks {
-            first_byte: body.first_byte,
-            upstream_done: body.end,
+            first_byte: read.first_byte,
+            upstream_done: read.end,
             ..Marks::default()
         },
         outcome: None,
@@ -352,9 +399,9 @@ async fn whole(
         text_delta_count: 0,
         no_terminal_sentinel: false,
     };
-    let bytes = match read {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+    let bytes = match read.bytes {
+        Ok(bytes) => bytes,
+        Err(WholeReadError::TooLarge) => {
             let err = GatewayError::new(
                 ErrorClass::InvalidBody,
                 format!("the upstream answer is over the gateway's {max_answer_bytes}-byte limit"),
@@ -368,8 +415,7 @@ async fn whole(
             };
             return error(finisher, &err, ending);
         }
-        Ok(Err(_)) => Bytes::new(),
-        Err(_) => {
+        Err(WholeReadError::Timeout) => {
             let err = GatewayError::new(
                 ErrorClass::Timeout,
                 "the upstream missed the total deadline",
@@ -384,7 +430,7 @@ async fn whole(
             return error(finisher, &err, ending);
         }
     };
-    let end = if body.broke {
+    let end = if read.broke {
         BodyEnd::Error
     } else {
         BodyEnd::Eof
@@ -402,7 +448,7 @@ async fn whole(
         timeout_kind: None,
         stream: Some(summary),
     };
-    if body.broke {
+    if read.broke {
         let err = GatewayError::new(
             ErrorClass::BodyError,
             format!("upstream channel {channel:?} broke off its answer"),
@@ -414,7 +460,7 @@ async fn whole(
         return error(finisher, &err, ending);
     }
     let mut extra = HeaderMap::new();
-    let (status, bytes) = match translate {
+    let (status, bytes) = match translate.as_ref() {
         None => (parts.status, bytes),
         Some(opts) => {
             match translated(

@@ -182,6 +182,9 @@ pub struct Route {
     pub upstream: Dialect,
     /// The cool-down and circuit of this model on this channel.
     pub health: Arc<ModelHealth>,
+    /// A candidate of the route's `context_fallback` model: asked only after a channel
+    /// answered that the input is over its model's context window.
+    pub context_fallback: bool,
 }
 
 impl Route {
@@ -191,6 +194,7 @@ impl Route {
             channel: channel.clone(),
             upstream_model: upstream_model.to_string(),
             upstream: channel.upstream_dialect(client),
+            context_fallback: false,
         }
     }
 }

@@ -42,6 +42,8 @@ pub async fn run(
         body_for,
     } = plan;
     let max_attempts = policy.failover.max_attempts.max(1) as usize;
+    let (mut larger_context, candidates): (Vec<Route>, Vec<Route>) =
+        candidates.into_iter().partition(|r| r.context_fallback);
     let mut candidates = candidates.into_iter().peekable();
     let mut made = 0;
     let mut failure = None;
@@ -150,6 +152,23 @@ pub async fn run(
             }
         };
         headed(pending, i, &answer);
+        if !larger_context.is_empty()
+            && made < max_attempts
+            && answer.refusal(ctx).await == Some(ErrorClass::ContextLengthExceeded)
+        {
+            // The same model can never take this input: the larger one's channels, and only
+            // them, get the request.
+            let e = AttemptError {
+                class: ErrorClass::ContextLengthExceeded,
+                status: Some(answer.parts.status.as_u16()),
+                headers_at: Some(answer.headers_at),
+                ..internal(pending.offset(Instant::now()))
+            };
+            failed(pending, i, &e, answer.first_byte());
+            failure = Some(e);
+            candidates = std::mem::take(&mut larger_context).into_iter().peekable();
+            continue;
+        }
         // Only another channel could take over a stream that fails before its first output
         // (the same one is asked again only for its head), so only then is it held.
         if !last && others_left {

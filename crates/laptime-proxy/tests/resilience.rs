@@ -69,6 +69,7 @@ fn route(model: &str, tweak: impl FnOnce(&mut TimeoutsConfig)) -> RouteConfig {
         cache: None,
         hedge: None,
         translation: Default::default(),
+        context_fallback: None,
     }
 }
 

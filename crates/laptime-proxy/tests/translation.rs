@@ -58,6 +58,7 @@ async fn pinned() -> Harness {
             cache: None,
             hedge: None,
             translation: Default::default(),
+            context_fallback: None,
         };
         once.failover.max_attempts = 1;
         cfg.routes = vec![once];
@@ -352,6 +353,49 @@ async fn an_upstream_error_status_becomes_the_clients_error_of_the_same_kind() {
 }
 
 #[tokio::test]
+async fn a_refusal_of_the_request_keeps_its_kind_through_translation() {
+    let h = pinned().await;
+    for client in DIALECTS {
+        for upstream in DIALECTS {
+            let pair = format!("{client} → {upstream}");
+            for (refusal, class, code) in [
+                (
+                    "context_length",
+                    "context_length_exceeded",
+                    "context_length_exceeded",
+                ),
+                ("content_filter", "content_filtered", "content_filter"),
+            ] {
+                let script = json!({"end": "status", "status": 400, "refusal": refusal});
+                let b = scripted(client, upstream, false, script);
+                let r = call(&h, client, upstream, false, &b).await;
+                let id = r.headers()["x-laptime-request-id"]
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                assert_eq!(r.status(), 400, "{pair}");
+                let v: Value = r.json().await.unwrap();
+                match client {
+                    "gemini" => assert_eq!(v["error"]["status"], "INVALID_ARGUMENT", "{pair}: {v}"),
+                    "messages" => {
+                        assert_eq!(v["error"]["type"], "invalid_request_error", "{pair}: {v}")
+                    }
+                    // The OpenAI SDKs and clients tell these apart by the code.
+                    _ => assert_eq!(v["error"]["code"], code, "{pair}: {v}"),
+                }
+                assert!(v["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty()));
+                let row = h.row(&id).await;
+                assert_eq!(row["error_class"], class, "{pair}: {row}");
+                assert_eq!(row["outcome"], "upstream_error", "{pair}");
+            }
+        }
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn endings_keep_their_meaning_through_translation() {
     let h = pinned().await;
     for client in DIALECTS {
@@ -373,6 +417,30 @@ async fn endings_keep_their_meaning_through_translation() {
             };
             assert!(said, "{pair}: incomplete in the client's words:\n{text}");
             assert_eq!(h.row(&id).await["outcome"], "incomplete", "{pair}");
+
+            // Stopped by the content filter: the reason reaches the client in its words.
+            let b = scripted(client, upstream, true, json!({"end": "filtered"}));
+            let r = call(&h, client, upstream, true, &b).await;
+            let id = r.headers()["x-laptime-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let text = r.text().await.unwrap();
+            let said = match client {
+                "chat" => text.contains("\"finish_reason\":\"content_filter\""),
+                "responses" => text.contains("\"reason\":\"content_filter\""),
+                "gemini" => text.contains("\"finishReason\":\"SAFETY\""),
+                _ => text.contains("\"stop_reason\":\"refusal\""),
+            };
+            assert!(said, "{pair}: filtered in the client's words:\n{text}");
+            // Judged in the upstream's words: a filter stop is incomplete, Anthropic's
+            // `refusal` is the model's own (complete) answer.
+            let outcome = if upstream == "messages" {
+                "completed"
+            } else {
+                "incomplete"
+            };
+            assert_eq!(h.row(&id).await["outcome"], outcome, "{pair}");
 
             // Cut by the upstream: the client is told in-band, never a clean end.
             let b = scripted(client, upstream, true, json!({"end": "close"}));

@@ -11,8 +11,8 @@
 //! Layout, from the script to the socket:
 //! - [`script`]: the [`Script`] type, the named [`preset`]s (the DESIGN's seed traces
 //!   `sim-trace-a|b|c` and `sim-fast`, and the translation-test scenarios `sim-reasoning`,
-//!   `sim-tool-call`, `sim-parallel-tools`, `sim-max-tokens`, `sim-rate-limited`,
-//!   `sim-overloaded-in-band`, `sim-echo`), and [`schedule`], which turns a script into the
+//!   `sim-tool-call`, `sim-parallel-tools`, `sim-max-tokens`, `sim-rate-limited`, `sim-context-length`,
+//!   `sim-content-filter`, `sim-overloaded-in-band`, `sim-echo`), and [`schedule`], which turns a script into the
 //!   exact bytes and instants of one response. Pure: no tokio, no clock.
 //! - `echo`: the summary of a request that `sim-echo` answers with (format in its doc).
 //! - `wire`: the bytes of each dialect (streamed events, non-streamed bodies, error bodies).
@@ -38,7 +38,7 @@ mod testkit;
 mod wire;
 
 pub use script::{
-    preset, schedule, EffectiveKind, End, Finish, FirstEffective, Schedule, Script, Step,
+    preset, schedule, EffectiveKind, End, Finish, FirstEffective, Refusal, Schedule, Script, Step,
     UsageSpec, PRESET_NAMES,
 };
 pub use server::{serve, spawn_local, Sim, SimRequest, SimStats};

@@ -68,6 +68,19 @@ pub struct Script {
     pub echo: bool,
     /// Sent as the `retry-after` header (seconds) with the response head.
     pub retry_after_s: Option<u64>,
+    /// With `end: status`: the provider's error for this refusal of the request, in its
+    /// wording (instead of the generic error for `status`).
+    pub refusal: Option<Refusal>,
+}
+
+/// A request a provider refuses for what it is, not for a fault of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// The input (with the output cap) is over the model's context window.
+    ContextLength,
+    /// The provider's content filter refused the prompt.
+    ContentFilter,
 }
 
 impl Default for Script {
@@ -89,6 +102,7 @@ impl Default for Script {
             text: None,
             echo: false,
             retry_after_s: None,
+            refusal: None,
         }
     }
 }
@@ -251,7 +265,7 @@ mod pace {
 // === Presets ===
 
 /// The model names [`preset`] knows, in the order `GET /v1/models` lists them.
-pub const PRESET_NAMES: [&str; 11] = [
+pub const PRESET_NAMES: [&str; 13] = [
     "sim-trace-a",
     "sim-trace-b",
     "sim-trace-c",
@@ -261,6 +275,8 @@ pub const PRESET_NAMES: [&str; 11] = [
     "sim-parallel-tools",
     "sim-max-tokens",
     "sim-rate-limited",
+    "sim-context-length",
+    "sim-content-filter",
     "sim-overloaded-in-band",
     "sim-echo",
 ];
@@ -413,6 +429,20 @@ fn scenario(name: &str) -> Option<Script> {
             retry_after_s: Some(1),
             ..base
         }),
+        // Over the context window: 400 in each provider's wording.
+        "sim-context-length" => Some(Script {
+            end: End::Status,
+            status: 400,
+            refusal: Some(Refusal::ContextLength),
+            ..base
+        }),
+        // Text, then the content filter stops the answer.
+        "sim-content-filter" => Some(Script {
+            first_text_ms: Some(20),
+            text_tokens: 6,
+            end: End::Filtered,
+            ..base
+        }),
         "sim-overloaded-in-band" => Some(Script {
             first_text_ms: Some(20),
             text_tokens: 5,
@@ -496,6 +526,7 @@ pub fn schedule(
         include_usage: include_usage && dialect == Dialect::Chat,
         tool_calls: script.tool_calls.clamp(1, MAX_TOOL_CALLS),
         text: script.text.as_deref(),
+        refusal: script.refusal,
     };
     let retry_after_s = script.retry_after_s;
     let whole = |status: u16, at: Duration, body: String| Schedule {

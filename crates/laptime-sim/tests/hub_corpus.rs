@@ -18,10 +18,11 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 /// Presets that stream (the rate-limited one answers with a status and no stream).
+/// The presets that answer with a stream (the others answer with an error status).
 fn streamed_presets() -> Vec<&'static str> {
     laptime_sim::PRESET_NAMES
         .into_iter()
-        .filter(|p| *p != "sim-rate-limited")
+        .filter(|p| laptime_sim::preset(p).is_some_and(|s| s.end != laptime_sim::End::Status))
         .collect()
 }
 
@@ -84,7 +85,11 @@ fn said(a: &Answer) -> Said {
         text: String::new(),
         reasoning: String::new(),
         tools: Vec::new(),
-        stop: a.stop.map(|r| format!("{r:?}")),
+        // A safety stop is Anthropic's `refusal` and every other dialect's content filter:
+        // one meaning, two names.
+        stop: a
+            .stop
+            .map(|r| format!("{r:?}").replace("Refusal", "ContentFilter")),
         // A dialect that requires a count (Anthropic's message_start input, Responses'
         // cached_tokens) writes an unknown one as 0: a zero and an absent count say the same here.
         tokens: (

@@ -7,7 +7,10 @@
 mod chat;
 mod gemini;
 mod messages;
+mod refusal;
 mod responses;
+
+pub use refusal::error_status_class;
 
 use crate::usage::UsageReport;
 use crate::Dialect;

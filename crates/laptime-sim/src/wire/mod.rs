@@ -11,7 +11,7 @@ use bytes::Bytes;
 use laptime_core::Dialect;
 
 use crate::json::{obj, J};
-use crate::script::{End, Step, Timeline, Usage, WorkKind};
+use crate::script::{End, Refusal, Step, Timeline, Usage, WorkKind};
 
 mod chat;
 mod gemini;
@@ -32,6 +32,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) tool_calls: u32,
     /// The script's own visible text, instead of the generated words.
     pub(crate) text: Option<&'a str>,
+    /// The refusal a status answer is.
+    pub(crate) refusal: Option<Refusal>,
 }
 
 /// A fixed `created` / `created_at`, so a schedule is a pure function of its inputs.
@@ -61,7 +63,10 @@ pub(crate) fn body(ctx: &Ctx<'_>) -> String {
 
 /// The error body for the script's `status`.
 pub(crate) fn scripted_error(ctx: &Ctx<'_>) -> String {
-    ApiError::scripted(ctx.status).body(ctx.dialect)
+    match ctx.refusal {
+        Some(r) => ApiError::refused(r, ctx.dialect).body(ctx.dialect),
+        None => ApiError::scripted(ctx.status).body(ctx.dialect),
+    }
 }
 
 // === Out ===
@@ -435,6 +440,39 @@ impl ApiError {
             openai_type,
             openai_code,
             anthropic_type,
+        }
+    }
+
+    /// A 400 refusing the request for what it is, worded as each provider words it.
+    pub(crate) fn refused(refusal: Refusal, dialect: Dialect) -> ApiError {
+        let (message, openai_code) = match (refusal, dialect) {
+            (Refusal::ContextLength, Dialect::Messages) => {
+                ("prompt is too long: 208310 tokens > 200000 maximum", None)
+            }
+            (Refusal::ContextLength, Dialect::Gemini) => (
+                "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).",
+                None,
+            ),
+            (Refusal::ContextLength, Dialect::Chat | Dialect::Responses) => (
+                "This model's maximum context length is 128000 tokens. However, your messages \
+                 resulted in 130532 tokens. Please reduce the length of the messages.",
+                Some("context_length_exceeded"),
+            ),
+            (Refusal::ContentFilter, Dialect::Messages | Dialect::Gemini) => {
+                ("Output blocked by content filtering policy", None)
+            }
+            (Refusal::ContentFilter, Dialect::Chat | Dialect::Responses) => (
+                "The response was filtered due to the prompt triggering Azure OpenAI's content \
+                 management policy. Please modify your prompt and retry.",
+                Some("content_filter"),
+            ),
+        };
+        ApiError {
+            status: 400,
+            message: message.to_owned(),
+            openai_type: "invalid_request_error",
+            openai_code,
+            anthropic_type: "invalid_request_error",
         }
     }
 
@@ -929,5 +967,27 @@ mod tests {
         assert_eq!(anthropic["type"], "error");
         assert_eq!(anthropic["error"]["type"], "overloaded_error");
         assert_eq!(anthropic["error"]["message"], "Overloaded");
+    }
+
+    #[test]
+    fn a_refusal_is_a_400_each_provider_words_its_own_way_and_the_gateway_names_it() {
+        use laptime_core::timeline::ErrorClass;
+        for dialect in Dialect::ALL {
+            for (refusal, class) in [
+                (Refusal::ContextLength, ErrorClass::ContextLengthExceeded),
+                (Refusal::ContentFilter, ErrorClass::ContentFiltered),
+            ] {
+                let e = ApiError::refused(refusal, dialect);
+                assert_eq!(e.status, 400);
+                let body = e.body(dialect);
+                let v: Value = serde_json::from_str(&body).unwrap();
+                assert!(v["error"]["message"].as_str().is_some(), "{body}");
+                assert_eq!(
+                    laptime_core::classify::error_status_class(400, body.as_bytes()),
+                    Some(class),
+                    "{dialect}: {body}"
+                );
+            }
+        }
     }
 }

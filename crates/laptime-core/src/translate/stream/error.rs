@@ -7,6 +7,7 @@ use serde_json::value::RawValue;
 use super::gemini::GoogleErrorBody;
 use super::hub::{ErrorKind, HubError, JsonText};
 use super::json::{plain, text, JsonOut};
+use crate::timeline::ErrorClass;
 use crate::Dialect;
 
 impl ErrorKind {
@@ -31,7 +32,7 @@ impl ErrorKind {
     /// not carry over (an in-band error, or 529 which only Anthropic uses).
     pub fn status(self, dialect: Dialect) -> u16 {
         match self {
-            ErrorKind::InvalidRequest => 400,
+            ErrorKind::InvalidRequest | ErrorKind::ContextLength | ErrorKind::ContentFilter => 400,
             ErrorKind::Auth => 401,
             ErrorKind::Billing => 402,
             ErrorKind::Permission => 403,
@@ -48,7 +49,9 @@ impl ErrorKind {
     /// Anthropic's `error.type` (`types/shared/error_type.py`).
     pub fn anthropic_type(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest => "invalid_request_error",
+            ErrorKind::InvalidRequest | ErrorKind::ContextLength | ErrorKind::ContentFilter => {
+                "invalid_request_error"
+            }
             ErrorKind::Auth => "authentication_error",
             ErrorKind::Billing => "billing_error",
             ErrorKind::Permission => "permission_error",
@@ -84,6 +87,8 @@ impl ErrorKind {
     pub fn openai_type_code(self) -> (&'static str, Option<&'static str>) {
         match self {
             ErrorKind::InvalidRequest => ("invalid_request_error", None),
+            ErrorKind::ContextLength => ("invalid_request_error", Some("context_length_exceeded")),
+            ErrorKind::ContentFilter => ("invalid_request_error", Some("content_filter")),
             ErrorKind::Auth => ("invalid_request_error", Some("invalid_api_key")),
             ErrorKind::Billing => ("insufficient_quota", Some("insufficient_quota")),
             ErrorKind::Permission => ("invalid_request_error", Some("permission_denied")),
@@ -108,6 +113,8 @@ impl ErrorKind {
                 "permission_denied" | "permission_error" => ErrorKind::Permission,
                 "not_found" | "model_not_found" | "not_found_error" => ErrorKind::NotFound,
                 "request_too_large" => ErrorKind::RequestTooLarge,
+                "context_length_exceeded" => ErrorKind::ContextLength,
+                "content_filter" | "content_policy_violation" => ErrorKind::ContentFilter,
                 "timeout" | "timeout_error" => ErrorKind::Timeout,
                 "server_is_overloaded" | "overloaded" | "overloaded_error" => ErrorKind::Overloaded,
                 "server_error" | "api_error" | "internal_error" => ErrorKind::Server,
@@ -212,10 +219,16 @@ pub(super) fn read_error(upstream: Dialect, status: u16, body: &[u8]) -> HubErro
             .and_then(|b| b.error)
             .map(|obj| obj.hub(upstream.is_anthropic(), by_status))
     };
+    // A refusal is named by the body's wording as much as by its code.
+    let refusal = match crate::classify::error_status_class(status, body) {
+        Some(ErrorClass::ContextLengthExceeded) => Some(ErrorKind::ContextLength),
+        Some(ErrorClass::ContentFiltered) => Some(ErrorKind::ContentFilter),
+        _ => None,
+    };
     match parsed {
         Some(from_body) => {
             let kind = match by_status {
-                ErrorKind::InvalidRequest | ErrorKind::Server => from_body.kind,
+                ErrorKind::InvalidRequest | ErrorKind::Server => refusal.unwrap_or(from_body.kind),
                 precise => precise,
             };
             HubError {

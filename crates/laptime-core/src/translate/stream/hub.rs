@@ -154,6 +154,10 @@ pub struct HubError<'a> {
 pub enum ErrorKind {
     /// 400 and any other 4xx without a kind of its own.
     InvalidRequest,
+    /// 400: the input is over the model's context window.
+    ContextLength,
+    /// 400: refused by the provider's content filter.
+    ContentFilter,
     /// 401: missing or refused credentials.
     Auth,
     /// 402: billing or quota.
