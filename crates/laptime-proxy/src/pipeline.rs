@@ -344,6 +344,7 @@ fn translate(
                         Provider::Sim => &["laptime_sim"],
                         Provider::Openai | Provider::Anthropic | Provider::Gemini => &[],
                     },
+                    prefill: None,
                 };
                 translate_request(pending.dialect, route.upstream, body, &opts).map(|t| {
                     bodies.client_wants_usage_chunk = t.client_wants_usage_chunk;

@@ -16,6 +16,7 @@ fn opts() -> RequestOptions<'static> {
         default_max_tokens: Some(4096),
         reasoning: &TABLE,
         pass_through: &[],
+        prefill: None,
     }
 }
 

@@ -54,6 +54,11 @@ pub struct RequestOptions<'a> {
     /// Top-level client fields copied into the upstream body as they are, untranslated (the
     /// gateway's own simulator reads its script from `laptime_sim` in every dialect).
     pub pass_through: &'a [&'a str],
+    /// The start of the assistant's answer, for the upstream to continue (a continuation after
+    /// a cut): sent as a last assistant turn, which Anthropic and Gemini continue, and Chat
+    /// servers that support it (DeepSeek, Mistral, vLLM) continue when it says `prefix: true`.
+    /// Responses has no such turn: refused.
+    pub prefill: Option<&'a str>,
 }
 
 /// A body for the upstream, and what the response side needs to answer the client.
@@ -90,8 +95,28 @@ pub fn translate_request(
     if client == Dialect::Gemini {
         gemini::camel_case_keys(&mut map);
     }
-    let hub = decode_map(client, upstream, &map, &mut omitted)?;
+    let mut hub = decode_map(client, upstream, &map, &mut omitted)?;
+    if let Some(prefill) = opts.prefill {
+        if upstream == Dialect::Responses {
+            return Err(RequestError::unsupported(
+                "(continuation prefill)",
+                "the Responses API cannot continue an assistant prefill",
+            ));
+        }
+        hub.messages
+            .push(Message::Assistant(vec![Part::Text(prefill.to_owned())]));
+    }
     let mut value = encode(upstream, client, &hub, opts, &mut omitted)?;
+    if opts.prefill.is_some() && upstream == Dialect::Chat {
+        let last = value
+            .get_mut("messages")
+            .and_then(Value::as_array_mut)
+            .and_then(|m| m.last_mut())
+            .and_then(Value::as_object_mut);
+        if let Some(last) = last {
+            last.insert("prefix".into(), Value::Bool(true));
+        }
+    }
     value.extend(carried);
     Ok(TranslatedRequest {
         body: Value::Object(value).to_string().into_bytes(),

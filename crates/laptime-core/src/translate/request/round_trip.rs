@@ -19,6 +19,7 @@ fn opts() -> RequestOptions<'static> {
         default_max_tokens: None,
         reasoning: &TABLE,
         pass_through: &[],
+        prefill: None,
     }
 }
 

@@ -25,6 +25,7 @@ fn opts(stream: bool) -> RequestOptions<'static> {
         default_max_tokens: Some(4096),
         reasoning: &TABLE,
         pass_through: &[],
+        prefill: None,
     }
 }
 
@@ -1115,6 +1116,7 @@ fn pass_through_fields_are_copied_untranslated_and_others_still_refused() {
         "messages": [{"role": "user", "content": "x"}]});
     let carry = RequestOptions {
         pass_through: &["laptime_sim"],
+        prefill: None,
         ..opts(false)
     };
     let t = translate_request(Messages, Chat, b.to_string().as_bytes(), &carry).unwrap();
@@ -1122,4 +1124,61 @@ fn pass_through_fields_are_copied_untranslated_and_others_still_refused() {
     assert_eq!(up["laptime_sim"], json!({"text_tokens": 3}));
     let e = translate_request(Messages, Chat, b.to_string().as_bytes(), &opts(false)).unwrap_err();
     assert_eq!(e.field(), "laptime_sim");
+}
+
+#[test]
+fn a_prefill_is_the_last_assistant_turn_each_upstream_continues_and_responses_refuses_it() {
+    let with_prefill = RequestOptions {
+        prefill: Some("Once upon a"),
+        ..opts(true)
+    };
+    for client in DIALECTS.iter().copied() {
+        let body = match client {
+            Dialect::Chat => {
+                json!({"model": "m", "messages": [{"role": "user", "content": "tell"}]})
+            }
+            Dialect::Responses => json!({"model": "m", "input": "tell"}),
+            Dialect::Messages => {
+                json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "tell"}]})
+            }
+            Dialect::Gemini => json!({"contents": [{"role": "user", "parts": [{"text": "tell"}]}]}),
+        };
+        let bytes = body.to_string();
+        for upstream in DIALECTS.iter().copied() {
+            let got = translate_request(client, upstream, bytes.as_bytes(), &with_prefill);
+            let pair = format!("{client} → {upstream}");
+            if upstream == Dialect::Responses {
+                let e = got.unwrap_err();
+                assert!(
+                    matches!(e, RequestError::Unsupported { .. }),
+                    "{pair}: {e:?}"
+                );
+                continue;
+            }
+            let v: Value = serde_json::from_slice(&got.unwrap().body).unwrap();
+            let last = match upstream {
+                Dialect::Gemini => v["contents"].as_array().unwrap().last().unwrap().clone(),
+                _ => v["messages"].as_array().unwrap().last().unwrap().clone(),
+            };
+            match upstream {
+                Dialect::Chat => {
+                    assert_eq!(last["role"], "assistant", "{pair}: {v}");
+                    assert_eq!(last["content"], "Once upon a", "{pair}: {v}");
+                    assert_eq!(last["prefix"], true, "{pair}: {v}");
+                }
+                Dialect::Messages => {
+                    assert_eq!(last["role"], "assistant", "{pair}: {v}");
+                    let text = last["content"]
+                        .as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| last["content"][0]["text"].as_str().unwrap().to_owned());
+                    assert_eq!(text, "Once upon a", "{pair}: {v}");
+                }
+                _ => {
+                    assert_eq!(last["role"], "model", "{pair}: {v}");
+                    assert_eq!(last["parts"][0]["text"], "Once upon a", "{pair}: {v}");
+                }
+            }
+        }
+    }
 }

@@ -22,6 +22,7 @@ pub mod hub;
 mod json;
 mod messages;
 mod responses;
+mod splice;
 mod translator;
 
 #[cfg(test)]
@@ -29,6 +30,7 @@ mod tests;
 
 pub use acc::Answer;
 pub use hub::{BlockKind, Delta, ErrorKind, HubError, HubEvent, JsonText, StopReason};
+pub use splice::Splice;
 pub use translator::{read_stream, translate_body, translate_error, StreamTranslator};
 
 use std::collections::VecDeque;

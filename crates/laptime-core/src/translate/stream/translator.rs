@@ -71,7 +71,7 @@ impl Decoder {
 
 /// One client dialect's stream encoder.
 #[derive(Debug)]
-enum Encoder {
+pub(super) enum Encoder {
     Chat(chat::Encoder),
     Responses(responses::Encoder),
     Messages(messages::Encoder),
@@ -79,7 +79,7 @@ enum Encoder {
 }
 
 impl Encoder {
-    fn new(dialect: Dialect, head: Head) -> Self {
+    pub(super) fn new(dialect: Dialect, head: Head) -> Self {
         match dialect {
             Dialect::Chat => Encoder::Chat(chat::Encoder::new(head)),
             Dialect::Responses => Encoder::Responses(responses::Encoder::new(head)),
@@ -88,7 +88,7 @@ impl Encoder {
         }
     }
 
-    fn event(&mut self, ev: &HubEvent<'_>, out: &mut Out<'_>) {
+    pub(super) fn event(&mut self, ev: &HubEvent<'_>, out: &mut Out<'_>) {
         match self {
             Encoder::Chat(e) => e.event(ev, out),
             Encoder::Responses(e) => e.event(ev, out),
