@@ -109,6 +109,9 @@ pub enum Flag {
     Unobserved,
     /// A Chat stream complete but for its `data: [DONE]` (the provider omits the sentinel).
     NoTerminalSentinel,
+    /// The answer was cut and another channel continued it: the client got one whole answer
+    /// from two attempts (the tokens are the continuation's, its input including the prefill).
+    Continued,
 }
 
 impl Flag {
@@ -117,6 +120,7 @@ impl Flag {
             Flag::Slow(stage) => stage.as_str(),
             Flag::Unobserved => "unobserved",
             Flag::NoTerminalSentinel => "no_terminal_sentinel",
+            Flag::Continued => "continued",
         }
     }
 
@@ -124,6 +128,7 @@ impl Flag {
         match s {
             "unobserved" => Some(Flag::Unobserved),
             "no_terminal_sentinel" => Some(Flag::NoTerminalSentinel),
+            "continued" => Some(Flag::Continued),
             _ => match Classification::parse(s)? {
                 Classification::Slow(stage) => Some(Flag::Slow(stage)),
                 Classification::Ok | Classification::Failed => None,

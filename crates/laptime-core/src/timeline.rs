@@ -379,13 +379,17 @@ pub enum AttemptRole {
     Failover,
     /// A second attempt racing the primary.
     Hedge,
+    /// An attempt that continued the answer another one had started for the client and was
+    /// cut (an assistant prefill of the text the client had).
+    Continuation,
 }
 
 impl AttemptRole {
-    pub const ALL: [AttemptRole; 3] = [
+    pub const ALL: [AttemptRole; 4] = [
         AttemptRole::Primary,
         AttemptRole::Failover,
         AttemptRole::Hedge,
+        AttemptRole::Continuation,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -393,6 +397,7 @@ impl AttemptRole {
             AttemptRole::Primary => "primary",
             AttemptRole::Failover => "failover",
             AttemptRole::Hedge => "hedge",
+            AttemptRole::Continuation => "continuation",
         }
     }
 

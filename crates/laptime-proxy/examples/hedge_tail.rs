@@ -91,6 +91,7 @@ fn channel(name: &str, base: &str, priority: u32) -> ChannelConfig {
         priority,
         weight: 1,
         circuit: Default::default(),
+        prefill: None,
     }
 }
 

@@ -76,7 +76,7 @@ pub struct AttemptCtx<'a> {
 }
 
 impl AttemptCtx<'_> {
-    fn now(&self) -> Duration {
+    pub(crate) fn now(&self) -> Duration {
         timeline::offset(Instant::now().saturating_duration_since(self.t0))
     }
 }
@@ -543,6 +543,7 @@ mod tests {
             priority: 0,
             weight: 1,
             circuit: Default::default(),
+            prefill: None,
         };
         Channel::from_config(&cfg, "http://127.0.0.1:9/v1".into(), &|_| {
             Some("sk-canary".into())

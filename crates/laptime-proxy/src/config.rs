@@ -212,6 +212,11 @@ pub struct ChannelConfig {
     /// When the channel is ejected (consecutive failures or error rate) and for how long.
     #[serde(default)]
     pub circuit: CircuitConfig,
+    /// Whether the channel continues an assistant prefill, so that it may finish an answer
+    /// another channel was cut in. Default: yes for `anthropic` and `sim`, no for `openai`
+    /// (its Chat API answers a trailing assistant turn anew) and `gemini`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<bool>,
 }
 
 fn default_weight() -> u32 {
@@ -500,6 +505,7 @@ impl Config {
             priority: 0,
             weight: 1,
             circuit: CircuitConfig::default(),
+            prefill: None,
         }];
         if env("OPENAI_API_KEY").is_some() {
             channels.push(ChannelConfig {
@@ -513,6 +519,7 @@ impl Config {
                 priority: 0,
                 weight: 1,
                 circuit: CircuitConfig::default(),
+                prefill: None,
             });
         }
         if env("GEMINI_API_KEY").is_some() {
@@ -528,6 +535,7 @@ impl Config {
                 priority: 0,
                 weight: 1,
                 circuit: CircuitConfig::default(),
+                prefill: None,
             });
         }
         if env("ANTHROPIC_API_KEY").is_some() {
@@ -542,6 +550,7 @@ impl Config {
                 priority: 0,
                 weight: 1,
                 circuit: CircuitConfig::default(),
+                prefill: None,
             });
         }
         Config {

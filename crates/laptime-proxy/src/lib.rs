@@ -12,6 +12,7 @@
 //! - [`strategy`]: which attempts a request makes: hedging and failover over [`attempt`].
 //! - [`observe`]: the bodies that stamp marks as bytes arrive (one observer per attempt, held
 //!   until the client is committed to it) and record exactly once.
+//! - [`continuation`]: when a committed stream is cut, another channel asked to continue it.
 //! - [`respond`]: the last phase: commit to a stream, read a whole answer, error shapes.
 //! - [`record`]: assembling the record.
 //! - [`pipeline`]: the proxy handler: one function per phase, called in order.
@@ -26,6 +27,7 @@ pub mod cache;
 pub mod clock;
 pub mod config;
 pub mod connect;
+pub mod continuation;
 pub mod ingress;
 pub mod listen;
 pub mod metrics;

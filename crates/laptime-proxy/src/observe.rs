@@ -20,12 +20,13 @@ use http_body::{Body, Frame};
 use laptime_core::observe::{BodyEnd, ChunkPlan, StreamObserver, StreamSummary};
 use laptime_core::relay::{Piece, Relay};
 use laptime_core::timeline::{self, DeadlineKind, ErrorClass, Outcome};
-use laptime_core::translate::stream::StreamTranslator;
+use laptime_core::translate::stream::{Splice, StreamTranslator};
 use laptime_core::Dialect;
 use tokio::time::{Instant, Sleep};
 
 use crate::attempt::AttemptError;
 use crate::cache::{CacheKey, CachedAnswer, ResponseCache};
+use crate::continuation::{Continued, Resume, Resumed};
 use crate::record::{Ending, Finisher};
 use crate::respond::{header_value, in_band_error, InBandError};
 
@@ -119,6 +120,32 @@ pub struct ObservedBody<B> {
     /// ended with an error event and recorded `gateway_shutdown`.
     drain_over: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     shut_down: bool,
+    /// Continuation after a cut: how to ask another channel, and this attempt's bytes the
+    /// client's stream was made of (within the held cap; past it, no continuation).
+    resume: Option<Resume>,
+    kept: Option<Kept>,
+    /// Asking for a continuation, and the in-band error the client gets if none comes.
+    resuming: Option<Pin<Box<dyn Future<Output = Resumed> + Send>>>,
+    deferred: Option<Deferred>,
+    /// The continuation whose stream is the rest of the client's.
+    continued: Option<Continued>,
+    /// This body is another's continuation: it ends in-band as a committed one does, and the
+    /// body it continues records.
+    delegated: bool,
+}
+
+/// The upstream bytes kept for a continuation.
+struct Kept {
+    chunks: Vec<Bytes>,
+    len: usize,
+}
+
+/// The ending a cut would have had, held while a continuation is asked for.
+struct Deferred {
+    why: InBandError,
+    message: String,
+    /// The deadline that fired, for a stall.
+    deadline: Option<(DeadlineKind, Duration)>,
 }
 
 /// How observed bytes become the client's.
@@ -128,6 +155,9 @@ enum Forward {
     /// The client speaks another dialect: each upstream event is written in the client's as
     /// soon as it completes, the comment before the client's terminal frame.
     Translated(Box<StreamTranslator>),
+    /// This stream continues another that was cut: its events are written as the rest of the
+    /// client's stream.
+    Spliced(Box<Splice>),
 }
 
 impl Forward {
@@ -135,6 +165,7 @@ impl Forward {
         match self {
             Forward::Untouched(relay) => relay.push(plan, data, out),
             Forward::Translated(t) => t.push(&data, out),
+            Forward::Spliced(s) => s.push(&data, out),
         }
     }
 
@@ -142,6 +173,7 @@ impl Forward {
         match self {
             Forward::Untouched(relay) => relay.finish(out),
             Forward::Translated(t) => t.finish(how, out),
+            Forward::Spliced(s) => s.finish(how, out),
         }
     }
 
@@ -149,7 +181,7 @@ impl Forward {
     fn discard_held(&mut self) {
         match self {
             Forward::Untouched(relay) => relay.discard_held(),
-            Forward::Translated(_) => {}
+            Forward::Translated(_) | Forward::Spliced(_) => {}
         }
     }
 
@@ -157,7 +189,7 @@ impl Forward {
     fn held(&self) -> &[u8] {
         match self {
             Forward::Untouched(relay) => relay.held(),
-            Forward::Translated(_) => &[],
+            Forward::Translated(_) | Forward::Spliced(_) => &[],
         }
     }
 
@@ -174,7 +206,13 @@ impl Forward {
                 out.push_back(Piece::Bytes(in_band_error(client, why, message)))
             }
             Forward::Translated(t) => t.fail(why.kind(), message, out),
+            Forward::Spliced(s) => s.fail(why.kind(), message, out),
         }
+    }
+
+    /// Whether it rewrites the upstream's bytes (nothing to cache, everything to read).
+    fn rewrites(&self) -> bool {
+        !matches!(self, Forward::Untouched(_))
     }
 }
 
@@ -220,6 +258,12 @@ impl<B> ObservedBody<B> {
             cut: None,
             drain_over: None,
             shut_down: false,
+            resume: None,
+            kept: None,
+            resuming: None,
+            deferred: None,
+            continued: None,
+            delegated: false,
         }
     }
 
@@ -227,6 +271,40 @@ impl<B> ObservedBody<B> {
     pub fn translated(mut self, translator: StreamTranslator) -> Self {
         self.forward = Forward::Translated(Box::new(translator));
         self
+    }
+
+    /// This stream continues `splice`'s (another attempt's, cut).
+    pub fn spliced(&mut self, splice: Splice) {
+        self.forward = Forward::Spliced(Box::new(splice));
+    }
+
+    /// The splice back, from a continuation that failed before it was used.
+    pub fn take_splice(&mut self) -> Option<Splice> {
+        match std::mem::replace(&mut self.forward, Forward::Untouched(Relay::new())) {
+            Forward::Spliced(s) => Some(*s),
+            other => {
+                self.forward = other;
+                None
+            }
+        }
+    }
+
+    /// This body is the rest of another's stream: it ends in-band like a committed one.
+    pub fn delegated(&mut self) {
+        self.delegated = true;
+    }
+
+    /// If the upstream cuts or stalls this committed stream after text reached the client,
+    /// `resume` asks another channel to continue it. The client's bytes are kept from here
+    /// (nothing left the queue before the commit), within the held cap.
+    pub fn with_resume(&mut self, resume: Resume) {
+        if self.observe {
+            self.resume = Some(resume);
+            self.kept = Some(Kept {
+                chunks: Vec::new(),
+                len: 0,
+            });
+        }
     }
 
     /// Ends the stream (once committed) when `drain` says the drain time is over.
@@ -276,7 +354,7 @@ impl<B> ObservedBody<B> {
 
     /// Relays without scanning from now on (no deadlines, no cache, no timing comment).
     pub fn unobserved(&mut self) {
-        if matches!(self.forward, Forward::Translated(_)) {
+        if self.forward.rewrites() {
             // A translated stream must be read to be written in the client's dialect.
             return;
         }
@@ -295,7 +373,7 @@ impl<B> ObservedBody<B> {
         key: CacheKey,
         content_type: Option<String>,
     ) {
-        if matches!(self.forward, Forward::Translated(_)) {
+        if self.forward.rewrites() {
             // The cache replays upstream bytes as they came; a translated answer is not one.
             return;
         }
@@ -340,7 +418,7 @@ impl<B> ObservedBody<B> {
 
     /// Whether the drain time is over for a committed stream.
     fn poll_drain_over(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.committed.is_none() {
+        if !self.relays() {
             return false;
         }
         let over = self
@@ -365,9 +443,104 @@ impl<B> ObservedBody<B> {
     /// A deadline passed: the stream ends with an error event in the dialect's shape.
     fn on_deadline(&mut self, kind: DeadlineKind) {
         let message = format!("the upstream missed the {} deadline", kind.as_str());
+        let stall = matches!(kind, DeadlineKind::Idle | DeadlineKind::Progress);
+        if stall && self.committed.is_some() && !self.obs.terminal_seen() {
+            let at = self.now();
+            if self.try_continue(InBandError::Timeout, &message, Some((kind, at))) {
+                self.obs.on_end(at, BodyEnd::Eof);
+                return;
+            }
+        }
         if let Some(at) = self.end_in_band(InBandError::Timeout, &message) {
             self.timed_out = Some((kind, at));
         }
+    }
+
+    /// Whether the client is being relayed this stream (committed, or as the rest of another).
+    fn relays(&self) -> bool {
+        self.committed.is_some() || self.delegated
+    }
+
+    /// Keeps what the client got, for a continuation (none past the held cap).
+    fn keep(&mut self, b: &Bytes) {
+        if let Some(k) = &mut self.kept {
+            k.len += b.len();
+            if k.len > self.held_cap {
+                self.kept = None;
+            } else {
+                k.chunks.push(b.clone());
+            }
+        }
+    }
+
+    /// Asks for a continuation of a committed stream the upstream cut or stalled, when another
+    /// channel could continue the text the client has; the cut's in-band error waits for the
+    /// outcome. `false` when there is nothing to continue or no one to ask.
+    fn try_continue(
+        &mut self,
+        why: InBandError,
+        message: &str,
+        deadline: Option<(DeadlineKind, Duration)>,
+    ) -> bool {
+        if self.committed.is_none() || self.kept.is_none() || self.resume.is_none() {
+            return false;
+        }
+        // The client has the queue's bytes too, once they are sent.
+        let queued: Vec<Bytes> = self
+            .queue
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Bytes(b) => Some(b.clone()),
+                Piece::TimingComment => None,
+            })
+            .collect();
+        let (Some(resume), Some(kept)) = (self.resume.take(), self.kept.take()) else {
+            return false;
+        };
+        let mut sent = kept.chunks;
+        sent.extend(queued);
+        let opts = resume.client_stream();
+        let Some(splice) = Splice::after_cut(self.dialect, self.dialect, &opts, &sent) else {
+            return false;
+        };
+        self.forward.discard_held();
+        self.inner = None;
+        self.upstream_end = None;
+        self.deferred = Some(Deferred {
+            why,
+            message: message.to_owned(),
+            deadline,
+        });
+        self.resuming = Some(resume.start(splice));
+        true
+    }
+
+    /// The continuation attempts are done: the winner's stream is the rest of the client's, or
+    /// the client gets the cut's own in-band error (never a continuation's refusal).
+    fn on_resumed(&mut self, resumed: Resumed) {
+        if let Some(c) = self.committed.as_mut() {
+            let p = &mut c.finisher.pending;
+            if let Some(first) = p.attempts.iter_mut().rev().find(|a| a.won) {
+                first.error_class = Some(match self.deferred.as_ref().and_then(|d| d.deadline) {
+                    Some(_) => ErrorClass::Timeout,
+                    None => ErrorClass::ClosedEarly,
+                });
+                first.end = self.obs.summary().marks.upstream_done;
+            }
+            p.attempts.extend(resumed.attempts);
+            p.continued = resumed.continued.is_some();
+        }
+        let deferred = self.deferred.take();
+        if let Some(continued) = resumed.continued {
+            self.continued = Some(continued);
+            return;
+        }
+        if let Some(d) = deferred {
+            self.forward
+                .in_band_error(self.dialect, d.why, &d.message, &mut self.queue);
+            self.timed_out = d.deadline;
+        }
+        self.upstream_end = Some(BodyEnd::Eof);
     }
 
     /// Ends the stream here with the dialect's error event (an incomplete event held back is
@@ -420,7 +593,9 @@ impl<B> ObservedBody<B> {
             self.forward.discard_held();
             self.cut = Some(how);
             self.tell_cut();
-            self.upstream_end = Some(BodyEnd::Eof);
+            if self.resuming.is_none() {
+                self.upstream_end = Some(BodyEnd::Eof);
+            }
             return;
         }
         self.forward.finish(how, &mut self.queue);
@@ -429,7 +604,7 @@ impl<B> ObservedBody<B> {
 
     /// The in-band error for a stream the upstream cut, once a client is committed to it.
     fn tell_cut(&mut self) {
-        let Some(how) = self.cut.filter(|_| self.committed.is_some()) else {
+        let Some(how) = self.cut.filter(|_| self.relays()) else {
             return;
         };
         self.cut = None;
@@ -437,6 +612,9 @@ impl<B> ObservedBody<B> {
             BodyEnd::Eof => "the upstream closed the stream before it was complete",
             BodyEnd::Error => "the upstream connection broke before the stream was complete",
         };
+        if self.try_continue(InBandError::UpstreamCut, message, None) {
+            return;
+        }
         self.forward.in_band_error(
             self.dialect,
             InBandError::UpstreamCut,
@@ -516,6 +694,21 @@ impl<B> ObservedBody<B> {
             return;
         };
         let mut summary = self.obs.summary();
+        let (mut timed_out, mut shut_down) = (self.timed_out, self.shut_down);
+        if let Some(c) = &self.continued {
+            // The timeline keeps the first attempt's marks; how the answer ended, and what it
+            // counted, are the continuation's.
+            let b = c.body.obs.summary();
+            summary.outcome = b.outcome;
+            summary.error_class = b.error_class;
+            summary.tokens = b.tokens;
+            summary.marks.upstream_done = b.marks.upstream_done;
+            summary.event_count += b.event_count;
+            summary.text_delta_count += b.text_delta_count;
+            summary.no_terminal_sentinel = b.no_terminal_sentinel;
+            timed_out = timed_out.or(c.body.timed_out);
+            shut_down |= c.body.shut_down;
+        }
         if !self.observe {
             // Nothing was scanned after the commit, so the end is all that is known.
             summary.outcome = match self.upstream_end {
@@ -526,7 +719,7 @@ impl<B> ObservedBody<B> {
             summary.error_class =
                 (self.upstream_end == Some(BodyEnd::Error)).then_some(ErrorClass::BodyError);
         }
-        if self.shut_down {
+        if shut_down {
             finisher.finish(Ending {
                 status,
                 outcome: Outcome::GatewayShutdown,
@@ -536,7 +729,7 @@ impl<B> ObservedBody<B> {
             });
             return;
         }
-        if let Some((kind, _)) = self.timed_out {
+        if let Some((kind, _)) = timed_out {
             finisher.finish(Ending {
                 status,
                 outcome: Outcome::Timeout,
@@ -639,7 +832,26 @@ where
         let this = self.get_mut();
         loop {
             if let Some(piece) = this.queue.pop_front() {
+                if let Piece::Bytes(b) = &piece {
+                    this.keep(b);
+                }
                 return Poll::Ready(Some(Ok(Frame::data(this.render(piece)))));
+            }
+            if let Some(resuming) = this.resuming.as_mut() {
+                let resumed = ready!(resuming.as_mut().poll(cx));
+                this.resuming = None;
+                this.on_resumed(resumed);
+                continue;
+            }
+            if let Some(c) = this.continued.as_mut() {
+                if this.upstream_end.is_none() {
+                    ready!(c.body.poll_upstream(cx));
+                    this.queue.append(&mut c.body.queue);
+                    if c.body.upstream_end.is_some() && c.body.queue.is_empty() {
+                        this.upstream_end = c.body.upstream_end;
+                    }
+                    continue;
+                }
             }
             if let Some(how) = this.upstream_end {
                 if let Some(c) = this.committed.as_mut().filter(|c| c.trailers) {

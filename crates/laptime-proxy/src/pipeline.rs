@@ -22,6 +22,7 @@ use crate::auth::{AuthFailure, Authenticated};
 use crate::budget::{BodyBudget, Held, Refusal};
 use crate::cache::{self, CachedAnswer};
 use crate::config::{Provider, RouteConfig};
+use crate::continuation::{Resume, ResumeFrom};
 use crate::ingress::{self, RequestHead, Trace};
 use crate::record::{Finisher, Pending};
 use crate::respond::{self, GatewayError, StoreIn};
@@ -103,10 +104,31 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         policy,
         body_for: &body_for,
     };
-    let answer = match strategy::run(&ctx, &mut finisher.pending, plan).await {
-        Ok(a) => a,
-        Err(e) => return respond::failed(finisher, e),
-    };
+    let strategy::Won { answer, untried } =
+        match strategy::run(&ctx, &mut finisher.pending, plan).await {
+            Ok(won) => won,
+            Err(e) => return respond::failed(finisher, e),
+        };
+    let resume = head.stream.then(|| {
+        let translated = client_answer
+            .as_ref()
+            .filter(|_| answer.upstream != dialect)
+            .map(|opts| opts.for_model(&answer.upstream_model));
+        let from = ResumeFrom {
+            app: &app,
+            client: dialect,
+            request: &body,
+            headers: &parts.headers,
+            traceparent: &trace.traceparent,
+            t0: finisher.pending.t0,
+            policy,
+            translated,
+            upstream_model: &answer.upstream_model,
+            request_id: &finisher.pending.request_id,
+            created: u64::try_from(finisher.pending.created_at_us / 1_000_000).unwrap_or_default(),
+        };
+        Resume::new(from, untried)
+    });
     if let Some(b) = bodies.find(answer.upstream, &answer.upstream_model) {
         finisher.pending.translation_omitted = b.omitted.clone();
     }
@@ -118,7 +140,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         &app.config.server,
         total_at,
         store_in,
-        client_answer.as_ref(),
+        (client_answer.as_ref(), resume.flatten()),
     )
     .await
 }

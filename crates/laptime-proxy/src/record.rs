@@ -49,6 +49,8 @@ pub struct Pending {
     pub translation_omitted: Vec<String>,
     /// Relayed without observation (`[server] observe = false`): stream marks are absent.
     pub unobserved: bool,
+    /// The answer was cut and another channel continued it.
+    pub continued: bool,
 }
 
 impl Pending {
@@ -76,6 +78,7 @@ impl Pending {
             cached: false,
             translation_omitted: Vec::new(),
             unobserved: false,
+            continued: false,
         }
     }
 
@@ -243,7 +246,10 @@ pub fn build(
     marks.handler_done = Some(handler_done);
     let mut attempts = p.attempts;
     if let Some(winner) = attempts.iter_mut().rev().find(|a| a.won) {
-        winner.first_byte = marks.first_byte;
+        // A continuation's own first byte is its own; the request's is the first attempt's.
+        if winner.role != laptime_core::timeline::AttemptRole::Continuation {
+            winner.first_byte = marks.first_byte;
+        }
         if marks.upstream_done.is_some() {
             winner.end = marks.upstream_done;
         }
@@ -265,6 +271,9 @@ pub fn build(
         slow::classify(&marks, tokens.output, ending.outcome, thresholds);
     if p.unobserved {
         flags.push(Flag::Unobserved);
+    }
+    if p.continued {
+        flags.push(Flag::Continued);
     }
     if no_terminal_sentinel {
         flags.push(Flag::NoTerminalSentinel);

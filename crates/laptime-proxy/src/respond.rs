@@ -283,7 +283,11 @@ pub async fn answer(
     server: &ServerConfig,
     total_at: Instant,
     store_in: StoreIn,
-    client_answer: Option<&ClientStreamOptions>,
+    // How the client's stream is translated, and how a cut of it may be continued.
+    (client_answer, resume): (
+        Option<&ClientStreamOptions>,
+        Option<crate::continuation::Resume>,
+    ),
 ) -> Response {
     let observe = server.observe;
     answer.committed();
@@ -302,6 +306,9 @@ pub async fn answer(
             }
             if !observe {
                 body.unobserved();
+            }
+            if let Some(resume) = resume {
+                body.with_resume(resume);
             }
             let mut resp = Response::new(AxumBody::new(body));
             *resp.status_mut() = status;

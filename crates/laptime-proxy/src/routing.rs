@@ -29,6 +29,8 @@ pub struct Channel {
     /// The one dialect this channel is called in, when configured; else see
     /// [`Channel::upstream_dialect`].
     pub dialect: Option<Dialect>,
+    /// Continues an assistant prefill (see `ChannelConfig::prefill`).
+    pub prefill: bool,
     /// Requests in flight on this channel.
     pub inflight: AtomicU32,
     pub priority: u32,
@@ -85,6 +87,10 @@ impl Channel {
             group: c.group.clone(),
             models: c.models.pairs(),
             dialect: c.dialect,
+            prefill: c.prefill.unwrap_or(match c.provider {
+                Provider::Anthropic | Provider::Sim => true,
+                Provider::Openai | Provider::Gemini => false,
+            }),
             inflight: AtomicU32::new(0),
             priority: c.priority,
             weight: c.weight.max(1),
@@ -310,6 +316,7 @@ mod tests {
             priority,
             weight,
             circuit: Default::default(),
+            prefill: None,
         };
         Arc::new(Channel::from_config(
             &cfg,
@@ -393,6 +400,7 @@ mod tests {
             priority: 0,
             weight: 1,
             circuit: Default::default(),
+            prefill: None,
         };
         let pinned = Arc::new(Channel::from_config(
             &cfg,
@@ -498,6 +506,7 @@ mod tests {
             priority: 0,
             weight: 1,
             circuit: Default::default(),
+            prefill: None,
         };
         let g = Channel::from_config(
             &cfg,

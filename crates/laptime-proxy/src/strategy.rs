@@ -29,13 +29,20 @@ pub struct Plan<'a> {
     pub body_for: &'a (dyn Fn(&Route) -> Bytes + Sync),
 }
 
+/// The answer the client is to be committed to, and the candidates no attempt went to (one of
+/// them may continue the answer if it is cut).
+pub struct Won {
+    pub answer: Answer,
+    pub untried: Vec<Route>,
+}
+
 /// Runs the request's attempts; the answer the client is to be committed to, or the failure
 /// that ended them.
 pub async fn run(
     ctx: &AttemptCtx<'_>,
     pending: &mut Pending,
     plan: Plan<'_>,
-) -> Result<Answer, AttemptError> {
+) -> Result<Won, AttemptError> {
     let Plan {
         candidates,
         policy,
@@ -73,10 +80,18 @@ pub async fn run(
                     // The winner has its first event; while another candidate could take over,
                     // hold the client until its first output too.
                     if made >= max_attempts || candidates.peek().is_none() {
-                        return Ok(answer);
+                        return Ok(Won {
+                            answer,
+                            untried: candidates.collect(),
+                        });
                     }
                     match answer.read_ahead(Until::FirstOutput).await {
-                        Ok(()) => return Ok(answer),
+                        Ok(()) => {
+                            return Ok(Won {
+                                answer,
+                                untried: candidates.collect(),
+                            })
+                        }
                         Err(e) => {
                             let i = raced.winner_index;
                             failed(pending, i, &e, answer.first_byte());
@@ -181,7 +196,10 @@ pub async fn run(
             }
         }
         won(pending, i, &answer);
-        return Ok(answer);
+        return Ok(Won {
+            answer,
+            untried: candidates.collect(),
+        });
     }
     Err(failure.unwrap_or_else(|| internal(pending.offset(Instant::now()))))
 }

@@ -283,6 +283,7 @@ async fn a_gemini_channel_sends_its_key_as_x_goog_api_key_and_names_the_upstream
             priority: 0,
             weight: 1,
             circuit: Default::default(),
+            prefill: None,
         });
     })
     .await;

@@ -82,6 +82,7 @@ pub fn channel(name: &str, base_url: &str, models: &[&str]) -> ChannelConfig {
         priority: 0,
         weight: 1,
         circuit: Default::default(),
+        prefill: None,
     }
 }
 

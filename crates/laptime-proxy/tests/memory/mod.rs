@@ -133,11 +133,13 @@ pub async fn answer(
     Ok(head.body(body).unwrap())
 }
 
-/// The upstreams' logs: requests as they arrive, connections as they end.
+/// The upstreams' logs: requests as they arrive, connections as they end, and each request's
+/// body by host.
 #[derive(Clone, Default)]
 pub struct Logs {
     pub seen: Seen,
     pub closed: Seen,
+    pub bodies: Arc<Mutex<Vec<(String, Bytes)>>>,
 }
 
 pub fn upstreams(replies: HashMap<String, Reply>, logs: Logs, origin: Instant) -> MemoryConnect {
@@ -154,16 +156,24 @@ pub fn upstreams(replies: HashMap<String, Reply>, logs: Logs, origin: Instant) -
         tokio::spawn(async move {
             let seen = logs.seen.clone();
             let name = host.clone();
-            let svc = hyper::service::service_fn(move |_req| {
-                seen.lock().unwrap().push((name.clone(), origin.elapsed()));
-                let n = {
-                    let mut served = served.lock().unwrap();
-                    let n = served.entry(name.clone()).or_insert(0);
-                    *n += 1;
-                    *n - 1
-                };
-                answer(reply.nth(n))
-            });
+            let bodies = logs.bodies.clone();
+            let svc =
+                hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    seen.lock().unwrap().push((name.clone(), origin.elapsed()));
+                    let n = {
+                        let mut served = served.lock().unwrap();
+                        let n = served.entry(name.clone()).or_insert(0);
+                        *n += 1;
+                        *n - 1
+                    };
+                    let reply = reply.nth(n);
+                    let (bodies, name) = (bodies.clone(), name.clone());
+                    async move {
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        bodies.lock().unwrap().push((name, body));
+                        answer(reply).await
+                    }
+                });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(server), svc)
                 .await;
@@ -195,6 +205,7 @@ pub fn channel(name: &str, priority: u32) -> ChannelConfig {
         priority,
         weight: 1,
         circuit: Default::default(),
+        prefill: None,
     }
 }
 
@@ -322,6 +333,18 @@ impl Gw {
 
     pub fn seen(&self) -> Vec<(String, Duration)> {
         self.logs.seen.lock().unwrap().clone()
+    }
+
+    /// The request bodies `host` received, in order.
+    pub fn bodies(&self, host: &str) -> Vec<serde_json::Value> {
+        self.logs
+            .bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(h, _)| h == host)
+            .map(|(_, b)| serde_json::from_slice(b).unwrap())
+            .collect()
     }
 }
 
