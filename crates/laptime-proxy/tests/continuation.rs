@@ -230,3 +230,25 @@ async fn a_cut_before_any_text_or_with_no_channel_left_is_not_continued() {
         assert_eq!(rec.attempts.len(), 1);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_translated_stream_is_continued_in_the_clients_dialect_too() {
+    for dialect in [Dialect::Chat, Dialect::Responses] {
+        // `a` speaks Messages only: the client's stream so far is a translation.
+        let a = reply(&started(Dialect::Messages, &["Hello", " wor"]), false);
+        let b = reply(&whole_messages(&["ld!"]), false);
+        let gw = gateway_with(&[("a", a), ("b", b)], |cfg| {
+            two_channels(cfg);
+            cfg.channels[0].dialect = Some(Dialect::Messages);
+        })
+        .await;
+        let (status, body, rec) = gw.call(dialect).await;
+        assert_eq!(status, 200, "{dialect}: {body}");
+        let got = read_stream(dialect, body.as_bytes());
+        assert_eq!(text_of(&got), "Hello world!", "{dialect}: {body}");
+        assert!(got.error.is_none() && got.ended, "{dialect}\n{body}");
+        assert_eq!(body.matches("event: response.created").count(), usize::from(dialect == Dialect::Responses));
+        assert_eq!(rec.outcome, Outcome::Completed, "{dialect}");
+        assert!(rec.flags.contains(&Flag::Continued));
+    }
+}
