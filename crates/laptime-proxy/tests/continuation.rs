@@ -21,56 +21,6 @@ use laptime_proxy::config::Config;
 use memory::*;
 use serde_json::Value;
 
-/// The start of an answer (its envelope and `texts`), cut there.
-fn started(dialect: Dialect, texts: &[&str]) -> Vec<String> {
-    let mut out = Vec::new();
-    match dialect {
-        Dialect::Chat => {
-            out.push("data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n".to_string());
-            for t in texts {
-                out.push(format!("data: {{\"id\":\"c1\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}},\"finish_reason\":null}}]}}\n\n"));
-            }
-        }
-        Dialect::Responses => {
-            out.push("event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r1\",\"status\":\"in_progress\",\"output\":[]}}\n\n".to_string());
-            out.push("event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"id\":\"m1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\n".to_string());
-            out.push("event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"item_id\":\"m1\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\"}}\n\n".to_string());
-            for t in texts {
-                out.push(format!("event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"item_id\":\"m1\",\"output_index\":0,\"content_index\":0,\"delta\":\"{t}\"}}\n\n"));
-            }
-        }
-        Dialect::Messages | Dialect::Gemini => {
-            out.push("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n".to_string());
-            out.push("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_string());
-            for t in texts {
-                out.push(format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{t}\"}}}}\n\n"));
-            }
-        }
-    }
-    out
-}
-
-/// A whole answer of `texts`, in Messages (what a prefill-continuing provider sends).
-fn whole_messages(texts: &[&str]) -> Vec<String> {
-    let mut out = started(Dialect::Messages, texts);
-    out.push(
-        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n".into(),
-    );
-    out.push("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":3}}\n\n".into());
-    out.push("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".into());
-    out
-}
-
-/// The frames every 10 ms from 5 ms after the head, then a close or a stall.
-fn reply(frames: &[String], stall: bool) -> Reply {
-    let timed: Vec<(u64, &str)> = frames
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (5 + 10 * i as u64, f.as_str()))
-        .collect();
-    Reply::sse(20, &timed, stall)
-}
-
 /// `a` cuts; `b`, the second channel, continues in Messages (a sim channel pinned to it).
 fn two_channels(cfg: &mut Config) {
     cfg.channels = vec![channel("a", 0), channel("b", 1)];
@@ -247,7 +197,10 @@ async fn a_translated_stream_is_continued_in_the_clients_dialect_too() {
         let got = read_stream(dialect, body.as_bytes());
         assert_eq!(text_of(&got), "Hello world!", "{dialect}: {body}");
         assert!(got.error.is_none() && got.ended, "{dialect}\n{body}");
-        assert_eq!(body.matches("event: response.created").count(), usize::from(dialect == Dialect::Responses));
+        assert_eq!(
+            body.matches("event: response.created").count(),
+            usize::from(dialect == Dialect::Responses)
+        );
         assert_eq!(rec.outcome, Outcome::Completed, "{dialect}");
         assert!(rec.flags.contains(&Flag::Continued));
     }

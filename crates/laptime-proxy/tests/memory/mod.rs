@@ -43,6 +43,11 @@ pub struct Reply {
     pub content_type: &'static str,
     pub headers: Vec<(&'static str, String)>,
     pub then: Option<Box<Reply>>,
+    /// The connection is closed before any head (a reset before headers).
+    pub reset_before_head: bool,
+    /// Until this offset from the test's start the host is down: every request gets a 503 at
+    /// once, whatever the reply says.
+    pub down_until: Option<Duration>,
 }
 
 impl Reply {
@@ -58,6 +63,8 @@ impl Reply {
             content_type: "text/event-stream",
             headers: Vec::new(),
             then: None,
+            reset_before_head: false,
+            down_until: None,
         }
     }
 
@@ -97,6 +104,8 @@ impl Reply {
             content_type: "application/json",
             headers: Vec::new(),
             then: None,
+            reset_before_head: false,
+            down_until: None,
         }
     }
 }
@@ -166,12 +175,18 @@ pub fn upstreams(replies: HashMap<String, Reply>, logs: Logs, origin: Instant) -
                         *n += 1;
                         *n - 1
                     };
-                    let reply = reply.nth(n);
+                    let mut reply = reply.nth(n);
+                    if reply.down_until.is_some_and(|t| origin.elapsed() < t) {
+                        reply = Reply::status(0, 503);
+                    }
                     let (bodies, name) = (bodies.clone(), name.clone());
                     async move {
                         let body = req.into_body().collect().await.unwrap().to_bytes();
                         bodies.lock().unwrap().push((name, body));
-                        answer(reply).await
+                        if reply.reset_before_head {
+                            return Err(io::Error::from(io::ErrorKind::ConnectionReset));
+                        }
+                        answer(reply).await.map_err(|never| match never {})
                     }
                 });
             let _ = hyper::server::conn::http1::Builder::new()
@@ -270,18 +285,28 @@ impl Gw {
 
     /// Sends one streamed request in `dialect` through the whole router; the answer's head.
     pub async fn send(&self, dialect: Dialect) -> http::Response<axum::body::Body> {
-        let body = match dialect {
-            Dialect::Chat => {
-                r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#
-            }
-            Dialect::Responses => r#"{"model":"m","stream":true,"input":"hi"}"#,
-            Dialect::Messages => {
-                r#"{"model":"m","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#
-            }
-            Dialect::Gemini => r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
-        };
-        self.post(&dialect.target("m", true), body, Some(&self.token))
-            .await
+        self.post(
+            &dialect.target("m", true),
+            request_body(dialect),
+            Some(&self.token),
+        )
+        .await
+    }
+
+    /// As [`Gw::call`], at any time (a later request of a sequence).
+    pub async fn call_later(&self, dialect: Dialect) -> (u16, String, RequestRecord) {
+        let path = dialect.target("m", true);
+        let resp = self
+            .post_later(&path, request_body(dialect), Some(&self.token))
+            .await;
+        let status = resp.status().as_u16();
+        let id = request_id(&resp);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            String::from_utf8(bytes.to_vec()).unwrap(),
+            self.record(&id),
+        )
     }
 
     /// POSTs `body` to `path` through the whole router, with `token` as the bearer if given,
@@ -345,6 +370,20 @@ impl Gw {
             .filter(|(h, _)| h == host)
             .map(|(_, b)| serde_json::from_slice(b).unwrap())
             .collect()
+    }
+}
+
+/// A streamed request for model `m` in `dialect`.
+fn request_body(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Chat => {
+            r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#
+        }
+        Dialect::Responses => r#"{"model":"m","stream":true,"input":"hi"}"#,
+        Dialect::Messages => {
+            r#"{"model":"m","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#
+        }
+        Dialect::Gemini => r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
     }
 }
 
@@ -427,4 +466,59 @@ pub fn hedge_after(ms: u64) -> impl FnOnce(&mut RouteConfig) {
             budget: 1.0,
         })
     }
+}
+
+/// The start of an answer (its envelope and `texts`), cut there.
+pub fn started(dialect: Dialect, texts: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    match dialect {
+        Dialect::Chat => {
+            out.push("data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n".to_string());
+            for t in texts {
+                out.push(format!("data: {{\"id\":\"c1\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}},\"finish_reason\":null}}]}}\n\n"));
+            }
+        }
+        Dialect::Responses => {
+            out.push("event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r1\",\"status\":\"in_progress\",\"output\":[]}}\n\n".to_string());
+            out.push("event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"id\":\"m1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\n".to_string());
+            out.push("event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"item_id\":\"m1\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\"}}\n\n".to_string());
+            for t in texts {
+                out.push(format!("event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"item_id\":\"m1\",\"output_index\":0,\"content_index\":0,\"delta\":\"{t}\"}}\n\n"));
+            }
+        }
+        Dialect::Gemini => {
+            for t in texts {
+                out.push(format!("data: {{\"candidates\": [{{\"content\": {{\"parts\": [{{\"text\": \"{t}\"}}],\"role\": \"model\"}},\"index\": 0}}]}}\r\n\r\n"));
+            }
+        }
+        Dialect::Messages => {
+            out.push("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n".to_string());
+            out.push("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_string());
+            for t in texts {
+                out.push(format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{t}\"}}}}\n\n"));
+            }
+        }
+    }
+    out
+}
+
+/// A whole answer of `texts`, in Messages (what a prefill-continuing provider sends).
+pub fn whole_messages(texts: &[&str]) -> Vec<String> {
+    let mut out = started(Dialect::Messages, texts);
+    out.push(
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n".into(),
+    );
+    out.push("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":3}}\n\n".into());
+    out.push("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".into());
+    out
+}
+
+/// The frames every 10 ms from 5 ms after a 20 ms head, then a close or a stall.
+pub fn reply(frames: &[String], stall: bool) -> Reply {
+    let timed: Vec<(u64, &str)> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (5 + 10 * i as u64, f.as_str()))
+        .collect();
+    Reply::sse(20, &timed, stall)
 }
