@@ -39,6 +39,9 @@ pub struct ChunkPlan {
     pub release_to: usize,
     /// Set once per stream: the terminal frame is in what is released, the comment goes here.
     pub comment_at: Option<Placement>,
+    /// An event in this chunk is not valid JSON: nothing from it on is relayed (the stream is
+    /// broken there, as if cut; see [`StreamObserver::malformed`]).
+    pub malformed: bool,
 }
 
 /// How the upstream body ended.
@@ -65,6 +68,8 @@ pub struct StreamObserver {
     /// No comment is placed (an edge whose clients cannot take one).
     no_comment: bool,
     ended: Option<BodyEnd>,
+    /// An event was not valid JSON: nothing from it on is read.
+    malformed: bool,
 }
 
 /// Whether the dialect's comment goes after its terminal event instead of before its terminal
@@ -109,6 +114,7 @@ impl StreamObserver {
             comment_placed: false,
             no_comment: false,
             ended: None,
+            malformed: false,
         }
     }
 
@@ -129,6 +135,7 @@ impl StreamObserver {
             return ChunkPlan {
                 release_to: 0,
                 comment_at: None,
+                malformed: false,
             };
         }
         if self.marks.first_byte.is_none() {
@@ -148,9 +155,13 @@ impl StreamObserver {
             event_count,
             text_delta_count,
             comment_placed,
+            malformed,
             ..
         } = self;
+        let mut malformed_here = false;
         scanner.feed(chunk, &mut |item| match item {
+            // Nothing after a malformed event is read.
+            _ if *malformed => {}
             SseItem::Comment => {}
             SseItem::Boundary { end } => release_to = end,
             SseItem::Event {
@@ -159,8 +170,15 @@ impl StreamObserver {
                 start,
                 end,
             } => {
-                release_to = end;
                 let c = classify_event(dialect, event, data);
+                // A classifier reads what it cannot parse as an envelope; only an envelope can
+                // be one that is not JSON at all (checked for those few events only).
+                if c.class == EventClass::Envelope && !is_json(data) {
+                    *malformed = true;
+                    malformed_here = true;
+                    return;
+                }
+                release_to = end;
                 if let Some(u) = &c.usage {
                     usage.apply(u);
                 }
@@ -197,7 +215,13 @@ impl StreamObserver {
         ChunkPlan {
             release_to,
             comment_at,
+            malformed: malformed_here,
         }
+    }
+
+    /// An event was not valid JSON: the stream broke there (an upstream error, `invalid_body`).
+    pub fn malformed(&self) -> bool {
+        self.malformed
     }
 
     /// The body ended at `at`. Without a terminal event this is a close, never a completion.
@@ -242,6 +266,9 @@ impl StreamObserver {
             _ => (Some(Outcome::Completed), None),
         };
         let (outcome, error_class) = match (self.terminal, self.ended) {
+            (None, _) if self.malformed => {
+                (Some(Outcome::UpstreamError), Some(ErrorClass::InvalidBody))
+            }
             (Some(EventClass::TerminalError), _) => {
                 (Some(Outcome::UpstreamError), Some(ErrorClass::StreamError))
             }
@@ -278,6 +305,11 @@ pub struct WholeAnswer {
     pub tokens: Tokens,
     /// The body holds non-empty visible text.
     pub has_text: bool,
+}
+
+/// Whether an event's data is JSON (an SSE `data` field every dialect fills with JSON).
+fn is_json(data: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(data).is_ok()
 }
 
 /// The one rule for what a whole answer was, shared by the gateway and `laptime bench`: a body
@@ -338,6 +370,33 @@ mod tests {
                 Piece::TimingComment => obs.inband(Hedge::None).comment(),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_malformed_event_breaks_the_stream_there_and_nothing_from_it_on_is_released() {
+        let mut obs = StreamObserver::new(Dialect::Chat, Some(at(0)));
+        let good = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+        let bad = "data: {\"choices\":[{\"index\":0,\"delta\":{\"cont\n\n";
+        let after = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"more\"}}]}\n\n";
+        let p = obs.on_chunk(at(1), good.as_bytes());
+        assert!(!p.malformed);
+        let chunk = format!("{bad}{after}data: [DONE]\n\n");
+        let p = obs.on_chunk(at(2), chunk.as_bytes());
+        assert!(p.malformed && obs.malformed());
+        assert_eq!(p.release_to, 0, "not even the bad event's start");
+        assert_eq!(p.comment_at, None);
+        // What came after it is not read: no second text, no terminal.
+        let s = obs.summary();
+        assert_eq!(s.text_delta_count, 1);
+        assert_eq!(s.outcome, Some(Outcome::UpstreamError));
+        assert_eq!(s.error_class, Some(ErrorClass::InvalidBody));
+        assert!(!obs.terminal_seen());
+        // A shape the classifier does not know is still an envelope, not malformed.
+        let mut obs = StreamObserver::new(Dialect::Chat, Some(at(0)));
+        let odd = b"data: {\"choices\":\"unexpected\"}\n\n";
+        let p = obs.on_chunk(at(1), odd);
+        assert!(!p.malformed);
+        assert_eq!(p.release_to, odd.len());
     }
 
     const CHAT: [&str; 5] = [

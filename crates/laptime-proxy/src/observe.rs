@@ -162,10 +162,17 @@ enum Forward {
 
 impl Forward {
     fn push(&mut self, plan: ChunkPlan, data: Bytes, out: &mut VecDeque<Piece>) {
+        // After a malformed event nothing is read: a translator gets only the events before it
+        // (a relay releases only those and holds the rest, which is then dropped).
+        let read = if plan.malformed {
+            &data[..plan.release_to]
+        } else {
+            &data[..]
+        };
         match self {
             Forward::Untouched(relay) => relay.push(plan, data, out),
-            Forward::Translated(t) => t.push(&data, out),
-            Forward::Spliced(s) => s.push(&data, out),
+            Forward::Translated(t) => t.push(read, out),
+            Forward::Spliced(s) => s.push(read, out),
         }
     }
 
@@ -521,9 +528,10 @@ impl<B> ObservedBody<B> {
         if let Some(c) = self.committed.as_mut() {
             let p = &mut c.finisher.pending;
             if let Some(first) = p.attempts.iter_mut().rev().find(|a| a.won) {
+                let cut_by = self.obs.summary().error_class;
                 first.error_class = Some(match self.deferred.as_ref().and_then(|d| d.deadline) {
                     Some(_) => ErrorClass::Timeout,
-                    None => ErrorClass::ClosedEarly,
+                    None => cut_by.unwrap_or(ErrorClass::ClosedEarly),
                 });
                 first.end = self.obs.summary().marks.upstream_done;
             }
@@ -581,6 +589,23 @@ impl<B> ObservedBody<B> {
         }
         let plan = self.obs.on_chunk(at, &data);
         self.forward.push(plan, data, &mut self.queue);
+        if plan.malformed {
+            self.on_malformed(at);
+        }
+    }
+
+    /// An event was not valid JSON: the stream is broken there, as if the upstream had cut it
+    /// (a held attempt fails over, a committed one is continued or told in-band), and the
+    /// upstream call is closed.
+    fn on_malformed(&mut self, at: Duration) {
+        self.obs.on_end(at, BodyEnd::Eof);
+        self.inner = None;
+        self.forward.discard_held();
+        self.cut = Some(BodyEnd::Eof);
+        self.tell_cut();
+        if self.resuming.is_none() {
+            self.upstream_end = Some(BodyEnd::Eof);
+        }
     }
 
     fn on_upstream_end(&mut self, how: BodyEnd) {
@@ -608,19 +633,25 @@ impl<B> ObservedBody<B> {
             return;
         };
         self.cut = None;
-        let message = match how {
-            BodyEnd::Eof => "the upstream closed the stream before it was complete",
-            BodyEnd::Error => "the upstream connection broke before the stream was complete",
+        let (why, message) = match how {
+            _ if self.obs.malformed() => (
+                InBandError::UpstreamMalformed,
+                "the upstream sent an event that is not valid JSON; the stream ends there",
+            ),
+            BodyEnd::Eof => (
+                InBandError::UpstreamCut,
+                "the upstream closed the stream before it was complete",
+            ),
+            BodyEnd::Error => (
+                InBandError::UpstreamCut,
+                "the upstream connection broke before the stream was complete",
+            ),
         };
-        if self.try_continue(InBandError::UpstreamCut, message, None) {
+        if self.try_continue(why, message, None) {
             return;
         }
-        self.forward.in_band_error(
-            self.dialect,
-            InBandError::UpstreamCut,
-            message,
-            &mut self.queue,
-        );
+        self.forward
+            .in_band_error(self.dialect, why, message, &mut self.queue);
     }
 
     /// Whether a held read has got as far as `until`, or can no longer get there.
@@ -659,6 +690,7 @@ impl<B> ObservedBody<B> {
         let at = s.marks.upstream_done.unwrap_or_default();
         match self.upstream_end? {
             // Ended or broke before the commit point: another channel may still answer.
+            _ if self.obs.malformed() => fail(ErrorClass::InvalidBody, None, at),
             BodyEnd::Eof => fail(ErrorClass::ClosedEarly, None, at),
             BodyEnd::Error => fail(ErrorClass::BodyError, None, at),
         }

@@ -163,6 +163,8 @@ pub enum InBandError {
     Timeout,
     /// The upstream closed or broke the stream before its terminal event.
     UpstreamCut,
+    /// The upstream sent an event that is not valid JSON: the stream is broken there.
+    UpstreamMalformed,
     /// The gateway's drain time after SIGINT/SIGTERM ran out.
     GatewayShutdown,
 }
@@ -173,7 +175,7 @@ impl InBandError {
         use laptime_core::translate::stream::ErrorKind;
         match self {
             InBandError::Timeout => ErrorKind::Timeout,
-            InBandError::UpstreamCut => ErrorKind::Server,
+            InBandError::UpstreamCut | InBandError::UpstreamMalformed => ErrorKind::Server,
             InBandError::GatewayShutdown => ErrorKind::Overloaded,
         }
     }
@@ -182,7 +184,9 @@ impl InBandError {
     fn google_code(self) -> u16 {
         match self {
             InBandError::Timeout => 504,
-            InBandError::UpstreamCut | InBandError::GatewayShutdown => 503,
+            InBandError::UpstreamCut
+            | InBandError::UpstreamMalformed
+            | InBandError::GatewayShutdown => 503,
         }
     }
 
@@ -191,6 +195,9 @@ impl InBandError {
         match self {
             InBandError::Timeout => ("upstream_timeout", "timeout", "timeout_error"),
             InBandError::UpstreamCut => ("upstream_closed_early", "server_error", "api_error"),
+            InBandError::UpstreamMalformed => {
+                ("upstream_invalid_event", "server_error", "api_error")
+            }
             InBandError::GatewayShutdown => {
                 ("gateway_shutdown", "server_error", "overloaded_error")
             }

@@ -470,3 +470,82 @@ async fn after_a_failover_the_client_sees_the_fallbacks_usage_and_the_record_its
         assert_eq!(rec.failover_count, 1, "{dialect}");
     }
 }
+
+/// An event cut in the middle of its JSON, in the dialect's framing.
+fn malformed(dialect: Dialect) -> String {
+    let bad: &str = match dialect {
+        Dialect::Chat | Dialect::Gemini => "data: {\"choices\":[{\"delta\":{\"cont\n\n",
+        Dialect::Responses => {
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output\n\n"
+        }
+        Dialect::Messages => "event: content_block_delta\ndata: {\"type\":\"content_block_d\n\n",
+    };
+    bad.replace(
+        "\n\n",
+        if dialect == Dialect::Gemini {
+            "\r\n\r\n"
+        } else {
+            "\n\n"
+        },
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_malformed_event_is_never_relayed_and_the_stream_is_rescued_or_ended_in_band() {
+    for dialect in Dialect::ALL {
+        // Before any output, with a fallback: failed over, the client sees only b's answer.
+        let mut early = started(dialect, &[]);
+        early.push(malformed(dialect));
+        let gw = gateway(
+            &[("a", reply(&early, false)), ("b", healthy(dialect))],
+            |_| {},
+        )
+        .await;
+        let (status, body, rec) = gw.call(dialect).await;
+        assert_eq!(
+            (status, rec.channel.as_deref()),
+            (200, Some("b")),
+            "{dialect}: {body}"
+        );
+        assert_eq!(rec.attempts[0].error_class, Some(ErrorClass::InvalidBody));
+        assert!(
+            !body.contains("cont\n") && !body.contains("_d\n"),
+            "{dialect}: {body}"
+        );
+        healthy_afterwards(&gw, dialect).await;
+
+        // After text, with a fallback that continues: one whole answer.
+        let mut late = started(dialect, &["Hello", " wor"]);
+        late.push(malformed(dialect));
+        late.extend(
+            started(dialect, &["never sent"])
+                .into_iter()
+                .skip(started(dialect, &[]).len()),
+        );
+        let b = reply(&whole_messages(&["ld!"]), false);
+        let gw = gateway_with(&[("a", reply(&late, false)), ("b", b)], pinned_b).await;
+        let (status, body, rec) = gw.call(dialect).await;
+        assert_eq!(status, 200, "{dialect}");
+        assert_eq!(text(dialect, &body), "Hello world!", "{dialect}: {body}");
+        assert!(
+            !body.contains("never sent"),
+            "{dialect}: nothing after it is read"
+        );
+        assert_eq!(rec.attempts[0].error_class, Some(ErrorClass::InvalidBody));
+        assert!(rec.flags.contains(&Flag::Continued));
+
+        // After text, alone: the client is told in-band; the bad bytes never reach it.
+        let gw = gateway(&[("a", reply(&late, false).then(healthy(dialect)))], |_| {}).await;
+        let (status, body, rec) = gw.call(dialect).await;
+        assert_eq!(status, 200, "{dialect}");
+        assert!(body.contains("not valid JSON"), "{dialect}: {body}");
+        if matches!(dialect, Dialect::Chat | Dialect::Responses) {
+            assert!(body.contains("upstream_invalid_event"), "{dialect}: {body}");
+        }
+        assert!(!body.contains("never sent"), "{dialect}: {body}");
+        assert_eq!(text(dialect, &body), "Hello wor", "{dialect}");
+        assert_eq!(rec.outcome, Outcome::UpstreamError, "{dialect}");
+        assert_eq!(rec.error_class, Some(ErrorClass::InvalidBody), "{dialect}");
+        healthy_afterwards(&gw, dialect).await;
+    }
+}
