@@ -469,7 +469,7 @@ impl Config {
 
 /// The sim models the embedded default serves: every preset of the sim (a test keeps the two
 /// lists equal; the proxy's library does not depend on the sim).
-pub const SIM_MODELS: [&str; 13] = [
+pub const SIM_MODELS: [&str; 17] = [
     "sim-trace-a",
     "sim-trace-b",
     "sim-trace-c",
@@ -482,6 +482,10 @@ pub const SIM_MODELS: [&str; 13] = [
     "sim-context-length",
     "sim-content-filter",
     "sim-overloaded-in-band",
+    "sim-long",
+    "sim-cut-after-40",
+    "sim-stall-after-20",
+    "sim-prefill-refused",
     "sim-echo",
 ];
 

@@ -6,14 +6,20 @@
 //! them) and plays each answer on a script: when the head comes, when the first event, the
 //! first effective output, the first text and the terminal come, and how the answer ends
 //! (normally, cut by the token limit or the content filter, with an in-band error, a clean close, a TCP reset, a
-//! stall, or an HTTP error status).
+//! stall, or an HTTP error status, also after only part of its text) and whether it continues
+//! an assistant prefill the request ends with.
 //!
 //! Layout, from the script to the socket:
 //! - [`script`]: the [`Script`] type, the named [`preset`]s (the DESIGN's seed traces
 //!   `sim-trace-a|b|c` and `sim-fast`, and the translation-test scenarios `sim-reasoning`,
 //!   `sim-tool-call`, `sim-parallel-tools`, `sim-max-tokens`, `sim-rate-limited`, `sim-context-length`,
-//!   `sim-content-filter`, `sim-overloaded-in-band`, `sim-echo`), and [`schedule`], which turns a script into the
-//!   exact bytes and instants of one response. Pure: no tokio, no clock.
+//!   `sim-content-filter`, `sim-overloaded-in-band`, `sim-echo`, and for continuing a cut
+//!   answer `sim-long`, `sim-cut-after-40`, `sim-stall-after-20`, `sim-prefill-refused`), and
+//!   [`schedule`], which turns a script into the exact bytes and instants of one response
+//!   ([`schedule_with_prefill`] for a request ending with an assistant prefill, continued or
+//!   refused; [`canonical_text`] is the whole text a script answers with). Pure: no tokio, no
+//!   clock.
+//! - `prefill`: the assistant prefill a request ends with, read in each dialect's way.
 //! - `echo`: the summary of a request that `sim-echo` answers with (format in its doc).
 //! - `wire`: the bytes of each dialect (streamed events, non-streamed bodies, error bodies).
 //!   Pure.
@@ -33,12 +39,13 @@ pub mod server;
 mod clock;
 mod echo;
 mod json;
+mod prefill;
 #[cfg(test)]
 mod testkit;
 mod wire;
 
 pub use script::{
-    preset, schedule, EffectiveKind, End, Finish, FirstEffective, Refusal, Schedule, Script, Step,
-    UsageSpec, PRESET_NAMES,
+    canonical_text, preset, schedule, schedule_with_prefill, EffectiveKind, End, Finish,
+    FirstEffective, PrefillMode, Refusal, Schedule, Script, Step, UsageSpec, PRESET_NAMES,
 };
 pub use server::{serve, spawn_local, Sim, SimRequest, SimStats};

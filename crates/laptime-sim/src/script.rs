@@ -71,6 +71,41 @@ pub struct Script {
     /// With `end: status`: the provider's error for this refusal of the request, in its
     /// wording (instead of the generic error for `status`).
     pub refusal: Option<Refusal>,
+    /// Sends only the first `cut_after` text deltas of the answer (of the whole answer's text,
+    /// cut where it would be cut with all `text_tokens`), each at its scripted instant, then
+    /// ends as `end` says right after the last one sent: `close`, `reset` or `stall` for a
+    /// stream cut mid-answer (`incomplete`, `filtered` and `error_event` also play there).
+    /// `end: terminal` is rejected: a cut answer has no normal ending. A continuation (see
+    /// `prefill`) counts its own deltas. Not streamed, the cut answer's body is cut in half as
+    /// for any cut ending. `null` sends every delta.
+    pub cut_after: Option<u32>,
+    /// What a request whose conversation ends with an assistant turn (a prefill) gets. The
+    /// prefill is read as the providers that take one read it: Anthropic Messages' last
+    /// `messages[]` item with `role: "assistant"` (a string or text blocks), Chat's last message
+    /// with `role: "assistant"` and `"prefix": true` (DeepSeek's and Mistral's way; without
+    /// `prefix` a trailing assistant message is an ordinary turn), Gemini's last `contents[]`
+    /// item with `role: "model"` (its non-thought text parts). Responses has no prefill.
+    pub prefill: PrefillMode,
+}
+
+/// How a scripted provider treats an assistant prefill (the script's `prefill`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefillMode {
+    /// Continue it, as a model does: when the prefill is a prefix of the script's whole text
+    /// ([`canonical_text`]), the answer is only the rest of that text, cut as the whole
+    /// answer's deltas are (a prefill ending inside a delta continues with the rest of that
+    /// delta), the first remaining delta at `first_text_ms` and the rest at the script's pace,
+    /// with no reasoning or tool output and the output tokens counted on the deltas sent (a
+    /// scripted `output_tokens` or `reasoning_tokens` is for the whole answer, so it is not
+    /// used). A prefill that is not a prefix of that text is ignored, as a model that does not
+    /// follow it would: the whole answer. A script without text ignores any prefill.
+    #[default]
+    Continue,
+    /// Answer 400 in the provider's words (Anthropic `invalid_request_error`, OpenAI
+    /// `invalid_request_error` with code null, Google `INVALID_ARGUMENT`), as a model without
+    /// prefill support does, at `headers_ms`; a request without a prefill is answered as usual.
+    Refuse,
 }
 
 /// A request a provider refuses for what it is, not for a fault of its own.
@@ -103,6 +138,8 @@ impl Default for Script {
             echo: false,
             retry_after_s: None,
             refusal: None,
+            cut_after: None,
+            prefill: PrefillMode::Continue,
         }
     }
 }
@@ -216,6 +253,13 @@ impl Script {
                 self.tool_calls
             ));
         }
+        if self.cut_after.is_some() && self.end == End::Terminal {
+            return Err(
+                "laptime_sim.cut_after needs an end that cuts the answer (close, reset, stall, \
+                 incomplete, filtered or error_event), not terminal"
+                    .to_owned(),
+            );
+        }
         if self.echo && self.text.is_some() {
             return Err("laptime_sim.echo and laptime_sim.text cannot both be set".to_owned());
         }
@@ -265,7 +309,7 @@ mod pace {
 // === Presets ===
 
 /// The model names [`preset`] knows, in the order `GET /v1/models` lists them.
-pub const PRESET_NAMES: [&str; 13] = [
+pub const PRESET_NAMES: [&str; 17] = [
     "sim-trace-a",
     "sim-trace-b",
     "sim-trace-c",
@@ -278,6 +322,10 @@ pub const PRESET_NAMES: [&str; 13] = [
     "sim-context-length",
     "sim-content-filter",
     "sim-overloaded-in-band",
+    "sim-long",
+    "sim-cut-after-40",
+    "sim-stall-after-20",
+    "sim-prefill-refused",
     "sim-echo",
 ];
 
@@ -374,8 +422,21 @@ pub fn preset(name: &str) -> Option<Script> {
 ///   `server_error` with code `server_is_overloaded`), no normal terminal (Chat still ends with
 ///   `[DONE]`, Responses with `response.failed`); not streamed, a 529 with that error body.
 ///   Input 14.
+/// - `sim-long`: 60 text tokens (the generated words) from 20 ms at 200 tokens/s, terminal at
+///   320 ms; a request ending with an assistant prefill gets the continuation (see
+///   [`PrefillMode::Continue`]). Usage: input 50, cache read 0, cache write 0, output 60.
+/// - `sim-cut-after-40`: `sim-long`'s answer cut after its 40th delta (215 ms) by a clean
+///   close, no terminal; a continuation is cut after its own 40th delta.
+/// - `sim-stall-after-20`: `sim-long`'s answer, then nothing after its 20th delta (115 ms):
+///   the connection stays open.
+/// - `sim-prefill-refused`: `sim-long`, but a request ending with an assistant prefill is a
+///   400 ([`PrefillMode::Refuse`]).
 /// - `sim-echo`: 8 text deltas whose text is the summary of the request (see the `echo`
 ///   module). Usage: input 40, cache read 0, cache write 0, output 8.
+///
+/// `sim-long`, `sim-cut-after-40`, `sim-stall-after-20` and `sim-prefill-refused` have the
+/// same [`canonical_text`], so a test can check that a gateway continuing a cut answer
+/// elsewhere hands its client exactly that text.
 fn scenario(name: &str) -> Option<Script> {
     let at = |kind, at_ms| Some(FirstEffective { kind, at_ms });
     let usage = |input_tokens, cache_read_tokens, cache_write_tokens| UsageSpec {
@@ -391,6 +452,14 @@ fn scenario(name: &str) -> Option<Script> {
         first_event_ms: 10,
         tokens_per_s: 1000.0,
         ..Script::default()
+    };
+    // Long enough (300 ms of text) for a gateway to cut it mid-answer and continue elsewhere.
+    let long = Script {
+        first_text_ms: Some(20),
+        text_tokens: 60,
+        tokens_per_s: 200.0,
+        usage: usage(50, 0, 0),
+        ..base.clone()
     };
     match name {
         "sim-reasoning" => Some(Script {
@@ -450,6 +519,21 @@ fn scenario(name: &str) -> Option<Script> {
             status: 529,
             usage: usage(14, 0, 0),
             ..base
+        }),
+        "sim-long" => Some(long),
+        "sim-cut-after-40" => Some(Script {
+            cut_after: Some(40),
+            end: End::Close,
+            ..long
+        }),
+        "sim-stall-after-20" => Some(Script {
+            cut_after: Some(20),
+            end: End::Stall,
+            ..long
+        }),
+        "sim-prefill-refused" => Some(Script {
+            prefill: PrefillMode::Refuse,
+            ..long
         }),
         "sim-echo" => Some(Script {
             first_text_ms: Some(20),
@@ -514,7 +598,110 @@ pub fn schedule(
     stream: bool,
     include_usage: bool,
 ) -> Schedule {
-    let timeline = Timeline::new(script);
+    schedule_with_prefill(dialect, script, model, stream, include_usage, None)
+}
+
+/// [`schedule`] for a request whose conversation ends with the assistant text `prefill` (as
+/// the server reads it from a request; `None` for a request without one): a continuation of
+/// it, the whole answer, or a 400, as the script's [`PrefillMode`] says.
+pub fn schedule_with_prefill(
+    dialect: Dialect,
+    script: &Script,
+    model: &str,
+    stream: bool,
+    include_usage: bool,
+    prefill: Option<&str>,
+) -> Schedule {
+    if let Some(prefill) = prefill {
+        match script.prefill {
+            PrefillMode::Refuse => {
+                let head_at = Duration::from_millis(script.headers_ms);
+                let body = wire::ApiError::prefill_refused().body(dialect);
+                return whole(400, head_at, body, None);
+            }
+            PrefillMode::Continue if has_text(script) => {
+                if let Some(deltas) = Deltas::of(script).continuing(prefill) {
+                    let continuation = Script {
+                        // A continuation writes only the rest of the text.
+                        first_effective: script
+                            .first_effective
+                            .filter(|f| f.kind == EffectiveKind::Text),
+                        usage: UsageSpec {
+                            output_tokens: None,
+                            reasoning_tokens: None,
+                            ..script.usage.clone()
+                        },
+                        ..script.clone()
+                    };
+                    return play(dialect, &continuation, deltas, model, stream, include_usage);
+                }
+            }
+            PrefillMode::Continue => {}
+        }
+    }
+    play(
+        dialect,
+        script,
+        Deltas::of(script),
+        model,
+        stream,
+        include_usage,
+    )
+}
+
+/// The whole visible text `script` answers with, as a client that read all of it has it: the
+/// text of all `text_tokens` deltas (the generated words, or the script's `text` as far as
+/// those deltas carry it), whatever `cut_after` says; empty for a script without text. For an
+/// `echo` script the server writes the text from the request, so this is only its text once
+/// `text` holds the summary.
+pub fn canonical_text(script: &Script) -> String {
+    if has_text(script) {
+        Deltas::of(script).joined().to_owned()
+    } else {
+        String::new()
+    }
+}
+
+/// The script has visible text, as [`Timeline::new`] decides it.
+fn has_text(script: &Script) -> bool {
+    script.first_text_ms.is_some()
+        || matches!(
+            script.first_effective,
+            Some(FirstEffective {
+                kind: EffectiveKind::Text,
+                ..
+            })
+        )
+}
+
+fn whole(status: u16, at: Duration, body: String, retry_after_s: Option<u64>) -> Schedule {
+    Schedule {
+        status,
+        content_type: JSON,
+        head_at: at,
+        steps: vec![Step {
+            at,
+            bytes: Bytes::from(body),
+        }],
+        finish: Finish::Eof,
+        retry_after_s,
+    }
+}
+
+/// The schedule of `script` answering with the text `deltas` (before `cut_after`).
+fn play(
+    dialect: Dialect,
+    script: &Script,
+    mut deltas: Deltas,
+    model: &str,
+    stream: bool,
+    include_usage: bool,
+) -> Schedule {
+    if let Some(n) = script.cut_after {
+        deltas.truncate(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    let sent = u32::try_from(deltas.len()).unwrap_or(MAX_DELTAS);
+    let timeline = Timeline::new(script, sent);
     let usage = Usage::resolve(script, &timeline);
     let ctx = wire::Ctx {
         dialect,
@@ -525,21 +712,11 @@ pub fn schedule(
         status: script.status,
         include_usage: include_usage && dialect == Dialect::Chat,
         tool_calls: script.tool_calls.clamp(1, MAX_TOOL_CALLS),
-        text: script.text.as_deref(),
+        deltas: &deltas,
         refusal: script.refusal,
     };
     let retry_after_s = script.retry_after_s;
-    let whole = |status: u16, at: Duration, body: String| Schedule {
-        status,
-        content_type: JSON,
-        head_at: at,
-        steps: vec![Step {
-            at,
-            bytes: Bytes::from(body),
-        }],
-        finish: Finish::Eof,
-        retry_after_s,
-    };
+    let whole = |status: u16, at: Duration, body: String| whole(status, at, body, retry_after_s);
     if script.end == End::Status {
         return whole(script.status, timeline.head, wire::scripted_error(&ctx));
     }
@@ -572,6 +749,102 @@ pub fn schedule(
         End::Terminal | End::Incomplete | End::Filtered | End::Status => {
             whole(200, timeline.end, wire::body(&ctx))
         }
+    }
+}
+
+// === Text ===
+
+/// The visible text of one answer and where its deltas are cut: delta `i` is
+/// `text[bounds[i]..bounds[i + 1]]`. One string and its offsets, so a long scripted text is cut
+/// in one pass and a continuation or a cut only moves offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Deltas {
+    text: String,
+    /// Byte offsets, one more than there are deltas, on character boundaries, never
+    /// decreasing.
+    bounds: Vec<usize>,
+}
+
+impl Deltas {
+    /// The deltas of the script's whole answer: `text_deltas()` generated words, or its `text`
+    /// cut into that many pieces of nearly equal length in characters.
+    pub(crate) fn of(script: &Script) -> Deltas {
+        let n = usize::try_from(script.text_deltas()).unwrap_or(0);
+        match &script.text {
+            Some(text) => {
+                // Delta `i` starts at character `i * chars / n`; one pass finds those bytes
+                // (n is at most the character count, so the targets never repeat).
+                let chars = text.chars().count();
+                let mut bounds = Vec::with_capacity(n + 1);
+                if n == 0 {
+                    bounds.push(0);
+                } else {
+                    let mut next = 0;
+                    for (c, (byte, _)) in text.char_indices().enumerate() {
+                        while next <= n && next * chars / n == c {
+                            bounds.push(byte);
+                            next += 1;
+                        }
+                    }
+                    bounds.resize(n + 1, text.len());
+                }
+                Deltas {
+                    text: text.clone(),
+                    bounds,
+                }
+            }
+            None => {
+                let mut text = String::new();
+                let mut bounds = Vec::with_capacity(n + 1);
+                bounds.push(0);
+                for i in 0..n {
+                    text.push_str(wire::text_token(i));
+                    bounds.push(text.len());
+                }
+                Deltas { text, bounds }
+            }
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.bounds.len().saturating_sub(1)
+    }
+
+    /// Delta `i` ("" past the end).
+    pub(crate) fn get(&self, i: usize) -> &str {
+        match (self.bounds.get(i), self.bounds.get(i + 1)) {
+            (Some(&from), Some(&to)) => self.text.get(from..to).unwrap_or(""),
+            _ => "",
+        }
+    }
+
+    /// The text of every delta, in order.
+    pub(crate) fn joined(&self) -> &str {
+        match (self.bounds.first(), self.bounds.last()) {
+            (Some(&from), Some(&to)) => self.text.get(from..to).unwrap_or(""),
+            _ => "",
+        }
+    }
+
+    /// Keeps the first `n` deltas.
+    fn truncate(&mut self, n: usize) {
+        self.bounds.truncate(n.saturating_add(1));
+    }
+
+    /// The deltas that continue `prefill`, if it is a prefix of this answer: the deltas it
+    /// does not cover whole, the first one starting where the prefill ends.
+    fn continuing(mut self, prefill: &str) -> Option<Deltas> {
+        if !self.joined().starts_with(prefill) {
+            return None;
+        }
+        let end = self.bounds.first().copied().unwrap_or(0) + prefill.len();
+        // Deltas whose start the prefill reaches are covered, but for the tail of the last.
+        let covered = self.bounds.iter().take_while(|&&b| b <= end).count();
+        let mut bounds = Vec::with_capacity(self.bounds.len().saturating_sub(covered) + 1);
+        bounds.push(end);
+        bounds.extend(self.bounds.iter().skip(covered).copied());
+        self.bounds = bounds;
+        Some(self)
     }
 }
 
@@ -630,7 +903,9 @@ impl Pace {
 }
 
 impl Timeline {
-    pub(crate) fn new(script: &Script) -> Timeline {
+    /// The instants of `script` sending `text_deltas` text deltas (the script's own count, or
+    /// fewer for a cut or a continuation).
+    pub(crate) fn new(script: &Script, text_deltas: u32) -> Timeline {
         let ms = Duration::from_millis;
         let pace = Pace {
             tokens_per_s: script.tokens_per_s,
@@ -688,13 +963,13 @@ impl Timeline {
 
         let text = text_start.map(|start| Text {
             start,
-            at: (0..script.text_deltas())
+            at: (0..text_deltas.min(MAX_DELTAS))
                 .map(|i| start + pace.offset(i))
                 .collect(),
         });
 
         let end = match (&text, &work) {
-            (Some(text), _) => text.start + pace.offset(script.text_deltas()),
+            (Some(text), _) => text.start + pace.offset(text_deltas.min(MAX_DELTAS)),
             (None, Some(work)) => {
                 let n = u32::try_from(work.at.len()).unwrap_or(MAX_DELTAS);
                 work.at.first().copied().unwrap_or(first_event) + pace.offset(n)
@@ -1555,6 +1830,275 @@ mod tests {
         assert_eq!(fast.retry_after_s, None);
     }
 
+    /// The visible text deltas of a stream, with their instants.
+    fn visible(dialect: Dialect, evs: &[testkit::Ev]) -> Vec<(Duration, String)> {
+        evs.iter()
+            .filter(|e| testkit::classify(dialect, e) == Class::Visible)
+            .map(|e| {
+                let j = e.json.as_ref().unwrap();
+                let text = match dialect {
+                    Dialect::Chat => &j["choices"][0]["delta"]["content"],
+                    Dialect::Responses => &j["delta"],
+                    Dialect::Messages => &j["delta"]["text"],
+                    Dialect::Gemini => &j["candidates"][0]["content"]["parts"][0]["text"],
+                };
+                (e.at, text.as_str().unwrap().to_owned())
+            })
+            .collect()
+    }
+
+    fn prefilled(dialect: Dialect, script: &Script, prefill: &str) -> Vec<testkit::Ev> {
+        testkit::events(&schedule_with_prefill(
+            dialect,
+            script,
+            "m",
+            true,
+            true,
+            Some(prefill),
+        ))
+    }
+
+    #[test]
+    fn cut_after_sends_the_first_deltas_at_their_instants_then_the_scripted_end() {
+        for (end, finish) in [
+            (End::Close, Finish::Eof),
+            (End::Reset, Finish::Reset),
+            (End::Stall, Finish::Stall),
+        ] {
+            let whole = preset("sim-long").unwrap();
+            let cut = custom(&format!(
+                r#"{{"first_text_ms": 20, "text_tokens": 60, "tokens_per_s": 200,
+                    "cut_after": 7, "end": "{}"}}"#,
+                serde_json::to_value(end).unwrap().as_str().unwrap()
+            ));
+            for dialect in Dialect::ALL {
+                let at = format!("{end:?} / {dialect}");
+                let (_, all) = streamed(dialect, &whole);
+                let (s, evs) = streamed(dialect, &cut);
+                let expected: Vec<_> = visible(dialect, &all).into_iter().take(7).collect();
+                assert_eq!(visible(dialect, &evs), expected, "{at}");
+                assert_eq!(s.finish, finish, "{at}");
+                let m = testkit::marks(dialect, &evs);
+                assert_eq!(m.terminal, None, "no terminal, {at}");
+                // The cut comes right after the 7th delta (at 20 + 6 × 5 ms): nothing follows.
+                let last = evs.last().unwrap();
+                assert_eq!(testkit::classify(dialect, last), Class::Visible, "{at}");
+                assert_eq!(last.at, ms(50), "{at}");
+            }
+        }
+    }
+
+    #[test]
+    fn cut_after_zero_sends_only_the_envelope_and_more_than_the_answer_sends_it_all() {
+        let none = custom(r#"{"text_tokens": 5, "cut_after": 0, "end": "close"}"#);
+        let (_, evs) = streamed(Dialect::Messages, &none);
+        assert!(visible(Dialect::Messages, &evs).is_empty());
+        assert_eq!(testkit::marks(Dialect::Messages, &evs).terminal, None);
+        let all = custom(r#"{"text_tokens": 5, "cut_after": 9, "end": "close"}"#);
+        let (_, evs) = streamed(Dialect::Chat, &all);
+        assert_eq!(visible(Dialect::Chat, &evs).len(), 5);
+    }
+
+    #[test]
+    fn a_cut_after_with_a_terminal_end_is_rejected() {
+        let terminal: Script = serde_json::from_str(r#"{"cut_after": 3}"#).unwrap();
+        let e = terminal.validate().unwrap_err();
+        assert!(e.contains("cut_after"), "{e}");
+        for end in ["close", "reset", "stall", "error_event", "incomplete"] {
+            let json = format!(r#"{{"cut_after": 3, "end": "{end}"}}"#);
+            let script: Script = serde_json::from_str(&json).unwrap();
+            assert!(script.validate().is_ok(), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_non_streamed_cut_answer_is_half_the_body_of_its_first_deltas() {
+        let cut = custom(r#"{"text_tokens": 20, "cut_after": 4, "end": "close"}"#);
+        let four = custom(r#"{"text_tokens": 4}"#);
+        for dialect in Dialect::ALL {
+            let s = schedule(dialect, &cut, "m", false, false);
+            let whole = schedule(dialect, &four, "m", false, false);
+            assert_eq!(s.finish, Finish::Eof);
+            assert_eq!(s.steps[0].bytes.len(), whole.steps[0].bytes.len() / 2);
+            assert_eq!(
+                s.steps[0].bytes,
+                whole.steps[0].bytes.slice(..whole.steps[0].bytes.len() / 2),
+                "{dialect}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_prefill_is_continued_with_exactly_the_rest_of_the_canonical_text() {
+        let script = preset("sim-long").unwrap();
+        let canonical = canonical_text(&script);
+        let full = Deltas::of(&script);
+        // At a delta's end ("Sure, here"), inside one ("Sure, he"), none, and all of it.
+        for (prefill, remaining) in [
+            (format!("{}{}{}", full.get(0), full.get(1), full.get(2)), 57),
+            // "Sure" and "," whole, then the rest of " here".
+            ("Sure, he".to_owned(), 58),
+            (String::new(), 60),
+            (canonical.clone(), 0),
+        ] {
+            for dialect in Dialect::ALL {
+                let at = format!("{prefill:?} / {dialect}");
+                let evs = prefilled(dialect, &script, &prefill);
+                let deltas = visible(dialect, &evs);
+                assert_eq!(deltas.len(), remaining, "{at}");
+                let reply: String = deltas.iter().map(|(_, t)| t.as_str()).collect();
+                assert_eq!(format!("{prefill}{reply}"), canonical, "{at}");
+                // The usual pacing from first_text_ms, the usual terminal and usage.
+                for (i, (t, _)) in deltas.iter().enumerate() {
+                    assert_eq!(*t, ms(20) + Duration::from_millis(5 * i as u64), "{at}");
+                }
+                let m = testkit::marks(dialect, &evs);
+                let end = ms(20 + 5 * remaining as u64);
+                assert_eq!(m.terminal, Some((end, Class::TerminalOk)), "{at}");
+                assert_eq!(
+                    testkit::usage(dialect, &evs).unwrap().output,
+                    remaining as u64,
+                    "{at}"
+                );
+            }
+        }
+        let evs = prefilled(Dialect::Chat, &script, "Sure, he");
+        assert_eq!(visible(Dialect::Chat, &evs)[0].1, "re");
+        assert_eq!(visible(Dialect::Chat, &evs)[1].1, " is");
+    }
+
+    #[test]
+    fn a_continuation_has_no_reasoning_and_counts_only_its_own_tokens() {
+        // Trace C reasons first and scripts its output count for the whole answer.
+        let script = preset("sim-trace-c").unwrap();
+        let canonical = canonical_text(&script);
+        let prefill: String = canonical.chars().take(100).collect();
+        for dialect in Dialect::ALL {
+            let evs = prefilled(dialect, &script, &prefill);
+            let m = testkit::marks(dialect, &evs);
+            assert_eq!(m.first_effective, m.first_text, "{dialect}");
+            assert_eq!(m.first_text, Some(ms(430)), "{dialect}");
+            let deltas = visible(dialect, &evs);
+            let reply: String = deltas.iter().map(|(_, t)| t.as_str()).collect();
+            assert_eq!(format!("{prefill}{reply}"), canonical, "{dialect}");
+            let usage = testkit::usage(dialect, &evs).unwrap();
+            assert_eq!(usage.output, deltas.len() as u64, "{dialect}");
+            assert_eq!(usage.reasoning, 0, "{dialect}");
+        }
+    }
+
+    #[test]
+    fn a_scripted_text_is_continued_along_its_own_pieces() {
+        let script = custom(r#"{"text": "héllo wörld", "text_tokens": 4}"#);
+        assert_eq!(canonical_text(&script), "héllo wörld");
+        let evs = prefilled(Dialect::Messages, &script, "hél");
+        let reply: Vec<String> = visible(Dialect::Messages, &evs)
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        assert_eq!(reply, ["lo", " wö", "rld"]);
+    }
+
+    #[test]
+    fn cut_after_counts_the_deltas_of_a_continuation() {
+        let script = preset("sim-cut-after-40").unwrap();
+        let canonical = canonical_text(&script);
+        let prefill: String = Deltas::of(&script)
+            .bounds
+            .get(30)
+            .map_or_else(String::new, |&b| canonical[..b].to_owned());
+        for dialect in Dialect::ALL {
+            let s = schedule_with_prefill(dialect, &script, "m", true, true, Some(&prefill));
+            let evs = testkit::events(&s);
+            let deltas = visible(dialect, &evs);
+            // 30 of the 60 are in the prefill; the continuation's 30 are all under the cut.
+            assert_eq!(deltas.len(), 30, "{dialect}");
+            assert_eq!(testkit::marks(dialect, &evs).terminal, None, "{dialect}");
+            let short: String = canonical.chars().take(10).collect();
+            let s = schedule_with_prefill(dialect, &script, "m", true, true, Some(&short));
+            let deltas = visible(dialect, &testkit::events(&s));
+            assert_eq!(deltas.len(), 40, "{dialect}");
+            let reply: String = deltas.iter().map(|(_, t)| t.as_str()).collect();
+            assert!(
+                canonical.starts_with(&format!("{short}{reply}")),
+                "{dialect}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_prefill_that_is_not_the_answers_start_gets_the_whole_answer() {
+        let script = preset("sim-long").unwrap();
+        for dialect in Dialect::ALL {
+            let ignored = schedule_with_prefill(dialect, &script, "m", true, true, Some("Nope"));
+            assert_eq!(
+                ignored,
+                schedule(dialect, &script, "m", true, true),
+                "{dialect}"
+            );
+        }
+        // Nor does a prefill change an answer without text.
+        let tool = preset("sim-tool-call").unwrap();
+        let s = schedule_with_prefill(Dialect::Messages, &tool, "m", true, false, Some(""));
+        assert_eq!(s, schedule(Dialect::Messages, &tool, "m", true, false));
+    }
+
+    #[test]
+    fn a_refused_prefill_is_a_400_in_each_providers_shape_and_no_prefill_is_answered() {
+        let script = preset("sim-prefill-refused").unwrap();
+        let message = "This model does not support assistant message prefill. The conversation \
+                       must end with a user message.";
+        for dialect in Dialect::ALL {
+            for stream in [true, false] {
+                let s = schedule_with_prefill(dialect, &script, "m", stream, false, Some("Sure"));
+                assert_eq!((s.status, s.content_type, s.head_at), (400, JSON, ms(5)));
+                let body: serde_json::Value = serde_json::from_slice(&s.steps[0].bytes).unwrap();
+                match dialect {
+                    Dialect::Messages => {
+                        assert_eq!(body["type"], "error");
+                        assert_eq!(body["error"]["type"], "invalid_request_error");
+                        assert_eq!(body["error"]["message"], message);
+                    }
+                    Dialect::Chat | Dialect::Responses => {
+                        assert_eq!(body["error"]["type"], "invalid_request_error");
+                        assert_eq!(body["error"]["message"], message);
+                        assert!(
+                            body["error"]["code"].is_null() && body["error"]["param"].is_null()
+                        );
+                    }
+                    Dialect::Gemini => {
+                        assert_eq!(body["error"]["code"], 400);
+                        assert_eq!(body["error"]["status"], "INVALID_ARGUMENT");
+                        assert_eq!(body["error"]["message"], message);
+                    }
+                }
+            }
+            let answered = schedule_with_prefill(dialect, &script, "m", true, true, None);
+            assert_eq!(answered, schedule(dialect, &script, "m", true, true));
+            assert_eq!(answered.status, 200);
+        }
+    }
+
+    #[test]
+    fn the_continuation_presets_share_one_canonical_text() {
+        let long = canonical_text(&preset("sim-long").unwrap());
+        assert_eq!(long, wire::full_text(60));
+        for name in [
+            "sim-cut-after-40",
+            "sim-stall-after-20",
+            "sim-prefill-refused",
+        ] {
+            assert_eq!(canonical_text(&preset(name).unwrap()), long, "{name}");
+        }
+        let (s, evs) = streamed(Dialect::Chat, &preset("sim-stall-after-20").unwrap());
+        assert_eq!(
+            (s.finish, visible(Dialect::Chat, &evs).len()),
+            (Finish::Stall, 20)
+        );
+        assert_eq!(canonical_text(&preset("sim-tool-call").unwrap()), "");
+        assert_eq!(canonical_text(&custom(r#"{"text_tokens": 0}"#)), "");
+    }
+
     #[test]
     fn validate_rejects_scripts_that_cannot_be_played() {
         let bad = [
@@ -1567,6 +2111,7 @@ mod tests {
             r#"{"heartbeat_ms": 0}"#,
             r#"{"text_tokens": 2000000}"#,
             r#"{"first_event_ms": 100000000, "heartbeat_ms": 1}"#,
+            r#"{"cut_after": 1}"#,
         ];
         for json in bad {
             let script: Script = serde_json::from_str(json).unwrap();

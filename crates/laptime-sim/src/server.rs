@@ -41,6 +41,7 @@ use tracing::{debug, warn};
 use crate::clock::{sleep_to, Lateness};
 use crate::echo;
 use crate::json::{obj, J};
+use crate::prefill;
 use crate::script::{self, preset, Finish, Schedule, Script, Step, JSON, PRESET_NAMES, SSE};
 use crate::wire::{ApiError, CREATED};
 
@@ -583,7 +584,15 @@ fn plan(dialect: Dialect, body: &[u8], gemini: Option<GeminiCall<'_>>) -> Planne
             .and_then(serde_json::Value::as_bool)
             .unwrap_or(false);
         let name = model.as_deref().unwrap_or(SCRIPTED_MODEL);
-        script::schedule(dialect, &script, name, stream, include_usage)
+        let prefill = prefill::read(dialect, &value);
+        script::schedule_with_prefill(
+            dialect,
+            &script,
+            name,
+            stream,
+            include_usage,
+            prefill.as_deref(),
+        )
     });
     Planned { model, answer }
 }

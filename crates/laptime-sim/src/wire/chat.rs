@@ -64,9 +64,8 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
     }
 
     if let Some(text) = &t.text {
-        let n = text.at.len();
         for (i, &at) in text.at.iter().enumerate() {
-            out.push(at, chunk(ctx, obj! {"content": ctx.text_delta(i, n)}, None));
+            out.push(at, chunk(ctx, obj! {"content": ctx.text_delta(i)}, None));
         }
     }
 
@@ -96,7 +95,7 @@ pub(super) fn body(ctx: &Ctx<'_>) -> String {
     let tool = ctx.work_kind() == Some(WorkKind::ToolArgs);
     // `content` is null only when the answer is a bare tool call, as OpenAI sends it.
     let content = match ctx.text_count() {
-        Some(n) => J::from(ctx.answer_text(n)),
+        Some(_) => J::from(ctx.answer_text()),
         None if tool => J::Null,
         None => J::from(""),
     };

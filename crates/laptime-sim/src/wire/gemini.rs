@@ -63,11 +63,10 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
     }
     let before_text = so_far.candidates;
     if let Some(text) = &t.text {
-        let n = text.at.len();
         for (i, &at) in text.at.iter().enumerate() {
             let sent = u32::try_from(i + 1).unwrap_or(u32::MAX);
             so_far.candidates = before_text.saturating_add(sent).min(candidates(ctx));
-            let part = obj! {"text": ctx.text_delta(i, n)};
+            let part = obj! {"text": ctx.text_delta(i)};
             push(out, at, &chunk(ctx, part, None, usage(ctx, so_far)));
         }
     }
@@ -104,7 +103,7 @@ pub(super) fn body(ctx: &Ctx<'_>) -> String {
         None => {}
     }
     match ctx.text_count() {
-        Some(n) => parts.push(obj! {"text": ctx.answer_text(n)}),
+        Some(_) => parts.push(obj! {"text": ctx.answer_text()}),
         None if parts.is_empty() => parts.push(obj! {"text": ""}),
         None => {}
     }

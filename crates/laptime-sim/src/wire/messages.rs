@@ -184,13 +184,12 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
                 obj! {"index": text_index, "content_block": text_block("")},
             );
         }
-        let n = text.at.len();
         for (i, &at) in text.at.iter().enumerate() {
             delta(
                 out,
                 at,
                 text_index,
-                obj! {"type": "text_delta", "text": ctx.text_delta(i, n)},
+                obj! {"type": "text_delta", "text": ctx.text_delta(i)},
             );
         }
     }
@@ -242,7 +241,7 @@ pub(super) fn body(ctx: &Ctx<'_>) -> String {
         None => {}
     }
     match ctx.text_count() {
-        Some(n) => content.push(text_block(&ctx.answer_text(n))),
+        Some(_) => content.push(text_block(ctx.answer_text())),
         // An answer with nothing at all still has its (empty) text block.
         None if content.is_empty() => content.push(text_block("")),
         None => {}

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use laptime_core::Dialect;
 
 use crate::json::{obj, J};
-use crate::script::{End, Refusal, Step, Timeline, Usage, WorkKind};
+use crate::script::{Deltas, End, Refusal, Step, Timeline, Usage, WorkKind};
 
 mod chat;
 mod gemini;
@@ -30,8 +30,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) include_usage: bool,
     /// How many tool calls the tool-argument deltas are split across (at least 1).
     pub(crate) tool_calls: u32,
-    /// The script's own visible text, instead of the generated words.
-    pub(crate) text: Option<&'a str>,
+    /// The visible text deltas sent (as many as the timeline has instants for).
+    pub(crate) deltas: &'a Deltas,
     /// The refusal a status answer is.
     pub(crate) refusal: Option<Refusal>,
 }
@@ -144,20 +144,14 @@ impl Ctx<'_> {
 }
 
 impl<'a> Ctx<'a> {
-    /// Text delta `i` of the answer's `n`: a generated word, or a piece of the script's text.
-    pub(crate) fn text_delta(&self, i: usize, n: usize) -> &'a str {
-        match self.text {
-            Some(text) => piece(text, i, n),
-            None => text_token(i),
-        }
+    /// Text delta `i`: a generated word, or a piece of the script's text.
+    pub(crate) fn text_delta(&self, i: usize) -> &'a str {
+        self.deltas.get(i)
     }
 
-    /// The whole text of the answer's `n` text deltas.
-    pub(crate) fn answer_text(&self, n: usize) -> String {
-        match self.text {
-            Some(text) => (0..n).map(|i| piece(text, i, n)).collect(),
-            None => full_text(n),
-        }
+    /// The whole text of the deltas sent.
+    pub(crate) fn answer_text(&self) -> &'a str {
+        self.deltas.joined()
     }
 
     /// The tool calls of a tool-args answer, each with its share of the argument deltas (in
@@ -181,17 +175,6 @@ impl<'a> Ctx<'a> {
             })
             .collect()
     }
-}
-
-/// Piece `i` of `text` cut into `n` pieces of nearly equal length in characters.
-fn piece(text: &str, i: usize, n: usize) -> &str {
-    let chars = text.chars().count();
-    let n = n.max(1);
-    let byte = |c: usize| {
-        let c = c * chars / n;
-        text.char_indices().nth(c).map_or(text.len(), |(b, _)| b)
-    };
-    text.get(byte(i)..byte(i + 1)).unwrap_or("")
 }
 
 // === Generated content ===
@@ -298,6 +281,7 @@ pub(crate) fn reasoning_token(i: usize) -> &'static str {
 }
 
 /// The whole text of `n` text deltas.
+#[cfg(test)]
 pub(crate) fn full_text(n: usize) -> String {
     (0..n).map(text_token).collect()
 }
@@ -472,6 +456,21 @@ impl ApiError {
             message: message.to_owned(),
             openai_type: "invalid_request_error",
             openai_code,
+            anthropic_type: "invalid_request_error",
+        }
+    }
+
+    /// 400 for a conversation that ends with an assistant turn, from a model that takes no
+    /// prefill: Anthropic's wording (its newer models refuse a prefill so), said the same way
+    /// in the OpenAI and Google shapes.
+    pub(crate) fn prefill_refused() -> ApiError {
+        ApiError {
+            status: 400,
+            message: "This model does not support assistant message prefill. The conversation \
+                      must end with a user message."
+                .to_owned(),
+            openai_type: "invalid_request_error",
+            openai_code: None,
             anthropic_type: "invalid_request_error",
         }
     }

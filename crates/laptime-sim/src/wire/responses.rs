@@ -185,30 +185,30 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
                 at,
                 "response.output_text.delta",
                 ids()
-                    .with("delta", ctx.text_delta(i, text.at.len()))
+                    .with("delta", ctx.text_delta(i))
                     .with("logprobs", J::Arr(Vec::new())),
             );
         }
         if let Ending::Done { .. } = ending {
-            let full = ctx.answer_text(text.at.len());
+            let full = ctx.answer_text();
             ev.emit(
                 t.end,
                 "response.output_text.done",
                 ids()
-                    .with("text", full.as_str())
+                    .with("text", full)
                     .with("logprobs", J::Arr(Vec::new())),
             );
             ev.emit(
                 t.end,
                 "response.content_part.done",
-                ids().with("part", output_text(&full)),
+                ids().with("part", output_text(full)),
             );
             ev.emit(
                 t.end,
                 "response.output_item.done",
                 obj! {
                     "output_index": output_index,
-                    "item": message_item(message_status(ctx), arr![output_text(&full)]),
+                    "item": message_item(message_status(ctx), arr![output_text(full)]),
                 },
             );
         }
@@ -283,10 +283,10 @@ fn output(ctx: &Ctx<'_>) -> Vec<J> {
         }
         None => {}
     }
-    if let Some(n) = ctx.text_count() {
+    if ctx.text_count().is_some() {
         items.push(message_item(
             message_status(ctx),
-            arr![output_text(&ctx.answer_text(n))],
+            arr![output_text(ctx.answer_text())],
         ));
     }
     items
