@@ -247,3 +247,37 @@ def translation_gateway(tmp_path_factory: pytest.TempPathFactory):
     """A second gateway, on its own config file: four sim channels, one pinned to each
     dialect, serving every translation preset (see `via`)."""
     yield from _run_gateway(tmp_path_factory, translation_config())
+
+
+# --- The continuation gateway -----------------------------------------------------------------
+
+def continuation_config() -> str:
+    """Channel `first` cuts (`m-cut`: after 40 of 60 tokens; `m-refused` the same) or stalls
+    (`m-stall`: after 20, the idle deadline 1 s); channel `second`, called in Messages, continues
+    with the same 60-token answer (`sim-long`), or refuses the prefill (`m-refused`). `m-long`
+    is that whole answer from `second` alone: the canonical text."""
+    return "\n".join([
+        "[[channels]]",
+        'name = "first"',
+        'provider = "sim"',
+        'models = { "m-cut" = "sim-cut-after-40", "m-stall" = "sim-stall-after-20", '
+        '"m-refused" = "sim-cut-after-40" }',
+        "",
+        "[[channels]]",
+        'name = "second"',
+        'provider = "sim"',
+        'dialect = "messages"',
+        "priority = 1",
+        'models = { "m-cut" = "sim-long", "m-stall" = "sim-long", '
+        '"m-refused" = "sim-prefill-refused", "m-long" = "sim-long" }',
+        "",
+        "[[routes]]",
+        'model = "m-stall"',
+        "timeouts = { idle_ms = 1000 }",
+        "",
+    ])
+
+
+@pytest.fixture(scope="session")
+def continuation_gateway(tmp_path_factory: pytest.TempPathFactory):
+    yield from _run_gateway(tmp_path_factory, continuation_config())
