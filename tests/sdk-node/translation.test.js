@@ -12,16 +12,13 @@
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
-const crypto = require('node:crypto');
 const fs = require('node:fs');
-const os = require('node:os');
 const path = require('node:path');
 const OpenAI = require('openai');
 const Anthropic = require('@anthropic-ai/sdk');
+const { startGateway, storedRequest } = require('./gateway');
 
 const REPO = path.resolve(__dirname, '..', '..');
-const BIN = process.env.LAPTIME_BIN || path.join(REPO, 'target', 'debug', 'laptime');
 const CLIENTS = ['chat', 'responses', 'messages'];
 const UPSTREAMS = ['chat', 'responses', 'messages', 'gemini'];
 const REQUEST_ID = 'x-laptime-request-id';
@@ -107,63 +104,6 @@ function config() {
       '[[routes]]', `model = "${via(d, 'sim-rate-limited')}"`, 'failover = { max_attempts = 1 }', '');
   }
   return lines.join('\n');
-}
-
-/// `laptime serve --config` on 127.0.0.1:0 with a temp data dir and a fresh bootstrap token.
-async function startGateway() {
-  if (!fs.existsSync(BIN)) throw new Error(`no gateway binary at ${BIN}: build it (cargo build -p laptime) or set LAPTIME_BIN`);
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'laptime-sdk-node-'));
-  const configPath = path.join(dataDir, 'config.toml');
-  fs.writeFileSync(configPath, config());
-  const token = 'lt_' + crypto.randomBytes(32).toString('hex');
-  const child = spawn(BIN, ['serve', '--config', configPath, '--listen', '127.0.0.1:0', '--data-dir', path.join(dataDir, 'data')], {
-    env: Object.assign({}, process.env, { LAPTIME_BOOTSTRAP_TOKEN: token, RUST_LOG: process.env.RUST_LOG || 'warn' }),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stderr.on('data', d => { err += d; if (err.length > 200000) err = err.slice(-100000); });
-  const base = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('the gateway did not start in 20 s:\n' + out + err)), 20000);
-    child.stdout.on('data', d => {
-      out += d;
-      const m = /laptime listening on (http:\/\/[0-9.:]+)/.exec(out);
-      if (m) { clearTimeout(timer); resolve(m[1]); }
-    });
-    child.on('exit', code => { clearTimeout(timer); reject(new Error(`the gateway exited (${code}) before listening:\n${out}${err}`)); });
-  });
-  child.removeAllListeners('exit');
-  return {
-    base, token,
-    async stop() {
-      if (child.exitCode != null) throw new Error(`the gateway exited on its own (${child.exitCode}):\n${err}`);
-      const done = new Promise(r => child.once('exit', (code, signal) => r({ code, signal })));
-      child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), 10000);
-      const { code } = await done;
-      clearTimeout(t);
-      fs.rmSync(dataDir, { recursive: true, force: true });
-      assert.equal(code, 0, 'the gateway exits cleanly on SIGTERM:\n' + err.slice(-4000));
-    },
-  };
-}
-
-/// GET /api/requests/{id}; the row is written asynchronously, so poll.
-async function storedRequest(gw, id) {
-  const deadline = Date.now() + 3000;
-  let last = 'no attempt';
-  for (;;) {
-    const res = await fetch(`${gw.base}/api/requests/${id}`, { headers: { authorization: 'Bearer ' + gw.token } });
-    if (res.ok) {
-      const row = await res.json();
-      if (row.outcome != null) return row;
-      last = 'no outcome yet';
-    } else {
-      last = `HTTP ${res.status}`;
-    }
-    if (Date.now() > deadline) throw new Error(`request ${id} not stored within 3 s (${last})`);
-    await new Promise(r => setTimeout(r, 50));
-  }
 }
 
 async function assertRow(gw, id, { client, upstream, stream, model, status, outcome, usage, hasText = true }) {
@@ -495,7 +435,7 @@ let gw;
 let sdks;
 
 before(async () => {
-  gw = await startGateway();
+  gw = await startGateway(config());
   sdks = {
     openai: new OpenAI({ apiKey: gw.token, baseURL: gw.base + '/v1', maxRetries: 0, timeout: 10000 }),
     anthropic: new Anthropic({ apiKey: gw.token, baseURL: gw.base, maxRetries: 0, timeout: 10000 }),
