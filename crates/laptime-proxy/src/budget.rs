@@ -18,7 +18,7 @@ pub struct BodyBudget {
 }
 
 /// Bytes of the budget held by one request's body; returned when dropped.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Held(Option<OwnedSemaphorePermit>);
 
 /// Why a body was not read.

@@ -21,6 +21,7 @@ use laptime_core::Dialect;
 use tokio::time::Instant;
 
 use crate::attempt::{self, AnswerBody, AttemptCtx, ErrorStatus};
+use crate::budget::Held;
 use crate::config::{Provider, RouteConfig, TimeoutsConfig, TranslationConfig};
 use crate::observe::{ObservedBody, Until};
 use crate::routing::{InflightGuard, Route};
@@ -43,6 +44,8 @@ pub struct Resume {
     request_id: String,
     created: u64,
     timing_comment: bool,
+    /// The request body stays counted against the gateway's body budget while it is kept.
+    _held: Held,
 }
 
 /// The per-request facts a [`Resume`] is made from.
@@ -77,7 +80,8 @@ pub struct Resumed {
 
 impl Resume {
     /// `None` when no untried candidate could continue a prefill.
-    pub fn new(from: ResumeFrom<'_>, untried: Vec<Route>) -> Option<Resume> {
+    /// `held` (the body's share of the budget) is kept with the body, or dropped with it.
+    pub fn new(from: ResumeFrom<'_>, untried: Vec<Route>, held: Held) -> Option<Resume> {
         let candidates: Vec<Route> = untried
             .into_iter()
             .filter(|r| {
@@ -103,6 +107,7 @@ impl Resume {
             upstream_model: from.upstream_model.to_owned(),
             request_id: from.request_id.to_owned(),
             created: from.created,
+            _held: held,
         })
     }
 

@@ -134,10 +134,10 @@ pub struct ObservedBody<B> {
     delegated: bool,
 }
 
-/// The upstream bytes kept for a continuation.
+/// The client's bytes kept for a continuation: copied, so that a kept slice never holds a
+/// whole read buffer alive.
 struct Kept {
-    chunks: Vec<Bytes>,
-    len: usize,
+    bytes: BytesMut,
 }
 
 /// The ending a cut would have had, held while a continuation is asked for.
@@ -308,8 +308,7 @@ impl<B> ObservedBody<B> {
         if self.observe {
             self.resume = Some(resume);
             self.kept = Some(Kept {
-                chunks: Vec::new(),
-                len: 0,
+                bytes: BytesMut::new(),
             });
         }
     }
@@ -471,11 +470,10 @@ impl<B> ObservedBody<B> {
     /// Keeps what the client got, for a continuation (none past the held cap).
     fn keep(&mut self, b: &Bytes) {
         if let Some(k) = &mut self.kept {
-            k.len += b.len();
-            if k.len > self.held_cap {
+            if k.bytes.len() + b.len() > self.held_cap {
                 self.kept = None;
             } else {
-                k.chunks.push(b.clone());
+                k.bytes.extend_from_slice(b);
             }
         }
     }
@@ -504,7 +502,7 @@ impl<B> ObservedBody<B> {
         let (Some(resume), Some(kept)) = (self.resume.take(), self.kept.take()) else {
             return false;
         };
-        let mut sent = kept.chunks;
+        let mut sent = vec![kept.bytes.freeze()];
         sent.extend(queued);
         let opts = resume.client_stream();
         let Some(splice) = Splice::after_cut(self.dialect, self.dialect, &opts, &sent) else {

@@ -127,7 +127,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             request_id: &finisher.pending.request_id,
             created: u64::try_from(finisher.pending.created_at_us / 1_000_000).unwrap_or_default(),
         };
-        Resume::new(from, untried)
+        Resume::new(from, untried, std::mem::take(&mut held))
     });
     if let Some(b) = bodies.find(answer.upstream, &answer.upstream_model) {
         finisher.pending.translation_omitted = b.omitted.clone();
