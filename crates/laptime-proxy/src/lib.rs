@@ -13,7 +13,8 @@
 //! - [`observe`]: the bodies that stamp marks as bytes arrive (one observer per attempt, held
 //!   until the client is committed to it) and record exactly once.
 //! - [`respond`]: the last phase: commit to a stream, read a whole answer, error shapes.
-//! - [`record`]: assembling the record.
+//! - [`record`]: assembling the record; [`inflight`]: every request from ingress until its
+//!   record is committed, and the journal a restart after a crash records them from.
 //! - [`pipeline`]: the proxy handler: one function per phase, called in order.
 //! - [`models`]: `GET /v1/models` for the SDKs.
 //! - [`server`]: starting the gateway, serving a router, shutdown and retention.
@@ -26,6 +27,7 @@ pub mod cache;
 pub mod clock;
 pub mod config;
 pub mod connect;
+pub mod inflight;
 pub mod ingress;
 pub mod listen;
 pub mod metrics;
@@ -63,6 +65,8 @@ pub struct App {
     /// uses this client.
     pub memory_upstream: Option<HttpClient>,
     pub recorder: Recorder,
+    /// Every request from ingress until the store has its record (snapshotted to the journal).
+    pub inflight: Arc<inflight::Inflight>,
     pub store: Store,
     /// Observed once per finished request (the Finisher holds a handle).
     pub metrics: Arc<Metrics>,

@@ -119,6 +119,9 @@ pub struct ObservedBody<B> {
     /// ended with an error event and recorded `gateway_shutdown`.
     drain_over: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     shut_down: bool,
+    /// First-time stream marks shown in the in-flight registry so far: it is told only when
+    /// one more happens (a handful per stream), never per event.
+    shown_marks: usize,
 }
 
 /// How observed bytes become the client's.
@@ -220,6 +223,7 @@ impl<B> ObservedBody<B> {
             cut: None,
             drain_over: None,
             shut_down: false,
+            shown_marks: 0,
         }
     }
 
@@ -266,6 +270,11 @@ impl<B> ObservedBody<B> {
     /// The client is committed to this attempt: from now on its bytes are released, and it
     /// records the request when it ends.
     pub fn commit(&mut self, finisher: Finisher, status: u16, trailers: bool) {
+        if let Some(slot) = &finisher.pending.inflight {
+            slot.answered(status);
+            slot.stream_marks(self.obs.marks());
+            self.shown_marks = crate::inflight::stream_mark_count(self.obs.marks());
+        }
         self.committed = Some(Committed {
             finisher,
             status,
@@ -408,6 +417,24 @@ impl<B> ObservedBody<B> {
         }
         let plan = self.obs.on_chunk(at, &data);
         self.forward.push(plan, data, &mut self.queue);
+        self.show_new_marks();
+    }
+
+    /// Tells the in-flight registry about a first-time mark this chunk brought, once committed
+    /// (a held attempt may still lose; the commit shows what it reached).
+    fn show_new_marks(&mut self) {
+        let Some(slot) = self
+            .committed
+            .as_ref()
+            .and_then(|c| c.finisher.pending.inflight.as_ref())
+        else {
+            return;
+        };
+        let reached = crate::inflight::stream_mark_count(self.obs.marks());
+        if reached > self.shown_marks {
+            self.shown_marks = reached;
+            slot.stream_marks(self.obs.marks());
+        }
     }
 
     fn on_upstream_end(&mut self, how: BodyEnd) {
