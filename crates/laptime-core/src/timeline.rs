@@ -530,7 +530,10 @@ mod tests {
     #[test]
     fn a_crashed_request_is_a_gateway_failure_named_like_its_serde_form() {
         assert!(!Outcome::GatewayCrashed.is_success());
-        assert_eq!(Outcome::parse("gateway_crashed"), Some(Outcome::GatewayCrashed));
+        assert_eq!(
+            Outcome::parse("gateway_crashed"),
+            Some(Outcome::GatewayCrashed)
+        );
         for o in Outcome::ALL {
             assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
         }

@@ -110,6 +110,11 @@ impl Entry {
                 record.status = answered.unwrap_or(UNANSWERED_STATUS);
                 record.marks.upstream_done = None;
                 record.marks.handler_done = None;
+                // As `record::build` does for a finished request.
+                let first_byte = record.marks.first_byte;
+                if let Some(winner) = record.attempts.iter_mut().rev().find(|a| a.won) {
+                    winner.first_byte = first_byte;
+                }
                 let (classification, flags) = slow::classify(
                     &record.marks,
                     record.tokens.output,
@@ -529,8 +534,8 @@ pub async fn recover(
     max_entries: usize,
     thresholds: &Thresholds,
 ) -> Result<Option<Recovered>, String> {
-    let journal = read_journal(path, max_entries)
-        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let journal =
+        read_journal(path, max_entries).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let Some(journal) = journal else {
         return Ok(None);
     };
@@ -551,7 +556,10 @@ pub async fn recover(
         .insert_absent(records)
         .await
         .map_err(|e| format!("recording the in-flight journal: {e}"))?;
-    recovered.crashed = written.iter().filter(|id| crashed_ids.contains(*id)).count();
+    recovered.crashed = written
+        .iter()
+        .filter(|id| crashed_ids.contains(*id))
+        .count();
     recovered.finished = written.len() - recovered.crashed;
     recovered.already_stored = total - written.len();
     std::fs::remove_file(path).map_err(|e| format!("removing {}: {e}", path.display()))?;
@@ -686,7 +694,10 @@ mod tests {
         assert_eq!(e.status(), Some(200));
         let r = e.record();
         assert_eq!(r.model.as_deref(), Some("sim-fast"));
-        assert_eq!((r.marks.upstream_headers, r.marks.first_event), (ms(9), ms(11)));
+        assert_eq!(
+            (r.marks.upstream_headers, r.marks.first_event),
+            (ms(9), ms(11))
+        );
         assert_eq!(r.marks.handler_done, None);
         m.first_visible = ms(20);
         slot.stream_marks(&m);
@@ -708,7 +719,9 @@ mod tests {
         assert!(reg.is_empty());
         // A record the recorder refused (its queue full) is forgotten too.
         let slot = reg.open(&pending("req_b3", "ws")).unwrap();
-        let record = reg.snapshot()[0].clone().into_record(&Thresholds::default());
+        let record = reg.snapshot()[0]
+            .clone()
+            .into_record(&Thresholds::default());
         slot.finished(&record).not_queued();
         assert!(reg.is_empty());
     }
@@ -785,7 +798,12 @@ mod tests {
         assert_eq!(crashed.marks.upstream_done, None);
         assert_eq!(crashed.marks.handler_done, None);
         assert_eq!(crashed.classification, slow::Classification::Failed);
-        assert_eq!(read_journal(&dir.path().join("none"), 100).unwrap().map(|j| j.entries.len()), None);
+        assert_eq!(
+            read_journal(&dir.path().join("none"), 100)
+                .unwrap()
+                .map(|j| j.entries.len()),
+            None
+        );
     }
 
     #[test]
@@ -798,7 +816,11 @@ mod tests {
             .collect();
         write_journal(&path, &reg.snapshot()).unwrap();
         // A write that dies before its rename (a crash mid-write) leaves the previous journal.
-        std::fs::write(path.with_extension("journal.tmp"), "laptime-inflight-1\n{\"sta").unwrap();
+        std::fs::write(
+            path.with_extension("journal.tmp"),
+            "laptime-inflight-1\n{\"sta",
+        )
+        .unwrap();
         assert_eq!(read_journal(&path, 100).unwrap().unwrap().entries.len(), 3);
         drop(slots);
         write_journal(&path, &reg.snapshot()).unwrap();
@@ -878,7 +900,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(again.already_stored, 2);
-        assert_eq!(recover(&store, &path, 100, &Thresholds::default()).await, Ok(None));
+        assert_eq!(
+            recover(&store, &path, 100, &Thresholds::default()).await,
+            Ok(None)
+        );
     }
 
     #[test]
@@ -886,8 +911,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(JOURNAL_FILE);
         let reg = Inflight::new(10);
-        let writer = JournalWriter::start(reg.clone(), path.clone(), Duration::from_millis(5))
-            .unwrap();
+        let writer =
+            JournalWriter::start(reg.clone(), path.clone(), Duration::from_millis(5)).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         assert!(!path.exists(), "nothing changed, nothing written");
         let slot = reg.open(&pending("req_w", "ws")).unwrap();
@@ -905,8 +930,8 @@ mod tests {
         writer.stop(false);
         assert!(!path.exists());
         // Stopped after a failed flush, it keeps what is still in flight.
-        let writer = JournalWriter::start(reg.clone(), path.clone(), Duration::from_secs(60))
-            .unwrap();
+        let writer =
+            JournalWriter::start(reg.clone(), path.clone(), Duration::from_secs(60)).unwrap();
         writer.stop(true);
         assert_eq!(read_journal(&path, 10).unwrap().unwrap().entries.len(), 1);
         drop(slot);

@@ -31,7 +31,8 @@
 //!   `anthropic` or `sim`.
 //! - `status`: the HTTP status the client got; `outcome`: the record's outcome (`completed`,
 //!   `incomplete`, `upstream_error`, `upstream_closed_early`, `client_cancelled`, `timeout`,
-//!   `rejected`, `cache_hit`); `classification`: the slow-request classification (`ok`,
+//!   `rejected`, `cache_hit`, `gateway_shutdown`; `gateway_crashed` only in the store, for
+//!   requests a restart found in flight, which no process observed to the end); `classification`: the slow-request classification (`ok`,
 //!   `failed` or the first slow stage).
 //! - `fault`: whose fault a failed request was, `upstream`, `client` or `gateway` (from its
 //!   error class, else its outcome); `none` for a success.

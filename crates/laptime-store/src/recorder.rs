@@ -272,13 +272,7 @@ impl Recorder {
                         }
                     }
                     last_write = Some(Instant::now());
-                    write(
-                        &mut conn,
-                        &mut batch,
-                        &writer_stats,
-                        &writer_state,
-                        &mut log,
-                    );
+                    write(&mut conn, &batch, &writer_stats, &writer_state, &mut log);
                     if let Some(told) = &on_written {
                         if !batch.is_empty() {
                             told(&batch);
@@ -438,7 +432,7 @@ impl Drop for RecorderTask {
 /// Writes `batch` in one transaction (the caller clears it).
 fn write(
     conn: &mut rusqlite::Connection,
-    batch: &mut Vec<RequestRecord>,
+    batch: &[RequestRecord],
     stats: &RecorderStats,
     state: &Mutex<WriterState>,
     log: &mut FailureLog,
