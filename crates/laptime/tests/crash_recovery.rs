@@ -1,8 +1,9 @@
 //! A gateway killed with SIGKILL leaves its requests visible: the in-flight list shows a slow
 //! stream while it runs, the journal beside the store holds it, and the next start on the same
 //! data dir records it `gateway_crashed` with the marks it had reached (no end marks), while
-//! every request the client got an answer for is recorded exactly once. Real binary, real
-//! sockets, real SQLite files.
+//! every request the client got an answer for is recorded exactly once, those whose records
+//! were not committed yet when the process died included. Real binary, real sockets, real
+//! SQLite files.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
 
@@ -132,13 +133,37 @@ async fn a_killed_gateway_records_its_requests_in_flight_as_crashed_on_the_next_
 
     // Fast requests, each answered in full.
     let mut answered = Vec::new();
-    for stream in [false, true, false, true, false] {
+    for stream in [false, true, false] {
         let r = chat(&gw.base, stream, json!({})).await.unwrap();
         assert_eq!(r.status(), 200);
         let id = id_of(&r);
-        let body = r.text().await.unwrap();
-        assert!(!body.is_empty());
+        assert!(!r.text().await.unwrap().is_empty());
         answered.push(id);
+    }
+    // Written: the request log lists them (bounded wait).
+    for n in 0..250 {
+        let log = get(&http, format!("{}/api/requests", gw.base)).await;
+        let listed = log["requests"].as_array().unwrap().len();
+        if listed == answered.len() {
+            break;
+        }
+        assert!(n < 249, "{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another connection holds the store's write lock (as another process could): the next
+    // answered requests' records wait in the recorder, uncommitted, when the gateway dies.
+    let blocker = laptime_store::Store::open_dir(&data)
+        .unwrap()
+        .connect()
+        .unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut uncommitted = Vec::new();
+    for stream in [true, false, true] {
+        let r = chat(&gw.base, stream, json!({})).await.unwrap();
+        assert_eq!(r.status(), 200);
+        let id = id_of(&r);
+        assert!(!r.text().await.unwrap().is_empty());
+        uncommitted.push(id);
     }
     // A slow stream: head at 50 ms, its first event at 100 ms, then nothing for a minute.
     let mut slow = chat(
@@ -195,16 +220,35 @@ async fn a_killed_gateway_records_its_requests_in_flight_as_crashed_on_the_next_
     assert_eq!(g["state"], "running");
     assert!(g["timing"]["firstSseEventMs"].as_f64().is_some());
     assert_eq!(g["timing"]["totalHandlerMs"], Value::Null);
+    // The answered requests whose records are not committed are listed too, finished.
+    for id in &uncommitted {
+        let row = rows
+            .iter()
+            .find(|r| r["request_id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} not listed: {listed}"));
+        assert_eq!(row["state"], "finished", "{row}");
+        assert_eq!(row["outcome"], "completed", "{row}");
+        assert!(
+            row["timing"]["total_handler_ms"].as_f64().is_some(),
+            "{row}"
+        );
+    }
 
     // The journal holds the slow stream with its first event (bounded wait: snapshots every
     // 20 ms, only after a change).
     let mut in_journal = false;
     for _ in 0..250 {
-        in_journal = journal(&journal_path).iter().any(|e| {
+        let entries = journal(&journal_path);
+        let has = |id: &str, state: &str| {
+            entries
+                .iter()
+                .any(|e| e["record"]["request_id"] == id && e["state"] == state)
+        };
+        in_journal = entries.iter().any(|e| {
             e["record"]["request_id"] == slow_id.as_str()
                 && e["state"] == "running"
                 && !e["record"]["marks"]["first_event"].is_null()
-        });
+        }) && uncommitted.iter().all(|id| has(id, "finished"));
         if in_journal {
             break;
         }
@@ -218,6 +262,8 @@ async fn a_killed_gateway_records_its_requests_in_flight_as_crashed_on_the_next_
     assert!(!status.success());
     assert!(journal_path.exists(), "a killed gateway leaves its journal");
     drop(gw);
+    blocker.execute_batch("ROLLBACK").unwrap();
+    drop(blocker);
     let mut rest = Vec::new();
     while let Ok(Some(c)) = slow.chunk().await {
         rest.extend_from_slice(&c);
@@ -227,7 +273,11 @@ async fn a_killed_gateway_records_its_requests_in_flight_as_crashed_on_the_next_
     // The next start on the same data dir records what was in flight, then serves.
     let mut gw = start(&config);
     let line = wait_for(&gw.stderr, "in-flight journal", &mut gw.err_seen);
-    assert!(line.contains("recovered"), "{line}");
+    assert!(
+        line.contains("recovered 4 requests")
+            && line.contains("1 recorded gateway_crashed, 3 finished records written"),
+        "{line}"
+    );
     assert!(!journal_path.exists() || journal(&journal_path).is_empty());
 
     let row = get(&http, format!("{}/api/requests/{slow_id}", gw.base)).await;
@@ -263,17 +313,24 @@ async fn a_killed_gateway_records_its_requests_in_flight_as_crashed_on_the_next_
         .iter()
         .map(|r| r["request_id"].as_str().unwrap())
         .collect();
-    for id in answered.iter().chain([&slow_id]) {
+    for id in answered.iter().chain(&uncommitted).chain([&slow_id]) {
         assert_eq!(
             ids.iter().filter(|i| **i == id.as_str()).count(),
             1,
             "{id} recorded once: {ids:?}"
         );
     }
-    for id in &answered {
+    for id in answered.iter().chain(&uncommitted) {
         let r = get(&http, format!("{}/api/requests/{id}", gw.base)).await;
         assert_eq!(r["outcome"], "completed", "{r}");
     }
+    // The usage rollup counts it as a failure, with its latency left out (null, never 0).
+    let usage = get(&http, format!("{}/api/usage?last=1h", gw.base)).await;
+    let rollup = &usage["rollup"];
+    assert_eq!(rollup["request_count"], 7, "{usage}");
+    assert_eq!(rollup["error_count"], 1, "{usage}");
+    assert_eq!(rollup["latency_ms"]["count"], 6, "{usage}");
+    assert_eq!(rollup["latency_ms"]["null_count"], 1, "{usage}");
     // Nothing of the old process is in flight in the new one.
     let listed = get(&http, format!("{}/api/requests/inflight", gw.base)).await;
     assert!(
