@@ -234,6 +234,29 @@ async fn a_killed_gateway_records_its_requests_in_flight_as_crashed_on_the_next_
         );
     }
 
+    // The registry's size is a gauge: the slow stream and the three uncommitted records.
+    let metrics = http
+        .get(format!("{}/metrics", gw.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let entries: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("laptime_inflight_entries "))
+        .unwrap_or_else(|| panic!("{metrics}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(entries, 4.0, "{metrics}");
+    assert!(
+        metrics.contains("laptime_inflight_untracked_total 0"),
+        "{metrics}"
+    );
+
     // The journal holds the slow stream with its first event (bounded wait: snapshots every
     // 20 ms, only after a change).
     let mut in_journal = false;
