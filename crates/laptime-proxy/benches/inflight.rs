@@ -6,8 +6,9 @@
 //! head sent to the client, four first-time stream marks, the record built and handed over, and
 //! the recorder's callback forgetting it. `request_without_registry` is the same without an
 //! entry (every registry call a no-op), so the difference is the registry's share.
-//! `snapshot_and_write`: the journal writer's work for N entries in flight (clone under the
-//! shard locks, JSON, temp file, rename).
+//! `snapshot`: what a snapshot of N entries does under the shard locks (copies `Arc`s);
+//! `snapshot_and_write`: the journal writer's whole work for N entries in flight (snapshot,
+//! JSON, temp file, rename).
 //!
 //! Run: `cargo bench -p laptime-proxy --bench inflight`. The allocation profiler shows
 //! allocations per request.
@@ -143,12 +144,10 @@ fn request_without_registry(bencher: Bencher) {
     });
 }
 
-#[divan::bench(args = [100, 1000])]
-fn snapshot_and_write(bencher: Bencher, n: usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(inflight::JOURNAL_FILE);
+/// A registry with `n` running entries, and their slots.
+fn filled(n: usize) -> (Arc<Inflight>, Vec<inflight::Slot>) {
     let reg = Inflight::new(100_000);
-    let slots: Vec<_> = (0..n)
+    let slots = (0..n)
         .filter_map(|i| {
             let mut p = pending(i);
             routed(&mut p);
@@ -159,6 +158,22 @@ fn snapshot_and_write(bencher: Bencher, n: usize) {
             s
         })
         .collect();
+    (reg, slots)
+}
+
+/// The part of a snapshot done under the shard locks (what a request may wait for).
+#[divan::bench(args = [100, 1000])]
+fn snapshot(bencher: Bencher, n: usize) {
+    let (reg, slots) = filled(n);
+    bencher.bench_local(|| black_box(reg.snapshot()));
+    drop(slots);
+}
+
+#[divan::bench(args = [100, 1000])]
+fn snapshot_and_write(bencher: Bencher, n: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(inflight::JOURNAL_FILE);
+    let (reg, slots) = filled(n);
     bencher.bench_local(|| {
         inflight::write_journal(&path, &reg.snapshot()).unwrap();
     });

@@ -5,7 +5,9 @@
 //! The request path touches the registry a handful of times per request (ingress, the end of
 //! each phase, each attempt's dispatch and head, the commit to a stream, the first byte, event,
 //! effective output and visible text, the end), each an O(1) update under one of [`SHARDS`]
-//! mutexes, never across I/O and never per SSE event. Once finished, an entry holds the finished
+//! mutexes, never across I/O and never per SSE event. A reader (the journal writer, the
+//! read-back API) holds each shard only to copy its entries' `Arc`s; an update that meets a
+//! record still shared with such a snapshot copies it first. Once finished, an entry holds the finished
 //! record until the recorder says the batch holding it is done; only then is it forgotten, so a
 //! crash between the end of a request and the commit of its record does not lose it.
 //!
@@ -68,7 +70,9 @@ pub enum Entry {
     /// would be recorded as if the process ended now); `answered` is the status sent to the
     /// client once a head was.
     Running {
-        record: Box<RequestRecord>,
+        /// Shared with a snapshot being written (which then costs the next update a copy), so
+        /// a snapshot holds a shard's lock only to count references.
+        record: Arc<RequestRecord>,
         answered: Option<u16>,
     },
     Finished(Arc<RequestRecord>),
@@ -102,10 +106,8 @@ impl Entry {
     pub fn into_record(self, thresholds: &Thresholds) -> RequestRecord {
         match self {
             Entry::Finished(r) => Arc::unwrap_or_clone(r),
-            Entry::Running {
-                mut record,
-                answered,
-            } => {
+            Entry::Running { record, answered } => {
+                let mut record = Arc::unwrap_or_clone(record);
                 record.outcome = Outcome::GatewayCrashed;
                 record.status = answered.unwrap_or(UNANSWERED_STATUS);
                 record.marks.upstream_done = None;
@@ -123,7 +125,7 @@ impl Entry {
                 );
                 record.classification = classification;
                 record.flags = flags;
-                *record
+                record
             }
         }
     }
@@ -195,7 +197,7 @@ impl Inflight {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let record = Box::new(partial(pending));
+        let record = Arc::new(partial(pending));
         let id = pending.request_id.clone();
         let replaced = self.shard(&id).insert(
             id.clone(),
@@ -218,7 +220,7 @@ impl Inflight {
     /// Updates a running entry.
     fn update(&self, id: &str, f: impl FnOnce(&mut RequestRecord, &mut Option<u16>)) {
         if let Some(Entry::Running { record, answered }) = self.shard(id).get_mut(id) {
-            f(record, answered);
+            f(Arc::make_mut(record), answered);
             self.changed.store(true, Ordering::Relaxed);
         }
     }
@@ -239,7 +241,7 @@ impl Inflight {
     }
 
     /// Every entry now, for the journal and the read-back. Each shard is locked in turn, long
-    /// enough to clone its entries (a finished record is shared, not copied).
+    /// enough to copy its entries' pointers (records are shared, not copied).
     pub fn snapshot(&self) -> Vec<Entry> {
         let mut out = Vec::with_capacity(self.len());
         for shard in self.shards.iter() {
@@ -502,7 +504,7 @@ pub fn read_journal(path: &Path, max_entries: usize) -> std::io::Result<Option<J
         match serde_json::from_str::<LineIn>(line) {
             Ok(l) => journal.entries.push(match l.state {
                 State::Running => Entry::Running {
-                    record: Box::new(l.record),
+                    record: Arc::new(l.record),
                     answered: l.answered,
                 },
                 State::Finished => Entry::Finished(Arc::new(l.record)),
