@@ -333,9 +333,16 @@ impl Slot {
     /// recorder has written it.
     pub fn finished(mut self, record: &RequestRecord) -> Handed {
         self.handed_over = true;
-        let finished = Entry::Finished(Arc::new(record.clone()));
         if let Some(e) = self.registry.shard(&self.id).get_mut(&self.id) {
-            *e = finished;
+            let done = match e {
+                // Into the running record's own buffers: most of its strings are the same.
+                Entry::Running { record: kept, .. } => {
+                    copy_into(Arc::make_mut(kept), record);
+                    Arc::clone(kept)
+                }
+                Entry::Finished(_) => Arc::new(record.clone()),
+            };
+            *e = Entry::Finished(done);
             self.registry.changed.store(true, Ordering::Relaxed);
         }
         Handed {
@@ -366,6 +373,72 @@ impl Drop for Slot {
             self.registry.remove(&self.id);
         }
     }
+}
+
+/// Makes `dst` equal to `src`, reusing `dst`'s allocations (`clone_from` field by field, where
+/// a derived `Clone` would allocate every string anew). The destructuring is exhaustive, so a
+/// field added to the record cannot be left out here.
+fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
+    let RequestRecord {
+        request_id,
+        workspace_id,
+        key_id,
+        created_at_us,
+        model,
+        provider,
+        channel,
+        group,
+        dialect,
+        upstream_dialect,
+        stream,
+        status,
+        outcome,
+        timeout_kind,
+        error_class,
+        classification,
+        flags,
+        marks,
+        tokens,
+        event_count,
+        text_delta_count,
+        channel_inflight,
+        attempts,
+        hedge,
+        failover_count,
+        cached,
+        shape,
+        region,
+        trace_id,
+    } = src;
+    dst.request_id.clone_from(request_id);
+    dst.workspace_id.clone_from(workspace_id);
+    dst.key_id.clone_from(key_id);
+    dst.created_at_us = *created_at_us;
+    dst.model.clone_from(model);
+    dst.provider.clone_from(provider);
+    dst.channel.clone_from(channel);
+    dst.group.clone_from(group);
+    dst.dialect = *dialect;
+    dst.upstream_dialect = *upstream_dialect;
+    dst.stream = *stream;
+    dst.status = *status;
+    dst.outcome = *outcome;
+    dst.timeout_kind = *timeout_kind;
+    dst.error_class = *error_class;
+    dst.classification = *classification;
+    dst.flags.clone_from(flags);
+    dst.marks = *marks;
+    dst.tokens = *tokens;
+    dst.event_count = *event_count;
+    dst.text_delta_count = *text_delta_count;
+    dst.channel_inflight = *channel_inflight;
+    dst.attempts.clone_from(attempts);
+    dst.hedge = *hedge;
+    dst.failover_count = *failover_count;
+    dst.cached = *cached;
+    dst.shape.clone_from(shape);
+    dst.region.clone_from(region);
+    dst.trace_id.clone_from(trace_id);
 }
 
 /// The first-time stream marks, as a `Marks` holds them.
@@ -705,9 +778,18 @@ mod tests {
         slot.stream_marks(&m);
         let mut done = e.clone().into_record(&Thresholds::default());
         done.outcome = Outcome::Completed;
+        done.marks.handler_done = ms(30);
+        done.flags = vec![slow::Flag::Unobserved];
+        done.attempts.clear();
+        done.shape.tool_choice = Some("auto".into());
         let _handed = slot.finished(&done);
         assert_eq!(reg.len(), 1, "finished, not written yet");
         assert_eq!(reg.snapshot()[0].state(), State::Finished);
+        assert_eq!(
+            reg.snapshot()[0].record(),
+            &done,
+            "copied whole into the entry"
+        );
         reg.written(std::slice::from_ref(&done));
         assert!(reg.is_empty());
         assert!(reg.snapshot().is_empty());
