@@ -141,18 +141,24 @@ impl Query {
     }
 
     /// This gateway process's requests of a workspace whose records are not in the store yet
-    /// (running, or finished and queued), oldest first, with the marks reached so far.
+    /// (running, or finished and queued), oldest first (at most 500), with the marks reached
+    /// so far.
     async fn inflight_requests(
         &self,
         ctx: &Context<'_>,
         workspace_id: ID,
+        #[graphql(default = 500)] limit: i32,
     ) -> Result<Vec<InflightRequest>> {
+        if !(1..=MAX_RECENT).contains(&limit) {
+            return Err(Error::new(format!("limit must be from 1 to {MAX_RECENT}")));
+        }
         let ws = readable_workspace(ctx, &workspace_id).await?;
         let now = now_us();
         Ok(app(ctx)?
             .inflight
             .of_workspace(&ws)
             .iter()
+            .take(limit as usize)
             .map(|e| InflightRequest::new(e, now))
             .collect())
     }

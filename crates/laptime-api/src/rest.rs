@@ -226,19 +226,23 @@ pub async fn usage_report(
     .into_response())
 }
 
-/// `GET /api/requests/inflight`: this gateway process's requests whose records are not in the
-/// store yet (running, or finished and queued), oldest first, each with the marks it reached.
+/// `GET /api/requests/inflight?limit=…`: this gateway process's requests whose records are not
+/// in the store yet (running, or finished and queued), oldest first (at most `limit`, default
+/// and most 500), each with the marks it reached.
 pub async fn inflight(
     State(s): State<ApiState>,
     Extension(p): Extension<Principal>,
+    Query(q): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
     require(&p, Scope::Read)?;
+    let limit = parse_limit(q.limit.as_deref(), "limit", MAX_LIMIT)?;
     let now = laptime_proxy::clock::now_unix_us();
     let rows: Vec<InflightRequest> = s
         .app
         .inflight
         .of_workspace(&p.workspace_id)
         .iter()
+        .take(limit as usize)
         .map(|e| InflightRequest::new(e, now))
         .collect();
     Ok(Json(json!({ "requests": rows })).into_response())

@@ -200,6 +200,20 @@ async fn a_killed_gateway_records_its_requests_in_flight_as_crashed_on_the_next_
     );
     assert_eq!(row["timing"]["first_text_delta_ms"], Value::Null, "{row}");
     assert_eq!(row["timing"]["total_handler_ms"], Value::Null, "{row}");
+    // Oldest first, at most `limit`.
+    let first = get(&http, format!("{}/api/requests/inflight?limit=1", gw.base)).await;
+    assert_eq!(first["requests"].as_array().unwrap().len(), 1, "{first}");
+    assert_eq!(first["requests"][0]["request_id"], rows[0]["request_id"]);
+    assert!(rows
+        .windows(2)
+        .all(|w| w[0]["created_at"].as_str() <= w[1]["created_at"].as_str()));
+    let refused = http
+        .get(format!("{}/api/requests/inflight?limit=0", gw.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
     let gql: Value = http
         .post(format!("{}/graphql", gw.base))
         .bearer_auth(TOKEN)
