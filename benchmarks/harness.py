@@ -198,10 +198,13 @@ class Gateway:
         # to a dialect (`pin`), it serves `sim-fast` only (a `*` channel is never translated),
         # and every other client dialect is translated to it.
         models = '["sim-fast"]\ndialect = "' + pin + '"' if pin else '["*"]'
-        self.config.write_text(
-            "[server]\n" + server +
-            "\n[[channels]]\nname = \"sim\"\nprovider = \"sim\"\n"
-            f"base_url = \"{upstream}\"\nmodels = {models}\n")
+        channels = ("\n[[channels]]\nname = \"sim\"\nprovider = \"sim\"\n"
+                    f"base_url = \"{upstream}\"\nmodels = {models}\n")
+        # BENCH_SECOND_CHANNEL=1: a second, lower-tier channel on the same sim, so every
+        # request has a failover candidate (and a stream one that could continue it).
+        if os.environ.get("BENCH_SECOND_CHANNEL") == "1":
+            channels += channels.replace('name = "sim"', 'name = "sim-2"') + "priority = 1\n"
+        self.config.write_text("[server]\n" + server + channels)
         self.proc = spawn([str(BIN), "serve", "--config", str(self.config), "--listen",
                            "127.0.0.1:0", "--data-dir", str(self.data)], self.log,
                           {"LAPTIME_BOOTSTRAP_TOKEN": TOKEN}, stdout=subprocess.PIPE)

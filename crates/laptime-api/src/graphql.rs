@@ -18,8 +18,8 @@ use laptime_store::usage::{GroupDim, UsageFilter};
 use laptime_store::StoreError;
 
 use crate::reports::{
-    FilterInput, GroupDimension, RequestEvent, RollupOut, UsageGroup, UsageReport, WindowInput,
-    WindowOut,
+    FilterInput, GroupDimension, InflightRequest, RequestEvent, RollupOut, UsageGroup, UsageReport,
+    WindowInput, WindowOut,
 };
 use crate::ApiState;
 use axum::extract::State;
@@ -138,6 +138,29 @@ impl Query {
                 .await,
         )?;
         Ok(rows.iter().map(RequestEvent::from).collect())
+    }
+
+    /// This gateway process's requests of a workspace whose records are not in the store yet
+    /// (running, or finished and queued), oldest first (at most 500), with the marks reached
+    /// so far.
+    async fn inflight_requests(
+        &self,
+        ctx: &Context<'_>,
+        workspace_id: ID,
+        #[graphql(default = 500)] limit: i32,
+    ) -> Result<Vec<InflightRequest>> {
+        if !(1..=MAX_RECENT).contains(&limit) {
+            return Err(Error::new(format!("limit must be from 1 to {MAX_RECENT}")));
+        }
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let now = now_us();
+        Ok(app(ctx)?
+            .inflight
+            .of_workspace(&ws)
+            .iter()
+            .take(limit as usize)
+            .map(|e| InflightRequest::new(e, now))
+            .collect())
     }
 
     /// One request of a workspace; null when there is none.

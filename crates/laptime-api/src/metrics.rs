@@ -37,11 +37,12 @@ pub async fn handler(State(s): State<ApiState>, req: Request) -> Response {
             }
         }
     }
-    match s
-        .app
-        .metrics
-        .render(&s.app.router, &s.app.recorder, &s.app.connections)
-    {
+    match s.app.metrics.render(
+        &s.app.router,
+        &s.app.recorder,
+        &s.app.connections,
+        &s.app.inflight,
+    ) {
         Ok(text) => ([(http::header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "rendering metrics failed");

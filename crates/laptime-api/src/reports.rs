@@ -180,7 +180,7 @@ impl From<&UsageResult> for UsageReport {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, SimpleObject)]
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
 #[graphql(name = "Timing")]
 pub struct TimingOut {
     pub auth_ms: Option<f64>,
@@ -212,7 +212,7 @@ impl From<TimingView> for TimingOut {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, SimpleObject)]
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
 #[graphql(name = "Attempt")]
 pub struct AttemptOut {
     pub channel: String,
@@ -245,6 +245,64 @@ impl From<AttemptView> for AttemptOut {
     }
 }
 
+/// A request of this gateway process whose record is not in the store yet: still running, or
+/// finished with its record queued. Marks are those reached so far, offsets from t0 in ms as in
+/// the request log; a mark not reached yet is null.
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+pub struct InflightRequest {
+    pub request_id: String,
+    pub workspace_id: Option<String>,
+    /// t0 as RFC 3339.
+    pub created_at: String,
+    /// `running`, or `finished` (its record waits for the store).
+    pub state: String,
+    /// Wall-clock time since t0, ms.
+    pub age_ms: f64,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub channel: Option<String>,
+    pub group: Option<String>,
+    pub dialect: String,
+    pub upstream_dialect: Option<String>,
+    pub stream: bool,
+    /// The status the client got; null while no answer head was sent.
+    pub status: Option<u16>,
+    /// The outcome once finished; null while running.
+    pub outcome: Option<String>,
+    pub attempts: Vec<AttemptOut>,
+    pub timing: TimingOut,
+}
+
+impl InflightRequest {
+    pub fn new(e: &laptime_proxy::inflight::Entry, now_us: i64) -> Self {
+        let r = e.record();
+        let state = e.state();
+        InflightRequest {
+            request_id: r.request_id.clone(),
+            workspace_id: r.workspace_id.clone(),
+            created_at: rfc3339(r.created_at_us),
+            state: state.as_str().to_string(),
+            age_ms: (now_us - r.created_at_us).max(0) as f64 / 1000.0,
+            model: r.model.clone(),
+            provider: r.provider.clone(),
+            channel: r.channel.clone(),
+            group: r.group.clone(),
+            dialect: r.dialect.as_str().to_string(),
+            upstream_dialect: r.upstream_dialect.map(|d| d.as_str().to_string()),
+            stream: r.stream,
+            status: e.status(),
+            outcome: (state == laptime_proxy::inflight::State::Finished)
+                .then(|| r.outcome.as_str().to_string()),
+            attempts: r
+                .attempts
+                .iter()
+                .map(|a| AttemptOut::from(AttemptView::new(a)))
+                .collect(),
+            timing: TimingView::new(&r.marks, &r.tokens).into(),
+        }
+    }
+}
+
 /// One request in the usage API's vocabulary.
 #[derive(Debug, Clone, PartialEq, SimpleObject)]
 pub struct RequestEvent {
@@ -270,8 +328,9 @@ pub struct RequestEvent {
     pub flags: Vec<String>,
     /// t0 as RFC 3339.
     pub ts: String,
-    /// t7 − t0; always present.
-    pub latency_ms: f64,
+    /// t7 − t0; present for every request but one found in flight after a crash
+    /// (`gateway_crashed`), which has no t7.
+    pub latency_ms: Option<f64>,
     /// First response byte of the winning attempt, from its dispatch.
     pub ttft_ms: Option<f64>,
     /// Upstream done, from the winning attempt's dispatch.

@@ -1,5 +1,6 @@
 //! The REST read-back API: `GET /api/requests` and `GET /api/requests/{id}`, scoped to the
 //! token's workspace, in the snake_case request-log shape, with the usage API's filters;
+//! `GET /api/requests/inflight`, the requests not in the store yet;
 //! `GET /api/usage`, the usage rollup as JSON. The router's auth layer has already found the
 //! principal (it is in the request's extensions); each handler checks the scope it needs.
 
@@ -12,7 +13,7 @@ use laptime_store::auth::{Principal, Scope};
 use laptime_store::usage::{GroupDim, UsageFilter};
 use serde::{Deserialize, Serialize};
 
-use crate::reports::{FilterInput, UsageReport, WindowInput};
+use crate::reports::{FilterInput, InflightRequest, UsageReport, WindowInput};
 use serde_json::json;
 
 use crate::ApiState;
@@ -223,6 +224,28 @@ pub async fn usage_report(
         recent: rows.iter().map(RequestLogView::new).collect(),
     })
     .into_response())
+}
+
+/// `GET /api/requests/inflight?limit=…`: this gateway process's requests whose records are not
+/// in the store yet (running, or finished and queued), oldest first (at most `limit`, default
+/// and most 500), each with the marks it reached.
+pub async fn inflight(
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
+    Query(q): Query<LogQuery>,
+) -> Result<Response, ApiError> {
+    require(&p, Scope::Read)?;
+    let limit = parse_limit(q.limit.as_deref(), "limit", MAX_LIMIT)?;
+    let now = laptime_proxy::clock::now_unix_us();
+    let rows: Vec<InflightRequest> = s
+        .app
+        .inflight
+        .of_workspace(&p.workspace_id)
+        .iter()
+        .take(limit as usize)
+        .map(|e| InflightRequest::new(e, now))
+        .collect();
+    Ok(Json(json!({ "requests": rows })).into_response())
 }
 
 /// `GET /api/requests/{id}`.

@@ -131,6 +131,12 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/api/requests", Kind::Rest, get(rest::list)),
         route(
             Method::GET,
+            "/api/requests/inflight",
+            Kind::Rest,
+            get(rest::inflight),
+        ),
+        route(
+            Method::GET,
             "/api/requests/{id}",
             Kind::Rest,
             get(rest::one),

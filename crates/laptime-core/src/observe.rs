@@ -124,6 +124,11 @@ impl StreamObserver {
         self
     }
 
+    /// The marks so far (stream marks from `first_byte` on, plus the dispatch and head given).
+    pub fn marks(&self) -> &Marks {
+        &self.marks
+    }
+
     /// Sets the head's arrival (t2), for the in-band values' consistency with the record.
     pub fn set_headers(&mut self, at: Duration) {
         self.marks.upstream_headers = Some(at);

@@ -58,10 +58,13 @@ pub enum Outcome {
     CacheHit,
     /// Cut by the gateway itself: its drain time after SIGINT/SIGTERM ran out.
     GatewayShutdown,
+    /// Found in flight after a restart: the gateway process ended (killed, crashed) before the
+    /// request did; the record keeps the marks it had reached and no end marks.
+    GatewayCrashed,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Completed,
         Outcome::Incomplete,
         Outcome::UpstreamError,
@@ -71,6 +74,7 @@ impl Outcome {
         Outcome::Rejected,
         Outcome::CacheHit,
         Outcome::GatewayShutdown,
+        Outcome::GatewayCrashed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -84,6 +88,7 @@ impl Outcome {
             Outcome::Rejected => "rejected",
             Outcome::CacheHit => "cache_hit",
             Outcome::GatewayShutdown => "gateway_shutdown",
+            Outcome::GatewayCrashed => "gateway_crashed",
         }
     }
 
@@ -500,7 +505,7 @@ impl RequestRecord {
             Outcome::UpstreamError | Outcome::UpstreamClosedEarly | Outcome::Timeout => {
                 Some(Fault::Upstream)
             }
-            Outcome::GatewayShutdown => Some(Fault::Gateway),
+            Outcome::GatewayShutdown | Outcome::GatewayCrashed => Some(Fault::Gateway),
             Outcome::Completed | Outcome::Incomplete | Outcome::CacheHit => None,
         }
     }
@@ -541,6 +546,20 @@ mod tests {
             ),
             Some(Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn a_crashed_request_is_a_gateway_failure_named_like_its_serde_form() {
+        assert!(!Outcome::GatewayCrashed.is_success());
+        assert_eq!(
+            Outcome::parse("gateway_crashed"),
+            Some(Outcome::GatewayCrashed)
+        );
+        for o in Outcome::ALL {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+        let mut names = std::collections::HashSet::new();
+        assert!(Outcome::ALL.iter().all(|o| names.insert(o.as_str())));
     }
 
     #[test]

@@ -55,8 +55,10 @@ impl TimingView {
 }
 
 /// t7 − t0. Always present on a finished record (the handler end is always stamped).
-pub fn latency_ms(marks: &Marks) -> f64 {
-    ms(marks.handler_done.unwrap_or_default())
+/// t7 − t0: present for every request the gateway saw to its end; absent (never 0) only for one
+/// recorded `gateway_crashed`, which never got a t7.
+pub fn latency_ms(marks: &Marks) -> Option<f64> {
+    opt_ms(marks.handler_done)
 }
 
 /// First response byte of the winning attempt, from its dispatch (hedged: the primary's).
@@ -230,7 +232,7 @@ pub struct RequestLogView {
     pub fault: Option<&'static str>,
     pub classification: &'static str,
     pub flags: Vec<&'static str>,
-    pub latency_ms: f64,
+    pub latency_ms: Option<f64>,
     pub ttft_ms: Option<f64>,
     pub upstream_ms: Option<f64>,
     pub input_tokens: Option<u64>,

@@ -55,6 +55,10 @@ pub struct ServerConfig {
     pub drain_s: u64,
     /// Records the recorder queue holds before it drops (and counts) new ones.
     pub recorder_queue: usize,
+    /// How often the in-flight registry is written to `inflight.journal` beside the store
+    /// (only when it changed), so a restart after a crash records the requests that were in
+    /// flight and the records not committed yet; 0 = never (a crash then loses them).
+    pub inflight_snapshot_ms: u64,
     /// Coarse region label stored with every record.
     pub region: Option<String>,
     /// Connect timeout for upstream calls.
@@ -87,6 +91,7 @@ impl Default for ServerConfig {
             max_connections: 0,
             drain_s: 30,
             recorder_queue: 10_000,
+            inflight_snapshot_ms: 100,
             region: None,
             connect_timeout_ms: 10_000,
             metrics_public: false,

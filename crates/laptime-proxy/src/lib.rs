@@ -14,7 +14,8 @@
 //!   until the client is committed to it) and record exactly once.
 //! - [`continuation`]: when a committed stream is cut, another channel asked to continue it.
 //! - [`respond`]: the last phase: commit to a stream, read a whole answer, error shapes.
-//! - [`record`]: assembling the record.
+//! - [`record`]: assembling the record; [`inflight`]: every request from ingress until its
+//!   record is committed, and the journal a restart after a crash records them from.
 //! - [`pipeline`]: the proxy handler: one function per phase, called in order.
 //! - [`models`]: `GET /v1/models` for the SDKs.
 //! - [`server`]: starting the gateway, serving a router, shutdown and retention.
@@ -28,6 +29,7 @@ pub mod clock;
 pub mod config;
 pub mod connect;
 pub mod continuation;
+pub mod inflight;
 pub mod ingress;
 pub mod listen;
 pub mod metrics;
@@ -65,6 +67,8 @@ pub struct App {
     /// uses this client.
     pub memory_upstream: Option<HttpClient>,
     pub recorder: Recorder,
+    /// Every request from ingress until the store has its record (snapshotted to the journal).
+    pub inflight: Arc<inflight::Inflight>,
     pub store: Store,
     /// Observed once per finished request (the Finisher holds a handle).
     pub metrics: Arc<Metrics>,

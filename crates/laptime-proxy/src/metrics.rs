@@ -31,7 +31,8 @@
 //!   `anthropic` or `sim`.
 //! - `status`: the HTTP status the client got; `outcome`: the record's outcome (`completed`,
 //!   `incomplete`, `upstream_error`, `upstream_closed_early`, `client_cancelled`, `timeout`,
-//!   `rejected`, `cache_hit`); `classification`: the slow-request classification (`ok`,
+//!   `rejected`, `cache_hit`, `gateway_shutdown`; `gateway_crashed` only in the store, for
+//!   requests a restart found in flight, which no process observed to the end); `classification`: the slow-request classification (`ok`,
 //!   `failed` or the first slow stage).
 //! - `fault`: whose fault a failed request was, `upstream`, `client` or `gateway` (from its
 //!   error class, else its outcome); `none` for a success.
@@ -74,6 +75,9 @@
 //! | `laptime_connections_max` | gauge | — | the cap on open client connections |
 //! | `laptime_connections_evicted_total` | counter | — | idle connections closed to make room at the cap |
 //! | `laptime_connections_refused_total` | counter | — | new connections closed at once (at the cap, none idle) |
+//! | `laptime_inflight_entries` | gauge | — | requests in the in-flight registry (running, or finished with their records not written yet), at scrape time |
+//! | `laptime_inflight_capacity` | gauge | — | the cap on in-flight registry entries |
+//! | `laptime_inflight_untracked_total` | counter | — | requests served without an in-flight entry because the registry was full |
 //! | `laptime_records_sampled_out_total` | counter | — | requests observed here but given no stored row: unauthenticated refusals beyond [`crate::record::UNAUTHENTICATED_ROWS_PER_S`] |
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
 //! | `laptime_recorder_dropped_total` | counter | — | records dropped because the queue was full (never stored) |
@@ -119,6 +123,7 @@ use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
+use crate::inflight::Inflight;
 use crate::listen::Connections;
 use crate::routing::Router;
 
@@ -531,13 +536,39 @@ impl Metrics {
         router: &Router,
         recorder: &Recorder,
         connections: &Connections,
+        inflight: &Inflight,
     ) -> prometheus::Result<String> {
         let mut families = self.registry.gather();
         families.extend(scrape_time(router, recorder));
         families.extend(connection_families(connections));
+        families.extend(inflight_families(inflight));
         families.sort_by(|a, b| a.name().cmp(b.name()));
         TextEncoder::new().encode_to_string(&families)
     }
+}
+
+/// The in-flight registry's size and what it could not track, at scrape time.
+fn inflight_families(r: &Inflight) -> [proto::MetricFamily; 3] {
+    [
+        family(
+            "laptime_inflight_entries",
+            "Requests in the in-flight registry (running, or finished with their records not written yet), at scrape time.",
+            proto::MetricType::GAUGE,
+            vec![gauge(&[], r.len() as f64)],
+        ),
+        family(
+            "laptime_inflight_capacity",
+            "The cap on in-flight registry entries.",
+            proto::MetricType::GAUGE,
+            vec![gauge(&[], r.capacity() as f64)],
+        ),
+        family(
+            "laptime_inflight_untracked_total",
+            "Requests served without an in-flight entry because the registry was full (a crash would leave no trace of them).",
+            proto::MetricType::COUNTER,
+            vec![counter(r.untracked() as f64)],
+        ),
+    ]
 }
 
 /// The client connections' gauge and counters, at scrape time.

@@ -132,6 +132,9 @@ pub struct ObservedBody<B> {
     /// This body is another's continuation: it ends in-band as a committed one does, and the
     /// body it continues records.
     delegated: bool,
+    /// First-time stream marks shown in the in-flight registry so far: it is told only when
+    /// one more happens (a handful per stream), never per event.
+    shown_marks: usize,
 }
 
 /// The client's bytes kept for a continuation: copied, so that a kept slice never holds a
@@ -271,6 +274,7 @@ impl<B> ObservedBody<B> {
             deferred: None,
             continued: None,
             delegated: false,
+            shown_marks: 0,
         }
     }
 
@@ -350,6 +354,11 @@ impl<B> ObservedBody<B> {
     /// The client is committed to this attempt: from now on its bytes are released, and it
     /// records the request when it ends.
     pub fn commit(&mut self, finisher: Finisher, status: u16, trailers: bool) {
+        if let Some(slot) = &finisher.pending.inflight {
+            slot.answered(status);
+            slot.stream_marks(self.obs.marks());
+            self.shown_marks = crate::inflight::stream_mark_count(self.obs.marks());
+        }
         self.committed = Some(Committed {
             finisher,
             status,
@@ -587,6 +596,7 @@ impl<B> ObservedBody<B> {
         }
         let plan = self.obs.on_chunk(at, &data);
         self.forward.push(plan, data, &mut self.queue);
+        self.show_new_marks();
         if plan.malformed {
             self.on_malformed(at);
         }
@@ -603,6 +613,23 @@ impl<B> ObservedBody<B> {
         self.tell_cut();
         if self.resuming.is_none() {
             self.upstream_end = Some(BodyEnd::Eof);
+        }
+    }
+
+    /// Tells the in-flight registry about a first-time mark this chunk brought, once committed
+    /// (a held attempt may still lose; the commit shows what it reached).
+    fn show_new_marks(&mut self) {
+        let Some(slot) = self
+            .committed
+            .as_ref()
+            .and_then(|c| c.finisher.pending.inflight.as_ref())
+        else {
+            return;
+        };
+        let reached = crate::inflight::stream_mark_count(self.obs.marks());
+        if reached > self.shown_marks {
+            self.shown_marks = reached;
+            slot.stream_marks(self.obs.marks());
         }
     }
 

@@ -44,6 +44,8 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Ok(p) => p,
         Err(e) => return unread(respond::reject(finisher, e), parts.version),
     };
+    // The workspace now, so its in-flight list shows the request while its body is read.
+    finisher.pending.publish();
     // `held`: the body's bytes (and those of the bodies derived from it for the candidates)
     // count against the gateway's budget until the request is done.
     // Gemini names the model and stream-ness in the path, not the body.
@@ -57,6 +59,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Ok(r) => r,
         Err(e) => return respond::reject(finisher, e),
     };
+    finisher.pending.publish();
     let store_in = match cache_lookup(
         &app,
         (dialect, &head),
@@ -166,6 +169,7 @@ fn ingress(app: &App, dialect: Dialect, headers: &HeaderMap, t0: Instant) -> (Fi
     pending.region = app.config.server.region.clone();
     let trace = ingress::trace(headers.get("traceparent").and_then(|v| v.to_str().ok()));
     pending.trace_id = Some(trace.trace_id.clone());
+    pending.inflight = app.inflight.open(&pending);
     let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds)
         .with_metrics(app.metrics.clone())
         .with_unauthenticated_sample(app.unauthenticated_rows.clone());

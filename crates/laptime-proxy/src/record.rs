@@ -51,6 +51,9 @@ pub struct Pending {
     pub unobserved: bool,
     /// The answer was cut and another channel continued it.
     pub continued: bool,
+    /// The request's entry in the gateway's in-flight registry (absent when the registry was
+    /// full, or for a pending record built alone, in tests).
+    pub inflight: Option<crate::inflight::Slot>,
 }
 
 impl Pending {
@@ -79,6 +82,15 @@ impl Pending {
             translation_omitted: Vec::new(),
             unobserved: false,
             continued: false,
+            inflight: None,
+        }
+    }
+
+    /// Shows what is known now in the in-flight registry: called at the end of each phase and
+    /// at each attempt's dispatch and head, never per event.
+    pub fn publish(&self) {
+        if let Some(slot) = &self.inflight {
+            slot.sync(self);
         }
     }
 
@@ -197,10 +209,12 @@ impl Finisher {
         self._inflight = Some(guard);
     }
 
-    /// Stamps t7 now, builds the record and queues it.
-    pub fn finish(self, ending: Ending) {
+    /// Stamps t7 now, builds the record and queues it. The in-flight registry keeps the
+    /// record from here until the recorder has written it.
+    pub fn finish(mut self, ending: Ending) {
         let handler_done = self.pending.since(self.pending.t0);
         let t0 = self.pending.t0;
+        let slot = self.pending.inflight.take();
         let record = build(self.pending, ending, handler_done, &self.thresholds);
         if let Some(m) = &self.metrics {
             m.observe(&record);
@@ -215,7 +229,13 @@ impl Finisher {
             }
             return;
         }
-        self.recorder.record(record);
+        // Handed over before it is queued: the recorder may write it at once.
+        let handed = slot.map(|s| s.finished(&record));
+        if !self.recorder.record(record) {
+            if let Some(h) = handed {
+                h.not_queued();
+            }
+        }
     }
 }
 

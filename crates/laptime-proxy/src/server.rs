@@ -24,7 +24,13 @@ pub struct Gateway {
     pub app: Arc<App>,
     recorder_task: RecorderTask,
     retention: tokio::task::JoinHandle<()>,
+    /// Writes the in-flight journal (absent with `inflight_snapshot_ms = 0`).
+    journal: Option<crate::inflight::JournalWriter>,
 }
+
+/// Requests the in-flight registry tracks at once besides the records queued for the store
+/// (each entry is about a kilobyte): far more than the connections a gateway serves at once.
+pub const INFLIGHT_REQUESTS: usize = 65_536;
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,8 +79,46 @@ impl Gateway {
             };
             channels.push(Arc::new(Channel::from_config(c, base, env)));
         }
-        let (recorder, recorder_task) = Recorder::start(&store, config.server.recorder_queue)
-            .map_err(|e| StartError(format!("recorder: {e}")))?;
+        // A queued record stays in the registry until it is written, and the writer may hold a
+        // batch of up to 4,096 beside a full queue.
+        let inflight_capacity = config.server.recorder_queue + 4096 + INFLIGHT_REQUESTS;
+        let journal_path = crate::inflight::journal_path(store.path());
+        // Before the recorder starts and before anything is served: what a crash left in flight.
+        match crate::inflight::recover(&store, &journal_path, inflight_capacity, &config.thresholds)
+            .await
+            .map_err(StartError)?
+        {
+            Some(r) => tracing::info!(
+                crashed = r.crashed,
+                finished = r.finished,
+                already_stored = r.already_stored,
+                unreadable = r.unreadable,
+                "recovered {} requests from the in-flight journal: {} recorded gateway_crashed, {} finished records written",
+                r.crashed + r.finished,
+                r.crashed,
+                r.finished
+            ),
+            None => tracing::debug!("no in-flight journal: the last run shut down cleanly"),
+        }
+        let inflight = crate::inflight::Inflight::new(inflight_capacity);
+        let told = inflight.clone();
+        let (recorder, recorder_task) = Recorder::start_with(
+            &store,
+            config.server.recorder_queue,
+            Some(Box::new(move |batch| told.written(batch))),
+        )
+        .map_err(|e| StartError(format!("recorder: {e}")))?;
+        let journal = match config.server.inflight_snapshot_ms {
+            0 => None,
+            ms => Some(
+                crate::inflight::JournalWriter::start(
+                    inflight.clone(),
+                    journal_path,
+                    Duration::from_millis(ms),
+                )
+                .map_err(|e| StartError(format!("in-flight journal: {e}")))?,
+            ),
+        };
         let client = attempt::client(Duration::from_millis(config.server.connect_timeout_ms))
             .map_err(|e| StartError(e.message))?;
         let metrics =
@@ -94,6 +138,7 @@ impl Gateway {
             client,
             memory_upstream: memory.map(attempt::memory_client),
             recorder,
+            inflight,
             store,
             config,
             metrics: Arc::new(metrics),
@@ -112,6 +157,7 @@ impl Gateway {
             app,
             recorder_task,
             retention,
+            journal,
         })
     }
 
@@ -195,13 +241,18 @@ impl Gateway {
         }
         // Streams cut at the drain deadline record themselves as they drop; give them a moment.
         tokio::task::yield_now().await;
-        if !self
+        let flushed = self
             .app
             .recorder
             .shutdown(self.recorder_task, Duration::from_secs(30))
-            .await
-        {
+            .await;
+        if !flushed {
             tracing::error!("the recorder did not flush in time");
+        }
+        // Flushed, every record is in the store (or counted as dropped): a clean shutdown
+        // leaves no journal, so the next start recovers nothing.
+        if let Some(journal) = self.journal {
+            let _ = tokio::task::spawn_blocking(move || journal.stop(!flushed)).await;
         }
         self.retention.abort();
         Ok(())

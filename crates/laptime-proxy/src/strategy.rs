@@ -131,6 +131,7 @@ pub async fn run(
         let last = made == max_attempts || (!others_left && !policy.failover.retries_same());
         let (i, start) = begin(pending, &route, role);
         pending.marks.upstream_start = Some(start);
+        pending.publish();
         let on = &policy.failover.on_status;
         let errors = if last {
             ErrorStatus::Answers
@@ -228,6 +229,7 @@ fn headed(pending: &mut Pending, i: usize, answer: &Answer) {
     let a = &mut pending.attempts[i];
     a.status = Some(answer.parts.status.as_u16());
     a.headers = Some(answer.headers_at);
+    pending.publish();
 }
 
 fn failed(pending: &mut Pending, i: usize, e: &AttemptError, first_byte: Option<Duration>) {
@@ -249,6 +251,7 @@ fn won(pending: &mut Pending, i: usize, answer: &Answer) {
     pending.provider = Some(answer.channel.provider.as_str().to_string());
     pending.upstream_dialect = Some(answer.upstream);
     pending.channel_inflight = Some(answer.inflight);
+    pending.publish();
 }
 
 type Sending<'f> = Pin<Box<dyn Future<Output = Result<Answer, AttemptError>> + Send + 'f>>;
@@ -336,6 +339,7 @@ async fn race(
     primary.health.circuit_acquire();
     let (pi, p_start) = begin(pending, &primary, AttemptRole::Primary);
     pending.marks.upstream_start = Some(p_start);
+    pending.publish();
     let p_body = body_for(&primary);
     let sending = attempt::dispatch(ctx, &primary, p_body, p_start, p_start, ErrorStatus::Fails);
     let mut p = Racer::Sending(Box::pin(sending));
@@ -365,6 +369,7 @@ async fn race(
                 app.hedges_sent.fetch_add(1, Ordering::Relaxed);
                 second.health.circuit_acquire();
                 let (hi, h_start) = begin(pending, second, AttemptRole::Hedge);
+                pending.publish();
                 let body = body_for(second);
                 // A hedge's figures count from the primary's dispatch, like the primary's.
                 let sending =

@@ -315,6 +315,7 @@ async fn unauthenticated_refusals_are_all_counted_but_only_a_sample_is_stored() 
             &gw.gw.app.router,
             &gw.gw.app.recorder,
             &gw.gw.app.connections,
+            &gw.gw.app.inflight,
         )
         .unwrap();
     let sampled_out = text

@@ -219,8 +219,8 @@ impl Synth {
                 tokens.output = None;
                 tokens.reasoning = None;
             }
-            // Not generated (the mix below never picks it): a drain cut, as recorded.
-            Outcome::GatewayShutdown => {
+            // Not generated (the mix below never picks them): a drain cut or a crash, as recorded.
+            Outcome::GatewayShutdown | Outcome::GatewayCrashed => {
                 tokens.output = None;
                 tokens.reasoning = None;
             }

@@ -132,6 +132,13 @@ impl Store {
             .await
     }
 
+    /// Writes the records not stored yet, leaving stored ones untouched (see
+    /// [`records::insert_absent`]); the ids written.
+    pub async fn insert_absent(&self, records: Vec<RequestRecord>) -> Result<Vec<String>> {
+        self.blocking(move |c| records::insert_absent(c, &records))
+            .await
+    }
+
     /// One record of a workspace (`None` also for another workspace's id).
     pub async fn record(
         &self,

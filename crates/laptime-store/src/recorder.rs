@@ -217,9 +217,24 @@ const MIN_WRITE_INTERVAL: Duration = Duration::from_millis(5);
 /// other).
 const WRITER_CACHE_KIB: i64 = 16 * 1024;
 
+/// Told every batch the writer is done with, on the writer thread, right after its transaction:
+/// committed, or failed (counted in [`RecorderStats::failed`]; a failed batch is not written
+/// again). The gateway's in-flight registry forgets its records then; the store does not know
+/// the registry, so it is a callback.
+pub type OnWritten = Box<dyn Fn(&[RequestRecord]) + Send>;
+
 impl Recorder {
     /// Starts the writer on its own thread (SQLite is blocking) with a queue of `capacity`.
     pub fn start(store: &Store, capacity: usize) -> Result<(Recorder, RecorderTask)> {
+        Recorder::start_with(store, capacity, None)
+    }
+
+    /// As [`Recorder::start`], telling `on_written` about every batch once it is done.
+    pub fn start_with(
+        store: &Store,
+        capacity: usize,
+        on_written: Option<OnWritten>,
+    ) -> Result<(Recorder, RecorderTask)> {
         let mut conn = store.open_connection()?;
         conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
         let (tx, mut rx) = mpsc::channel::<Msg>(capacity.max(1));
@@ -257,13 +272,13 @@ impl Recorder {
                         }
                     }
                     last_write = Some(Instant::now());
-                    write(
-                        &mut conn,
-                        &mut batch,
-                        &writer_stats,
-                        &writer_state,
-                        &mut log,
-                    );
+                    write(&mut conn, &batch, &writer_stats, &writer_state, &mut log);
+                    if let Some(told) = &on_written {
+                        if !batch.is_empty() {
+                            told(&batch);
+                        }
+                    }
+                    batch.clear();
                     for ack in flushed.drain(..) {
                         let _ = ack.send(());
                     }
@@ -414,9 +429,10 @@ impl Drop for RecorderTask {
     }
 }
 
+/// Writes `batch` in one transaction (the caller clears it).
 fn write(
     conn: &mut rusqlite::Connection,
-    batch: &mut Vec<RequestRecord>,
+    batch: &[RequestRecord],
     stats: &RecorderStats,
     state: &Mutex<WriterState>,
     log: &mut FailureLog,
@@ -484,7 +500,6 @@ fn write(
     stats.last_batch_us.store(us, Ordering::Relaxed);
     stats.batch_us_total.fetch_add(us, Ordering::Relaxed);
     stats.max_batch_us.fetch_max(us, Ordering::Relaxed);
-    batch.clear();
 }
 
 /// One line of the rate-limited failure log.
@@ -598,6 +613,37 @@ mod tests {
         assert_eq!(n, 300);
         assert_eq!(rec.stats().written.load(Ordering::Relaxed), 300);
         assert!(rec.stats().batches.load(Ordering::Relaxed) >= 1);
+    }
+
+    #[tokio::test]
+    async fn every_written_batch_is_told_after_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let told: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
+        let (seen, reader) = (told.clone(), store.clone());
+        let on_written: OnWritten = Box::new(move |batch| {
+            for r in batch {
+                // Committed before the callback: the row is readable from another connection.
+                let rows: i64 = reader
+                    .with_conn(|c| {
+                        Ok(c.query_row(
+                            "SELECT count(*) FROM requests WHERE request_id = ?1",
+                            [&r.request_id],
+                            |row| row.get(0),
+                        )?)
+                    })
+                    .unwrap();
+                seen.lock().unwrap().push((r.request_id.clone(), rows));
+            }
+        });
+        let (rec, task) = Recorder::start_with(&store, 100, Some(on_written)).unwrap();
+        for i in 0..20 {
+            assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
+        }
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
+        let told = told.lock().unwrap().clone();
+        let want: Vec<(String, i64)> = (0..20).map(|i| (format!("r{i}"), 1)).collect();
+        assert_eq!(told, want);
     }
 
     #[tokio::test]

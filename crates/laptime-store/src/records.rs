@@ -46,6 +46,31 @@ pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<
     Ok(())
 }
 
+/// Writes the records whose request id is not stored yet (with their attempts and rollups), in
+/// one transaction, and leaves every stored one as it is; returns how many were written. For a
+/// replay that may repeat records already written (the in-flight journal after a crash): a row
+/// already stored is the one the request's own end wrote, and it wins. Returns the ids written.
+pub fn insert_absent(conn: &mut Connection, records: &[RequestRecord]) -> Result<Vec<String>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut fresh: Vec<RequestRecord> = Vec::with_capacity(records.len());
+    {
+        let mut stored = tx.prepare_cached("SELECT 1 FROM requests WHERE request_id = ?1")?;
+        let mut seen = HashSet::new();
+        for r in records {
+            if seen.insert(r.request_id.as_str()) && !stored.exists([&r.request_id])? {
+                fresh.push(r.clone());
+            }
+        }
+    }
+    let rebuild = insert_rows(&tx, &fresh)?;
+    let mut delta = rollups::aggregate(&fresh);
+    delta.retain(|k, _| !rebuild.contains(k));
+    rollups::merge_into(&tx, delta)?;
+    rollups::rebuild(&tx, &rebuild)?;
+    tx.commit()?;
+    Ok(fresh.into_iter().map(|r| r.request_id).collect())
+}
+
 /// Writes the rows of `records` and their attempts (no rollups); returns the rollup keys that
 /// replaced rows touched, which must be rebuilt from the rows.
 pub(crate) fn insert_rows(
@@ -528,5 +553,36 @@ pub(crate) mod tests {
             .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))?))
             .unwrap();
         assert_eq!(left, 1);
+    }
+
+    #[test]
+    fn a_replay_writes_only_the_records_not_stored_and_never_replaces_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let ended = sample("req_1", "ws_a", 1_000);
+        store
+            .with_conn(|c| insert_batch(c, std::slice::from_ref(&ended)))
+            .unwrap();
+        // The journal still had req_1 in flight, and req_2 (twice) that never reached the store.
+        let mut stale = sample("req_1", "ws_a", 1_000);
+        stale.outcome = Outcome::GatewayCrashed;
+        let mut crashed = sample("req_2", "ws_a", 2_000);
+        crashed.outcome = Outcome::GatewayCrashed;
+        let replay = [stale, crashed.clone(), crashed.clone()];
+        assert_eq!(
+            store.with_conn(|c| insert_absent(c, &replay)).unwrap(),
+            ["req_2"]
+        );
+        assert!(store
+            .with_conn(|c| insert_absent(c, &replay))
+            .unwrap()
+            .is_empty());
+        let got = |id: &str| store.with_conn(|c| get(c, "ws_a", id)).unwrap();
+        assert_eq!(got("req_1"), Some(ended));
+        assert_eq!(got("req_2"), Some(crashed));
+        let rows: i64 = store
+            .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(rows, 2);
     }
 }

@@ -16,7 +16,7 @@
   const SUCCESS = new Set(['completed', 'incomplete', 'cache_hit']);
   const DIALECTS = ['chat', 'responses', 'messages'];
   const OUTCOMES = ['completed', 'incomplete', 'upstream_error', 'upstream_closed_early',
-    'client_cancelled', 'timeout', 'rejected', 'cache_hit', 'gateway_shutdown'];
+    'client_cancelled', 'timeout', 'rejected', 'cache_hit', 'gateway_shutdown', 'gateway_crashed'];
   const CLASSES = ['ok', 'upstream_headers_slow', 'first_event_slow', 'effective_output_slow',
     'visible_text_late', 'generation_slow_tps', 'local_overhead_slow', 'failed'];
   const LIMITS = [50, 100, 200, 500];
