@@ -143,6 +143,36 @@ describe('dashboard', () => {
     await page.context().close();
   });
 
+  it('shows a request still in flight at once, its marks growing, then its finished row', async () => {
+    const page = await signedIn();
+    await page.waitForSelector('#live-status');
+    // Headers at 300 ms, text from 1,500 ms, 20 tokens at 10/s: done at about 3.5 s.
+    const slow = { model: 'sim-fast', stream: true, messages: user,
+      laptime_sim: { headers_ms: 300, first_event_ms: 400, first_text_ms: 1500, text_tokens: 20, tokens_per_s: 10 } };
+    const started = Date.now();
+    const call = H.proxy(gw, CHAT, slow);
+    const row = page.locator('tr.inflight');
+    await row.first().waitFor({ timeout: 2000 });
+    measured.inflightAppearedAfterMs = Date.now() - started;
+    assert.match(await row.first().locator('.c-outcome').textContent(), /in flight/);
+    assert.match(await row.first().locator('.c-total').textContent(), /^running /);
+    // Its waterfall grows while it runs: the segment up to its first text (1.5 s in) appears,
+    // ending at the mark the sim scripted (zero-wide here: the text is its first output).
+    const visible = page.locator('tr.inflight .wf span[data-seg="visible"]');
+    await visible.first().waitFor({ state: 'attached', timeout: 3000 });
+    assert.ok(Number(await visible.first().getAttribute('data-to')) >= 1500);
+    const id = await row.first().getAttribute('data-id');
+    const done = await call;
+    assert.equal(done.id, id, 'the in-flight row is the request made');
+    const finished = page.locator(`tr[data-id="${id}"]:not(.inflight)`);
+    await finished.waitFor({ timeout: 3000 });
+    assert.match(await finished.locator('.c-outcome').textContent(), /completed/);
+    assert.equal(await page.locator(`tr[data-id="${id}"]`).count(), 1, 'one row per request');
+    await H.screenshot(page, '2b-inflight');
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
   it('draws each waterfall segment proportional to the API marks, on one shared scale', async () => {
     const page = await signedIn();
     await page.waitForSelector(`tr[data-id="${noText.requestId}"]`);

@@ -242,11 +242,13 @@
     return SEG_NAME[sg.key] + ': ' + fmtMs(sg.to - sg.from);
   }
   function outcomeBadge(outcome) {
+    if (outcome === 'in_flight') return h('span', { class: 'badge live', text: '● in flight' });
     if (SUCCESS.has(outcome)) return h('span', { class: 'badge ok', text: '✓ ' + outcome });
     if (outcome === 'client_cancelled') return h('span', { class: 'badge cancel', text: '⊘ cancelled' , title: 'client_cancelled' });
     return h('span', { class: 'badge bad', text: '✕ ' + outcome });
   }
   function classSpan(c) {
+    if (c == null) return h('span', { class: 'muted', text: '—' });
     const cls = c === 'ok' ? 'cls-ok' : c === 'failed' ? 'cls-failed' : 'cls-slow';
     return h('span', { class: cls, text: c === 'ok' ? 'ok' : c === 'failed' ? '✕ failed' : '▲ ' + c });
   }
@@ -438,10 +440,36 @@
       { ws: state.workspaceId, f: filter, w: { from: q.from, to: q.to }, n: limit });
       return d.usage.recent;
     }
+    // Without a time window the live list also shows the requests still in flight (this
+    // instance's registry), newest first above the finished ones, with their marks so far.
     const d = await gql(`query($ws: ID!, $f: UsageFilterInput, $n: Int!) {
-      recentRequests(workspaceId: $ws, limit: $n, filter: $f) { ${REQ_FIELDS} } }`,
+      recentRequests(workspaceId: $ws, limit: $n, filter: $f) { ${REQ_FIELDS} }
+      inflightRequests(workspaceId: $ws, limit: 100) { ${INFLIGHT_FIELDS} } }`,
     { ws: state.workspaceId, f: filter, n: limit });
-    return d.recentRequests;
+    const done = new Set(d.recentRequests.map(r => r.requestId));
+    const running = d.inflightRequests
+      .filter(r => r.state === 'running' && !done.has(r.requestId) && matches(r, filter))
+      .map(inflightRow)
+      .reverse();
+    return running.concat(d.recentRequests);
+  }
+  const INFLIGHT_FIELDS = `requestId model channel dialect upstreamDialect stream state ageMs createdAt
+    timing { authMs bodyReadMs distributionMs upstreamHeadersMs firstSseEventMs firstResponseMs
+      firstTextDeltaMs upstreamDoneMs totalHandlerMs }
+    attempts { role won startMs firstByteMs }`;
+  // An in-flight entry as a row of the list: no outcome, classification or total yet.
+  function inflightRow(r) {
+    return Object.assign({}, r, {
+      inflight: true, ts: r.createdAt, outcome: 'in_flight', classification: null, flags: [],
+      translated: !!r.upstreamDialect && r.upstreamDialect !== r.dialect,
+      latencyMs: null, ttftMs: null, upstreamMs: null, hedge: 'none',
+    });
+  }
+  // The list's filter, for the in-flight rows (the server filters the finished ones): an
+  // outcome or classification filter shows no request that has neither yet.
+  function matches(r, f) {
+    if (f.outcome || f.classification) return false;
+    return ['model', 'channel', 'dialect'].every(k => !f[k] || r[k] === f[k]);
   }
   function selectFilter(id, label, values, current, onchange, allLabel) {
     const opts = [h('option', { value: '', text: allLabel || 'all' })];
@@ -505,7 +533,8 @@
       }
       if (gen !== state.gen) return;
       if (rows) {
-        const nsig = rows.map(r => r.requestId).join(',');
+        // An in-flight row is drawn again whenever its marks or age move on.
+        const nsig = rows.map(r => r.inflight ? r.requestId + ':' + r.ageMs : r.requestId).join(',');
         if (nsig !== sig) {
           if (!sig) addOptions(filters, rows);
           const fk = focusKey();
@@ -571,7 +600,7 @@
   function requestRow(r, max, seen) {
     const m = marksOf(r);
     const segs = segmentsOf(m);
-    const failed = !SUCCESS.has(r.outcome);
+    const failed = !SUCCESS.has(r.outcome) && !r.inflight;
     const href = '#/request/' + encodeURIComponent(r.requestId);
     const wf = h('div', { class: 'wf', role: 'img', 'aria-label': 'Waterfall: ' + segs.map(segLabel).join('; ') + '; total ' + fmtMs(m.t7) });
     for (const sg of segs) {
@@ -591,8 +620,9 @@
     h('td', { class: 'c-route', text: (r.channel || '—') + ' · ' + dialectPair(r) + (r.stream ? ' · stream' : '') }),
     h('td', { class: 'c-outcome' }, outcomeBadge(r.outcome)),
     h('td', { class: 'c-class', title: r.flags.join(', ') }, classSpan(r.classification)),
-    h('td', { class: 'c-total num', text: fmtMs(r.latencyMs) }),
+    h('td', { class: 'c-total num', text: r.inflight ? 'running ' + fmtMs(r.ageMs) : fmtMs(r.latencyMs) }),
     h('td', { class: 'c-wf' }, wf));
+    if (r.inflight) tr.classList.add('inflight');
     return tr;
   }
 
