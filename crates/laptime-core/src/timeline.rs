@@ -426,6 +426,23 @@ pub struct Attempt {
     pub end: Option<Duration>,
 }
 
+impl Attempt {
+    /// An attempt dispatched at `start` (offset from t0), nothing known of it yet.
+    pub fn dispatched(channel: &str, role: AttemptRole, start: Duration) -> Self {
+        Attempt {
+            channel: channel.to_owned(),
+            role,
+            won: false,
+            status: None,
+            error_class: None,
+            start: Some(start),
+            headers: None,
+            first_byte: None,
+            end: None,
+        }
+    }
+}
+
 /// The request's shape, so that latency can be compared under controlled conditions. Parsed from
 /// the request body's top-level fields only; never content.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

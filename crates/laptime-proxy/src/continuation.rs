@@ -153,17 +153,8 @@ impl Resume {
                 continue;
             };
             let start = ctx.now();
-            let mut tried = Attempt {
-                channel: route.channel.name.clone(),
-                role: AttemptRole::Continuation,
-                won: false,
-                status: None,
-                error_class: None,
-                start: Some(start),
-                headers: None,
-                first_byte: None,
-                end: None,
-            };
+            let mut tried =
+                Attempt::dispatched(&route.channel.name, AttemptRole::Continuation, start);
             let mut answer = match attempt::dispatch(
                 &ctx,
                 route,

@@ -300,7 +300,7 @@ pub async fn answer(
     answer.committed();
     finisher.hold_inflight(answer.guard);
     let parts = answer.parts;
-    match answer.body {
+    let read = match answer.body {
         AnswerBody::Stream(mut body) => {
             let status = parts.status;
             let trailers = wants_trailers(client_headers);
@@ -329,36 +329,25 @@ pub async fn answer(
                     ),
                 );
             }
-            resp
+            return resp;
         }
         AnswerBody::Whole(incoming) => {
-            let (t0, max) = (finisher.pending.t0, server.max_answer_bytes);
-            let read = WholeRead::read(incoming, t0, total_at, max).await;
-            let how = WholeAnswerOf::new(
-                (
-                    &answer.channel.name,
-                    answer.upstream,
-                    &answer.upstream_model,
-                ),
-                finisher.pending.dialect,
-                client_answer,
-            );
-            whole(finisher, parts, read, how, answer.start, max, store_in)
+            let t0 = finisher.pending.t0;
+            WholeRead::read(incoming, t0, total_at, server.max_answer_bytes).await
         }
-        AnswerBody::Read(read) => {
-            let max = server.max_answer_bytes;
-            let how = WholeAnswerOf::new(
-                (
-                    &answer.channel.name,
-                    answer.upstream,
-                    &answer.upstream_model,
-                ),
-                finisher.pending.dialect,
-                client_answer,
-            );
-            whole(finisher, parts, read, how, answer.start, max, store_in)
-        }
-    }
+        AnswerBody::Read(read) => read,
+    };
+    let how = WholeAnswerOf::new(
+        (
+            &answer.channel.name,
+            answer.upstream,
+            &answer.upstream_model,
+        ),
+        finisher.pending.dialect,
+        client_answer,
+    );
+    let max = server.max_answer_bytes;
+    whole(finisher, parts, read, how, answer.start, max, store_in)
 }
 
 /// Which channel gave a whole answer, in which dialect, and how it is translated for the client.

@@ -211,17 +211,9 @@ fn begin(pending: &mut Pending, route: &Route, role: AttemptRole) -> (usize, Dur
     pending.channel = Some(route.channel.name.clone());
     pending.provider = Some(route.channel.provider.as_str().to_string());
     pending.upstream_dialect = Some(route.upstream);
-    pending.attempts.push(Attempt {
-        channel: route.channel.name.clone(),
-        role,
-        won: false,
-        status: None,
-        error_class: None,
-        start: Some(start),
-        headers: None,
-        first_byte: None,
-        end: None,
-    });
+    pending
+        .attempts
+        .push(Attempt::dispatched(&route.channel.name, role, start));
     (pending.attempts.len() - 1, start)
 }
 

@@ -126,11 +126,11 @@ async fn a_stream_that_stalls_after_text_is_continued_at_its_idle_deadline() {
 async fn a_channel_that_refuses_the_prefill_leaves_the_client_the_cuts_own_error() {
     for dialect in DIALECTS {
         let a = reply(&started(dialect, &["Hello", " wor"]), false);
-        let mut refuses = Reply::status(5, 400);
-        refuses.frames = vec![(
-            ms(0),
-            r#"{"type":"error","error":{"type":"invalid_request_error","message":"This model does not support assistant message prefill. The conversation must end with a user message."}}"#.into(),
-        )];
+        let refuses = Reply::error(
+            5,
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"This model does not support assistant message prefill. The conversation must end with a user message."}}"#,
+        );
         let gw = gateway_with(&[("a", a), ("b", refuses)], two_channels).await;
         let (status, body, rec) = gw.call(dialect).await;
         assert_eq!(status, 200, "{dialect}");

@@ -291,11 +291,11 @@ async fn a_stream_that_stalls_after_text_is_continued_at_the_idle_deadline() {
 #[tokio::test(start_paused = true)]
 async fn a_fallback_that_refuses_the_prefill_leaves_a_clean_in_band_error_naming_the_cut() {
     for dialect in Dialect::ALL {
-        let mut refuses = Reply::status(5, 400);
-        refuses.frames = vec![(
-            ms(0),
-            r#"{"type":"error","error":{"type":"invalid_request_error","message":"This model does not support assistant message prefill."}}"#.into(),
-        )];
+        let refuses = Reply::error(
+            5,
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"This model does not support assistant message prefill."}}"#,
+        );
         let gw = gateway_with(&cut_and_continued(dialect, false, refuses), pinned_b).await;
         let (status, body, rec) = gw.call(dialect).await;
         assert_eq!(status, 200, "{dialect}");
@@ -340,12 +340,11 @@ async fn a_stream_without_its_terminal_and_no_fallback_ends_with_an_in_band_erro
 }
 
 fn over_context() -> Reply {
-    let mut r = Reply::status(5, 400);
-    r.frames = vec![(
-        ms(0),
-        r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#.into(),
-    )];
-    r
+    Reply::error(
+        5,
+        400,
+        r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -381,11 +380,11 @@ async fn context_length_exceeded_goes_to_the_larger_model_and_never_the_same_one
 #[tokio::test(start_paused = true)]
 async fn a_content_filter_refusal_is_relayed_with_its_reason_and_not_retried() {
     for dialect in Dialect::ALL {
-        let mut filtered = Reply::status(5, 400);
-        filtered.frames = vec![(
-            ms(0),
-            r#"{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"code":"content_filter"}}"#.into(),
-        )];
+        let filtered = Reply::error(
+            5,
+            400,
+            r#"{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"code":"content_filter"}}"#,
+        );
         let gw = gateway(
             &[
                 ("a", filtered.then(healthy(dialect))),

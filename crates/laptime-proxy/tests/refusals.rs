@@ -40,9 +40,7 @@ fn content_filtered(dialect: Dialect) -> Reply {
 }
 
 fn error_reply(body: &str) -> Reply {
-    let mut r = Reply::status(5, 400);
-    r.frames = vec![(ms(0), body.to_string())];
-    r
+    Reply::error(5, 400, body)
 }
 
 /// Channels `a` and `a2` serve `m`; `big` serves only `m-large`, the route's context fallback.

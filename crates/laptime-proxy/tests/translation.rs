@@ -5,6 +5,8 @@
 //! on both sides: its calls name the model and the stream in the URL, and a Gemini client gets
 //! no timing comment (its SDKs fail on one) unless `gemini_timing_comment` is set.
 
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
 pub mod common;
 
 use common::{body_for, cut_comment, path_for, terminal_for, Harness};
@@ -395,6 +397,18 @@ async fn a_refusal_of_the_request_keeps_its_kind_through_translation() {
     h.stop().await;
 }
 
+/// A streamed call of `script` from `client` through the channel pinned to `upstream`: the
+/// request id and the client's bytes.
+async fn streamed(h: &Harness, client: &str, upstream: &str, script: Value) -> (String, String) {
+    let b = scripted(client, upstream, true, script);
+    let r = call(h, client, upstream, true, &b).await;
+    let id = r.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    (id, r.text().await.unwrap())
+}
+
 #[tokio::test]
 async fn endings_keep_their_meaning_through_translation() {
     let h = pinned().await;
@@ -402,13 +416,7 @@ async fn endings_keep_their_meaning_through_translation() {
         for upstream in DIALECTS.into_iter().filter(|u| *u != client) {
             let pair = format!("{client} → {upstream}");
             // Cut by max tokens: incomplete, in the client's words.
-            let b = scripted(client, upstream, true, json!({"end": "incomplete"}));
-            let r = call(&h, client, upstream, true, &b).await;
-            let id = r.headers()["x-laptime-request-id"]
-                .to_str()
-                .unwrap()
-                .to_string();
-            let text = r.text().await.unwrap();
+            let (id, text) = streamed(&h, client, upstream, json!({"end": "incomplete"})).await;
             let said = match client {
                 "chat" => text.contains("\"finish_reason\":\"length\""),
                 "responses" => text.contains("event: response.incomplete"),
@@ -419,13 +427,7 @@ async fn endings_keep_their_meaning_through_translation() {
             assert_eq!(h.row(&id).await["outcome"], "incomplete", "{pair}");
 
             // Stopped by the content filter: the reason reaches the client in its words.
-            let b = scripted(client, upstream, true, json!({"end": "filtered"}));
-            let r = call(&h, client, upstream, true, &b).await;
-            let id = r.headers()["x-laptime-request-id"]
-                .to_str()
-                .unwrap()
-                .to_string();
-            let text = r.text().await.unwrap();
+            let (id, text) = streamed(&h, client, upstream, json!({"end": "filtered"})).await;
             let said = match client {
                 "chat" => text.contains("\"finish_reason\":\"content_filter\""),
                 "responses" => text.contains("\"reason\":\"content_filter\""),
@@ -443,13 +445,7 @@ async fn endings_keep_their_meaning_through_translation() {
             assert_eq!(h.row(&id).await["outcome"], outcome, "{pair}");
 
             // Cut by the upstream: the client is told in-band, never a clean end.
-            let b = scripted(client, upstream, true, json!({"end": "close"}));
-            let r = call(&h, client, upstream, true, &b).await;
-            let id = r.headers()["x-laptime-request-id"]
-                .to_str()
-                .unwrap()
-                .to_string();
-            let text = r.text().await.unwrap();
+            let (id, text) = streamed(&h, client, upstream, json!({"end": "close"})).await;
             let tail = &text[text.len().saturating_sub(600)..];
             let completed = match client {
                 "chat" => "\"finish_reason\":\"stop\"",

@@ -95,6 +95,14 @@ impl Reply {
         self
     }
 
+    /// An error status with the provider's `body`.
+    pub fn error(head_after: u64, status: u16, body: &str) -> Reply {
+        Reply {
+            frames: vec![(ms(0), body.to_string())],
+            ..Reply::status(head_after, status)
+        }
+    }
+
     pub fn status(head_after: u64, status: u16) -> Reply {
         Reply {
             head_after: ms(head_after),
@@ -273,6 +281,14 @@ impl Gw {
     /// Sends one streamed request in `dialect` and reads the whole answer.
     pub async fn call(&self, dialect: Dialect) -> (u16, String, RequestRecord) {
         let resp = self.send(dialect).await;
+        self.read_answer(resp).await
+    }
+
+    /// The answer's status and body, and the request's record.
+    async fn read_answer(
+        &self,
+        resp: http::Response<axum::body::Body>,
+    ) -> (u16, String, RequestRecord) {
         let status = resp.status().as_u16();
         let id = request_id(&resp);
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
@@ -299,14 +315,7 @@ impl Gw {
         let resp = self
             .post_later(&path, request_body(dialect), Some(&self.token))
             .await;
-        let status = resp.status().as_u16();
-        let id = request_id(&resp);
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        (
-            status,
-            String::from_utf8(bytes.to_vec()).unwrap(),
-            self.record(&id),
-        )
+        self.read_answer(resp).await
     }
 
     /// POSTs `body` to `path` through the whole router, with `token` as the bearer if given,
