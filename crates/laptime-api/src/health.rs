@@ -99,14 +99,23 @@ pub async fn healthz() -> &'static str {
     "ok"
 }
 
-/// `GET /readyz`: `ready`, or 503 with the reason: the recorder's (its last batch failed — a full
-/// disk says so —, a batch has been writing too long, the queue is nearly full, it stopped),
+/// `GET /readyz`: `ready`, or 503 with the reason: the recorder's, `degraded: …` while it keeps
+/// records it cannot write yet (its last batch failed — a full disk says so —, a batch has been
+/// writing too long, the queue is nearly full), or that it stopped;
 /// else the store probe's (it failed, or did not answer within [`PROBE_BOUND`]). Ready again
 /// as soon as a batch is written and the store answers.
 pub async fn readyz(State(s): State<ApiState>) -> Response {
     let recorder = s.app.recorder.health();
-    if recorder != RecorderHealth::Ready {
-        return unavailable(&recorder.to_string());
+    match recorder {
+        RecorderHealth::Ready => {}
+        // Not writing at all.
+        RecorderHealth::Stopped => return unavailable(&recorder.to_string()),
+        // Serving, its records kept and written again until the store takes them.
+        RecorderHealth::Stalled { .. }
+        | RecorderHealth::Failing { .. }
+        | RecorderHealth::QueueNearlyFull { .. } => {
+            return unavailable(&format!("degraded: {recorder}"))
+        }
     }
     match s.readiness.probe(&s.app.store).await.reason() {
         None => "ready".into_response(),

@@ -82,7 +82,8 @@
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
 //! | `laptime_recorder_dropped_total` | counter | — | records dropped because the queue was full (never stored) |
 //! | `laptime_recorder_written_total` | counter | — | records written to the store |
-//! | `laptime_recorder_failed_total` | counter | — | records whose batch write failed |
+//! | `laptime_recorder_failed_total` | counter | — | records in batch writes that failed (each is tried again: a record counts once per failed try) |
+//! | `laptime_recorder_given_up_total` | counter | — | records given up after their batch kept failing (at shutdown, or an error retrying cannot mend): never stored |
 //! | `laptime_recorder_batches_total` | counter | — | batch writes (one transaction each) |
 //! | `laptime_recorder_batch_seconds_total` | counter | — | total time spent writing batches; ÷ `batches_total` = mean batch time |
 //!
@@ -680,9 +681,15 @@ fn scrape_time(router: &Router, recorder: &Recorder) -> Vec<proto::MetricFamily>
         ),
         family(
             "laptime_recorder_failed_total",
-            "Records whose batch write failed.",
+            "Records in batch writes that failed; each batch is tried again until written or given up.",
             proto::MetricType::COUNTER,
             vec![counter(count(&stats.failed))],
+        ),
+        family(
+            "laptime_recorder_given_up_total",
+            "Records given up after their batch kept failing (never stored).",
+            proto::MetricType::COUNTER,
+            vec![counter(count(&stats.given_up))],
         ),
         family(
             "laptime_recorder_batches_total",

@@ -11,6 +11,12 @@
 //! waking and committing once per request. Shutdown sends a stop message behind every queued
 //! record and waits for the writer to flush them.
 //!
+//! Nothing queued is lost to a failing store: a batch whose write fails is written again, after
+//! a wait that doubles from [`RETRY_FIRST`] to [`RETRY_MAX`], with what queued meanwhile added to
+//! it, until it succeeds; records are dropped only when the queue is full (counted by the
+//! request path). The exceptions are an error retrying cannot mend and a store still failing
+//! at shutdown: after [`GIVE_UP_AFTER`] tries the batch is given up, counted and logged.
+//!
 //! The writer also says how it is doing ([`Recorder::health`], for `/readyz`): whether its last
 //! batch failed and why (a full disk is told apart from a lock or an I/O error, because the
 //! operator's fix differs), whether a batch has been writing for longer than [`STALL_AFTER`],
@@ -156,8 +162,14 @@ struct WriterState {
 #[derive(Debug, Default)]
 pub struct RecorderStats {
     pub written: AtomicU64,
+    /// Records the request path could not queue (the queue was full, or the recorder stopped).
     pub dropped: AtomicU64,
+    /// Records in batch writes that failed (a batch is written again until it succeeds, so a
+    /// record counts once per failed try).
     pub failed: AtomicU64,
+    /// Records given up after their batch kept failing: at shutdown, or on an error that
+    /// retrying cannot mend ([`WriteFailure::Other`], [`GIVE_UP_AFTER`] tries). Never stored.
+    pub given_up: AtomicU64,
     pub batches: AtomicU64,
     /// Duration of the last batch write, microseconds.
     pub last_batch_us: AtomicU64,
@@ -204,6 +216,17 @@ impl std::fmt::Debug for RecorderTask {
 /// 350 ms.
 const MAX_BATCH: usize = 4096;
 
+/// A failed batch is written again after this, doubling with each failure up to
+/// [`RETRY_MAX`]: the store is not hammered, and a lock held by another process (SQLite's busy
+/// timeout is 5 s per try) or a full disk the operator is freeing loses nothing while the queue
+/// holds the records that arrive meanwhile.
+pub const RETRY_FIRST: Duration = Duration::from_millis(100);
+pub const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Tries of a batch that fails for a reason retrying cannot mend ([`WriteFailure::Other`]: a
+/// constraint, a corrupt file), and of a failing batch at shutdown, before it is given up.
+pub const GIVE_UP_AFTER: u32 = 3;
+
 /// The shortest time between two batch transactions. An idle gateway's record is written at
 /// once; a busy one's waits at most this long, and each commit (its WAL writes, its rollup
 /// upserts, its wake-up) is shared by every record of the interval.
@@ -218,8 +241,8 @@ const MIN_WRITE_INTERVAL: Duration = Duration::from_millis(5);
 const WRITER_CACHE_KIB: i64 = 16 * 1024;
 
 /// Told every batch the writer is done with, on the writer thread, right after its transaction:
-/// committed, or failed (counted in [`RecorderStats::failed`]; a failed batch is not written
-/// again). The gateway's in-flight registry forgets its records then; the store does not know
+/// committed, or given up (counted in [`RecorderStats::given_up`]; a failed batch is written
+/// again until it succeeds or is given up). The gateway's in-flight registry forgets its records then; the store does not know
 /// the registry, so it is a callback.
 pub type OnWritten = Box<dyn Fn(&[RequestRecord]) + Send>;
 
@@ -272,7 +295,21 @@ impl Recorder {
                         }
                     }
                     last_write = Some(Instant::now());
-                    write(&mut conn, &batch, &writer_stats, &writer_state, &mut log);
+                    let mut tries = 0;
+                    while let Err(failure) =
+                        write(&mut conn, &batch, &writer_stats, &writer_state, &mut log)
+                    {
+                        tries += 1;
+                        let mendless = failure == WriteFailure::Other || stop.is_some();
+                        if mendless && tries >= GIVE_UP_AFTER {
+                            give_up(&batch, failure, &writer_stats);
+                            break;
+                        }
+                        std::thread::sleep(retry_wait(tries));
+                        // What queued meanwhile joins the retry, so one commit writes it all
+                        // when the store is back.
+                        top_up(&mut rx, &mut batch, &mut flushed, &mut stop);
+                    }
                     if let Some(told) = &on_written {
                         if !batch.is_empty() {
                             told(&batch);
@@ -429,16 +466,54 @@ impl Drop for RecorderTask {
     }
 }
 
-/// Writes `batch` in one transaction (the caller clears it).
+/// The wait before a failed batch's `tries`-th retry.
+fn retry_wait(tries: u32) -> Duration {
+    RETRY_FIRST
+        .saturating_mul(1 << tries.saturating_sub(1).min(16))
+        .min(RETRY_MAX)
+}
+
+/// Takes what queued behind a failing batch into it, up to [`MAX_BATCH`], and the flush and
+/// stop requests among it (acknowledged once the batch is done); a stop ends the top-up, so a
+/// shutdown is seen even while the store keeps failing.
+fn top_up(
+    rx: &mut mpsc::Receiver<Msg>,
+    batch: &mut Vec<RequestRecord>,
+    flushed: &mut Vec<std::sync::mpsc::Sender<()>>,
+    stop: &mut Option<std::sync::mpsc::Sender<()>>,
+) {
+    while batch.len() < MAX_BATCH && stop.is_none() {
+        match rx.try_recv() {
+            Ok(Msg::Record(r)) => batch.push(*r),
+            Ok(Msg::Flush(ack)) => flushed.push(ack),
+            Ok(Msg::Stop(ack)) => *stop = Some(ack),
+            Err(_) => break,
+        }
+    }
+}
+
+/// A batch that cannot be written: counted, and said once (the failure log already said why).
+fn give_up(batch: &[RequestRecord], failure: WriteFailure, stats: &RecorderStats) {
+    let n = batch.len() as u64;
+    let total = stats.given_up.fetch_add(n, Ordering::Relaxed) + n;
+    tracing::error!(
+        records = n,
+        given_up_total = total,
+        failure = failure.as_str(),
+        "a record batch was given up after {GIVE_UP_AFTER} failed writes; its records are not stored"
+    );
+}
+
+/// Writes `batch` in one transaction (the caller clears it); why it failed, if it did.
 fn write(
     conn: &mut rusqlite::Connection,
     batch: &[RequestRecord],
     stats: &RecorderStats,
     state: &Mutex<WriterState>,
     log: &mut FailureLog,
-) {
+) -> std::result::Result<(), WriteFailure> {
     if batch.is_empty() {
-        return;
+        return Ok(());
     }
     let started = Instant::now();
     if let Ok(mut s) = state.lock() {
@@ -491,6 +566,7 @@ fn write(
             }
         }
     }
+    let failure = result.as_ref().err().map(WriteFailure::of);
     if let Ok(mut s) = state.lock() {
         s.batch_started = None;
         s.last_failure = result.err().map(|e| (WriteFailure::of(&e), e.to_string()));
@@ -500,6 +576,7 @@ fn write(
     stats.last_batch_us.store(us, Ordering::Relaxed);
     stats.batch_us_total.fetch_add(us, Ordering::Relaxed);
     stats.max_batch_us.fetch_max(us, Ordering::Relaxed);
+    failure.map_or(Ok(()), Err)
 }
 
 /// One line of the rate-limited failure log.
@@ -790,27 +867,28 @@ mod health_tests {
             .unwrap()
     }
 
-    /// Fills a page-capped store until even a one-record batch fails; returns the next index.
+    /// Fills a page-capped store until a batch fails (then the writer keeps trying it, so a
+    /// flush no longer completes); returns the next index.
     async fn fill_until_full(rec: &Recorder, from: i64) -> i64 {
-        let failed = || rec.stats().failed.load(Ordering::Relaxed);
         let mut i = from;
-        // Batches of 50 until one fails, then of one (a smaller batch may still fit).
-        for size in [50, 1] {
-            let before = failed();
-            while failed() == before {
-                assert!(i < from + 20_000, "the capped store never filled up");
-                for _ in 0..size {
-                    assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
-                    i += 1;
-                }
-                assert!(rec.flush(Duration::from_secs(10)).await);
+        loop {
+            assert!(i < from + 20_000, "the capped store never filled up");
+            for _ in 0..50 {
+                assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
+                i += 1;
+            }
+            if !rec.flush(Duration::from_millis(500)).await {
+                return i;
             }
         }
-        i
+    }
+
+    fn load(a: &AtomicU64) -> u64 {
+        a.load(Ordering::Relaxed)
     }
 
     #[tokio::test]
-    async fn a_full_disk_is_reported_and_logged_once_until_a_batch_is_written_again() {
+    async fn a_full_disk_keeps_every_record_reports_and_logs_once_then_writes_them_all() {
         let lines = Counter::default();
         let _log =
             tracing::subscriber::set_default(tracing_subscriber::layer::SubscriberExt::with(
@@ -829,40 +907,142 @@ mod health_tests {
         assert_eq!(failure, WriteFailure::DiskFull);
         assert!(error.contains("full"), "{error}");
         assert!(rec.health().to_string().starts_with("disk full:"));
-        // The store stays full: 40 more failed batches and not one more line.
         let errors = |l: &[(tracing::Level, String)]| {
             l.iter()
                 .filter(|(lv, _)| *lv == tracing::Level::ERROR)
                 .count()
         };
         let before = lines.0.lock().unwrap().clone();
-        assert!(errors(&before) >= 1, "{before:?}");
-        let failed = rec.stats().failed.load(Ordering::Relaxed);
+        assert_eq!(errors(&before), 1, "{before:?}");
+        // The store stays full for 3 s while 40 more records queue: the batch is tried again
+        // with growing waits (100, 200, 400, 800 ms …), nothing is dropped or given up, and not
+        // one more line is logged.
+        let tries = load(&rec.stats().batches);
         for k in 0..40 {
             assert!(rec.record(sample(&format!("again{k}"), "ws", sent + k)));
-            assert!(rec.flush(Duration::from_secs(10)).await);
         }
-        assert_eq!(rec.stats().failed.load(Ordering::Relaxed), failed + 40);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let retried = load(&rec.stats().batches) - tries;
+        assert!((2..=6).contains(&retried), "{retried} tries in 3 s");
+        assert_eq!(
+            (load(&rec.stats().dropped), load(&rec.stats().given_up)),
+            (0, 0)
+        );
         assert_eq!(*lines.0.lock().unwrap(), before);
-        // Room again (rows deleted, as retention does): the next batch is written, health is
-        // back, and one INFO line says how many failed.
+        // Room again (rows deleted, as retention does): everything kept is written, health is
+        // back, and one INFO line says how many tries failed.
+        let written_before = load(&rec.stats().written);
         store
             .with_conn(|c| Ok(c.execute_batch("DELETE FROM requests")?))
             .unwrap();
-        assert!(rec.record(sample("after", "ws", sent + 100)));
         assert!(rec.flush(Duration::from_secs(10)).await);
         assert_eq!(rec.health(), RecorderHealth::Ready);
-        assert_eq!(sql_count(&store), 1);
-        let seen = lines.0.lock().unwrap().clone();
-        assert_eq!(seen.len(), before.len() + 1, "{seen:?}");
-        let (level, last) = &seen[seen.len() - 1];
-        assert_eq!(*level, tracing::Level::INFO);
-        assert!(
-            last.contains("written again, after 41 failed batches"),
-            "{last}"
+        let total = u64::try_from(sent).unwrap() + 40;
+        assert_eq!(
+            load(&rec.stats().written),
+            total,
+            "every record written once"
         );
+        assert_eq!(
+            u64::try_from(sql_count(&store)).unwrap(),
+            total - written_before
+        );
+        // No error line after the first: the outage was said once (its recovery line is the
+        // pure `FailureLog`'s, tested above).
+        let seen = lines.0.lock().unwrap().clone();
+        assert_eq!(errors(&seen), 1, "{seen:?}");
         assert!(rec.shutdown(task, Duration::from_secs(10)).await);
         assert_eq!(rec.health(), RecorderHealth::Stopped);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_batch_failing_on_a_database_locked_past_its_busy_timeout_is_written_when_the_lock_goes(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let (rec, task) = Recorder::start(&store, 1000).unwrap();
+        let blocker = store.connect().unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        for i in 0..10 {
+            assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
+        }
+        // The busy timeout (5 s) runs out: the batch fails, and is kept.
+        for _ in 0..200 {
+            if load(&rec.stats().failed) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(load(&rec.stats().failed) >= 10);
+        for i in 10..20 {
+            assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
+        }
+        blocker.execute_batch("COMMIT").unwrap();
+        assert!(rec.flush(Duration::from_secs(15)).await);
+        assert_eq!(sql_count(&store), 20, "every record, once");
+        assert_eq!(load(&rec.stats().written), 20);
+        assert_eq!(
+            (load(&rec.stats().dropped), load(&rec.stats().given_up)),
+            (0, 0)
+        );
+        assert_eq!(rec.health(), RecorderHealth::Ready);
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_retrying_cannot_mend_is_given_up_after_three_tries_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let (rec, task) = Recorder::start(&store, 100).unwrap();
+        assert!(rec.record(sample("first", "ws", 1)));
+        assert!(rec.flush(Duration::from_secs(10)).await);
+        // A table the batch writes into is gone: every try fails the same way.
+        store
+            .with_conn(|c| Ok(c.execute_batch("DROP TABLE attempts")?))
+            .unwrap();
+        assert!(rec.record(sample("second", "ws", 2)));
+        assert!(rec.flush(Duration::from_secs(10)).await);
+        assert_eq!(load(&rec.stats().given_up), 1);
+        assert_eq!(load(&rec.stats().failed), u64::from(GIVE_UP_AFTER));
+        assert_eq!(load(&rec.stats().written), 1);
+        assert!(matches!(
+            rec.health(),
+            RecorderHealth::Failing {
+                failure: WriteFailure::Other,
+                ..
+            }
+        ));
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
+    }
+
+    #[tokio::test]
+    async fn a_store_still_failing_at_shutdown_gives_its_batch_up_instead_of_holding_the_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        store.cap_pages(8).unwrap();
+        let (rec, task) = Recorder::start(&store, 1000).unwrap();
+        let sent = fill_until_full(&rec, 0).await;
+        let started = Instant::now();
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
+        // Three tries with 100 and 200 ms between them, not an endless wait.
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        let stats = rec.stats();
+        assert_eq!(
+            load(&stats.written) + load(&stats.given_up),
+            u64::try_from(sent).unwrap(),
+            "each record written or counted as given up"
+        );
+        assert!(load(&stats.given_up) > 0);
+    }
+
+    #[test]
+    fn retry_waits_double_up_to_their_cap() {
+        let waits: Vec<u128> = (1..=7).map(|t| retry_wait(t).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 2000, 2000]);
     }
 
     #[tokio::test(flavor = "multi_thread")]

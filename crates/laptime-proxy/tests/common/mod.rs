@@ -21,6 +21,8 @@ pub struct Harness {
     pub token: String,
     pub store: Store,
     pub http: reqwest::Client,
+    /// The gateway's shared state (its recorder's counters, say).
+    pub app: std::sync::Arc<laptime_proxy::App>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     join: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     _dir: tempfile::TempDir,
@@ -54,6 +56,7 @@ pub async fn start_with(tweak: impl FnOnce(&mut Config, &str)) -> Harness {
     let gw = Gateway::start(cfg, store.clone(), &env).await.unwrap();
     let (listener, addr) = bind("127.0.0.1:0").await.unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let app = gw.app.clone();
     let router = laptime_api::router(gw.app.clone());
     let join = tokio::spawn(gw.serve(listener, router, async move {
         let _ = rx.await;
@@ -64,6 +67,7 @@ pub async fn start_with(tweak: impl FnOnce(&mut Config, &str)) -> Harness {
         token,
         store,
         http: reqwest::Client::new(),
+        app,
         stop: Some(tx),
         join: Some(join),
         _dir: dir,
