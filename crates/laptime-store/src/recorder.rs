@@ -966,14 +966,15 @@ mod health_tests {
         for i in 0..10 {
             assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
         }
-        // The busy timeout (5 s) runs out: the batch fails, and is kept.
-        for _ in 0..200 {
+        // The busy timeout (5 s) runs out: the batch (its first records, however many the
+        // writer had taken) fails, and is kept.
+        for _ in 0..300 {
             if load(&rec.stats().failed) > 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(load(&rec.stats().failed) >= 10);
+        assert!(load(&rec.stats().failed) > 0, "no batch failed on the lock");
         for i in 10..20 {
             assert!(rec.record(sample(&format!("r{i}"), "ws", i)));
         }
