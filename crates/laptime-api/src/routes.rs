@@ -187,7 +187,58 @@ pub fn router(state: ApiState) -> axum::Router {
         };
         router = router.route(r.path, handler);
     }
-    router.with_state(state)
+    router
+        .fallback(|method: Method, uri: http::Uri| async move { no_route(&method, &uri, false) })
+        .method_not_allowed_fallback(|method: Method, uri: http::Uri| async move {
+            no_route(&method, &uri, true)
+        })
+        .with_state(state)
+}
+
+/// A path (or a method on a path) no route serves: 404 (405) in the error shape of the API the
+/// path belongs to, so an SDK reports it as it would the provider's: Google's under `/v1beta/`
+/// and for a `…/models/{m}:method` call, Anthropic's under `/v1/messages`, OpenAI's under any
+/// other `/v1/`, the REST shape elsewhere. Answered without a token: it says nothing about
+/// traffic. The path is quoted at most 200 bytes long.
+fn no_route(method: &Method, uri: &http::Uri, known: bool) -> Response {
+    let path = uri.path();
+    let mut shown: String = path.chars().take(200).collect();
+    if shown.len() < path.len() {
+        shown.push('…');
+    }
+    let status = if known {
+        StatusCode::METHOD_NOT_ALLOWED
+    } else {
+        StatusCode::NOT_FOUND
+    };
+    let message = if known {
+        format!("{method} is not allowed on {shown}")
+    } else {
+        format!("Invalid URL ({method} {shown})")
+    };
+    let gemini = path.starts_with("/v1beta/") || (path.starts_with("/v1/") && path.contains(':'));
+    let body = if gemini {
+        serde_json::json!({"error": {
+            "code": status.as_u16(),
+            "message": message,
+            "status": if known { "INVALID_ARGUMENT" } else { "NOT_FOUND" },
+        }})
+    } else if path.starts_with("/v1/messages") {
+        serde_json::json!({"type": "error", "error": {
+            "type": if known { "invalid_request_error" } else { "not_found_error" },
+            "message": message,
+        }})
+    } else if path.starts_with("/v1/") {
+        serde_json::json!({"error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": null,
+            "code": if known { "method_not_allowed" } else { "unknown_url" },
+        }})
+    } else {
+        return rest::api_error(status, &message).into_response();
+    };
+    (status, axum::Json(body)).into_response()
 }
 
 /// The auth layer: one lookup per request (the proxy's remembering [`laptime_proxy::auth`]
