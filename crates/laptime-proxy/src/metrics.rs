@@ -80,10 +80,9 @@
 //! | `laptime_inflight_untracked_total` | counter | — | requests served without an in-flight entry because the registry was full |
 //! | `laptime_records_sampled_out_total` | counter | — | requests observed here but given no stored row: unauthenticated refusals beyond [`crate::record::UNAUTHENTICATED_ROWS_PER_S`] |
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
-//! | `laptime_recorder_dropped_total` | counter | — | records dropped because the queue was full (never stored) |
+//! | `laptime_recorder_dropped_total` | counter | `reason` | records never stored: `queue_full`, `recorder_stopped` (finished after shutdown's flush), `given_up` (their batch kept failing: at shutdown, or an error retrying cannot mend) |
 //! | `laptime_recorder_written_total` | counter | — | records written to the store |
 //! | `laptime_recorder_failed_total` | counter | — | records in batch writes that failed (each is tried again: a record counts once per failed try) |
-//! | `laptime_recorder_given_up_total` | counter | — | records given up after their batch kept failing (at shutdown, or an error retrying cannot mend): never stored |
 //! | `laptime_recorder_batches_total` | counter | — | batch writes (one transaction each) |
 //! | `laptime_recorder_batch_seconds_total` | counter | — | total time spent writing batches; ÷ `batches_total` = mean batch time |
 //!
@@ -633,14 +632,7 @@ fn scrape_time(router: &Router, recorder: &Recorder) -> Vec<proto::MetricFamily>
     let transitions = router
         .channels()
         .iter()
-        .map(|c| {
-            let mut m = counter(c.health.transitions() as f64);
-            let mut p = proto::LabelPair::default();
-            p.set_name("channel".to_string());
-            p.set_value(c.name.clone());
-            m.set_label(vec![p]);
-            m
-        })
+        .map(|c| labelled_counter(&[("channel", &c.name)], c.health.transitions() as f64))
         .collect();
     vec![
         family(
@@ -669,9 +661,16 @@ fn scrape_time(router: &Router, recorder: &Recorder) -> Vec<proto::MetricFamily>
         ),
         family(
             "laptime_recorder_dropped_total",
-            "Records dropped because the recorder queue was full (never stored).",
+            "Records never stored, by reason: the queue was full, the recorder had stopped, or their batch was given up after failing.",
             proto::MetricType::COUNTER,
-            vec![counter(count(&stats.dropped))],
+            [
+                ("queue_full", &stats.dropped_queue_full),
+                ("recorder_stopped", &stats.dropped_stopped),
+                ("given_up", &stats.given_up),
+            ]
+            .into_iter()
+            .map(|(reason, n)| labelled_counter(&[("reason", reason)], count(n)))
+            .collect(),
         ),
         family(
             "laptime_recorder_written_total",
@@ -684,12 +683,6 @@ fn scrape_time(router: &Router, recorder: &Recorder) -> Vec<proto::MetricFamily>
             "Records in batch writes that failed; each batch is tried again until written or given up.",
             proto::MetricType::COUNTER,
             vec![counter(count(&stats.failed))],
-        ),
-        family(
-            "laptime_recorder_given_up_total",
-            "Records given up after their batch kept failing (never stored).",
-            proto::MetricType::COUNTER,
-            vec![counter(count(&stats.given_up))],
         ),
         family(
             "laptime_recorder_batches_total",
@@ -720,8 +713,8 @@ fn family(
     f
 }
 
-fn gauge(labels: &[(&str, &str)], value: f64) -> proto::Metric {
-    let pairs = labels
+fn label_pairs(labels: &[(&str, &str)]) -> Vec<proto::LabelPair> {
+    labels
         .iter()
         .map(|(k, v)| {
             let mut p = proto::LabelPair::default();
@@ -729,8 +722,11 @@ fn gauge(labels: &[(&str, &str)], value: f64) -> proto::Metric {
             p.set_value((*v).to_string());
             p
         })
-        .collect();
-    let mut m = proto::Metric::from_label(pairs);
+        .collect()
+}
+
+fn gauge(labels: &[(&str, &str)], value: f64) -> proto::Metric {
+    let mut m = proto::Metric::from_label(label_pairs(labels));
     let mut g = proto::Gauge::default();
     g.set_value(value);
     m.set_gauge(g);
@@ -738,7 +734,11 @@ fn gauge(labels: &[(&str, &str)], value: f64) -> proto::Metric {
 }
 
 fn counter(value: f64) -> proto::Metric {
-    let mut m = proto::Metric::default();
+    labelled_counter(&[], value)
+}
+
+fn labelled_counter(labels: &[(&str, &str)], value: f64) -> proto::Metric {
+    let mut m = proto::Metric::from_label(label_pairs(labels));
     let mut c = proto::Counter::default();
     c.set_value(value);
     m.set_counter(c);

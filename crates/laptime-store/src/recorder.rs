@@ -162,8 +162,13 @@ struct WriterState {
 #[derive(Debug, Default)]
 pub struct RecorderStats {
     pub written: AtomicU64,
-    /// Records the request path could not queue (the queue was full, or the recorder stopped).
+    /// Records the request path could not queue: `dropped_queue_full + dropped_stopped`.
     pub dropped: AtomicU64,
+    /// ... because the queue was full (the store is slower than the traffic, or failing for
+    /// longer than the queue holds).
+    pub dropped_queue_full: AtomicU64,
+    /// ... because the recorder had stopped (a record finished after shutdown's flush).
+    pub dropped_stopped: AtomicU64,
     /// Records in batch writes that failed (a batch is written again until it succeeds, so a
     /// record counts once per failed try).
     pub failed: AtomicU64,
@@ -347,6 +352,12 @@ impl Recorder {
         match self.try_record(Box::new(record)) {
             Ok(()) => true,
             Err(_) => {
+                let why = if self.tx.is_closed() {
+                    &self.stats.dropped_stopped
+                } else {
+                    &self.stats.dropped_queue_full
+                };
+                why.fetch_add(1, Ordering::Relaxed);
                 let dropped = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 // A full queue drops every request's record; one warning each would flood the
                 // log exactly when the store is in trouble. `try_lock`: a contended warning is
@@ -693,6 +704,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_record_after_shutdown_is_dropped_as_recorder_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let (rec, task) = Recorder::start(&store, 10).unwrap();
+        assert!(rec.shutdown(task, Duration::from_secs(10)).await);
+        for _ in 0..200 {
+            if rec.tx.is_closed() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!rec.record(sample("late", "ws", 1)));
+        assert_eq!(rec.stats().dropped_stopped.load(Ordering::Relaxed), 1);
+        assert_eq!(rec.stats().dropped_queue_full.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
     async fn every_written_batch_is_told_after_its_commit() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_dir(dir.path()).unwrap();
@@ -739,6 +767,12 @@ mod tests {
             rec.stats().dropped.load(Ordering::Relaxed),
             (50 - accepted) as u64
         );
+        assert_eq!(
+            rec.stats().dropped_queue_full.load(Ordering::Relaxed),
+            (50 - accepted) as u64,
+            "each drop counted with its reason"
+        );
+        assert_eq!(rec.stats().dropped_stopped.load(Ordering::Relaxed), 0);
         blocker.execute_batch("COMMIT").unwrap();
         assert!(rec.shutdown(task, Duration::from_secs(10)).await);
     }
