@@ -33,13 +33,16 @@ pub struct MetricStatsOut {
 
 impl From<MetricStats> for MetricStatsOut {
     fn from(s: MetricStats) -> Self {
+        // Read back at the precision marks are stored (a microsecond, in ms): a sketch's
+        // bucket value or a mean carries no more, and `10201.169837304391` claims more.
+        let stored = |v: Option<f64>| v.map(|x| (x * 1000.0).round() / 1000.0);
         MetricStatsOut {
-            p50: s.p50,
-            p95: s.p95,
-            p99: s.p99,
-            min: s.min,
-            max: s.max,
-            mean: s.mean,
+            p50: stored(s.p50),
+            p95: stored(s.p95),
+            p99: stored(s.p99),
+            min: stored(s.min),
+            max: stored(s.max),
+            mean: stored(s.mean),
             count: s.count,
             null_count: s.null_count,
         }
@@ -524,6 +527,26 @@ mod tests {
     use super::*;
 
     const NOW: i64 = 1_700_000_000_000_000;
+
+    #[test]
+    fn figures_are_read_back_at_the_microsecond_marks_are_stored_at() {
+        let out = MetricStatsOut::from(MetricStats {
+            p50: Some(10201.169837304391),
+            p95: Some(0.000_4),
+            p99: None,
+            min: Some(3.0),
+            max: Some(12.345_678),
+            mean: Some(102.52476099560663),
+            count: 4,
+            null_count: 1,
+        });
+        assert_eq!(out.p50, Some(10201.17));
+        assert_eq!(out.p95, Some(0.0));
+        assert_eq!(out.p99, None, "absent stays absent");
+        assert_eq!((out.min, out.max), (Some(3.0), Some(12.346)));
+        assert_eq!(out.mean, Some(102.525));
+        assert_eq!((out.count, out.null_count), (4, 1));
+    }
 
     #[test]
     fn windows_resolve_from_last_or_from_to() {
