@@ -163,6 +163,22 @@ fn open_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store,
     Store::open_dir(&dir).map_err(|e| format!("opening the store in {}: {e}", dir.display()))
 }
 
+/// The store a read-only command reads: one that exists, never a new empty one (which would
+/// answer "no requests" about a directory that was never the gateway's).
+fn open_existing_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store, String> {
+    let cfg = load_config(config)?;
+    let dir = data_dir.unwrap_or(cfg.server.data_dir);
+    let file = dir.join(laptime_store::DB_FILE);
+    if !file.is_file() {
+        return Err(format!(
+            "no store at {}: run `laptime serve` with this data directory first, or name the \
+             gateway's with --data-dir or --config",
+            file.display()
+        ));
+    }
+    Store::open_dir(&dir).map_err(|e| format!("opening the store in {}: {e}", dir.display()))
+}
+
 /// Refuses a group no configured channel is in: requests routed there would find no channel.
 fn check_group(config: Option<&Path>, group: Option<&str>) -> Result<(), String> {
     let Some(group) = group else { return Ok(()) };
@@ -312,7 +328,7 @@ fn run(cli: Cli) -> Result<(), String> {
             data_dir,
             config,
         } => {
-            let store = open_store(config.as_deref(), data_dir)?;
+            let store = open_existing_store(config.as_deref(), data_dir)?;
             let rows = runtime()?
                 .block_on(async {
                     let ws = store.workspace(&workspace).await?;
@@ -332,7 +348,7 @@ fn run(cli: Cli) -> Result<(), String> {
             data_dir,
             config,
         } => {
-            let store = open_store(config.as_deref(), data_dir)?;
+            let store = open_existing_store(config.as_deref(), data_dir)?;
             let dims = match by.as_deref() {
                 None => Vec::new(),
                 Some(b) => vec![usage::GroupDim::parse(b)

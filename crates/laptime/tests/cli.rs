@@ -374,6 +374,26 @@ models = {{ "claude-canary" = "sim-fast" }}
 }
 
 #[test]
+fn requests_and_usage_on_a_directory_without_a_store_say_where_they_looked_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("never-served");
+    let data_s = data.to_str().unwrap();
+    for args in [
+        vec!["requests", "--data-dir", data_s],
+        vec!["usage", "--data-dir", data_s],
+    ] {
+        let (ok, _, err) = run(&args);
+        assert!(!ok, "{args:?} must fail");
+        assert!(err.contains("no store at"), "{err}");
+        assert!(
+            err.contains(data_s),
+            "{args:?}: names where it looked: {err}"
+        );
+    }
+    assert!(!data.exists(), "nothing was created");
+}
+
+#[test]
 fn workspace_token_and_requests_commands_work_on_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
