@@ -137,6 +137,14 @@ async fn a_full_disk_answers_503_until_a_record_batch_is_written_again() {
             )))
             .unwrap()
     };
+    // Sends request `n` and checks it was refused (and so recorded).
+    let refused = |n: usize| {
+        let router = f.router.clone();
+        async move {
+            let status = router.oneshot(request(n)).await.unwrap().status();
+            assert_eq!(status, StatusCode::NOT_FOUND);
+        }
+    };
     let recorder = &f.gateway.app.recorder;
     let mut sent = 0;
     // Batches of 20 until one fails: a failing batch is written again and again (nothing is
@@ -144,14 +152,7 @@ async fn a_full_disk_answers_503_until_a_record_batch_is_written_again() {
     let reason = loop {
         assert!(sent < 20_000, "the capped store never filled up");
         for _ in 0..20 {
-            let status = f
-                .router
-                .clone()
-                .oneshot(request(sent))
-                .await
-                .unwrap()
-                .status();
-            assert_eq!(status, StatusCode::NOT_FOUND);
+            refused(sent).await;
             sent += 1;
         }
         let flushed = recorder.flush(Duration::from_secs(1)).await;
@@ -169,14 +170,7 @@ async fn a_full_disk_answers_503_until_a_record_batch_is_written_again() {
         "{sent} sent, none written: the cap left no room at all"
     );
     // Still full after more traffic, and the new record waits too.
-    let status = f
-        .router
-        .clone()
-        .oneshot(request(sent))
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    refused(sent).await;
     sent += 1;
     assert!(!recorder.flush(Duration::from_millis(500)).await);
     let (status, reason) = readyz(&f.router).await;
@@ -187,14 +181,7 @@ async fn a_full_disk_answers_503_until_a_record_batch_is_written_again() {
     f.store
         .with_conn(|c| Ok(c.execute_batch("DELETE FROM requests; DELETE FROM rollups")?))
         .unwrap();
-    let status = f
-        .router
-        .clone()
-        .oneshot(request(sent))
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    refused(sent).await;
     sent += 1;
     assert!(recorder.flush(Duration::from_secs(10)).await);
     assert_eq!(readyz(&f.router).await, (StatusCode::OK, "ready".into()));

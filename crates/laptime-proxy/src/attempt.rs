@@ -236,7 +236,7 @@ pub async fn dispatch(
         // client speaks.
         let mut obs = StreamObserver::new(route.upstream, Some(origin));
         let gemini_untouched = route.upstream == Dialect::Gemini && ctx.dialect == Dialect::Gemini;
-        if gemini_untouched && !ctx.app.config.server.gemini_timing_comment {
+        if gemini_untouched && !ctx.app.config.server.timing_comment(ctx.dialect) {
             obs = obs.without_comment();
         }
         obs.set_headers(headers_at);

@@ -102,6 +102,14 @@ impl Default for ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// Whether a client of `dialect` gets the in-band timing comment (a Gemini client only when
+    /// configured: its official SDKs fail on a comment line).
+    pub fn timing_comment(&self, dialect: Dialect) -> bool {
+        dialect != Dialect::Gemini || self.gemini_timing_comment
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
@@ -264,6 +272,13 @@ pub struct TranslationConfig {
     /// Reasoning-token budgets per named effort, both ways (effort → Anthropic or Gemini
     /// budget, and a budget → the nearest OpenAI effort): the table of `docs/translation.md`.
     pub reasoning_budgets: ReasoningTable,
+}
+
+impl TranslationConfig {
+    /// The output cap sent when the client gives none; `None` when there is no default.
+    pub fn max_tokens_default(&self) -> Option<u32> {
+        Some(self.default_max_tokens).filter(|&n| n > 0)
+    }
 }
 
 impl Default for TranslationConfig {

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::attempt::{self, AnswerBody, AttemptCtx, ErrorStatus};
 use crate::budget::Held;
-use crate::config::{Provider, RouteConfig, TimeoutsConfig, TranslationConfig};
+use crate::config::{RouteConfig, TimeoutsConfig, TranslationConfig};
 use crate::observe::{ObservedBody, Until};
 use crate::routing::{InflightGuard, Route};
 use crate::App;
@@ -101,8 +101,7 @@ impl Resume {
             t0: from.t0,
             timeouts: from.policy.timeouts.clone(),
             translation: from.policy.translation.clone(),
-            timing_comment: from.client != Dialect::Gemini
-                || from.app.config.server.gemini_timing_comment,
+            timing_comment: from.app.config.server.timing_comment(from.client),
             translated: from.translated,
             upstream_model: from.upstream_model.to_owned(),
             request_id: from.request_id.to_owned(),
@@ -226,12 +225,9 @@ impl Resume {
         let opts = RequestOptions {
             upstream_model: &route.upstream_model,
             stream: true,
-            default_max_tokens: Some(self.translation.default_max_tokens).filter(|&n| n > 0),
+            default_max_tokens: self.translation.max_tokens_default(),
             reasoning: &reasoning,
-            pass_through: match route.channel.provider {
-                Provider::Sim => &["laptime_sim"],
-                Provider::Openai | Provider::Anthropic | Provider::Gemini => &[],
-            },
+            pass_through: route.channel.pass_through(),
             prefill: Some(prefill),
         };
         match translate_request(self.client, route.upstream, &self.request, &opts) {

@@ -21,7 +21,7 @@ use crate::attempt::AttemptCtx;
 use crate::auth::{AuthFailure, Authenticated};
 use crate::budget::{BodyBudget, Held, Refusal};
 use crate::cache::{self, CachedAnswer};
-use crate::config::{Provider, RouteConfig};
+use crate::config::RouteConfig;
 use crate::continuation::{Resume, ResumeFrom};
 use crate::ingress::{self, RequestHead, Trace};
 use crate::record::{Finisher, Pending};
@@ -86,10 +86,9 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         // Each attempt names the model its channel was asked for (`for_model`).
         model: None,
         id: finisher.pending.request_id.clone(),
-        created: u64::try_from(finisher.pending.created_at_us / 1_000_000).unwrap_or_default(),
+        created: finisher.pending.created_s(),
         include_usage: bodies.client_wants_usage_chunk,
-        // The official Gemini SDKs fail on a comment line: only when configured.
-        timing_comment: dialect != Dialect::Gemini || app.config.server.gemini_timing_comment,
+        timing_comment: app.config.server.timing_comment(dialect),
     });
     let ctx = AttemptCtx {
         app: &app,
@@ -128,7 +127,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             translated,
             upstream_model: &answer.upstream_model,
             request_id: &finisher.pending.request_id,
-            created: u64::try_from(finisher.pending.created_at_us / 1_000_000).unwrap_or_default(),
+            created: finisher.pending.created_s(),
         };
         Resume::new(from, untried, std::mem::take(&mut held))
     });
@@ -348,7 +347,7 @@ fn translate(
     (budget, held): (&BodyBudget, &mut Held),
 ) -> Result<(Vec<Route>, Bodies), GatewayError> {
     let reasoning = policy.translation.reasoning_budgets;
-    let default_max_tokens = Some(policy.translation.default_max_tokens).filter(|&n| n > 0);
+    let default_max_tokens = policy.translation.max_tokens_default();
     let mut bodies = Bodies {
         bodies: Vec::new(),
         client_wants_usage_chunk: false,
@@ -365,11 +364,7 @@ fn translate(
                     stream: head.stream,
                     default_max_tokens,
                     reasoning: &reasoning,
-                    // A real provider would refuse the simulator's script.
-                    pass_through: match route.channel.provider {
-                        Provider::Sim => &["laptime_sim"],
-                        Provider::Openai | Provider::Anthropic | Provider::Gemini => &[],
-                    },
+                    pass_through: route.channel.pass_through(),
                     prefill: None,
                 };
                 translate_request(pending.dialect, route.upstream, body, &opts).map(|t| {

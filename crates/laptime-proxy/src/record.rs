@@ -86,6 +86,11 @@ impl Pending {
         }
     }
 
+    /// Unix seconds of the request's arrival (Chat `created`, Responses `created_at`).
+    pub fn created_s(&self) -> u64 {
+        u64::try_from(self.created_at_us / 1_000_000).unwrap_or_default()
+    }
+
     /// Shows what is known now in the in-flight registry: called at the end of each phase and
     /// at each attempt's dispatch and head, never per event.
     pub fn publish(&self) {

@@ -99,6 +99,15 @@ impl Channel {
         }
     }
 
+    /// Top-level client fields carried to this channel untranslated: the simulator's script,
+    /// which a real provider would refuse.
+    pub fn pass_through(&self) -> &'static [&'static str] {
+        match self.provider {
+            Provider::Sim => &["laptime_sim"],
+            Provider::Openai | Provider::Anthropic | Provider::Gemini => &[],
+        }
+    }
+
     /// The upstream URL of a call: OpenAI paths hang off the SDK base URL (which includes
     /// `/v1`), Anthropic's and Gemini's off the bare host (Gemini's names the upstream `model`
     /// and whether it `stream`s); a sim's base URL is its bare host for every dialect.

@@ -40,16 +40,15 @@ async fn a_store_locked_for_15_s_under_load_loses_no_record_and_stores_each_once
                 .to_string(),
         );
         r.bytes().await.unwrap();
-        assert!(
-            sent.elapsed() < Duration::from_secs(1),
-            "the request path waited"
-        );
         if readyz_while_locked.is_none() && locked_at.elapsed() > Duration::from_secs(12) {
             let r = h.http.get(h.url("/readyz")).send().await.unwrap();
             readyz_while_locked = Some((r.status().as_u16(), r.text().await.unwrap()));
         }
         tokio::time::sleep_until(sent + Duration::from_millis(50)).await;
     }
+    // Answered while the store was locked: a request path that waited on the store would have
+    // got one request through in the whole 15 s, not one every 50 ms.
+    assert!(ids.len() >= 100, "{} requests answered", ids.len());
     let (status, said) = readyz_while_locked.unwrap();
     assert_eq!(status, 503);
     assert!(said.starts_with("degraded: "), "{said}");

@@ -39,15 +39,7 @@ pub struct Splice {
     timing_comment: bool,
     /// The text the client has, trimmed at the end: what the continuation is asked to follow.
     prefill: String,
-    /// The whitespace trimmed off the prefill, still to be taken off the continuation's start.
-    skip: String,
-    /// The client's text block the continuation's first text goes into, if still open.
-    open_text: Option<u32>,
-    /// The client's next free block index.
-    next_index: u32,
-    /// Continuation block index → client block index; `None` for a block left out.
-    map: Vec<Option<u32>>,
-    merged_first_text: bool,
+    remap: Remap,
     failed: bool,
 }
 
@@ -105,14 +97,16 @@ impl Splice {
             scanner: SseScanner::new(),
             buf: BytesMut::with_capacity(4096),
             timing_comment: opts.timing_comment,
-            skip: text[prefill.len()..].to_owned(),
             prefill: prefill.to_owned(),
-            open_text: last_is_open_text
-                .then(|| u32::try_from(last).ok())
-                .flatten(),
-            next_index: u32::try_from(answer.blocks.len()).ok()?,
-            map: Vec::new(),
-            merged_first_text: false,
+            remap: Remap {
+                skip: text[prefill.len()..].to_owned(),
+                open_text: last_is_open_text
+                    .then(|| u32::try_from(last).ok())
+                    .flatten(),
+                next_index: u32::try_from(answer.blocks.len()).ok()?,
+                map: Vec::new(),
+                merged_first_text: false,
+            },
             failed: false,
         })
     }
@@ -136,23 +130,12 @@ impl Splice {
             scanner,
             buf,
             timing_comment,
-            skip,
-            open_text,
-            next_index,
-            map,
-            merged_first_text,
+            remap: state,
             failed,
             ..
         } = self;
         let (Some(decoder), false) = (decoder.as_mut(), *failed) else {
             return;
-        };
-        let mut state = Remap {
-            skip,
-            open_text,
-            next_index,
-            map,
-            merged_first_text,
         };
         let mut sink = Out::new(buf, out, *timing_comment);
         scanner.feed(chunk, &mut |item| match item {
@@ -173,13 +156,7 @@ impl Splice {
         let (Some(decoder), false) = (self.decoder.as_mut(), self.failed) else {
             return;
         };
-        let mut state = Remap {
-            skip: &mut self.skip,
-            open_text: &mut self.open_text,
-            next_index: &mut self.next_index,
-            map: &mut self.map,
-            merged_first_text: &mut self.merged_first_text,
-        };
+        let state = &mut self.remap;
         let mut sink = Out::new(&mut self.buf, out, self.timing_comment);
         decoder.finish(end, &mut |ev| {
             if let Some(ev) = state.remap(ev) {
@@ -227,16 +204,21 @@ fn track_open(open: &mut Vec<bool>, ev: &HubEvent<'_>) {
     }
 }
 
-/// The continuation's events as the rest of the client's stream.
-struct Remap<'s> {
-    skip: &'s mut String,
-    open_text: &'s mut Option<u32>,
-    next_index: &'s mut u32,
-    map: &'s mut Vec<Option<u32>>,
-    merged_first_text: &'s mut bool,
+/// How the continuation's events become the rest of the client's stream.
+#[derive(Debug)]
+struct Remap {
+    /// The whitespace trimmed off the prefill, still to be taken off the continuation's start.
+    skip: String,
+    /// The client's text block the continuation's first text goes into, if still open.
+    open_text: Option<u32>,
+    /// The client's next free block index.
+    next_index: u32,
+    /// Continuation block index → client block index; `None` for a block left out.
+    map: Vec<Option<u32>>,
+    merged_first_text: bool,
 }
 
-impl Remap<'_> {
+impl Remap {
     fn remap<'a>(&mut self, ev: HubEvent<'a>) -> Option<HubEvent<'a>> {
         match ev {
             // The client's stream is already open; only the count it may carry matters.
@@ -250,8 +232,8 @@ impl Remap<'_> {
                 }
                 match kind {
                     BlockKind::Reasoning | BlockKind::RedactedReasoning { .. } => None,
-                    BlockKind::Text if !*self.merged_first_text => {
-                        *self.merged_first_text = true;
+                    BlockKind::Text if !self.merged_first_text => {
+                        self.merged_first_text = true;
                         if let Some(open) = self.open_text.take() {
                             self.map[i] = Some(open);
                             return None;
@@ -289,8 +271,8 @@ impl Remap<'_> {
     }
 
     fn take_index(&mut self) -> u32 {
-        let i = *self.next_index;
-        *self.next_index += 1;
+        let i = self.next_index;
+        self.next_index += 1;
         i
     }
 
@@ -454,7 +436,7 @@ mod tests {
                             .iter()
                             .filter(|b| b.kind == BlockKind::Text)
                             .count();
-                        if splice.open_text.is_some() {
+                        if splice.remap.open_text.is_some() {
                             assert_eq!(blocks, 1, "{pair}");
                         }
                         checked += 1;
