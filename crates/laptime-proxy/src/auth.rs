@@ -168,7 +168,7 @@ impl Authenticator {
         // (readers never wait for the writer), while a hand-off to the blocking pool costs two
         // thread wake-ups per request (measured in benchmarks/). `Store::authenticate` is the
         // store's one inline method for this reason.
-        let looked = self.store.authenticate(token).map_err(|e| {
+        let looked = self.store.authenticate(token).await.map_err(|e| {
             tracing::error!(error = %e, "token lookup failed");
             AuthFailure::Unavailable
         })?;

@@ -113,15 +113,31 @@ impl ServerConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
+    /// A PostgreSQL store shared by a fleet (`postgres://user:password@host:5432/db`; also
+    /// `LAPTIME_STORE_URL`); absent: the SQLite file in `server.data_dir`. Its password is
+    /// never printed.
+    #[serde(
+        serialize_with = "redacted_url",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub url: Option<String>,
     /// Rows older than this many days are deleted by a background job.
     pub retention_days: u32,
     /// How often the retention job runs, seconds.
     pub retention_interval_s: u64,
 }
 
+fn redacted_url<S: serde::Serializer>(url: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(u) => s.serialize_str(&laptime_store::pg::redacted(u)),
+        None => s.serialize_none(),
+    }
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
+            url: None,
             retention_days: 30,
             retention_interval_s: 3600,
         }
@@ -597,6 +613,9 @@ impl Config {
         if let Some(v) = env("LAPTIME_REGION") {
             self.server.region = Some(v);
         }
+        if let Some(v) = env("LAPTIME_STORE_URL") {
+            self.store.url = Some(v);
+        }
     }
 
     /// Checks everything and reports every problem at once.
@@ -685,6 +704,11 @@ impl Config {
         }
         if self.store.retention_interval_s == 0 {
             errs.push("store.retention_interval_s: must be positive".into());
+        }
+        if let Some(url) = &self.store.url {
+            if let Err(why) = laptime_store::pg::check_url(url) {
+                errs.push(format!("store.url: {why}"));
+            }
         }
     }
 

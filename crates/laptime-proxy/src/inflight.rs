@@ -940,7 +940,7 @@ mod tests {
     async fn recovery_stores_each_entry_once_and_removes_the_journal() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_dir(dir.path()).unwrap();
-        let path = journal_path(store.path());
+        let path = journal_path(store.path().unwrap());
         let reg = Inflight::new(10);
         let mut p = pending("req_slow", "ws");
         p.marks.upstream_start = ms(1);

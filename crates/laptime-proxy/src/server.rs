@@ -82,7 +82,19 @@ impl Gateway {
         // A queued record stays in the registry until it is written, and the writer may hold a
         // batch of up to 4,096 beside a full queue.
         let inflight_capacity = config.server.recorder_queue + 4096 + INFLIGHT_REQUESTS;
-        let journal_path = crate::inflight::journal_path(store.path());
+        // Beside the SQLite file; with a shared store, in this instance's own data dir.
+        let journal_path = match store.path() {
+            Some(db) => crate::inflight::journal_path(db),
+            None => {
+                std::fs::create_dir_all(&config.server.data_dir).map_err(|e| {
+                    StartError(format!(
+                        "data dir {}: {e}",
+                        config.server.data_dir.display()
+                    ))
+                })?;
+                config.server.data_dir.join(crate::inflight::JOURNAL_FILE)
+            }
+        };
         // Before the recorder starts and before anything is served: what a crash left in flight.
         match crate::inflight::recover(&store, &journal_path, inflight_capacity, &config.thresholds)
             .await

@@ -1,10 +1,13 @@
-//! Load and time the usage API's data side on a fresh SQLite store.
+//! Load and time the usage API's data side on a fresh SQLite store, or on PostgreSQL.
 //!
 //! Run: `cargo run --release -p laptime-store --example usage_load -- --rows 1000000`
 //! (options: `--rows N`, `--queue N` recorder queue capacity, default 10,000 as in the gateway's
 //! config; `--runs N` timed runs per query, default 5; `--keep DIR` writes the store under DIR
-//! instead of a temp dir that is removed at the end; `--skip-load` with `--keep` only times the
-//! queries on a store loaded before).
+//! instead of a temp dir that is removed at the end; `--skip-load` with `--keep` (or with
+//! `--postgres`) only times the queries on a store loaded before; `--postgres URL` uses that
+//! PostgreSQL store instead of SQLite, e.g. a schema of its own:
+//! `postgres://postgres@127.0.0.1/test?options=-c%20search_path%3Dload`; `--instances N` with
+//! `--postgres` loads through N recorders at once, as N gateways would).
 //!
 //! 1. Pushes N synthetic records, spread evenly over the last 24 h in time order, through the
 //!    real `Recorder` as fast as it accepts them. A full queue is waited out and retried (never
@@ -37,7 +40,7 @@ use laptime_core::timeline::{
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
 use laptime_store::recorder::Recorder;
-use laptime_store::usage::{recent_filtered, usage, GroupDim, UsageFilter};
+use laptime_store::usage::{GroupDim, UsageFilter};
 use laptime_store::Store;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -52,6 +55,8 @@ struct Args {
     runs: usize,
     keep: Option<PathBuf>,
     skip_load: bool,
+    postgres: Option<String>,
+    instances: usize,
 }
 
 fn args() -> Result<Args, Box<dyn Error>> {
@@ -61,6 +66,8 @@ fn args() -> Result<Args, Box<dyn Error>> {
         runs: 5,
         keep: None,
         skip_load: false,
+        postgres: None,
+        instances: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -71,6 +78,8 @@ fn args() -> Result<Args, Box<dyn Error>> {
             "--runs" => a.runs = value()?.parse::<usize>()?.max(1),
             "--keep" => a.keep = Some(value()?.into()),
             "--skip-load" => a.skip_load = true,
+            "--postgres" => a.postgres = Some(value()?),
+            "--instances" => a.instances = value()?.parse::<usize>()?.max(1),
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -342,15 +351,15 @@ impl Synth {
 // === timing ===
 
 /// Median, min and max wall time of `runs` calls of `f`, and its last result.
-fn time<T>(
+async fn time<T, F: std::future::Future<Output = laptime_store::Result<T>>>(
     runs: usize,
-    mut f: impl FnMut() -> laptime_store::Result<T>,
+    mut f: impl FnMut() -> F,
 ) -> Result<(Duration, Duration, Duration, T), Box<dyn Error>> {
     let mut took = Vec::with_capacity(runs);
     let mut last = None;
     for _ in 0..runs {
         let started = Instant::now();
-        last = Some(f()?);
+        last = Some(f().await?);
         took.push(started.elapsed());
     }
     took.sort();
@@ -367,7 +376,18 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let a = args()?;
     let tmp = tempfile::tempdir()?;
     let dir = a.keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
-    let store = Store::open_dir(&dir)?;
+    let (store, raw) = match &a.postgres {
+        Some(url) => {
+            let config: tokio_postgres::Config = url.parse()?;
+            let (client, conn) = config.connect(tokio_postgres::NoTls).await?;
+            tokio::spawn(conn);
+            (Store::open_postgres(url).await?, Raw::Postgres(client))
+        }
+        None => {
+            let store = Store::open_dir(&dir)?;
+            (store.clone(), Raw::Sqlite(store))
+        }
+    };
     let ws = "ws_load";
     // The store takes wall times as arguments; the example reads the clock itself.
     let now = std::time::SystemTime::now()
@@ -376,15 +396,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
     // Every row inside the last 24 h, in time order, the newest a second ago.
     let start = now - DAY_US + 1_000_000;
     let step = (DAY_US - 2_000_000) as f64 / a.rows.max(1) as f64;
-    let mut synth = Synth {
-        rng: StdRng::seed_from_u64(7),
-        thresholds: Thresholds::default(),
-    };
 
-    if !(a.skip_load && a.keep.is_some()) {
-        load(&a, &store, ws, start, step, &mut synth).await?;
+    if !(a.skip_load && (a.keep.is_some() || a.postgres.is_some())) {
+        load(&a, &store, ws, start, step).await?;
     }
-    query(&a, &store, ws)?;
+    query(&a, &store, &raw, ws).await?;
     drop(tmp);
     Ok(())
 }
@@ -395,21 +411,99 @@ async fn load(
     ws: &str,
     start: i64,
     step: f64,
-    synth: &mut Synth,
 ) -> Result<(), Box<dyn Error>> {
     println!(
-        "usage_load: {} rows into {} (queue {}, SQLite {})",
+        "usage_load: {} rows into {} (queue {}, {} recorder(s) at once, SQLite {})",
         a.rows,
-        store.path().display(),
+        store.location(),
         a.queue,
+        a.instances,
         rusqlite::version()
     );
-    let (recorder, task) = Recorder::start(store, a.queue)?;
+    let started = Instant::now();
+    let per = a.rows / a.instances as u64;
+    let mut loads = Vec::new();
+    for n in 0..a.instances {
+        let store = store.clone();
+        let queue = a.queue;
+        let ws = ws.to_string();
+        // Instance n writes every instances-th record, so they interleave in time as a
+        // balanced fleet's do.
+        let (first, count, every) = (n as u64, per, a.instances as u64);
+        loads.push(std::thread::spawn(move || -> Result<Loaded, String> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(load_one(&store, queue, n, first, count, every, &ws, start, step))
+                .map_err(|e| e.to_string())
+        }));
+    }
+    let mut written = 0;
+    for (n, l) in loads.into_iter().enumerate() {
+        let l = l.join().map_err(|_| "a loader panicked")??;
+        println!(
+            "recorder {n}: {} written, {} dropped, {} failed in {:.1} s = {:.0} records/s sustained \
+             ({} batches, {:.0} records/batch, longest batch {:.0} ms; queue full {} times, {:.1} s waited)",
+            l.written,
+            l.dropped,
+            l.failed,
+            l.took.as_secs_f64(),
+            l.written as f64 / l.took.as_secs_f64(),
+            l.batches,
+            l.written as f64 / l.batches.max(1) as f64,
+            l.max_batch_ms,
+            l.full,
+            l.waited.as_secs_f64(),
+        );
+        if l.dropped > 0 || l.failed > 0 || l.written != per {
+            return Err(format!("lost records: {} dropped, {} failed", l.dropped, l.failed).into());
+        }
+        written += l.written;
+    }
+    let total = started.elapsed();
+    println!(
+        "all recorders: {written} records in {:.1} s = {:.0} records/s",
+        total.as_secs_f64(),
+        written as f64 / total.as_secs_f64()
+    );
+    Ok(())
+}
+
+struct Loaded {
+    written: u64,
+    dropped: u64,
+    failed: u64,
+    batches: u64,
+    max_batch_ms: f64,
+    full: u64,
+    waited: Duration,
+    took: Duration,
+}
+
+/// One recorder (one gateway's) pushing `count` records, the `first`-th and every `every`-th.
+#[expect(clippy::too_many_arguments, reason = "a load tool's knobs")]
+async fn load_one(
+    store: &Store,
+    queue: usize,
+    seed: usize,
+    first: u64,
+    count: u64,
+    every: u64,
+    ws: &str,
+    start: i64,
+    step: f64,
+) -> Result<Loaded, Box<dyn Error>> {
+    let mut synth = Synth {
+        rng: StdRng::seed_from_u64(7 + seed as u64),
+        thresholds: Thresholds::default(),
+    };
+    let (recorder, task) = Recorder::start(store, queue)?;
     let mut full = 0_u64;
     let mut waited = Duration::ZERO;
     let started = Instant::now();
-    for i in 0..a.rows {
-        let created = start + (i as f64 * step) as i64;
+    for i in 0..count {
+        let created = start + ((first + i * every) as f64 * step) as i64;
         let mut pending = Box::new(synth.record(ws, created));
         loop {
             match recorder.try_record(pending) {
@@ -424,58 +518,109 @@ async fn load(
             }
         }
     }
-    let pushed = started.elapsed();
     if !recorder.shutdown(task, Duration::from_secs(600)).await {
         return Err("the recorder did not flush within 10 minutes".into());
     }
-    let total = started.elapsed();
     let stats = recorder.stats();
-    let written = stats.written.load(Ordering::Relaxed);
-    let dropped = stats.dropped.load(Ordering::Relaxed);
-    let failed = stats.failed.load(Ordering::Relaxed);
-    let batches = stats.batches.load(Ordering::Relaxed).max(1);
-    let max_batch_ms = stats.max_batch_us.load(Ordering::Relaxed) as f64 / 1000.0;
-    println!(
-        "recorder: {written} written, {dropped} dropped, {failed} failed in {:.1} s = {:.0} records/s sustained \
-         ({batches} batches, {:.0} records/batch, longest batch {max_batch_ms:.0} ms; pushing took {:.1} s; queue full {full} times, {:.1} s waited)",
-        total.as_secs_f64(),
-        written as f64 / total.as_secs_f64(),
-        written as f64 / batches as f64,
-        pushed.as_secs_f64(),
-        waited.as_secs_f64(),
-    );
-    if dropped > 0 || failed > 0 || written != a.rows {
-        return Err(format!("lost records: {dropped} dropped, {failed} failed").into());
-    }
-    Ok(())
+    Ok(Loaded {
+        written: stats.written.load(Ordering::Relaxed),
+        dropped: stats.dropped.load(Ordering::Relaxed),
+        failed: stats.failed.load(Ordering::Relaxed),
+        batches: stats.batches.load(Ordering::Relaxed),
+        max_batch_ms: stats.max_batch_us.load(Ordering::Relaxed) as f64 / 1000.0,
+        full,
+        waited,
+        took: started.elapsed(),
+    })
 }
 
-fn query(a: &Args, store: &Store, ws: &str) -> Result<(), Box<dyn Error>> {
-    let (rows, rollups, rollup_bytes): (i64, i64, i64) = store.with_conn(|c| {
-        Ok(c.query_row(
-            "SELECT (SELECT count(*) FROM requests), count(*), coalesce(sum(length(data)), 0)
-             FROM rollups",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?)
-    })?;
-    let db_bytes = std::fs::metadata(store.path())?.len();
+/// What the example reads beside the store's interface: sizes, the newest row, exact ranks.
+enum Raw {
+    Sqlite(Store),
+    Postgres(tokio_postgres::Client),
+}
+
+impl Raw {
+    /// (rows, rollup rows, rollup bytes, store bytes, request bytes with their indexes)
+    async fn sizes(&self) -> Result<(i64, i64, i64, i64, i64), Box<dyn Error>> {
+        match self {
+            Raw::Sqlite(store) => {
+                let (rows, rollups, rollup_bytes): (i64, i64, i64) = store.with_conn(|c| {
+                    Ok(c.query_row(
+                        "SELECT (SELECT count(*) FROM requests), count(*),
+                            coalesce(sum(length(data)), 0) FROM rollups",
+                        [],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )?)
+                })?;
+                let db = std::fs::metadata(store.path().ok_or("not a SQLite store")?)?.len();
+                Ok((rows, rollups, rollup_bytes, db as i64, -1))
+            }
+            Raw::Postgres(c) => {
+                let r = c
+                    .query_one(
+                        "SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM rollups),
+                            (SELECT coalesce(sum(length(data)), 0)::int8 FROM rollups),
+                            (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::int8
+                               FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace
+                               AND c.relkind IN ('r', 'm')),
+                            (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::int8
+                               FROM pg_inherits i WHERE i.inhparent = 'requests'::regclass)",
+                        &[],
+                    )
+                    .await?;
+                Ok((r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+            }
+        }
+    }
+
+    async fn newest(&self, ws: &str) -> Result<Option<i64>, Box<dyn Error>> {
+        let sql = "SELECT max(created_at_us) FROM requests WHERE workspace_id = ";
+        Ok(match self {
+            Raw::Sqlite(store) => store.with_conn(|c| {
+                Ok(c.query_row(&format!("{sql} ?1"), [ws], |r| r.get(0))?)
+            })?,
+            Raw::Postgres(c) => c.query_one(&format!("{sql} $1"), &[&ws]).await?.get(0),
+        })
+    }
+
+    /// The handler_done of the `rank`-th fastest request of the window.
+    async fn ranked(&self, ws: &str, (from, to): (i64, i64), rank: i64) -> Result<i64, Box<dyn Error>> {
+        let sql = |p: char| {
+            format!(
+                "SELECT handler_done_us FROM requests
+                 WHERE workspace_id = {p}1 AND created_at_us >= {p}2 AND created_at_us < {p}3
+                   AND handler_done_us IS NOT NULL
+                 ORDER BY handler_done_us LIMIT 1 OFFSET {p}4"
+            )
+        };
+        Ok(match self {
+            Raw::Sqlite(store) => store.with_conn(|c| {
+                Ok(c.query_row(&sql('?'), rusqlite::params![ws, from, to, rank], |r| r.get(0))?)
+            })?,
+            Raw::Postgres(c) => c.query_one(&sql('$'), &[&ws, &from, &to, &rank]).await?.get(0),
+        })
+    }
+}
+
+async fn query(a: &Args, store: &Store, raw: &Raw, ws: &str) -> Result<(), Box<dyn Error>> {
+    let (rows, rollups, rollup_bytes, db_bytes, request_bytes) = raw.sizes().await?;
     println!(
-        "store: {rows} rows, {rollups} rollup rows ({:.1} MB of rollups, {:.0} B each), database {:.0} MB",
+        "store: {rows} rows, {rollups} rollup rows ({:.1} MB of rollups, {:.0} B each), database {:.0} MB ({:.2} GB per million rows){}",
         rollup_bytes as f64 / 1e6,
         rollup_bytes as f64 / rollups.max(1) as f64,
-        db_bytes as f64 / 1e6
+        db_bytes as f64 / 1e6,
+        db_bytes as f64 / 1e9 / (rows.max(1) as f64 / 1e6),
+        if request_bytes >= 0 {
+            format!(", request partitions with indexes {:.0} MB", request_bytes as f64 / 1e6)
+        } else {
+            String::new()
+        }
     );
 
     // "Now" for the queries: a second after the newest row, so that "the last 24 h" holds every
     // row however long the load took.
-    let newest: Option<i64> = store.with_conn(|c| {
-        Ok(c.query_row(
-            "SELECT max(created_at_us) FROM requests WHERE workspace_id = ?1",
-            [ws],
-            |r| r.get(0),
-        )?)
-    })?;
+    let newest = raw.newest(ws).await?;
     let now = newest.ok_or("the store is empty")? + 1_000_000;
     let no = UsageFilter::default();
     let opus = UsageFilter {
@@ -503,8 +648,9 @@ fn query(a: &Args, store: &Store, ws: &str) -> Result<(), Box<dyn Error>> {
         );
     };
     let (m, lo, hi, u) = time(a.runs, || {
-        store.with_conn(|c| usage(c, ws, now - DAY_US, now, &no, &[]))
-    })?;
+        store.usage(ws, (now - DAY_US, now), no.clone(), vec![])
+    })
+    .await?;
     let p = u.total.stats(laptime_core::rollup::Metric::LatencyMs);
     let u_window = (u.window.from_us, u.window.to_us);
     row(
@@ -520,40 +666,42 @@ fn query(a: &Args, store: &Store, ws: &str) -> Result<(), Box<dyn Error>> {
         ),
     );
     let (m, lo, hi, u) = time(a.runs, || {
-        store.with_conn(|c| usage(c, ws, now - DAY_US, now, &no, &[GroupDim::Model]))
-    })?;
+        store.usage(ws, (now - DAY_US, now), no.clone(), vec![GroupDim::Model])
+    })
+    .await?;
     row(
         "usage, last 24 h, grouped by model",
         (m, lo, hi),
         format!("{} groups, {} requests", u.groups.len(), u.total.requests),
     );
     let (m, lo, hi, u) = time(a.runs, || {
-        store.with_conn(|c| usage(c, ws, now - DAY_US, now, &opus, &[]))
-    })?;
+        store.usage(ws, (now - DAY_US, now), opus.clone(), vec![])
+    })
+    .await?;
     row(
         "usage, last 24 h, model = claude-opus-4",
         (m, lo, hi),
         format!("{} requests", u.total.requests),
     );
     let (m, lo, hi, u) = time(a.runs, || {
-        store.with_conn(|c| usage(c, ws, now - HOUR_US, now, &no, &[]))
-    })?;
+        store.usage(ws, (now - HOUR_US, now), no.clone(), vec![])
+    })
+    .await?;
     row(
         "usage, last 1 h, ungrouped",
         (m, lo, hi),
         format!("{} requests", u.total.requests),
     );
-    let (m, lo, hi, r) = time(a.runs, || {
-        store.with_conn(|c| recent_filtered(c, ws, &no, None, 50))
-    })?;
+    let (m, lo, hi, r) = time(a.runs, || store.recent(ws, no.clone(), None, 50)).await?;
     row(
         "recent_filtered, limit 50",
         (m, lo, hi),
         format!("{} rows", r.len()),
     );
     let (m, lo, hi, r) = time(a.runs, || {
-        store.with_conn(|c| recent_filtered(c, ws, &timeouts, Some((now - DAY_US, now)), 50))
-    })?;
+        store.recent(ws, timeouts.clone(), Some((now - DAY_US, now)), 50)
+    })
+    .await?;
     row(
         "recent_filtered, limit 50, outcome=timeout",
         (m, lo, hi),
@@ -561,27 +709,16 @@ fn query(a: &Args, store: &Store, ws: &str) -> Result<(), Box<dyn Error>> {
     );
 
     // The sketch against the rows: exact nearest-rank latency percentiles by sorting every row.
-    let exact = |q: f64| -> Result<f64, Box<dyn Error>> {
-        let rank = laptime_core::rollup::nearest_rank(q, p.count);
-        let us: i64 = store.with_conn(|c| {
-            Ok(c.query_row(
-                "SELECT handler_done_us FROM requests
-                 WHERE workspace_id = ?1 AND created_at_us >= ?2 AND created_at_us < ?3
-                   AND handler_done_us IS NOT NULL
-                 ORDER BY handler_done_us LIMIT 1 OFFSET ?4",
-                rusqlite::params![ws, u_window.0, u_window.1, rank as i64 - 1],
-                |r| r.get(0),
-            )?)
-        })?;
-        Ok(us as f64 / 1000.0)
-    };
+    let mut exact = Vec::new();
+    for q in [0.5, 0.95, 0.99] {
+        let rank = laptime_core::rollup::nearest_rank(q, p.count) as i64 - 1;
+        exact.push(raw.ranked(ws, u_window, rank).await? as f64 / 1000.0);
+    }
     println!();
-    for (name, q, got) in [
-        ("p50", 0.5, p.p50),
-        ("p95", 0.95, p.p95),
-        ("p99", 0.99, p.p99),
-    ] {
-        let want = exact(q)?;
+    for ((name, got), want) in [("p50", p.p50), ("p95", p.p95), ("p99", p.p99)]
+        .into_iter()
+        .zip(exact)
+    {
         let got = got.unwrap_or(f64::NAN);
         println!(
             "latency {name}, last 24 h: sketch {got:.3} ms, exact {want:.3} ms, error {:+.3} % (bound ±{} %)",

@@ -1,7 +1,8 @@
 //! The store's surface for the gateway, the API and the CLI: every read and write they make, as
-//! [`Store`] methods. The async ones run on tokio's blocking pool (SQLite calls block); the one
-//! exception is [`Store::authenticate`], which is on every proxied request and runs inline (see
-//! there). Times come in as arguments: the wall clock is the caller's.
+//! [`Store`] methods, each answered by the store's backend. On SQLite they run on tokio's
+//! blocking pool (SQLite calls block); the one exception is [`Store::authenticate`], which is on
+//! every proxied request and runs inline (see there). On PostgreSQL they are queries on a pooled
+//! connection. Times come in as arguments: the wall clock is the caller's.
 
 use laptime_core::timeline::RequestRecord;
 
@@ -9,7 +10,7 @@ use crate::auth::{self, NewToken, Principal, Scope, Workspace};
 use crate::manage::{self, TokenInfo};
 use crate::records;
 use crate::usage::{self, GroupDim, UsageFilter, UsageResult};
-use crate::{Connection, Result, Store, StoreError};
+use crate::{pg, Backend, Connection, Result, Store, StoreError};
 
 impl Store {
     /// Runs `f` on a pooled connection on the blocking pool.
@@ -24,11 +25,15 @@ impl Store {
     }
 
     /// Looks a presented token up: its principal, or `None` for an unknown, malformed or
-    /// revoked token. Inline, not on the blocking pool, on purpose: it is one indexed read of a
-    /// WAL database (readers never wait for the writer) on a pooled connection, while a hand-off
-    /// to the blocking pool costs two thread wake-ups per request (measured in `benchmarks/`).
-    pub fn authenticate(&self, token: &str) -> Result<Option<Principal>> {
-        self.run(|c| auth::authenticate(c, token))
+    /// revoked token. On SQLite inline, not on the blocking pool, on purpose: it is one indexed
+    /// read of a WAL database (readers never wait for the writer) on a pooled connection, while a
+    /// hand-off to the blocking pool costs two thread wake-ups per request (measured in
+    /// `benchmarks/`).
+    pub async fn authenticate(&self, token: &str) -> Result<Option<Principal>> {
+        match &self.backend {
+            Backend::Sqlite(_) => self.run(|c| auth::authenticate(c, token)),
+            Backend::Postgres(pg) => pg::auth::authenticate(&pg.client().await?, token).await,
+        }
     }
 
     /// Whether the database can be written (for `/readyz`): takes the write lock, reads the
@@ -37,6 +42,12 @@ impl Store {
     /// the database, which stalls every record the gateway writes. Waits at most the busy
     /// timeout; `/readyz` bounds it tighter.
     pub async fn ping(&self) -> bool {
+        if let Backend::Postgres(pg) = &self.backend {
+            return match pg.client().await {
+                Ok(c) => c.query_one("SELECT 1", &[]).await.is_ok(),
+                Err(_) => false,
+            };
+        }
         self.blocking(|c| {
             // Dropped without commit: rolled back, so the pooled connection comes back clean.
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -46,15 +57,39 @@ impl Store {
         .is_ok()
     }
 
+    /// The schema version the store is at (this build's [`Store::known_schema_version`] once
+    /// opened).
+    pub async fn schema_version(&self) -> Result<i64> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::schema::applied(&pg.client().await?).await;
+        }
+        self.blocking(|c| Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?))
+            .await
+    }
+
+    /// The schema version this build writes, in this store's backend.
+    pub fn known_schema_version(&self) -> i64 {
+        match &self.backend {
+            Backend::Sqlite(_) => crate::schema::VERSION,
+            Backend::Postgres(_) => pg::schema::VERSION,
+        }
+    }
+
     /// On a store with no tokens: the default workspace and its first admin token (see
     /// [`auth::bootstrap`]).
     pub async fn bootstrap(&self, given: Option<String>, now_us: i64) -> Result<Option<NewToken>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::auth::bootstrap(&mut pg.client().await?, given.as_deref(), now_us).await;
+        }
         self.blocking(move |c| auth::bootstrap(c, given.as_deref(), now_us))
             .await
     }
 
     /// A workspace by name or id.
     pub async fn find_workspace(&self, name_or_id: &str) -> Result<Option<Workspace>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::auth::find_workspace(&pg.client().await?, name_or_id).await;
+        }
         let name = name_or_id.to_string();
         self.blocking(move |c| auth::find_workspace(c, &name)).await
     }
@@ -67,6 +102,9 @@ impl Store {
     }
 
     pub async fn list_workspaces(&self) -> Result<Vec<Workspace>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::auth::list_workspaces(&pg.client().await?).await;
+        }
         self.blocking(|c| manage::list_workspaces(c)).await
     }
 
@@ -77,6 +115,17 @@ impl Store {
         group: Option<String>,
         now_us: i64,
     ) -> Result<Workspace> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let mut c = pg.client().await?;
+            let tx = c.transaction().await?;
+            let ws = pg::auth::create_workspace(&tx, name, now_us).await?;
+            let ws = match group {
+                Some(g) => pg::auth::set_workspace_group(&tx, &ws.id, Some(&g)).await?,
+                None => ws,
+            };
+            tx.commit().await?;
+            return Ok(ws);
+        }
         let name = name.to_string();
         self.blocking(move |c| {
             let ws = auth::create_workspace(c, &name, now_us)?;
@@ -94,6 +143,10 @@ impl Store {
         workspace: &str,
         group: Option<String>,
     ) -> Result<Workspace> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let c = pg.client().await?;
+            return pg::auth::set_workspace_group(&c, workspace, group.as_deref()).await;
+        }
         let workspace = workspace.to_string();
         self.blocking(move |c| auth::set_workspace_group(c, &workspace, group.as_deref()))
             .await
@@ -107,6 +160,10 @@ impl Store {
         group: Option<String>,
         now_us: i64,
     ) -> Result<NewToken> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let c = pg.client().await?;
+            return pg::auth::create_token(&c, workspace, scope, group.as_deref(), now_us).await;
+        }
         let workspace = workspace.to_string();
         self.blocking(move |c| {
             auth::create_group_token(c, &workspace, scope, group.as_deref(), now_us)
@@ -116,6 +173,9 @@ impl Store {
 
     /// The tokens of a workspace (never their values).
     pub async fn list_tokens(&self, workspace_id: &str) -> Result<Vec<TokenInfo>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::auth::list_tokens(&pg.client().await?, workspace_id).await;
+        }
         let ws = workspace_id.to_string();
         self.blocking(move |c| manage::list_tokens(c, &ws)).await
     }
@@ -127,6 +187,10 @@ impl Store {
         key_id: &str,
         now_us: i64,
     ) -> Result<bool> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let c = pg.client().await?;
+            return pg::auth::revoke_token(&c, workspace_id, key_id, now_us).await;
+        }
         let (ws, key) = (workspace_id.to_string(), key_id.to_string());
         self.blocking(move |c| manage::revoke_token(c, &ws, &key, now_us))
             .await
@@ -135,7 +199,21 @@ impl Store {
     /// Writes the records not stored yet, leaving stored ones untouched (see
     /// [`records::insert_absent`]); the ids written.
     pub async fn insert_absent(&self, records: Vec<RequestRecord>) -> Result<Vec<String>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.insert_absent(&records).await;
+        }
         self.blocking(move |c| records::insert_absent(c, &records))
+            .await
+    }
+
+    /// Writes a batch of records with their rollups in one transaction, as the recorder does
+    /// (see [`records::insert_batch`]): for imports, tests and benchmarks. The gateway hands
+    /// its records to the [`crate::recorder`] instead.
+    pub async fn insert_batch(&self, records: Vec<RequestRecord>) -> Result<()> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.insert_batch(&records).await;
+        }
+        self.blocking(move |c| records::insert_batch(c, &records))
             .await
     }
 
@@ -145,6 +223,9 @@ impl Store {
         workspace_id: &str,
         request_id: &str,
     ) -> Result<Option<RequestRecord>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::records::get(&pg.client().await?, workspace_id, request_id).await;
+        }
         let (ws, id) = (workspace_id.to_string(), request_id.to_string());
         self.blocking(move |c| records::get(c, &ws, &id)).await
     }
@@ -157,6 +238,10 @@ impl Store {
         window: Option<(i64, i64)>,
         limit: u32,
     ) -> Result<Vec<RequestRecord>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let c = pg.client().await?;
+            return pg::usage::recent_filtered(&c, workspace_id, &filter, window, limit).await;
+        }
         let ws = workspace_id.to_string();
         self.blocking(move |c| usage::recent_filtered(c, &ws, &filter, window, limit))
             .await
@@ -170,6 +255,10 @@ impl Store {
         filter: UsageFilter,
         group_by: Vec<GroupDim>,
     ) -> Result<UsageResult> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let c = pg.client().await?;
+            return pg::usage::usage(&c, workspace_id, (from_us, to_us), &filter, &group_by).await;
+        }
         let ws = workspace_id.to_string();
         self.blocking(move |c| usage::usage(c, &ws, from_us, to_us, &filter, &group_by))
             .await
@@ -178,6 +267,9 @@ impl Store {
     /// Retention: deletes records older than `cutoff_us` in transactions of at most `batch`
     /// rows (see [`records::delete_older_than_batched`]); returns how many went.
     pub async fn delete_older_than(&self, cutoff_us: i64, batch: usize) -> Result<usize> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.delete_older_than(cutoff_us, batch).await;
+        }
         self.blocking(move |c| records::delete_older_than_batched(c, cutoff_us, batch))
             .await
     }
@@ -205,18 +297,18 @@ mod tests {
             .create_token("team", Scope::Read, None, NOW)
             .await
             .unwrap();
-        let p = store.authenticate(&t.token).unwrap().unwrap();
+        let p = store.authenticate(&t.token).await.unwrap().unwrap();
         assert_eq!(
             (p.workspace_id.as_str(), p.scope),
             (ws.id.as_str(), Scope::Read)
         );
-        assert!(store.authenticate(&admin.token).unwrap().is_some());
+        assert!(store.authenticate(&admin.token).await.unwrap().is_some());
         assert_eq!(store.list_tokens(&ws.id).await.unwrap().len(), 1);
         assert!(store
             .revoke_token(&ws.id, &t.key_id, NOW + 1)
             .await
             .unwrap());
-        assert!(store.authenticate(&t.token).unwrap().is_none());
+        assert!(store.authenticate(&t.token).await.unwrap().is_none());
         assert!(matches!(
             store.workspace("nope").await,
             Err(StoreError::NotFound(_))

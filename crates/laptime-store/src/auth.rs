@@ -74,7 +74,7 @@ pub struct NewToken {
     pub scope: Scope,
 }
 
-fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     rand::rngs::OsRng.fill_bytes(&mut buf);
     hex::encode(buf)
@@ -97,25 +97,46 @@ pub fn generate_token() -> String {
 
 /// Creates a workspace; `now_us` is its creation time (unix microseconds).
 pub fn create_workspace(conn: &Connection, name: &str, now_us: i64) -> Result<Workspace> {
+    let ws = new_workspace(name)?;
+    if find_workspace(conn, &ws.name)?.is_some() {
+        return Err(StoreError::Conflict(format!("workspace {:?}", ws.name)));
+    }
+    conn.execute(
+        "INSERT INTO workspaces (id, name, created_at_us) VALUES (?1, ?2, ?3)",
+        params![ws.id, ws.name, now_us],
+    )?;
+    Ok(ws)
+}
+
+/// A new workspace named `name` (trimmed, 1 to 64 characters) with a fresh id, not stored yet.
+pub(crate) fn new_workspace(name: &str) -> Result<Workspace> {
     let name = name.trim();
     if name.is_empty() || name.len() > 64 {
         return Err(StoreError::Conflict(
             "workspace name must be 1 to 64 characters".into(),
         ));
     }
-    if find_workspace(conn, name)?.is_some() {
-        return Err(StoreError::Conflict(format!("workspace {name:?}")));
-    }
-    let ws = Workspace {
+    Ok(Workspace {
         id: format!("ws_{}", random_hex(8)),
         name: name.to_string(),
         group: None,
-    };
-    conn.execute(
-        "INSERT INTO workspaces (id, name, created_at_us) VALUES (?1, ?2, ?3)",
-        params![ws.id, ws.name, now_us],
-    )?;
-    Ok(ws)
+    })
+}
+
+/// A fresh token id.
+pub(crate) fn new_key_id() -> String {
+    format!("key_{}", random_hex(8))
+}
+
+/// The first admin token: `given` when it looks like a token, else a generated one.
+pub(crate) fn bootstrap_token(given: Option<&str>) -> Result<String> {
+    match given {
+        Some(t) if looks_like_token(t) => Ok(t.to_string()),
+        Some(_) => Err(StoreError::Conflict(
+            "LAPTIME_BOOTSTRAP_TOKEN must be lt_ followed by 64 hex characters".into(),
+        )),
+        None => Ok(generate_token()),
+    }
 }
 
 pub fn find_workspace(conn: &Connection, name: &str) -> Result<Option<Workspace>> {
@@ -180,7 +201,7 @@ fn insert_token(
     if let Some(g) = group {
         check_group(g)?;
     }
-    let key_id = format!("key_{}", random_hex(8));
+    let key_id = new_key_id();
     conn.execute(
         "INSERT INTO tokens (id, workspace_id, hash, scope, created_at_us, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![key_id, ws.id, hash_token(&token).as_slice(), scope.as_str(), now_us, group],
@@ -235,15 +256,7 @@ pub fn bootstrap(
         Some(ws) => ws,
         None => create_workspace(conn, DEFAULT_WORKSPACE, now_us)?,
     };
-    let token = match bootstrap {
-        Some(t) if looks_like_token(t) => t.to_string(),
-        Some(_) => {
-            return Err(StoreError::Conflict(
-                "LAPTIME_BOOTSTRAP_TOKEN must be lt_ followed by 64 hex characters".into(),
-            ))
-        }
-        None => generate_token(),
-    };
+    let token = bootstrap_token(bootstrap)?;
     insert_token(conn, &ws, Scope::Admin, None, token, now_us).map(Some)
 }
 
@@ -271,9 +284,17 @@ pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>>
             },
         )
         .optional()?;
-    let Some((key_id, stored, scope, workspace_id, workspace_name, group)) = row else {
-        return Ok(None);
-    };
+    row.map(|row| principal_of(row, &hash))
+        .transpose()
+        .map(Option::flatten)
+}
+
+/// A token row found by its hash (key id, stored hash, scope, workspace id and name, group):
+/// its principal, once the stored hash is compared again in constant time.
+pub(crate) type TokenRow = (String, Vec<u8>, String, String, String, Option<String>);
+
+pub(crate) fn principal_of(row: TokenRow, hash: &[u8; 32]) -> Result<Option<Principal>> {
+    let (key_id, stored, scope, workspace_id, workspace_name, group) = row;
     if !bool::from(stored.as_slice().ct_eq(hash.as_slice())) {
         return Ok(None);
     }
@@ -315,7 +336,7 @@ mod tests {
             .with_conn(|c| Ok(c.query_row("SELECT hash FROM tokens", [], |r| r.get(0))?))
             .unwrap();
         assert_eq!(stored, hash_token(&t.token).to_vec());
-        let raw = std::fs::read(store.path()).unwrap();
+        let raw = std::fs::read(store.path().unwrap()).unwrap();
         assert!(!raw.windows(t.token.len()).any(|w| w == t.token.as_bytes()));
     }
 

@@ -13,17 +13,24 @@
 //!   read and write, as `Store` methods (async ones on the blocking pool), so no SQL and no
 //!   connection leaves this crate.
 //!
-//! The module functions take a `rusqlite::Connection`, which only this crate can get: the
+//! - [`pg`]: the same store on a shared PostgreSQL server, for a fleet of gateways
+//!   (`[store] url = "postgres://…"`): one [`Store`] interface, two backends, and one
+//!   conformance suite (`tests/conformance.rs`) run against both.
+//!
+//! The SQLite module functions take a `rusqlite::Connection`, which only this crate can get: the
 //! connection itself ([`Store::with_conn`], [`Store::connect`]) is public only with the
 //! `test-support` feature, which tests and benchmarks enable as a dev-dependency.
 
 pub mod access;
 pub mod auth;
 pub mod manage;
+pub mod pg;
 pub mod recorder;
 pub mod records;
 pub mod rollups;
 pub mod schema;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 pub mod usage;
 
 use std::path::{Path, PathBuf};
@@ -34,11 +41,19 @@ pub use rusqlite::Connection;
 #[cfg(not(any(test, feature = "test-support")))]
 use rusqlite::Connection;
 
-/// A store error: always the gateway's own fault (the database is local), never retryable by a
-/// client.
+/// A store error: always the gateway's own fault (the store is the gateway's), never retryable
+/// by a client.
 #[derive(Debug)]
 pub enum StoreError {
     Sqlite(rusqlite::Error),
+    Postgres(tokio_postgres::Error),
+    /// No PostgreSQL connection could be had from the pool in time.
+    PoolTimeout(String),
+    /// The database holds a schema newer than this build knows: a newer laptime migrated it.
+    SchemaTooNew {
+        found: i64,
+        known: i64,
+    },
     Io(std::io::Error),
     /// A value in the database that this version cannot read.
     Corrupt(String),
@@ -54,6 +69,16 @@ impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreError::Sqlite(e) => write!(f, "database error: {e}"),
+            StoreError::Postgres(e) => match e.as_db_error() {
+                Some(db) => write!(f, "postgres error {}: {}", db.code().code(), db.message()),
+                None => write!(f, "postgres error: {e}"),
+            },
+            StoreError::PoolTimeout(m) => write!(f, "no postgres connection: {m}"),
+            StoreError::SchemaTooNew { found, known } => write!(
+                f,
+                "the store's schema is version {found}, newer than the {known} this laptime \
+                 knows: a newer laptime migrated it; run that version (or newer)"
+            ),
             StoreError::Io(e) => write!(f, "store I/O error: {e}"),
             StoreError::Corrupt(m) => write!(f, "unreadable stored value: {m}"),
             StoreError::NotFound(m) => write!(f, "not found: {m}"),
@@ -71,6 +96,12 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        StoreError::Postgres(e)
+    }
+}
+
 impl From<std::io::Error> for StoreError {
     fn from(e: std::io::Error) -> Self {
         StoreError::Io(e)
@@ -79,10 +110,24 @@ impl From<std::io::Error> for StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
-/// The embedded SQLite store. Cheap to clone.
+/// The store: the embedded SQLite file, or a PostgreSQL server shared by a fleet. Cheap to
+/// clone.
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<Inner>,
+    backend: Backend,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sqlite(Arc<Inner>),
+    Postgres(Arc<pg::Pg>),
+}
+
+/// Which backend a store is, for what differs between them in what an operator is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Sqlite,
+    Postgres,
 }
 
 struct Inner {
@@ -96,9 +141,10 @@ struct Inner {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
-            .field("path", &self.inner.path)
-            .finish()
+        match &self.backend {
+            Backend::Sqlite(inner) => f.debug_struct("Store").field("path", &inner.path).finish(),
+            Backend::Postgres(pg) => f.debug_struct("Store").field("postgres", pg).finish(),
+        }
     }
 }
 
@@ -116,16 +162,61 @@ impl Store {
         let mut conn = open_connection(path)?;
         schema::migrate(&mut conn)?;
         Ok(Store {
-            inner: Arc::new(Inner {
+            backend: Backend::Sqlite(Arc::new(Inner {
                 path: path.to_path_buf(),
                 readers: Mutex::new(vec![conn]),
                 max_pages: std::sync::OnceLock::new(),
-            }),
+            })),
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.inner.path
+    /// Connects to the PostgreSQL server at `url` and applies pending migrations (see
+    /// [`pg::schema`]; safe when several instances start at once).
+    pub async fn open_postgres(url: &str) -> Result<Store> {
+        let pg = pg::Pg::connect(url).await?;
+        Ok(Store {
+            backend: Backend::Postgres(Arc::new(pg)),
+        })
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        match &self.backend {
+            Backend::Sqlite(_) => BackendKind::Sqlite,
+            Backend::Postgres(_) => BackendKind::Postgres,
+        }
+    }
+
+    /// Where the store is, for an operator: the SQLite file's path, or the server and database
+    /// (never a password).
+    pub fn location(&self) -> String {
+        match &self.backend {
+            Backend::Sqlite(inner) => inner.path.display().to_string(),
+            Backend::Postgres(pg) => pg.location(),
+        }
+    }
+
+    /// The SQLite file, for a SQLite store.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Sqlite(inner) => Some(&inner.path),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    pub(crate) fn postgres(&self) -> Option<&Arc<pg::Pg>> {
+        match &self.backend {
+            Backend::Postgres(pg) => Some(pg),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    fn sqlite(&self) -> Result<&Arc<Inner>> {
+        match &self.backend {
+            Backend::Sqlite(inner) => Ok(inner),
+            Backend::Postgres(_) => Err(StoreError::Unavailable(
+                "a SQLite connection was asked of a PostgreSQL store".into(),
+            )),
+        }
     }
 
     /// A new connection for a long-lived writer (tests and benchmarks; the recorder opens its
@@ -136,8 +227,9 @@ impl Store {
     }
 
     pub(crate) fn open_connection(&self) -> Result<Connection> {
-        let conn = open_connection(&self.inner.path)?;
-        if let Some(pages) = self.inner.max_pages.get() {
+        let inner = self.sqlite()?;
+        let conn = open_connection(&inner.path)?;
+        if let Some(pages) = inner.max_pages.get() {
             conn.pragma_update(None, "max_page_count", pages)?;
         }
         Ok(conn)
@@ -151,7 +243,7 @@ impl Store {
     pub fn cap_pages(&self, spare_pages: u64) -> Result<u64> {
         let now: u64 = self.run(|c| Ok(c.query_row("PRAGMA page_count", [], |r| r.get(0))?))?;
         let cap = now + spare_pages;
-        self.inner
+        self.sqlite()?
             .max_pages
             .set(cap)
             .map_err(|_| StoreError::Conflict("the page cap is set already".into()))?;
@@ -166,8 +258,8 @@ impl Store {
 
     /// Runs `f` on a pooled connection. Blocking: async callers use the methods of [`access`].
     pub(crate) fn run<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let pooled = self
-            .inner
+        let inner = self.sqlite()?;
+        let pooled = inner
             .readers
             .lock()
             .map_err(|_| StoreError::Corrupt("reader pool poisoned".into()))?
@@ -177,7 +269,7 @@ impl Store {
             None => self.open_connection()?,
         };
         let out = f(&mut conn);
-        if let Ok(mut pool) = self.inner.readers.lock() {
+        if let Ok(mut pool) = inner.readers.lock() {
             if pool.len() < 8 {
                 pool.push(conn);
             }

@@ -65,16 +65,20 @@ pub enum WriteFailure {
     Locked,
     /// `SQLITE_READONLY`, `SQLITE_CANTOPEN`, `SQLITE_PERM`: the file cannot be written.
     NotWritable,
+    /// PostgreSQL: the server cannot be reached, refused the connection, or is restarting.
+    Unreachable,
     /// Anything else (a constraint, a corrupt file, a bug).
     Other,
 }
 
 impl WriteFailure {
-    /// Classifies a store error by its SQLite result code.
+    /// Classifies a store error by its SQLite result code or PostgreSQL SQLSTATE.
     pub fn of(e: &StoreError) -> WriteFailure {
         use rusqlite::ErrorCode as C;
         match e {
             StoreError::Io(_) => WriteFailure::DiskIo,
+            StoreError::Postgres(e) => WriteFailure::of_postgres(e),
+            StoreError::PoolTimeout(_) => WriteFailure::Unreachable,
             StoreError::Sqlite(e) => match e.sqlite_error_code() {
                 Some(C::DiskFull) => WriteFailure::DiskFull,
                 Some(C::SystemIoFailure) => WriteFailure::DiskIo,
@@ -88,8 +92,26 @@ impl WriteFailure {
         }
     }
 
+    /// A PostgreSQL error by its SQLSTATE class: 08 (connection), 57P0x (the server shutting
+    /// down or starting), 53 (out of disk or memory), 40 (a serialisation failure or a
+    /// deadlock: retrying mends it), 25006 (a read-only server). No code at all is a
+    /// connection that broke.
+    fn of_postgres(e: &tokio_postgres::Error) -> WriteFailure {
+        let Some(code) = e.code().map(|c| c.code()) else {
+            return WriteFailure::Unreachable;
+        };
+        match code {
+            c if c.starts_with("08") || c.starts_with("57P") => WriteFailure::Unreachable,
+            "53100" => WriteFailure::DiskFull,
+            c if c.starts_with("40") => WriteFailure::Locked,
+            "25006" | "42501" => WriteFailure::NotWritable,
+            _ => WriteFailure::Other,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
+            WriteFailure::Unreachable => "store unreachable",
             WriteFailure::DiskFull => "disk full",
             WriteFailure::DiskIo => "disk I/O error",
             WriteFailure::Locked => "store locked",
@@ -263,8 +285,7 @@ impl Recorder {
         capacity: usize,
         on_written: Option<OnWritten>,
     ) -> Result<(Recorder, RecorderTask)> {
-        let mut conn = store.open_connection()?;
-        conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
+        let mut conn = Writer::open(store)?;
         let (tx, mut rx) = mpsc::channel::<Msg>(capacity.max(1));
         let stats = Arc::new(RecorderStats::default());
         let writer_stats = stats.clone();
@@ -515,9 +536,53 @@ fn give_up(batch: &[RequestRecord], failure: WriteFailure, stats: &RecorderStats
     );
 }
 
+/// The recorder's own connection to the store, on its own thread.
+enum Writer {
+    Sqlite(rusqlite::Connection),
+    /// A one-connection pool (it reconnects after the server restarts) on the writer's own
+    /// runtime, so that writes never compete with the request path's tasks.
+    Postgres {
+        runtime: tokio::runtime::Runtime,
+        pool: deadpool_postgres::Pool,
+        partitions: crate::pg::records::Partitions,
+    },
+}
+
+impl Writer {
+    fn open(store: &Store) -> Result<Writer> {
+        let Some(pg) = store.postgres() else {
+            let conn = store.open_connection()?;
+            conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
+            return Ok(Writer::Sqlite(conn));
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(Writer::Postgres {
+            runtime,
+            pool: pg.writer_pool()?,
+            partitions: crate::pg::records::Partitions::default(),
+        })
+    }
+
+    fn insert_batch(&mut self, batch: &[RequestRecord]) -> Result<()> {
+        match self {
+            Writer::Sqlite(conn) => records::insert_batch(conn, batch),
+            Writer::Postgres {
+                runtime,
+                pool,
+                partitions,
+            } => runtime.block_on(async {
+                let mut c = crate::pg::pooled(pool).await?;
+                crate::pg::records::insert_batch(&mut c, partitions, batch).await
+            }),
+        }
+    }
+}
+
 /// Writes `batch` in one transaction (the caller clears it); why it failed, if it did.
 fn write(
-    conn: &mut rusqlite::Connection,
+    conn: &mut Writer,
     batch: &[RequestRecord],
     stats: &RecorderStats,
     state: &Mutex<WriterState>,
@@ -530,7 +595,7 @@ fn write(
     if let Ok(mut s) = state.lock() {
         s.batch_started = Some(started);
     }
-    let result = records::insert_batch(conn, batch);
+    let result = conn.insert_batch(batch);
     let now = Instant::now();
     let records = batch.len() as u64;
     match &result {

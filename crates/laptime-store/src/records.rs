@@ -16,19 +16,19 @@ use crate::rollups::{self, RollupKey};
 use crate::usage::{self, UsageFilter};
 use crate::{Result, StoreError};
 
-fn us(d: Option<Duration>) -> Option<i64> {
+pub(crate) fn us(d: Option<Duration>) -> Option<i64> {
     d.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
-fn dur(v: Option<i64>) -> Option<Duration> {
+pub(crate) fn dur(v: Option<i64>) -> Option<Duration> {
     v.map(|v| Duration::from_micros(v.max(0) as u64))
 }
 
-fn tok(v: Option<u64>) -> Option<i64> {
+pub(crate) fn tok(v: Option<u64>) -> Option<i64> {
     v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-fn untok(v: Option<i64>) -> Option<u64> {
+pub(crate) fn untok(v: Option<i64>) -> Option<u64> {
     v.map(|v| v.max(0) as u64)
 }
 

@@ -173,15 +173,25 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
 }
 
 /// Applies the migrations after the database's version, up to and including `target`.
+///
+/// The version is read inside a write transaction: processes opening one new database at once
+/// queue on SQLite's write lock (within the busy timeout), and each one after the first finds
+/// the migrations applied; read before it, all of them would apply version 1.
 fn migrate_to(conn: &mut Connection, target: usize) -> Result<()> {
-    let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let current: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if current > VERSION {
+        return Err(crate::StoreError::SchemaTooNew {
+            found: current,
+            known: VERSION,
+        });
+    }
     let pending = MIGRATIONS
         .get(current.max(0) as usize..target.min(MIGRATIONS.len()))
         .unwrap_or_default();
     if pending.is_empty() {
         return Ok(());
     }
-    let tx = conn.transaction()?;
     for m in pending {
         tx.execute_batch(m.sql)?;
     }

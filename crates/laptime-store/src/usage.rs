@@ -77,8 +77,9 @@ impl GroupDim {
         GroupDim::ALL.into_iter().find(|d| d.as_str() == s)
     }
 
-    /// The column, the same in `requests` and `rollups`; also its position in [`ROLLUP_SELECT`].
-    fn column(self) -> (&'static str, usize) {
+    /// The column, the same in `requests` and `rollups` (in both stores); also its position in
+    /// [`ROLLUP_SELECT`].
+    pub(crate) fn column(self) -> (&'static str, usize) {
         match self {
             GroupDim::Model => ("model", 0),
             GroupDim::Provider => ("provider", 1),
@@ -118,15 +119,31 @@ pub struct UsageResult {
 
 /// How absent text is stored in the table a filter runs against.
 #[derive(Clone, Copy)]
-enum Absent {
+pub(crate) enum Absent {
     /// `requests`: NULL.
     Null,
     /// `rollups`: `''` (so that the primary key works).
     Empty,
 }
 
-/// Appends ` AND column = ?n` for every field the filter sets, with its value.
-fn push_filter(filter: &UsageFilter, absent: Absent, sql: &mut String, values: &mut Vec<Value>) {
+/// A filter's value, as each backend binds it.
+pub(crate) enum FilterValue {
+    Text(String),
+    Stream(bool),
+    Status(u16),
+}
+
+/// Appends ` AND column = <sigil>n` for every field the filter sets, numbering parameters after
+/// the `before` already bound; returns the values, in order. `sigil` is `?` for SQLite and `$`
+/// for PostgreSQL.
+pub(crate) fn push_filter(
+    filter: &UsageFilter,
+    absent: Absent,
+    sql: &mut String,
+    before: usize,
+    sigil: char,
+) -> Vec<FilterValue> {
+    let mut values = Vec::new();
     let text = [
         (GroupDim::Model, &filter.model),
         (GroupDim::Provider, &filter.provider),
@@ -136,6 +153,10 @@ fn push_filter(filter: &UsageFilter, absent: Absent, sql: &mut String, values: &
         (GroupDim::Outcome, &filter.outcome),
         (GroupDim::Classification, &filter.classification),
     ];
+    let bind = |col: &str, v: FilterValue, sql: &mut String, values: &mut Vec<FilterValue>| {
+        values.push(v);
+        sql.push_str(&format!(" AND {col} = {sigil}{}", before + values.len()));
+    };
     for (dim, v) in text {
         let Some(v) = v else { continue };
         let col = dim.column().0;
@@ -144,46 +165,130 @@ fn push_filter(filter: &UsageFilter, absent: Absent, sql: &mut String, values: &
             sql.push_str(&format!(" AND {col} IS NULL"));
             continue;
         }
-        values.push(Value::Text(v.clone()));
-        sql.push_str(&format!(" AND {col} = ?{}", values.len()));
+        bind(col, FilterValue::Text(v.clone()), sql, &mut values);
     }
     if let Some(s) = filter.stream {
-        values.push(Value::Integer(i64::from(s)));
-        sql.push_str(&format!(" AND stream = ?{}", values.len()));
+        bind("stream", FilterValue::Stream(s), sql, &mut values);
     }
     if let Some(s) = filter.status {
-        values.push(Value::Integer(i64::from(s)));
-        sql.push_str(&format!(" AND status = ?{}", values.len()));
+        bind("status", FilterValue::Status(s), sql, &mut values);
+    }
+    values
+}
+
+fn sqlite_value(v: FilterValue) -> Value {
+    match v {
+        FilterValue::Text(t) => Value::Text(t),
+        FilterValue::Stream(s) => Value::Integer(i64::from(s)),
+        FilterValue::Status(s) => Value::Integer(i64::from(s)),
+    }
+}
+
+/// Folds rollup rows into a usage answer: the total, and one rollup per group.
+pub(crate) struct Folding<'a> {
+    group_by: &'a [GroupDim],
+    total: Rollup,
+    groups: HashMap<Vec<Option<String>>, Rollup>,
+    /// The group key of the current row, reusing its strings' buffers from row to row.
+    key: Vec<Option<String>>,
+}
+
+fn corrupt_rollup(e: String) -> StoreError {
+    StoreError::Corrupt(format!("rollup: {e}"))
+}
+
+impl<'a> Folding<'a> {
+    pub(crate) fn new(group_by: &'a [GroupDim]) -> Self {
+        Folding {
+            group_by,
+            total: Rollup::new(),
+            groups: HashMap::new(),
+            key: vec![None; group_by.len()],
+        }
+    }
+
+    /// Adds one stored rollup; `fill` reads the row's value of a dimension into its slot
+    /// (`None` for absent).
+    pub(crate) fn add(
+        &mut self,
+        blob: &[u8],
+        mut fill: impl FnMut(GroupDim, &mut Option<String>) -> Result<()>,
+    ) -> Result<()> {
+        if self.group_by.is_empty() {
+            return self.total.merge_encoded(blob).map_err(corrupt_rollup);
+        }
+        for (slot, dim) in self.key.iter_mut().zip(self.group_by) {
+            fill(*dim, slot)?;
+        }
+        match self.groups.get_mut(&self.key) {
+            Some(g) => g.merge_encoded(blob).map_err(corrupt_rollup)?,
+            None => {
+                self.groups.insert(
+                    self.key.clone(),
+                    Rollup::decode(blob).map_err(corrupt_rollup)?,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn finish(self, window: UsageWindow) -> UsageResult {
+        let mut total = self.total;
+        for g in self.groups.values() {
+            total.merge(g);
+        }
+        let group_by = self.group_by;
+        let mut groups: Vec<_> = self
+            .groups
+            .into_iter()
+            .map(|(key, r)| (group_by.iter().copied().zip(key).collect::<GroupKey>(), r))
+            .collect();
+        groups.sort_by(|(ka, a), (kb, b)| b.requests.cmp(&a.requests).then_with(|| ka.cmp(kb)));
+        UsageResult {
+            window,
+            total,
+            groups,
+        }
+    }
+}
+
+/// Puts `v` in `slot`, reusing its buffer; `""` is absent.
+pub(crate) fn put_value(slot: &mut Option<String>, v: &str) {
+    match slot {
+        _ if v.is_empty() => *slot = None,
+        Some(s) => {
+            s.clear();
+            s.push_str(v);
+        }
+        None => *slot = Some(v.to_string()),
     }
 }
 
 /// The rollup columns [`dim_value`] reads, then the encoded rollup.
-const ROLLUP_SELECT: &str =
+pub(crate) const ROLLUP_SELECT: &str =
     "SELECT model, provider, channel, grp, dialect, stream, status, outcome,
     classification, data FROM rollups";
 
 /// Reads a row's value of `dim` into `slot` (`None` for absent), reusing the slot's buffer.
 fn dim_value(row: &Row<'_>, dim: GroupDim, slot: &mut Option<String>) -> rusqlite::Result<()> {
     let (_, i) = dim.column();
-    let mut put = |v: &str| match slot {
-        Some(s) => {
-            s.clear();
-            s.push_str(v);
-        }
-        None => *slot = Some(v.to_string()),
-    };
     match dim {
         GroupDim::Stream => {
             let stream: bool = row.get(i)?;
-            put(if stream { "true" } else { "false" });
+            put_value(slot, if stream { "true" } else { "false" });
         }
-        GroupDim::Status => put(&row.get::<_, i64>(i)?.to_string()),
-        _ => match row.get_ref(i)?.as_str()? {
-            "" => *slot = None,
-            v => put(v),
-        },
+        GroupDim::Status => put_value(slot, &row.get::<_, i64>(i)?.to_string()),
+        _ => put_value(slot, row.get_ref(i)?.as_str()?),
     }
     Ok(())
+}
+
+/// The window `[from_us, to_us)` widened to whole minutes.
+pub(crate) fn window(from_us: i64, to_us: i64) -> UsageWindow {
+    UsageWindow {
+        from_us: floor_minute(from_us),
+        to_us: ceil_minute(to_us),
+    }
 }
 
 /// Usage of a workspace over `[from_us, to_us)` widened to whole minutes, filtered, and grouped
@@ -197,10 +302,7 @@ pub fn usage(
     filter: &UsageFilter,
     group_by: &[GroupDim],
 ) -> Result<UsageResult> {
-    let window = UsageWindow {
-        from_us: floor_minute(from_us),
-        to_us: ceil_minute(to_us),
-    };
+    let window = window(from_us, to_us);
     let mut sql =
         format!("{ROLLUP_SELECT} WHERE workspace_id = ?1 AND minute_us >= ?2 AND minute_us < ?3");
     let mut values = vec![
@@ -208,46 +310,19 @@ pub fn usage(
         Value::Integer(window.from_us),
         Value::Integer(window.to_us),
     ];
-    push_filter(filter, Absent::Empty, &mut sql, &mut values);
+    let bound = push_filter(filter, Absent::Empty, &mut sql, values.len(), '?');
+    values.extend(bound.into_iter().map(sqlite_value));
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query(params_from_iter(values))?;
-    let mut total = Rollup::new();
-    let mut groups: HashMap<Vec<Option<String>>, Rollup> = HashMap::new();
-    // The group key of the current row, reusing its strings' buffers from row to row.
-    let mut key: Vec<Option<String>> = vec![None; group_by.len()];
-    let corrupt = |e: String| StoreError::Corrupt(format!("rollup: {e}"));
+    let mut folding = Folding::new(group_by);
     while let Some(row) = rows.next()? {
         let blob = row
             .get_ref(9)?
             .as_blob()
-            .map_err(|e| corrupt(e.to_string()))?;
-        if group_by.is_empty() {
-            total.merge_encoded(blob).map_err(corrupt)?;
-            continue;
-        }
-        for (slot, dim) in key.iter_mut().zip(group_by) {
-            dim_value(row, *dim, slot)?;
-        }
-        match groups.get_mut(&key) {
-            Some(g) => g.merge_encoded(blob).map_err(corrupt)?,
-            None => {
-                groups.insert(key.clone(), Rollup::decode(blob).map_err(corrupt)?);
-            }
-        }
+            .map_err(|e| corrupt_rollup(e.to_string()))?;
+        folding.add(blob, |dim, slot| Ok(dim_value(row, dim, slot)?))?;
     }
-    for g in groups.values() {
-        total.merge(g);
-    }
-    let mut groups: Vec<_> = groups
-        .into_iter()
-        .map(|(key, r)| (group_by.iter().copied().zip(key).collect::<GroupKey>(), r))
-        .collect();
-    groups.sort_by(|(ka, a), (kb, b)| b.requests.cmp(&a.requests).then_with(|| ka.cmp(kb)));
-    Ok(UsageResult {
-        window,
-        total,
-        groups,
-    })
+    Ok(folding.finish(window))
 }
 
 /// The query of [`recent_filtered`] and its parameters.
@@ -264,7 +339,8 @@ fn recent_sql(
         values.push(Value::Integer(to));
         sql.push_str(" AND created_at_us >= ?2 AND created_at_us < ?3");
     }
-    push_filter(filter, Absent::Null, &mut sql, &mut values);
+    let bound = push_filter(filter, Absent::Null, &mut sql, values.len(), '?');
+    values.extend(bound.into_iter().map(sqlite_value));
     values.push(Value::Integer(i64::from(limit)));
     sql.push_str(&format!(
         " ORDER BY created_at_us DESC, rowid DESC LIMIT ?{}",

@@ -91,6 +91,15 @@ enum Command {
         #[arg(long, default_value = auth::DEFAULT_WORKSPACE)]
         workspace: String,
     },
+    /// Apply the store's pending migrations (safe while other instances start or run) and
+    /// print its schema version. `laptime serve` applies them too; this runs them ahead of a
+    /// rolling upgrade.
+    Migrate {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Validate a config and print the effective configuration (secrets are env names only).
     CheckConfig {
         #[arg(long)]
@@ -157,26 +166,47 @@ fn load_config(path: Option<&Path>) -> Result<Config, String> {
     Ok(cfg)
 }
 
-fn open_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store, String> {
-    let cfg = load_config(config)?;
-    let dir = data_dir.unwrap_or(cfg.server.data_dir);
+/// The configured store: PostgreSQL when `[store] url` (or `LAPTIME_STORE_URL`) names one,
+/// else the SQLite file in the data dir (`dir` when given, else the configured one).
+async fn open_configured(cfg: &Config, dir: Option<PathBuf>) -> Result<Store, String> {
+    if let Some(url) = &cfg.store.url {
+        return Store::open_postgres(url).await.map_err(|e| {
+            format!(
+                "opening the store at {}: {e}",
+                laptime_store::pg::redacted(url)
+            )
+        });
+    }
+    let dir = dir.unwrap_or_else(|| cfg.server.data_dir.clone());
     Store::open_dir(&dir).map_err(|e| format!("opening the store in {}: {e}", dir.display()))
 }
 
+async fn open_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store, String> {
+    open_configured(&load_config(config)?, data_dir).await
+}
+
 /// The store a read-only command reads: one that exists, never a new empty one (which would
-/// answer "no requests" about a directory that was never the gateway's).
-fn open_existing_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store, String> {
+/// answer "no requests" about a directory that was never the gateway's). A PostgreSQL store is
+/// shared and exists by definition once reachable.
+async fn open_existing_store(
+    config: Option<&Path>,
+    data_dir: Option<PathBuf>,
+) -> Result<Store, String> {
     let cfg = load_config(config)?;
-    let dir = data_dir.unwrap_or(cfg.server.data_dir);
-    let file = dir.join(laptime_store::DB_FILE);
-    if !file.is_file() {
-        return Err(format!(
-            "no store at {}: run `laptime serve` with this data directory first, or name the \
-             gateway's with --data-dir or --config",
-            file.display()
-        ));
+    if cfg.store.url.is_none() {
+        let dir = data_dir
+            .clone()
+            .unwrap_or_else(|| cfg.server.data_dir.clone());
+        let file = dir.join(laptime_store::DB_FILE);
+        if !file.is_file() {
+            return Err(format!(
+                "no store at {}: run `laptime serve` with this data directory first, or name \
+                 the gateway's with --data-dir or --config",
+                file.display()
+            ));
+        }
     }
-    Store::open_dir(&dir).map_err(|e| format!("opening the store in {}: {e}", dir.display()))
+    open_configured(&cfg, data_dir).await
 }
 
 /// Refuses a group no configured channel is in: requests routed there would find no channel.
@@ -264,10 +294,13 @@ fn run(cli: Cli) -> Result<(), String> {
                 },
         } => {
             check_group(config.as_deref(), group.as_deref())?;
-            let store = open_store(config.as_deref(), data_dir)?;
-            let ws = runtime()?
-                .block_on(store.create_workspace(&name, group, now_unix_us()))
-                .map_err(|e| e.to_string())?;
+            let ws = runtime()?.block_on(async {
+                let store = open_store(config.as_deref(), data_dir).await?;
+                store
+                    .create_workspace(&name, group, now_unix_us())
+                    .await
+                    .map_err(|e| e.to_string())
+            })?;
             out(&format!(
                 "workspace {} created (id {}, group {})",
                 ws.name,
@@ -286,10 +319,13 @@ fn run(cli: Cli) -> Result<(), String> {
                 },
         } => {
             check_group(config.as_deref(), group.as_deref())?;
-            let store = open_store(config.as_deref(), data_dir)?;
-            let ws = runtime()?
-                .block_on(store.set_workspace_group(&workspace, group))
-                .map_err(|e| e.to_string())?;
+            let ws = runtime()?.block_on(async {
+                let store = open_store(config.as_deref(), data_dir).await?;
+                store
+                    .set_workspace_group(&workspace, group)
+                    .await
+                    .map_err(|e| e.to_string())
+            })?;
             out(&format!(
                 "workspace {} now uses group {}",
                 ws.name,
@@ -308,11 +344,14 @@ fn run(cli: Cli) -> Result<(), String> {
                 },
         } => {
             check_group(config.as_deref(), group.as_deref())?;
-            let store = open_store(config.as_deref(), data_dir)?;
             let scope = Scope::parse(&scope).ok_or("scope must be proxy, read or admin")?;
-            let t = runtime()?
-                .block_on(store.create_token(&workspace, scope, group, now_unix_us()))
-                .map_err(|e| e.to_string())?;
+            let t = runtime()?.block_on(async {
+                let store = open_store(config.as_deref(), data_dir).await?;
+                store
+                    .create_token(&workspace, scope, group, now_unix_us())
+                    .await
+                    .map_err(|e| e.to_string())
+            })?;
             out(&format!(
                 "{} token for workspace {} (key id {}); shown once, store it now:\n{}",
                 t.scope.as_str(),
@@ -328,14 +367,15 @@ fn run(cli: Cli) -> Result<(), String> {
             data_dir,
             config,
         } => {
-            let store = open_existing_store(config.as_deref(), data_dir)?;
-            let rows = runtime()?
-                .block_on(async {
+            let rows = runtime()?.block_on(async {
+                let store = open_existing_store(config.as_deref(), data_dir).await?;
+                let read = async {
                     let ws = store.workspace(&workspace).await?;
                     let all = usage::UsageFilter::default();
                     store.recent(&ws.id, all, None, limit.clamp(1, 500)).await
-                })
-                .map_err(|e| e.to_string())?;
+                };
+                read.await.map_err(|e| e.to_string())
+            })?;
             out(&requests_table(
                 &rows.iter().map(RequestLogView::new).collect::<Vec<_>>(),
             ));
@@ -348,7 +388,6 @@ fn run(cli: Cli) -> Result<(), String> {
             data_dir,
             config,
         } => {
-            let store = open_existing_store(config.as_deref(), data_dir)?;
             let dims = match by.as_deref() {
                 None => Vec::new(),
                 Some(b) => vec![usage::GroupDim::parse(b)
@@ -360,13 +399,15 @@ fn run(cli: Cli) -> Result<(), String> {
                 to: None,
             };
             let (from, to) = window.resolve(now_unix_us())?;
-            let result = runtime()?
-                .block_on(async {
+            let result = runtime()?.block_on(async {
+                let store = open_existing_store(config.as_deref(), data_dir).await?;
+                let read = async {
                     let ws = store.workspace(&workspace).await?;
                     let all = usage::UsageFilter::default();
                     store.usage(&ws.id, (from, to), all, dims).await
-                })
-                .map_err(|e| e.to_string())?;
+                };
+                read.await.map_err(|e| e.to_string())
+            })?;
             out(&usage_table(&UsageReport::from(&result)));
             Ok(())
         }
@@ -379,6 +420,15 @@ fn run(cli: Cli) -> Result<(), String> {
             token,
             workspace,
         } => runtime()?.block_on(channels(url, token, workspace)),
+        Command::Migrate { config, data_dir } => runtime()?.block_on(async {
+            let store = open_store(config.as_deref(), data_dir).await?;
+            let version = store.schema_version().await.map_err(|e| e.to_string())?;
+            out(&format!(
+                "store {} is at schema version {version} (this laptime's)",
+                store.location()
+            ));
+            Ok(())
+        }),
         Command::CheckConfig { config } => {
             let cfg = load_config(config.as_deref())?;
             cfg.validate(&env).map_err(|e| e.to_string())?;
@@ -574,12 +624,7 @@ async fn channels(url: String, token: String, workspace: String) -> Result<(), S
 }
 
 async fn serve(mut cfg: Config) -> Result<(), String> {
-    let store = Store::open_dir(&cfg.server.data_dir).map_err(|e| {
-        format!(
-            "opening the store in {}: {e}",
-            cfg.server.data_dir.display()
-        )
-    })?;
+    let store = open_configured(&cfg, None).await?;
     // Bind before making the first token, so a start that cannot listen prints no token.
     let listen = cfg.server.listen.clone();
     let (listener, addr) = bind(&listen)

@@ -1,0 +1,217 @@
+//! The store on a shared PostgreSQL server: what a fleet of gateways uses instead of the
+//! embedded SQLite file. Same interface ([`crate::Store`]), same meanings, same answers: the
+//! conformance suite (`tests/conformance.rs`) runs every test against both backends.
+//!
+//! - [`schema`]: versioned migrations under an advisory lock (instances starting at once apply
+//!   them once); a schema newer than this build is refused.
+//! - [`records`]: request rows in daily partitions (retention drops whole partitions), written
+//!   with their rollups in one transaction per batch; reads.
+//! - [`usage`]: the usage API's reads from the shared per-minute rollups.
+//! - [`auth`]: workspaces and hashed tokens.
+//!
+//! Reads take a connection from a bounded pool (deadpool) and never wait longer than
+//! [`POOL_WAIT`] for one; the recorder writes on its own connection (see
+//! [`crate::recorder`]), so reads never queue behind a batch.
+
+pub mod auth;
+pub mod records;
+pub mod schema;
+pub mod usage;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::{Result, StoreError};
+
+/// Connections the read pool holds at most.
+const POOL_SIZE: usize = 16;
+
+/// How long a read waits for a pooled connection (or for a new one to connect).
+pub const POOL_WAIT: Duration = Duration::from_secs(5);
+
+/// The connection to a PostgreSQL store: its read pool and how to open more connections.
+pub struct Pg {
+    pool: Pool,
+    config: Config,
+    /// The partitions this pool's writes (a journal replay, a test's batch) made; the
+    /// recorder's writer keeps its own.
+    partitions: tokio::sync::Mutex<records::Partitions>,
+}
+
+impl std::fmt::Debug for Pg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.location())
+    }
+}
+
+impl Pg {
+    /// Parses `url` (a `postgres://` URL or a key=value string), connects, and migrates.
+    pub async fn connect(url: &str) -> Result<Pg> {
+        let config = Config::from_str(url)?;
+        let mut migrator = connect(&config).await?;
+        schema::migrate(&mut migrator).await?;
+        let pool = pool(&config, POOL_SIZE)?;
+        Ok(Pg {
+            pool,
+            config,
+            partitions: tokio::sync::Mutex::new(records::Partitions::default()),
+        })
+    }
+
+    /// The server, port and database, for an operator (never the password).
+    pub fn location(&self) -> String {
+        location(&self.config)
+    }
+
+    /// A pooled connection.
+    pub(crate) async fn client(&self) -> Result<Object> {
+        pooled(&self.pool).await
+    }
+
+    /// A pool of one connection, for the recorder's writer: made on its own runtime when
+    /// first used.
+    pub(crate) fn writer_pool(&self) -> Result<Pool> {
+        pool(&self.config, 1)
+    }
+
+    /// Writes a batch as the recorder does (see [`records::insert_batch`]).
+    pub(crate) async fn insert_batch(
+        &self,
+        batch: &[laptime_core::timeline::RequestRecord],
+    ) -> Result<()> {
+        let mut c = self.client().await?;
+        let mut known = self.partitions.lock().await;
+        records::insert_batch(&mut c, &mut known, batch).await
+    }
+
+    /// See [`records::insert_absent`].
+    pub(crate) async fn insert_absent(
+        &self,
+        batch: &[laptime_core::timeline::RequestRecord],
+    ) -> Result<Vec<String>> {
+        let mut c = self.client().await?;
+        let mut known = self.partitions.lock().await;
+        records::insert_absent(&mut c, &mut known, batch).await
+    }
+
+    /// Retention (see [`records::delete_older_than`]); the partitions dropped are forgotten.
+    pub(crate) async fn delete_older_than(&self, cutoff_us: i64, batch: usize) -> Result<usize> {
+        let mut c = self.client().await?;
+        let n = records::delete_older_than(&mut c, cutoff_us, batch).await?;
+        self.partitions.lock().await.forget();
+        Ok(n)
+    }
+}
+
+/// A pool of at most `size` connections to `config`, connecting when first asked.
+fn pool(config: &Config, size: usize) -> Result<Pool> {
+    let manager = Manager::from_config(
+        config.clone(),
+        NoTls,
+        ManagerConfig {
+            // A connection the server closed (a restart) is noticed by its task ending; no
+            // round trip per checkout.
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(POOL_WAIT))
+        .create_timeout(Some(POOL_WAIT))
+        .recycle_timeout(Some(POOL_WAIT))
+        .build()
+        .map_err(|e| StoreError::PoolTimeout(e.to_string()))
+}
+
+/// A connection from `pool`.
+pub(crate) async fn pooled(pool: &Pool) -> Result<Object> {
+    pool.get().await.map_err(|e| match e {
+        deadpool_postgres::PoolError::Backend(e) => StoreError::Postgres(e),
+        other => StoreError::PoolTimeout(other.to_string()),
+    })
+}
+
+/// Opens one connection on the current runtime; its I/O runs as a task of that runtime and
+/// ends when the client is dropped or the server closes it.
+pub(crate) async fn connect(config: &Config) -> Result<Client> {
+    let (client, connection) = tokio::time::timeout(POOL_WAIT, config.connect(NoTls))
+        .await
+        .map_err(|_| StoreError::PoolTimeout(format!("connecting to {}", location(config))))??;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "postgres connection ended");
+        }
+    });
+    Ok(client)
+}
+
+fn location(config: &Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".into());
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or("(default database)");
+    format!("postgres://{host}:{port}/{db}")
+}
+
+/// Whether `url` can name a PostgreSQL store: a `postgres://` or `postgresql://` URL that
+/// parses; why not otherwise.
+pub fn check_url(url: &str) -> std::result::Result<(), String> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err("must be a postgres:// or postgresql:// URL".into());
+    }
+    Config::from_str(url)
+        .map(|_| ())
+        .map_err(|e| format!("{}: {e}", redacted(url)))
+}
+
+/// `url` with its password (if any) replaced by `***`, for logs, errors and `check-config`.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// A stored text value this build cannot read.
+pub(crate) fn corrupt(what: &str, v: &str) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {v}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_never_shows_and_a_bad_url_says_why() {
+        assert_eq!(
+            redacted("postgres://app:s3cret@db.internal:5432/laptime?sslmode=disable"),
+            "postgres://app:***@db.internal:5432/laptime?sslmode=disable"
+        );
+        assert_eq!(
+            redacted("postgres://app@db/laptime"),
+            "postgres://app@db/laptime"
+        );
+        assert!(check_url("postgres://app:pw@127.0.0.1/laptime").is_ok());
+        assert!(check_url("mysql://x").is_err());
+        let bad = check_url("postgres://app:pw@127.0.0.1:notaport/db").unwrap_err();
+        assert!(!bad.contains("pw@"), "{bad}");
+    }
+}

@@ -1,0 +1,896 @@
+//! Request records on PostgreSQL: written a batch per transaction as column arrays (one
+//! `INSERT … SELECT FROM UNNEST` for the whole batch, whatever its size), folded into the shared
+//! rollups in the same transaction; read back exactly as written.
+//!
+//! Rows live in daily partitions of `created_at_us` (UTC days), made on first use under an
+//! advisory lock, so that retention drops whole days instead of deleting rows one by one. A
+//! request's id and creation time never change, so `(request_id, created_at_us)` identifies it.
+//!
+//! Rollups are read-merge-written as in SQLite, but by many instances at once: new keys are
+//! inserted outright, existing ones are locked (`FOR UPDATE`, in key order) before they are
+//! merged, so two instances folding into one minute never lose each other's requests.
+
+use std::collections::{HashMap, HashSet};
+
+use deadpool_postgres::{GenericClient, Transaction};
+use laptime_core::rollup::Rollup;
+use laptime_core::slow::Classification;
+use laptime_core::timeline::{
+    Attempt, AttemptRole, DeadlineKind, ErrorClass, Hedge, Marks, Outcome, RequestRecord,
+    RequestShape,
+};
+use laptime_core::usage::Tokens;
+use laptime_core::Dialect;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use super::corrupt;
+use crate::records::{dur, tok, untok, us};
+use crate::rollups::{aggregate, floor_minute, RollupKey, MINUTE_US};
+use crate::{Result, StoreError};
+
+/// One UTC day, in microseconds.
+pub const DAY_US: i64 = 86_400_000_000;
+
+/// The request columns, in the order [`values`] gives them and [`from_row`] reads them.
+const COLUMNS: [&str; 50] = [
+    "request_id",
+    "created_at_us",
+    "workspace_id",
+    "key_id",
+    "model",
+    "provider",
+    "channel",
+    "grp",
+    "dialect",
+    "upstream_dialect",
+    "stream",
+    "status",
+    "outcome",
+    "timeout_kind",
+    "error_class",
+    "classification",
+    "flags",
+    "auth_us",
+    "body_read_us",
+    "distribution_us",
+    "upstream_start_us",
+    "upstream_headers_us",
+    "first_byte_us",
+    "first_event_us",
+    "first_effective_us",
+    "first_visible_us",
+    "last_effective_us",
+    "upstream_done_us",
+    "handler_done_us",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "event_count",
+    "text_delta_count",
+    "channel_inflight",
+    "hedge",
+    "failover_count",
+    "cached",
+    "max_output_tokens",
+    "reasoning_effort",
+    "tool_count",
+    "tool_choice",
+    "response_format",
+    "temperature",
+    "top_p",
+    "region",
+    "trace_id",
+    "attempts",
+];
+
+/// `SELECT <every column> FROM requests`.
+pub(crate) fn select() -> String {
+    format!("SELECT {} FROM requests", COLUMNS.join(", "))
+}
+
+/// One value of a row, typed as its column.
+enum Val {
+    Text(Option<String>),
+    Int(Option<i64>),
+    Int4(Option<i32>),
+    Bool(Option<bool>),
+    Float(Option<f64>),
+}
+
+/// One column of a batch, as the array parameter `UNNEST` takes.
+enum Col {
+    Text(Vec<Option<String>>),
+    Int(Vec<Option<i64>>),
+    Int4(Vec<Option<i32>>),
+    Bool(Vec<Option<bool>>),
+    Float(Vec<Option<f64>>),
+}
+
+impl Col {
+    fn empty_like(v: &Val, capacity: usize) -> Col {
+        match v {
+            Val::Text(_) => Col::Text(Vec::with_capacity(capacity)),
+            Val::Int(_) => Col::Int(Vec::with_capacity(capacity)),
+            Val::Int4(_) => Col::Int4(Vec::with_capacity(capacity)),
+            Val::Bool(_) => Col::Bool(Vec::with_capacity(capacity)),
+            Val::Float(_) => Col::Float(Vec::with_capacity(capacity)),
+        }
+    }
+
+    fn push(&mut self, v: Val) {
+        match (self, v) {
+            (Col::Text(c), Val::Text(v)) => c.push(v),
+            (Col::Int(c), Val::Int(v)) => c.push(v),
+            (Col::Int4(c), Val::Int4(v)) => c.push(v),
+            (Col::Bool(c), Val::Bool(v)) => c.push(v),
+            (Col::Float(c), Val::Float(v)) => c.push(v),
+            // `values` gives every row the same types; a mismatch cannot be built.
+            _ => {}
+        }
+    }
+
+    fn array_type(&self) -> &'static str {
+        match self {
+            Col::Text(_) => "text[]",
+            Col::Int(_) => "int8[]",
+            Col::Int4(_) => "int4[]",
+            Col::Bool(_) => "bool[]",
+            Col::Float(_) => "float8[]",
+        }
+    }
+
+    fn param(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            Col::Text(c) => c,
+            Col::Int(c) => c,
+            Col::Int4(c) => c,
+            Col::Bool(c) => c,
+            Col::Float(c) => c,
+        }
+    }
+}
+
+fn text(v: &Option<String>) -> Val {
+    Val::Text(v.clone())
+}
+
+fn word(v: &str) -> Val {
+    Val::Text(Some(v.to_string()))
+}
+
+fn int(v: u32) -> Val {
+    Val::Int(Some(i64::from(v)))
+}
+
+/// A record's row, in [`COLUMNS`] order.
+fn values(r: &RequestRecord) -> Result<[Val; 50]> {
+    let m = &r.marks;
+    let t = &r.tokens;
+    let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok([
+        word(&r.request_id),
+        Val::Int(Some(r.created_at_us)),
+        text(&r.workspace_id),
+        text(&r.key_id),
+        text(&r.model),
+        text(&r.provider),
+        text(&r.channel),
+        text(&r.group),
+        word(r.dialect.as_str()),
+        Val::Text(r.upstream_dialect.map(|d| d.as_str().to_string())),
+        Val::Bool(Some(r.stream)),
+        Val::Int4(Some(i32::from(r.status))),
+        word(r.outcome.as_str()),
+        Val::Text(r.timeout_kind.map(|k| k.as_str().to_string())),
+        Val::Text(r.error_class.map(|c| c.as_str().to_string())),
+        word(r.classification.as_str()),
+        Val::Text(Some(flags)),
+        Val::Int(us(m.auth)),
+        Val::Int(us(m.body_read)),
+        Val::Int(us(m.distribution)),
+        Val::Int(us(m.upstream_start)),
+        Val::Int(us(m.upstream_headers)),
+        Val::Int(us(m.first_byte)),
+        Val::Int(us(m.first_event)),
+        Val::Int(us(m.first_effective)),
+        Val::Int(us(m.first_visible)),
+        Val::Int(us(m.last_effective)),
+        Val::Int(us(m.upstream_done)),
+        Val::Int(us(m.handler_done)),
+        Val::Int(tok(t.input)),
+        Val::Int(tok(t.output)),
+        Val::Int(tok(t.cache_read)),
+        Val::Int(tok(t.cache_write)),
+        Val::Int(tok(t.reasoning)),
+        int(r.event_count),
+        int(r.text_delta_count),
+        Val::Int(r.channel_inflight.map(i64::from)),
+        word(r.hedge.as_str()),
+        int(r.failover_count),
+        Val::Bool(Some(r.cached)),
+        Val::Int(tok(r.shape.max_output_tokens)),
+        text(&r.shape.reasoning_effort),
+        Val::Int(r.shape.tool_count.map(i64::from)),
+        text(&r.shape.tool_choice),
+        text(&r.shape.response_format),
+        Val::Float(r.shape.temperature),
+        Val::Float(r.shape.top_p),
+        text(&r.region),
+        text(&r.trace_id),
+        Val::Text(Some(encode_attempts(&r.attempts))),
+    ])
+}
+
+/// One attempt as stored: `[channel, role, won, status, error_class, start_us, headers_us,
+/// first_byte_us, end_us]`.
+type StoredAttempt = (
+    String,
+    String,
+    bool,
+    Option<u16>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+fn encode_attempts(attempts: &[Attempt]) -> String {
+    let rows: Vec<StoredAttempt> = attempts
+        .iter()
+        .map(|a| {
+            (
+                a.channel.clone(),
+                a.role.as_str().to_string(),
+                a.won,
+                a.status,
+                a.error_class.map(|c| c.as_str().to_string()),
+                us(a.start),
+                us(a.headers),
+                us(a.first_byte),
+                us(a.end),
+            )
+        })
+        .collect();
+    serde_json::to_string(&rows).unwrap_or_else(|_| "[]".into())
+}
+
+fn decode_attempts(s: &str) -> Result<Vec<Attempt>> {
+    let rows: Vec<StoredAttempt> = serde_json::from_str(s).map_err(|_| corrupt("attempts", s))?;
+    rows.into_iter()
+        .map(
+            |(channel, role, won, status, class, start, headers, first_byte, end)| {
+                Ok(Attempt {
+                    channel,
+                    role: AttemptRole::parse(&role).ok_or_else(|| corrupt("role", &role))?,
+                    won,
+                    status,
+                    error_class: parse_opt(class, "error_class", ErrorClass::parse)?,
+                    start: dur(start),
+                    headers: dur(headers),
+                    first_byte: dur(first_byte),
+                    end: dur(end),
+                })
+            },
+        )
+        .collect()
+}
+
+fn parse_opt<T>(v: Option<String>, what: &str, parse: fn(&str) -> Option<T>) -> Result<Option<T>> {
+    match v {
+        Some(v) => parse(&v).map(Some).ok_or_else(|| corrupt(what, &v)),
+        None => Ok(None),
+    }
+}
+
+fn parse_req<T>(v: String, what: &str, parse: fn(&str) -> Option<T>) -> Result<T> {
+    parse(&v).ok_or_else(|| corrupt(what, &v))
+}
+
+fn count(v: i64) -> u32 {
+    u32::try_from(v.max(0)).unwrap_or(u32::MAX)
+}
+
+/// A row of [`select`] as the record it stores.
+pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
+    let mark = |i: usize| -> Result<Option<std::time::Duration>> { Ok(dur(row.try_get(i)?)) };
+    let tokens = |i: usize| -> Result<Option<u64>> { Ok(untok(row.try_get(i)?)) };
+    let flags: String = row.try_get(16)?;
+    let status: i32 = row.try_get(11)?;
+    let attempts: String = row.try_get(49)?;
+    Ok(RequestRecord {
+        request_id: row.try_get(0)?,
+        created_at_us: row.try_get(1)?,
+        workspace_id: row.try_get(2)?,
+        key_id: row.try_get(3)?,
+        model: row.try_get(4)?,
+        provider: row.try_get(5)?,
+        channel: row.try_get(6)?,
+        group: row.try_get(7)?,
+        dialect: parse_req(row.try_get(8)?, "dialect", Dialect::parse)?,
+        upstream_dialect: parse_opt(row.try_get(9)?, "upstream_dialect", Dialect::parse)?,
+        stream: row.try_get(10)?,
+        status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
+        outcome: parse_req(row.try_get(12)?, "outcome", Outcome::parse)?,
+        timeout_kind: parse_opt(row.try_get(13)?, "timeout_kind", DeadlineKind::parse)?,
+        error_class: parse_opt(row.try_get(14)?, "error_class", ErrorClass::parse)?,
+        classification: parse_req(row.try_get(15)?, "classification", Classification::parse)?,
+        flags: serde_json::from_str(&flags).map_err(|_| corrupt("flags", &flags))?,
+        marks: Marks {
+            auth: mark(17)?,
+            body_read: mark(18)?,
+            distribution: mark(19)?,
+            upstream_start: mark(20)?,
+            upstream_headers: mark(21)?,
+            first_byte: mark(22)?,
+            first_event: mark(23)?,
+            first_effective: mark(24)?,
+            first_visible: mark(25)?,
+            last_effective: mark(26)?,
+            upstream_done: mark(27)?,
+            handler_done: mark(28)?,
+        },
+        tokens: Tokens {
+            input: tokens(29)?,
+            output: tokens(30)?,
+            cache_read: tokens(31)?,
+            cache_write: tokens(32)?,
+            reasoning: tokens(33)?,
+        },
+        event_count: count(row.try_get(34)?),
+        text_delta_count: count(row.try_get(35)?),
+        channel_inflight: row.try_get::<_, Option<i64>>(36)?.map(count),
+        hedge: parse_req(row.try_get(37)?, "hedge", Hedge::parse)?,
+        failover_count: count(row.try_get(38)?),
+        cached: row.try_get(39)?,
+        shape: RequestShape {
+            max_output_tokens: tokens(40)?,
+            reasoning_effort: row.try_get(41)?,
+            tool_count: row.try_get::<_, Option<i64>>(42)?.map(count),
+            tool_choice: row.try_get(43)?,
+            response_format: row.try_get(44)?,
+            temperature: row.try_get(45)?,
+            top_p: row.try_get(46)?,
+        },
+        region: row.try_get(47)?,
+        trace_id: row.try_get(48)?,
+        attempts: decode_attempts(&attempts)?,
+    })
+}
+
+/// The days (UTC, as `created_at_us / DAY_US`) whose partitions exist, as far as one writer
+/// knows: a day seen once needs no second `CREATE`.
+#[derive(Debug, Default)]
+pub struct Partitions {
+    made: HashSet<i64>,
+}
+
+impl Partitions {
+    /// Forgets every day (after retention dropped some, or an insert found one missing).
+    pub fn forget(&mut self) {
+        self.made.clear();
+    }
+
+    /// An insert that found no partition for a row (another instance's retention dropped a
+    /// day this writer had made) forgets every day, so that the retry makes it again.
+    fn forget_if_missing<T>(&mut self, written: Result<T>) -> Result<T> {
+        if let Err(StoreError::Postgres(e)) = &written {
+            if e.code() == Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION) {
+                self.forget();
+            }
+        }
+        written
+    }
+}
+
+/// The partition name of `day`: `requests_p20261201`.
+fn partition_name(day: i64) -> String {
+    let date = time::OffsetDateTime::from_unix_timestamp(day.saturating_mul(86_400))
+        .map(|t| t.date())
+        .unwrap_or(time::Date::MIN);
+    format!(
+        "requests_p{:04}{:02}{:02}",
+        date.year(),
+        u8::from(date.month()),
+        date.day()
+    )
+}
+
+/// The day a partition name is of, if it is one of ours.
+pub(crate) fn partition_day(name: &str) -> Option<i64> {
+    let digits = name.strip_prefix("requests_p")?;
+    if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| digits.get(r).and_then(|d| d.parse::<i32>().ok());
+    let month = time::Month::try_from(u8::try_from(n(4..6)?).ok()?).ok()?;
+    let date =
+        time::Date::from_calendar_date(n(0..4)?, month, u8::try_from(n(6..8)?).ok()?).ok()?;
+    Some(
+        date.midnight()
+            .assume_utc()
+            .unix_timestamp()
+            .div_euclid(86_400),
+    )
+}
+
+/// Makes the partitions of every day `records` fall on that `known` does not know yet.
+pub async fn ensure_partitions(
+    c: &mut deadpool_postgres::ClientWrapper,
+    known: &mut Partitions,
+    records: &[RequestRecord],
+) -> Result<()> {
+    let days: HashSet<i64> = records
+        .iter()
+        .map(|r| r.created_at_us.div_euclid(DAY_US))
+        .filter(|d| !known.made.contains(d))
+        .collect();
+    if days.is_empty() {
+        return Ok(());
+    }
+    let tx = c.transaction().await?;
+    // Two instances making one day's partition at once would collide in the catalog.
+    tx.batch_execute(
+        "SELECT pg_advisory_xact_lock(hashtext('laptime partitions ' || current_schema()))",
+    )
+    .await?;
+    for day in &days {
+        let from = day.saturating_mul(DAY_US);
+        tx.batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {} PARTITION OF requests
+             FOR VALUES FROM ({from}) TO ({})",
+            partition_name(*day),
+            from.saturating_add(DAY_US)
+        ))
+        .await?;
+    }
+    tx.commit().await?;
+    known.made.extend(days);
+    Ok(())
+}
+
+/// Inserts the rows of `records` whose `(request_id, created_at_us)` is not stored; returns
+/// the ids inserted.
+async fn insert_rows(tx: &Transaction<'_>, records: &[RequestRecord]) -> Result<HashSet<String>> {
+    let Some(first) = records.first() else {
+        return Ok(HashSet::new());
+    };
+    let mut cols: Vec<Col> = values(first)?
+        .iter()
+        .map(|v| Col::empty_like(v, records.len()))
+        .collect();
+    for r in records {
+        for (col, v) in cols.iter_mut().zip(values(r)?) {
+            col.push(v);
+        }
+    }
+    let arrays: Vec<String> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("${}::{}", i + 1, c.array_type()))
+        .collect();
+    let sql = format!(
+        "INSERT INTO requests ({}) SELECT * FROM UNNEST({})
+         ON CONFLICT (request_id, created_at_us) DO NOTHING RETURNING request_id",
+        COLUMNS.join(", "),
+        arrays.join(", ")
+    );
+    let params: Vec<&(dyn ToSql + Sync)> = cols.iter().map(Col::param).collect();
+    let stmt = tx.prepare_cached(&sql).await?;
+    let rows = tx.query(&stmt, &params).await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// Writes records with their rollups in one transaction; a record whose request is stored
+/// already replaces it (and the rollups both touch are rebuilt from the rows).
+pub async fn insert_batch(
+    c: &mut deadpool_postgres::ClientWrapper,
+    known: &mut Partitions,
+    records: &[RequestRecord],
+) -> Result<()> {
+    ensure_partitions(c, known, records).await?;
+    let written = write_batch(c, records).await;
+    known.forget_if_missing(written)
+}
+
+async fn write_batch(
+    c: &mut deadpool_postgres::ClientWrapper,
+    records: &[RequestRecord],
+) -> Result<()> {
+    let tx = c.transaction().await?;
+    let (records, inserted) = dedup_and_insert(&tx, records).await?;
+    let mut rebuild: HashSet<RollupKey> = HashSet::new();
+    let (fresh, taken): (Vec<&RequestRecord>, Vec<&RequestRecord>) = records
+        .iter()
+        .partition(|r| inserted.contains(&r.request_id));
+    for r in &taken {
+        let old = stored_row(&tx, &r.request_id, r.created_at_us).await?;
+        rebuild.extend(old.as_ref().and_then(RollupKey::of));
+        rebuild.extend(RollupKey::of(r));
+        tx.execute(
+            "DELETE FROM requests WHERE request_id = $1 AND created_at_us = $2",
+            &[&r.request_id, &r.created_at_us],
+        )
+        .await?;
+    }
+    let replaced: Vec<RequestRecord> = taken.into_iter().cloned().collect();
+    insert_rows(&tx, &replaced).await?;
+    let mut delta = aggregate(fresh);
+    delta.retain(|k, _| !rebuild.contains(k));
+    merge_into(&tx, delta).await?;
+    rebuild_keys(&tx, &rebuild).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The batch with repeated ids folded (the last one wins, as consecutive SQLite inserts would
+/// make it), and the ids of those now inserted.
+async fn dedup_and_insert(
+    tx: &Transaction<'_>,
+    records: &[RequestRecord],
+) -> Result<(Vec<RequestRecord>, HashSet<String>)> {
+    let mut last: HashMap<(&str, i64), usize> = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        last.insert((r.request_id.as_str(), r.created_at_us), i);
+    }
+    let unique: Vec<RequestRecord> = if last.len() == records.len() {
+        records.to_vec()
+    } else {
+        let mut keep: Vec<usize> = last.into_values().collect();
+        keep.sort_unstable();
+        keep.into_iter()
+            .filter_map(|i| records.get(i).cloned())
+            .collect()
+    };
+    let inserted = insert_rows(tx, &unique).await?;
+    Ok((unique, inserted))
+}
+
+/// Writes the records whose request is not stored, leaving stored ones as they are (see
+/// [`crate::records::insert_absent`]); returns the ids written.
+pub async fn insert_absent(
+    c: &mut deadpool_postgres::ClientWrapper,
+    known: &mut Partitions,
+    records: &[RequestRecord],
+) -> Result<Vec<String>> {
+    ensure_partitions(c, known, records).await?;
+    let written = write_absent(c, records).await;
+    known.forget_if_missing(written)
+}
+
+async fn write_absent(
+    c: &mut deadpool_postgres::ClientWrapper,
+    records: &[RequestRecord],
+) -> Result<Vec<String>> {
+    let tx = c.transaction().await?;
+    let mut seen = HashSet::new();
+    let first: Vec<RequestRecord> = records
+        .iter()
+        .filter(|r| seen.insert((r.request_id.as_str(), r.created_at_us)))
+        .cloned()
+        .collect();
+    let inserted = insert_rows(&tx, &first).await?;
+    let fresh: Vec<RequestRecord> = first
+        .into_iter()
+        .filter(|r| inserted.contains(&r.request_id))
+        .collect();
+    merge_into(&tx, aggregate(&fresh)).await?;
+    tx.commit().await?;
+    Ok(fresh.into_iter().map(|r| r.request_id).collect())
+}
+
+async fn stored_row(
+    c: &impl GenericClient,
+    request_id: &str,
+    created_at_us: i64,
+) -> Result<Option<RequestRecord>> {
+    let sql = format!("{} WHERE request_id = $1 AND created_at_us = $2", select());
+    let stmt = c.prepare_cached(&sql).await?;
+    match c.query_opt(&stmt, &[&request_id, &created_at_us]).await? {
+        Some(row) => Ok(Some(from_row(&row)?)),
+        None => Ok(None),
+    }
+}
+
+/// One record of a workspace (`None` also for another workspace's id).
+pub async fn get(
+    c: &impl GenericClient,
+    workspace_id: &str,
+    request_id: &str,
+) -> Result<Option<RequestRecord>> {
+    let sql = format!(
+        "{} WHERE workspace_id = $1 AND request_id = $2 ORDER BY created_at_us DESC LIMIT 1",
+        select()
+    );
+    let stmt = c.prepare_cached(&sql).await?;
+    match c.query_opt(&stmt, &[&workspace_id, &request_id]).await? {
+        Some(row) => Ok(Some(from_row(&row)?)),
+        None => Ok(None),
+    }
+}
+
+/// The key columns of rollup rows, as `UNNEST` parameters `$1`…`$11`.
+struct KeyCols {
+    workspace_id: Vec<String>,
+    minute_us: Vec<i64>,
+    model: Vec<String>,
+    provider: Vec<String>,
+    channel: Vec<String>,
+    grp: Vec<String>,
+    dialect: Vec<String>,
+    stream: Vec<bool>,
+    status: Vec<i32>,
+    outcome: Vec<String>,
+    classification: Vec<String>,
+}
+
+const KEY_COLUMNS: &str = "workspace_id, minute_us, model, provider, channel, grp, dialect, \
+    stream, status, outcome, classification";
+
+const KEY_UNNEST: &str = "UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
+    $6::text[], $7::text[], $8::bool[], $9::int4[], $10::text[], $11::text[]";
+
+impl KeyCols {
+    fn of<'a>(keys: impl IntoIterator<Item = &'a RollupKey>) -> KeyCols {
+        let mut c = KeyCols {
+            workspace_id: Vec::new(),
+            minute_us: Vec::new(),
+            model: Vec::new(),
+            provider: Vec::new(),
+            channel: Vec::new(),
+            grp: Vec::new(),
+            dialect: Vec::new(),
+            stream: Vec::new(),
+            status: Vec::new(),
+            outcome: Vec::new(),
+            classification: Vec::new(),
+        };
+        for k in keys {
+            c.workspace_id.push(k.workspace_id.clone());
+            c.minute_us.push(k.minute_us);
+            c.model.push(k.model.clone());
+            c.provider.push(k.provider.clone());
+            c.channel.push(k.channel.clone());
+            c.grp.push(k.grp.clone());
+            c.dialect.push(k.dialect.clone());
+            c.stream.push(k.stream);
+            c.status.push(i32::from(k.status));
+            c.outcome.push(k.outcome.clone());
+            c.classification.push(k.classification.clone());
+        }
+        c
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.workspace_id,
+            &self.minute_us,
+            &self.model,
+            &self.provider,
+            &self.channel,
+            &self.grp,
+            &self.dialect,
+            &self.stream,
+            &self.status,
+            &self.outcome,
+            &self.classification,
+        ]
+    }
+}
+
+/// A rollup row's key, read from its first 11 columns (in [`KEY_COLUMNS`] order).
+fn key_of(row: &Row) -> Result<RollupKey> {
+    let status: i32 = row.try_get(8)?;
+    Ok(RollupKey {
+        workspace_id: row.try_get(0)?,
+        minute_us: row.try_get(1)?,
+        model: row.try_get(2)?,
+        provider: row.try_get(3)?,
+        channel: row.try_get(4)?,
+        grp: row.try_get(5)?,
+        dialect: row.try_get(6)?,
+        stream: row.try_get(7)?,
+        status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
+        outcome: row.try_get(9)?,
+        classification: row.try_get(10)?,
+    })
+}
+
+/// Writes `(key, encoded rollup)` rows: inserts, or with `update` overwrites existing keys.
+async fn write_rollups(
+    tx: &Transaction<'_>,
+    rows: &[(&RollupKey, Vec<u8>)],
+    conflict: &str,
+) -> Result<Vec<Row>> {
+    let keys = KeyCols::of(rows.iter().map(|(k, _)| *k));
+    let data: Vec<&[u8]> = rows.iter().map(|(_, d)| d.as_slice()).collect();
+    let mut params = keys.params();
+    params.push(&data);
+    let sql = format!(
+        "INSERT INTO rollups ({KEY_COLUMNS}, data) SELECT * FROM {KEY_UNNEST}, $12::bytea[])
+         ON CONFLICT ({KEY_COLUMNS}) {conflict} RETURNING {KEY_COLUMNS}"
+    );
+    let stmt = tx.prepare_cached(&sql).await?;
+    Ok(tx.query(&stmt, &params).await?)
+}
+
+/// Folds `delta` into the stored rollups, inside the transaction that wrote its rows.
+pub(crate) async fn merge_into(
+    tx: &Transaction<'_>,
+    delta: HashMap<RollupKey, Rollup>,
+) -> Result<()> {
+    if delta.is_empty() {
+        return Ok(());
+    }
+    let mut delta: Vec<(RollupKey, Rollup)> = delta.into_iter().collect();
+    delta.sort_by(|a, b| a.0.cmp(&b.0));
+    // Keys no instance has written yet: inserted as they are.
+    let encoded: Vec<(&RollupKey, Vec<u8>)> = delta.iter().map(|(k, r)| (k, r.encode())).collect();
+    let inserted: HashSet<RollupKey> = write_rollups(tx, &encoded, "DO NOTHING")
+        .await?
+        .iter()
+        .map(key_of)
+        .collect::<Result<_>>()?;
+    let mut rest: HashMap<RollupKey, Rollup> = delta
+        .into_iter()
+        .filter(|(k, _)| !inserted.contains(k))
+        .collect();
+    if rest.is_empty() {
+        return Ok(());
+    }
+    // The others: locked in key order (instances folding into one minute queue, never
+    // deadlock on each other), merged with what is stored, written back.
+    let keys = KeyCols::of(rest.keys());
+    let sql = format!(
+        "SELECT {KEY_COLUMNS}, data FROM rollups WHERE ({KEY_COLUMNS}) IN
+            (SELECT * FROM {KEY_UNNEST}))
+         ORDER BY {KEY_COLUMNS} FOR UPDATE"
+    );
+    let stmt = tx.prepare_cached(&sql).await?;
+    for row in tx.query(&stmt, &keys.params()).await? {
+        let key = key_of(&row)?;
+        let stored: &[u8] = row.try_get(11)?;
+        if let Some(r) = rest.get_mut(&key) {
+            r.merge_encoded(stored)
+                .map_err(|e| StoreError::Corrupt(format!("rollup: {e}")))?;
+        }
+    }
+    let merged: Vec<(&RollupKey, Vec<u8>)> = rest.iter().map(|(k, r)| (k, r.encode())).collect();
+    write_rollups(tx, &merged, "DO UPDATE SET data = excluded.data").await?;
+    Ok(())
+}
+
+/// Recomputes the rollups of `keys` from the rows (after rows were replaced): the keys are
+/// locked first, so a concurrent fold waits and then merges into the rebuilt value.
+async fn rebuild_keys(tx: &Transaction<'_>, keys: &HashSet<RollupKey>) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut sorted: Vec<&RollupKey> = keys.iter().collect();
+    sorted.sort();
+    let empty = Rollup::new().encode();
+    let placeholders: Vec<(&RollupKey, Vec<u8>)> =
+        sorted.iter().map(|k| (*k, empty.clone())).collect();
+    write_rollups(tx, &placeholders, "DO NOTHING").await?;
+    let locked = KeyCols::of(sorted.iter().copied());
+    let lock = format!(
+        "SELECT 1 FROM rollups WHERE ({KEY_COLUMNS}) IN (SELECT * FROM {KEY_UNNEST}))
+         ORDER BY {KEY_COLUMNS} FOR UPDATE"
+    );
+    tx.query(&lock, &locked.params()).await?;
+    let minutes: HashSet<(&str, i64)> = keys
+        .iter()
+        .map(|k| (k.workspace_id.as_str(), k.minute_us))
+        .collect();
+    let sql = format!(
+        "{} WHERE workspace_id = $1 AND created_at_us >= $2 AND created_at_us < $3",
+        select()
+    );
+    let mut fresh: HashMap<RollupKey, Rollup> = HashMap::new();
+    for (ws, minute) in minutes {
+        let rows = tx
+            .query(&sql, &[&ws, &minute, &(minute + MINUTE_US)])
+            .await?;
+        let records = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
+        fresh.extend(aggregate(
+            records
+                .iter()
+                .filter(|r| RollupKey::of(r).is_some_and(|k| keys.contains(&k))),
+        ));
+    }
+    let (keep, gone): (Vec<&RollupKey>, Vec<&RollupKey>) =
+        sorted.into_iter().partition(|k| fresh.contains_key(*k));
+    let rebuilt: Vec<(&RollupKey, Vec<u8>)> = keep
+        .into_iter()
+        .filter_map(|k| fresh.get(k).map(|r| (k, r.encode())))
+        .collect();
+    write_rollups(tx, &rebuilt, "DO UPDATE SET data = excluded.data").await?;
+    let gone = KeyCols::of(gone);
+    let delete =
+        format!("DELETE FROM rollups WHERE ({KEY_COLUMNS}) IN (SELECT * FROM {KEY_UNNEST}))");
+    tx.execute(&delete, &gone.params()).await?;
+    Ok(())
+}
+
+/// Retention: drops the partitions of days wholly before `cutoff_us`, deletes the older rows
+/// left in the partition holding it in transactions of at most `batch` rows, and the rollups
+/// of every minute that ends at or before it; returns how many records went.
+pub async fn delete_older_than(
+    c: &mut deadpool_postgres::ClientWrapper,
+    cutoff_us: i64,
+    batch: usize,
+) -> Result<usize> {
+    let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
+    let mut deleted: u64 = 0;
+    let partitions = c
+        .query(
+            "SELECT child.relname FROM pg_inherits i
+             JOIN pg_class child ON child.oid = i.inhrelid
+             JOIN pg_class parent ON parent.oid = i.inhparent
+             WHERE parent.relname = 'requests'
+               AND parent.relnamespace = current_schema()::regnamespace",
+            &[],
+        )
+        .await?;
+    for row in partitions {
+        let name: String = row.try_get(0)?;
+        let Some(day) = partition_day(&name) else {
+            continue;
+        };
+        if (day + 1).saturating_mul(DAY_US) > cutoff_us {
+            continue;
+        }
+        let tx = c.transaction().await?;
+        let n: i64 = tx
+            .query_one(&format!("SELECT count(*) FROM {name}"), &[])
+            .await?
+            .try_get(0)?;
+        tx.batch_execute(&format!("DROP TABLE {name}")).await?;
+        tx.commit().await?;
+        deleted += n.max(0) as u64;
+    }
+    loop {
+        let n = c
+            .execute(
+                "DELETE FROM requests WHERE (request_id, created_at_us) IN
+                    (SELECT request_id, created_at_us FROM requests WHERE created_at_us < $1
+                     LIMIT $2)",
+                &[&cutoff_us, &batch],
+            )
+            .await?;
+        deleted += n;
+        if n == 0 {
+            break;
+        }
+    }
+    let minute_cutoff = floor_minute(cutoff_us);
+    while c
+        .execute(
+            "DELETE FROM rollups WHERE ctid IN
+                (SELECT ctid FROM rollups WHERE minute_us < $1 LIMIT $2)",
+            &[&minute_cutoff, &batch],
+        )
+        .await?
+        > 0
+    {}
+    Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_names_read_back_as_their_day() {
+        for day in [0, 1, 19_000, 20_788, 30_000] {
+            assert_eq!(partition_day(&partition_name(day)), Some(day), "{day}");
+        }
+        assert_eq!(partition_name(20_788), "requests_p20261201");
+        assert_eq!(partition_day("requests_p2026120"), None);
+        assert_eq!(partition_day("requests_p20261301"), None);
+        assert_eq!(partition_day("requests"), None);
+    }
+}

@@ -1,0 +1,182 @@
+//! PostgreSQL migrations: versioned, each applied once, all pending ones in one transaction that
+//! first takes a transaction-level advisory lock, so that instances starting at once on an
+//! empty database queue behind the first and find the work done. The applied versions are rows
+//! of `laptime_schema`; a database whose newest version is past this build's is refused with
+//! [`StoreError::SchemaTooNew`].
+//!
+//! The lock key is derived from the schema in use, so that databases (or schemas) of separate
+//! fleets on one server never wait for each other.
+
+use tokio_postgres::Client;
+
+use crate::{Result, StoreError};
+
+/// Each migration, in order; version N is `MIGRATIONS[N - 1]`.
+const MIGRATIONS: &[&str] = &[V1];
+
+/// The schema version this build writes.
+pub const VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Workspaces and tokens as in SQLite. Requests are partitioned by day of `created_at_us`
+/// (partitions are made by the writer as days arrive, see [`super::records`]), with their
+/// attempts inline as a compact JSON array: they are only ever read with their request, and a
+/// second table would cost an index as large as the rows. `seq` orders requests that share a
+/// microsecond newest-first, as SQLite's rowid does. Rollups are keyed as in SQLite and shared
+/// by every instance.
+const V1: &str = r#"
+    CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        created_at_us BIGINT NOT NULL,
+        grp TEXT
+    );
+    CREATE TABLE tokens (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        hash BYTEA NOT NULL UNIQUE,
+        scope TEXT NOT NULL,
+        created_at_us BIGINT NOT NULL,
+        revoked_at_us BIGINT,
+        grp TEXT
+    );
+    CREATE SEQUENCE requests_seq;
+    CREATE TABLE requests (
+        request_id TEXT NOT NULL,
+        created_at_us BIGINT NOT NULL,
+        seq BIGINT NOT NULL DEFAULT nextval('requests_seq'),
+        workspace_id TEXT,
+        key_id TEXT,
+        model TEXT,
+        provider TEXT,
+        channel TEXT,
+        grp TEXT,
+        dialect TEXT NOT NULL,
+        upstream_dialect TEXT,
+        stream BOOLEAN NOT NULL,
+        status INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        timeout_kind TEXT,
+        error_class TEXT,
+        classification TEXT NOT NULL,
+        flags TEXT NOT NULL,
+        auth_us BIGINT,
+        body_read_us BIGINT,
+        distribution_us BIGINT,
+        upstream_start_us BIGINT,
+        upstream_headers_us BIGINT,
+        first_byte_us BIGINT,
+        first_event_us BIGINT,
+        first_effective_us BIGINT,
+        first_visible_us BIGINT,
+        last_effective_us BIGINT,
+        upstream_done_us BIGINT,
+        handler_done_us BIGINT,
+        input_tokens BIGINT,
+        output_tokens BIGINT,
+        cache_read_tokens BIGINT,
+        cache_write_tokens BIGINT,
+        reasoning_tokens BIGINT,
+        event_count BIGINT NOT NULL,
+        text_delta_count BIGINT NOT NULL,
+        channel_inflight BIGINT,
+        hedge TEXT NOT NULL,
+        failover_count BIGINT NOT NULL,
+        cached BOOLEAN NOT NULL,
+        max_output_tokens BIGINT,
+        reasoning_effort TEXT,
+        tool_count BIGINT,
+        tool_choice TEXT,
+        response_format TEXT,
+        temperature DOUBLE PRECISION,
+        top_p DOUBLE PRECISION,
+        region TEXT,
+        trace_id TEXT,
+        attempts TEXT NOT NULL,
+        PRIMARY KEY (request_id, created_at_us)
+    ) PARTITION BY RANGE (created_at_us);
+    CREATE INDEX requests_workspace_created ON requests (workspace_id, created_at_us, seq);
+    CREATE TABLE rollups (
+        workspace_id TEXT NOT NULL,
+        minute_us BIGINT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        grp TEXT NOT NULL,
+        dialect TEXT NOT NULL,
+        stream BOOLEAN NOT NULL,
+        status INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        classification TEXT NOT NULL,
+        data BYTEA NOT NULL,
+        PRIMARY KEY (workspace_id, minute_us, model, provider, channel, grp, dialect, stream,
+            status, outcome, classification)
+    );
+    CREATE INDEX rollups_minute ON rollups (minute_us);
+"#;
+
+/// The advisory lock key of migrations in the current schema.
+const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";
+
+/// The newest applied version (0 for an empty database).
+pub async fn applied(client: &impl deadpool_postgres::GenericClient) -> Result<i64> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('laptime_schema') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if !exists {
+        return Ok(0);
+    }
+    let row = client
+        .query_one("SELECT COALESCE(max(version), 0) FROM laptime_schema", &[])
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Applies every pending migration; returns the versions applied (empty when none was due).
+pub async fn migrate(client: &mut Client) -> Result<Vec<i64>> {
+    migrate_to(client, VERSION).await
+}
+
+async fn migrate_to(client: &mut Client, target: i64) -> Result<Vec<i64>> {
+    let tx = client.transaction().await?;
+    tx.batch_execute(LOCK).await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS laptime_schema (
+            version BIGINT PRIMARY KEY,
+            applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        )",
+    )
+    .await?;
+    let current: i64 = tx
+        .query_one("SELECT COALESCE(max(version), 0) FROM laptime_schema", &[])
+        .await?
+        .get(0);
+    if current > VERSION {
+        tx.rollback().await?;
+        return Err(StoreError::SchemaTooNew {
+            found: current,
+            known: VERSION,
+        });
+    }
+    let mut done = Vec::new();
+    for version in current + 1..=target.min(VERSION) {
+        let Some(sql) = usize::try_from(version - 1)
+            .ok()
+            .and_then(|i| MIGRATIONS.get(i))
+        else {
+            break;
+        };
+        tx.batch_execute(sql).await?;
+        tx.execute(
+            "INSERT INTO laptime_schema (version) VALUES ($1)",
+            &[&version],
+        )
+        .await?;
+        done.push(version);
+    }
+    tx.commit().await?;
+    if !done.is_empty() {
+        tracing::info!(versions = ?done, "store migrated");
+    }
+    Ok(done)
+}

@@ -1,0 +1,1031 @@
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+//! The store conformance suite: every test runs against both backends, a real SQLite file and a
+//! real PostgreSQL server (a schema of its own on `LAPTIME_TEST_POSTGRES_URL`, by default the
+//! local server `scripts/test` starts), through the one `Store` interface. Records read back as
+//! written; rollups written in the recorder's transactions answer exactly what the rows say,
+//! under every filter and grouping; newest-first reads; replacement and replay; retention;
+//! workspaces and tokens; migrations.
+
+use std::time::Duration;
+
+use laptime_core::rollup::{Metric, Rollup};
+use laptime_core::timeline::{Attempt, Hedge, Marks, Outcome, RequestRecord, RequestShape};
+use laptime_core::usage::Tokens;
+use laptime_core::Dialect;
+use laptime_store::auth::Scope;
+use laptime_store::recorder::Recorder;
+use laptime_store::testing::PgSchema;
+use laptime_store::usage::{GroupDim, UsageFilter, UsageResult};
+use laptime_store::{BackendKind, Store, StoreError};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// A minute boundary, so that tests can reason in whole minutes.
+const BASE: i64 = 1_700_000_040_000_000;
+const MIN: i64 = 60_000_000;
+
+fn ms(v: f64) -> Option<Duration> {
+    Some(Duration::from_micros((v * 1000.0) as u64))
+}
+
+/// A plain successful streamed request.
+fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord {
+    RequestRecord {
+        request_id: id.into(),
+        workspace_id: Some(ws.into()),
+        key_id: None,
+        created_at_us: created,
+        model: model.map(str::to_string),
+        provider: Some("openai".into()),
+        channel: Some("ch-a".into()),
+        group: Some("default".into()),
+        dialect: Dialect::Chat,
+        upstream_dialect: Some(Dialect::Chat),
+        stream: true,
+        status: 200,
+        outcome: Outcome::Completed,
+        timeout_kind: None,
+        error_class: None,
+        classification: laptime_core::slow::Classification::Ok,
+        flags: Vec::new(),
+        marks: Marks {
+            upstream_start: ms(1.0),
+            first_byte: ms(200.0),
+            upstream_done: ms(900.0),
+            handler_done: ms(901.0),
+            ..Marks::default()
+        },
+        tokens: Tokens {
+            output: Some(20),
+            ..Tokens::default()
+        },
+        event_count: 3,
+        text_delta_count: 1,
+        channel_inflight: None,
+        attempts: vec![Attempt {
+            channel: "ch-a".into(),
+            role: laptime_core::timeline::AttemptRole::Primary,
+            won: true,
+            status: Some(200),
+            error_class: None,
+            start: ms(1.0),
+            headers: ms(100.0),
+            first_byte: ms(200.0),
+            end: ms(900.0),
+        }],
+        hedge: Hedge::None,
+        failover_count: 0,
+        cached: false,
+        shape: RequestShape::default(),
+        region: None,
+        trace_id: None,
+    }
+}
+
+/// `n` varied records over about `n × 7` seconds: three models and a missing one, two channels,
+/// three dialects, both stream modes, failures of several kinds, cache hits, and marks that are
+/// absent where the outcome says they must be.
+fn corpus(ws: &str, n: usize, seed: u64) -> Vec<RequestRecord> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|i| {
+            let created = BASE + i as i64 * 7_000_000 + rng.gen_range(0..1_000_000);
+            let model = ["gpt-4o", "claude-sonnet", "o3-mini", ""][rng.gen_range(0..4)];
+            let mut r = plain(
+                &format!("{ws}-{i}"),
+                ws,
+                created,
+                (!model.is_empty()).then_some(model),
+            );
+            r.dialect = [Dialect::Chat, Dialect::Responses, Dialect::Messages][i % 3];
+            r.stream = rng.gen_bool(0.7);
+            r.channel = [Some("ch-a"), Some("ch-b"), None][rng.gen_range(0..3)].map(Into::into);
+            r.group = [Some("default"), None][rng.gen_range(0..2)].map(Into::into);
+            let t1 = rng.gen_range(0.5..3.0);
+            let ttft = rng.gen_range(80.0..4_000.0);
+            let done = ttft + rng.gen_range(10.0..20_000.0);
+            r.marks = Marks {
+                auth: ms(rng.gen_range(0.01..0.5)),
+                upstream_start: ms(t1),
+                upstream_headers: ms(t1 + ttft * 0.8),
+                first_byte: ms(t1 + ttft),
+                first_event: ms(t1 + ttft + 1.0),
+                first_effective: ms(t1 + ttft + 2.0),
+                first_visible: rng.gen_bool(0.8).then(|| ms(t1 + ttft + 3.0)).flatten(),
+                upstream_done: ms(t1 + done),
+                handler_done: ms(t1 + done + 0.4),
+                ..Marks::default()
+            };
+            r.tokens = Tokens {
+                input: Some(rng.gen_range(10..5_000)),
+                output: Some(rng.gen_range(1..2_000)),
+                cache_read: rng.gen_bool(0.3).then(|| rng.gen_range(0..4_000)),
+                ..Tokens::default()
+            };
+            match rng.gen_range(0..20) {
+                0 => {
+                    r.outcome = Outcome::UpstreamError;
+                    r.status = 502;
+                    r.marks.first_byte = None;
+                    r.marks.first_event = None;
+                    r.marks.first_effective = None;
+                    r.marks.first_visible = None;
+                    r.tokens = Tokens::default();
+                    r.failover_count = 1;
+                }
+                1 => {
+                    r.outcome = Outcome::UpstreamClosedEarly;
+                    r.tokens.output = None;
+                }
+                2 => {
+                    r.outcome = Outcome::CacheHit;
+                    r.cached = true;
+                    r.marks = Marks {
+                        auth: ms(0.1),
+                        handler_done: ms(3.0),
+                        ..Marks::default()
+                    };
+                    r.attempts.clear();
+                }
+                3 => {
+                    r.outcome = Outcome::Rejected;
+                    r.status = 401;
+                    r.marks = Marks {
+                        auth: ms(0.2),
+                        handler_done: ms(0.3),
+                        ..Marks::default()
+                    };
+                    r.tokens = Tokens::default();
+                    r.attempts.clear();
+                }
+                4 => r.outcome = Outcome::Incomplete,
+                _ => {}
+            }
+            r.classification = if !r.outcome.is_success() {
+                laptime_core::slow::Classification::Failed
+            } else if ttft > 2_000.0 {
+                laptime_core::slow::Classification::Slow(
+                    laptime_core::slow::SlowStage::UpstreamHeadersSlow,
+                )
+            } else {
+                laptime_core::slow::Classification::Ok
+            };
+            r
+        })
+        .collect()
+}
+
+fn rollup_of<'a>(records: impl IntoIterator<Item = &'a RequestRecord>) -> Rollup {
+    let mut r = Rollup::new();
+    for rec in records {
+        r.add(rec);
+    }
+    r
+}
+
+/// A store of one backend, with what keeps it alive (its directory or its schema).
+struct Backend {
+    name: &'static str,
+    store: Store,
+    _dir: Option<tempfile::TempDir>,
+    _schema: Option<PgSchema>,
+}
+
+/// A fresh, empty store of each backend.
+async fn backends() -> Vec<Backend> {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open_dir(dir.path()).unwrap();
+    let schema = PgSchema::create()
+        .await
+        .expect("the PostgreSQL test server (LAPTIME_TEST_POSTGRES_URL) must be reachable");
+    let pg = Store::open_postgres(schema.url()).await.unwrap();
+    vec![
+        Backend {
+            name: "sqlite",
+            store: sqlite,
+            _dir: Some(dir),
+            _schema: None,
+        },
+        Backend {
+            name: "postgres",
+            store: pg,
+            _dir: None,
+            _schema: Some(schema),
+        },
+    ]
+}
+
+/// Each backend with `records` written in batches of `batch`.
+async fn backends_with(records: &[RequestRecord], batch: usize) -> Vec<Backend> {
+    let all = backends().await;
+    for b in &all {
+        for chunk in records.chunks(batch) {
+            b.store.insert_batch(chunk.to_vec()).await.unwrap();
+        }
+    }
+    all
+}
+
+async fn usage_of(store: &Store, ws: &str, f: &UsageFilter, g: &[GroupDim]) -> UsageResult {
+    store
+        .usage(ws, (BASE, BASE + 100 * MIN), f.clone(), g.to_vec())
+        .await
+        .unwrap()
+}
+
+async fn recent(store: &Store, ws: &str, f: &UsageFilter, limit: u32) -> Vec<RequestRecord> {
+    store.recent(ws, f.clone(), None, limit).await.unwrap()
+}
+
+#[tokio::test]
+async fn usage_equals_a_rollup_of_the_matching_rows_under_every_filter_and_grouping() {
+    let rows = corpus("ws", 600, 1);
+    for b in backends_with(&rows, 37).await {
+        let name = b.name;
+        let store = &b.store;
+        let got = usage_of(store, "ws", &UsageFilter::default(), &[]).await;
+        assert_eq!(got.total.requests, 600, "{name}");
+        assert!(got.total.agrees_with(&rollup_of(&rows)), "{name}");
+        assert!(got.groups.is_empty());
+        assert!(got.total.errors > 0 && got.total.cache_hits > 0);
+        assert!(got.total.stats(Metric::TtftMs).null_count > 0);
+
+        // Grouped by model: one group per model, the missing model as None, most requests first.
+        let by_model = usage_of(store, "ws", &UsageFilter::default(), &[GroupDim::Model]).await;
+        assert!(by_model.total.agrees_with(&got.total), "{name}");
+        assert_eq!(by_model.groups.len(), 4, "{name}");
+        for (key, r) in &by_model.groups {
+            let [(GroupDim::Model, model)] = key.as_slice() else {
+                panic!("{key:?}")
+            };
+            let want = rollup_of(rows.iter().filter(|x| x.model == *model));
+            assert!(r.agrees_with(&want), "{name} {model:?}");
+        }
+        assert!(by_model.groups.iter().any(|(k, _)| k[0].1.is_none()));
+        assert!(by_model
+            .groups
+            .windows(2)
+            .all(|w| w[0].1.requests >= w[1].1.requests));
+
+        // Two dimensions; stream and status read as text.
+        let two = usage_of(
+            store,
+            "ws",
+            &UsageFilter::default(),
+            &[GroupDim::Stream, GroupDim::Status],
+        )
+        .await;
+        let sum: u64 = two.groups.iter().map(|(_, r)| r.requests).sum();
+        assert_eq!(sum, 600, "{name}");
+        for (key, r) in &two.groups {
+            let stream = key[0].1.as_deref() == Some("true");
+            let status: u16 = key[1].1.as_deref().unwrap().parse().unwrap();
+            let want = rollup_of(
+                rows.iter()
+                    .filter(|x| x.stream == stream && x.status == status),
+            );
+            assert!(r.agrees_with(&want), "{name} {key:?}");
+        }
+
+        // Every dimension at once, as the API allows.
+        let every = usage_of(store, "ws", &UsageFilter::default(), &GroupDim::ALL).await;
+        assert_eq!(
+            every.groups.iter().map(|(_, r)| r.requests).sum::<u64>(),
+            600,
+            "{name}"
+        );
+
+        for (filter, pred) in filter_cases() {
+            let got = usage_of(store, "ws", &filter, &[]).await;
+            let want = rollup_of(rows.iter().filter(|r| pred(r)));
+            assert!(want.requests > 0, "{filter:?} matches something");
+            assert!(got.total.agrees_with(&want), "{name} {filter:?}");
+            let recent = recent(store, "ws", &filter, 1000).await;
+            assert_eq!(recent.len() as u64, want.requests, "{name} {filter:?}");
+        }
+    }
+}
+
+type Pred = fn(&RequestRecord) -> bool;
+
+/// Filters, one at a time and combined, with the rows each must match.
+fn filter_cases() -> Vec<(UsageFilter, Pred)> {
+    vec![
+        (
+            UsageFilter {
+                model: Some("gpt-4o".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.model.as_deref() == Some("gpt-4o"),
+        ),
+        (
+            UsageFilter {
+                outcome: Some("upstream_error".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.outcome == Outcome::UpstreamError,
+        ),
+        (
+            UsageFilter {
+                classification: Some("failed".into()),
+                stream: Some(false),
+                ..UsageFilter::default()
+            },
+            |r| r.classification == laptime_core::slow::Classification::Failed && !r.stream,
+        ),
+        (
+            UsageFilter {
+                status: Some(401),
+                dialect: Some("messages".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.status == 401 && r.dialect == Dialect::Messages,
+        ),
+        (
+            UsageFilter {
+                channel: Some("ch-b".into()),
+                provider: Some("openai".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.channel.as_deref() == Some("ch-b"),
+        ),
+        // An empty value asks for requests without one.
+        (
+            UsageFilter {
+                group: Some(String::new()),
+                ..UsageFilter::default()
+            },
+            |r| r.group.is_none(),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_record_reads_back_exactly_as_written_with_its_attempts_and_every_field() {
+    let mut full = plain("full", "ws", BASE + 1, Some("gpt-4o"));
+    full.key_id = Some("key_1".into());
+    full.upstream_dialect = Some(Dialect::Messages);
+    full.outcome = Outcome::Timeout;
+    full.timeout_kind = Some(laptime_core::timeline::DeadlineKind::Idle);
+    full.error_class = Some(laptime_core::timeline::ErrorClass::RateLimited);
+    full.flags = vec![laptime_core::slow::Flag::Slow(
+        laptime_core::slow::SlowStage::FirstEventSlow,
+    )];
+    full.marks.last_effective = ms(880.5);
+    full.marks.body_read = ms(0.25);
+    full.tokens.reasoning = Some(7);
+    full.tokens.cache_write = Some(3);
+    full.channel_inflight = Some(4);
+    full.hedge = Hedge::Hedge;
+    full.failover_count = 2;
+    full.attempts.push(Attempt {
+        channel: "ch-b".into(),
+        role: laptime_core::timeline::AttemptRole::Hedge,
+        won: false,
+        status: None,
+        error_class: Some(laptime_core::timeline::ErrorClass::ConnectFailed),
+        start: ms(50.0),
+        headers: None,
+        first_byte: None,
+        end: ms(60.0),
+    });
+    full.shape = RequestShape {
+        max_output_tokens: Some(512),
+        reasoning_effort: Some("high".into()),
+        tool_count: Some(2),
+        tool_choice: Some("auto".into()),
+        response_format: Some("json_schema".into()),
+        temperature: Some(0.25),
+        top_p: Some(0.9),
+    };
+    full.region = Some("eu-west".into());
+    full.trace_id = Some("0af7651916cd43dd8448eb211c80319c".into());
+    let mut bare = plain("bare", "ws", BASE + 2, None);
+    bare.marks = Marks::default();
+    bare.tokens = Tokens::default();
+    bare.attempts.clear();
+    bare.upstream_dialect = None;
+    bare.channel = None;
+    bare.provider = None;
+    bare.group = None;
+    for b in backends_with(&[full.clone(), bare.clone()], 10).await {
+        assert_eq!(
+            b.store.record("ws", "full").await.unwrap(),
+            Some(full.clone()),
+            "{}",
+            b.name
+        );
+        assert_eq!(
+            b.store.record("ws", "bare").await.unwrap(),
+            Some(bare.clone()),
+            "{}",
+            b.name
+        );
+        assert_eq!(
+            b.store.record("other", "full").await.unwrap(),
+            None,
+            "{}",
+            b.name
+        );
+        assert_eq!(
+            b.store.record("ws", "nope").await.unwrap(),
+            None,
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_window_is_widened_to_whole_minutes() {
+    let rows = [
+        plain("a", "ws", BASE + MIN - 1, Some("m")),
+        plain("b", "ws", BASE + MIN, Some("m")),
+        plain("c", "ws", BASE + 2 * MIN - 1, Some("m")),
+        plain("d", "ws", BASE + 2 * MIN, Some("m")),
+    ];
+    for b in backends_with(&rows, 10).await {
+        let q = |from: i64, to: i64| {
+            let store = b.store.clone();
+            async move {
+                store
+                    .usage("ws", (from, to), UsageFilter::default(), Vec::new())
+                    .await
+                    .unwrap()
+            }
+        };
+        let inner = q(BASE + MIN + 30_000_000, BASE + MIN + 40_000_000).await;
+        assert_eq!(
+            (inner.window.from_us, inner.window.to_us),
+            (BASE + MIN, BASE + 2 * MIN)
+        );
+        assert_eq!(inner.total.requests, 2, "{}: b and c", b.name);
+        assert_eq!(q(BASE + MIN, BASE + 2 * MIN).await.total.requests, 2);
+        let wider = q(BASE + MIN, BASE + 2 * MIN + 1).await;
+        assert_eq!(wider.window.to_us, BASE + 3 * MIN);
+        assert_eq!(wider.total.requests, 3, "{}: b, c and d", b.name);
+        let empty = q(BASE + 10 * MIN, BASE + 11 * MIN).await;
+        assert_eq!(empty.total.requests, 0);
+        assert_eq!(empty.total.error_rate(), None);
+        assert_eq!(empty.total.stats(Metric::LatencyMs).p50, None);
+    }
+}
+
+#[tokio::test]
+async fn usage_never_shows_another_workspace() {
+    let mut rows = corpus("ws_a", 50, 2);
+    rows.extend(corpus("ws_b", 30, 3));
+    let mut orphan = plain("orphan", "ws_a", BASE, Some("m"));
+    orphan.workspace_id = None;
+    rows.push(orphan);
+    for b in backends_with(&rows, 16).await {
+        let by_model = [GroupDim::Model];
+        let all = UsageFilter::default();
+        let get = |ws: &'static str| usage_of(&b.store, ws, &all, &by_model);
+        assert_eq!(get("ws_a").await.total.requests, 50, "{}", b.name);
+        assert_eq!(get("ws_b").await.total.requests, 30, "{}", b.name);
+        assert_eq!(get("ws_c").await.total.requests, 0, "{}", b.name);
+        assert!(get("ws_c").await.groups.is_empty());
+        assert!(recent(&b.store, "ws_c", &UsageFilter::default(), 10)
+            .await
+            .is_empty());
+        assert_eq!(
+            recent(&b.store, "ws_a", &UsageFilter::default(), 100)
+                .await
+                .len(),
+            50
+        );
+    }
+}
+
+/// A record stored again under its request id (same request, same creation time) replaces the
+/// stored one, in rows and rollups alike.
+#[tokio::test]
+async fn a_replaced_record_is_counted_once_with_its_new_values() {
+    let first = plain("r1", "ws", BASE + 5, Some("a"));
+    for b in backends_with(std::slice::from_ref(&first), 10).await {
+        let mut again = plain("r1", "ws", BASE + 5, Some("b"));
+        again.outcome = Outcome::UpstreamError;
+        again.classification = laptime_core::slow::Classification::Failed;
+        again.attempts.push(again.attempts[0].clone());
+        let other = plain("r2", "ws", BASE + 7, Some("a"));
+        // The same id twice in one batch too: the last one wins.
+        let mut twice = plain("r3", "ws", BASE + 8, Some("a"));
+        let mut twice_again = twice.clone();
+        twice_again.model = Some("c".into());
+        twice.status = 201;
+        b.store
+            .insert_batch(vec![again.clone(), other, twice, twice_again.clone()])
+            .await
+            .unwrap();
+
+        let got = usage_of(&b.store, "ws", &UsageFilter::default(), &[GroupDim::Model]).await;
+        assert_eq!(got.total.requests, 3, "{}", b.name);
+        assert_eq!(got.total.errors, 1, "{}", b.name);
+        let count = |m: &str| {
+            got.groups
+                .iter()
+                .find(|(k, _)| k[0].1.as_deref() == Some(m))
+                .map_or(0, |(_, r)| r.requests)
+        };
+        assert_eq!(
+            (count("a"), count("b"), count("c")),
+            (1, 1, 1),
+            "{}",
+            b.name
+        );
+        assert_eq!(b.store.record("ws", "r1").await.unwrap(), Some(again));
+        assert_eq!(b.store.record("ws", "r3").await.unwrap(), Some(twice_again));
+        assert_eq!(
+            recent(&b.store, "ws", &UsageFilter::default(), 10)
+                .await
+                .len(),
+            3
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_replay_writes_only_the_records_not_stored_and_never_replaces_one() {
+    let ended = plain("req_1", "ws", BASE + 1_000, Some("m"));
+    for b in backends_with(std::slice::from_ref(&ended), 10).await {
+        let mut stale = ended.clone();
+        stale.outcome = Outcome::GatewayCrashed;
+        let mut crashed = plain("req_2", "ws", BASE + 2_000, Some("m"));
+        crashed.outcome = Outcome::GatewayCrashed;
+        let replay = vec![stale, crashed.clone(), crashed.clone()];
+        assert_eq!(
+            b.store.insert_absent(replay.clone()).await.unwrap(),
+            ["req_2"],
+            "{}",
+            b.name
+        );
+        assert!(b.store.insert_absent(replay).await.unwrap().is_empty());
+        assert_eq!(
+            b.store.record("ws", "req_1").await.unwrap(),
+            Some(ended.clone())
+        );
+        assert_eq!(b.store.record("ws", "req_2").await.unwrap(), Some(crashed));
+        let total = usage_of(&b.store, "ws", &UsageFilter::default(), &[])
+            .await
+            .total;
+        assert_eq!((total.requests, total.errors), (2, 1), "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn recent_is_newest_first_within_the_window_and_filter() {
+    let mut rows = corpus("ws", 300, 4);
+    // Two requests in one microsecond: the one written last is the newer.
+    rows.push(plain("tie-1", "ws", BASE + 400 * MIN, Some("m")));
+    rows.push(plain("tie-2", "ws", BASE + 400 * MIN, Some("m")));
+    for b in backends_with(&rows, 50).await {
+        let name = b.name;
+        let store = &b.store;
+        let newest = |pred: &dyn Fn(&RequestRecord) -> bool, limit: usize| {
+            let mut v: Vec<(usize, &RequestRecord)> =
+                rows.iter().enumerate().filter(|(_, r)| pred(r)).collect();
+            v.sort_by_key(|(i, r)| std::cmp::Reverse((r.created_at_us, *i)));
+            v.into_iter()
+                .take(limit)
+                .map(|(_, r)| r.request_id.clone())
+                .collect::<Vec<_>>()
+        };
+        let ids = |v: Vec<RequestRecord>| v.into_iter().map(|r| r.request_id).collect::<Vec<_>>();
+
+        let plain_recent = recent(store, "ws", &UsageFilter::default(), 20).await;
+        assert_eq!(plain_recent[2].attempts, rows[299].attempts);
+        assert_eq!(ids(plain_recent), newest(&|_| true, 20), "{name}");
+
+        let window = (BASE + 5 * MIN, BASE + 9 * MIN);
+        let in_window = |r: &RequestRecord| (window.0..window.1).contains(&r.created_at_us);
+        let got = store
+            .recent("ws", UsageFilter::default(), Some(window), 7)
+            .await
+            .unwrap();
+        assert_eq!(ids(got), newest(&in_window, 7), "{name}");
+
+        let filter = UsageFilter {
+            model: Some("o3-mini".into()),
+            stream: Some(true),
+            ..UsageFilter::default()
+        };
+        let got = store.recent("ws", filter, Some(window), 50).await.unwrap();
+        let want = newest(
+            &|r| in_window(r) && r.model.as_deref() == Some("o3-mini") && r.stream,
+            50,
+        );
+        assert!(!want.is_empty());
+        assert_eq!(ids(got), want, "{name}");
+
+        let none = UsageFilter {
+            model: Some(String::new()),
+            ..UsageFilter::default()
+        };
+        let got = recent(store, "ws", &none, 500).await;
+        assert_eq!(ids(got), newest(&|r| r.model.is_none(), 500), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn retention_deletes_rows_and_whole_minutes_of_rollups_in_batches() {
+    let rows = corpus("ws", 120, 5); // about 14 minutes
+    for b in backends_with(&rows, 25).await {
+        let name = b.name;
+        let cutoff = BASE + 4 * MIN + 30_000_000;
+        let deleted = b.store.delete_older_than(cutoff, 7).await.unwrap();
+        let old = rows.iter().filter(|r| r.created_at_us < cutoff).count();
+        assert!(old > 7, "more than one batch");
+        assert_eq!(deleted, old, "{name}");
+        let left = recent(&b.store, "ws", &UsageFilter::default(), 1_000).await;
+        assert_eq!(left.len(), 120 - old, "{name}");
+        assert!(left.iter().all(|r| r.created_at_us >= cutoff));
+        // The minute holding the cutoff keeps its rollup; every earlier minute is gone.
+        let got = b
+            .store
+            .usage(
+                "ws",
+                (0, BASE + 100 * MIN),
+                UsageFilter::default(),
+                Vec::new(),
+            )
+            .await
+            .unwrap();
+        let want = rollup_of(rows.iter().filter(|r| r.created_at_us >= BASE + 4 * MIN));
+        assert!(got.total.agrees_with(&want), "{name}");
+
+        // Nothing left to delete is not an error; a later cutoff deletes the rest.
+        assert_eq!(
+            b.store.delete_older_than(cutoff, 7).await.unwrap(),
+            0,
+            "{name}"
+        );
+        assert_eq!(
+            b.store.delete_older_than(i64::MAX, 1_000).await.unwrap(),
+            120 - old
+        );
+        let after = b
+            .store
+            .usage("ws", (0, i64::MAX / 2), UsageFilter::default(), Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(after.total.requests, 0, "{name}");
+    }
+}
+
+/// Rows days apart land in separate partitions on PostgreSQL; retention drops whole days and
+/// cuts the day holding the cutoff, and a day dropped comes back when a record arrives for it.
+#[tokio::test]
+async fn retention_across_days_keeps_exactly_the_rows_after_the_cutoff() {
+    const DAY: i64 = 86_400_000_000;
+    let rows: Vec<RequestRecord> = (0..40)
+        .map(|i| plain(&format!("d{i}"), "ws", BASE + i * DAY / 4, Some("m")))
+        .collect();
+    for b in backends_with(&rows, 9).await {
+        let cutoff = BASE + 5 * DAY + DAY / 8;
+        let old = rows.iter().filter(|r| r.created_at_us < cutoff).count();
+        assert_eq!(
+            b.store.delete_older_than(cutoff, 1_000).await.unwrap(),
+            old,
+            "{}",
+            b.name
+        );
+        let left = recent(&b.store, "ws", &UsageFilter::default(), 1_000).await;
+        assert_eq!(left.len(), rows.len() - old, "{}", b.name);
+        // A late record for a day retention dropped is written, not lost.
+        let late = plain("late", "ws", BASE + DAY / 2, Some("m"));
+        b.store.insert_batch(vec![late.clone()]).await.unwrap();
+        assert_eq!(
+            b.store.record("ws", "late").await.unwrap(),
+            Some(late),
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_recorder_keeps_rollups_in_step_with_its_rows() {
+    let rows = corpus("ws", 1_000, 6);
+    for b in backends().await {
+        let (rec, task) = Recorder::start(&b.store, 64).unwrap();
+        for r in rows.iter().cloned() {
+            let mut pending = Box::new(r);
+            while let Err(back) = rec.try_record(pending) {
+                pending = back;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        assert!(rec.shutdown(task, Duration::from_secs(30)).await);
+        let got = b
+            .store
+            .usage(
+                "ws",
+                (BASE, BASE + 200 * MIN),
+                UsageFilter::default(),
+                vec![GroupDim::Classification],
+            )
+            .await
+            .unwrap();
+        assert!(got.total.agrees_with(&rollup_of(&rows)), "{}", b.name);
+        assert_eq!(
+            got.groups.iter().map(|(_, r)| r.requests).sum::<u64>(),
+            1_000
+        );
+    }
+}
+
+#[test]
+fn group_dimensions_round_trip_their_names() {
+    for d in GroupDim::ALL {
+        assert_eq!(GroupDim::parse(d.as_str()), Some(d));
+    }
+    assert_eq!(GroupDim::parse("grp"), None);
+    assert_eq!(GroupDim::Group.as_str(), "group");
+}
+
+/// Retention and the recorder write the same database at once: neither may fail or lose rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_runs_beside_a_busy_recorder_without_failing_either() {
+    for b in backends().await {
+        let store = &b.store;
+        // Old rows for retention to chew through, in small batches.
+        let old = corpus("ws", 3_000, 7);
+        for chunk in old.chunks(500) {
+            store.insert_batch(chunk.to_vec()).await.unwrap();
+        }
+        let (rec, task) = Recorder::start(store, 256).unwrap();
+        let retention = {
+            let store = store.clone();
+            tokio::spawn(async move { store.delete_older_than(BASE + 1_000 * MIN, 50).await })
+        };
+        let new: Vec<_> = corpus("ws", 3_000, 8)
+            .into_iter()
+            .map(|mut r| {
+                r.request_id = format!("new-{}", r.request_id);
+                r.created_at_us += 10_000 * MIN;
+                r
+            })
+            .collect();
+        for r in new.iter().cloned() {
+            let mut pending = Box::new(r);
+            while let Err(back) = rec.try_record(pending) {
+                pending = back;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        assert_eq!(retention.await.unwrap().unwrap(), 3_000, "{}", b.name);
+        assert!(rec.shutdown(task, Duration::from_secs(30)).await);
+        assert_eq!(
+            rec.stats()
+                .failed
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "{}",
+            b.name
+        );
+        let got = store
+            .usage("ws", (0, i64::MAX / 2), UsageFilter::default(), Vec::new())
+            .await
+            .unwrap();
+        assert!(got.total.agrees_with(&rollup_of(&new)), "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn workspaces_and_tokens_behave_the_same_in_both_stores() {
+    const NOW: i64 = 1_700_000_000_000_000;
+    for b in backends().await {
+        let name = b.name;
+        let s = &b.store;
+        assert!(s.ping().await, "{name}");
+        let admin = s.bootstrap(None, NOW).await.unwrap().unwrap();
+        assert_eq!(admin.scope, Scope::Admin);
+        assert_eq!(admin.workspace.name, "default");
+        assert!(
+            s.bootstrap(None, NOW).await.unwrap().is_none(),
+            "{name}: once"
+        );
+        let p = s.authenticate(&admin.token).await.unwrap().unwrap();
+        assert_eq!(
+            (p.key_id.as_str(), p.scope),
+            (admin.key_id.as_str(), Scope::Admin)
+        );
+
+        let team = s
+            .create_workspace(" team ", Some("batch".into()), NOW + 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            (team.name.as_str(), team.group.as_deref()),
+            ("team", Some("batch"))
+        );
+        assert!(
+            matches!(
+                s.create_workspace("team", None, NOW).await,
+                Err(StoreError::Conflict(_))
+            ),
+            "{name}"
+        );
+        assert!(matches!(
+            s.create_workspace("", None, NOW).await,
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(matches!(
+            s.set_workspace_group("team", Some("bad group".into()))
+                .await,
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(matches!(
+            s.workspace("nope").await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert_eq!(s.workspace(&team.id).await.unwrap(), team, "{name}: by id");
+
+        let read = s
+            .create_token("team", Scope::Read, None, NOW + 1)
+            .await
+            .unwrap();
+        let grouped = s
+            .create_token("team", Scope::Proxy, Some("fast".into()), NOW + 2)
+            .await
+            .unwrap();
+        let p = s.authenticate(&read.token).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                p.workspace_id.as_str(),
+                p.workspace_name.as_str(),
+                p.scope,
+                p.group.as_deref()
+            ),
+            (team.id.as_str(), "team", Scope::Read, Some("batch")),
+            "{name}: the workspace's group"
+        );
+        let p = s.authenticate(&grouped.token).await.unwrap().unwrap();
+        assert_eq!(
+            p.group.as_deref(),
+            Some("fast"),
+            "{name}: the token's own group wins"
+        );
+        s.set_workspace_group("team", None).await.unwrap();
+        let p = s.authenticate(&read.token).await.unwrap().unwrap();
+        assert_eq!(p.group, None, "{name}");
+
+        // Unknown, malformed and revoked tokens are all None.
+        assert_eq!(s.authenticate("lt_nope").await.unwrap(), None);
+        let unknown = format!("lt_{}", "ab".repeat(32));
+        assert_eq!(s.authenticate(&unknown).await.unwrap(), None);
+        let other = s.create_workspace("other", None, NOW + 2).await.unwrap();
+        assert!(
+            !s.revoke_token(&other.id, &read.key_id, NOW).await.unwrap(),
+            "{name}"
+        );
+        assert!(s
+            .revoke_token(&team.id, &read.key_id, NOW + 3)
+            .await
+            .unwrap());
+        assert!(!s
+            .revoke_token(&team.id, &read.key_id, NOW + 4)
+            .await
+            .unwrap());
+        assert_eq!(s.authenticate(&read.token).await.unwrap(), None, "{name}");
+
+        let tokens = s.list_tokens(&team.id).await.unwrap();
+        assert_eq!(tokens.len(), 2);
+        assert_eq!(tokens[0].key_id, read.key_id, "{name}: oldest first");
+        assert_eq!(tokens[0].revoked_at_us, Some(NOW + 3));
+        assert_eq!(tokens[1].group.as_deref(), Some("fast"));
+        let names: Vec<String> = s
+            .list_workspaces()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|w| w.name)
+            .collect();
+        assert_eq!(names, ["default", "team", "other"], "{name}: oldest first");
+    }
+}
+
+#[tokio::test]
+async fn a_bootstrap_token_given_must_look_like_one() {
+    for b in backends().await {
+        assert!(
+            matches!(
+                b.store.bootstrap(Some("secret".into()), 1).await,
+                Err(StoreError::Conflict(_))
+            ),
+            "{}",
+            b.name
+        );
+        let given = format!("lt_{}", "0f".repeat(32));
+        let t = b
+            .store
+            .bootstrap(Some(given.clone()), 1)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.token, given);
+        assert!(
+            b.store.authenticate(&given).await.unwrap().is_some(),
+            "{}",
+            b.name
+        );
+    }
+}
+
+/// Opening a store applies its migrations once; opening it again (another instance) finds
+/// nothing to do and the data intact.
+#[tokio::test]
+async fn reopening_a_store_keeps_its_data_and_migrates_nothing() {
+    let rows = corpus("ws", 20, 9);
+    for b in backends_with(&rows, 20).await {
+        let again = match b.store.kind() {
+            BackendKind::Sqlite => Store::open(b.store.path().unwrap()).unwrap(),
+            BackendKind::Postgres => {
+                let schema = b._schema.as_ref().unwrap();
+                Store::open_postgres(schema.url()).await.unwrap()
+            }
+        };
+        assert_eq!(
+            recent(&again, "ws", &UsageFilter::default(), 100)
+                .await
+                .len(),
+            20,
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn instances_starting_at_once_on_an_empty_database_all_come_up_and_migrate_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = PgSchema::create().await.unwrap();
+    let opens = (0..4).map(|_| {
+        let url = schema.url().to_string();
+        tokio::spawn(async move { Store::open_postgres(&url).await })
+    });
+    let path = dir.path().join("laptime.db");
+    let sqlite_opens: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || Store::open(&path))
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for open in opens {
+        stores.push(open.await.unwrap().unwrap());
+    }
+    for open in sqlite_opens {
+        stores.push(open.join().unwrap().unwrap());
+    }
+    for s in &stores {
+        assert_eq!(
+            s.schema_version().await.unwrap(),
+            s.known_schema_version(),
+            "{:?}",
+            s.kind()
+        );
+    }
+    // Each version applied once: one row per version in the migrations table.
+    let config: tokio_postgres::Config = schema.url().parse().unwrap();
+    let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM laptime_schema", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, stores[0].known_schema_version());
+}
+
+#[tokio::test]
+async fn a_store_migrated_by_a_newer_laptime_is_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open_dir(dir.path()).unwrap();
+    let newer = sqlite.known_schema_version() + 1;
+    let conn = rusqlite::Connection::open(sqlite.path().unwrap()).unwrap();
+    conn.pragma_update(None, "user_version", newer).unwrap();
+    let refused = Store::open_dir(dir.path()).unwrap_err();
+    assert!(matches!(refused, StoreError::SchemaTooNew { found, .. } if found == newer));
+    assert!(
+        refused.to_string().contains("newer laptime migrated it"),
+        "{refused}"
+    );
+
+    let schema = PgSchema::create().await.unwrap();
+    let pg = Store::open_postgres(schema.url()).await.unwrap();
+    let newer = pg.known_schema_version() + 1;
+    let config: tokio_postgres::Config = schema.url().parse().unwrap();
+    let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .execute(
+            "INSERT INTO laptime_schema (version) VALUES ($1)",
+            &[&newer],
+        )
+        .await
+        .unwrap();
+    let refused = Store::open_postgres(schema.url()).await.unwrap_err();
+    assert!(matches!(refused, StoreError::SchemaTooNew { found, .. } if found == newer));
+}
