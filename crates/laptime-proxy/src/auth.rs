@@ -19,6 +19,12 @@ use tokio::time::Instant;
 /// How long a looked-up principal is trusted without asking the store again.
 pub const FRESH_FOR: Duration = Duration::from_secs(1);
 
+/// How long a principal looked up before stays usable while the store cannot be read (a
+/// PostgreSQL restart, a network blip): the token was valid when last asked, and refusing every
+/// request of an outage would turn a store blip into an outage of the gateway. A revocation made
+/// meanwhile applies once the store answers again.
+pub const STALE_IF_UNREADABLE_FOR: Duration = Duration::from_secs(300);
+
 /// Principals remembered at most; beyond it the memory is cleared and refilled.
 const MAX_REMEMBERED: usize = 10_000;
 
@@ -103,11 +109,12 @@ impl Authenticator {
         }
     }
 
-    fn recall(&self, hash: &[u8; 32]) -> Option<Principal> {
+    /// The principal remembered for `hash` if it was looked up less than `within` ago.
+    fn recall(&self, hash: &[u8; 32], within: Duration) -> Option<Principal> {
         let generation = self.generation.load(Ordering::SeqCst);
         let m = self.remembered.read().ok()?;
         let r = m.get(hash)?;
-        (r.generation == generation && r.at.elapsed() < FRESH_FOR).then(|| r.principal.clone())
+        (r.generation == generation && r.at.elapsed() < within).then(|| r.principal.clone())
     }
 
     fn remember(&self, hash: [u8; 32], principal: &Principal, generation: u64) {
@@ -159,7 +166,7 @@ impl Authenticator {
             return Err(AuthFailure::Invalid);
         }
         let hash = auth::hash_token(token);
-        if let Some(p) = self.recall(&hash) {
+        if let Some(p) = self.recall(&hash, FRESH_FOR) {
             return Ok(p);
         }
         // Read before the lookup: a change that lands during it makes this result stale.
@@ -168,10 +175,16 @@ impl Authenticator {
         // (readers never wait for the writer), while a hand-off to the blocking pool costs two
         // thread wake-ups per request (measured in benchmarks/). `Store::authenticate` is the
         // store's one inline method for this reason.
-        let looked = self.store.authenticate(token).await.map_err(|e| {
-            tracing::error!(error = %e, "token lookup failed");
-            AuthFailure::Unavailable
-        })?;
+        let looked = match self.store.authenticate(token).await {
+            Ok(looked) => looked,
+            Err(e) => {
+                tracing::error!(error = %e, "token lookup failed");
+                // Kept as it was remembered: its `at` does not move, so the outage is bounded.
+                return self
+                    .recall(&hash, STALE_IF_UNREADABLE_FOR)
+                    .ok_or(AuthFailure::Unavailable);
+            }
+        };
         let principal = looked.ok_or(AuthFailure::Invalid)?;
         self.remember(hash, &principal, generation);
         Ok(principal)
@@ -246,5 +259,51 @@ mod tests {
             .unwrap();
         a.forget_all();
         assert_eq!(a.authenticate(&h).await, Err(AuthFailure::Invalid));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_cannot_be_read_keeps_known_tokens_working_for_a_bounded_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let now = crate::clock::now_unix_us();
+        let known = store
+            .with_conn(|c| auth::bootstrap(c, None, now))
+            .unwrap()
+            .unwrap();
+        let unseen = store
+            .with_conn(|c| auth::create_token(c, "default", auth::Scope::Read, now))
+            .unwrap();
+        let a = Authenticator::new(store.clone());
+        let bearer = |t: &str| {
+            let mut h = HeaderMap::new();
+            h.insert("authorization", format!("Bearer {t}").parse().unwrap());
+            h
+        };
+        assert!(a.authenticate(&bearer(&known.token)).await.is_ok());
+        // Every lookup fails from now on, as with a store that is down.
+        store
+            .with_conn(|c| Ok(c.execute_batch("ALTER TABLE tokens RENAME TO tokens_gone")?))
+            .unwrap();
+        tokio::time::advance(FRESH_FOR).await;
+        assert!(
+            a.authenticate(&bearer(&known.token)).await.is_ok(),
+            "a token seen valid keeps working while the store cannot say otherwise"
+        );
+        assert_eq!(
+            a.authenticate(&bearer(&unseen.token)).await,
+            Err(AuthFailure::Unavailable),
+            "one never seen is the gateway's fault, never a guess"
+        );
+        tokio::time::advance(STALE_IF_UNREADABLE_FOR - FRESH_FOR).await;
+        assert_eq!(
+            a.authenticate(&bearer(&known.token)).await,
+            Err(AuthFailure::Unavailable),
+            "for a bounded time only"
+        );
+        // The store answers again: lookups are fresh again.
+        store
+            .with_conn(|c| Ok(c.execute_batch("ALTER TABLE tokens_gone RENAME TO tokens")?))
+            .unwrap();
+        assert!(a.authenticate(&bearer(&known.token)).await.is_ok());
     }
 }

@@ -308,8 +308,13 @@ impl Synth {
                 end: marks.upstream_done,
             });
         }
+        // Shaped as the gateway makes them (`ingress::request_id`): the arrival millisecond
+        // first, then random bits, so the stores' indexes on ids grow at one end as in
+        // production.
         let mut id = [0_u8; 16];
-        self.rng.fill(&mut id);
+        self.rng.fill(&mut id[6..]);
+        let ms = (created_at_us / 1000).clamp(0, (1 << 48) - 1) as u64;
+        id[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
         RequestRecord {
             request_id: format!("req_{}", hex::encode(id)),
             workspace_id: Some(ws.to_string()),
@@ -435,8 +440,10 @@ async fn load(
                 .enable_all()
                 .build()
                 .map_err(|e| e.to_string())?;
-            rt.block_on(load_one(&store, queue, n, first, count, every, &ws, start, step))
-                .map_err(|e| e.to_string())
+            rt.block_on(load_one(
+                &store, queue, n, first, count, every, &ws, start, step,
+            ))
+            .map_err(|e| e.to_string())
         }));
     }
     let mut written = 0;
@@ -577,15 +584,20 @@ impl Raw {
     async fn newest(&self, ws: &str) -> Result<Option<i64>, Box<dyn Error>> {
         let sql = "SELECT max(created_at_us) FROM requests WHERE workspace_id = ";
         Ok(match self {
-            Raw::Sqlite(store) => store.with_conn(|c| {
-                Ok(c.query_row(&format!("{sql} ?1"), [ws], |r| r.get(0))?)
-            })?,
+            Raw::Sqlite(store) => {
+                store.with_conn(|c| Ok(c.query_row(&format!("{sql} ?1"), [ws], |r| r.get(0))?))?
+            }
             Raw::Postgres(c) => c.query_one(&format!("{sql} $1"), &[&ws]).await?.get(0),
         })
     }
 
     /// The handler_done of the `rank`-th fastest request of the window.
-    async fn ranked(&self, ws: &str, (from, to): (i64, i64), rank: i64) -> Result<i64, Box<dyn Error>> {
+    async fn ranked(
+        &self,
+        ws: &str,
+        (from, to): (i64, i64),
+        rank: i64,
+    ) -> Result<i64, Box<dyn Error>> {
         let sql = |p: char| {
             format!(
                 "SELECT handler_done_us FROM requests
@@ -596,9 +608,16 @@ impl Raw {
         };
         Ok(match self {
             Raw::Sqlite(store) => store.with_conn(|c| {
-                Ok(c.query_row(&sql('?'), rusqlite::params![ws, from, to, rank], |r| r.get(0))?)
+                Ok(
+                    c.query_row(&sql('?'), rusqlite::params![ws, from, to, rank], |r| {
+                        r.get(0)
+                    })?,
+                )
             })?,
-            Raw::Postgres(c) => c.query_one(&sql('$'), &[&ws, &from, &to, &rank]).await?.get(0),
+            Raw::Postgres(c) => c
+                .query_one(&sql('$'), &[&ws, &from, &to, &rank])
+                .await?
+                .get(0),
         })
     }
 }

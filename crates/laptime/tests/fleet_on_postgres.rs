@@ -67,7 +67,7 @@ fn start(config: &Path) -> Running {
     }
 }
 
-fn config(dir: &Path, name: &str, url: &str) -> std::path::PathBuf {
+fn config_file(dir: &Path, name: &str, url: &str) -> std::path::PathBuf {
     let data = dir.join(name);
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
@@ -123,8 +123,8 @@ async fn two_gateways_on_one_database_are_one_gateway() {
     let schema = PgSchema::create().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (ca, cb) = (
-        config(dir.path(), "a", schema.url()),
-        config(dir.path(), "b", schema.url()),
+        config_file(dir.path(), "a", schema.url()),
+        config_file(dir.path(), "b", schema.url()),
     );
     // Both on the empty database at once.
     let (a, b) = std::thread::scope(|s| {
@@ -234,4 +234,192 @@ async fn two_gateways_on_one_database_are_one_gateway() {
         .filter(|t| t.scope == laptime_store::auth::Scope::Admin)
         .count();
     assert_eq!(admins, 1);
+}
+
+/// A TCP forwarder to the PostgreSQL server that can be cut: while down it closes every
+/// connection it carries and every new one at once, as a restarting server or a network blip
+/// does to the gateway.
+struct Cuttable {
+    port: u16,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    carried: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Cuttable {
+    async fn start(target: String) -> Cuttable {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let carried = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (d, c) = (down.clone(), carried.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if d.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: closed at once
+                }
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                c.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Cuttable {
+            port,
+            down,
+            carried,
+        }
+    }
+
+    fn cut(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in self.carried.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+
+    fn mend(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `url` with its `host:port` replaced by 127.0.0.1:`port`.
+fn through(url: &str, port: u16) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap());
+    let user = authority.rsplit_once('@').map(|(u, _)| format!("{u}@"));
+    format!(
+        "{scheme}://{}127.0.0.1:{port}{path}",
+        user.unwrap_or_default()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_outage_of_five_seconds_under_200_requests_per_second_loses_nothing() {
+    let schema = PgSchema::create().await.unwrap();
+    let config: tokio_postgres::Config = schema.url().parse().unwrap();
+    let target = match (config.get_hosts().first(), config.get_ports().first()) {
+        (Some(tokio_postgres::config::Host::Tcp(h)), Some(p)) => format!("{h}:{p}"),
+        other => panic!("a TCP server is needed: {other:?}"),
+    };
+    let cuttable = Cuttable::start(target).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "a", &through(schema.url(), cuttable.port));
+    let gw = start(&cfg);
+    let http = reqwest::Client::new();
+    assert_eq!(chat(&http, &gw.base, TOKEN).await.status(), 200);
+
+    // 200 requests/s for 11 s; the store is cut from 3 s to 8 s.
+    let mut sent = tokio::task::JoinSet::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    let started = Instant::now();
+    let mut cut = false;
+    let mut mended = false;
+    let mut probe = None;
+    for _ in 0..2_200 {
+        tick.tick().await;
+        let elapsed = started.elapsed();
+        if !cut && elapsed >= Duration::from_secs(3) {
+            cuttable.cut();
+            cut = true;
+        }
+        if probe.is_none() && elapsed >= Duration::from_secs(7) {
+            let (http, url) = (http.clone(), format!("{}/readyz", gw.base));
+            probe = Some(tokio::spawn(async move {
+                let r = http.get(url).send().await.unwrap();
+                (r.status().as_u16(), r.text().await.unwrap())
+            }));
+        }
+        if cut && !mended && elapsed >= Duration::from_secs(8) {
+            cuttable.mend();
+            mended = true;
+        }
+        let (http, base) = (http.clone(), gw.base.clone());
+        sent.spawn(async move {
+            let r = chat(&http, &base, TOKEN).await;
+            let status = r.status().as_u16();
+            let id = r.headers()["x-laptime-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            (id, status)
+        });
+    }
+    assert!(mended);
+    // The cut reached the gateway: it said so while it lasted.
+    let (status, why) = probe.unwrap().await.unwrap();
+    assert_eq!(status, 503, "{why}");
+    assert!(
+        why.starts_with("degraded") || why.starts_with("store"),
+        "{why}"
+    );
+    let mut seen = Vec::new();
+    while let Some(r) = sent.join_next().await {
+        seen.push(r.unwrap());
+    }
+    assert!(
+        seen.iter().all(|(_, status)| *status == 200),
+        "known tokens keep working while the store is down: {:?}",
+        seen.iter()
+            .filter(|(_, s)| *s != 200)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+
+    // Every request the clients saw is stored, exactly once, once the store is back.
+    let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let want: std::collections::HashSet<&str> = seen.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(want.len(), seen.len());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = client
+            .query(
+                "SELECT request_id, count(*) FROM requests GROUP BY request_id",
+                &[],
+            )
+            .await
+            .unwrap();
+        let twice: Vec<String> = rows
+            .iter()
+            .filter(|r| r.get::<_, i64>(1) > 1)
+            .map(|r| r.get(0))
+            .collect();
+        assert!(twice.is_empty(), "stored more than once: {twice:?}");
+        let stored: std::collections::HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+        let missing = want.iter().filter(|id| !stored.contains(**id)).count();
+        if missing == 0 {
+            // The one request before the load, and every one of it.
+            assert_eq!(stored.len(), want.len() + 1);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} of {} answered requests never stored",
+            want.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The usage rollups agree with the rows.
+    let total: i64 = client
+        .query_one("SELECT count(*) FROM requests", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let store = laptime_store::Store::open_postgres(schema.url())
+        .await
+        .unwrap();
+    let ws = store.workspace("default").await.unwrap();
+    let usage = store
+        .usage(
+            &ws.id,
+            (0, i64::MAX / 2),
+            laptime_store::usage::UsageFilter::default(),
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(usage.total.requests, total as u64);
 }
