@@ -349,6 +349,9 @@ pub struct RequestEvent {
     pub event_count: u32,
     pub text_delta_count: u32,
     pub channel_inflight: Option<u32>,
+    /// The gateway instance that served it (`[server] instance`); null on records written
+    /// before instances were named.
+    pub instance: Option<String>,
     pub timing: TimingOut,
     pub attempts: Vec<AttemptOut>,
 }
@@ -387,6 +390,7 @@ impl From<&RequestRecord> for RequestEvent {
             event_count: r.event_count,
             text_delta_count: r.text_delta_count,
             channel_inflight: r.channel_inflight,
+            instance: r.instance.clone(),
             timing: TimingOut::from(TimingView::new(&r.marks, &r.tokens)),
             attempts: r
                 .attempts

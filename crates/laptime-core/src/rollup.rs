@@ -841,6 +841,7 @@ mod tests {
             cached,
             shape: RequestShape::default(),
             region: None,
+            instance: None,
             trace_id: None,
         }
     }

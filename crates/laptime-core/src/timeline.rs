@@ -497,6 +497,11 @@ pub struct RequestRecord {
     pub cached: bool,
     pub shape: RequestShape,
     pub region: Option<String>,
+    /// The gateway instance that served the request (`[server] instance`, by default the host
+    /// name and listen port), so that a fleet's records say which member answered; absent on
+    /// records written before instances were named.
+    #[serde(default)]
+    pub instance: Option<String>,
     pub trace_id: Option<String>,
 }
 

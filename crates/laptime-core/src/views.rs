@@ -248,6 +248,8 @@ pub struct RequestLogView {
     pub channel_inflight: Option<u32>,
     pub trace_id: Option<String>,
     pub region: Option<String>,
+    /// The gateway instance that served it.
+    pub instance: Option<String>,
     pub attempts: Vec<AttemptView>,
     pub other: Other,
 }
@@ -302,6 +304,7 @@ impl RequestLogView {
             channel_inflight: r.channel_inflight,
             trace_id: r.trace_id.clone(),
             region: r.region.clone(),
+            instance: r.instance.clone(),
             attempts: r.attempts.iter().map(AttemptView::new).collect(),
             other: Other {
                 timing: TimingView::new(&r.marks, &r.tokens),
@@ -435,6 +438,7 @@ mod tests {
             cached: false,
             shape: RequestShape::default(),
             region: None,
+            instance: Some("gw-a:8080".into()),
             trace_id: Some("t".into()),
         };
         let got = serde_json::to_value(RequestLogView::new(&record)).unwrap();
@@ -450,6 +454,7 @@ mod tests {
             "reasoning_tokens": null, "cache_read_tokens": 512, "cache_write_tokens": null,
             "failover_count": 0, "cached": false, "hedge": "none", "event_count": 90,
             "text_delta_count": 75, "channel_inflight": 1, "trace_id": "t", "region": null,
+            "instance": "gw-a:8080",
             "attempts": [{"channel": "sim", "role": "primary", "won": true, "status": 200,
                 "error_class": null, "fault": null, "start_ms": 1.0, "headers_ms": 241.0,
                 "first_byte_ms": 300.0, "end_ms": 10201.0}],

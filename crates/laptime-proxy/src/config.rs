@@ -61,6 +61,9 @@ pub struct ServerConfig {
     pub inflight_snapshot_ms: u64,
     /// Coarse region label stored with every record.
     pub region: Option<String>,
+    /// This instance's name in the records it writes (also `LAPTIME_INSTANCE`); by default
+    /// `laptime serve` names it after the host and its listen port (`web-3:8080`).
+    pub instance: Option<String>,
     /// Connect timeout for upstream calls.
     pub connect_timeout_ms: u64,
     /// Serve `GET /metrics` without a token (default: a `read` or `admin` token is needed).
@@ -93,6 +96,7 @@ impl Default for ServerConfig {
             recorder_queue: 10_000,
             inflight_snapshot_ms: 100,
             region: None,
+            instance: None,
             connect_timeout_ms: 10_000,
             metrics_public: false,
             threads: 0,
@@ -612,6 +616,9 @@ impl Config {
         }
         if let Some(v) = env("LAPTIME_REGION") {
             self.server.region = Some(v);
+        }
+        if let Some(v) = env("LAPTIME_INSTANCE") {
+            self.server.instance = Some(v);
         }
         if let Some(v) = env("LAPTIME_STORE_URL") {
             self.store.url = Some(v);

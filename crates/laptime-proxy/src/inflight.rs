@@ -408,6 +408,7 @@ fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
         cached,
         shape,
         region,
+        instance,
         trace_id,
     } = src;
     dst.request_id.clone_from(request_id);
@@ -438,6 +439,7 @@ fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
     dst.cached = *cached;
     dst.shape.clone_from(shape);
     dst.region.clone_from(region);
+    dst.instance.clone_from(instance);
     dst.trace_id.clone_from(trace_id);
 }
 
@@ -498,6 +500,7 @@ fn partial(p: &Pending) -> RequestRecord {
         cached: p.cached,
         shape: p.shape.clone(),
         region: p.region.clone(),
+        instance: p.instance.clone(),
         trace_id: p.trace_id.clone(),
     }
 }

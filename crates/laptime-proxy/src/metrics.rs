@@ -799,6 +799,7 @@ mod tests {
             cached: false,
             shape: RequestShape::default(),
             region: None,
+            instance: None,
             trace_id: Some("trace_1".into()),
         }
     }

@@ -166,6 +166,7 @@ fn ingress(app: &App, dialect: Dialect, headers: &HeaderMap, t0: Instant) -> (Fi
     let request_id = ingress::request_id();
     let mut pending = Pending::new(t0, crate::clock::now_unix_us(), request_id, dialect);
     pending.region = app.config.server.region.clone();
+    pending.instance = app.config.server.instance.clone();
     let trace = ingress::trace(headers.get("traceparent").and_then(|v| v.to_str().ok()));
     pending.trace_id = Some(trace.trace_id.clone());
     pending.inflight = app.inflight.open(&pending);

@@ -37,6 +37,7 @@ pub struct Pending {
     pub stream: bool,
     pub shape: RequestShape,
     pub region: Option<String>,
+    pub instance: Option<String>,
     pub trace_id: Option<String>,
     pub marks: Marks,
     pub channel_inflight: Option<u32>,
@@ -73,6 +74,7 @@ impl Pending {
             stream: false,
             shape: RequestShape::default(),
             region: None,
+            instance: None,
             trace_id: None,
             marks: Marks::default(),
             channel_inflight: None,
@@ -332,6 +334,7 @@ pub fn build(
         cached: p.cached,
         shape: p.shape,
         region: p.region,
+        instance: p.instance,
         trace_id: p.trace_id,
     }
 }

@@ -348,6 +348,7 @@ impl Synth {
                 ..RequestShape::default()
             },
             region: Some("eu-west".into()),
+            instance: Some("gw-a:8080".into()),
             trace_id: Some(hex::encode(id)),
         }
     }

@@ -89,10 +89,11 @@ pub(crate) fn insert_rows(
                 input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
                 event_count, text_delta_count, channel_inflight, hedge, failover_count, cached,
                 max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
-                temperature, top_p, region, trace_id, upstream_dialect)
+                temperature, top_p, region, trace_id, upstream_dialect, instance)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
-                ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49)
+                ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49,
+                ?50)
              ON CONFLICT (request_id) DO NOTHING",
         )?;
         let mut att = tx.prepare_cached(
@@ -185,6 +186,7 @@ fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Re
         r.region,
         r.trace_id,
         r.upstream_dialect.map(Dialect::as_str),
+        r.instance,
     ])?)
 }
 
@@ -203,7 +205,8 @@ pub(crate) const SELECT: &str =
     upstream_done_us, handler_done_us, input_tokens, output_tokens, cache_read_tokens,
     cache_write_tokens, reasoning_tokens, event_count, text_delta_count, channel_inflight, hedge,
     failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
-    response_format, temperature, top_p, region, trace_id, upstream_dialect FROM requests";
+    response_format, temperature, top_p, region, trace_id, upstream_dialect, instance
+    FROM requests";
 
 fn corrupt(what: &str, v: &str) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
@@ -288,6 +291,7 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         },
         region: row.get(46)?,
         trace_id: row.get(47)?,
+        instance: row.get(49)?,
         attempts: Vec::new(),
     })
 }
@@ -496,6 +500,7 @@ pub(crate) mod tests {
                 ..RequestShape::default()
             },
             region: None,
+            instance: None,
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
         }
     }

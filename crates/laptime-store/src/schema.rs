@@ -36,6 +36,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: V4,
         after: None,
     },
+    // 5: the gateway instance that served the request.
+    Migration {
+        sql: V5,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -163,6 +168,10 @@ const V3: &str = r#"
 
 const V4: &str = r#"
     ALTER TABLE requests ADD COLUMN upstream_dialect TEXT;
+"#;
+
+const V5: &str = r#"
+    ALTER TABLE requests ADD COLUMN instance TEXT;
 "#;
 
 /// The schema version this build writes.

@@ -78,6 +78,7 @@ fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord
         cached: false,
         shape: RequestShape::default(),
         region: None,
+        instance: None,
         trace_id: None,
     }
 }
@@ -399,6 +400,7 @@ async fn a_record_reads_back_exactly_as_written_with_its_attempts_and_every_fiel
         top_p: Some(0.9),
     };
     full.region = Some("eu-west".into());
+    full.instance = Some("gw-b:8080".into());
     full.trace_id = Some("0af7651916cd43dd8448eb211c80319c".into());
     let mut bare = plain("bare", "ws", BASE + 2, None);
     bare.marks = Marks::default();

@@ -220,6 +220,16 @@ fn check_group(config: Option<&Path>, group: Option<&str>) -> Result<(), String>
     ))
 }
 
+/// The machine's host name (Linux's, else `HOSTNAME`), for the default instance name.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| env("HOSTNAME"))
+        .unwrap_or_else(|| "localhost".into())
+}
+
 fn out(text: &str) {
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{text}");
@@ -630,6 +640,9 @@ async fn serve(mut cfg: Config) -> Result<(), String> {
     let (listener, addr) = bind(&listen)
         .await
         .map_err(|e| format!("binding {listen}: {e}"))?;
+    if cfg.server.instance.is_none() {
+        cfg.server.instance = Some(format!("{}:{}", host_name(), addr.port()));
+    }
     let bootstrap = env("LAPTIME_BOOTSTRAP_TOKEN");
     match store
         .bootstrap(bootstrap.clone(), now_unix_us())

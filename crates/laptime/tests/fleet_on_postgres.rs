@@ -144,11 +144,20 @@ async fn two_gateways_on_one_database_are_one_gateway() {
     let row = stored(&http, format!("{}/api/requests/{id}", b.base)).await;
     assert_eq!(row["request_id"], id, "{row}");
     assert_eq!(row["model"], "sim-fast", "{row}");
-    let q = "query($r: ID!) { request(workspaceId: \"default\", requestId: $r) { requestId outcome outputTokens } }";
+    // Named after its host and port: which member of the fleet served it.
+    let a_port = a.base.rsplit(':').next().unwrap();
+    assert!(
+        row["instance"]
+            .as_str()
+            .is_some_and(|i| i.ends_with(&format!(":{a_port}"))),
+        "{row}"
+    );
+    let q = "query($r: ID!) { request(workspaceId: \"default\", requestId: $r) { requestId outcome outputTokens instance } }";
     let via_b = gql(&http, &b.base, TOKEN, q, json!({"r": id})).await;
     let via_a = gql(&http, &a.base, TOKEN, q, json!({"r": id})).await;
     assert_eq!(via_b["request"]["requestId"], id);
     assert_eq!(via_b["request"]["outcome"], "completed");
+    assert_eq!(via_b["request"]["instance"], row["instance"]);
     assert_eq!(via_a, via_b);
 
     // A token made on A works on B at once.

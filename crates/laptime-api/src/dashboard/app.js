@@ -631,7 +631,7 @@
     const d = await gql(`query($ws: ID!, $id: ID!) { request(workspaceId: $ws, requestId: $id) {
       requestId model provider channel group dialect upstreamDialect translated stream status outcome errorClass classification flags ts
       latencyMs ttftMs upstreamMs cacheReadTokens cacheWriteTokens failoverCount cached hedge
-      inputTokens outputTokens reasoningTokens eventCount textDeltaCount channelInflight
+      inputTokens outputTokens reasoningTokens eventCount textDeltaCount channelInflight instance
       timing { authMs distributionMs bodyReadMs upstreamHeadersMs firstSseEventMs firstResponseMs
         firstTextDeltaMs upstreamDoneMs totalHandlerMs visibleOutputTps }
       attempts { channel role won status errorClass startMs headersMs firstByteMs endMs } } }`,
@@ -692,7 +692,8 @@
           r.errorClass ? kv('Error class', r.errorClass) : null,
           kv('Total (latencyMs)', fmtMs(r.latencyMs)),
           kv('Failovers', fmtInt(r.failoverCount)), kv('Response cache', r.cached ? 'hit' : 'no'),
-          kv('In flight at dispatch', fmtInt(r.channelInflight)))),
+          kv('In flight at dispatch', fmtInt(r.channelInflight)),
+          kv('Served by', r.instance || '—'))),
         h('div', { class: 'card' }, h('h2', { text: 'Classification' }),
           h('p', { id: 'classification' }, classSpan(r.classification)),
           h('p', { class: 'small muted', text: failed ? 'The outcome was not a success; slow stages are still flagged.' : 'The first slow stage, checked from the upstream boundary toward local phases.' }),

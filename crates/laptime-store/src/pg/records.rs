@@ -33,7 +33,7 @@ use crate::{Result, StoreError};
 pub const DAY_US: i64 = 86_400_000_000;
 
 /// The request columns, in the order [`values`] gives them and [`from_row`] reads them.
-const COLUMNS: [&str; 50] = [
+const COLUMNS: [&str; 51] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -83,6 +83,7 @@ const COLUMNS: [&str; 50] = [
     "top_p",
     "region",
     "trace_id",
+    "instance",
     "attempts",
 ];
 
@@ -166,7 +167,7 @@ fn int(v: u32) -> Val {
 }
 
 /// A record's row, in [`COLUMNS`] order.
-fn values(r: &RequestRecord) -> Result<[Val; 50]> {
+fn values(r: &RequestRecord) -> Result<[Val; 51]> {
     let m = &r.marks;
     let t = &r.tokens;
     let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -220,6 +221,7 @@ fn values(r: &RequestRecord) -> Result<[Val; 50]> {
         Val::Float(r.shape.top_p),
         text(&r.region),
         text(&r.trace_id),
+        text(&r.instance),
         Val::Text(Some(encode_attempts(&r.attempts))),
     ])
 }
@@ -300,7 +302,7 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
     let tokens = |i: usize| -> Result<Option<u64>> { Ok(untok(row.try_get(i)?)) };
     let flags: String = row.try_get(16)?;
     let status: i32 = row.try_get(11)?;
-    let attempts: String = row.try_get(49)?;
+    let attempts: String = row.try_get(50)?;
     Ok(RequestRecord {
         request_id: row.try_get(0)?,
         created_at_us: row.try_get(1)?,
@@ -357,6 +359,7 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
         },
         region: row.try_get(47)?,
         trace_id: row.try_get(48)?,
+        instance: row.try_get(49)?,
         attempts: decode_attempts(&attempts)?,
     })
 }

@@ -91,6 +91,7 @@ const V1: &str = r#"
         top_p DOUBLE PRECISION,
         region TEXT,
         trace_id TEXT,
+        instance TEXT,
         attempts TEXT NOT NULL,
         PRIMARY KEY (request_id, created_at_us)
     ) PARTITION BY RANGE (created_at_us);
