@@ -20,6 +20,8 @@ pub struct Config {
     #[serde(default)]
     pub store: StoreConfig,
     #[serde(default)]
+    pub shared: SharedConfig,
+    #[serde(default)]
     pub thresholds: Thresholds,
     #[serde(default)]
     pub channels: Vec<ChannelConfig>,
@@ -111,6 +113,30 @@ impl ServerConfig {
     /// configured: its official SDKs fail on a comment line).
     pub fn timing_comment(&self, dialect: Dialect) -> bool {
         dialect != Dialect::Gemini || self.gemini_timing_comment
+    }
+}
+
+/// State shared by a fleet through Redis; without `redis_url`, per instance.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SharedConfig {
+    /// `redis://host:6379/0` (also `LAPTIME_REDIS_URL`): circuits opened and `Retry-After`
+    /// cool-downs apply fleet-wide. Its password is never printed.
+    #[serde(
+        serialize_with = "redacted_url",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub redis_url: Option<String>,
+    /// The prefix of every key laptime writes, so that fleets can share one Redis.
+    pub key_prefix: String,
+}
+
+impl Default for SharedConfig {
+    fn default() -> Self {
+        SharedConfig {
+            redis_url: None,
+            key_prefix: "laptime".into(),
+        }
     }
 }
 
@@ -600,6 +626,7 @@ impl Config {
         Config {
             server: ServerConfig::default(),
             store: StoreConfig::default(),
+            shared: SharedConfig::default(),
             thresholds: Thresholds::default(),
             channels,
             routes: Vec::new(),
@@ -622,6 +649,9 @@ impl Config {
         }
         if let Some(v) = env("LAPTIME_STORE_URL") {
             self.store.url = Some(v);
+        }
+        if let Some(v) = env("LAPTIME_REDIS_URL") {
+            self.shared.redis_url = Some(v);
         }
     }
 
@@ -716,6 +746,17 @@ impl Config {
             if let Err(why) = laptime_store::pg::check_url(url) {
                 errs.push(format!("store.url: {why}"));
             }
+        }
+        if let Some(url) = &self.shared.redis_url {
+            if !(url.starts_with("redis://")
+                || url.starts_with("rediss://")
+                || url.starts_with("unix://"))
+            {
+                errs.push("shared.redis_url: must be a redis://, rediss:// or unix:// URL".into());
+            }
+        }
+        if self.shared.key_prefix.is_empty() {
+            errs.push("shared.key_prefix: must not be empty".into());
         }
     }
 

@@ -41,6 +41,7 @@ pub mod record;
 pub mod respond;
 pub mod routing;
 pub mod server;
+pub mod shared;
 pub mod strategy;
 
 use std::sync::Arc;

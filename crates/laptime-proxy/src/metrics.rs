@@ -80,6 +80,7 @@
 //! | `laptime_inflight_untracked_total` | counter | — | requests served without an in-flight entry because the registry was full |
 //! | `laptime_records_sampled_out_total` | counter | — | requests observed here but given no stored row: unauthenticated refusals beyond [`crate::record::UNAUTHENTICATED_ROWS_PER_S`] |
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
+//! | `laptime_shared_dropped_total` | counter | — | channel-health changes not published to Redis because the queue to it was full (only with `[shared] redis_url`) |
 //! | `laptime_recorder_dropped_total` | counter | `reason` | records never stored: `queue_full`, `recorder_stopped` (finished after shutdown's flush), `given_up` (their batch kept failing: at shutdown, or an error retrying cannot mend) |
 //! | `laptime_recorder_written_total` | counter | — | records written to the store |
 //! | `laptime_recorder_failed_total` | counter | — | records in batch writes that failed (each is tried again: a record counts once per failed try) |
@@ -634,7 +635,20 @@ fn scrape_time(router: &Router, recorder: &Recorder) -> Vec<proto::MetricFamily>
         .iter()
         .map(|c| labelled_counter(&[("channel", &c.name)], c.health.transitions() as f64))
         .collect();
-    vec![
+    // Every channel shares one publisher; present only when sharing is on.
+    let shared = router
+        .channels()
+        .iter()
+        .find_map(|c| c.health.publisher())
+        .map(|p| {
+            family(
+                "laptime_shared_dropped_total",
+                "Channel-health changes not published to Redis because the queue to it was full.",
+                proto::MetricType::COUNTER,
+                vec![counter(p.dropped() as f64)],
+            )
+        });
+    let mut families = vec![
         family(
             "laptime_circuit_state",
             "Each channel's circuit breaker state (1 for the current one), at scrape time.",
@@ -696,7 +710,9 @@ fn scrape_time(router: &Router, recorder: &Recorder) -> Vec<proto::MetricFamily>
             proto::MetricType::COUNTER,
             vec![counter(count(&stats.batch_us_total) / 1e6)],
         ),
-    ]
+    ];
+    families.extend(shared);
+    families
 }
 
 fn family(

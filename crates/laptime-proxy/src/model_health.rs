@@ -1,13 +1,19 @@
 //! The health of one (channel, model): its `Retry-After` cool-down and its circuit breaker. An
 //! upstream limits and fails per model, so one model's 429s or outage never take the channel
-//! away from its other models.
+//! away from its other models. With `[shared] redis_url`, an open circuit and a cool-down are
+//! also published to the fleet and the fleet's are applied here (see [`crate::shared`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use laptime_core::circuit::{Circuit, CircuitConfig, CircuitState};
 use tokio::time::Instant;
+
+use crate::shared::{Change, Kind, Publisher};
+
+/// Where a channel's models publish their changes, once sharing is on.
+type Sharing = Arc<OnceLock<Publisher>>;
 
 /// Cool-down and circuit of one model on one channel.
 #[derive(Debug)]
@@ -23,6 +29,9 @@ pub struct ModelHealth {
     transitions: AtomicU64,
     /// Recent times from dispatch to first effective output, microseconds.
     recent_first_output: Mutex<VecDeque<u64>>,
+    /// Unix microseconds before which another instance of the fleet holds this circuit open.
+    shared_open_until_us: AtomicI64,
+    sharing: Sharing,
 }
 
 /// Samples kept of the recent times to first output, and the fewest a p95 is read from.
@@ -30,8 +39,10 @@ const FIRST_OUTPUT_SAMPLES: usize = 200;
 const FIRST_OUTPUT_MIN_SAMPLES: usize = 20;
 
 impl ModelHealth {
-    fn new(channel: &str, model: &str, config: CircuitConfig) -> Self {
+    fn new(channel: &str, model: &str, config: CircuitConfig, sharing: Sharing) -> Self {
         ModelHealth {
+            shared_open_until_us: AtomicI64::new(0),
+            sharing,
             channel: channel.to_string(),
             model: model.to_string(),
             cooldown_until_us: AtomicI64::new(0),
@@ -75,6 +86,36 @@ impl ModelHealth {
     pub fn cool_down_until(&self, until_us: i64) {
         self.cooldown_until_us
             .fetch_max(until_us, Ordering::Relaxed);
+        self.publish(Kind::CoolDown, until_us);
+    }
+
+    /// Another instance was told to leave this model alone until `until_us`.
+    pub fn shared_cool_down_until(&self, until_us: i64) {
+        self.cooldown_until_us
+            .fetch_max(until_us, Ordering::Relaxed);
+    }
+
+    /// Another instance holds this circuit open until `until_us`.
+    pub fn shared_open_until(&self, until_us: i64) {
+        self.shared_open_until_us
+            .fetch_max(until_us, Ordering::Relaxed);
+    }
+
+    /// How much longer the fleet holds this circuit open, if it does.
+    fn shared_open_left(&self) -> Option<std::time::Duration> {
+        let left = self.shared_open_until_us.load(Ordering::Relaxed) - crate::clock::now_unix_us();
+        (left > 0).then(|| std::time::Duration::from_micros(left.unsigned_abs()))
+    }
+
+    fn publish(&self, kind: Kind, until_us: i64) {
+        if let Some(p) = self.sharing.get() {
+            p.publish(Change {
+                kind,
+                channel: self.channel.clone(),
+                model: self.model.clone(),
+                until_us,
+            });
+        }
     }
 
     pub fn cooling_down(&self, now_us: i64) -> bool {
@@ -89,19 +130,32 @@ impl ModelHealth {
         self.circuit.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The circuit's state: this instance's own, or open while the fleet holds it open.
     pub fn circuit_state(&self) -> CircuitState {
-        self.lock().state()
+        let own = self.lock().state();
+        match (own, self.shared_open_left()) {
+            (CircuitState::Open { .. }, _) | (_, None) => own,
+            (_, Some(left)) => CircuitState::Open {
+                until: self.since_born() + left,
+            },
+        }
     }
 
     /// Whether the circuit lets a request through now (without taking the half-open probe).
     pub fn circuit_available(&self) -> bool {
+        if self.shared_open_left().is_some() {
+            return false;
+        }
         let now = self.since_born();
         self.lock().available(now)
     }
 
     /// Takes the circuit's permission for one attempt (an open circuit past its back-off lets
-    /// this one through as its probe).
+    /// this one through as its probe). Never while the fleet holds it open.
     pub fn circuit_acquire(&self) -> bool {
+        if self.shared_open_left().is_some() {
+            return false;
+        }
         let now = self.since_born();
         let (allowed, changed) = self.lock().acquire(now);
         if let Some(state) = changed {
@@ -121,6 +175,14 @@ impl ModelHealth {
 
     fn changed(&self, state: CircuitState) {
         self.transitions.fetch_add(1, Ordering::Relaxed);
+        if let CircuitState::Open { until } = state {
+            let left = until.saturating_sub(self.since_born());
+            let left_us = i64::try_from(left.as_micros()).unwrap_or(i64::MAX);
+            self.publish(
+                Kind::Open,
+                crate::clock::now_unix_us().saturating_add(left_us),
+            );
+        }
         tracing::warn!(
             channel = %self.channel,
             model = %self.model,
@@ -140,6 +202,7 @@ pub struct ChannelHealth {
     by_model: Mutex<HashMap<String, Arc<ModelHealth>>>,
     /// For the names beyond `max_tracked`.
     others: Arc<ModelHealth>,
+    sharing: Sharing,
 }
 
 /// Model names a channel tracks on its own beyond the ones it lists.
@@ -147,13 +210,25 @@ const UNLISTED_TRACKED: usize = 64;
 
 impl ChannelHealth {
     pub fn new(channel: &str, config: CircuitConfig, listed: usize) -> Self {
+        let sharing = Sharing::default();
         ChannelHealth {
             channel: channel.to_string(),
             config,
             max_tracked: listed + UNLISTED_TRACKED,
             by_model: Mutex::new(HashMap::new()),
-            others: Arc::new(ModelHealth::new(channel, "*", config)),
+            others: Arc::new(ModelHealth::new(channel, "*", config, sharing.clone())),
+            sharing,
         }
+    }
+
+    /// Publishes this channel's changes to the fleet from now on (once).
+    pub fn share(&self, publisher: Publisher) {
+        let _ = self.sharing.set(publisher);
+    }
+
+    /// Where this channel publishes, when sharing is on.
+    pub fn publisher(&self) -> Option<&Publisher> {
+        self.sharing.get()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ModelHealth>>> {
@@ -169,7 +244,12 @@ impl ChannelHealth {
         if map.len() >= self.max_tracked {
             return self.others.clone();
         }
-        let h = Arc::new(ModelHealth::new(&self.channel, model, self.config));
+        let h = Arc::new(ModelHealth::new(
+            &self.channel,
+            model,
+            self.config,
+            self.sharing.clone(),
+        ));
         map.insert(model.to_string(), h.clone());
         h
     }

@@ -26,6 +26,8 @@ pub struct Gateway {
     retention: tokio::task::JoinHandle<()>,
     /// Writes the in-flight journal (absent with `inflight_snapshot_ms = 0`).
     journal: Option<crate::inflight::JournalWriter>,
+    /// Shares channel health through Redis (absent without `[shared] redis_url`).
+    shared: Option<(crate::shared::Publisher, tokio::task::JoinHandle<()>)>,
 }
 
 /// Requests the in-flight registry tracks at once besides the records queued for the store
@@ -79,6 +81,13 @@ impl Gateway {
             };
             channels.push(Arc::new(Channel::from_config(c, base, env)));
         }
+        let shared = match &config.shared.redis_url {
+            Some(url) => Some(
+                crate::shared::start(url, &config.shared.key_prefix, channels.clone())
+                    .map_err(StartError)?,
+            ),
+            None => None,
+        };
         // A queued record stays in the registry until it is written, and the writer may hold a
         // batch of up to 4,096 beside a full queue.
         let inflight_capacity = config.server.recorder_queue + 4096 + INFLIGHT_REQUESTS;
@@ -170,6 +179,7 @@ impl Gateway {
             recorder_task,
             retention,
             journal,
+            shared,
         })
     }
 
@@ -267,6 +277,9 @@ impl Gateway {
             let _ = tokio::task::spawn_blocking(move || journal.stop(!flushed)).await;
         }
         self.retention.abort();
+        if let Some((_, task)) = self.shared {
+            task.abort();
+        }
         Ok(())
     }
 }

@@ -1,0 +1,250 @@
+//! Fleet-wide channel health through Redis (`[shared] redis_url`): a circuit one instance
+//! opens, and a `Retry-After` cool-down one instance is told, apply on every instance, so a
+//! failing model is not probed by each member of the fleet in turn.
+//!
+//! The request path never waits on Redis: a change is handed to this module's task over a
+//! bounded queue (dropped and counted when full), and what other instances published is read
+//! by the same task every [`POLL`] and folded into each model's health as plain atomics. One
+//! Redis hash holds the fleet's state, one field per (kind, channel, model) with the unix
+//! microsecond it lasts until; the newest deadline wins, and fields long past are removed by
+//! whoever reads them. Half-open probing stays each instance's own: when a shared open ends,
+//! each instance's own circuit decides again.
+//!
+//! Without `redis_url` all of this is per instance, as documented in the README. A Redis that
+//! cannot be reached leaves every instance on its own state (and says so in the log once per
+//! change of state), never failing a request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use tokio::sync::mpsc;
+
+use crate::routing::Channel;
+
+/// How often the fleet's published health is read.
+pub const POLL: Duration = Duration::from_millis(250);
+
+/// Changes queued for Redis at most; beyond it they are dropped (and counted).
+const QUEUE: usize = 1024;
+
+/// A published deadline older than this is removed from the hash.
+const FORGET_AFTER_US: i64 = 60_000_000;
+
+/// What a published field says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The circuit is open until the deadline.
+    Open,
+    /// The upstream asked to be left alone until the deadline.
+    CoolDown,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Open => "open",
+            Kind::CoolDown => "cooldown",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Kind> {
+        [Kind::Open, Kind::CoolDown]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// One change of one model's health on one channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub kind: Kind,
+    pub channel: String,
+    pub model: String,
+    pub until_us: i64,
+}
+
+/// The field a change is published under: kind, channel and model, separated by a unit
+/// separator (which no channel or model name holds).
+fn field(kind: Kind, channel: &str, model: &str) -> String {
+    format!("{}\u{1f}{channel}\u{1f}{model}", kind.as_str())
+}
+
+fn parse_field(f: &str) -> Option<(Kind, &str, &str)> {
+    let mut parts = f.splitn(3, '\u{1f}');
+    let kind = Kind::parse(parts.next()?)?;
+    Some((kind, parts.next()?, parts.next()?))
+}
+
+/// Where a model's health hands its changes: cheap to clone, never blocks.
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    tx: mpsc::Sender<Change>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Publisher {
+    pub fn publish(&self, change: Change) {
+        if self.tx.try_send(change).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Changes dropped because the queue to Redis was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Starts sharing: every channel's models publish through the returned publisher, and a task
+/// applies what the fleet published. The task ends when every publisher is dropped.
+pub fn start(
+    url: &str,
+    key_prefix: &str,
+    channels: Vec<Arc<Channel>>,
+) -> Result<(Publisher, tokio::task::JoinHandle<()>), String> {
+    let client = redis::Client::open(url).map_err(|e| format!("shared.redis_url: {e}"))?;
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let publisher = Publisher {
+        tx,
+        dropped: Arc::new(AtomicU64::new(0)),
+    };
+    for c in &channels {
+        c.health.share(publisher.clone());
+    }
+    let key = format!("{key_prefix}:health");
+    let task = tokio::spawn(run(client, key, channels, rx));
+    Ok((publisher, task))
+}
+
+async fn run(
+    client: redis::Client,
+    key: String,
+    channels: Vec<Arc<Channel>>,
+    mut rx: mpsc::Receiver<Change>,
+) {
+    let mut conn: Option<redis::aio::MultiplexedConnection> = None;
+    let mut reachable = true;
+    let mut tick = tokio::time::interval(POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let step = tokio::select! {
+            change = rx.recv() => match change {
+                Some(c) => Step::Publish(c),
+                None => return,
+            },
+            _ = tick.tick() => Step::Poll,
+        };
+        if conn.is_none() {
+            conn = client.get_multiplexed_async_connection().await.ok();
+        }
+        let Some(c) = conn.as_mut() else {
+            note(&mut reachable, false, "no connection");
+            continue;
+        };
+        let done = match step {
+            Step::Publish(change) => publish(c, &key, &change).await,
+            Step::Poll => poll(c, &key, &channels).await,
+        };
+        match done {
+            Ok(()) => note(&mut reachable, true, ""),
+            Err(e) => {
+                note(&mut reachable, false, &e.to_string());
+                conn = None;
+            }
+        }
+    }
+}
+
+enum Step {
+    Publish(Change),
+    Poll,
+}
+
+/// Logs a change between reachable and not, once per change.
+fn note(reachable: &mut bool, now: bool, why: &str) {
+    if *reachable == now {
+        return;
+    }
+    *reachable = now;
+    if now {
+        tracing::info!("shared health: Redis reachable again; channel health is fleet-wide");
+    } else {
+        tracing::warn!(
+            error = why,
+            "shared health: Redis unreachable; channel health is per instance until it is back"
+        );
+    }
+}
+
+/// Publishes a change unless a later deadline is published already (a script, so that the
+/// comparison and the write are one step for every instance).
+async fn publish(
+    c: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    change: &Change,
+) -> redis::RedisResult<()> {
+    let script = redis::Script::new(
+        "local have = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+         if tonumber(ARGV[2]) > have then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+         return 0",
+    );
+    let _: i64 = script
+        .key(key)
+        .arg(field(change.kind, &change.channel, &change.model))
+        .arg(change.until_us)
+        .invoke_async(c)
+        .await?;
+    Ok(())
+}
+
+/// Reads every published deadline and applies the live ones.
+async fn poll(
+    c: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    channels: &[Arc<Channel>],
+) -> redis::RedisResult<()> {
+    let all: Vec<(String, i64)> = c.hgetall(key).await?;
+    let now = crate::clock::now_unix_us();
+    let mut stale = Vec::new();
+    for (f, until_us) in all {
+        let Some((kind, channel, model)) = parse_field(&f) else {
+            continue;
+        };
+        if until_us < now - FORGET_AFTER_US {
+            stale.push(f.clone());
+            continue;
+        }
+        if until_us <= now {
+            continue;
+        }
+        if let Some(ch) = channels.iter().find(|ch| ch.name == channel) {
+            let health = ch.health.of(model);
+            match kind {
+                Kind::Open => health.shared_open_until(until_us),
+                Kind::CoolDown => health.shared_cool_down_until(until_us),
+            }
+        }
+    }
+    if !stale.is_empty() {
+        let _: i64 = c.hdel(key, stale).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_read_back_as_what_they_were_made_of() {
+        let f = field(Kind::CoolDown, "openai-east", "gpt-4.1:mini");
+        assert_eq!(
+            parse_field(&f),
+            Some((Kind::CoolDown, "openai-east", "gpt-4.1:mini"))
+        );
+        assert_eq!(parse_field("half_open\u{1f}a\u{1f}b"), None);
+        assert_eq!(parse_field("open\u{1f}a"), None);
+    }
+}
