@@ -4,12 +4,9 @@
 //! empty database at once: both come up, the migrations are applied once, one admin token is
 //! made. Real binaries, real sockets, the real PostgreSQL server (a schema of its own).
 
-#![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -17,54 +14,12 @@ use tokio::time::Instant;
 use laptime_store::testing::PgSchema;
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_laptime");
 const TOKEN: &str = "lt_f1ee7f1ee7f1ee7f1ee7f1ee7f1ee7f1ee7f1ee7f1ee7f1ee7f1ee7f1ee7f1ee";
 
-struct Running {
-    child: Child,
-    base: String,
-}
+mod fleet;
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `laptime serve` on `config`; returns once it listens.
-fn start(config: &Path) -> Running {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("LAPTIME_STORE_URL")
-        .env("LAPTIME_BOOTSTRAP_TOKEN", TOKEN)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let line = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("the gateway never listened"));
-        if line.contains("laptime listening on") {
-            break line;
-        }
-    };
-    std::thread::spawn(move || while rx.recv().is_ok() {});
-    Running {
-        child,
-        base: line.rsplit(' ').next().unwrap().to_string(),
-    }
+fn start_with(config: &Path) -> fleet::Running {
+    fleet::start(config, TOKEN)
 }
 
 fn config_file(dir: &Path, name: &str, url: &str) -> std::path::PathBuf {
@@ -128,8 +83,8 @@ async fn two_gateways_on_one_database_are_one_gateway() {
     );
     // Both on the empty database at once.
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| start(&ca));
-        let b = s.spawn(|| start(&cb));
+        let a = s.spawn(|| start_with(&ca));
+        let b = s.spawn(|| start_with(&cb));
         (a.join().unwrap(), b.join().unwrap())
     });
     let http = reqwest::Client::new();
@@ -316,7 +271,7 @@ async fn a_store_outage_of_five_seconds_under_200_requests_per_second_loses_noth
     let cuttable = Cuttable::start(target).await;
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file(dir.path(), "a", &through(schema.url(), cuttable.port));
-    let gw = start(&cfg);
+    let gw = start_with(&cfg);
     let http = reqwest::Client::new();
     assert_eq!(chat(&http, &gw.base, TOKEN).await.status(), 200);
 

@@ -5,61 +5,19 @@
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
 use tokio::time::Instant;
 
-const BIN: &str = env!("CARGO_BIN_EXE_laptime");
 const TOKEN: &str = "lt_5a5ed5a5ed5a5ed5a5ed5a5ed5a5ed5a5ed5a5ed5a5ed5a5ed5a5ed5a5ed5a5e";
 
-struct Running {
-    child: Child,
-    base: String,
-}
+mod fleet;
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(config: &Path) -> Running {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .env_remove("LAPTIME_STORE_URL")
-        .env_remove("LAPTIME_REDIS_URL")
-        .env("LAPTIME_BOOTSTRAP_TOKEN", TOKEN)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let line = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("the gateway never listened"));
-        if line.contains("laptime listening on") {
-            break line;
-        }
-    };
-    std::thread::spawn(move || while rx.recv().is_ok() {});
-    Running {
-        child,
-        base: line.rsplit(' ').next().unwrap().to_string(),
-    }
+fn start_with(config: &Path) -> fleet::Running {
+    fleet::start(config, TOKEN)
 }
 
 /// A gateway of its own data dir; sharing through `redis` when given.
@@ -104,9 +62,9 @@ async fn a_circuit_one_gateway_opens_is_open_on_every_gateway_sharing_its_redis(
         std::env::var("LAPTIME_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let prefix = format!("lt_test_{}_{}", std::process::id(), rand_suffix());
     let dir = tempfile::tempdir().unwrap();
-    let a = start(&config(dir.path(), "a", Some((&url, &prefix))));
-    let b = start(&config(dir.path(), "b", Some((&url, &prefix))));
-    let alone = start(&config(dir.path(), "c", None));
+    let a = start_with(&config(dir.path(), "a", Some((&url, &prefix))));
+    let b = start_with(&config(dir.path(), "b", Some((&url, &prefix))));
+    let alone = start_with(&config(dir.path(), "c", None));
     let http = reqwest::Client::new();
     for gw in [&a, &b, &alone] {
         assert_eq!(circuit(&http, &gw.base).await, "closed");
