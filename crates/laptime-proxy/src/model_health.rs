@@ -103,7 +103,12 @@ impl ModelHealth {
 
     /// How much longer the fleet holds this circuit open, if it does.
     fn shared_open_left(&self) -> Option<std::time::Duration> {
-        let left = self.shared_open_until_us.load(Ordering::Relaxed) - crate::clock::now_unix_us();
+        let until = self.shared_open_until_us.load(Ordering::Relaxed);
+        if until == 0 {
+            // Never shared (no Redis, or the fleet never opened it): no clock read per request.
+            return None;
+        }
+        let left = until - crate::clock::now_unix_us();
         (left > 0).then(|| std::time::Duration::from_micros(left.unsigned_abs()))
     }
 

@@ -29,6 +29,10 @@ pub const POLL: Duration = Duration::from_millis(250);
 /// Changes queued for Redis at most; beyond it they are dropped (and counted).
 const QUEUE: usize = 1024;
 
+/// The longest a connection or a command may take; a Redis that does not answer in time is
+/// treated as unreachable (and asked again on the next change or poll).
+const WAIT: Duration = Duration::from_secs(1);
+
 /// A published deadline older than this is removed from the hash.
 const FORGET_AFTER_US: i64 = 60_000_000;
 
@@ -137,20 +141,28 @@ async fn run(
             _ = tick.tick() => Step::Poll,
         };
         if conn.is_none() {
-            conn = client.get_multiplexed_async_connection().await.ok();
+            let connecting = client.get_multiplexed_async_connection();
+            conn = tokio::time::timeout(WAIT, connecting)
+                .await
+                .ok()
+                .and_then(Result::ok);
         }
         let Some(c) = conn.as_mut() else {
             note(&mut reachable, false, "no connection");
             continue;
         };
         let done = match step {
-            Step::Publish(change) => publish(c, &key, &change).await,
-            Step::Poll => poll(c, &key, &channels).await,
+            Step::Publish(change) => tokio::time::timeout(WAIT, publish(c, &key, &change)).await,
+            Step::Poll => tokio::time::timeout(WAIT, poll(c, &key, &channels)).await,
         };
         match done {
-            Ok(()) => note(&mut reachable, true, ""),
-            Err(e) => {
+            Ok(Ok(())) => note(&mut reachable, true, ""),
+            Ok(Err(e)) => {
                 note(&mut reachable, false, &e.to_string());
+                conn = None;
+            }
+            Err(_) => {
+                note(&mut reachable, false, "no answer within 1 s");
                 conn = None;
             }
         }
