@@ -9,9 +9,10 @@
 use std::sync::Arc;
 
 use async_graphql::{
-    ComplexObject, Context, EmptySubscription, Enum, Error, Object, Result, Schema, SimpleObject,
-    ID,
+    ComplexObject, Context, EmptySubscription, Enum, Error, MaybeUndefined, Object, Result, Schema,
+    SimpleObject, ID,
 };
+use laptime_core::limit::Limits;
 use laptime_store::auth::{self, Principal, Scope};
 use laptime_store::manage;
 use laptime_store::usage::{GroupDim, UsageFilter};
@@ -234,6 +235,16 @@ impl Query {
         Ok(rows.into_iter().map(TokenOut::from).collect())
     }
 
+    /// The rate limits of a workspace and of its tokens (read: its own workspace; admin: any).
+    async fn limits(&self, ctx: &Context<'_>, workspace_id: ID) -> Result<Vec<LimitsOut>> {
+        if !principal(ctx)?.scope.allows(Scope::Read) {
+            return Err(Error::new("a proxy token cannot read limits"));
+        }
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let rows = stored(app(ctx)?.store.list_limits(Some(&ws)).await)?;
+        Ok(rows.into_iter().map(LimitsOut::from).collect())
+    }
+
     /// The configured channels with their requests in flight now (any token that can read).
     async fn channels(&self, ctx: &Context<'_>) -> Result<Vec<ChannelOut>> {
         let p = principal(ctx)?;
@@ -397,6 +408,47 @@ impl From<manage::TokenInfo> for TokenOut {
     }
 }
 
+/// The rate limits of a workspace (`keyId` null) or of one of its tokens; a null limit is none.
+#[derive(SimpleObject)]
+#[graphql(name = "Limits")]
+pub struct LimitsOut {
+    pub workspace_id: ID,
+    pub key_id: Option<ID>,
+    /// Requests per minute.
+    pub rpm: Option<u64>,
+    /// Tokens (input and output) per minute.
+    pub tpm: Option<u64>,
+    /// Requests in flight at once.
+    pub concurrent: Option<u64>,
+    pub updated_at: String,
+}
+
+impl From<laptime_store::limits::LimitRow> for LimitsOut {
+    fn from(r: laptime_store::limits::LimitRow) -> Self {
+        LimitsOut {
+            workspace_id: ID(r.workspace_id),
+            key_id: r.key_id.map(ID),
+            rpm: r.limits.rpm,
+            tpm: r.limits.tpm,
+            concurrent: r.limits.concurrent,
+            updated_at: laptime_core::views::rfc3339(r.updated_at_us),
+        }
+    }
+}
+
+/// A limit argument: absent keeps the stored value, null removes it, a value (at least 1)
+/// sets it.
+fn merged(current: Option<u64>, arg: MaybeUndefined<u64>, name: &str) -> Result<Option<u64>> {
+    match arg {
+        MaybeUndefined::Undefined => Ok(current),
+        MaybeUndefined::Null => Ok(None),
+        MaybeUndefined::Value(0) => Err(Error::new(format!(
+            "{name} must be at least 1 (null removes the limit)"
+        ))),
+        MaybeUndefined::Value(v) => Ok(Some(v)),
+    }
+}
+
 /// A new token: the only time its value is shown.
 #[derive(SimpleObject)]
 pub struct NewToken {
@@ -495,6 +547,46 @@ impl Mutation {
             workspace_id: ID(t.workspace.id),
             scope: t.scope.into(),
             token: t.token,
+        })
+    }
+
+    /// Sets the rate limits of a workspace, or with `keyId` of one of its tokens (admin). An
+    /// argument left out keeps its value, null removes that limit. Applies on this instance at
+    /// once, and on every instance of a fleet within a second.
+    async fn set_limits(
+        &self,
+        ctx: &Context<'_>,
+        workspace_id: ID,
+        key_id: Option<ID>,
+        rpm: MaybeUndefined<u64>,
+        tpm: MaybeUndefined<u64>,
+        concurrent: MaybeUndefined<u64>,
+    ) -> Result<LimitsOut> {
+        require_admin(ctx)?;
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let app = app(ctx)?;
+        let key = key_id.as_ref().map(|k| k.as_str());
+        let rows = stored(app.store.list_limits(Some(&ws)).await)?;
+        let current = rows
+            .iter()
+            .find(|r| r.key_id.as_deref() == key)
+            .map(|r| r.limits)
+            .unwrap_or_default();
+        let limits = Limits {
+            rpm: merged(current.rpm, rpm, "rpm")?,
+            tpm: merged(current.tpm, tpm, "tpm")?,
+            concurrent: merged(current.concurrent, concurrent, "concurrent")?,
+        };
+        let now = now_us();
+        stored(app.store.set_limits(&ws, key, limits, now).await)?;
+        app.auth.forget_all();
+        Ok(LimitsOut {
+            workspace_id: ID(ws),
+            key_id,
+            rpm: limits.rpm,
+            tpm: limits.tpm,
+            concurrent: limits.concurrent,
+            updated_at: laptime_core::views::rfc3339(now),
         })
     }
 

@@ -69,6 +69,12 @@ pub struct RollupOut {
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
     pub reasoning_tokens: u64,
+    /// The summed cost of the requests whose cost is known, USD; null when none is.
+    pub cost_usd: Option<f64>,
+    /// Requests billed with no configured price covering them (their cost is unknown, not 0).
+    pub cost_unpriced_count: u64,
+    /// Requests whose cost includes estimated tokens (the provider reported no usage for them).
+    pub cost_estimated_count: u64,
     pub classifications: Vec<ClassificationCount>,
     pub latency_ms: MetricStatsOut,
     pub ttft_ms: MetricStatsOut,
@@ -99,6 +105,9 @@ impl From<&Rollup> for RollupOut {
             cache_read_tokens: r.cache_read_tokens,
             cache_write_tokens: r.cache_write_tokens,
             reasoning_tokens: r.reasoning_tokens,
+            cost_usd: r.cost_usd(),
+            cost_unpriced_count: r.cost_unpriced,
+            cost_estimated_count: r.cost_estimated,
             classifications: r
                 .classifications
                 .iter()
@@ -187,6 +196,8 @@ impl From<&UsageResult> for UsageReport {
 #[graphql(name = "Timing")]
 pub struct TimingOut {
     pub auth_ms: Option<f64>,
+    /// The rate-limit and budget checks; null when no limit applies.
+    pub admission_ms: Option<f64>,
     pub distribution_ms: Option<f64>,
     pub body_read_ms: Option<f64>,
     pub upstream_headers_ms: Option<f64>,
@@ -202,6 +213,7 @@ impl From<TimingView> for TimingOut {
     fn from(t: TimingView) -> Self {
         TimingOut {
             auth_ms: t.auth_ms,
+            admission_ms: t.admission_ms,
             distribution_ms: t.distribution_ms,
             body_read_ms: t.body_read_ms,
             upstream_headers_ms: t.upstream_headers_ms,
@@ -340,6 +352,15 @@ pub struct RequestEvent {
     pub upstream_ms: Option<f64>,
     pub cache_read_tokens: Option<u64>,
     pub cache_write_tokens: Option<u64>,
+    /// The part of `cacheWriteTokens` written for one hour (Anthropic).
+    #[graphql(name = "cacheWrite1hTokens")]
+    pub cache_write_1h_tokens: Option<u64>,
+    /// What the request cost, USD; null when it was billed but no price covers it.
+    pub cost_usd: Option<f64>,
+    /// Some tokens in `costUsd` were estimated; null when the cost is unknown.
+    pub cost_estimated: Option<bool>,
+    /// The limit or budget that refused the request (outcome `rate_limited`).
+    pub refused_by: Option<String>,
     pub failover_count: u32,
     pub cached: bool,
     pub hedge: String,
@@ -381,6 +402,10 @@ impl From<&RequestRecord> for RequestEvent {
             upstream_ms: upstream_ms(&r.marks),
             cache_read_tokens: r.tokens.cache_read,
             cache_write_tokens: r.tokens.cache_write,
+            cache_write_1h_tokens: r.tokens.cache_write_1h,
+            cost_usd: r.cost.map(|c| c.usd()),
+            cost_estimated: r.cost.map(|c| c.estimated),
+            refused_by: r.refused_by.map(|l| l.as_str().to_string()),
             failover_count: r.failover_count,
             cached: r.cached,
             hedge: r.hedge.as_str().to_string(),

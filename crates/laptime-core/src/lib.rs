@@ -18,6 +18,8 @@
 //! - [`views`]: the two vocabularies a record is read in (`other.timing` and the usage API), and
 //!   the in-band timing line.
 //! - [`translate`]: the hub that carries a request and its answer between two dialects.
+//! - [`cost`]: prices in force at an instant, the tokens a provider billed, and their cost.
+//! - [`limit`]: the limits a token or workspace may have and the windows that count against them.
 //! - [`rollup`]: mergeable summaries of many records (counts, token sums, log-bucketed percentile
 //!   sketches) that the usage API answers from.
 //!
@@ -26,7 +28,9 @@
 
 pub mod circuit;
 pub mod classify;
+pub mod cost;
 pub mod dialect;
+pub mod limit;
 pub mod observe;
 pub mod relay;
 pub mod rollup;

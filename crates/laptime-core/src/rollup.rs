@@ -466,6 +466,14 @@ pub struct Rollup {
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
     pub reasoning_tokens: u64,
+    /// Sum of the known costs, in nano-USD.
+    pub cost_nano_usd: u64,
+    /// Requests whose cost is known (0 included: not billed).
+    pub cost_priced: u64,
+    /// Requests billed with no price to say what they cost (`costUnpricedCount`).
+    pub cost_unpriced: u64,
+    /// Priced requests whose cost includes estimated tokens.
+    pub cost_estimated: u64,
     /// Requests per classification (`ok`, `failed`, a slow stage).
     pub classifications: BTreeMap<String, u64>,
     /// How many requests reported each token field, in [`TokenField`] order.
@@ -474,8 +482,9 @@ pub struct Rollup {
     sketches: [Sketch; 13],
 }
 
-/// The encoding's version byte.
-const ENCODING_VERSION: u8 = 1;
+/// The encoding's version byte. Version 2 appended the cost counts; version 1 rollups (written
+/// before prices existed) decode with no priced and no unpriced requests.
+const ENCODING_VERSION: u8 = 2;
 
 impl Rollup {
     pub fn new() -> Self {
@@ -491,6 +500,14 @@ impl Rollup {
             self.cache_hits += 1;
         }
         self.failovers += u64::from(r.failover_count);
+        match r.cost {
+            Some(c) => {
+                self.cost_nano_usd = self.cost_nano_usd.saturating_add(c.nano_usd);
+                self.cost_priced += 1;
+                self.cost_estimated += u64::from(c.estimated);
+            }
+            None => self.cost_unpriced += 1,
+        }
         let t = &r.tokens;
         for (k, v) in [t.input, t.output, t.cache_read, t.cache_write, t.reasoning]
             .into_iter()
@@ -520,6 +537,10 @@ impl Rollup {
         self.errors += o.errors;
         self.cache_hits += o.cache_hits;
         self.failovers += o.failovers;
+        self.cost_nano_usd = self.cost_nano_usd.saturating_add(o.cost_nano_usd);
+        self.cost_priced += o.cost_priced;
+        self.cost_unpriced += o.cost_unpriced;
+        self.cost_estimated += o.cost_estimated;
         for k in 0..5 {
             let v = o.token_sum(k);
             *self.token_sum_mut(k) = self.token_sum_mut(k).saturating_add(v);
@@ -588,6 +609,11 @@ impl Rollup {
         (self.tokens_reported[k] > 0).then(|| self.token_sum(k))
     }
 
+    /// The summed cost in USD; `None` when no request's cost is known.
+    pub fn cost_usd(&self) -> Option<f64> {
+        (self.cost_priced > 0).then(|| crate::cost::nano_to_usd(self.cost_nano_usd))
+    }
+
     /// How many requests reported a token field.
     pub fn tokens_reported(&self, f: TokenField) -> u64 {
         self.tokens_reported[f as usize]
@@ -634,6 +660,14 @@ impl Rollup {
         for s in &self.sketches {
             s.encode(&mut out);
         }
+        for v in [
+            self.cost_nano_usd,
+            self.cost_priced,
+            self.cost_unpriced,
+            self.cost_estimated,
+        ] {
+            put_varint(&mut out, v);
+        }
         out
     }
 
@@ -649,7 +683,7 @@ impl Rollup {
     pub fn merge_encoded(&mut self, b: &[u8]) -> Result<(), String> {
         let mut r = Reader { b, pos: 0 };
         let version = r.u8()?;
-        if version != ENCODING_VERSION {
+        if !(1..=ENCODING_VERSION).contains(&version) {
             return Err(format!("rollup: unknown encoding version {version}"));
         }
         for field in [
@@ -684,6 +718,16 @@ impl Rollup {
         }
         for s in &mut self.sketches {
             s.merge_from(&mut r)?;
+        }
+        if version >= 2 {
+            for field in [
+                &mut self.cost_nano_usd,
+                &mut self.cost_priced,
+                &mut self.cost_unpriced,
+                &mut self.cost_estimated,
+            ] {
+                *field = field.saturating_add(r.varint()?);
+            }
         }
         if r.remaining() != 0 {
             return Err("rollup: trailing bytes".into());
@@ -843,6 +887,8 @@ mod tests {
             region: None,
             instance: None,
             trace_id: None,
+            cost: None,
+            refused_by: None,
         }
     }
 
@@ -1020,6 +1066,51 @@ mod tests {
         via_bytes.merge_encoded(&bytes).unwrap();
         via_decode.merge(&r);
         assert_eq!(via_bytes, via_decode);
+    }
+
+    #[test]
+    fn costs_sum_exactly_and_unpriced_requests_are_counted_not_zero() {
+        use crate::cost::Cost;
+        let mut priced = record(Some(10), 100, Outcome::Completed, false);
+        priced.cost = Some(Cost {
+            nano_usd: 1_500,
+            estimated: false,
+        });
+        let mut estimated = priced.clone();
+        estimated.cost = Some(Cost {
+            nano_usd: 250,
+            estimated: true,
+        });
+        let mut unpriced = priced.clone();
+        unpriced.cost = None;
+        let mut r = Rollup::new();
+        assert_eq!(r.cost_usd(), None);
+        r.add(&unpriced);
+        assert_eq!(r.cost_usd(), None, "nothing priced is unknown, not $0");
+        for rec in [&priced, &estimated] {
+            r.add(rec);
+        }
+        assert_eq!(
+            (
+                r.cost_nano_usd,
+                r.cost_priced,
+                r.cost_unpriced,
+                r.cost_estimated
+            ),
+            (1_750, 2, 1, 1)
+        );
+        assert_eq!(r.cost_usd(), Some(1.75e-6));
+        let decoded = Rollup::decode(&r.encode()).unwrap();
+        assert_eq!(decoded, r);
+        // A rollup written before costs existed (version 1: no cost counts at its end) reads
+        // as one with no priced and no unpriced requests.
+        let mut v1 = rollup_of_one(record(Some(10), 100, Outcome::Completed, false));
+        v1.cost_priced = 0;
+        v1.cost_unpriced = 0;
+        let mut bytes = v1.encode();
+        bytes.truncate(bytes.len() - 4);
+        bytes[0] = 1;
+        assert_eq!(Rollup::decode(&bytes), Ok(v1));
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub struct Marks {
     pub auth: Option<Duration>,
     /// Duration of reading the downstream body (exposes slow uploads).
     pub body_read: Option<Duration>,
+    /// Duration of the rate-limit and budget checks; absent when no limit applies.
+    #[serde(default)]
+    pub admission: Option<Duration>,
     /// Duration of channel selection.
     pub distribution: Option<Duration>,
     /// t1: the winning attempt was dispatched.
@@ -56,6 +59,8 @@ pub enum Outcome {
     /// Auth, bad input or no route: no upstream was called.
     Rejected,
     CacheHit,
+    /// Refused by a limit or budget of the client's token or workspace: no upstream was called.
+    RateLimited,
     /// Cut by the gateway itself: its drain time after SIGINT/SIGTERM ran out.
     GatewayShutdown,
     /// Found in flight after a restart: the gateway process ended (killed, crashed) before the
@@ -64,7 +69,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Completed,
         Outcome::Incomplete,
         Outcome::UpstreamError,
@@ -73,6 +78,7 @@ impl Outcome {
         Outcome::Timeout,
         Outcome::Rejected,
         Outcome::CacheHit,
+        Outcome::RateLimited,
         Outcome::GatewayShutdown,
         Outcome::GatewayCrashed,
     ];
@@ -87,6 +93,7 @@ impl Outcome {
             Outcome::Timeout => "timeout",
             Outcome::Rejected => "rejected",
             Outcome::CacheHit => "cache_hit",
+            Outcome::RateLimited => "rate_limited",
             Outcome::GatewayShutdown => "gateway_shutdown",
             Outcome::GatewayCrashed => "gateway_crashed",
         }
@@ -182,12 +189,15 @@ pub enum ErrorClass {
     ContextLengthExceeded,
     /// Upstream's content filter refused the request: no channel is asked again.
     ContentFiltered,
+    /// A rate limit or budget of the client's own token or workspace refused the request
+    /// before any upstream was called (an upstream's 429 is `RateLimited`).
+    OverLimit,
 }
 
 impl ErrorClass {
     /// Every class, in declaration order (a test checks the order against the discriminants,
     /// so a class added to the enum but not here fails it).
-    pub const ALL: [ErrorClass; 24] = [
+    pub const ALL: [ErrorClass; 25] = [
         ErrorClass::ConnectFailed,
         ErrorClass::ConnectTimeout,
         ErrorClass::Tls,
@@ -212,6 +222,7 @@ impl ErrorClass {
         ErrorClass::Internal,
         ErrorClass::ContextLengthExceeded,
         ErrorClass::ContentFiltered,
+        ErrorClass::OverLimit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -240,6 +251,7 @@ impl ErrorClass {
             ErrorClass::Internal => "internal",
             ErrorClass::ContextLengthExceeded => "context_length_exceeded",
             ErrorClass::ContentFiltered => "content_filtered",
+            ErrorClass::OverLimit => "over_limit",
         }
     }
 
@@ -262,7 +274,8 @@ impl ErrorClass {
             | PayloadTooLarge
             | UnknownModel
             | ContextLengthExceeded
-            | ContentFiltered => Fault::Client,
+            | ContentFiltered
+            | OverLimit => Fault::Client,
             UpstreamAuth | Overloaded | Internal => Fault::Gateway,
         }
     }
@@ -503,6 +516,12 @@ pub struct RequestRecord {
     #[serde(default)]
     pub instance: Option<String>,
     pub trace_id: Option<String>,
+    /// What the request cost (`None`: billed, but no configured price covers it).
+    #[serde(default)]
+    pub cost: Option<crate::cost::Cost>,
+    /// The limit or budget that refused the request (outcome `rate_limited`).
+    #[serde(default)]
+    pub refused_by: Option<crate::limit::Limit>,
 }
 
 impl RequestRecord {
@@ -523,7 +542,9 @@ impl RequestRecord {
             return Some(c.fault());
         }
         match self.outcome {
-            Outcome::ClientCancelled | Outcome::Rejected => Some(Fault::Client),
+            Outcome::ClientCancelled | Outcome::Rejected | Outcome::RateLimited => {
+                Some(Fault::Client)
+            }
             Outcome::UpstreamError | Outcome::UpstreamClosedEarly | Outcome::Timeout => {
                 Some(Fault::Upstream)
             }
@@ -611,7 +632,7 @@ mod tests {
         }
         assert_eq!(
             ErrorClass::ALL.len(),
-            ErrorClass::ContentFiltered as usize + 1,
+            ErrorClass::OverLimit as usize + 1,
             "the last variant is listed"
         );
         let mut names = std::collections::HashSet::new();
@@ -648,5 +669,48 @@ mod tests {
         let bad = ErrorClass::from_status(400);
         assert_eq!(bad.map(|c| c.fault()), Some(Fault::Client));
         assert!(!bad.is_some_and(|c| c.retryable()));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// A completed Chat request with nothing else known, for tests to fill in.
+    pub(crate) fn record() -> RequestRecord {
+        RequestRecord {
+            request_id: "req_test".into(),
+            workspace_id: Some("ws".into()),
+            key_id: None,
+            created_at_us: 0,
+            model: None,
+            provider: None,
+            channel: None,
+            group: None,
+            dialect: Dialect::Chat,
+            upstream_dialect: None,
+            stream: true,
+            status: 200,
+            outcome: Outcome::Completed,
+            timeout_kind: None,
+            error_class: None,
+            classification: crate::slow::Classification::Ok,
+            flags: Vec::new(),
+            marks: Marks::default(),
+            tokens: Tokens::default(),
+            event_count: 0,
+            text_delta_count: 0,
+            channel_inflight: None,
+            attempts: Vec::new(),
+            hedge: Hedge::None,
+            failover_count: 0,
+            cached: false,
+            shape: RequestShape::default(),
+            region: None,
+            instance: None,
+            trace_id: None,
+            cost: None,
+            refused_by: None,
+        }
     }
 }

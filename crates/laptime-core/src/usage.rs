@@ -15,6 +15,9 @@ pub struct UsageReport {
     pub output: Option<u64>,
     pub cache_read: Option<u64>,
     pub cache_write: Option<u64>,
+    /// The part of `cache_write` written for one hour (Anthropic's
+    /// `cache_creation.ephemeral_1h_input_tokens`), priced apart from five-minute writes.
+    pub cache_write_1h: Option<u64>,
     pub reasoning: Option<u64>,
 }
 
@@ -31,6 +34,10 @@ pub struct Tokens {
     pub output: Option<u64>,
     pub cache_read: Option<u64>,
     pub cache_write: Option<u64>,
+    /// The part of `cache_write` that is one-hour cache writes (Anthropic); absent when the
+    /// provider does not split them.
+    #[serde(default)]
+    pub cache_write_1h: Option<u64>,
     pub reasoning: Option<u64>,
 }
 
@@ -57,6 +64,7 @@ impl UsageAcc {
             (&mut raw.output, report.output),
             (&mut raw.cache_read, report.cache_read),
             (&mut raw.cache_write, report.cache_write),
+            (&mut raw.cache_write_1h, report.cache_write_1h),
             (&mut raw.reasoning, report.reasoning),
         ] {
             if value.is_some() {
@@ -85,6 +93,7 @@ impl UsageAcc {
             output: raw.output,
             cache_read: raw.cache_read,
             cache_write: raw.cache_write,
+            cache_write_1h: raw.cache_write_1h,
             reasoning: raw.reasoning,
         }
     }
@@ -102,6 +111,7 @@ mod tests {
             output: Some(1),
             cache_read: Some(100),
             cache_write: Some(7),
+            cache_write_1h: None,
             reasoning: None,
         });
         acc.apply(&UsageReport {

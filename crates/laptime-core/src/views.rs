@@ -24,6 +24,8 @@ fn opt_ms(d: Option<Duration>) -> Option<f64> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimingView {
     pub auth_ms: Option<f64>,
+    /// The rate-limit and budget checks; absent when no limit applies.
+    pub admission_ms: Option<f64>,
     pub distribution_ms: Option<f64>,
     pub body_read_ms: Option<f64>,
     /// t2 − t1: the origin is the upstream start, not t0.
@@ -41,6 +43,7 @@ impl TimingView {
     pub fn new(marks: &Marks, tokens: &Tokens) -> Self {
         TimingView {
             auth_ms: opt_ms(marks.auth),
+            admission_ms: opt_ms(marks.admission),
             distribution_ms: opt_ms(marks.distribution),
             body_read_ms: opt_ms(marks.body_read),
             upstream_headers_ms: opt_ms(between(marks.upstream_start, marks.upstream_headers)),
@@ -240,6 +243,14 @@ pub struct RequestLogView {
     pub reasoning_tokens: Option<u64>,
     pub cache_read_tokens: Option<u64>,
     pub cache_write_tokens: Option<u64>,
+    /// The part of `cache_write_tokens` written for one hour.
+    pub cache_write_1h_tokens: Option<u64>,
+    /// What the request cost, in USD; null when it was billed but no price covers it.
+    pub cost_usd: Option<f64>,
+    /// Some tokens in `cost_usd` were estimated (the provider reported no usage for them).
+    pub cost_estimated: Option<bool>,
+    /// The limit or budget that refused the request (outcome `rate_limited`).
+    pub refused_by: Option<&'static str>,
     pub failover_count: u32,
     pub cached: bool,
     pub hedge: &'static str,
@@ -296,6 +307,10 @@ impl RequestLogView {
             reasoning_tokens: r.tokens.reasoning,
             cache_read_tokens: r.tokens.cache_read,
             cache_write_tokens: r.tokens.cache_write,
+            cache_write_1h_tokens: r.tokens.cache_write_1h,
+            cost_usd: r.cost.map(|c| c.usd()),
+            cost_estimated: r.cost.map(|c| c.estimated),
+            refused_by: r.refused_by.map(|l| l.as_str()),
             failover_count: r.failover_count,
             cached: r.cached,
             hedge: r.hedge.as_str(),
@@ -378,6 +393,7 @@ mod tests {
         let marks = Marks {
             auth: Some(Duration::from_micros(40)),
             body_read: Some(Duration::from_micros(10)),
+            admission: None,
             distribution: Some(Duration::from_micros(5)),
             upstream_start: ms_d(1),
             upstream_headers: ms_d(241),
@@ -417,6 +433,7 @@ mod tests {
                 output: Some(75),
                 cache_read: Some(512),
                 cache_write: None,
+                cache_write_1h: None,
                 reasoning: None,
             },
             event_count: 90,
@@ -440,6 +457,11 @@ mod tests {
             region: None,
             instance: Some("gw-a:8080".into()),
             trace_id: Some("t".into()),
+            cost: Some(crate::cost::Cost {
+                nano_usd: 1_250_000,
+                estimated: false,
+            }),
+            refused_by: None,
         };
         let got = serde_json::to_value(RequestLogView::new(&record)).unwrap();
         let expected: serde_json::Value = serde_json::from_str(
@@ -452,13 +474,14 @@ mod tests {
             "flags": ["visible_text_late"], "latency_ms": 10202.0, "ttft_ms": 299.0,
             "upstream_ms": 10200.0, "input_tokens": 800, "output_tokens": 75,
             "reasoning_tokens": null, "cache_read_tokens": 512, "cache_write_tokens": null,
-            "failover_count": 0, "cached": false, "hedge": "none", "event_count": 90,
+            "cache_write_1h_tokens": null, "cost_usd": 0.00125, "cost_estimated": false,
+            "refused_by": null, "failover_count": 0, "cached": false, "hedge": "none", "event_count": 90,
             "text_delta_count": 75, "channel_inflight": 1, "trace_id": "t", "region": null,
             "instance": "gw-a:8080",
             "attempts": [{"channel": "sim", "role": "primary", "won": true, "status": 200,
                 "error_class": null, "fault": null, "start_ms": 1.0, "headers_ms": 241.0,
                 "first_byte_ms": 300.0, "end_ms": 10201.0}],
-            "other": {"timing": {"auth_ms": 0.04, "distribution_ms": 0.005, "body_read_ms": 0.01,
+            "other": {"timing": {"auth_ms": 0.04, "admission_ms": null, "distribution_ms": 0.005, "body_read_ms": 0.01,
                 "upstream_headers_ms": 240.0, "first_sse_event_ms": 311.0,
                 "first_response_ms": 2901.0, "first_text_delta_ms": 8701.0,
                 "upstream_done_ms": 10201.0, "total_handler_ms": 10202.0,

@@ -112,7 +112,12 @@ fn one_request(reg: Option<&Arc<Inflight>>, i: usize, thresholds: &Thresholds) {
         timeout_kind: None,
         stream: None,
     };
-    let record = record::build(p, ending, Duration::from_millis(500), thresholds);
+    let record = record::build(
+        p,
+        ending,
+        Duration::from_millis(500),
+        (thresholds, &laptime_core::cost::PriceTable::EMPTY),
+    );
     if let Some(s) = slot {
         let _handed = s.finished(&record);
     }

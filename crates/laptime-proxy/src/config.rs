@@ -27,6 +27,59 @@ pub struct Config {
     pub channels: Vec<ChannelConfig>,
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prices: Vec<PriceConfig>,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+/// `[limits]`: how admission estimates what a request will count against tokens-per-minute
+/// limits (the limits themselves are stored per workspace and token: `laptime limits set`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Output tokens assumed for a request that names no `max_tokens` (or its dialect's
+    /// equivalent); the estimate is settled with the real count when the request ends.
+    pub output_estimate_tokens: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            output_estimate_tokens: 1024,
+        }
+    }
+}
+
+/// `[[prices]]`: what a model costs, per million tokens in USD, from a day on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// A model as clients name it, or `"*"` for every model not priced by name.
+    pub model: String,
+    /// Only for requests this channel served (overrides the model's price there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_per_mtok: Option<f64>,
+    /// Cache writes (Anthropic's five-minute writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<f64>,
+    /// Anthropic's one-hour cache writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h_per_mtok: Option<f64>,
+    /// Reasoning tokens when the provider bills them apart from output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_per_mtok: Option<f64>,
+    /// `YYYY-MM-DD` (UTC): the price applies to requests from that day's midnight on.
+    #[serde(default = "default_effective_from")]
+    pub effective_from: String,
+}
+
+fn default_effective_from() -> String {
+    "1970-01-01".into()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -630,6 +683,8 @@ impl Config {
             thresholds: Thresholds::default(),
             channels,
             routes: Vec::new(),
+            prices: Vec::new(),
+            limits: LimitsConfig::default(),
         }
     }
 
@@ -698,11 +753,53 @@ impl Config {
                 }
             }
         }
+        if let Err(price_errs) = self.price_table() {
+            errs.extend(price_errs);
+        }
         if errs.is_empty() {
             Ok(())
         } else {
             Err(ConfigErrors(errs))
         }
+    }
+
+    /// The configured prices as the table requests are costed with; the errors name the entry.
+    pub fn price_table(&self) -> Result<laptime_core::cost::PriceTable, Vec<String>> {
+        let mut errs = Vec::new();
+        let mut prices = Vec::with_capacity(self.prices.len());
+        for (i, p) in self.prices.iter().enumerate() {
+            let effective_from_us = laptime_core::cost::day_start_us(&p.effective_from);
+            if effective_from_us.is_none() {
+                errs.push(format!(
+                    "prices[{i}].effective_from: {:?} is not a YYYY-MM-DD day",
+                    p.effective_from
+                ));
+            }
+            if let Some(c) = &p.channel {
+                if !self.channels.iter().any(|ch| &ch.name == c) {
+                    errs.push(format!("prices[{i}].channel: no channel is named {c:?}"));
+                }
+            }
+            let price = laptime_core::cost::Price {
+                model: p.model.clone(),
+                channel: p.channel.clone(),
+                input_per_mtok: p.input_per_mtok,
+                output_per_mtok: p.output_per_mtok,
+                cache_read_per_mtok: p.cache_read_per_mtok,
+                cache_write_per_mtok: p.cache_write_per_mtok,
+                cache_write_1h_per_mtok: p.cache_write_1h_per_mtok,
+                reasoning_per_mtok: p.reasoning_per_mtok,
+                effective_from_us: effective_from_us.unwrap_or(0),
+            };
+            if let Some(problem) = price.problem() {
+                errs.push(format!("prices[{i}] ({}): {problem}", p.model));
+            }
+            prices.push(price);
+        }
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        laptime_core::cost::PriceTable::new(prices).map_err(|e| vec![e.0])
     }
 
     fn validate_server(&self, errs: &mut Vec<String>) {

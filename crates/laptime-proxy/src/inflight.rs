@@ -410,6 +410,8 @@ fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
         region,
         instance,
         trace_id,
+        cost,
+        refused_by,
     } = src;
     dst.request_id.clone_from(request_id);
     dst.workspace_id.clone_from(workspace_id);
@@ -441,6 +443,8 @@ fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
     dst.region.clone_from(region);
     dst.instance.clone_from(instance);
     dst.trace_id.clone_from(trace_id);
+    dst.cost = *cost;
+    dst.refused_by = *refused_by;
 }
 
 /// The first-time stream marks, as a `Marks` holds them.
@@ -502,6 +506,9 @@ fn partial(p: &Pending) -> RequestRecord {
         region: p.region.clone(),
         instance: p.instance.clone(),
         trace_id: p.trace_id.clone(),
+        // What a crashed request was billed is not known.
+        cost: None,
+        refused_by: p.refused_by,
     }
 }
 

@@ -31,6 +31,7 @@ pub mod connect;
 pub mod continuation;
 pub mod inflight;
 pub mod ingress;
+pub mod limits;
 pub mod listen;
 pub mod metrics;
 pub mod model_health;
@@ -86,6 +87,10 @@ pub struct App {
     /// Requests on hedged routes, and hedges sent: the budget's two counters.
     pub hedge_requests: std::sync::atomic::AtomicU64,
     pub hedges_sent: std::sync::atomic::AtomicU64,
+    /// `[[prices]]`: what each finished request cost.
+    pub prices: Arc<laptime_core::cost::PriceTable>,
+    /// The rate limits' windows and in-flight counts of this instance.
+    pub limiter: Arc<limits::Limiter>,
 }
 
 impl std::fmt::Debug for App {

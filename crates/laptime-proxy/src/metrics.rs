@@ -68,6 +68,8 @@
 //! | `laptime_upstream_done_seconds` | histogram | same | t6 − t0, when t6 present |
 //! | `laptime_handler_seconds` | histogram | same | t7 − t0 (present on every finished record) |
 //! | `laptime_tokens_total` | counter | `type` (`input`, `output`, `cache_read`, `cache_write`, `reasoning`), `model` | sum of the upstream-reported counts (input normalised as above); absent counts add nothing |
+//! | `laptime_cost_usd_total` | counter | `model` | the summed cost of finished requests at the configured `[[prices]]` (estimated costs included); requests not billed add 0 |
+//! | `laptime_cost_unpriced_total` | counter | `model` | billed requests whose cost is unknown (no price covers the model, or a kind of token it was billed for) |
 //! | `laptime_channel_inflight` | gauge | `channel` | requests in flight on each configured channel, read at scrape time |
 //! | `laptime_circuit_state` | gauge | `channel`, `state` (`closed`, `open`, `half_open`) | 1 for the worst current circuit state over the channel's models (each model has its own circuit), read at scrape time |
 //! | `laptime_circuit_transitions_total` | counter | `channel` | circuit breaker state changes over the channel's models (each is also logged with its model) |
@@ -121,7 +123,8 @@ use laptime_store::recorder::Recorder;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto;
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+    Counter, CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::inflight::Inflight;
@@ -250,6 +253,8 @@ struct Series {
     provider: String,
     stages: [OnceLock<Histogram>; 6],
     tokens: [OnceLock<IntCounter>; 5],
+    cost_usd: OnceLock<Counter>,
+    cost_unpriced: OnceLock<IntCounter>,
     /// `laptime_requests_total` for the common case: 200, completed, ok.
     completed_ok: OnceLock<IntCounter>,
     ttft: OnceLock<Histogram>,
@@ -265,6 +270,8 @@ pub struct Metrics {
     requests: IntCounterVec,
     stages: Vec<HistogramVec>,
     tokens: IntCounterVec,
+    cost_usd: CounterVec,
+    cost_unpriced: IntCounterVec,
     ttft: HistogramVec,
     duration: WithErrorType,
     tpot: WithErrorType,
@@ -326,6 +333,22 @@ impl Metrics {
             &["type", "model"],
         )?;
         registry.register(Box::new(tokens.clone()))?;
+        let cost_usd = CounterVec::new(
+            Opts::new(
+                "laptime_cost_usd_total",
+                "Cost of finished requests at the configured prices, in USD (estimated costs included).",
+            ),
+            &["model"],
+        )?;
+        registry.register(Box::new(cost_usd.clone()))?;
+        let cost_unpriced = IntCounterVec::new(
+            Opts::new(
+                "laptime_cost_unpriced_total",
+                "Billed requests whose cost is unknown: no configured price covers them.",
+            ),
+            &["model"],
+        )?;
+        registry.register(Box::new(cost_unpriced.clone()))?;
         let ttft = HistogramVec::new(
             HistogramOpts::new(
                 "gen_ai_server_time_to_first_token_seconds",
@@ -368,6 +391,8 @@ impl Metrics {
             requests,
             stages,
             tokens,
+            cost_usd,
+            cost_unpriced,
             ttft,
             duration,
             tpot,
@@ -445,6 +470,17 @@ impl Metrics {
                     .inc_by(n);
             }
         }
+        match r.cost {
+            Some(c) if c.nano_usd > 0 => s
+                .cost_usd
+                .get_or_init(|| self.cost_usd.with_label_values(&[&s.model]))
+                .inc_by(c.usd()),
+            Some(_) => {}
+            None => s
+                .cost_unpriced
+                .get_or_init(|| self.cost_unpriced.with_label_values(&[&s.model]))
+                .inc(),
+        }
 
         // OTel GenAI: successes on cached handles, failures (with `error_type`) looked up.
         let m = &r.marks;
@@ -520,6 +556,8 @@ impl Metrics {
             provider: provider.to_string(),
             stages: Default::default(),
             tokens: Default::default(),
+            cost_usd: OnceLock::new(),
+            cost_unpriced: OnceLock::new(),
             completed_ok: OnceLock::new(),
             ttft: OnceLock::new(),
             duration_ok: OnceLock::new(),
@@ -817,6 +855,8 @@ mod tests {
             region: None,
             instance: None,
             trace_id: Some("trace_1".into()),
+            cost: None,
+            refused_by: None,
         }
     }
 

@@ -55,6 +55,9 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Ok(admitted) => admitted,
         Err(e) => return unread(respond::reject(finisher, e), parts.version),
     };
+    if let Err(refused) = limit(&app, &mut finisher.pending, &principal, &head, body.len()) {
+        return respond::over_limit(finisher, &refused);
+    }
     let routed = match route(&app, &mut finisher.pending, &principal, &head) {
         Ok(r) => r,
         Err(e) => return respond::reject(finisher, e),
@@ -172,6 +175,7 @@ fn ingress(app: &App, dialect: Dialect, headers: &HeaderMap, t0: Instant) -> (Fi
     pending.inflight = app.inflight.open(&pending);
     let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds)
         .with_metrics(app.metrics.clone())
+        .with_prices(app.prices.clone())
         .with_unauthenticated_sample(app.unauthenticated_rows.clone());
     (finisher, trace)
 }
@@ -230,6 +234,7 @@ async fn admit(
             GatewayError::new(ErrorClass::BadRequest, "the request body could not be read")
         }
     })?;
+    pending.body_bytes = Some(body.len());
     let head = match gemini {
         None => ingress::parse_head(&body),
         Some(call) => call.and_then(|call| ingress::parse_gemini_head(call, &body)),
@@ -246,6 +251,36 @@ async fn admit(
     pending.stream = head.stream;
     pending.shape = head.shape.clone();
     Ok((body, held, head))
+}
+
+/// Admission against the rate limits of the token and its workspace (timed as `admission`
+/// when any applies): tokens per minute are charged with an estimate (the body's size, plus
+/// `max_tokens` or the configured output estimate), settled when the request is recorded.
+fn limit(
+    app: &Arc<App>,
+    pending: &mut Pending,
+    principal: &Principal,
+    head: &RequestHead,
+    body_len: usize,
+) -> Result<(), crate::limits::Refused> {
+    if principal.limits.is_empty() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let output = head
+        .shape
+        .max_output_tokens
+        .unwrap_or(app.config.limits.output_estimate_tokens);
+    let ask = crate::limits::Ask {
+        workspace_id: &principal.workspace_id,
+        key_id: &principal.key_id,
+        limits: &principal.limits,
+        tokens: laptime_core::cost::estimate_input_tokens(body_len).saturating_add(output),
+    };
+    let admitted = app.limiter.admit(ask, started);
+    pending.marks.admission = Some(pending.since(started));
+    pending.admission = admitted?;
+    Ok(())
 }
 
 /// The byte budget for request bodies is spent by the requests in flight.

@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use laptime_core::cost::{estimate_input_tokens, Billed, PriceTable};
 use laptime_core::observe::StreamSummary;
 use laptime_core::slow::{self, Flag, Thresholds};
 use laptime_core::timeline::{
@@ -52,6 +53,14 @@ pub struct Pending {
     pub unobserved: bool,
     /// The answer was cut and another channel continued it.
     pub continued: bool,
+    /// The request body's size, for estimating its input tokens where the provider reports
+    /// none (not stored).
+    pub body_bytes: Option<usize>,
+    /// The limit or budget that refused the request.
+    pub refused_by: Option<laptime_core::limit::Limit>,
+    /// The request's hold on its rate limits (a place in flight, the token estimate to
+    /// settle), released when the request is recorded.
+    pub admission: Option<crate::limits::Ticket>,
     /// The request's entry in the gateway's in-flight registry (absent when the registry was
     /// full, or for a pending record built alone, in tests).
     pub inflight: Option<crate::inflight::Slot>,
@@ -84,6 +93,9 @@ impl Pending {
             translation_omitted: Vec::new(),
             unobserved: false,
             continued: false,
+            body_bytes: None,
+            refused_by: None,
+            admission: None,
             inflight: None,
         }
     }
@@ -151,6 +163,9 @@ pub struct Finisher {
     /// Rows of requests without a principal are sampled: anyone who can reach the port makes
     /// them (and no workspace can read them).
     unauthenticated: Option<Arc<RowSample>>,
+    /// What requests cost (absent in tests that build a finisher alone: every billed request
+    /// is then unpriced).
+    prices: Option<Arc<PriceTable>>,
 }
 
 /// Requests without a principal (unauthenticated refusals) given a row at most, per second;
@@ -197,7 +212,14 @@ impl Finisher {
             metrics: None,
             _inflight: None,
             unauthenticated: None,
+            prices: None,
         }
+    }
+
+    /// Costs the record with `prices` when it is finished.
+    pub fn with_prices(mut self, prices: Arc<PriceTable>) -> Self {
+        self.prices = Some(prices);
+        self
     }
 
     /// Samples the row if this request turns out to be an unauthenticated refusal.
@@ -222,7 +244,25 @@ impl Finisher {
         let handler_done = self.pending.since(self.pending.t0);
         let t0 = self.pending.t0;
         let slot = self.pending.inflight.take();
-        let record = build(self.pending, ending, handler_done, &self.thresholds);
+        let prices = self.prices.as_deref().unwrap_or(&NO_PRICES);
+        let admission = self.pending.admission.take();
+        let input_estimate = self.pending.body_bytes.map(estimate_input_tokens);
+        let record = build(
+            self.pending,
+            ending,
+            handler_done,
+            (&self.thresholds, prices),
+        );
+        if let Some(ticket) = admission {
+            let used = match laptime_core::cost::billed(&record, input_estimate) {
+                Billed::Nothing => 0,
+                Billed::Tokens { tokens, .. } => tokens
+                    .input
+                    .unwrap_or(0)
+                    .saturating_add(tokens.output.unwrap_or(0)),
+            };
+            ticket.settle(used, t0 + handler_done);
+        }
         if let Some(m) = &self.metrics {
             m.observe(&record);
         }
@@ -246,12 +286,14 @@ impl Finisher {
     }
 }
 
-/// Pure assembly of the record from what the request path gathered.
+static NO_PRICES: PriceTable = PriceTable::EMPTY;
+
+/// Pure assembly of the record from what the request path gathered, costed at `prices`.
 pub fn build(
     p: Pending,
     ending: Ending,
     handler_done: Duration,
-    thresholds: &Thresholds,
+    (thresholds, prices): (&Thresholds, &PriceTable),
 ) -> RequestRecord {
     let mut marks = p.marks;
     let mut tokens = Tokens::default();
@@ -305,7 +347,8 @@ pub fn build(
     if no_terminal_sentinel {
         flags.push(Flag::NoTerminalSentinel);
     }
-    RequestRecord {
+    let input_estimate = p.body_bytes.map(estimate_input_tokens);
+    let mut record = RequestRecord {
         request_id: p.request_id,
         workspace_id: p.workspace_id,
         key_id: p.key_id,
@@ -336,5 +379,9 @@ pub fn build(
         region: p.region,
         instance: p.instance,
         trace_id: p.trace_id,
-    }
+        cost: None,
+        refused_by: p.refused_by,
+    };
+    record.cost = prices.cost_of(&record, input_estimate);
+    record
 }

@@ -5,6 +5,7 @@
 //! request exactly once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body as AxumBody;
 use axum::response::Response;
@@ -49,6 +50,7 @@ impl GatewayError {
             | ErrorClass::ContentFiltered => StatusCode::BAD_REQUEST,
             ErrorClass::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorClass::UnknownModel => StatusCode::NOT_FOUND,
+            ErrorClass::OverLimit => StatusCode::TOO_MANY_REQUESTS,
             ErrorClass::ConnectFailed
             | ErrorClass::Tls
             | ErrorClass::RateLimited
@@ -113,6 +115,11 @@ impl GatewayError {
                 "overloaded_error",
             ),
             ErrorClass::Overloaded => ("server_error", Some("gateway_busy"), "overloaded_error"),
+            ErrorClass::OverLimit => (
+                "rate_limit_error",
+                Some("rate_limit_exceeded"),
+                "rate_limit_error",
+            ),
             ErrorClass::UpstreamAuth => (
                 "api_error",
                 Some("upstream_credentials_refused"),
@@ -607,6 +614,108 @@ pub fn cached(mut finisher: Finisher, hit: CachedAnswer) -> Response {
 pub fn reject(finisher: Finisher, err: GatewayError) -> Response {
     let ending = Ending::rejected(err.status().as_u16(), err.class);
     error(finisher, &err, ending)
+}
+
+/// A request refused by a rate limit of its token or workspace: 429 in the client's dialect,
+/// with `Retry-After` and the dialect's own rate-limit headers. No upstream was called.
+pub fn over_limit(mut finisher: Finisher, refused: &crate::limits::Refused) -> Response {
+    let err = GatewayError::new(ErrorClass::OverLimit, refused.message());
+    finisher.pending.refused_by = Some(refused.limit);
+    let ending = Ending {
+        status: StatusCode::TOO_MANY_REQUESTS.as_u16(),
+        outcome: laptime_core::timeline::Outcome::RateLimited,
+        error_class: Some(ErrorClass::OverLimit),
+        timeout_kind: None,
+        stream: None,
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(after) = refused.retry_after {
+        headers.insert(
+            http::header::RETRY_AFTER,
+            HeaderValue::from(crate::limits::retry_after_secs(after)),
+        );
+    }
+    rate_limit_headers(finisher.pending.dialect, refused, &mut headers);
+    let body = err.body(finisher.pending.dialect);
+    buffered(
+        finisher,
+        err.status(),
+        HeaderMap::new(),
+        headers,
+        body,
+        ending,
+    )
+}
+
+/// The dialect's rate-limit headers for the binding request and token limits: OpenAI's
+/// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` (resets as `1m30s`), Anthropic's
+/// `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}` (resets as RFC 3339 times);
+/// Google sends none.
+fn rate_limit_headers(dialect: Dialect, refused: &crate::limits::Refused, h: &mut HeaderMap) {
+    let now_us = crate::clock::now_unix_us();
+    for (what, quota) in [("requests", refused.requests), ("tokens", refused.tokens)] {
+        let Some(q) = quota else { continue };
+        let values = match dialect {
+            Dialect::Chat | Dialect::Responses => [
+                (format!("x-ratelimit-limit-{what}"), q.limit.to_string()),
+                (
+                    format!("x-ratelimit-remaining-{what}"),
+                    q.remaining.to_string(),
+                ),
+                (
+                    format!("x-ratelimit-reset-{what}"),
+                    openai_duration(q.reset),
+                ),
+            ],
+            Dialect::Messages => {
+                let reset_us =
+                    now_us.saturating_add(i64::try_from(q.reset.as_micros()).unwrap_or(0));
+                [
+                    (
+                        format!("anthropic-ratelimit-{what}-limit"),
+                        q.limit.to_string(),
+                    ),
+                    (
+                        format!("anthropic-ratelimit-{what}-remaining"),
+                        q.remaining.to_string(),
+                    ),
+                    (
+                        format!("anthropic-ratelimit-{what}-reset"),
+                        laptime_core::views::rfc3339(reset_us - reset_us % 1_000_000),
+                    ),
+                ]
+            }
+            Dialect::Gemini => continue,
+        };
+        for (name, value) in values {
+            if let (Ok(n), Ok(v)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+                h.insert(n, v);
+            }
+        }
+    }
+}
+
+/// A duration as OpenAI writes its resets: `20ms`, `1s`, `6m0s`, `1m30.5s`.
+fn openai_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let (m, rest_ms) = (ms / 60_000, ms % 60_000);
+    let secs = if rest_ms % 1_000 == 0 {
+        format!("{}s", rest_ms / 1_000)
+    } else {
+        format!("{}s", rest_ms as f64 / 1_000.0)
+    };
+    if m == 0 {
+        secs
+    } else {
+        format!("{m}m{secs}")
+    }
 }
 
 fn error(finisher: Finisher, err: &GatewayError, ending: Ending) -> Response {

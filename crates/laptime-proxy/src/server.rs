@@ -145,6 +145,9 @@ impl Gateway {
         let metrics =
             Metrics::new(config.named_models()).map_err(|e| StartError(format!("metrics: {e}")))?;
         let config_for_caches = config.routes.clone();
+        let prices = config
+            .price_table()
+            .map_err(|errs| StartError(format!("prices: {}", errs.join("; "))))?;
         let body_budget = crate::budget::BodyBudget::new(config.server.body_budget_bytes);
         let fd_limit = crate::listen::raise_fd_limit();
         let max_connections = match config.server.max_connections {
@@ -172,6 +175,8 @@ impl Gateway {
             )),
             hedge_requests: std::sync::atomic::AtomicU64::new(0),
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
+            prices: Arc::new(prices),
+            limiter: Arc::new(crate::limits::Limiter::new()),
         });
         let retention = tokio::spawn(retention_job(app.clone()));
         Ok(Gateway {

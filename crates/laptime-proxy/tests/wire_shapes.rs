@@ -72,6 +72,7 @@ fn trace_b() -> (Marks, Tokens) {
     let marks = Marks {
         auth: at(35),
         body_read: at(12),
+        admission: None,
         distribution: at(4),
         upstream_start: at(100),
         upstream_headers: at(240_300),
@@ -88,6 +89,7 @@ fn trace_b() -> (Marks, Tokens) {
         output: Some(83),
         cache_read: Some(512),
         cache_write: None,
+        cache_write_1h: None,
         reasoning: None,
     };
     (marks, tokens)

@@ -173,6 +173,9 @@ pub struct UsageSpec {
     pub input_tokens: u32,
     pub cache_read_tokens: u32,
     pub cache_write_tokens: u32,
+    /// The part of `cache_write_tokens` written for one hour (Anthropic reports the split in
+    /// `cache_creation`; the others only the total).
+    pub cache_write_1h_tokens: u32,
     /// Defaults to the number of text deltas plus reasoning/tool deltas actually sent.
     pub output_tokens: Option<u32>,
     /// Defaults to the number of reasoning deltas (0 for tool args), capped at the output.
@@ -185,6 +188,7 @@ impl Default for UsageSpec {
             input_tokens: 10,
             cache_read_tokens: 0,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
             output_tokens: None,
             reasoning_tokens: None,
         }
@@ -1009,6 +1013,7 @@ pub(crate) struct Usage {
     pub(crate) input: u32,
     pub(crate) cache_read: u32,
     pub(crate) cache_write: u32,
+    pub(crate) cache_write_1h: u32,
     pub(crate) output: u32,
     pub(crate) reasoning: u32,
 }
@@ -1030,6 +1035,7 @@ impl Usage {
             input: spec.input_tokens,
             cache_read: spec.cache_read_tokens,
             cache_write: spec.cache_write_tokens,
+            cache_write_1h: spec.cache_write_1h_tokens.min(spec.cache_write_tokens),
             output,
             reasoning,
         }

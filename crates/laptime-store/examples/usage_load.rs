@@ -175,6 +175,7 @@ impl Synth {
 
         let mut marks = Marks {
             auth: us(auth),
+            admission: None,
             body_read: us(body),
             distribution: us(dist),
             upstream_start: us(t1),
@@ -196,6 +197,7 @@ impl Synth {
                 .then(|| self.rng.gen_range(256..4_096)),
             cache_write: (anthropic && self.rng.gen_bool(0.1))
                 .then(|| self.rng.gen_range(0..2_048)),
+            cache_write_1h: None,
             reasoning,
         };
         let mut status = 200;
@@ -227,6 +229,17 @@ impl Synth {
                 error_class = Some(ErrorClass::ClosedEarly);
                 tokens.output = None;
                 tokens.reasoning = None;
+            }
+            Outcome::RateLimited => {
+                status = 429;
+                error_class = Some(ErrorClass::OverLimit);
+                marks = Marks {
+                    auth: us(auth),
+                    admission: us(auth + 0.01),
+                    handler_done: us(auth + 0.05),
+                    ..Marks::default()
+                };
+                tokens = Tokens::default();
             }
             // Not generated (the mix below never picks them): a drain cut or a crash, as recorded.
             Outcome::GatewayShutdown | Outcome::GatewayCrashed => {
@@ -350,6 +363,12 @@ impl Synth {
             region: Some("eu-west".into()),
             instance: Some("gw-a:8080".into()),
             trace_id: Some(hex::encode(id)),
+            // Priced as a gateway with prices configured would (a few dollars per million).
+            cost: Some(laptime_core::cost::Cost {
+                nano_usd: output * 4_000,
+                estimated: false,
+            }),
+            refused_by: None,
         }
     }
 }

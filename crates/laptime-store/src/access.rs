@@ -4,9 +4,11 @@
 //! every proxied request and runs inline (see there). On PostgreSQL they are queries on a pooled
 //! connection. Times come in as arguments: the wall clock is the caller's.
 
+use laptime_core::limit::Limits;
 use laptime_core::timeline::RequestRecord;
 
 use crate::auth::{self, NewToken, Principal, Scope, Workspace};
+use crate::limits::LimitRow;
 use crate::manage::{self, TokenInfo};
 use crate::records;
 use crate::usage::{self, GroupDim, UsageFilter, UsageResult};
@@ -193,6 +195,34 @@ impl Store {
         }
         let (ws, key) = (workspace_id.to_string(), key_id.to_string());
         self.blocking(move |c| manage::revoke_token(c, &ws, &key, now_us))
+            .await
+    }
+
+    /// Sets the rate limits of a workspace (`key_id` `None`) or of one of its tokens at
+    /// `now_us`; `Limits::default()` removes them. A token of another workspace is not found.
+    pub async fn set_limits(
+        &self,
+        workspace_id: &str,
+        key_id: Option<&str>,
+        limits: Limits,
+        now_us: i64,
+    ) -> Result<()> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let c = pg.client().await?;
+            return pg::limits::set(&c, workspace_id, key_id, limits, now_us).await;
+        }
+        let (ws, key) = (workspace_id.to_string(), key_id.map(str::to_string));
+        self.blocking(move |c| crate::limits::set(c, &ws, key.as_deref(), limits, now_us))
+            .await
+    }
+
+    /// The stored limits of one workspace (and its tokens), or of every workspace.
+    pub async fn list_limits(&self, workspace_id: Option<&str>) -> Result<Vec<LimitRow>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::limits::list(&pg.client().await?, workspace_id).await;
+        }
+        let ws = workspace_id.map(str::to_string);
+        self.blocking(move |c| crate::limits::list(c, ws.as_deref()))
             .await
     }
 

@@ -1,6 +1,7 @@
 //! Workspaces and bearer tokens. A token is `lt_` + 256 random bits (hex), shown once and stored
 //! only as its SHA-256; lookups compare hashes in constant time.
 
+use laptime_core::limit::Applicable;
 use rand::RngCore;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,8 @@ pub struct Principal {
     pub scope: Scope,
     /// The routing group chosen for the token, else for its workspace; `None` is the default.
     pub group: Option<String>,
+    /// The rate limits of its workspace and of the token itself.
+    pub limits: Applicable,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,8 +271,11 @@ pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>>
     let hash = hash_token(token);
     let row = conn
         .query_row(
-            "SELECT t.id, t.hash, t.scope, w.id, w.name, COALESCE(t.grp, w.grp) FROM tokens t
+            "SELECT t.id, t.hash, t.scope, w.id, w.name, COALESCE(t.grp, w.grp),
+                lw.rpm, lw.tpm, lw.concurrent, lt.rpm, lt.tpm, lt.concurrent FROM tokens t
              JOIN workspaces w ON w.id = t.workspace_id
+             LEFT JOIN limits lw ON lw.workspace_id = w.id AND lw.key_id = ''
+             LEFT JOIN limits lt ON lt.workspace_id = w.id AND lt.key_id = t.id
              WHERE t.hash = ?1 AND t.revoked_at_us IS NULL",
             [hash.as_slice()],
             |r| {
@@ -280,6 +286,14 @@ pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>>
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
                     r.get::<_, Option<String>>(5)?,
+                    [
+                        r.get::<_, Option<i64>>(6)?,
+                        r.get::<_, Option<i64>>(7)?,
+                        r.get::<_, Option<i64>>(8)?,
+                        r.get::<_, Option<i64>>(9)?,
+                        r.get::<_, Option<i64>>(10)?,
+                        r.get::<_, Option<i64>>(11)?,
+                    ],
                 ))
             },
         )
@@ -289,12 +303,21 @@ pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>>
         .map(Option::flatten)
 }
 
-/// A token row found by its hash (key id, stored hash, scope, workspace id and name, group):
-/// its principal, once the stored hash is compared again in constant time.
-pub(crate) type TokenRow = (String, Vec<u8>, String, String, String, Option<String>);
+/// A token row found by its hash (key id, stored hash, scope, workspace id and name, group,
+/// the workspace's and the token's limits): its principal, once the stored hash is compared
+/// again in constant time.
+pub(crate) type TokenRow = (
+    String,
+    Vec<u8>,
+    String,
+    String,
+    String,
+    Option<String>,
+    [Option<i64>; 6],
+);
 
 pub(crate) fn principal_of(row: TokenRow, hash: &[u8; 32]) -> Result<Option<Principal>> {
-    let (key_id, stored, scope, workspace_id, workspace_name, group) = row;
+    let (key_id, stored, scope, workspace_id, workspace_name, group, limits) = row;
     if !bool::from(stored.as_slice().ct_eq(hash.as_slice())) {
         return Ok(None);
     }
@@ -306,6 +329,7 @@ pub(crate) fn principal_of(row: TokenRow, hash: &[u8; 32]) -> Result<Option<Prin
         key_id,
         scope,
         group,
+        limits: Applicable::from_stored(limits),
     }))
 }
 

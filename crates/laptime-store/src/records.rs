@@ -3,6 +3,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use laptime_core::cost::Cost;
+use laptime_core::limit::Limit;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
     Attempt, AttemptRole, DeadlineKind, ErrorClass, Hedge, Marks, Outcome, RequestRecord,
@@ -22,6 +24,11 @@ pub(crate) fn us(d: Option<Duration>) -> Option<i64> {
 
 pub(crate) fn dur(v: Option<i64>) -> Option<Duration> {
     v.map(|v| Duration::from_micros(v.max(0) as u64))
+}
+
+/// Nano-USD as the store's signed integer (a sum past i64::MAX, $9.2 billion, is clamped).
+pub(crate) fn nano(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 pub(crate) fn tok(v: Option<u64>) -> Option<i64> {
@@ -89,11 +96,12 @@ pub(crate) fn insert_rows(
                 input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
                 event_count, text_delta_count, channel_inflight, hedge, failover_count, cached,
                 max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
-                temperature, top_p, region, trace_id, upstream_dialect, instance)
+                temperature, top_p, region, trace_id, upstream_dialect, instance,
+                cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
                 ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49,
-                ?50)
+                ?50, ?51, ?52, ?53, ?54, ?55)
              ON CONFLICT (request_id) DO NOTHING",
         )?;
         let mut att = tx.prepare_cached(
@@ -187,6 +195,11 @@ fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Re
         r.trace_id,
         r.upstream_dialect.map(Dialect::as_str),
         r.instance,
+        tok(r.tokens.cache_write_1h),
+        r.cost.map(|c| nano(c.nano_usd)),
+        r.cost.map(|c| c.estimated),
+        us(m.admission),
+        r.refused_by.map(|l| l.as_str()),
     ])?)
 }
 
@@ -205,7 +218,8 @@ pub(crate) const SELECT: &str =
     upstream_done_us, handler_done_us, input_tokens, output_tokens, cache_read_tokens,
     cache_write_tokens, reasoning_tokens, event_count, text_delta_count, channel_inflight, hedge,
     failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
-    response_format, temperature, top_p, region, trace_id, upstream_dialect, instance
+    response_format, temperature, top_p, region, trace_id, upstream_dialect, instance,
+    cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by
     FROM requests";
 
 fn corrupt(what: &str, v: &str) -> rusqlite::Error {
@@ -225,6 +239,9 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let flags: String = row.get(15)?;
     let hedge: String = row.get(36)?;
     let upstream_dialect: Option<String> = row.get(48)?;
+    let cost_nano: Option<i64> = row.get(51)?;
+    let cost_estimated: Option<bool> = row.get(52)?;
+    let refused_by: Option<String> = row.get(54)?;
     Ok(RequestRecord {
         request_id: row.get(0)?,
         workspace_id: row.get(1)?,
@@ -255,6 +272,7 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         flags: serde_json::from_str(&flags).map_err(|_| corrupt("flags", &flags))?,
         marks: Marks {
             auth: dur(row.get(16)?),
+            admission: dur(row.get(53)?),
             body_read: dur(row.get(17)?),
             distribution: dur(row.get(18)?),
             upstream_start: dur(row.get(19)?),
@@ -272,6 +290,7 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
             output: untok(row.get(29)?),
             cache_read: untok(row.get(30)?),
             cache_write: untok(row.get(31)?),
+            cache_write_1h: untok(row.get(50)?),
             reasoning: untok(row.get(32)?),
         },
         event_count: row.get(33)?,
@@ -292,6 +311,14 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         region: row.get(46)?,
         trace_id: row.get(47)?,
         instance: row.get(49)?,
+        cost: cost_nano.map(|n| Cost {
+            nano_usd: u64::try_from(n).unwrap_or(0),
+            estimated: cost_estimated.unwrap_or(false),
+        }),
+        refused_by: match refused_by {
+            Some(l) => Some(Limit::parse(&l).ok_or_else(|| corrupt("refused_by", &l))?),
+            None => None,
+        },
         attempts: Vec::new(),
     })
 }
@@ -502,6 +529,8 @@ pub(crate) mod tests {
             region: None,
             instance: None,
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+            cost: None,
+            refused_by: None,
         }
     }
 

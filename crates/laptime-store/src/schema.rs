@@ -41,6 +41,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: V5,
         after: None,
     },
+    // 6: cost, one-hour cache writes, the admission phase and the limit that refused; the
+    // limits of workspaces and tokens.
+    Migration {
+        sql: V6,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -172,6 +178,25 @@ const V4: &str = r#"
 
 const V5: &str = r#"
     ALTER TABLE requests ADD COLUMN instance TEXT;
+"#;
+
+/// A limit row with `key_id = ''` is the workspace's own; one naming a token is that token's
+/// (tighter or not, both apply). A NULL limit is no limit.
+const V6: &str = r#"
+    ALTER TABLE requests ADD COLUMN cache_write_1h_tokens INTEGER;
+    ALTER TABLE requests ADD COLUMN cost_nano_usd INTEGER;
+    ALTER TABLE requests ADD COLUMN cost_estimated INTEGER;
+    ALTER TABLE requests ADD COLUMN admission_us INTEGER;
+    ALTER TABLE requests ADD COLUMN refused_by TEXT;
+    CREATE TABLE limits (
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        key_id TEXT NOT NULL DEFAULT '',
+        rpm INTEGER,
+        tpm INTEGER,
+        concurrent INTEGER,
+        updated_at_us INTEGER NOT NULL,
+        PRIMARY KEY (workspace_id, key_id)
+    );
 "#;
 
 /// The schema version this build writes.

@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use laptime_core::cost::Cost;
+use laptime_core::limit::Limit;
 use laptime_core::rollup::{Metric, Rollup};
 use laptime_core::timeline::{Attempt, Hedge, Marks, Outcome, RequestRecord, RequestShape};
 use laptime_core::usage::Tokens;
@@ -80,6 +82,8 @@ fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord
         region: None,
         instance: None,
         trace_id: None,
+        cost: None,
+        refused_by: None,
     }
 }
 
@@ -160,8 +164,40 @@ fn corpus(ws: &str, n: usize, seed: u64) -> Vec<RequestRecord> {
                     r.attempts.clear();
                 }
                 4 => r.outcome = Outcome::Incomplete,
+                5 => {
+                    r.outcome = Outcome::RateLimited;
+                    r.status = 429;
+                    r.error_class = Some(laptime_core::timeline::ErrorClass::OverLimit);
+                    r.refused_by = Some(Limit::ALL[rng.gen_range(0..Limit::ALL.len())]);
+                    r.marks = Marks {
+                        auth: ms(0.2),
+                        admission: ms(0.25),
+                        handler_done: ms(0.3),
+                        ..Marks::default()
+                    };
+                    r.tokens = Tokens::default();
+                    r.attempts.clear();
+                }
                 _ => {}
             }
+            if r.tokens.cache_read.is_some() && rng.gen_bool(0.5) {
+                r.tokens.cache_write = Some(rng.gen_range(0..3_000));
+                r.tokens.cache_write_1h = Some(rng.gen_range(0..1_000));
+            }
+            if r.outcome != Outcome::RateLimited && rng.gen_bool(0.5) {
+                r.marks.admission = ms(rng.gen_range(0.001..0.1));
+            }
+            r.cost = match rng.gen_range(0..4) {
+                0 => None,
+                1 => Some(Cost {
+                    nano_usd: rng.gen_range(0..5_000_000),
+                    estimated: true,
+                }),
+                _ => Some(Cost {
+                    nano_usd: rng.gen_range(0..5_000_000_000),
+                    estimated: false,
+                }),
+            };
             r.classification = if !r.outcome.is_success() {
                 laptime_core::slow::Classification::Failed
             } else if ttft > 2_000.0 {
@@ -376,6 +412,13 @@ async fn a_record_reads_back_exactly_as_written_with_its_attempts_and_every_fiel
     full.marks.body_read = ms(0.25);
     full.tokens.reasoning = Some(7);
     full.tokens.cache_write = Some(3);
+    full.tokens.cache_write_1h = Some(1);
+    full.marks.admission = ms(0.03);
+    full.cost = Some(Cost {
+        nano_usd: 123_456_789,
+        estimated: true,
+    });
+    full.refused_by = Some(Limit::ALL[7]);
     full.channel_inflight = Some(4);
     full.hedge = Hedge::Hedge;
     full.failover_count = 2;
@@ -905,6 +948,98 @@ async fn workspaces_and_tokens_behave_the_same_in_both_stores() {
             .map(|w| w.name)
             .collect();
         assert_eq!(names, ["default", "team", "other"], "{name}: oldest first");
+    }
+}
+
+#[tokio::test]
+async fn limits_of_workspaces_and_tokens_reach_the_principal_in_both_stores() {
+    use laptime_core::limit::{Applicable, Limits};
+    const NOW: i64 = 1_700_000_000_000_000;
+    for b in backends().await {
+        let name = b.name;
+        let s = &b.store;
+        let team = s.create_workspace("team", None, NOW).await.unwrap();
+        let other = s.create_workspace("other", None, NOW).await.unwrap();
+        let tok = s
+            .create_token("team", Scope::Proxy, None, NOW)
+            .await
+            .unwrap();
+        let theirs = s
+            .create_token("other", Scope::Proxy, None, NOW)
+            .await
+            .unwrap();
+        let p = s.authenticate(&tok.token).await.unwrap().unwrap();
+        assert_eq!(p.limits, Applicable::default(), "{name}: none by default");
+
+        let ws_limits = Limits {
+            rpm: Some(600),
+            tpm: Some(100_000),
+            concurrent: None,
+        };
+        let tok_limits = Limits {
+            rpm: Some(60),
+            tpm: None,
+            concurrent: Some(2),
+        };
+        s.set_limits(&team.id, None, ws_limits, NOW).await.unwrap();
+        s.set_limits(&team.id, Some(&tok.key_id), tok_limits, NOW + 1)
+            .await
+            .unwrap();
+        let p = s.authenticate(&tok.token).await.unwrap().unwrap();
+        assert_eq!(
+            p.limits,
+            Applicable {
+                workspace: ws_limits,
+                token: tok_limits
+            },
+            "{name}"
+        );
+        // Another workspace's token is not one of this workspace's, and its limits are its own.
+        assert!(
+            matches!(
+                s.set_limits(&team.id, Some(&theirs.key_id), tok_limits, NOW)
+                    .await,
+                Err(StoreError::NotFound(_))
+            ),
+            "{name}"
+        );
+        let p = s.authenticate(&theirs.token).await.unwrap().unwrap();
+        assert_eq!(p.limits, Applicable::default(), "{name}");
+
+        let rows = s.list_limits(Some(&team.id)).await.unwrap();
+        assert_eq!(rows.len(), 2, "{name}");
+        assert_eq!(
+            (rows[0].key_id.as_deref(), rows[0].limits),
+            (None, ws_limits)
+        );
+        assert_eq!(
+            (rows[1].key_id.as_deref(), rows[1].updated_at_us),
+            (Some(tok.key_id.as_str()), NOW + 1)
+        );
+        assert!(s.list_limits(Some(&other.id)).await.unwrap().is_empty());
+        assert_eq!(s.list_limits(None).await.unwrap().len(), 2);
+
+        // Replacing and clearing.
+        let tighter = Limits {
+            rpm: Some(30),
+            ..Limits::default()
+        };
+        s.set_limits(&team.id, None, tighter, NOW + 2)
+            .await
+            .unwrap();
+        s.set_limits(&team.id, Some(&tok.key_id), Limits::default(), NOW + 2)
+            .await
+            .unwrap();
+        let p = s.authenticate(&tok.token).await.unwrap().unwrap();
+        assert_eq!(
+            p.limits,
+            Applicable {
+                workspace: tighter,
+                token: Limits::default()
+            },
+            "{name}"
+        );
+        assert_eq!(s.list_limits(None).await.unwrap().len(), 1, "{name}");
     }
 }
 

@@ -100,6 +100,17 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Rate limits of workspaces and tokens: set, show, reset.
+    Limits {
+        #[command(subcommand)]
+        command: LimitsCommand,
+    },
+    /// Prices: `laptime prices check` lists the models of recent requests whose cost is unknown
+    /// (no `[[prices]]` entry covers them).
+    Prices {
+        #[command(subcommand)]
+        command: PricesCommand,
+    },
     /// Validate a config and print the effective configuration (secrets are env names only).
     CheckConfig {
         #[arg(long)]
@@ -108,6 +119,78 @@ enum Command {
     /// Load-test an OpenAI- or Anthropic-compatible endpoint and report each request's
     /// client-side timeline (same definitions as the gateway), with an A/B compare mode.
     Bench(Box<bench::BenchArgs>),
+}
+
+/// A limit on the command line: a number of at least 1, or `none` to remove it.
+fn limit_arg(s: &str) -> Result<Option<u64>, String> {
+    match s {
+        "none" => Ok(None),
+        _ => match s.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(format!("{s:?} is not a number of at least 1, nor `none`")),
+        },
+    }
+}
+
+#[derive(Subcommand)]
+enum LimitsCommand {
+    /// Sets limits of a workspace, or with --token of one of its tokens; a limit not given
+    /// keeps its value, `none` removes it. Running gateways apply it within a second.
+    Set {
+        #[arg(long)]
+        workspace: String,
+        /// A token's key id (`laptime token list`, or the GraphQL `tokens` query).
+        #[arg(long)]
+        token: Option<String>,
+        /// Requests per minute.
+        #[arg(long, value_parser = limit_arg)]
+        rpm: Option<Option<u64>>,
+        /// Tokens (input and output) per minute.
+        #[arg(long, value_parser = limit_arg)]
+        tpm: Option<Option<u64>>,
+        /// Requests in flight at once.
+        #[arg(long, value_parser = limit_arg)]
+        concurrent: Option<Option<u64>>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Prints the limits of one workspace (and its tokens), or of all.
+    Show {
+        #[arg(long)]
+        workspace: Option<String>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Removes every limit of a workspace, or with --token of one of its tokens.
+    Reset {
+        #[arg(long)]
+        workspace: String,
+        #[arg(long)]
+        token: Option<String>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum PricesCommand {
+    /// Lists every model seen in the request log (all workspaces, over the window) with billed
+    /// requests no price covers; exits with status 1 when there is one.
+    Check {
+        /// The window, e.g. 1h, 7d, 30d.
+        #[arg(long, default_value = "30d")]
+        last: String,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -439,6 +522,15 @@ fn run(cli: Cli) -> Result<(), String> {
             ));
             Ok(())
         }),
+        Command::Limits { command } => runtime()?.block_on(limits_command(command)),
+        Command::Prices {
+            command:
+                PricesCommand::Check {
+                    last,
+                    data_dir,
+                    config,
+                },
+        } => prices_check(&last, config.as_deref(), data_dir),
         Command::CheckConfig { config } => {
             let cfg = load_config(config.as_deref())?;
             cfg.validate(&env).map_err(|e| e.to_string())?;
@@ -447,6 +539,155 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Bench(args) => runtime()?.block_on(bench::run(*args)),
     }
+}
+
+/// `laptime limits set | show | reset`.
+async fn limits_command(command: LimitsCommand) -> Result<(), String> {
+    use laptime_core::limit::Limits;
+    let e = |e: laptime_store::StoreError| e.to_string();
+    match command {
+        LimitsCommand::Set {
+            workspace,
+            token,
+            rpm,
+            tpm,
+            concurrent,
+            data_dir,
+            config,
+        } => {
+            let store = open_store(config.as_deref(), data_dir).await?;
+            let ws = store.workspace(&workspace).await.map_err(e)?;
+            let current = store
+                .list_limits(Some(&ws.id))
+                .await
+                .map_err(e)?
+                .into_iter()
+                .find(|r| r.key_id == token)
+                .map(|r| r.limits)
+                .unwrap_or_default();
+            let limits = Limits {
+                rpm: rpm.unwrap_or(current.rpm),
+                tpm: tpm.unwrap_or(current.tpm),
+                concurrent: concurrent.unwrap_or(current.concurrent),
+            };
+            store
+                .set_limits(&ws.id, token.as_deref(), limits, now_unix_us())
+                .await
+                .map_err(e)?;
+            out(&limits_line(&ws.name, token.as_deref(), &limits));
+            Ok(())
+        }
+        LimitsCommand::Show {
+            workspace,
+            data_dir,
+            config,
+        } => {
+            let store = open_existing_store(config.as_deref(), data_dir).await?;
+            let ws = match workspace {
+                Some(w) => Some(store.workspace(&w).await.map_err(e)?),
+                None => None,
+            };
+            let names: std::collections::HashMap<String, String> = store
+                .list_workspaces()
+                .await
+                .map_err(e)?
+                .into_iter()
+                .map(|w| (w.id, w.name))
+                .collect();
+            let rows = store
+                .list_limits(ws.as_ref().map(|w| w.id.as_str()))
+                .await
+                .map_err(e)?;
+            if rows.is_empty() {
+                out("no limits are set");
+            }
+            for r in rows {
+                let name = names.get(&r.workspace_id).unwrap_or(&r.workspace_id);
+                out(&limits_line(name, r.key_id.as_deref(), &r.limits));
+            }
+            Ok(())
+        }
+        LimitsCommand::Reset {
+            workspace,
+            token,
+            data_dir,
+            config,
+        } => {
+            let store = open_store(config.as_deref(), data_dir).await?;
+            let ws = store.workspace(&workspace).await.map_err(e)?;
+            store
+                .set_limits(&ws.id, token.as_deref(), Limits::default(), now_unix_us())
+                .await
+                .map_err(e)?;
+            out(&limits_line(&ws.name, token.as_deref(), &Limits::default()));
+            Ok(())
+        }
+    }
+}
+
+fn limits_line(workspace: &str, token: Option<&str>, l: &laptime_core::limit::Limits) -> String {
+    let v = |n: Option<u64>| n.map_or("none".to_string(), |n| n.to_string());
+    format!(
+        "workspace {workspace}{}: rpm {} tpm {} concurrent {}",
+        token.map(|t| format!(" token {t}")).unwrap_or_default(),
+        v(l.rpm),
+        v(l.tpm),
+        v(l.concurrent)
+    )
+}
+
+/// `laptime prices check`: models with billed requests and no price, over every workspace.
+fn prices_check(
+    last: &str,
+    config: Option<&Path>,
+    data_dir: Option<PathBuf>,
+) -> Result<(), String> {
+    let cfg = load_config(config)?;
+    let prices = cfg.price_table().map_err(|e| e.join("; "))?;
+    let window = WindowInput {
+        last: Some(last.to_string()),
+        from: None,
+        to: None,
+    };
+    let (from, to) = window.resolve(now_unix_us())?;
+    let unpriced = runtime()?.block_on(async {
+        let store = open_existing_store(config, data_dir).await?;
+        let read = async {
+            let mut by_model: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+            for ws in store.list_workspaces().await? {
+                let all = usage::UsageFilter::default();
+                let result = store
+                    .usage(&ws.id, (from, to), all, vec![usage::GroupDim::Model])
+                    .await?;
+                for (key, rollup) in result.groups {
+                    let model = key.first().and_then(|(_, v)| v.clone());
+                    let Some(model) = model else { continue };
+                    let entry = by_model.entry(model).or_default();
+                    entry.0 += rollup.requests;
+                    entry.1 += rollup.cost_unpriced;
+                }
+            }
+            laptime_store::Result::Ok(by_model)
+        };
+        read.await.map_err(|e| e.to_string())
+    })?;
+    let missing: Vec<_> = unpriced
+        .into_iter()
+        .filter(|(model, (_, unpriced))| *unpriced > 0 || !prices.prices_model(model))
+        .collect();
+    if missing.is_empty() {
+        out(&format!("every model seen in the last {last} has a price"));
+        return Ok(());
+    }
+    let mut table = format!("{:<40} {:>10} {:>10}\n", "model", "requests", "unpriced");
+    for (model, (requests, unpriced)) in &missing {
+        table.push_str(&format!("{model:<40} {requests:>10} {unpriced:>10}\n"));
+    }
+    out(table.trim_end());
+    Err(format!(
+        "{} model(s) seen in the last {last} without a price: add [[prices]] entries",
+        missing.len()
+    ))
 }
 
 fn fmt_ms(v: Option<f64>) -> String {

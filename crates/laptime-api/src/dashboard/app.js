@@ -626,13 +626,21 @@
     return tr;
   }
 
+  // A cost the gateway does not know is said so, never shown as $0.
+  function fmtCost(usd, estimated) {
+    if (usd == null) return 'unknown (no price for this model)';
+    const digits = usd !== 0 && Math.abs(usd) < 0.01 ? 6 : 4;
+    return '$' + usd.toFixed(digits) + (estimated ? ' (estimated tokens)' : '');
+  }
+
   // ===== request detail =====
   async function renderDetail(id, gen) {
     const d = await gql(`query($ws: ID!, $id: ID!) { request(workspaceId: $ws, requestId: $id) {
       requestId model provider channel group dialect upstreamDialect translated stream status outcome errorClass classification flags ts
       latencyMs ttftMs upstreamMs cacheReadTokens cacheWriteTokens failoverCount cached hedge
       inputTokens outputTokens reasoningTokens eventCount textDeltaCount channelInflight instance
-      timing { authMs distributionMs bodyReadMs upstreamHeadersMs firstSseEventMs firstResponseMs
+      costUsd costEstimated refusedBy
+      timing { authMs admissionMs distributionMs bodyReadMs upstreamHeadersMs firstSseEventMs firstResponseMs
         firstTextDeltaMs upstreamDoneMs totalHandlerMs visibleOutputTps }
       attempts { channel role won status errorClass startMs headersMs firstByteMs endMs } } }`,
     { ws: state.workspaceId, id });
@@ -691,6 +699,9 @@
           kv('Status', String(r.status)), kv('Outcome', outcomeBadge(r.outcome)),
           r.errorClass ? kv('Error class', r.errorClass) : null,
           kv('Total (latencyMs)', fmtMs(r.latencyMs)),
+          kv('Cost', fmtCost(r.costUsd, r.costEstimated)),
+          r.refusedBy ? kv('Refused by', r.refusedBy) : null,
+          t.admissionMs != null ? kv('Admission (limits)', fmtMs(t.admissionMs)) : null,
           kv('Failovers', fmtInt(r.failoverCount)), kv('Response cache', r.cached ? 'hit' : 'no'),
           kv('In flight at dispatch', fmtInt(r.channelInflight)),
           kv('Served by', r.instance || '—'))),

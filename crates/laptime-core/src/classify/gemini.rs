@@ -397,6 +397,7 @@ mod tests {
                 output: Some(48),
                 cache_read: None,
                 cache_write: None,
+                cache_write_1h: None,
                 reasoning: Some(48),
             })
         );
@@ -423,6 +424,7 @@ mod tests {
                 output: Some(7),
                 cache_read: Some(800),
                 cache_write: None,
+                cache_write_1h: None,
                 reasoning: None,
             })
         );
@@ -617,6 +619,7 @@ mod tests {
                     output: Some(26),
                     cache_read: Some(32),
                     cache_write: None,
+                    cache_write_1h: None,
                     reasoning: Some(20),
                 },
                 stop: Some(StopHint::Length),

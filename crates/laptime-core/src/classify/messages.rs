@@ -274,6 +274,7 @@ mod tests {
                 output: Some(5),
                 cache_read: Some(0),
                 cache_write: Some(0),
+                cache_write_1h: Some(0),
                 reasoning: None,
             })
         );
@@ -285,6 +286,7 @@ mod tests {
                 output: Some(106),
                 cache_read: Some(0),
                 cache_write: Some(0),
+                cache_write_1h: None,
                 reasoning: Some(67),
             })
         );
@@ -488,10 +490,24 @@ mod tests {
                 output: Some(42),
                 cache_read: Some(100),
                 cache_write: Some(5),
+                cache_write_1h: None,
                 reasoning: Some(30),
             })
         );
         assert_eq!(c.class, EventClass::Envelope);
+    }
+
+    #[test]
+    fn one_hour_cache_writes_are_read_apart_from_the_total() {
+        let c = classify(
+            None,
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":3,"cache_creation_input_tokens":1500,"cache_read_input_tokens":0,"cache_creation":{"ephemeral_5m_input_tokens":500,"ephemeral_1h_input_tokens":1000},"output_tokens":1}}}"#,
+        );
+        let usage = c.usage.unwrap();
+        assert_eq!(
+            (usage.cache_write, usage.cache_write_1h),
+            (Some(1500), Some(1000))
+        );
     }
 
     #[test]
@@ -562,6 +578,7 @@ mod tests {
                     output: Some(6),
                     cache_read: Some(40),
                     cache_write: Some(3),
+                    cache_write_1h: None,
                     reasoning: None,
                 },
                 stop: Some(StopHint::Length),

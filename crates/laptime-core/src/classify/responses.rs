@@ -298,6 +298,7 @@ mod tests {
                 output: Some(20),
                 cache_read: Some(0),
                 cache_write: None,
+                cache_write_1h: None,
                 reasoning: Some(0),
             })
         );
@@ -522,6 +523,7 @@ mod tests {
                     output: Some(300),
                     cache_read: Some(1024),
                     cache_write: Some(100),
+                    cache_write_1h: None,
                     reasoning: Some(256),
                 }),
                 stop: None,
@@ -640,6 +642,7 @@ mod tests {
                     output: Some(5),
                     cache_read: Some(2),
                     cache_write: None,
+                    cache_write_1h: None,
                     reasoning: Some(1),
                 },
                 stop: Some(StopHint::Complete),

@@ -51,6 +51,7 @@ impl ChatUsage {
                 .and_then(|d| d.cached_tokens.0)
                 .or(self.prompt_cache_hit_tokens.0),
             cache_write: prompt.and_then(|d| d.cache_write_tokens.0),
+            cache_write_1h: None,
             reasoning: self
                 .completion_tokens_details
                 .and_then(|d| d.reasoning_tokens.0),
@@ -78,6 +79,7 @@ impl ResponsesUsage {
             output: self.output_tokens.0,
             cache_read: input.and_then(|d| d.cached_tokens.0),
             cache_write: input.and_then(|d| d.cache_write_tokens.0),
+            cache_write_1h: None,
             reasoning: self
                 .output_tokens_details
                 .and_then(|d| d.reasoning_tokens.0),
@@ -98,6 +100,14 @@ pub(crate) struct MessagesUsage {
     #[serde(default)]
     output_tokens: Count,
     output_tokens_details: Option<ThinkingDetails>,
+    cache_creation: Option<CacheCreation>,
+}
+
+/// Anthropic's split of `cache_creation_input_tokens` by cache lifetime.
+#[derive(Deserialize, Clone, Copy)]
+struct CacheCreation {
+    #[serde(default)]
+    ephemeral_1h_input_tokens: Count,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -113,6 +123,9 @@ impl MessagesUsage {
             output: self.output_tokens.0,
             cache_read: self.cache_read_input_tokens.0,
             cache_write: self.cache_creation_input_tokens.0,
+            cache_write_1h: self
+                .cache_creation
+                .and_then(|c| c.ephemeral_1h_input_tokens.0),
             reasoning: self.output_tokens_details.and_then(|d| d.thinking_tokens.0),
         }
     }
@@ -153,6 +166,7 @@ impl GeminiUsage {
             output,
             cache_read: self.cached_content_token_count.0,
             cache_write: None,
+            cache_write_1h: None,
             reasoning: self.thoughts_token_count.0,
         }
     }

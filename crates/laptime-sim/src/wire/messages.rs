@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use crate::json::{arr, obj, J};
-use crate::script::WorkKind;
+use crate::script::{Usage, WorkKind};
 
 use super::{
     full_reasoning, named_event, reasoning_token, ApiError, Call, Ctx, Ending, Out, SIGNATURE,
@@ -21,6 +21,14 @@ const TOOL_USE_ID_PREFIX: &str = "toolu_laptimesim";
 
 /// The exact bytes Anthropic sends for a ping (note the space after the colon).
 const PING: &str = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+
+/// Anthropic's split of the cache writes by lifetime.
+fn cache_creation(u: &Usage) -> J {
+    obj! {
+        "ephemeral_5m_input_tokens": u.cache_write - u.cache_write_1h,
+        "ephemeral_1h_input_tokens": u.cache_write_1h,
+    }
+}
 
 fn emit(out: &mut Out, at: Duration, ty: &'static str, fields: J) {
     let mut all = vec![("type", J::from(ty))];
@@ -91,6 +99,7 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
             "input_tokens": u.input,
             "cache_creation_input_tokens": u.cache_write,
             "cache_read_input_tokens": u.cache_read,
+            "cache_creation": cache_creation(&u),
             // A placeholder: the real count comes in message_delta.
             "output_tokens": 1u32,
             "service_tier": "standard",
@@ -259,6 +268,7 @@ pub(super) fn body(ctx: &Ctx<'_>) -> String {
             "input_tokens": u.input,
             "cache_creation_input_tokens": u.cache_write,
             "cache_read_input_tokens": u.cache_read,
+            "cache_creation": cache_creation(&u),
             "output_tokens": u.output,
             "service_tier": "standard",
         },

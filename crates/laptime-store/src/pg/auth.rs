@@ -156,16 +156,28 @@ pub async fn authenticate(c: &impl GenericClient, token: &str) -> Result<Option<
     let hash = hash_token(token);
     let stmt = c
         .prepare_cached(
-            "SELECT t.id, t.hash, t.scope, w.id, w.name, COALESCE(t.grp, w.grp) FROM tokens t
+            "SELECT t.id, t.hash, t.scope, w.id, w.name, COALESCE(t.grp, w.grp),
+                lw.rpm, lw.tpm, lw.concurrent, lt.rpm, lt.tpm, lt.concurrent FROM tokens t
              JOIN workspaces w ON w.id = t.workspace_id
+             LEFT JOIN limits lw ON lw.workspace_id = w.id AND lw.key_id = ''
+             LEFT JOIN limits lt ON lt.workspace_id = w.id AND lt.key_id = t.id
              WHERE t.hash = $1 AND t.revoked_at_us IS NULL",
         )
         .await?;
     let Some(r) = c.query_opt(&stmt, &[&hash.as_slice()]).await? else {
         return Ok(None);
     };
+    let limits = [r.get(6), r.get(7), r.get(8), r.get(9), r.get(10), r.get(11)];
     principal_of(
-        (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)),
+        (
+            r.get(0),
+            r.get(1),
+            r.get(2),
+            r.get(3),
+            r.get(4),
+            r.get(5),
+            limits,
+        ),
         &hash,
     )
 }

@@ -13,6 +13,8 @@
 use std::collections::{HashMap, HashSet};
 
 use deadpool_postgres::{GenericClient, Transaction};
+use laptime_core::cost::Cost;
+use laptime_core::limit::Limit;
 use laptime_core::rollup::Rollup;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
@@ -25,7 +27,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::corrupt;
-use crate::records::{dur, tok, untok, us};
+use crate::records::{dur, nano, tok, untok, us};
 use crate::rollups::{aggregate, floor_minute, RollupKey, MINUTE_US};
 use crate::{Result, StoreError};
 
@@ -33,7 +35,7 @@ use crate::{Result, StoreError};
 pub const DAY_US: i64 = 86_400_000_000;
 
 /// The request columns, in the order [`values`] gives them and [`from_row`] reads them.
-const COLUMNS: [&str; 51] = [
+const COLUMNS: [&str; 56] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -84,6 +86,11 @@ const COLUMNS: [&str; 51] = [
     "region",
     "trace_id",
     "instance",
+    "cache_write_1h_tokens",
+    "cost_nano_usd",
+    "cost_estimated",
+    "admission_us",
+    "refused_by",
     "attempts",
 ];
 
@@ -167,7 +174,7 @@ fn int(v: u32) -> Val {
 }
 
 /// A record's row, in [`COLUMNS`] order.
-fn values(r: &RequestRecord) -> Result<[Val; 51]> {
+fn values(r: &RequestRecord) -> Result<[Val; 56]> {
     let m = &r.marks;
     let t = &r.tokens;
     let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -222,6 +229,11 @@ fn values(r: &RequestRecord) -> Result<[Val; 51]> {
         text(&r.region),
         text(&r.trace_id),
         text(&r.instance),
+        Val::Int(tok(t.cache_write_1h)),
+        Val::Int(r.cost.map(|c| nano(c.nano_usd))),
+        Val::Bool(r.cost.map(|c| c.estimated)),
+        Val::Int(us(m.admission)),
+        Val::Text(r.refused_by.map(|l| l.as_str().to_string())),
         Val::Text(Some(encode_attempts(&r.attempts))),
     ])
 }
@@ -302,7 +314,9 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
     let tokens = |i: usize| -> Result<Option<u64>> { Ok(untok(row.try_get(i)?)) };
     let flags: String = row.try_get(16)?;
     let status: i32 = row.try_get(11)?;
-    let attempts: String = row.try_get(50)?;
+    let attempts: String = row.try_get(55)?;
+    let cost_nano: Option<i64> = row.try_get(51)?;
+    let cost_estimated: Option<bool> = row.try_get(52)?;
     Ok(RequestRecord {
         request_id: row.try_get(0)?,
         created_at_us: row.try_get(1)?,
@@ -323,6 +337,7 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
         flags: serde_json::from_str(&flags).map_err(|_| corrupt("flags", &flags))?,
         marks: Marks {
             auth: mark(17)?,
+            admission: mark(53)?,
             body_read: mark(18)?,
             distribution: mark(19)?,
             upstream_start: mark(20)?,
@@ -340,6 +355,7 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
             output: tokens(30)?,
             cache_read: tokens(31)?,
             cache_write: tokens(32)?,
+            cache_write_1h: tokens(50)?,
             reasoning: tokens(33)?,
         },
         event_count: count(row.try_get(34)?),
@@ -360,6 +376,11 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
         region: row.try_get(47)?,
         trace_id: row.try_get(48)?,
         instance: row.try_get(49)?,
+        cost: cost_nano.map(|n| Cost {
+            nano_usd: u64::try_from(n).unwrap_or(0),
+            estimated: cost_estimated.unwrap_or(false),
+        }),
+        refused_by: parse_opt(row.try_get(54)?, "refused_by", Limit::parse)?,
         attempts: decode_attempts(&attempts)?,
     })
 }

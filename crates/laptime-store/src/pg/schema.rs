@@ -12,7 +12,7 @@ use tokio_postgres::Client;
 use crate::{Result, StoreError};
 
 /// Each migration, in order; version N is `MIGRATIONS[N - 1]`.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
@@ -116,6 +116,25 @@ const V1: &str = r#"
 "#;
 
 /// The advisory lock key of migrations in the current schema.
+/// Cost, one-hour cache writes, the admission phase and the limit that refused (added to the
+/// partitioned parent, so to every day); the limits of workspaces and tokens, as in SQLite.
+const V2: &str = r#"
+    ALTER TABLE requests ADD COLUMN cache_write_1h_tokens BIGINT;
+    ALTER TABLE requests ADD COLUMN cost_nano_usd BIGINT;
+    ALTER TABLE requests ADD COLUMN cost_estimated BOOLEAN;
+    ALTER TABLE requests ADD COLUMN admission_us BIGINT;
+    ALTER TABLE requests ADD COLUMN refused_by TEXT;
+    CREATE TABLE limits (
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        key_id TEXT NOT NULL DEFAULT '',
+        rpm BIGINT,
+        tpm BIGINT,
+        concurrent BIGINT,
+        updated_at_us BIGINT NOT NULL,
+        PRIMARY KEY (workspace_id, key_id)
+    );
+"#;
+
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";
 
 /// The newest applied version (0 for an empty database).

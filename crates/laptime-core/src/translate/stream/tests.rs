@@ -237,6 +237,7 @@ fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
                     input: Some(9),
                     cache_read: Some(0),
                     cache_write: Some(0),
+                    cache_write_1h: Some(0),
                     ..Tokens::default()
                 },
                 // Google's usage rides on the text chunk before the error.
@@ -255,6 +256,7 @@ fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
             reasoning: Some(reasoning),
             cache_read: Some(cache_read),
             cache_write,
+            cache_write_1h: None,
         },
         Dialect::Messages => Tokens {
             input: Some(input),
@@ -262,6 +264,7 @@ fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
             reasoning: None,
             cache_read: Some(cache_read),
             cache_write: Some(cache_write.unwrap_or(0)),
+            cache_write_1h: Some(0),
         },
         Dialect::Gemini => Tokens {
             input: Some(input),
@@ -269,6 +272,7 @@ fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
             reasoning: Some(reasoning).filter(|&n| n > 0),
             cache_read: Some(cache_read).filter(|&n| n > 0),
             cache_write: None,
+            cache_write_1h: None,
         },
     }
 }

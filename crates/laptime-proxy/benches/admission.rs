@@ -1,0 +1,59 @@
+//! What rate-limit admission costs a request: `admit` (every limit a token and its workspace
+//! can have: requests and tokens per minute, requests in flight, for both scopes), the
+//! settlement of the token estimate and the release of the place in flight, against the same
+//! call for a principal without limits (the request path's case when none are set).
+//!
+//! Run: `cargo bench -p laptime-proxy --bench admission`.
+
+#![expect(clippy::unwrap_used, reason = "a benchmark fails loudly")]
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use laptime_core::limit::{Applicable, Limits};
+use laptime_proxy::limits::{Ask, Limiter};
+use tokio::time::Instant;
+
+fn main() {
+    divan::main();
+}
+
+fn every_limit() -> Applicable {
+    // Large enough that no request is ever refused: the admitted path is the measured one.
+    let l = Limits {
+        rpm: Some(u64::MAX / 2),
+        tpm: Some(u64::MAX / 2),
+        concurrent: Some(u64::MAX / 2),
+    };
+    Applicable {
+        workspace: l,
+        token: l,
+    }
+}
+
+fn admit_settle_release(limiter: &Arc<Limiter>, limits: &Applicable) {
+    let ask = Ask {
+        workspace_id: "ws_0123456789abcdef",
+        key_id: "key_0123456789abcdef",
+        limits,
+        tokens: 1_500,
+    };
+    let now = Instant::now();
+    if let Some(ticket) = limiter.admit(black_box(ask), now).unwrap() {
+        ticket.settle(black_box(420), now);
+    }
+}
+
+#[divan::bench]
+fn with_every_limit(b: divan::Bencher) {
+    let limiter = Arc::new(Limiter::new());
+    let limits = every_limit();
+    b.bench_local(|| admit_settle_release(&limiter, &limits));
+}
+
+#[divan::bench]
+fn without_limits(b: divan::Bencher) {
+    let limiter = Arc::new(Limiter::new());
+    let limits = Applicable::default();
+    b.bench_local(|| admit_settle_release(&limiter, &limits));
+}

@@ -1,0 +1,406 @@
+//! Admission against the rate limits of a request's token and its workspace: requests per
+//! minute, tokens per minute and requests in flight, counted by this instance (a fleet without
+//! a shared counter admits up to the limit on each instance). The windows are core's GCRA
+//! ([`laptime_core::limit::Window`]); this module keeps them per workspace and token, checks a
+//! request against every limit that applies at once (so a refusal by one takes nothing from the
+//! others), and settles the token estimate charged at admission with what the request used.
+//!
+//! State is bounded by the workspaces and tokens that have limits: an entry per limited id.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use laptime_core::limit::{Applicable, Limit, LimitKind, LimitScope, Limits, Window};
+use tokio::time::Instant;
+
+/// One request's ask: who it is and how many tokens it is expected to use.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    pub workspace_id: &'a str,
+    pub key_id: &'a str,
+    pub limits: &'a Applicable,
+    /// The estimate charged to the tokens-per-minute windows now, settled at the end.
+    pub tokens: u64,
+}
+
+/// What a window says about one kind of limit, for the client's rate-limit headers: the limit
+/// that binds (the one with the least left), what is left and when it is whole again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    pub limit: u64,
+    pub remaining: u64,
+    pub reset: Duration,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub limit: Limit,
+    /// The limit's value (requests or tokens per minute, or requests in flight).
+    pub value: u64,
+    /// When to try again; `None` when this request never fits (more tokens than a minute's).
+    pub retry_after: Option<Duration>,
+    pub requests: Option<Quota>,
+    pub tokens: Option<Quota>,
+}
+
+impl Refused {
+    /// The message the client reads, in every dialect.
+    pub fn message(&self) -> String {
+        let whose = match self.limit.scope {
+            LimitScope::Token => "this token's",
+            LimitScope::Workspace => "this workspace's",
+        };
+        let what = match self.limit.kind {
+            LimitKind::Rpm => format!("{} requests per minute", self.value),
+            LimitKind::Tpm => format!("{} tokens per minute", self.value),
+            LimitKind::Concurrent => format!("{} requests in flight", self.value),
+            LimitKind::DailyBudget => format!("daily budget of ${}", self.value),
+            LimitKind::MonthlyBudget => format!("monthly budget of ${}", self.value),
+        };
+        match self.retry_after {
+            Some(d) => format!(
+                "rate limit reached: {whose} limit of {what} ({}); retry in {} s",
+                self.limit.as_str(),
+                retry_after_secs(d)
+            ),
+            None => format!(
+                "rate limit: this request's estimated tokens exceed {whose} limit of {what} \
+                 ({}) on their own; lower max_tokens or the input",
+                self.limit.as_str()
+            ),
+        }
+    }
+}
+
+/// Whole seconds for `Retry-After`, rounded up and at least 1.
+pub fn retry_after_secs(d: Duration) -> u64 {
+    d.as_micros().div_ceil(1_000_000).max(1) as u64
+}
+
+#[derive(Debug, Default)]
+struct State {
+    windows: HashMap<(Limit, String), Window>,
+    inflight: HashMap<(LimitScope, String), u64>,
+}
+
+/// Every limited workspace's and token's windows and in-flight counts on this instance.
+#[derive(Debug)]
+pub struct Limiter {
+    origin: Instant,
+    state: Mutex<State>,
+}
+
+/// An admitted request's hold on its limits: its place in the in-flight counts until dropped,
+/// and the token estimate to settle.
+#[derive(Debug)]
+pub struct Ticket {
+    limiter: Arc<Limiter>,
+    workspace_id: String,
+    key_id: String,
+    limits: Applicable,
+    charged: u64,
+}
+
+impl Default for Limiter {
+    fn default() -> Self {
+        Limiter::new()
+    }
+}
+
+/// The id each scope's state is kept under.
+fn id_of<'a>(ask: &Ask<'a>, scope: LimitScope) -> &'a str {
+    match scope {
+        LimitScope::Workspace => ask.workspace_id,
+        LimitScope::Token => ask.key_id,
+    }
+}
+
+/// The scopes with their limits, the token's first (a token's refusal is named before its
+/// workspace's).
+fn scoped(limits: &Applicable) -> [(LimitScope, Limits); 2] {
+    [
+        (LimitScope::Token, limits.token),
+        (LimitScope::Workspace, limits.workspace),
+    ]
+}
+
+impl Limiter {
+    pub fn new() -> Self {
+        Limiter {
+            origin: Instant::now(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn now_us(&self, at: Instant) -> i64 {
+        i64::try_from(at.saturating_duration_since(self.origin).as_micros()).unwrap_or(i64::MAX)
+    }
+
+    /// Admits the request at `at` if every limit that applies has room, taking one request and
+    /// the token estimate from each window and a place in flight; `Ok(None)` when no limit
+    /// applies.
+    pub fn admit(self: &Arc<Self>, ask: Ask<'_>, at: Instant) -> Result<Option<Ticket>, Refused> {
+        if ask.limits.is_empty() {
+            return Ok(None);
+        }
+        let now = self.now_us(at);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for (scope, limits) in scoped(ask.limits) {
+            let Some(max) = limits.concurrent else {
+                continue;
+            };
+            let held = state
+                .inflight
+                .get(&(scope, id_of(&ask, scope).to_string()))
+                .copied()
+                .unwrap_or(0);
+            if held >= max {
+                return Err(Refused {
+                    limit: Limit::new(scope, LimitKind::Concurrent),
+                    value: max,
+                    // A place frees when a request in flight ends: a second is a fair wait.
+                    retry_after: Some(Duration::from_secs(1)),
+                    requests: None,
+                    tokens: None,
+                });
+            }
+        }
+        // Every window is taken on a copy first, and written back only if all admit.
+        let mut taken = Vec::with_capacity(4);
+        for (kind, units) in [(LimitKind::Rpm, 1), (LimitKind::Tpm, ask.tokens)] {
+            for (scope, limits) in scoped(ask.limits) {
+                let Some(per_minute) = per_minute(&limits, kind) else {
+                    continue;
+                };
+                let limit = Limit::new(scope, kind);
+                let key = (limit, id_of(&ask, scope).to_string());
+                let mut w = state.windows.get(&key).copied().unwrap_or_default();
+                if let Err(denied) = w.take(now, units, per_minute) {
+                    return Err(Refused {
+                        limit,
+                        value: per_minute,
+                        retry_after: denied.retry_after_us.map(micros),
+                        requests: quota(&state, &ask, LimitKind::Rpm, now),
+                        tokens: quota(&state, &ask, LimitKind::Tpm, now),
+                    });
+                }
+                taken.push((key, w));
+            }
+        }
+        state.windows.extend(taken);
+        for (scope, limits) in scoped(ask.limits) {
+            if limits.concurrent.is_some() {
+                *state
+                    .inflight
+                    .entry((scope, id_of(&ask, scope).to_string()))
+                    .or_default() += 1;
+            }
+        }
+        Ok(Some(Ticket {
+            limiter: self.clone(),
+            workspace_id: ask.workspace_id.to_string(),
+            key_id: ask.key_id.to_string(),
+            limits: *ask.limits,
+            charged: ask.tokens,
+        }))
+    }
+}
+
+fn per_minute(limits: &Limits, kind: LimitKind) -> Option<u64> {
+    match kind {
+        LimitKind::Rpm => limits.rpm,
+        LimitKind::Tpm => limits.tpm,
+        _ => None,
+    }
+}
+
+fn micros(us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
+/// The binding limit of `kind` for `ask`: of the scopes that have one, the one with the least
+/// left now.
+fn quota(state: &State, ask: &Ask<'_>, kind: LimitKind, now: i64) -> Option<Quota> {
+    scoped(ask.limits)
+        .into_iter()
+        .filter_map(|(scope, limits)| {
+            let per_minute = per_minute(&limits, kind)?;
+            let key = (Limit::new(scope, kind), id_of(ask, scope).to_string());
+            let w = state.windows.get(&key).copied().unwrap_or_default();
+            Some(Quota {
+                limit: per_minute,
+                remaining: w.remaining(now, per_minute),
+                reset: micros((w.tat_us - now).max(0)),
+            })
+        })
+        .min_by_key(|q| q.remaining)
+}
+
+impl Ticket {
+    /// Settles the tokens-per-minute windows with what the request used: the estimate charged
+    /// at admission is corrected by the difference, so a request that used less gives back.
+    pub fn settle(&self, used: u64, at: Instant) {
+        let delta = i64::try_from(used).unwrap_or(i64::MAX)
+            - i64::try_from(self.charged).unwrap_or(i64::MAX);
+        if delta == 0 {
+            return;
+        }
+        let now = self.limiter.now_us(at);
+        let mut state = self
+            .limiter
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (scope, limits) in scoped(&self.limits) {
+            let Some(per_minute) = limits.tpm else {
+                continue;
+            };
+            let id = match scope {
+                LimitScope::Workspace => &self.workspace_id,
+                LimitScope::Token => &self.key_id,
+            };
+            let key = (Limit::new(scope, LimitKind::Tpm), id.clone());
+            if let Some(w) = state.windows.get_mut(&key) {
+                w.adjust(now, delta, per_minute);
+            }
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut state = self
+            .limiter
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (scope, limits) in scoped(&self.limits) {
+            if limits.concurrent.is_none() {
+                continue;
+            }
+            let id = match scope {
+                LimitScope::Workspace => &self.workspace_id,
+                LimitScope::Token => &self.key_id,
+            };
+            let key = (scope, id.clone());
+            if let Some(n) = state.inflight.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    state.inflight.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(workspace: Limits, token: Limits) -> Applicable {
+        Applicable { workspace, token }
+    }
+
+    fn ask(l: &Applicable, tokens: u64) -> Ask<'_> {
+        Ask {
+            workspace_id: "ws",
+            key_id: "key",
+            limits: l,
+            tokens,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_limit_is_no_ticket_and_no_state() {
+        let limiter = Arc::new(Limiter::new());
+        let none = Applicable::default();
+        assert!(limiter
+            .admit(ask(&none, 10), Instant::now())
+            .unwrap()
+            .is_none());
+        assert!(limiter.state.lock().unwrap().windows.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tighter_token_limit_refuses_first_and_takes_nothing_from_the_workspace() {
+        let limiter = Arc::new(Limiter::new());
+        let l = limits(
+            Limits {
+                rpm: Some(10),
+                ..Limits::default()
+            },
+            Limits {
+                rpm: Some(2),
+                ..Limits::default()
+            },
+        );
+        let now = Instant::now();
+        for _ in 0..2 {
+            limiter.admit(ask(&l, 0), now).unwrap();
+        }
+        let refused = limiter.admit(ask(&l, 0), now).unwrap_err();
+        assert_eq!(refused.limit, Limit::new(LimitScope::Token, LimitKind::Rpm));
+        assert_eq!(refused.retry_after, Some(Duration::from_secs(30)));
+        let requests = refused.requests.unwrap();
+        assert_eq!((requests.limit, requests.remaining), (2, 0));
+        // The workspace's window counted the two admitted requests only.
+        let state = limiter.state.lock().unwrap();
+        let ws = state.windows[&(
+            Limit::new(LimitScope::Workspace, LimitKind::Rpm),
+            "ws".to_string(),
+        )];
+        assert_eq!(ws.remaining(limiter.now_us(now), 10), 8);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_in_flight_are_held_until_the_ticket_is_dropped() {
+        let limiter = Arc::new(Limiter::new());
+        let l = limits(
+            Limits {
+                concurrent: Some(1),
+                ..Limits::default()
+            },
+            Limits::default(),
+        );
+        let now = Instant::now();
+        let first = limiter.admit(ask(&l, 0), now).unwrap();
+        let refused = limiter.admit(ask(&l, 0), now).unwrap_err();
+        assert_eq!(
+            refused.limit,
+            Limit::new(LimitScope::Workspace, LimitKind::Concurrent)
+        );
+        assert!(refused.message().contains("1 requests in flight"));
+        drop(first);
+        assert!(limiter.admit(ask(&l, 0), now).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_estimate_is_settled_with_what_the_request_used() {
+        let limiter = Arc::new(Limiter::new());
+        let l = limits(
+            Limits::default(),
+            Limits {
+                tpm: Some(1_000),
+                ..Limits::default()
+            },
+        );
+        let now = Instant::now();
+        let t = limiter.admit(ask(&l, 900), now).unwrap().unwrap();
+        let refused = limiter.admit(ask(&l, 200), now).unwrap_err();
+        assert_eq!(refused.limit, Limit::new(LimitScope::Token, LimitKind::Tpm));
+        assert_eq!(refused.tokens.unwrap().remaining, 100);
+        // It used 150 tokens, not 900: the 750 come back at once.
+        t.settle(150, now);
+        assert!(limiter.admit(ask(&l, 800), now).is_ok());
+        // More than a minute's worth never fits: no retry time is promised.
+        let never = limiter.admit(ask(&l, 1_001), now).unwrap_err();
+        assert_eq!(never.retry_after, None);
+        assert!(
+            never.message().contains("on their own"),
+            "{}",
+            never.message()
+        );
+    }
+}
