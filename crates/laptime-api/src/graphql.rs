@@ -12,7 +12,7 @@ use async_graphql::{
     ComplexObject, Context, EmptySubscription, Enum, Error, MaybeUndefined, Object, Result, Schema,
     SimpleObject, ID,
 };
-use laptime_core::limit::Limits;
+use laptime_core::limit::{BudgetMode, Limits, Period};
 use laptime_store::auth::{self, Principal, Scope};
 use laptime_store::manage;
 use laptime_store::usage::{GroupDim, UsageFilter};
@@ -245,6 +245,17 @@ impl Query {
         Ok(rows.into_iter().map(LimitsOut::from).collect())
     }
 
+    /// The budgets of a workspace and of its tokens, with what was spent in their current
+    /// period (read: its own workspace; admin: any).
+    async fn budgets(&self, ctx: &Context<'_>, workspace_id: ID) -> Result<Vec<BudgetOut>> {
+        if !principal(ctx)?.scope.allows(Scope::Read) {
+            return Err(Error::new("a proxy token cannot read budgets"));
+        }
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let rows = stored(app(ctx)?.store.list_budgets(Some(&ws), now_us()).await)?;
+        Ok(rows.into_iter().map(BudgetOut::from).collect())
+    }
+
     /// The configured channels with their requests in flight now (any token that can read).
     async fn channels(&self, ctx: &Context<'_>) -> Result<Vec<ChannelOut>> {
         let p = principal(ctx)?;
@@ -436,6 +447,55 @@ impl From<laptime_store::limits::LimitRow> for LimitsOut {
     }
 }
 
+#[derive(Enum, Copy, Clone, PartialEq, Eq)]
+pub enum BudgetPeriod {
+    Day,
+    Month,
+}
+
+#[derive(Enum, Copy, Clone, PartialEq, Eq)]
+pub enum BudgetModeOut {
+    /// Requests continue, flagged `over_budget`.
+    Soft,
+    /// New requests are refused with 429 until the period ends.
+    Hard,
+}
+
+/// A budget of a workspace (`keyId` null) or of one of its tokens, per UTC calendar period.
+#[derive(SimpleObject)]
+#[graphql(name = "Budget")]
+pub struct BudgetOut {
+    pub workspace_id: ID,
+    pub key_id: Option<ID>,
+    pub period: BudgetPeriod,
+    pub usd: f64,
+    pub mode: BudgetModeOut,
+    /// Spent in the current period, USD (the costs of the requests recorded so far).
+    pub spent_usd: f64,
+    /// When the current period ends, RFC 3339.
+    pub resets_at: String,
+}
+
+impl From<laptime_store::budgets::BudgetRow> for BudgetOut {
+    fn from(r: laptime_store::budgets::BudgetRow) -> Self {
+        BudgetOut {
+            workspace_id: ID(r.workspace_id),
+            key_id: r.key_id.map(ID),
+            period: match r.budget.period {
+                Period::Day => BudgetPeriod::Day,
+                Period::Month => BudgetPeriod::Month,
+            },
+            usd: laptime_core::cost::nano_to_usd(r.budget.nano_usd),
+            mode: match r.budget.mode {
+                BudgetMode::Soft => BudgetModeOut::Soft,
+                BudgetMode::Hard => BudgetModeOut::Hard,
+            },
+            spent_usd: laptime_core::cost::nano_to_usd(r.spent_nano_usd),
+            resets_at: laptime_core::views::rfc3339(r.resets_at_us),
+        }
+    }
+}
+
 /// A limit argument: absent keeps the stored value, null removes it, a value (at least 1)
 /// sets it.
 fn merged(current: Option<u64>, arg: MaybeUndefined<u64>, name: &str) -> Result<Option<u64>> {
@@ -588,6 +648,44 @@ impl Mutation {
             concurrent: limits.concurrent,
             updated_at: laptime_core::views::rfc3339(now),
         })
+    }
+
+    /// Sets the budget of one period of a workspace, or with `keyId` of one of its tokens
+    /// (admin); `usd: null` removes it (and answers null). Applies within a second on every
+    /// instance.
+    async fn set_budget(
+        &self,
+        ctx: &Context<'_>,
+        workspace_id: ID,
+        key_id: Option<ID>,
+        usd: Option<f64>,
+        period: BudgetPeriod,
+        #[graphql(default_with = "BudgetModeOut::Hard")] mode: BudgetModeOut,
+    ) -> Result<Option<BudgetOut>> {
+        require_admin(ctx)?;
+        let ws = readable_workspace(ctx, &workspace_id).await?;
+        let period = match period {
+            BudgetPeriod::Day => Period::Day,
+            BudgetPeriod::Month => Period::Month,
+        };
+        let mode = match mode {
+            BudgetModeOut::Soft => BudgetMode::Soft,
+            BudgetModeOut::Hard => BudgetMode::Hard,
+        };
+        let budget = match usd {
+            None => None,
+            Some(v) if v.is_finite() && v >= 0.0 => Some(((v * 1e9).round() as u64, mode)),
+            Some(_) => return Err(Error::new("usd must be a number ≥ 0 (null removes)")),
+        };
+        let app = app(ctx)?;
+        let key = key_id.as_ref().map(|k| k.as_str());
+        let now = now_us();
+        stored(app.store.set_budget(&ws, key, period, budget, now).await)?;
+        let rows = stored(app.store.list_budgets(Some(&ws), now).await)?;
+        Ok(rows
+            .into_iter()
+            .find(|r| r.key_id.as_deref() == key && r.budget.period == period)
+            .map(BudgetOut::from))
     }
 
     /// Revokes a token (admin). It stops working on the next request.

@@ -145,6 +145,109 @@ impl Applicable {
     }
 }
 
+/// The calendar period of a budget (UTC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Period {
+    Day,
+    Month,
+}
+
+impl Period {
+    pub const ALL: [Period; 2] = [Period::Day, Period::Month];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Period::Day => "day",
+            Period::Month => "month",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Period> {
+        Period::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// The limit a budget of this period is refused under.
+    pub fn limit(self, scope: LimitScope) -> Limit {
+        Limit::new(
+            scope,
+            match self {
+                Period::Day => LimitKind::DailyBudget,
+                Period::Month => LimitKind::MonthlyBudget,
+            },
+        )
+    }
+
+    /// The start of the period holding `at_us` (UTC midnight of its day, or of its month's first
+    /// day), in unix microseconds.
+    pub fn start_us(self, at_us: i64) -> i64 {
+        let Ok(t) = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(at_us) * 1000)
+        else {
+            return at_us;
+        };
+        let day = match self {
+            Period::Day => t.date(),
+            Period::Month => t.date().replace_day(1).unwrap_or(t.date()),
+        };
+        day.midnight().assume_utc().unix_timestamp() * 1_000_000
+    }
+
+    /// The start of the next period after the one holding `at_us`.
+    pub fn next_start_us(self, at_us: i64) -> i64 {
+        let start = self.start_us(at_us);
+        let Ok(t) = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(start) * 1000)
+        else {
+            return at_us;
+        };
+        let next = match self {
+            Period::Day => t.date().next_day(),
+            Period::Month => {
+                let (y, m) = (t.year(), t.month());
+                let (y, m) = if m == time::Month::December {
+                    (y + 1, time::Month::January)
+                } else {
+                    (y, m.next())
+                };
+                time::Date::from_calendar_date(y, m, 1).ok()
+            }
+        };
+        next.map_or(at_us, |d| {
+            d.midnight().assume_utc().unix_timestamp() * 1_000_000
+        })
+    }
+}
+
+/// What a budget does when spend reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BudgetMode {
+    /// Requests continue, flagged; a metric and a log line at 80 % and 100 %.
+    Soft,
+    /// New requests are refused (429) until the period ends; requests in flight finish.
+    Hard,
+}
+
+impl BudgetMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetMode::Soft => "soft",
+            BudgetMode::Hard => "hard",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<BudgetMode> {
+        [BudgetMode::Soft, BudgetMode::Hard]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
+}
+
+/// A spending limit of a workspace or token over a calendar period, in nano-USD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub period: Period,
+    pub nano_usd: u64,
+    pub mode: BudgetMode,
+}
+
 /// A window's answer when it admits: what is left, and when it is whole again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Granted {
@@ -216,6 +319,30 @@ mod tests {
     use super::*;
 
     const S: i64 = 1_000_000;
+
+    #[test]
+    fn periods_start_at_utc_midnight_of_their_day_and_month() {
+        let at = |s: &str| {
+            let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                .unwrap();
+            (t.unix_timestamp_nanos() / 1000) as i64
+        };
+        let t = at("2026-12-31T23:59:59.5Z");
+        assert_eq!(Period::Day.start_us(t), at("2026-12-31T00:00:00Z"));
+        assert_eq!(Period::Month.start_us(t), at("2026-12-01T00:00:00Z"));
+        assert_eq!(Period::Day.next_start_us(t), at("2027-01-01T00:00:00Z"));
+        assert_eq!(Period::Month.next_start_us(t), at("2027-01-01T00:00:00Z"));
+        let feb = at("2028-02-29T12:00:00Z");
+        assert_eq!(Period::Month.next_start_us(feb), at("2028-03-01T00:00:00Z"));
+        // The first instant of a period is in it.
+        let start = at("2026-06-01T00:00:00Z");
+        assert_eq!(Period::Month.start_us(start), start);
+        for p in Period::ALL {
+            assert_eq!(Period::parse(p.as_str()), Some(p));
+        }
+        assert_eq!(BudgetMode::parse("hard"), Some(BudgetMode::Hard));
+        assert_eq!(BudgetMode::parse("strict"), None);
+    }
 
     #[test]
     fn names_round_trip_through_serde() {

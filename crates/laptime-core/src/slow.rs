@@ -112,6 +112,8 @@ pub enum Flag {
     /// The answer was cut and another channel continued it: the client got one whole answer
     /// from two attempts (the tokens are the continuation's, its input including the prefill).
     Continued,
+    /// Admitted while a soft budget of its token or workspace was spent.
+    OverBudget,
 }
 
 impl Flag {
@@ -121,6 +123,7 @@ impl Flag {
             Flag::Unobserved => "unobserved",
             Flag::NoTerminalSentinel => "no_terminal_sentinel",
             Flag::Continued => "continued",
+            Flag::OverBudget => "over_budget",
         }
     }
 
@@ -129,6 +132,7 @@ impl Flag {
             "unobserved" => Some(Flag::Unobserved),
             "no_terminal_sentinel" => Some(Flag::NoTerminalSentinel),
             "continued" => Some(Flag::Continued),
+            "over_budget" => Some(Flag::OverBudget),
             _ => match Classification::parse(s)? {
                 Classification::Slow(stage) => Some(Flag::Slow(stage)),
                 Classification::Ok | Classification::Failed => None,

@@ -24,6 +24,7 @@
 pub mod attempt;
 pub mod auth;
 pub mod budget;
+pub mod budgets;
 pub mod cache;
 pub mod clock;
 pub mod config;
@@ -91,6 +92,8 @@ pub struct App {
     pub prices: Arc<laptime_core::cost::PriceTable>,
     /// The rate limits' windows and in-flight counts of this instance.
     pub limiter: Arc<limits::Limiter>,
+    /// The budgets with their spend, re-read every second.
+    pub budgets: budgets::BudgetBook,
 }
 
 impl std::fmt::Debug for App {

@@ -43,11 +43,16 @@ pub struct Refused {
     pub retry_after: Option<Duration>,
     pub requests: Option<Quota>,
     pub tokens: Option<Quota>,
+    /// The message, when its refuser wrote one (a budget says what was spent).
+    pub message: Option<String>,
 }
 
 impl Refused {
     /// The message the client reads, in every dialect.
     pub fn message(&self) -> String {
+        if let Some(m) = &self.message {
+            return m.clone();
+        }
         let whose = match self.limit.scope {
             LimitScope::Token => "this token's",
             LimitScope::Workspace => "this workspace's",
@@ -56,8 +61,9 @@ impl Refused {
             LimitKind::Rpm => format!("{} requests per minute", self.value),
             LimitKind::Tpm => format!("{} tokens per minute", self.value),
             LimitKind::Concurrent => format!("{} requests in flight", self.value),
-            LimitKind::DailyBudget => format!("daily budget of ${}", self.value),
-            LimitKind::MonthlyBudget => format!("monthly budget of ${}", self.value),
+            LimitKind::DailyBudget | LimitKind::MonthlyBudget => {
+                format!("budget of ${}", laptime_core::cost::nano_to_usd(self.value))
+            }
         };
         match self.retry_after {
             Some(d) => format!(
@@ -164,6 +170,7 @@ impl Limiter {
                     retry_after: Some(Duration::from_secs(1)),
                     requests: None,
                     tokens: None,
+                    message: None,
                 });
             }
         }
@@ -184,6 +191,7 @@ impl Limiter {
                         retry_after: denied.retry_after_us.map(micros),
                         requests: quota(&state, &ask, LimitKind::Rpm, now),
                         tokens: quota(&state, &ask, LimitKind::Tpm, now),
+                        message: None,
                     });
                 }
                 taken.push((key, w));

@@ -70,6 +70,7 @@
 //! | `laptime_tokens_total` | counter | `type` (`input`, `output`, `cache_read`, `cache_write`, `reasoning`), `model` | sum of the upstream-reported counts (input normalised as above); absent counts add nothing |
 //! | `laptime_cost_usd_total` | counter | `model` | the summed cost of finished requests at the configured `[[prices]]` (estimated costs included); requests not billed add 0 |
 //! | `laptime_cost_unpriced_total` | counter | `model` | billed requests whose cost is unknown (no price covers the model, or a kind of token it was billed for) |
+//! | `laptime_budget_crossings_total` | counter | `scope` (`workspace`, `token`), `period` (`day`, `month`), `mode` (`soft`, `hard`), `threshold` (`80`, `100`) | budgets whose current period's spend crossed that share of them, once per period, as this instance read them |
 //! | `laptime_channel_inflight` | gauge | `channel` | requests in flight on each configured channel, read at scrape time |
 //! | `laptime_circuit_state` | gauge | `channel`, `state` (`closed`, `open`, `half_open`) | 1 for the worst current circuit state over the channel's models (each model has its own circuit), read at scrape time |
 //! | `laptime_circuit_transitions_total` | counter | `channel` | circuit breaker state changes over the channel's models (each is also logged with its model) |
@@ -272,6 +273,7 @@ pub struct Metrics {
     tokens: IntCounterVec,
     cost_usd: CounterVec,
     cost_unpriced: IntCounterVec,
+    budget_crossings: IntCounterVec,
     ttft: HistogramVec,
     duration: WithErrorType,
     tpot: WithErrorType,
@@ -349,6 +351,14 @@ impl Metrics {
             &["model"],
         )?;
         registry.register(Box::new(cost_unpriced.clone()))?;
+        let budget_crossings = IntCounterVec::new(
+            Opts::new(
+                "laptime_budget_crossings_total",
+                "Budgets whose period's spend crossed 80 or 100 percent of them, as this instance saw it.",
+            ),
+            &["scope", "period", "mode", "threshold"],
+        )?;
+        registry.register(Box::new(budget_crossings.clone()))?;
         let ttft = HistogramVec::new(
             HistogramOpts::new(
                 "gen_ai_server_time_to_first_token_seconds",
@@ -393,6 +403,7 @@ impl Metrics {
             tokens,
             cost_usd,
             cost_unpriced,
+            budget_crossings,
             ttft,
             duration,
             tpot,
@@ -526,6 +537,24 @@ impl Metrics {
                 observe(&self.usage, &s.usage_ok[i], Some(kind), n as f64);
             }
         }
+    }
+
+    /// A budget crossed 80 % or 100 % of itself in its current period.
+    pub fn count_budget_crossing(
+        &self,
+        scope: laptime_core::limit::LimitScope,
+        period: laptime_core::limit::Period,
+        mode: laptime_core::limit::BudgetMode,
+        threshold: u8,
+    ) {
+        let scope = match scope {
+            laptime_core::limit::LimitScope::Workspace => "workspace",
+            laptime_core::limit::LimitScope::Token => "token",
+        };
+        let threshold = threshold.to_string();
+        self.budget_crossings
+            .with_label_values(&[scope, period.as_str(), mode.as_str(), &threshold])
+            .inc();
     }
 
     /// A finished request that gets no stored row (it was observed all the same).

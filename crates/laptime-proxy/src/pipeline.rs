@@ -253,9 +253,10 @@ async fn admit(
     Ok((body, held, head))
 }
 
-/// Admission against the rate limits of the token and its workspace (timed as `admission`
-/// when any applies): tokens per minute are charged with an estimate (the body's size, plus
-/// `max_tokens` or the configured output estimate), settled when the request is recorded.
+/// Admission against the budgets and rate limits of the token and its workspace (timed as
+/// `admission` when any applies): a hard budget spent refuses; tokens per minute are charged
+/// with an estimate (the body's size, plus `max_tokens` or the configured output estimate),
+/// settled when the request is recorded.
 fn limit(
     app: &Arc<App>,
     pending: &mut Pending,
@@ -263,10 +264,35 @@ fn limit(
     head: &RequestHead,
     body_len: usize,
 ) -> Result<(), crate::limits::Refused> {
-    if principal.limits.is_empty() {
+    let started = Instant::now();
+    let verdict = app.budgets.check(
+        &principal.workspace_id,
+        &principal.key_id,
+        pending.created_at_us,
+    );
+    if verdict == crate::budgets::Verdict::None && principal.limits.is_empty() {
         return Ok(());
     }
-    let started = Instant::now();
+    let admitted = match verdict {
+        crate::budgets::Verdict::Refuse(refused) => Err(refused),
+        crate::budgets::Verdict::Admit { over_soft } => {
+            pending.over_budget = over_soft;
+            rate_limits(app, principal, head, body_len, started)
+        }
+        crate::budgets::Verdict::None => rate_limits(app, principal, head, body_len, started),
+    };
+    pending.marks.admission = Some(pending.since(started));
+    pending.admission = admitted?;
+    Ok(())
+}
+
+fn rate_limits(
+    app: &Arc<App>,
+    principal: &Principal,
+    head: &RequestHead,
+    body_len: usize,
+    at: Instant,
+) -> Result<Option<crate::limits::Ticket>, crate::limits::Refused> {
     let output = head
         .shape
         .max_output_tokens
@@ -277,10 +303,7 @@ fn limit(
         limits: &principal.limits,
         tokens: laptime_core::cost::estimate_input_tokens(body_len).saturating_add(output),
     };
-    let admitted = app.limiter.admit(ask, started);
-    pending.marks.admission = Some(pending.since(started));
-    pending.admission = admitted?;
-    Ok(())
+    app.limiter.admit(ask, at)
 }
 
 /// The byte budget for request bodies is spent by the requests in flight.

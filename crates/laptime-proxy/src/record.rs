@@ -58,6 +58,8 @@ pub struct Pending {
     pub body_bytes: Option<usize>,
     /// The limit or budget that refused the request.
     pub refused_by: Option<laptime_core::limit::Limit>,
+    /// Admitted while a soft budget was spent.
+    pub over_budget: bool,
     /// The request's hold on its rate limits (a place in flight, the token estimate to
     /// settle), released when the request is recorded.
     pub admission: Option<crate::limits::Ticket>,
@@ -95,6 +97,7 @@ impl Pending {
             continued: false,
             body_bytes: None,
             refused_by: None,
+            over_budget: false,
             admission: None,
             inflight: None,
         }
@@ -346,6 +349,9 @@ pub fn build(
     }
     if no_terminal_sentinel {
         flags.push(Flag::NoTerminalSentinel);
+    }
+    if p.over_budget {
+        flags.push(Flag::OverBudget);
     }
     let input_estimate = p.body_bytes.map(estimate_input_tokens);
     let mut record = RequestRecord {

@@ -177,8 +177,13 @@ impl Gateway {
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
             prices: Arc::new(prices),
             limiter: Arc::new(crate::limits::Limiter::new()),
+            budgets: crate::budgets::BudgetBook::new(),
         });
+        if let Err(e) = refresh_budgets(&app).await {
+            tracing::warn!(error = %e, "budgets could not be read at start; retrying every second");
+        }
         let retention = tokio::spawn(retention_job(app.clone()));
+        tokio::spawn(budget_job(Arc::downgrade(&app)));
         Ok(Gateway {
             app,
             recorder_task,
@@ -354,6 +359,35 @@ fn config_caches(
 
 /// Rows deleted per retention transaction: small, so the recorder's writer never waits long.
 const RETENTION_BATCH: usize = 1_000;
+
+/// Re-reads the budgets and their spend every second while the gateway lives.
+async fn budget_job(app: std::sync::Weak<App>) {
+    let mut failing = false;
+    loop {
+        tokio::time::sleep(crate::budgets::REFRESH).await;
+        let Some(app) = app.upgrade() else { return };
+        match refresh_budgets(&app).await {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!("budgets are read again");
+            }
+            Ok(()) => {}
+            // Said once per change: the store's own failures are logged where they happen.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "budgets could not be read; the last read ones apply");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// One read of the budgets and their spend.
+pub async fn refresh_budgets(app: &App) -> laptime_store::Result<()> {
+    app.budgets
+        .refresh(&app.store, crate::clock::now_unix_us(), &app.metrics)
+        .await
+}
 
 /// Deletes rows older than `store.retention_days`, now and then every interval.
 async fn retention_job(app: Arc<App>) {

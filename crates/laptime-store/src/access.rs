@@ -4,10 +4,11 @@
 //! every proxied request and runs inline (see there). On PostgreSQL they are queries on a pooled
 //! connection. Times come in as arguments: the wall clock is the caller's.
 
-use laptime_core::limit::Limits;
+use laptime_core::limit::{BudgetMode, Limits, Period};
 use laptime_core::timeline::RequestRecord;
 
 use crate::auth::{self, NewToken, Principal, Scope, Workspace};
+use crate::budgets::BudgetRow;
 use crate::limits::LimitRow;
 use crate::manage::{self, TokenInfo};
 use crate::records;
@@ -213,6 +214,40 @@ impl Store {
         }
         let (ws, key) = (workspace_id.to_string(), key_id.map(str::to_string));
         self.blocking(move |c| crate::limits::set(c, &ws, key.as_deref(), limits, now_us))
+            .await
+    }
+
+    /// Sets (with `None`, removes) the budget of `period` of a workspace (`key_id` `None`) or
+    /// of one of its tokens, at `now_us`.
+    pub async fn set_budget(
+        &self,
+        workspace_id: &str,
+        key_id: Option<&str>,
+        period: Period,
+        budget: Option<(u64, BudgetMode)>,
+        now_us: i64,
+    ) -> Result<()> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let c = pg.client().await?;
+            return pg::budgets::set(&c, workspace_id, key_id, period, budget, now_us).await;
+        }
+        let (ws, key) = (workspace_id.to_string(), key_id.map(str::to_string));
+        self.blocking(move |c| crate::budgets::set(c, &ws, key.as_deref(), period, budget, now_us))
+            .await
+    }
+
+    /// Every budget of one workspace (and its tokens), or of all, with what was spent in its
+    /// period holding `now_us`.
+    pub async fn list_budgets(
+        &self,
+        workspace_id: Option<&str>,
+        now_us: i64,
+    ) -> Result<Vec<BudgetRow>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::budgets::list(&pg.client().await?, workspace_id, now_us).await;
+        }
+        let ws = workspace_id.map(str::to_string);
+        self.blocking(move |c| crate::budgets::list(c, ws.as_deref(), now_us))
             .await
     }
 

@@ -23,6 +23,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod budgets;
 pub mod limits;
 pub mod manage;
 pub mod pg;

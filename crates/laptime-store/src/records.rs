@@ -14,6 +14,7 @@ use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
+use crate::budgets;
 use crate::rollups::{self, RollupKey};
 use crate::usage::{self, UsageFilter};
 use crate::{Result, StoreError};
@@ -44,11 +45,12 @@ pub(crate) fn untok(v: Option<i64>) -> Option<u64> {
 /// the rollups it touches are then rebuilt from the rows, since a sketch cannot subtract.
 pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let rebuild = insert_rows(&tx, records)?;
+    let (rebuild, replaced) = insert_rows(&tx, records)?;
     let mut delta = rollups::aggregate(records);
     delta.retain(|k, _| !rebuild.contains(k));
     rollups::merge_into(&tx, delta)?;
     rollups::rebuild(&tx, &rebuild)?;
+    budgets::apply(&tx, &budgets::delta(records, &replaced))?;
     tx.commit()?;
     Ok(())
 }
@@ -69,22 +71,24 @@ pub fn insert_absent(conn: &mut Connection, records: &[RequestRecord]) -> Result
             }
         }
     }
-    let rebuild = insert_rows(&tx, &fresh)?;
+    let (rebuild, _) = insert_rows(&tx, &fresh)?;
     let mut delta = rollups::aggregate(&fresh);
     delta.retain(|k, _| !rebuild.contains(k));
     rollups::merge_into(&tx, delta)?;
+    budgets::apply(&tx, &budgets::delta(&fresh, &[]))?;
     rollups::rebuild(&tx, &rebuild)?;
     tx.commit()?;
     Ok(fresh.into_iter().map(|r| r.request_id).collect())
 }
 
 /// Writes the rows of `records` and their attempts (no rollups); returns the rollup keys that
-/// replaced rows touched, which must be rebuilt from the rows.
+/// replaced rows touched, which must be rebuilt from the rows, and the rows replaced.
 pub(crate) fn insert_rows(
     tx: &Connection,
     records: &[RequestRecord],
-) -> Result<HashSet<RollupKey>> {
+) -> Result<(HashSet<RollupKey>, Vec<RequestRecord>)> {
     let mut rebuild: HashSet<RollupKey> = HashSet::new();
+    let mut replaced = Vec::new();
     {
         let mut req = tx.prepare_cached(
             "INSERT INTO requests (
@@ -112,7 +116,9 @@ pub(crate) fn insert_rows(
         for r in records {
             if insert_row(&mut req, r)? == 0 {
                 // The id is taken: replace the old row, and rebuild both its rollup and ours.
-                rebuild.extend(get_row(tx, &r.request_id)?.as_ref().and_then(RollupKey::of));
+                let old = get_row(tx, &r.request_id)?;
+                rebuild.extend(old.as_ref().and_then(RollupKey::of));
+                replaced.extend(old);
                 rebuild.extend(RollupKey::of(r));
                 tx.prepare_cached("DELETE FROM attempts WHERE request_id = ?1")?
                     .execute([&r.request_id])?;
@@ -137,7 +143,7 @@ pub(crate) fn insert_rows(
             }
         }
     }
-    Ok(rebuild)
+    Ok((rebuild, replaced))
 }
 
 /// Inserts one request row unless its id exists; returns the rows inserted (0 or 1).

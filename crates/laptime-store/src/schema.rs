@@ -42,7 +42,7 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
     },
     // 6: cost, one-hour cache writes, the admission phase and the limit that refused; the
-    // limits of workspaces and tokens.
+    // limits and budgets of workspaces and tokens, and what each spent per day and month.
     Migration {
         sql: V6,
         after: None,
@@ -180,8 +180,10 @@ const V5: &str = r#"
     ALTER TABLE requests ADD COLUMN instance TEXT;
 "#;
 
-/// A limit row with `key_id = ''` is the workspace's own; one naming a token is that token's
-/// (tighter or not, both apply). A NULL limit is no limit.
+/// A limit or budget row with `key_id = ''` is the workspace's own; one naming a token is that
+/// token's (tighter or not, both apply). A NULL limit is no limit. `spend` sums the costs of the
+/// rows written, per workspace and token, per UTC day and month (written in the transaction
+/// that writes the rows).
 const V6: &str = r#"
     ALTER TABLE requests ADD COLUMN cache_write_1h_tokens INTEGER;
     ALTER TABLE requests ADD COLUMN cost_nano_usd INTEGER;
@@ -196,6 +198,23 @@ const V6: &str = r#"
         concurrent INTEGER,
         updated_at_us INTEGER NOT NULL,
         PRIMARY KEY (workspace_id, key_id)
+    );
+    CREATE TABLE budgets (
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        key_id TEXT NOT NULL DEFAULT '',
+        period TEXT NOT NULL,
+        nano_usd INTEGER NOT NULL,
+        mode TEXT NOT NULL,
+        updated_at_us INTEGER NOT NULL,
+        PRIMARY KEY (workspace_id, key_id, period)
+    );
+    CREATE TABLE spend (
+        workspace_id TEXT NOT NULL,
+        key_id TEXT NOT NULL DEFAULT '',
+        period TEXT NOT NULL,
+        period_start_us INTEGER NOT NULL,
+        nano_usd INTEGER NOT NULL,
+        PRIMARY KEY (workspace_id, key_id, period, period_start_us)
     );
 "#;
 

@@ -1044,6 +1044,143 @@ async fn limits_of_workspaces_and_tokens_reach_the_principal_in_both_stores() {
 }
 
 #[tokio::test]
+async fn spend_sums_the_costs_written_per_day_and_month_and_budgets_read_it_back() {
+    use laptime_core::limit::{Budget, BudgetMode, Period};
+    // 2026-03-31 23:00 UTC and the next day (another day and another month).
+    const MARCH_31: i64 = 1_774_998_000_000_000;
+    const APRIL_1: i64 = MARCH_31 + 2 * 3_600_000_000;
+    const NOW: i64 = APRIL_1 + 60_000_000;
+    for b in backends().await {
+        let name = b.name;
+        let s = &b.store;
+        let team = s.create_workspace("team", None, NOW).await.unwrap();
+        let tok = s
+            .create_token("team", Scope::Proxy, None, NOW)
+            .await
+            .unwrap();
+        let other = s.create_workspace("other", None, NOW).await.unwrap();
+        let theirs = s
+            .create_token("other", Scope::Proxy, None, NOW)
+            .await
+            .unwrap();
+        let cost = |nano| {
+            Some(Cost {
+                nano_usd: nano,
+                estimated: false,
+            })
+        };
+        let mut rows = Vec::new();
+        for (i, (at, key, nano)) in [
+            (MARCH_31, Some(&tok.key_id), 1_000),
+            (APRIL_1, Some(&tok.key_id), 20_000),
+            (APRIL_1 + 1, None, 300_000),
+            // Unpriced and free rows add nothing.
+            (APRIL_1 + 2, Some(&tok.key_id), 0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut r = plain(&format!("s{i}"), &team.id, at, Some("m"));
+            r.key_id = key.cloned();
+            r.cost = cost(nano);
+            rows.push(r);
+        }
+        let mut unpriced = plain("s9", &team.id, APRIL_1, Some("m"));
+        unpriced.key_id = Some(tok.key_id.clone());
+        rows.push(unpriced);
+        s.insert_batch(rows.clone()).await.unwrap();
+        // A row written again with another cost replaces its spend, and a replay adds nothing.
+        let mut again = rows[1].clone();
+        again.cost = cost(50_000);
+        s.insert_batch(vec![again]).await.unwrap();
+        s.insert_absent(rows.clone()).await.unwrap();
+
+        let budget = |period, nano, mode| Budget {
+            period,
+            nano_usd: nano,
+            mode,
+        };
+        for (key, period) in [
+            (None, Period::Day),
+            (None, Period::Month),
+            (Some(tok.key_id.as_str()), Period::Day),
+            (Some(tok.key_id.as_str()), Period::Month),
+        ] {
+            s.set_budget(
+                &team.id,
+                key,
+                period,
+                Some((1_000_000, BudgetMode::Hard)),
+                NOW,
+            )
+            .await
+            .unwrap();
+        }
+        assert!(matches!(
+            s.set_budget(
+                &team.id,
+                Some(&theirs.key_id),
+                Period::Day,
+                Some((1, BudgetMode::Soft)),
+                NOW
+            )
+            .await,
+            Err(StoreError::NotFound(_))
+        ));
+        s.set_budget(
+            &other.id,
+            None,
+            Period::Month,
+            Some((7, BudgetMode::Soft)),
+            NOW,
+        )
+        .await
+        .unwrap();
+        let got: Vec<_> = s
+            .list_budgets(Some(&team.id), NOW)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.key_id, r.budget.period, r.spent_nano_usd))
+            .collect();
+        // April only: the workspace has the token's 50,000 and its own 300,000; the token its
+        // 50,000. March 31's 1,000 is in another day and month.
+        assert_eq!(
+            got,
+            [
+                (None, Period::Day, 350_000),
+                (None, Period::Month, 350_000),
+                (Some(tok.key_id.clone()), Period::Day, 50_000),
+                (Some(tok.key_id.clone()), Period::Month, 50_000),
+            ],
+            "{name}"
+        );
+        let march: Vec<u64> = s
+            .list_budgets(Some(&team.id), MARCH_31)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.spent_nano_usd)
+            .collect();
+        assert_eq!(march, [1_000, 1_000, 1_000, 1_000], "{name}");
+        let all = s.list_budgets(None, NOW).await.unwrap();
+        assert_eq!(all.len(), 5, "{name}");
+        let theirs_row = all.iter().find(|r| r.workspace_id == other.id).unwrap();
+        assert_eq!(
+            theirs_row.budget,
+            budget(Period::Month, 7, BudgetMode::Soft)
+        );
+        assert_eq!(theirs_row.spent_nano_usd, 0);
+        // 2026-05-01T00:00:00Z.
+        assert_eq!(theirs_row.resets_at_us, 1_777_593_600_000_000, "{name}");
+        s.set_budget(&team.id, None, Period::Day, None, NOW)
+            .await
+            .unwrap();
+        assert_eq!(s.list_budgets(Some(&team.id), NOW).await.unwrap().len(), 3);
+    }
+}
+
+#[tokio::test]
 async fn a_bootstrap_token_given_must_look_like_one() {
     for b in backends().await {
         assert!(

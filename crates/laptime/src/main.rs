@@ -105,6 +105,11 @@ enum Command {
         #[command(subcommand)]
         command: LimitsCommand,
     },
+    /// Budgets of workspaces and tokens: set, show, reset.
+    Budget {
+        #[command(subcommand)]
+        command: BudgetCommand,
+    },
     /// Prices: `laptime prices check` lists the models of recent requests whose cost is unknown
     /// (no `[[prices]]` entry covers them).
     Prices {
@@ -171,6 +176,51 @@ enum LimitsCommand {
         workspace: String,
         #[arg(long)]
         token: Option<String>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BudgetCommand {
+    /// Sets the budget of a period (UTC day or month) of a workspace, or with --token of one of
+    /// its tokens. `soft` flags requests once it is spent; `hard` refuses them (429) until the
+    /// period ends. Running gateways apply it within a second.
+    Set {
+        #[arg(long)]
+        workspace: String,
+        #[arg(long)]
+        token: Option<String>,
+        #[arg(long)]
+        usd: f64,
+        #[arg(long, value_parser = ["day", "month"])]
+        period: String,
+        #[arg(long, value_parser = ["soft", "hard"], default_value = "hard")]
+        mode: String,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Prints the budgets of one workspace (and its tokens), or of all, with this period's spend.
+    Show {
+        #[arg(long)]
+        workspace: Option<String>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Removes the budget of a period (both when --period is not given).
+    Reset {
+        #[arg(long)]
+        workspace: String,
+        #[arg(long)]
+        token: Option<String>,
+        #[arg(long, value_parser = ["day", "month"])]
+        period: Option<String>,
         #[arg(long)]
         data_dir: Option<PathBuf>,
         #[arg(long)]
@@ -523,6 +573,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }),
         Command::Limits { command } => runtime()?.block_on(limits_command(command)),
+        Command::Budget { command } => runtime()?.block_on(budget_command(command)),
         Command::Prices {
             command:
                 PricesCommand::Check {
@@ -620,6 +671,115 @@ async fn limits_command(command: LimitsCommand) -> Result<(), String> {
                 .await
                 .map_err(e)?;
             out(&limits_line(&ws.name, token.as_deref(), &Limits::default()));
+            Ok(())
+        }
+    }
+}
+
+/// `laptime budget set | show | reset`.
+async fn budget_command(command: BudgetCommand) -> Result<(), String> {
+    use laptime_core::limit::{BudgetMode, Period};
+    let e = |e: laptime_store::StoreError| e.to_string();
+    let period_of = |p: &str| Period::parse(p).ok_or_else(|| format!("--period: {p:?}"));
+    match command {
+        BudgetCommand::Set {
+            workspace,
+            token,
+            usd,
+            period,
+            mode,
+            data_dir,
+            config,
+        } => {
+            if !usd.is_finite() || usd < 0.0 {
+                return Err(format!("--usd: {usd} is not a number of USD ≥ 0"));
+            }
+            let period = period_of(&period)?;
+            let mode = BudgetMode::parse(&mode).ok_or_else(|| format!("--mode: {mode:?}"))?;
+            let store = open_store(config.as_deref(), data_dir).await?;
+            let ws = store.workspace(&workspace).await.map_err(e)?;
+            let nano = (usd * 1e9).round() as u64;
+            store
+                .set_budget(
+                    &ws.id,
+                    token.as_deref(),
+                    period,
+                    Some((nano, mode)),
+                    now_unix_us(),
+                )
+                .await
+                .map_err(e)?;
+            out(&format!(
+                "workspace {}{}: {} budget ${usd} ({})",
+                ws.name,
+                token.map(|t| format!(" token {t}")).unwrap_or_default(),
+                period.as_str(),
+                mode.as_str()
+            ));
+            Ok(())
+        }
+        BudgetCommand::Show {
+            workspace,
+            data_dir,
+            config,
+        } => {
+            let store = open_existing_store(config.as_deref(), data_dir).await?;
+            let ws = match workspace {
+                Some(w) => Some(store.workspace(&w).await.map_err(e)?),
+                None => None,
+            };
+            let names: std::collections::HashMap<String, String> = store
+                .list_workspaces()
+                .await
+                .map_err(e)?
+                .into_iter()
+                .map(|w| (w.id, w.name))
+                .collect();
+            let rows = store
+                .list_budgets(ws.as_ref().map(|w| w.id.as_str()), now_unix_us())
+                .await
+                .map_err(e)?;
+            if rows.is_empty() {
+                out("no budgets are set");
+            }
+            for r in rows {
+                let name = names.get(&r.workspace_id).unwrap_or(&r.workspace_id);
+                out(&format!(
+                    "workspace {name}{}: {} budget ${:.6} ({}), spent ${:.6}, resets {}",
+                    r.key_id.map(|t| format!(" token {t}")).unwrap_or_default(),
+                    r.budget.period.as_str(),
+                    laptime_core::cost::nano_to_usd(r.budget.nano_usd),
+                    r.budget.mode.as_str(),
+                    laptime_core::cost::nano_to_usd(r.spent_nano_usd),
+                    laptime_core::views::rfc3339(r.resets_at_us)
+                ));
+            }
+            Ok(())
+        }
+        BudgetCommand::Reset {
+            workspace,
+            token,
+            period,
+            data_dir,
+            config,
+        } => {
+            let periods = match period {
+                Some(p) => vec![period_of(&p)?],
+                None => Period::ALL.to_vec(),
+            };
+            let store = open_store(config.as_deref(), data_dir).await?;
+            let ws = store.workspace(&workspace).await.map_err(e)?;
+            for p in periods {
+                store
+                    .set_budget(&ws.id, token.as_deref(), p, None, now_unix_us())
+                    .await
+                    .map_err(e)?;
+                out(&format!(
+                    "workspace {}: {} budget removed",
+                    ws.name,
+                    p.as_str()
+                ));
+            }
             Ok(())
         }
     }

@@ -14,6 +14,7 @@
 //! [`crate::recorder`]), so reads never queue behind a batch.
 
 pub mod auth;
+pub mod budgets;
 pub mod limits;
 pub mod records;
 pub mod schema;

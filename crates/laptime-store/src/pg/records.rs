@@ -527,12 +527,14 @@ async fn write_batch(
     let tx = c.transaction().await?;
     let (records, inserted) = dedup_and_insert(&tx, records).await?;
     let mut rebuild: HashSet<RollupKey> = HashSet::new();
+    let mut olds = Vec::new();
     let (fresh, taken): (Vec<&RequestRecord>, Vec<&RequestRecord>) = records
         .iter()
         .partition(|r| inserted.contains(&r.request_id));
     for r in &taken {
         let old = stored_row(&tx, &r.request_id, r.created_at_us).await?;
         rebuild.extend(old.as_ref().and_then(RollupKey::of));
+        olds.extend(old);
         rebuild.extend(RollupKey::of(r));
         tx.execute(
             "DELETE FROM requests WHERE request_id = $1 AND created_at_us = $2",
@@ -546,6 +548,7 @@ async fn write_batch(
     delta.retain(|k, _| !rebuild.contains(k));
     merge_into(&tx, delta).await?;
     rebuild_keys(&tx, &rebuild).await?;
+    super::budgets::apply(&tx, &crate::budgets::delta(&records, &olds)).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -602,6 +605,7 @@ async fn write_absent(
         .filter(|r| inserted.contains(&r.request_id))
         .collect();
     merge_into(&tx, aggregate(&fresh)).await?;
+    super::budgets::apply(&tx, &crate::budgets::delta(&fresh, &[])).await?;
     tx.commit().await?;
     Ok(fresh.into_iter().map(|r| r.request_id).collect())
 }

@@ -117,7 +117,8 @@ const V1: &str = r#"
 
 /// The advisory lock key of migrations in the current schema.
 /// Cost, one-hour cache writes, the admission phase and the limit that refused (added to the
-/// partitioned parent, so to every day); the limits of workspaces and tokens, as in SQLite.
+/// partitioned parent, so to every day); the limits, budgets and spend of workspaces and tokens,
+/// as in SQLite.
 const V2: &str = r#"
     ALTER TABLE requests ADD COLUMN cache_write_1h_tokens BIGINT;
     ALTER TABLE requests ADD COLUMN cost_nano_usd BIGINT;
@@ -132,6 +133,23 @@ const V2: &str = r#"
         concurrent BIGINT,
         updated_at_us BIGINT NOT NULL,
         PRIMARY KEY (workspace_id, key_id)
+    );
+    CREATE TABLE budgets (
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        key_id TEXT NOT NULL DEFAULT '',
+        period TEXT NOT NULL,
+        nano_usd BIGINT NOT NULL,
+        mode TEXT NOT NULL,
+        updated_at_us BIGINT NOT NULL,
+        PRIMARY KEY (workspace_id, key_id, period)
+    );
+    CREATE TABLE spend (
+        workspace_id TEXT NOT NULL,
+        key_id TEXT NOT NULL DEFAULT '',
+        period TEXT NOT NULL,
+        period_start_us BIGINT NOT NULL,
+        nano_usd BIGINT NOT NULL,
+        PRIMARY KEY (workspace_id, key_id, period, period_start_us)
     );
 "#;
 
