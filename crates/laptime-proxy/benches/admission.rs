@@ -18,6 +18,14 @@ fn main() {
     divan::main();
 }
 
+/// The request path's kind of runtime: one thread.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 fn every_limit() -> Applicable {
     // Large enough that no request is ever refused: the admitted path is the measured one.
     let l = Limits {
@@ -31,7 +39,7 @@ fn every_limit() -> Applicable {
     }
 }
 
-fn admit_settle_release(limiter: &Arc<Limiter>, limits: &Applicable) {
+fn admit_settle_release(rt: &tokio::runtime::Runtime, limiter: &Arc<Limiter>, limits: &Applicable) {
     let ask = Ask {
         workspace_id: "ws_0123456789abcdef",
         key_id: "key_0123456789abcdef",
@@ -39,21 +47,23 @@ fn admit_settle_release(limiter: &Arc<Limiter>, limits: &Applicable) {
         tokens: 1_500,
     };
     let now = Instant::now();
-    if let Some(ticket) = limiter.admit(black_box(ask), now).unwrap() {
+    if let Some(ticket) = rt.block_on(limiter.admit(black_box(ask), now)).unwrap() {
         ticket.settle(black_box(420), now);
     }
 }
 
 #[divan::bench]
 fn with_every_limit(b: divan::Bencher) {
+    let rt = runtime();
     let limiter = Arc::new(Limiter::new());
     let limits = every_limit();
-    b.bench_local(|| admit_settle_release(&limiter, &limits));
+    b.bench_local(|| admit_settle_release(&rt, &limiter, &limits));
 }
 
 #[divan::bench]
 fn without_limits(b: divan::Bencher) {
+    let rt = runtime();
     let limiter = Arc::new(Limiter::new());
     let limits = Applicable::default();
-    b.bench_local(|| admit_settle_release(&limiter, &limits));
+    b.bench_local(|| admit_settle_release(&rt, &limiter, &limits));
 }

@@ -44,6 +44,7 @@ pub mod respond;
 pub mod routing;
 pub mod server;
 pub mod shared;
+pub mod shared_limits;
 pub mod strategy;
 
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use laptime_core::limit::{Applicable, Limit, LimitKind, LimitScope, Limits, Window};
+use laptime_core::limit::{Applicable, Limit, LimitKind, LimitScope, Limits, Window, MINUTE_US};
 use tokio::time::Instant;
 
 /// One request's ask: who it is and how many tokens it is expected to use.
@@ -96,6 +96,8 @@ struct State {
 pub struct Limiter {
     origin: Instant,
     state: Mutex<State>,
+    /// The fleet's windows, with `[shared] redis_url`.
+    shared: Option<Arc<crate::shared_limits::SharedWindows>>,
 }
 
 /// An admitted request's hold on its limits: its place in the in-flight counts until dropped,
@@ -107,6 +109,8 @@ pub struct Ticket {
     key_id: String,
     limits: Applicable,
     charged: u64,
+    /// Charged to the fleet's windows (settled there).
+    shared: bool,
 }
 
 impl Default for Limiter {
@@ -137,6 +141,7 @@ impl Limiter {
         Limiter {
             origin: Instant::now(),
             state: Mutex::new(State::default()),
+            shared: None,
         }
     }
 
@@ -144,14 +149,50 @@ impl Limiter {
         i64::try_from(at.saturating_duration_since(self.origin).as_micros()).unwrap_or(i64::MAX)
     }
 
-    /// Admits the request at `at` if every limit that applies has room, taking one request and
-    /// the token estimate from each window and a place in flight; `Ok(None)` when no limit
-    /// applies.
-    pub fn admit(self: &Arc<Self>, ask: Ask<'_>, at: Instant) -> Result<Option<Ticket>, Refused> {
+    /// Shares the requests- and tokens-per-minute windows with the fleet through Redis.
+    pub fn with_shared(mut self, shared: Arc<crate::shared_limits::SharedWindows>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// Admits the request at `at` if every limit that applies has room, taking a place in
+    /// flight, one request and the token estimate from each window; `Ok(None)` when no limit
+    /// applies. With shared windows this waits for Redis (at most
+    /// [`crate::shared_limits::WAIT`], then this instance's own windows decide).
+    pub async fn admit(
+        self: &Arc<Self>,
+        ask: Ask<'_>,
+        at: Instant,
+    ) -> Result<Option<Ticket>, Refused> {
         if ask.limits.is_empty() {
             return Ok(None);
         }
-        let now = self.now_us(at);
+        self.reserve(&ask)?;
+        // From here the ticket holds the places: dropped on a refusal below, it frees them.
+        let mut ticket = Ticket {
+            limiter: self.clone(),
+            workspace_id: ask.workspace_id.to_string(),
+            key_id: ask.key_id.to_string(),
+            limits: *ask.limits,
+            charged: ask.tokens,
+            shared: false,
+        };
+        let shared = match &self.shared {
+            Some(windows) => take_shared(windows, &ask).await,
+            None => None,
+        };
+        match shared {
+            Some(taken) => {
+                ticket.shared = true;
+                taken?;
+            }
+            None => self.take_local(&ask, at)?,
+        }
+        Ok(Some(ticket))
+    }
+
+    /// Takes a place in flight in every scope that limits them, or refuses.
+    fn reserve(&self, ask: &Ask<'_>) -> Result<(), Refused> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         for (scope, limits) in scoped(ask.limits) {
             let Some(max) = limits.concurrent else {
@@ -159,7 +200,7 @@ impl Limiter {
             };
             let held = state
                 .inflight
-                .get(&(scope, id_of(&ask, scope).to_string()))
+                .get(&(scope, id_of(ask, scope).to_string()))
                 .copied()
                 .unwrap_or(0);
             if held >= max {
@@ -174,7 +215,22 @@ impl Limiter {
                 });
             }
         }
-        // Every window is taken on a copy first, and written back only if all admit.
+        for (scope, limits) in scoped(ask.limits) {
+            if limits.concurrent.is_some() {
+                *state
+                    .inflight
+                    .entry((scope, id_of(ask, scope).to_string()))
+                    .or_default() += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes from this instance's windows: every window on a copy first, written back only if
+    /// all admit.
+    fn take_local(&self, ask: &Ask<'_>, at: Instant) -> Result<(), Refused> {
+        let now = self.now_us(at);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut taken = Vec::with_capacity(4);
         for (kind, units) in [(LimitKind::Rpm, 1), (LimitKind::Tpm, ask.tokens)] {
             for (scope, limits) in scoped(ask.limits) {
@@ -182,15 +238,15 @@ impl Limiter {
                     continue;
                 };
                 let limit = Limit::new(scope, kind);
-                let key = (limit, id_of(&ask, scope).to_string());
+                let key = (limit, id_of(ask, scope).to_string());
                 let mut w = state.windows.get(&key).copied().unwrap_or_default();
                 if let Err(denied) = w.take(now, units, per_minute) {
                     return Err(Refused {
                         limit,
                         value: per_minute,
                         retry_after: denied.retry_after_us.map(micros),
-                        requests: quota(&state, &ask, LimitKind::Rpm, now),
-                        tokens: quota(&state, &ask, LimitKind::Tpm, now),
+                        requests: quota(&state, ask, LimitKind::Rpm, now),
+                        tokens: quota(&state, ask, LimitKind::Tpm, now),
                         message: None,
                     });
                 }
@@ -198,21 +254,59 @@ impl Limiter {
             }
         }
         state.windows.extend(taken);
+        Ok(())
+    }
+}
+
+/// The windows a request is charged to, in the order a refusal is named.
+fn charges(ask: &Ask<'_>) -> Vec<crate::shared_limits::Charge> {
+    let mut out = Vec::with_capacity(4);
+    for (kind, units) in [(LimitKind::Rpm, 1), (LimitKind::Tpm, ask.tokens)] {
         for (scope, limits) in scoped(ask.limits) {
-            if limits.concurrent.is_some() {
-                *state
-                    .inflight
-                    .entry((scope, id_of(&ask, scope).to_string()))
-                    .or_default() += 1;
+            if let Some(per_minute) = per_minute(&limits, kind) {
+                out.push(crate::shared_limits::Charge {
+                    limit: Limit::new(scope, kind),
+                    id: id_of(ask, scope).to_string(),
+                    units,
+                    per_minute,
+                });
             }
         }
-        Ok(Some(Ticket {
-            limiter: self.clone(),
-            workspace_id: ask.workspace_id.to_string(),
-            key_id: ask.key_id.to_string(),
-            limits: *ask.limits,
-            charged: ask.tokens,
-        }))
+    }
+    out
+}
+
+/// Takes from the fleet's windows; `None` when Redis did not answer (the caller uses its own).
+async fn take_shared(
+    windows: &crate::shared_limits::SharedWindows,
+    ask: &Ask<'_>,
+) -> Option<Result<(), Refused>> {
+    use crate::shared_limits::Taken;
+    let charges = charges(ask);
+    match windows.take(&charges).await? {
+        Taken::All => Some(Ok(())),
+        Taken::Refused {
+            index,
+            retry_after_us,
+            owed_us,
+        } => {
+            let c = charges.get(index)?;
+            let interval = crate::shared_limits::interval_us(c.per_minute);
+            let quota = Quota {
+                limit: c.per_minute,
+                remaining: u64::try_from((MINUTE_US - owed_us).max(0) / interval).unwrap_or(0),
+                reset: micros(owed_us.max(0)),
+            };
+            let is_rpm = c.limit.kind == LimitKind::Rpm;
+            Some(Err(Refused {
+                limit: c.limit,
+                value: c.per_minute,
+                retry_after: retry_after_us.map(micros),
+                requests: is_rpm.then_some(quota),
+                tokens: (!is_rpm).then_some(quota),
+                message: None,
+            }))
+        }
     }
 }
 
@@ -253,6 +347,23 @@ impl Ticket {
         let delta = i64::try_from(used).unwrap_or(i64::MAX)
             - i64::try_from(self.charged).unwrap_or(i64::MAX);
         if delta == 0 {
+            return;
+        }
+        if let (true, Some(windows)) = (self.shared, &self.limiter.shared) {
+            let moves: Vec<_> = scoped(&self.limits)
+                .into_iter()
+                .filter_map(|(scope, limits)| {
+                    let id = match scope {
+                        LimitScope::Workspace => self.workspace_id.clone(),
+                        LimitScope::Token => self.key_id.clone(),
+                    };
+                    Some((Limit::new(scope, LimitKind::Tpm), id, delta, limits.tpm?))
+                })
+                .collect();
+            if !moves.is_empty() {
+                let windows = windows.clone();
+                tokio::spawn(async move { windows.adjust(&moves).await });
+            }
             return;
         }
         let now = self.limiter.now_us(at);
@@ -326,6 +437,7 @@ mod tests {
         let none = Applicable::default();
         assert!(limiter
             .admit(ask(&none, 10), Instant::now())
+            .await
             .unwrap()
             .is_none());
         assert!(limiter.state.lock().unwrap().windows.is_empty());
@@ -346,9 +458,9 @@ mod tests {
         );
         let now = Instant::now();
         for _ in 0..2 {
-            limiter.admit(ask(&l, 0), now).unwrap();
+            limiter.admit(ask(&l, 0), now).await.unwrap();
         }
-        let refused = limiter.admit(ask(&l, 0), now).unwrap_err();
+        let refused = limiter.admit(ask(&l, 0), now).await.unwrap_err();
         assert_eq!(refused.limit, Limit::new(LimitScope::Token, LimitKind::Rpm));
         assert_eq!(refused.retry_after, Some(Duration::from_secs(30)));
         let requests = refused.requests.unwrap();
@@ -373,15 +485,15 @@ mod tests {
             Limits::default(),
         );
         let now = Instant::now();
-        let first = limiter.admit(ask(&l, 0), now).unwrap();
-        let refused = limiter.admit(ask(&l, 0), now).unwrap_err();
+        let first = limiter.admit(ask(&l, 0), now).await.unwrap();
+        let refused = limiter.admit(ask(&l, 0), now).await.unwrap_err();
         assert_eq!(
             refused.limit,
             Limit::new(LimitScope::Workspace, LimitKind::Concurrent)
         );
         assert!(refused.message().contains("1 requests in flight"));
         drop(first);
-        assert!(limiter.admit(ask(&l, 0), now).is_ok());
+        assert!(limiter.admit(ask(&l, 0), now).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
@@ -395,15 +507,15 @@ mod tests {
             },
         );
         let now = Instant::now();
-        let t = limiter.admit(ask(&l, 900), now).unwrap().unwrap();
-        let refused = limiter.admit(ask(&l, 200), now).unwrap_err();
+        let t = limiter.admit(ask(&l, 900), now).await.unwrap().unwrap();
+        let refused = limiter.admit(ask(&l, 200), now).await.unwrap_err();
         assert_eq!(refused.limit, Limit::new(LimitScope::Token, LimitKind::Tpm));
         assert_eq!(refused.tokens.unwrap().remaining, 100);
         // It used 150 tokens, not 900: the 750 come back at once.
         t.settle(150, now);
-        assert!(limiter.admit(ask(&l, 800), now).is_ok());
+        assert!(limiter.admit(ask(&l, 800), now).await.is_ok());
         // More than a minute's worth never fits: no retry time is promised.
-        let never = limiter.admit(ask(&l, 1_001), now).unwrap_err();
+        let never = limiter.admit(ask(&l, 1_001), now).await.unwrap_err();
         assert_eq!(never.retry_after, None);
         assert!(
             never.message().contains("on their own"),

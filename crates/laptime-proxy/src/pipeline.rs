@@ -55,7 +55,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Ok(admitted) => admitted,
         Err(e) => return unread(respond::reject(finisher, e), parts.version),
     };
-    if let Err(refused) = limit(&app, &mut finisher.pending, &principal, &head, body.len()) {
+    if let Err(refused) = limit(&app, &mut finisher.pending, &principal, &head, body.len()).await {
         return respond::over_limit(finisher, &refused);
     }
     let routed = match route(&app, &mut finisher.pending, &principal, &head) {
@@ -257,7 +257,7 @@ async fn admit(
 /// `admission` when any applies): a hard budget spent refuses; tokens per minute are charged
 /// with an estimate (the body's size, plus `max_tokens` or the configured output estimate),
 /// settled when the request is recorded.
-fn limit(
+async fn limit(
     app: &Arc<App>,
     pending: &mut Pending,
     principal: &Principal,
@@ -277,16 +277,16 @@ fn limit(
         crate::budgets::Verdict::Refuse(refused) => Err(refused),
         crate::budgets::Verdict::Admit { over_soft } => {
             pending.over_budget = over_soft;
-            rate_limits(app, principal, head, body_len, started)
+            rate_limits(app, principal, head, body_len, started).await
         }
-        crate::budgets::Verdict::None => rate_limits(app, principal, head, body_len, started),
+        crate::budgets::Verdict::None => rate_limits(app, principal, head, body_len, started).await,
     };
     pending.marks.admission = Some(pending.since(started));
     pending.admission = admitted?;
     Ok(())
 }
 
-fn rate_limits(
+async fn rate_limits(
     app: &Arc<App>,
     principal: &Principal,
     head: &RequestHead,
@@ -303,7 +303,7 @@ fn rate_limits(
         limits: &principal.limits,
         tokens: laptime_core::cost::estimate_input_tokens(body_len).saturating_add(output),
     };
-    app.limiter.admit(ask, at)
+    app.limiter.admit(ask, at).await
 }
 
 /// The byte budget for request bodies is spent by the requests in flight.

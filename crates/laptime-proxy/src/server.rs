@@ -145,6 +145,13 @@ impl Gateway {
         let metrics =
             Metrics::new(config.named_models()).map_err(|e| StartError(format!("metrics: {e}")))?;
         let config_for_caches = config.routes.clone();
+        let limiter = match &config.shared.redis_url {
+            Some(url) => crate::limits::Limiter::new().with_shared(Arc::new(
+                crate::shared_limits::SharedWindows::new(url, &config.shared.key_prefix)
+                    .map_err(StartError)?,
+            )),
+            None => crate::limits::Limiter::new(),
+        };
         let prices = config
             .price_table()
             .map_err(|errs| StartError(format!("prices: {}", errs.join("; "))))?;
@@ -176,7 +183,7 @@ impl Gateway {
             hedge_requests: std::sync::atomic::AtomicU64::new(0),
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
             prices: Arc::new(prices),
-            limiter: Arc::new(crate::limits::Limiter::new()),
+            limiter: Arc::new(limiter),
             budgets: crate::budgets::BudgetBook::new(),
         });
         if let Err(e) = refresh_budgets(&app).await {
