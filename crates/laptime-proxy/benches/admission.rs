@@ -3,6 +3,10 @@
 //! settlement of the token estimate and the release of the place in flight, against the same
 //! call for a principal without limits (the request path's case when none are set).
 //!
+//! `with_every_limit_shared_redis` is the same with the windows in Redis
+//! (`LAPTIME_BENCH_REDIS_URL`, by default the local server on 127.0.0.1:6379): one script call
+//! per admission, and the settlement sent off the request path.
+//!
 //! Run: `cargo bench -p laptime-proxy --bench admission`.
 
 #![expect(clippy::unwrap_used, reason = "a benchmark fails loudly")]
@@ -46,16 +50,29 @@ fn admit_settle_release(rt: &tokio::runtime::Runtime, limiter: &Arc<Limiter>, li
         limits,
         tokens: 1_500,
     };
-    let now = Instant::now();
-    if let Some(ticket) = rt.block_on(limiter.admit(black_box(ask), now)).unwrap() {
-        ticket.settle(black_box(420), now);
-    }
+    rt.block_on(async {
+        let now = Instant::now();
+        if let Some(ticket) = limiter.admit(black_box(ask), now).await.unwrap() {
+            ticket.settle(black_box(420), now);
+        }
+    });
 }
 
 #[divan::bench]
 fn with_every_limit(b: divan::Bencher) {
     let rt = runtime();
     let limiter = Arc::new(Limiter::new());
+    let limits = every_limit();
+    b.bench_local(|| admit_settle_release(&rt, &limiter, &limits));
+}
+
+#[divan::bench]
+fn with_every_limit_shared_redis(b: divan::Bencher) {
+    let rt = runtime();
+    let url = std::env::var("LAPTIME_BENCH_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let windows = laptime_proxy::shared_limits::SharedWindows::new(&url, "laptime-bench").unwrap();
+    let limiter = Arc::new(Limiter::new().with_shared(Arc::new(windows)));
     let limits = every_limit();
     b.bench_local(|| admit_settle_release(&rt, &limiter, &limits));
 }

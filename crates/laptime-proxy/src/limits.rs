@@ -360,9 +360,11 @@ impl Ticket {
                     Some((Limit::new(scope, LimitKind::Tpm), id, delta, limits.tpm?))
                 })
                 .collect();
-            if !moves.is_empty() {
+            // Settled off the request path; outside a runtime (never on the request path) the
+            // estimate simply stays charged.
+            if let (false, Ok(rt)) = (moves.is_empty(), tokio::runtime::Handle::try_current()) {
                 let windows = windows.clone();
-                tokio::spawn(async move { windows.adjust(&moves).await });
+                rt.spawn(async move { windows.adjust(&moves).await });
             }
             return;
         }
