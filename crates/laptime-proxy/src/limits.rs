@@ -341,6 +341,14 @@ fn quota(state: &State, ask: &Ask<'_>, kind: LimitKind, now: i64) -> Option<Quot
 }
 
 impl Ticket {
+    /// The id the scope's state is kept under.
+    fn id(&self, scope: LimitScope) -> &str {
+        match scope {
+            LimitScope::Workspace => &self.workspace_id,
+            LimitScope::Token => &self.key_id,
+        }
+    }
+
     /// Settles the tokens-per-minute windows with what the request used: the estimate charged
     /// at admission is corrected by the difference, so a request that used less gives back.
     pub fn settle(&self, used: u64, at: Instant) {
@@ -353,10 +361,7 @@ impl Ticket {
             let moves: Vec<_> = scoped(&self.limits)
                 .into_iter()
                 .filter_map(|(scope, limits)| {
-                    let id = match scope {
-                        LimitScope::Workspace => self.workspace_id.clone(),
-                        LimitScope::Token => self.key_id.clone(),
-                    };
+                    let id = self.id(scope).to_string();
                     Some((Limit::new(scope, LimitKind::Tpm), id, delta, limits.tpm?))
                 })
                 .collect();
@@ -378,11 +383,10 @@ impl Ticket {
             let Some(per_minute) = limits.tpm else {
                 continue;
             };
-            let id = match scope {
-                LimitScope::Workspace => &self.workspace_id,
-                LimitScope::Token => &self.key_id,
-            };
-            let key = (Limit::new(scope, LimitKind::Tpm), id.clone());
+            let key = (
+                Limit::new(scope, LimitKind::Tpm),
+                self.id(scope).to_string(),
+            );
             if let Some(w) = state.windows.get_mut(&key) {
                 w.adjust(now, delta, per_minute);
             }
@@ -401,11 +405,7 @@ impl Drop for Ticket {
             if limits.concurrent.is_none() {
                 continue;
             }
-            let id = match scope {
-                LimitScope::Workspace => &self.workspace_id,
-                LimitScope::Token => &self.key_id,
-            };
-            let key = (scope, id.clone());
+            let key = (scope, self.id(scope).to_string());
             if let Some(n) = state.inflight.get_mut(&key) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {

@@ -9,56 +9,35 @@ pub mod common;
 use common::*;
 use laptime_core::limit::{BudgetMode, Period};
 use laptime_proxy::config::PriceConfig;
-use laptime_store::auth::{self, Scope};
+use laptime_store::auth;
 use serde_json::{json, Value};
 
 /// Every sim-fast Chat answer reports 10 input tokens: at $1,000 per million input tokens
 /// (output free), each costs exactly $0.01.
 const ONE_REQUEST_NANO: u64 = 10_000_000;
 
+fn input_price(model: &str, input_per_mtok: f64) -> PriceConfig {
+    PriceConfig {
+        model: model.into(),
+        channel: None,
+        input_per_mtok,
+        output_per_mtok: 0.0,
+        cache_read_per_mtok: None,
+        cache_write_per_mtok: None,
+        cache_write_1h_per_mtok: None,
+        reasoning_per_mtok: None,
+        effective_from: "2026-01-01".into(),
+    }
+}
+
 async fn priced() -> Harness {
     start_with(|cfg, _| {
         cfg.prices = vec![
-            PriceConfig {
-                model: "sim-fast".into(),
-                channel: None,
-                input_per_mtok: 1_000.0,
-                output_per_mtok: 0.0,
-                cache_read_per_mtok: None,
-                cache_write_per_mtok: None,
-                cache_write_1h_per_mtok: None,
-                reasoning_per_mtok: None,
-                effective_from: "2026-01-01".into(),
-            },
-            PriceConfig {
-                model: "sim-long".into(),
-                channel: None,
-                input_per_mtok: 0.0,
-                output_per_mtok: 0.0,
-                cache_read_per_mtok: None,
-                cache_write_per_mtok: None,
-                cache_write_1h_per_mtok: None,
-                reasoning_per_mtok: None,
-                effective_from: "2026-01-01".into(),
-            },
+            input_price("sim-fast", 1_000.0),
+            input_price("sim-long", 0.0),
         ];
     })
     .await
-}
-
-fn proxy_token(h: &Harness) -> (String, String) {
-    let t = h
-        .store
-        .with_conn(|c| {
-            auth::create_token(
-                c,
-                auth::DEFAULT_WORKSPACE,
-                Scope::Proxy,
-                laptime_proxy::clock::now_unix_us(),
-            )
-        })
-        .unwrap();
-    (t.key_id, t.token)
 }
 
 async fn chat(h: &Harness, token: &str, model: &str, stream: bool) -> reqwest::Response {
@@ -91,7 +70,7 @@ async fn spend_one(h: &Harness, token: &str) -> Value {
 async fn a_hard_budget_spent_exactly_refuses_the_next_request_and_a_stream_in_flight_finishes() {
     let h = priced().await;
     let ws = h.store.workspace(auth::DEFAULT_WORKSPACE).await.unwrap().id;
-    let (key, token) = proxy_token(&h);
+    let (key, token) = h.proxy_token();
     h.store
         .set_budget(
             &ws,
@@ -147,7 +126,7 @@ async fn a_hard_budget_spent_exactly_refuses_the_next_request_and_a_stream_in_fl
 async fn a_soft_budget_flags_requests_and_counts_its_crossings_once() {
     let h = priced().await;
     let ws = h.store.workspace(auth::DEFAULT_WORKSPACE).await.unwrap().id;
-    let (_, token) = proxy_token(&h);
+    let (_, token) = h.proxy_token();
     // $0.0125: one request is 80 % of it, two are over.
     h.store
         .set_budget(
@@ -169,16 +148,7 @@ async fn a_soft_budget_flags_requests_and_counts_its_crossings_once() {
     assert!(flags(&third).contains(&json!("over_budget")), "{third}");
     assert_eq!(third["status"], 200, "a soft budget never refuses");
 
-    let metrics = h
-        .http
-        .get(h.url("/metrics"))
-        .bearer_auth(&h.token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     for threshold in ["80", "100"] {
         let line = format!(
             "laptime_budget_crossings_total{{mode=\"soft\",period=\"month\",scope=\"workspace\",threshold=\"{threshold}\"}} 1"
@@ -219,7 +189,7 @@ async fn a_soft_budget_flags_requests_and_counts_its_crossings_once() {
 async fn budgets_are_set_and_removed_through_graphql() {
     let h = priced().await;
     let ws = h.store.workspace(auth::DEFAULT_WORKSPACE).await.unwrap().id;
-    let (key, token) = proxy_token(&h);
+    let (key, token) = h.proxy_token();
     let (status, v) = h
         .gql(
             &h.token,

@@ -171,16 +171,7 @@ async fn an_unpriced_model_costs_null_and_is_counted_apart_in_the_usage_sums() {
     assert!(near(&group("sim-long")["costUsd"], priced_cost));
 
     // The same sums in the metrics.
-    let metrics = h
-        .http
-        .get(h.url("/metrics"))
-        .bearer_auth(&h.token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     let line = metrics
         .lines()
         .find(|l| l.starts_with("laptime_cost_usd_total{model=\"sim-long\"}"))

@@ -11,24 +11,8 @@ use std::time::Duration;
 
 use common::*;
 use laptime_core::limit::Limits;
-use laptime_store::auth::{self, Scope};
+use laptime_store::auth;
 use serde_json::{json, Value};
-
-/// A new proxy token of the default workspace: (its key id, its value).
-fn proxy_token(h: &Harness) -> (String, String) {
-    let t = h
-        .store
-        .with_conn(|c| {
-            auth::create_token(
-                c,
-                auth::DEFAULT_WORKSPACE,
-                Scope::Proxy,
-                laptime_proxy::clock::now_unix_us(),
-            )
-        })
-        .unwrap();
-    (t.key_id, t.token)
-}
 
 async fn default_workspace(h: &Harness) -> String {
     h.store.workspace(auth::DEFAULT_WORKSPACE).await.unwrap().id
@@ -62,7 +46,7 @@ async fn a_request_over_a_tokens_requests_per_minute_is_refused_in_each_dialects
     let h = start().await;
     let ws = default_workspace(&h).await;
     for dialect in ["chat", "responses", "messages", "gemini"] {
-        let (key, token) = proxy_token(&h);
+        let (key, token) = h.proxy_token();
         let one = Limits {
             rpm: Some(1),
             ..Limits::default()
@@ -149,8 +133,8 @@ async fn a_request_over_a_tokens_requests_per_minute_is_refused_in_each_dialects
 async fn a_workspace_limit_binds_every_token_and_a_token_may_be_tighter() {
     let h = start().await;
     let ws = default_workspace(&h).await;
-    let (_, a) = proxy_token(&h);
-    let (b_key, b) = proxy_token(&h);
+    let (_, a) = h.proxy_token();
+    let (b_key, b) = h.proxy_token();
     let now = laptime_proxy::clock::now_unix_us();
     let three = Limits {
         rpm: Some(3),
@@ -196,7 +180,7 @@ async fn a_workspace_limit_binds_every_token_and_a_token_may_be_tighter() {
 async fn requests_in_flight_are_limited_and_a_place_frees_when_one_ends() {
     let h = start().await;
     let ws = default_workspace(&h).await;
-    let (key, token) = proxy_token(&h);
+    let (key, token) = h.proxy_token();
     let one = Limits {
         concurrent: Some(1),
         ..Limits::default()
@@ -244,7 +228,7 @@ async fn requests_in_flight_are_limited_and_a_place_frees_when_one_ends() {
 async fn a_token_estimate_is_settled_with_the_real_usage_and_an_oversized_one_never_fits() {
     let h = start().await;
     let ws = default_workspace(&h).await;
-    let (key, token) = proxy_token(&h);
+    let (key, token) = h.proxy_token();
     let tpm = Limits {
         tpm: Some(3_000),
         ..Limits::default()
@@ -288,7 +272,7 @@ async fn a_token_estimate_is_settled_with_the_real_usage_and_an_oversized_one_ne
 async fn limits_set_through_graphql_apply_at_once_and_read_back() {
     let h = start().await;
     let ws = default_workspace(&h).await;
-    let (key, token) = proxy_token(&h);
+    let (key, token) = h.proxy_token();
     let body = body_for("chat", "sim-fast", false);
     // Used once without limits: the gateway has the token's principal cached.
     call(&h, "chat", &token, &body).await.text().await.unwrap();

@@ -85,21 +85,6 @@ pub(crate) fn budget_of(period: &str, nano: i64, mode: &str) -> Result<Budget> {
     })
 }
 
-/// Checks that a token named for a budget is one of the workspace's.
-fn check_token(conn: &Connection, workspace_id: &str, key_id: &str) -> Result<()> {
-    let n: i64 = conn.query_row(
-        "SELECT count(*) FROM tokens WHERE id = ?1 AND workspace_id = ?2",
-        [key_id, workspace_id],
-        |r| r.get(0),
-    )?;
-    if n == 0 {
-        return Err(StoreError::NotFound(format!(
-            "token {key_id} in this workspace"
-        )));
-    }
-    Ok(())
-}
-
 /// Sets (or with `None` removes) the budget of a period of a workspace or one of its tokens.
 pub fn set(
     conn: &Connection,
@@ -110,7 +95,7 @@ pub fn set(
     now_us: i64,
 ) -> Result<()> {
     if let Some(k) = key_id {
-        check_token(conn, workspace_id, k)?;
+        crate::limits::check_token(conn, workspace_id, k)?;
     }
     let key = key_id.unwrap_or("");
     match budget {

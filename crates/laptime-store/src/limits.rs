@@ -32,8 +32,8 @@ pub(crate) fn limits_of(rpm: Option<i64>, tpm: Option<i64>, concurrent: Option<i
     }
 }
 
-/// Checks that a token named for a limit is one of the workspace's.
-fn check_token(conn: &Connection, workspace_id: &str, key_id: &str) -> Result<()> {
+/// Checks that a token named for a limit or budget is one of the workspace's.
+pub(crate) fn check_token(conn: &Connection, workspace_id: &str, key_id: &str) -> Result<()> {
     let found: Option<String> = conn
         .query_row(
             "SELECT id FROM tokens WHERE id = ?1 AND workspace_id = ?2",

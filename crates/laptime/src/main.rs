@@ -126,12 +126,15 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
 }
 
-/// A limit on the command line: a number of at least 1, or `none` to remove it.
-fn limit_arg(s: &str) -> Result<Option<u64>, String> {
+/// A limit on the command line: a number of at least 1, or `none` (no limit).
+#[derive(Debug, Clone, Copy)]
+struct LimitArg(Option<u64>);
+
+fn limit_arg(s: &str) -> Result<LimitArg, String> {
     match s {
-        "none" => Ok(None),
+        "none" => Ok(LimitArg(None)),
         _ => match s.parse::<u64>() {
-            Ok(n) if n > 0 => Ok(Some(n)),
+            Ok(n) if n > 0 => Ok(LimitArg(Some(n))),
             _ => Err(format!("{s:?} is not a number of at least 1, nor `none`")),
         },
     }
@@ -149,13 +152,13 @@ enum LimitsCommand {
         token: Option<String>,
         /// Requests per minute.
         #[arg(long, value_parser = limit_arg)]
-        rpm: Option<Option<u64>>,
+        rpm: Option<LimitArg>,
         /// Tokens (input and output) per minute.
         #[arg(long, value_parser = limit_arg)]
-        tpm: Option<Option<u64>>,
+        tpm: Option<LimitArg>,
         /// Requests in flight at once.
         #[arg(long, value_parser = limit_arg)]
-        concurrent: Option<Option<u64>>,
+        concurrent: Option<LimitArg>,
         #[arg(long)]
         data_dir: Option<PathBuf>,
         #[arg(long)]
@@ -592,6 +595,27 @@ fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
+/// What a `show` lists: the id of the workspace asked for (every one when `None`), and each
+/// workspace's name by id, to print names rather than ids.
+async fn listing_scope(
+    store: &Store,
+    workspace: Option<String>,
+) -> Result<(Option<String>, std::collections::HashMap<String, String>), String> {
+    let e = |e: laptime_store::StoreError| e.to_string();
+    let ws = match workspace {
+        Some(w) => Some(store.workspace(&w).await.map_err(e)?.id),
+        None => None,
+    };
+    let names = store
+        .list_workspaces()
+        .await
+        .map_err(e)?
+        .into_iter()
+        .map(|w| (w.id, w.name))
+        .collect();
+    Ok((ws, names))
+}
+
 /// `laptime limits set | show | reset`.
 async fn limits_command(command: LimitsCommand) -> Result<(), String> {
     use laptime_core::limit::Limits;
@@ -616,10 +640,11 @@ async fn limits_command(command: LimitsCommand) -> Result<(), String> {
                 .find(|r| r.key_id == token)
                 .map(|r| r.limits)
                 .unwrap_or_default();
+            let given = |arg: Option<LimitArg>, now: Option<u64>| arg.map_or(now, |a| a.0);
             let limits = Limits {
-                rpm: rpm.unwrap_or(current.rpm),
-                tpm: tpm.unwrap_or(current.tpm),
-                concurrent: concurrent.unwrap_or(current.concurrent),
+                rpm: given(rpm, current.rpm),
+                tpm: given(tpm, current.tpm),
+                concurrent: given(concurrent, current.concurrent),
             };
             store
                 .set_limits(&ws.id, token.as_deref(), limits, now_unix_us())
@@ -634,21 +659,8 @@ async fn limits_command(command: LimitsCommand) -> Result<(), String> {
             config,
         } => {
             let store = open_existing_store(config.as_deref(), data_dir).await?;
-            let ws = match workspace {
-                Some(w) => Some(store.workspace(&w).await.map_err(e)?),
-                None => None,
-            };
-            let names: std::collections::HashMap<String, String> = store
-                .list_workspaces()
-                .await
-                .map_err(e)?
-                .into_iter()
-                .map(|w| (w.id, w.name))
-                .collect();
-            let rows = store
-                .list_limits(ws.as_ref().map(|w| w.id.as_str()))
-                .await
-                .map_err(e)?;
+            let (ws, names) = listing_scope(&store, workspace).await?;
+            let rows = store.list_limits(ws.as_deref()).await.map_err(e)?;
             if rows.is_empty() {
                 out("no limits are set");
             }
@@ -724,19 +736,9 @@ async fn budget_command(command: BudgetCommand) -> Result<(), String> {
             config,
         } => {
             let store = open_existing_store(config.as_deref(), data_dir).await?;
-            let ws = match workspace {
-                Some(w) => Some(store.workspace(&w).await.map_err(e)?),
-                None => None,
-            };
-            let names: std::collections::HashMap<String, String> = store
-                .list_workspaces()
-                .await
-                .map_err(e)?
-                .into_iter()
-                .map(|w| (w.id, w.name))
-                .collect();
+            let (ws, names) = listing_scope(&store, workspace).await?;
             let rows = store
-                .list_budgets(ws.as_ref().map(|w| w.id.as_str()), now_unix_us())
+                .list_budgets(ws.as_deref(), now_unix_us())
                 .await
                 .map_err(e)?;
             if rows.is_empty() {

@@ -520,6 +520,86 @@ fn workspace_token_and_requests_commands_work_on_the_store() {
 }
 
 #[test]
+fn limits_and_budgets_are_set_merged_shown_and_reset_from_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let with = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--data-dir", data]);
+        run(&all)
+    };
+    assert!(with(&["workspace", "create", "team"]).0);
+    let (ok, out, err) = with(&["limits", "set", "--workspace", "team", "--rpm", "10"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "workspace team: rpm 10 tpm none concurrent none"
+    );
+    // A limit not given keeps its value; `none` removes one.
+    let (_, out, _) = with(&["limits", "set", "--workspace", "team", "--concurrent", "3"]);
+    assert_eq!(out.trim(), "workspace team: rpm 10 tpm none concurrent 3");
+    let (_, out, _) = with(&["limits", "set", "--workspace", "team", "--rpm", "none"]);
+    assert_eq!(out.trim(), "workspace team: rpm none tpm none concurrent 3");
+    let (ok, _, err) = with(&["limits", "set", "--workspace", "team", "--rpm", "0"]);
+    assert!(!ok && err.contains("at least 1"), "{err}");
+    let (ok, _, err) = with(&[
+        "limits",
+        "set",
+        "--workspace",
+        "team",
+        "--token",
+        "key_x",
+        "--tpm",
+        "5",
+    ]);
+    assert!(!ok && err.contains("token key_x"), "{err}");
+    let (_, out, _) = with(&["limits", "show"]);
+    assert_eq!(out.trim(), "workspace team: rpm none tpm none concurrent 3");
+    assert!(with(&["limits", "reset", "--workspace", "team"]).0);
+    assert_eq!(with(&["limits", "show"]).1.trim(), "no limits are set");
+
+    let (ok, _, err) = with(&[
+        "budget",
+        "set",
+        "--workspace",
+        "team",
+        "--usd",
+        "2.5",
+        "--period",
+        "month",
+        "--mode",
+        "soft",
+    ]);
+    assert!(ok, "{err}");
+    let (_, out, _) = with(&["budget", "show", "--workspace", "team"]);
+    assert!(
+        out.starts_with("workspace team: month budget $2.500000 (soft), spent $0.000000, resets ")
+            && out.trim_end().ends_with("-01T00:00:00Z"),
+        "{out}"
+    );
+    let (ok, _, err) = with(&[
+        "budget",
+        "set",
+        "--workspace",
+        "team",
+        "--usd",
+        "-1",
+        "--period",
+        "day",
+    ]);
+    assert!(!ok && err.contains("--usd"), "{err}");
+    assert!(with(&["budget", "reset", "--workspace", "team"]).0);
+    assert_eq!(with(&["budget", "show"]).1.trim(), "no budgets are set");
+    // Nothing in the log: nothing without a price.
+    let (ok, out, _) = with(&["prices", "check"]);
+    assert!(ok);
+    assert!(
+        out.contains("every model seen in the last 30d has a price"),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_bad_config_reports_every_problem_and_exits_non_zero() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.toml");

@@ -140,6 +140,35 @@ impl Harness {
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
+    /// A new proxy token of the default workspace: (its key id, its value).
+    pub fn proxy_token(&self) -> (String, String) {
+        let t = self
+            .store
+            .with_conn(|c| {
+                auth::create_token(
+                    c,
+                    auth::DEFAULT_WORKSPACE,
+                    auth::Scope::Proxy,
+                    laptime_proxy::clock::now_unix_us(),
+                )
+            })
+            .unwrap();
+        (t.key_id, t.token)
+    }
+
+    /// `/metrics`, read with the admin token.
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(self.url("/metrics"))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn sim_stats(&self) -> Value {
         self.http
             .get(self.sim_url("/sim/stats"))

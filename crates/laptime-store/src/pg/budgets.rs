@@ -6,7 +6,7 @@ use deadpool_postgres::GenericClient;
 use laptime_core::limit::{BudgetMode, Period};
 
 use crate::budgets::{row_of, BudgetRow, SpendKey};
-use crate::{Result, StoreError};
+use crate::Result;
 
 /// Adds `delta` to the spend sums, in key order: two instances adding to the same sums lock
 /// them in the same order, so they queue instead of deadlocking.
@@ -38,15 +38,7 @@ pub async fn set(
     now_us: i64,
 ) -> Result<()> {
     if let Some(k) = key_id {
-        let found = c
-            .query_opt(
-                "SELECT id FROM tokens WHERE id = $1 AND workspace_id = $2",
-                &[&k, &workspace_id],
-            )
-            .await?;
-        if found.is_none() {
-            return Err(StoreError::NotFound(format!("token {k} in this workspace")));
-        }
+        super::limits::check_token(c, workspace_id, k).await?;
     }
     let key = key_id.unwrap_or("");
     match budget {

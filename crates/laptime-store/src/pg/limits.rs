@@ -7,6 +7,26 @@ use laptime_core::limit::Limits;
 use crate::limits::{limits_of, stored, LimitRow};
 use crate::{Result, StoreError};
 
+/// Checks that a token named for a limit or budget is one of the workspace's.
+pub(crate) async fn check_token(
+    c: &impl GenericClient,
+    workspace_id: &str,
+    key_id: &str,
+) -> Result<()> {
+    let found = c
+        .query_opt(
+            "SELECT id FROM tokens WHERE id = $1 AND workspace_id = $2",
+            &[&key_id, &workspace_id],
+        )
+        .await?;
+    if found.is_none() {
+        return Err(StoreError::NotFound(format!(
+            "token {key_id} in this workspace"
+        )));
+    }
+    Ok(())
+}
+
 pub async fn set(
     c: &impl GenericClient,
     workspace_id: &str,
@@ -15,15 +35,7 @@ pub async fn set(
     now_us: i64,
 ) -> Result<()> {
     if let Some(k) = key_id {
-        let found = c
-            .query_opt(
-                "SELECT id FROM tokens WHERE id = $1 AND workspace_id = $2",
-                &[&k, &workspace_id],
-            )
-            .await?;
-        if found.is_none() {
-            return Err(StoreError::NotFound(format!("token {k} in this workspace")));
-        }
+        check_token(c, workspace_id, k).await?;
     }
     let key = key_id.unwrap_or("");
     if limits.is_empty() {
