@@ -121,6 +121,10 @@ impl BudgetBook {
     /// refuses (the token's named first), a soft one spent flags.
     pub fn check(&self, workspace_id: &str, key_id: &str, now_us: i64) -> Verdict {
         let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        // Most gateways set no budget: answer without building the lookup keys.
+        if entries.is_empty() {
+            return Verdict::None;
+        }
         let mut any = false;
         let mut over_soft = false;
         for key in [key_id, ""] {

@@ -96,7 +96,10 @@ async fn two_gateways_sharing_redis_admit_one_limit_between_them() {
     tokio::time::sleep(Duration::from_millis(1_100)).await;
 
     // The minute's allowance, at once, alternating between the gateways: 60 between them (a
-    // gateway of its own would admit 60 each).
+    // gateway of its own would admit 60 each). The window refills one request a second, so a
+    // burst that takes longer on a loaded machine may admit one more per second it took; the
+    // admitted rate itself is proved on simulated time in laptime-core's limit tests.
+    let started = Instant::now();
     let mut burst = 0;
     for i in 0..200 {
         let base = if i % 2 == 0 { &a.base } else { &b.base };
@@ -106,27 +109,11 @@ async fn two_gateways_sharing_redis_admit_one_limit_between_them() {
             s => panic!("status {s}"),
         }
     }
-    assert!((60..=62).contains(&burst), "admitted {burst} of the burst");
-
-    // Then twice the limit, offered for 4 s (a request every 250 ms per gateway): one a
-    // second is admitted.
-    let start = Instant::now();
-    let mut admitted = 0;
-    let mut offered = 0;
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    while start.elapsed() < Duration::from_secs(4) && offered < 40 {
-        tick.tick().await;
-        for base in [&a.base, &b.base] {
-            offered += 1;
-            if chat(&http, base).await == 200 {
-                admitted += 1;
-            }
-        }
-    }
-    assert!(offered >= 16, "offered {offered}");
+    let refilled = started.elapsed().as_secs() + 1;
     assert!(
-        (3..=5).contains(&admitted),
-        "admitted {admitted} of {offered} in 4 s at 60 a minute"
+        burst >= 60 && burst <= 60 + refilled,
+        "admitted {burst} of the burst in {:?}",
+        started.elapsed()
     );
 
     let client = redis::Client::open(redis.as_str()).unwrap();
