@@ -373,6 +373,13 @@ pub struct RequestEvent {
     /// The gateway instance that served it (`[server] instance`); null on records written
     /// before instances were named.
     pub instance: Option<String>,
+    /// `generation` for a model call, else the endpoint (`embeddings`, `files`, …).
+    pub endpoint: String,
+    /// Bytes of the request body, and of the answer's body relayed to the client.
+    pub bytes_in: Option<u64>,
+    pub bytes_out: Option<u64>,
+    /// Which of the channel's keys (`api_key_envs`, from 0) served it.
+    pub key_index: Option<u32>,
     pub timing: TimingOut,
     pub attempts: Vec<AttemptOut>,
 }
@@ -416,6 +423,10 @@ impl From<&RequestRecord> for RequestEvent {
             text_delta_count: r.text_delta_count,
             channel_inflight: r.channel_inflight,
             instance: r.instance.clone(),
+            endpoint: r.exchange.endpoint.as_str().to_string(),
+            bytes_in: r.exchange.bytes_in,
+            bytes_out: r.exchange.bytes_out,
+            key_index: r.exchange.key_index,
             timing: TimingOut::from(TimingView::new(&r.marks, &r.tokens)),
             attempts: r
                 .attempts
@@ -504,6 +515,8 @@ pub struct FilterInput {
     pub status: Option<u16>,
     pub outcome: Option<String>,
     pub classification: Option<String>,
+    /// `generation` (the model calls) or an endpoint (`embeddings`, `files`, …).
+    pub endpoint: Option<String>,
 }
 
 impl From<FilterInput> for UsageFilter {
@@ -518,6 +531,7 @@ impl From<FilterInput> for UsageFilter {
             status: f.status,
             outcome: f.outcome,
             classification: f.classification,
+            endpoint: f.endpoint,
         }
     }
 }
@@ -533,6 +547,7 @@ pub enum GroupDimension {
     Status,
     Outcome,
     Classification,
+    Endpoint,
 }
 
 impl From<GroupDimension> for GroupDim {
@@ -547,6 +562,7 @@ impl From<GroupDimension> for GroupDim {
             GroupDimension::Status => GroupDim::Status,
             GroupDimension::Outcome => GroupDim::Outcome,
             GroupDimension::Classification => GroupDim::Classification,
+            GroupDimension::Endpoint => GroupDim::Endpoint,
         }
     }
 }

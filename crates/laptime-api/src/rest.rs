@@ -78,6 +78,7 @@ pub struct LogQuery {
     status: Option<String>,
     outcome: Option<String>,
     classification: Option<String>,
+    endpoint: Option<String>,
     last: Option<String>,
     from: Option<String>,
     to: Option<String>,
@@ -118,6 +119,7 @@ impl LogQuery {
             status,
             outcome: self.outcome.clone(),
             classification: self.classification.clone(),
+            endpoint: self.endpoint.clone(),
         }
         .into())
     }

@@ -2,6 +2,8 @@
 //!
 //! Layout, in the order a streamed byte meets it:
 //! - [`dialect`]: which of the four wire formats a request speaks.
+//! - [`endpoint`]: the provider's other endpoints (embeddings, files, batches, …): which call a
+//!   path names, the tokens its answer reports, the objects it creates.
 //! - [`sse`]: the incremental SSE scanner (WHATWG framing, any split of the bytes).
 //! - [`classify`]: per-dialect classification of one SSE event (heartbeat, envelope, effective,
 //!   usage, terminal) and of a whole non-streamed body.
@@ -30,6 +32,7 @@ pub mod circuit;
 pub mod classify;
 pub mod cost;
 pub mod dialect;
+pub mod endpoint;
 pub mod limit;
 pub mod observe;
 pub mod relay;

@@ -889,6 +889,7 @@ mod tests {
             trace_id: None,
             cost: None,
             refused_by: None,
+            exchange: Default::default(),
         }
     }
 

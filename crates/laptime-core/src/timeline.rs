@@ -522,6 +522,22 @@ pub struct RequestRecord {
     /// The limit or budget that refused the request (outcome `rate_limited`).
     #[serde(default)]
     pub refused_by: Option<crate::limit::Limit>,
+    /// Which endpoint was called and what crossed the gateway.
+    #[serde(default)]
+    pub exchange: Exchange,
+}
+
+/// What kind of call a request was, and what crossed the gateway for it, beside the timeline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exchange {
+    pub endpoint: crate::endpoint::Endpoint,
+    /// Bytes of the request body the client sent (absent when it was not read).
+    pub bytes_in: Option<u64>,
+    /// Bytes of the answer's body relayed to the client (absent when not counted).
+    pub bytes_out: Option<u64>,
+    /// Which of its channel's keys (`api_key_envs`, from 0) served the request; absent for a
+    /// channel with one key or none, and when no upstream was called.
+    pub key_index: Option<u32>,
 }
 
 impl RequestRecord {
@@ -711,6 +727,7 @@ pub(crate) mod tests_support {
             trace_id: None,
             cost: None,
             refused_by: None,
+            exchange: Default::default(),
         }
     }
 }

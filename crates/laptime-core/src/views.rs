@@ -261,6 +261,13 @@ pub struct RequestLogView {
     pub region: Option<String>,
     /// The gateway instance that served it.
     pub instance: Option<String>,
+    /// `generation` for a model call, else the endpoint (`embeddings`, `files`, …).
+    pub endpoint: &'static str,
+    /// Bytes of the request body, and of the answer's body relayed to the client.
+    pub bytes_in: Option<u64>,
+    pub bytes_out: Option<u64>,
+    /// Which of the channel's keys served it (`api_key_envs`, from 0).
+    pub key_index: Option<u32>,
     pub attempts: Vec<AttemptView>,
     pub other: Other,
 }
@@ -320,6 +327,10 @@ impl RequestLogView {
             trace_id: r.trace_id.clone(),
             region: r.region.clone(),
             instance: r.instance.clone(),
+            endpoint: r.exchange.endpoint.as_str(),
+            bytes_in: r.exchange.bytes_in,
+            bytes_out: r.exchange.bytes_out,
+            key_index: r.exchange.key_index,
             attempts: r.attempts.iter().map(AttemptView::new).collect(),
             other: Other {
                 timing: TimingView::new(&r.marks, &r.tokens),
@@ -462,6 +473,7 @@ mod tests {
                 estimated: false,
             }),
             refused_by: None,
+            exchange: Default::default(),
         };
         let got = serde_json::to_value(RequestLogView::new(&record)).unwrap();
         let expected: serde_json::Value = serde_json::from_str(
@@ -477,7 +489,8 @@ mod tests {
             "cache_write_1h_tokens": null, "cost_usd": 0.00125, "cost_estimated": false,
             "refused_by": null, "failover_count": 0, "cached": false, "hedge": "none", "event_count": 90,
             "text_delta_count": 75, "channel_inflight": 1, "trace_id": "t", "region": null,
-            "instance": "gw-a:8080",
+            "instance": "gw-a:8080", "endpoint": "generation", "bytes_in": null,
+            "bytes_out": null, "key_index": null,
             "attempts": [{"channel": "sim", "role": "primary", "won": true, "status": 200,
                 "error_class": null, "fault": null, "start_ms": 1.0, "headers_ms": 241.0,
                 "first_byte_ms": 300.0, "end_ms": 10201.0}],

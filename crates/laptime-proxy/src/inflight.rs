@@ -412,6 +412,7 @@ fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
         trace_id,
         cost,
         refused_by,
+        exchange,
     } = src;
     dst.request_id.clone_from(request_id);
     dst.workspace_id.clone_from(workspace_id);
@@ -445,6 +446,7 @@ fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
     dst.trace_id.clone_from(trace_id);
     dst.cost = *cost;
     dst.refused_by = *refused_by;
+    dst.exchange = *exchange;
 }
 
 /// The first-time stream marks, as a `Marks` holds them.
@@ -509,6 +511,7 @@ fn partial(p: &Pending) -> RequestRecord {
         // What a crashed request was billed is not known.
         cost: None,
         refused_by: p.refused_by,
+        exchange: p.exchange(),
     }
 }
 

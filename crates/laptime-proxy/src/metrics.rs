@@ -886,6 +886,7 @@ mod tests {
             trace_id: Some("trace_1".into()),
             cost: None,
             refused_by: None,
+            exchange: Default::default(),
         }
     }
 

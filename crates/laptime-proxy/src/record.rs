@@ -9,7 +9,8 @@ use laptime_core::cost::{estimate_input_tokens, Billed, PriceTable};
 use laptime_core::observe::StreamSummary;
 use laptime_core::slow::{self, Flag, Thresholds};
 use laptime_core::timeline::{
-    self, Attempt, DeadlineKind, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+    self, Attempt, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome, RequestRecord,
+    RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -66,6 +67,9 @@ pub struct Pending {
     /// The request's entry in the gateway's in-flight registry (absent when the registry was
     /// full, or for a pending record built alone, in tests).
     pub inflight: Option<crate::inflight::Slot>,
+    /// The endpoint called, the answer's bytes relayed and the channel key used (the request's
+    /// bytes are `body_bytes`).
+    pub exchange: Exchange,
 }
 
 impl Pending {
@@ -100,6 +104,15 @@ impl Pending {
             over_budget: false,
             admission: None,
             inflight: None,
+            exchange: Exchange::default(),
+        }
+    }
+
+    /// The exchange as recorded: with the request body's size.
+    pub fn exchange(&self) -> Exchange {
+        Exchange {
+            bytes_in: self.body_bytes.map(|n| n as u64),
+            ..self.exchange
         }
     }
 
@@ -298,6 +311,7 @@ pub fn build(
     handler_done: Duration,
     (thresholds, prices): (&Thresholds, &PriceTable),
 ) -> RequestRecord {
+    let exchange = p.exchange();
     let mut marks = p.marks;
     let mut tokens = Tokens::default();
     let mut event_count = 0;
@@ -387,6 +401,7 @@ pub fn build(
         trace_id: p.trace_id,
         cost: None,
         refused_by: p.refused_by,
+        exchange,
     };
     record.cost = prices.cost_of(&record, input_estimate);
     record

@@ -369,6 +369,7 @@ impl Synth {
                 estimated: false,
             }),
             refused_by: None,
+            exchange: Default::default(),
         }
     }
 }

@@ -7,6 +7,7 @@
 use laptime_core::limit::{BudgetMode, Limits, Period};
 use laptime_core::timeline::RequestRecord;
 
+use crate::affinity::{self, Placement};
 use crate::auth::{self, NewToken, Principal, Scope, Workspace};
 use crate::budgets::BudgetRow;
 use crate::limits::LimitRow;
@@ -330,13 +331,37 @@ impl Store {
     }
 
     /// Retention: deletes records older than `cutoff_us` in transactions of at most `batch`
-    /// rows (see [`records::delete_older_than_batched`]); returns how many went.
+    /// rows (see [`records::delete_older_than_batched`]), and the object placements made before
+    /// it; returns how many records went.
     pub async fn delete_older_than(&self, cutoff_us: i64, batch: usize) -> Result<usize> {
         if let Backend::Postgres(pg) = &self.backend {
             return pg.delete_older_than(cutoff_us, batch).await;
         }
-        self.blocking(move |c| records::delete_older_than_batched(c, cutoff_us, batch))
-            .await
+        self.blocking(move |c| {
+            let n = records::delete_older_than_batched(c, cutoff_us, batch)?;
+            affinity::delete_older_than(c, cutoff_us)?;
+            Ok(n)
+        })
+        .await
+    }
+
+    /// Remembers which channel holds objects `workspace_id` created (see [`affinity::put`]).
+    pub async fn put_placements(&self, workspace_id: &str, placements: Vec<Placement>) -> Result<()> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let mut c = pg.client().await?;
+            return pg::affinity::put(&mut c, workspace_id, &placements).await;
+        }
+        let ws = workspace_id.to_string();
+        self.blocking(move |c| affinity::put(c, &ws, &placements)).await
+    }
+
+    /// Where `object_id` lives, if `workspace_id` created it.
+    pub async fn placement(&self, workspace_id: &str, object_id: &str) -> Result<Option<Placement>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::affinity::get(&pg.client().await?, workspace_id, object_id).await;
+        }
+        let (ws, id) = (workspace_id.to_string(), object_id.to_string());
+        self.blocking(move |c| affinity::get(c, &ws, &id)).await
     }
 }
 

@@ -7,6 +7,8 @@
 //! - [`usage`]: the usage API's reads: a window's rollup, grouped and filtered, and its newest
 //!   requests.
 //! - [`auth`]: workspaces and hashed bearer tokens; [`manage`]: listing and revoking them.
+//! - [`affinity`]: which channel holds each provider object (file, batch, stored response) a
+//!   workspace created.
 //! - [`recorder`]: the bounded queue and batching writer that the request path hands records to
 //!   without ever waiting on the store.
 //! - [`Store`]: opens the database; [`access`]: everything the gateway, the API and the CLI
@@ -22,6 +24,7 @@
 //! `test-support` feature, which tests and benchmarks enable as a dev-dependency.
 
 pub mod access;
+pub mod affinity;
 pub mod auth;
 pub mod budgets;
 pub mod limits;

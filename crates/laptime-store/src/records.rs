@@ -4,11 +4,12 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use laptime_core::cost::Cost;
+use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::Limit;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, DeadlineKind, ErrorClass, Hedge, Marks, Outcome, RequestRecord,
-    RequestShape,
+    Attempt, AttemptRole, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome,
+    RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -101,11 +102,12 @@ pub(crate) fn insert_rows(
                 event_count, text_delta_count, channel_inflight, hedge, failover_count, cached,
                 max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
                 temperature, top_p, region, trace_id, upstream_dialect, instance,
-                cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by)
+                cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by,
+                endpoint, bytes_in, bytes_out, key_index)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
                 ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49,
-                ?50, ?51, ?52, ?53, ?54, ?55)
+                ?50, ?51, ?52, ?53, ?54, ?55, ?56, ?57, ?58, ?59)
              ON CONFLICT (request_id) DO NOTHING",
         )?;
         let mut att = tx.prepare_cached(
@@ -206,6 +208,10 @@ fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Re
         r.cost.map(|c| c.estimated),
         us(m.admission),
         r.refused_by.map(|l| l.as_str()),
+        r.exchange.endpoint.as_str(),
+        tok(r.exchange.bytes_in),
+        tok(r.exchange.bytes_out),
+        r.exchange.key_index,
     ])?)
 }
 
@@ -225,7 +231,8 @@ pub(crate) const SELECT: &str =
     cache_write_tokens, reasoning_tokens, event_count, text_delta_count, channel_inflight, hedge,
     failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
     response_format, temperature, top_p, region, trace_id, upstream_dialect, instance,
-    cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by
+    cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by, endpoint,
+    bytes_in, bytes_out, key_index
     FROM requests";
 
 fn corrupt(what: &str, v: &str) -> rusqlite::Error {
@@ -248,6 +255,7 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let cost_nano: Option<i64> = row.get(51)?;
     let cost_estimated: Option<bool> = row.get(52)?;
     let refused_by: Option<String> = row.get(54)?;
+    let endpoint: String = row.get(55)?;
     Ok(RequestRecord {
         request_id: row.get(0)?,
         workspace_id: row.get(1)?,
@@ -324,6 +332,12 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         refused_by: match refused_by {
             Some(l) => Some(Limit::parse(&l).ok_or_else(|| corrupt("refused_by", &l))?),
             None => None,
+        },
+        exchange: Exchange {
+            endpoint: Endpoint::parse(&endpoint).ok_or_else(|| corrupt("endpoint", &endpoint))?,
+            bytes_in: untok(row.get(56)?),
+            bytes_out: untok(row.get(57)?),
+            key_index: row.get(58)?,
         },
         attempts: Vec::new(),
     })
@@ -537,6 +551,7 @@ pub(crate) mod tests {
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
             cost: None,
             refused_by: None,
+            exchange: Exchange::default(),
         }
     }
 

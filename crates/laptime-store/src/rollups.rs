@@ -1,5 +1,5 @@
 //! Per-minute rollups in the store: one [`Rollup`] per workspace, minute and key (model,
-//! provider, channel, group, dialect, stream, status, outcome, classification), kept in the
+//! provider, channel, group, dialect, stream, status, outcome, classification, endpoint), kept in the
 //! `rollups` table as an encoded BLOB.
 //!
 //! The recorder folds every batch into them in the batch's own transaction (aggregate in memory,
@@ -52,6 +52,7 @@ pub(crate) struct RollupKey {
     pub status: u16,
     pub outcome: String,
     pub classification: String,
+    pub endpoint: String,
 }
 
 impl RollupKey {
@@ -70,6 +71,7 @@ impl RollupKey {
             status: r.status,
             outcome: r.outcome.as_str().to_string(),
             classification: r.classification.as_str().to_string(),
+            endpoint: r.exchange.endpoint.as_str().to_string(),
         })
     }
 }
@@ -89,11 +91,11 @@ pub(crate) fn aggregate<'a>(
 
 const KEY_WHERE: &str = "workspace_id = ?1 AND minute_us = ?2 AND model = ?3 AND provider = ?4
     AND channel = ?5 AND grp = ?6 AND dialect = ?7 AND stream = ?8 AND status = ?9
-    AND outcome = ?10 AND classification = ?11";
+    AND outcome = ?10 AND classification = ?11 AND endpoint = ?12";
 
 impl RollupKey {
-    /// The key as the `?1`…`?11` parameters of [`KEY_WHERE`] and of the upsert.
-    fn params(&self) -> [&dyn ToSql; 11] {
+    /// The key as the `?1`…`?12` parameters of [`KEY_WHERE`] and of the upsert.
+    fn params(&self) -> [&dyn ToSql; 12] {
         [
             &self.workspace_id,
             &self.minute_us,
@@ -106,6 +108,7 @@ impl RollupKey {
             &self.status,
             &self.outcome,
             &self.classification,
+            &self.endpoint,
         ]
     }
 }
@@ -120,10 +123,10 @@ fn stored(conn: &Connection, k: &RollupKey) -> Result<Option<Vec<u8>>> {
 fn store(conn: &Connection, k: &RollupKey, r: &Rollup) -> Result<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO rollups (workspace_id, minute_us, model, provider, channel, grp, dialect,
-            stream, status, outcome, classification, data)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+            stream, status, outcome, classification, endpoint, data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
          ON CONFLICT (workspace_id, minute_us, model, provider, channel, grp, dialect, stream,
-            status, outcome, classification) DO UPDATE SET data = excluded.data",
+            status, outcome, classification, endpoint) DO UPDATE SET data = excluded.data",
     )?;
     let data = r.encode();
     let mut params = k.params().to_vec();

@@ -47,6 +47,13 @@ const MIGRATIONS: &[Migration] = &[
         sql: V6,
         after: None,
     },
+    // 7: which endpoint a request called (embeddings, files, …), its bytes in and out and the
+    // channel key index; the endpoint as a rollup dimension; the channel that holds each
+    // provider object (file, batch, stored response) a workspace created.
+    Migration {
+        sql: V7,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -216,6 +223,49 @@ const V6: &str = r#"
         nano_usd INTEGER NOT NULL,
         PRIMARY KEY (workspace_id, key_id, period, period_start_us)
     );
+"#;
+
+/// Rows older than this migration called the model endpoints (`generation`). The rollups get the
+/// endpoint in their key: SQLite cannot widen a primary key, so the table is rebuilt. `affinity`
+/// names, per workspace, the channel (and key) that holds each object the workspace created, so
+/// that later calls naming it go there and no other workspace can reach it.
+const V7: &str = r#"
+    ALTER TABLE requests ADD COLUMN endpoint TEXT NOT NULL DEFAULT 'generation';
+    ALTER TABLE requests ADD COLUMN bytes_in INTEGER;
+    ALTER TABLE requests ADD COLUMN bytes_out INTEGER;
+    ALTER TABLE requests ADD COLUMN key_index INTEGER;
+    CREATE TABLE rollups_v7 (
+        workspace_id TEXT NOT NULL,
+        minute_us INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        grp TEXT NOT NULL,
+        dialect TEXT NOT NULL,
+        stream INTEGER NOT NULL,
+        status INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        classification TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (workspace_id, minute_us, model, provider, channel, grp, dialect, stream,
+            status, outcome, classification, endpoint)
+    ) WITHOUT ROWID;
+    INSERT INTO rollups_v7 SELECT workspace_id, minute_us, model, provider, channel, grp, dialect,
+        stream, status, outcome, classification, 'generation', data FROM rollups;
+    DROP TABLE rollups;
+    ALTER TABLE rollups_v7 RENAME TO rollups;
+    CREATE INDEX rollups_minute ON rollups(minute_us);
+    CREATE TABLE affinity (
+        workspace_id TEXT NOT NULL,
+        object_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        key_index INTEGER,
+        created_at_us INTEGER NOT NULL,
+        PRIMARY KEY (workspace_id, object_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX affinity_created ON affinity(created_at_us);
 "#;
 
 /// The schema version this build writes.

@@ -30,6 +30,8 @@ pub struct UsageFilter {
     pub status: Option<u16>,
     pub outcome: Option<String>,
     pub classification: Option<String>,
+    /// `generation` for the model calls, else the endpoint (`embeddings`, `files`, …).
+    pub endpoint: Option<String>,
 }
 
 /// A dimension usage can be grouped by.
@@ -44,10 +46,11 @@ pub enum GroupDim {
     Status,
     Outcome,
     Classification,
+    Endpoint,
 }
 
 impl GroupDim {
-    pub const ALL: [GroupDim; 9] = [
+    pub const ALL: [GroupDim; 10] = [
         GroupDim::Model,
         GroupDim::Provider,
         GroupDim::Channel,
@@ -57,6 +60,7 @@ impl GroupDim {
         GroupDim::Status,
         GroupDim::Outcome,
         GroupDim::Classification,
+        GroupDim::Endpoint,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -70,6 +74,7 @@ impl GroupDim {
             GroupDim::Status => "status",
             GroupDim::Outcome => "outcome",
             GroupDim::Classification => "classification",
+            GroupDim::Endpoint => "endpoint",
         }
     }
 
@@ -90,6 +95,7 @@ impl GroupDim {
             GroupDim::Status => ("status", 6),
             GroupDim::Outcome => ("outcome", 7),
             GroupDim::Classification => ("classification", 8),
+            GroupDim::Endpoint => ("endpoint", 9),
         }
     }
 }
@@ -152,6 +158,7 @@ pub(crate) fn push_filter(
         (GroupDim::Dialect, &filter.dialect),
         (GroupDim::Outcome, &filter.outcome),
         (GroupDim::Classification, &filter.classification),
+        (GroupDim::Endpoint, &filter.endpoint),
     ];
     let bind = |col: &str, v: FilterValue, sql: &mut String, values: &mut Vec<FilterValue>| {
         values.push(v);
@@ -267,7 +274,7 @@ pub(crate) fn put_value(slot: &mut Option<String>, v: &str) {
 /// The rollup columns [`dim_value`] reads, then the encoded rollup.
 pub(crate) const ROLLUP_SELECT: &str =
     "SELECT model, provider, channel, grp, dialect, stream, status, outcome,
-    classification, data FROM rollups";
+    classification, endpoint, data FROM rollups";
 
 /// Reads a row's value of `dim` into `slot` (`None` for absent), reusing the slot's buffer.
 fn dim_value(row: &Row<'_>, dim: GroupDim, slot: &mut Option<String>) -> rusqlite::Result<()> {
@@ -317,7 +324,7 @@ pub fn usage(
     let mut folding = Folding::new(group_by);
     while let Some(row) = rows.next()? {
         let blob = row
-            .get_ref(9)?
+            .get_ref(10)?
             .as_blob()
             .map_err(|e| corrupt_rollup(e.to_string()))?;
         folding.add(blob, |dim, slot| Ok(dim_value(row, dim, slot)?))?;

@@ -9,11 +9,15 @@
 use std::time::Duration;
 
 use laptime_core::cost::Cost;
+use laptime_core::endpoint::{Endpoint, ObjectKind};
 use laptime_core::limit::Limit;
 use laptime_core::rollup::{Metric, Rollup};
-use laptime_core::timeline::{Attempt, Hedge, Marks, Outcome, RequestRecord, RequestShape};
+use laptime_core::timeline::{
+    Attempt, Exchange, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+};
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
+use laptime_store::affinity::Placement;
 use laptime_store::auth::Scope;
 use laptime_store::recorder::Recorder;
 use laptime_store::testing::PgSchema;
@@ -84,6 +88,7 @@ fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord
         trace_id: None,
         cost: None,
         refused_by: None,
+        exchange: Default::default(),
     }
 }
 
@@ -103,6 +108,9 @@ fn corpus(ws: &str, n: usize, seed: u64) -> Vec<RequestRecord> {
                 (!model.is_empty()).then_some(model),
             );
             r.dialect = [Dialect::Chat, Dialect::Responses, Dialect::Messages][i % 3];
+            if i % 5 == 4 {
+                r.exchange.endpoint = [Endpoint::Embeddings, Endpoint::Files][i % 2];
+            }
             r.stream = rng.gen_bool(0.7);
             r.channel = [Some("ch-a"), Some("ch-b"), None][rng.gen_range(0..3)].map(Into::into);
             r.group = [Some("default"), None][rng.gen_range(0..2)].map(Into::into);
@@ -386,6 +394,21 @@ fn filter_cases() -> Vec<(UsageFilter, Pred)> {
             },
             |r| r.channel.as_deref() == Some("ch-b"),
         ),
+        (
+            UsageFilter {
+                endpoint: Some("embeddings".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.exchange.endpoint == Endpoint::Embeddings,
+        ),
+        (
+            UsageFilter {
+                endpoint: Some("generation".into()),
+                dialect: Some("chat".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.exchange.endpoint == Endpoint::Generation && r.dialect == Dialect::Chat,
+        ),
         // An empty value asks for requests without one.
         (
             UsageFilter {
@@ -445,6 +468,12 @@ async fn a_record_reads_back_exactly_as_written_with_its_attempts_and_every_fiel
     full.region = Some("eu-west".into());
     full.instance = Some("gw-b:8080".into());
     full.trace_id = Some("0af7651916cd43dd8448eb211c80319c".into());
+    full.exchange = Exchange {
+        endpoint: Endpoint::AudioSpeech,
+        bytes_in: Some(1_234),
+        bytes_out: Some(98_765),
+        key_index: Some(2),
+    };
     let mut bare = plain("bare", "ws", BASE + 2, None);
     bare.marks = Marks::default();
     bare.tokens = Tokens::default();
@@ -715,6 +744,47 @@ async fn retention_deletes_rows_and_whole_minutes_of_rollups_in_batches() {
             .await
             .unwrap();
         assert_eq!(after.total.requests, 0, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn an_object_is_placed_once_per_workspace_and_retention_forgets_it() {
+    let place = |id: &str, channel: &str, key_index, at| Placement {
+        object_id: id.into(),
+        kind: ObjectKind::File,
+        channel: channel.into(),
+        key_index,
+        created_at_us: at,
+    };
+    for b in backends().await {
+        let name = b.name;
+        let s = &b.store;
+        s.put_placements("ws", vec![place("file-1", "a", Some(1), BASE)])
+            .await
+            .unwrap();
+        // Ids never move: a second placement of the same id keeps the first.
+        s.put_placements(
+            "ws",
+            vec![
+                place("file-1", "b", None, BASE + 5),
+                place("batch_1", "b", None, BASE + MIN),
+            ],
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            s.placement("ws", "file-1").await.unwrap(),
+            Some(place("file-1", "a", Some(1), BASE)),
+            "{name}"
+        );
+        let batch = s.placement("ws", "batch_1").await.unwrap().unwrap();
+        assert_eq!((batch.channel.as_str(), batch.key_index), ("b", None));
+        // Another workspace cannot name it.
+        assert_eq!(s.placement("other", "file-1").await.unwrap(), None, "{name}");
+        // Retention forgets placements made before the cutoff, with the requests.
+        s.delete_older_than(BASE + 1, 100).await.unwrap();
+        assert_eq!(s.placement("ws", "file-1").await.unwrap(), None, "{name}");
+        assert!(s.placement("ws", "batch_1").await.unwrap().is_some(), "{name}");
     }
 }
 

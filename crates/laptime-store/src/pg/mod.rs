@@ -13,6 +13,7 @@
 //! [`POOL_WAIT`] for one; the recorder writes on its own connection (see
 //! [`crate::recorder`]), so reads never queue behind a batch.
 
+pub mod affinity;
 pub mod auth;
 pub mod budgets;
 pub mod limits;
@@ -104,6 +105,7 @@ impl Pg {
         let mut c = self.client().await?;
         let n = records::delete_older_than(&mut c, cutoff_us, batch).await?;
         self.partitions.lock().await.forget();
+        affinity::delete_older_than(&c, cutoff_us).await?;
         Ok(n)
     }
 }

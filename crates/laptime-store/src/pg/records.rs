@@ -14,12 +14,13 @@ use std::collections::{HashMap, HashSet};
 
 use deadpool_postgres::{GenericClient, Transaction};
 use laptime_core::cost::Cost;
+use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::Limit;
 use laptime_core::rollup::Rollup;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, DeadlineKind, ErrorClass, Hedge, Marks, Outcome, RequestRecord,
-    RequestShape,
+    Attempt, AttemptRole, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome,
+    RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -35,7 +36,7 @@ use crate::{Result, StoreError};
 pub const DAY_US: i64 = 86_400_000_000;
 
 /// The request columns, in the order [`values`] gives them and [`from_row`] reads them.
-const COLUMNS: [&str; 56] = [
+const COLUMNS: [&str; 60] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -92,6 +93,10 @@ const COLUMNS: [&str; 56] = [
     "admission_us",
     "refused_by",
     "attempts",
+    "endpoint",
+    "bytes_in",
+    "bytes_out",
+    "key_index",
 ];
 
 /// `SELECT <every column> FROM requests`.
@@ -174,7 +179,7 @@ fn int(v: u32) -> Val {
 }
 
 /// A record's row, in [`COLUMNS`] order.
-fn values(r: &RequestRecord) -> Result<[Val; 56]> {
+fn values(r: &RequestRecord) -> Result<[Val; 60]> {
     let m = &r.marks;
     let t = &r.tokens;
     let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -235,6 +240,10 @@ fn values(r: &RequestRecord) -> Result<[Val; 56]> {
         Val::Int(us(m.admission)),
         Val::Text(r.refused_by.map(|l| l.as_str().to_string())),
         Val::Text(Some(encode_attempts(&r.attempts))),
+        word(r.exchange.endpoint.as_str()),
+        Val::Int(tok(r.exchange.bytes_in)),
+        Val::Int(tok(r.exchange.bytes_out)),
+        Val::Int4(r.exchange.key_index.map(|k| i32::try_from(k).unwrap_or(i32::MAX))),
     ])
 }
 
@@ -382,6 +391,14 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
         }),
         refused_by: parse_opt(row.try_get(54)?, "refused_by", Limit::parse)?,
         attempts: decode_attempts(&attempts)?,
+        exchange: Exchange {
+            endpoint: parse_req(row.try_get(56)?, "endpoint", Endpoint::parse)?,
+            bytes_in: tokens(57)?,
+            bytes_out: tokens(58)?,
+            key_index: row
+                .try_get::<_, Option<i32>>(59)?
+                .map(|k| count(i64::from(k))),
+        },
     })
 }
 
@@ -653,13 +670,14 @@ struct KeyCols {
     status: Vec<i32>,
     outcome: Vec<String>,
     classification: Vec<String>,
+    endpoint: Vec<String>,
 }
 
 const KEY_COLUMNS: &str = "workspace_id, minute_us, model, provider, channel, grp, dialect, \
-    stream, status, outcome, classification";
+    stream, status, outcome, classification, endpoint";
 
 const KEY_UNNEST: &str = "UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-    $6::text[], $7::text[], $8::bool[], $9::int4[], $10::text[], $11::text[]";
+    $6::text[], $7::text[], $8::bool[], $9::int4[], $10::text[], $11::text[], $12::text[]";
 
 impl KeyCols {
     fn of<'a>(keys: impl IntoIterator<Item = &'a RollupKey>) -> KeyCols {
@@ -675,6 +693,7 @@ impl KeyCols {
             status: Vec::new(),
             outcome: Vec::new(),
             classification: Vec::new(),
+            endpoint: Vec::new(),
         };
         for k in keys {
             c.workspace_id.push(k.workspace_id.clone());
@@ -688,6 +707,7 @@ impl KeyCols {
             c.status.push(i32::from(k.status));
             c.outcome.push(k.outcome.clone());
             c.classification.push(k.classification.clone());
+            c.endpoint.push(k.endpoint.clone());
         }
         c
     }
@@ -705,11 +725,12 @@ impl KeyCols {
             &self.status,
             &self.outcome,
             &self.classification,
+            &self.endpoint,
         ]
     }
 }
 
-/// A rollup row's key, read from its first 11 columns (in [`KEY_COLUMNS`] order).
+/// A rollup row's key, read from its first 12 columns (in [`KEY_COLUMNS`] order).
 fn key_of(row: &Row) -> Result<RollupKey> {
     let status: i32 = row.try_get(8)?;
     Ok(RollupKey {
@@ -724,6 +745,7 @@ fn key_of(row: &Row) -> Result<RollupKey> {
         status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
         outcome: row.try_get(9)?,
         classification: row.try_get(10)?,
+        endpoint: row.try_get(11)?,
     })
 }
 
@@ -738,7 +760,7 @@ async fn write_rollups(
     let mut params = keys.params();
     params.push(&data);
     let sql = format!(
-        "INSERT INTO rollups ({KEY_COLUMNS}, data) SELECT * FROM {KEY_UNNEST}, $12::bytea[])
+        "INSERT INTO rollups ({KEY_COLUMNS}, data) SELECT * FROM {KEY_UNNEST}, $13::bytea[])
          ON CONFLICT ({KEY_COLUMNS}) {conflict} RETURNING {KEY_COLUMNS}"
     );
     let stmt = tx.prepare_cached(&sql).await?;
@@ -780,7 +802,7 @@ pub(crate) async fn merge_into(
     let stmt = tx.prepare_cached(&sql).await?;
     for row in tx.query(&stmt, &keys.params()).await? {
         let key = key_of(&row)?;
-        let stored: &[u8] = row.try_get(11)?;
+        let stored: &[u8] = row.try_get(12)?;
         if let Some(r) = rest.get_mut(&key) {
             r.merge_encoded(stored)
                 .map_err(|e| StoreError::Corrupt(format!("rollup: {e}")))?;

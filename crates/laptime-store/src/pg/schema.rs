@@ -12,7 +12,7 @@ use tokio_postgres::Client;
 use crate::{Result, StoreError};
 
 /// Each migration, in order; version N is `MIGRATIONS[N - 1]`.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
@@ -151,6 +151,30 @@ const V2: &str = r#"
         nano_usd BIGINT NOT NULL,
         PRIMARY KEY (workspace_id, key_id, period, period_start_us)
     );
+"#;
+
+/// The endpoint a request called (older rows: the model endpoints), its bytes in and out and
+/// the channel key index; the endpoint as a rollup dimension; and `affinity`, the channel (and
+/// key) that holds each provider object a workspace created, as in SQLite.
+const V3: &str = r#"
+    ALTER TABLE requests ADD COLUMN endpoint TEXT NOT NULL DEFAULT 'generation';
+    ALTER TABLE requests ADD COLUMN bytes_in BIGINT;
+    ALTER TABLE requests ADD COLUMN bytes_out BIGINT;
+    ALTER TABLE requests ADD COLUMN key_index INTEGER;
+    ALTER TABLE rollups ADD COLUMN endpoint TEXT NOT NULL DEFAULT 'generation';
+    ALTER TABLE rollups DROP CONSTRAINT rollups_pkey;
+    ALTER TABLE rollups ADD PRIMARY KEY (workspace_id, minute_us, model, provider, channel, grp,
+        dialect, stream, status, outcome, classification, endpoint);
+    CREATE TABLE affinity (
+        workspace_id TEXT NOT NULL,
+        object_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        key_index INTEGER,
+        created_at_us BIGINT NOT NULL,
+        PRIMARY KEY (workspace_id, object_id)
+    );
+    CREATE INDEX affinity_created ON affinity (created_at_us);
 "#;
 
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";

@@ -59,7 +59,7 @@ pub async fn usage(
     let rows = c.query(&stmt, &params).await?;
     let mut folding = Folding::new(group_by);
     for row in &rows {
-        let blob: &[u8] = row.try_get(9)?;
+        let blob: &[u8] = row.try_get(10)?;
         folding.add(blob, |dim, slot| dim_value(row, dim, slot))?;
     }
     Ok(folding.finish(window))
