@@ -36,12 +36,23 @@
 pub mod script;
 pub mod server;
 
+mod azure;
 mod clock;
 mod echo;
+mod endpoints;
+mod handle;
 mod json;
+mod multipart;
+mod objects;
+mod plan;
 mod prefill;
+mod query;
+mod reply;
+mod route;
 #[cfg(test)]
 mod testkit;
+mod tokens;
+mod vectors;
 mod wire;
 
 pub use script::{
