@@ -148,12 +148,14 @@ pub(crate) fn answer(body: &Map<String, Value>, model: &str) -> Result<String, A
         None | Some(Value::Null) => Encoding::Float,
         Some(Value::String(s)) if s == "float" => Encoding::Float,
         Some(Value::String(s)) if s == "base64" => Encoding::Base64,
-        Some(other) => return Err(invalid(
-            "encoding_format",
-            format!(
+        Some(other) => {
+            return Err(invalid(
+                "encoding_format",
+                format!(
                 "Invalid value for 'encoding_format': expected 'float' or 'base64', got {other}."
             ),
-        )),
+            ))
+        }
     };
     let dims = dimensions(body, "dimensions")?.unwrap_or(if model.contains("3-large") {
         3072
