@@ -179,3 +179,81 @@ fn invalid(e: multer::Error) -> FormError {
         other => FormError::Invalid(other.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::files::FileStore;
+    use futures_util::stream;
+
+    const CT: &str = "multipart/form-data; boundary=XyZ";
+
+    fn body(file: &[u8]) -> Vec<u8> {
+        let mut b =
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n".to_vec();
+        b.extend_from_slice(
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n",
+        );
+        b.extend_from_slice(file);
+        b.extend_from_slice(b"\r\n--XyZ--\r\n");
+        b
+    }
+
+    /// The body in pieces of `size` bytes, as a socket might deliver it.
+    fn pieces(b: &[u8], size: usize) -> impl Stream<Item = Result<Bytes, std::io::Error>> {
+        let owned: Vec<Result<Bytes, std::io::Error>> = b
+            .chunks(size)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        stream::iter(owned)
+    }
+
+    #[tokio::test]
+    async fn a_form_split_anywhere_is_read_whole_and_the_file_counted_against_the_store() {
+        let store = FileStore::default();
+        let file: Vec<u8> = (0..5000u32).map(|i| (i % 7) as u8).collect();
+        for size in [1, 7, 4096] {
+            let sink = Sink::Keep(store.reserve());
+            let (form, sink) = read(Some(CT), pieces(&body(&file), size), sink)
+                .await
+                .unwrap();
+            assert_eq!(form.field("purpose"), Some("batch"));
+            let part = form.file.unwrap();
+            assert_eq!((part.filename.as_str(), part.bytes), ("in.jsonl", 5000));
+            assert_eq!(part.kept.unwrap().as_ref(), file.as_slice());
+            assert_eq!(store.held(), (0, 5000), "reserved while the sink lives");
+            drop(sink);
+            assert_eq!(store.held(), (0, 0));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_counted_file_over_its_limit_or_a_body_that_is_no_form_is_refused() {
+        let big = vec![1u8; 100];
+        let sink = Sink::Count { limit: 99 };
+        let err = read(Some(CT), pieces(&body(&big), 16), sink)
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(err, FormError::TooLarge));
+        assert_eq!(err.api_error("The file").status, 413);
+        let sink = Sink::Count { limit: 100 };
+        let (form, _) = read(Some(CT), pieces(&body(&big), 16), sink).await.unwrap();
+        assert_eq!(form.file.unwrap().kept, None, "counted, not kept");
+        let err = read(
+            Some("application/json"),
+            pieces(b"{}", 2),
+            Sink::Count { limit: 1 },
+        )
+        .await
+        .err()
+        .unwrap();
+        assert!(matches!(err, FormError::Invalid(_)));
+        let truncated = &body(&big)[..50];
+        let err = read(Some(CT), pieces(truncated, 8), Sink::Count { limit: 1000 })
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(err.api_error("The file").status, 400);
+    }
+}
