@@ -86,30 +86,7 @@ pub(crate) async fn handle(
             sim.count_request();
             streamed(&req, endpoint, body).await
         }
-        _ => {
-            let body = Limited::new(body, MAX_BODY)
-                .collect()
-                .await
-                .map(|c| c.to_bytes());
-            let digest = body
-                .as_ref()
-                .map(|b| hex::encode(Sha256::digest(b)))
-                .unwrap_or_default();
-            let response = match body {
-                _ if route.is_sim_own() => sim_own(&sim, &route),
-                Err(e) => {
-                    sim.count_request();
-                    let error =
-                        ApiError::invalid_request(format!("could not read the request body: {e}"));
-                    reply::error(&error, error_dialect)
-                }
-                Ok(bytes) => {
-                    sim.count_request();
-                    collected(&req, &route, &bytes, &digest, error_dialect).await
-                }
-            };
-            (response, digest)
-        }
+        _ => whole(&req, &route, body, error_dialect).await,
     };
 
     let headers = response.headers_mut();
@@ -127,6 +104,36 @@ pub(crate) async fn handle(
     }
     debug!(%path, %request_id, status = response.status().as_u16(), "answered");
     Ok(response)
+}
+
+/// A request whose body is read whole first (up to [`MAX_BODY`]), and the body's digest.
+async fn whole(
+    req: &Req<'_>,
+    route: &Route,
+    body: Incoming,
+    error_dialect: Dialect,
+) -> (Response<Body>, String) {
+    let body = Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map(|c| c.to_bytes());
+    let digest = body
+        .as_ref()
+        .map(|b| hex::encode(Sha256::digest(b)))
+        .unwrap_or_default();
+    let response = match body {
+        _ if route.is_sim_own() => sim_own(req.sim, route),
+        Err(e) => {
+            req.sim.count_request();
+            let error = ApiError::invalid_request(format!("could not read the request body: {e}"));
+            reply::error(&error, error_dialect)
+        }
+        Ok(bytes) => {
+            req.sim.count_request();
+            collected(req, route, &bytes, &digest, error_dialect).await
+        }
+    };
+    (response, digest)
 }
 
 /// `/sim/*`: neither counted nor logged.

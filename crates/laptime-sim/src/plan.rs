@@ -32,7 +32,8 @@ pub(crate) struct GeminiCall<'a> {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Call<'a> {
     pub(crate) gemini: Option<GeminiCall<'a>>,
-    /// The model when the body names none (an Azure deployment).
+    /// An Azure deployment: the model unless the body names a preset (Azure ignores the
+    /// body's model; a body naming a preset still picks its script, as a test may want).
     pub(crate) default_model: Option<&'a str>,
     /// A Responses answer's identity (the default one when `None`).
     pub(crate) response: Option<&'a ResponseMeta>,
@@ -83,11 +84,14 @@ pub(crate) fn plan_value(dialect: Dialect, value: &Value, call: &Call<'_>) -> Pl
     }
     let model = match &call.gemini {
         Some(gemini) => Some(gemini.model.to_owned()),
-        None => value
-            .get("model")
-            .and_then(Value::as_str)
-            .or(call.default_model)
-            .map(str::to_owned),
+        None => {
+            let named = value.get("model").and_then(Value::as_str);
+            match call.default_model {
+                Some(deployment) if named.and_then(preset).is_none() => Some(deployment),
+                _ => named,
+            }
+            .map(str::to_owned)
+        }
     };
     let answer = choose(value, model.as_deref()).map(|mut script| {
         if script.echo {

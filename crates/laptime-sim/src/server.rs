@@ -1,14 +1,14 @@
 //! The HTTP face of the fake provider: accepts connections (HTTP/1.1 and h2c), hands each
-//! request to [`crate::handle`], and plays a [`Schedule`] against the clock, one body frame per
+//! request to `crate::handle`, and plays a [`Schedule`] against the clock, one body frame per
 //! step. [`Sim`] is the state every connection shares: counters, the request log and the
-//! objects clients made ([`crate::objects`]).
+//! objects clients made (`crate::objects`).
 //!
 //! Time is measured from the instant hyper hands over the request head, and every frame waits
 //! for `start + at` (absolute deadlines, so a slow write never pushes the later frames back),
 //! to within ~0.1 ms ([`crate::clock`]). Besides the provider endpoints (the four scripted
-//! dialects, and those of [`crate::endpoints`]: embeddings, moderations, images, audio, legacy
+//! dialects, and those of `crate::endpoints`: embeddings, moderations, images, audio, legacy
 //! completions, files, batches, stored responses, model lookup, Anthropic's and Gemini's token
-//! counts, Gemini's embeddings, and Azure's URL shapes of them, see [`crate::azure`]) it serves
+//! counts, Gemini's embeddings, and Azure's URL shapes of them, see `crate::azure`) it serves
 //! `GET /v1/models` and three observability endpoints: `GET /sim/stats` and `GET /sim/requests`
 //! for tests, and `GET /sim/timing` (how late the sim's own timed sends were) for benchmarks.
 //!

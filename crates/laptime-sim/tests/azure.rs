@@ -239,3 +239,19 @@ async fn the_v1_and_dated_paths_serve_responses_and_files_owned_by_the_api_key()
         .unwrap();
     assert_eq!(none["data"], json!([]));
 }
+
+#[tokio::test]
+async fn a_deployment_is_the_model_unless_the_body_names_a_preset() {
+    let h = Harness::start().await;
+    let path = format!("/openai/deployments/sim-max-tokens/chat/completions?{VERSION}");
+    // Azure ignores the body's model: the deployment's script answers.
+    let body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+    let answer: Value = azure_post(&h, &path, &body).await.json().await.unwrap();
+    assert_eq!(answer["model"], "sim-max-tokens");
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    // A preset in the body still picks its script.
+    let body = json!({"model": "sim-fast", "messages": [{"role": "user", "content": "hi"}]});
+    let answer: Value = azure_post(&h, &path, &body).await.json().await.unwrap();
+    assert_eq!(answer["model"], "sim-fast");
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+}

@@ -15,6 +15,8 @@
 //! The input file must be the caller's (else OpenAI's 404 "No such File object") and have
 //! purpose `batch`; `completion_window` must be `24h`.
 
+use std::collections::HashSet;
+
 use http::Response;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -240,19 +242,28 @@ struct Line {
     body: Map<String, Value>,
 }
 
-/// The input file's requests, or the errors that fail the batch.
-fn lines(sim: &Sim, owner: &Owner, batch: &Batch) -> Result<Vec<Line>, Vec<LineError>> {
-    let error = |code, line: Option<usize>, message: &str, param| LineError {
+fn line_error(
+    code: &'static str,
+    line: Option<usize>,
+    message: &str,
+    param: Option<&'static str>,
+) -> LineError {
+    LineError {
         code,
         line: line.map(|n| n as u64),
         message: message.to_owned(),
         param,
-    };
+    }
+}
+
+/// The input file's requests, or the errors that fail the batch.
+fn lines(sim: &Sim, owner: &Owner, batch: &Batch) -> Result<Vec<Line>, Vec<LineError>> {
     let Some((_, content)) = sim.objects().files.content(owner, &batch.input_file_id) else {
-        return Err(vec![error(
+        let message = "The input file no longer exists.";
+        return Err(vec![line_error(
             "invalid_file",
             None,
-            "The input file no longer exists.",
+            message,
             Some("input_file_id"),
         )]);
     };
@@ -264,7 +275,7 @@ fn lines(sim: &Sim, owner: &Owner, batch: &Batch) -> Result<Vec<Line>, Vec<LineE
         .map(|(i, l)| (i + 1, l))
         .collect();
     if raw.is_empty() {
-        return Err(vec![error(
+        return Err(vec![line_error(
             "empty_file",
             None,
             "The batch input file is empty.",
@@ -274,49 +285,14 @@ fn lines(sim: &Sim, owner: &Owner, batch: &Batch) -> Result<Vec<Line>, Vec<LineE
     if raw.len() > MAX_LINES {
         let message =
             format!("The batch input file has more than the maximum of {MAX_LINES} requests.");
-        return Err(vec![error("too_many_tasks", None, &message, None)]);
+        return Err(vec![line_error("too_many_tasks", None, &message, None)]);
     }
-    let mut seen = std::collections::HashSet::new();
-    let mut errors = Vec::new();
-    let mut lines = Vec::with_capacity(raw.len());
+    let mut seen = HashSet::new();
+    let (mut lines, mut errors) = (Vec::with_capacity(raw.len()), Vec::new());
     for (n, text) in raw {
-        let parsed: Option<Map<String, Value>> = serde_json::from_str(text).ok();
-        let problem = match &parsed {
-            None => Some(error(
-                "invalid_json_line",
-                Some(n),
-                "This line is not parseable as valid JSON.",
-                None,
-            )),
-            Some(line) => check(line, batch.endpoint)
-                .map(|(code, message, param)| error(code, Some(n), &message, param)),
-        };
-        match (problem, parsed) {
-            (Some(e), _) => errors.push(e),
-            (None, Some(mut line)) => {
-                let custom_id = line
-                    .get("custom_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                if !seen.insert(custom_id.clone()) {
-                    let message =
-                        format!("The custom_id '{custom_id}' is used more than once in this file.");
-                    errors.push(error(
-                        "duplicate_custom_id",
-                        Some(n),
-                        &message,
-                        Some("custom_id"),
-                    ));
-                    continue;
-                }
-                let body = match line.remove("body") {
-                    Some(Value::Object(body)) => body,
-                    _ => Map::new(),
-                };
-                lines.push(Line { custom_id, body });
-            }
-            (None, None) => {}
+        match parse_line(n, text, batch.endpoint, &mut seen) {
+            Ok(line) => lines.push(line),
+            Err(e) => errors.push(e),
         }
     }
     if errors.is_empty() {
@@ -325,6 +301,45 @@ fn lines(sim: &Sim, owner: &Owner, batch: &Batch) -> Result<Vec<Line>, Vec<LineE
         errors.truncate(MAX_ERRORS);
         Err(errors)
     }
+}
+
+/// Line `n` of the input file, checked; `seen` holds the custom ids before it.
+fn parse_line(
+    n: usize,
+    text: &str,
+    endpoint: BatchEndpoint,
+    seen: &mut HashSet<String>,
+) -> Result<Line, LineError> {
+    let Ok(mut line) = serde_json::from_str::<Map<String, Value>>(text) else {
+        return Err(line_error(
+            "invalid_json_line",
+            Some(n),
+            "This line is not parseable as valid JSON.",
+            None,
+        ));
+    };
+    if let Some((code, message, param)) = check(&line, endpoint) {
+        return Err(line_error(code, Some(n), &message, param));
+    }
+    let custom_id = line
+        .get("custom_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    if !seen.insert(custom_id.clone()) {
+        let message = format!("The custom_id '{custom_id}' is used more than once in this file.");
+        return Err(line_error(
+            "duplicate_custom_id",
+            Some(n),
+            &message,
+            Some("custom_id"),
+        ));
+    }
+    let body = match line.remove("body") {
+        Some(Value::Object(body)) => body,
+        _ => Map::new(),
+    };
+    Ok(Line { custom_id, body })
 }
 
 /// What is wrong with a parsed line, if anything: its code, message and param.
@@ -398,31 +413,13 @@ fn run(sim: &Sim, owner: &Owner, batch: &mut Batch, lines: &[Line], now: u64) {
         file.push('\n');
         *count += 1;
     }
-    let files = &sim.objects().files;
-    let store = |content: String, kind: &str| {
-        (!content.is_empty()).then(|| {
-            let name = format!("{}_{kind}.jsonl", batch.id);
-            files.insert_made(owner, name, Purpose::BatchOutput, content.into(), now)
-        })
-    };
-    let (out, err) = (store(output, "output"), store(failed_out, "error"));
-    let fits = !matches!(out, Some(Err(_))) && !matches!(err, Some(Err(_)));
-    let out = out.and_then(Result::ok).map(|m| m.id);
-    let err = err.and_then(Result::ok).map(|m| m.id);
-    if !fits {
-        for id in out.iter().chain(err.iter()) {
-            files.delete(owner, id);
-        }
+    let Some((out, err)) = store_outputs(sim, owner, &batch.id, output, failed_out, now) else {
         batch.status = BatchStatus::Failed;
         batch.failed_at = Some(now);
-        batch.errors = vec![LineError {
-            code: "output_too_large",
-            line: None,
-            message: "The batch's output does not fit in the sim's file storage.".to_owned(),
-            param: None,
-        }];
+        let message = "The batch's output does not fit in the sim's file storage.";
+        batch.errors = vec![line_error("output_too_large", None, message, None)];
         return;
-    }
+    };
     batch.status = BatchStatus::Completed;
     batch.in_progress_at = Some(now);
     batch.finalizing_at = Some(now);
@@ -437,6 +434,36 @@ fn run(sim: &Sim, owner: &Owner, batch: &mut Batch, lines: &[Line], now: u64) {
             .and_then(Value::as_str)
             .map(str::to_owned)
     });
+}
+
+/// Stores the output and error files (those with lines), and gives their ids; `None`, and
+/// nothing stored, when they do not fit.
+fn store_outputs(
+    sim: &Sim,
+    owner: &Owner,
+    batch_id: &str,
+    output: String,
+    errors: String,
+    now: u64,
+) -> Option<(Option<String>, Option<String>)> {
+    let files = &sim.objects().files;
+    let store = |content: String, kind: &str| {
+        (!content.is_empty()).then(|| {
+            let name = format!("{batch_id}_{kind}.jsonl");
+            files.insert_made(owner, name, Purpose::BatchOutput, content.into(), now)
+        })
+    };
+    let (out, err) = (store(output, "output"), store(errors, "error"));
+    let fits = !matches!(out, Some(Err(_))) && !matches!(err, Some(Err(_)));
+    let out = out.and_then(Result::ok).map(|m| m.id);
+    let err = err.and_then(Result::ok).map(|m| m.id);
+    if !fits {
+        for id in out.iter().chain(err.iter()) {
+            files.delete(owner, id);
+        }
+        return None;
+    }
+    Some((out, err))
 }
 
 /// The sim's non-streamed answer to one line's body: its status and JSON body.

@@ -52,105 +52,150 @@ pub(crate) fn whole(value: &Value) -> Result<(u16, String), ApiError> {
 }
 
 fn schedule(script: &Script, model: &str, stream: bool, include_usage: bool) -> Schedule {
-    let mut deltas = Deltas::of(script);
-    if let Some(n) = script.cut_after {
-        deltas.truncate(usize::try_from(n).unwrap_or(usize::MAX));
-    }
-    let sent = u32::try_from(deltas.len()).unwrap_or(u32::MAX);
-    let timeline = Timeline::new(script, sent);
-    let usage = Usage::resolve(script, &timeline);
-    let usage = obj! {
-        "prompt_tokens": usage.input_total(),
-        "completion_tokens": usage.output,
-        "total_tokens": usage.total(),
-    };
-    let one = |status: u16, at: Duration, body: String, content_type| Schedule {
-        status,
-        content_type,
-        head_at: at,
-        steps: vec![Step {
-            at,
-            bytes: Bytes::from(body),
-        }],
-        finish: Finish::Eof,
-        retry_after_s: script.retry_after_s,
-    };
-    let error = |status: u16| {
-        let e = match script.refusal {
-            Some(r) => ApiError::refused(r, laptime_core::Dialect::Chat),
-            None => ApiError::scripted(status),
-        };
-        obj! {"error": e.openai_object()}.encode()
-    };
-    let finish = match script.end {
-        End::Reset => Finish::Reset,
-        End::Stall => Finish::Stall,
-        _ => Finish::Eof,
-    };
-    let reason = if script.end == End::Incomplete {
-        "length"
-    } else {
-        "stop"
-    };
-    let complete = matches!(script.end, End::Terminal | End::Incomplete | End::Filtered);
+    let play = Play::new(script, model);
     match (script.end, stream) {
-        (End::Status, _) => one(script.status, timeline.head, error(script.status), JSON),
-        (End::ErrorEvent, false) => one(script.status, timeline.end, error(script.status), JSON),
+        (End::Status, _) => play.whole(script.status, play.timeline.head, play.error()),
+        (End::ErrorEvent, false) => play.whole(script.status, play.timeline.end, play.error()),
         (_, false) => {
-            let choice = obj! {"text": deltas.joined(), "index": 0u32, "logprobs": J::Null, "finish_reason": reason};
-            let mut body = completion(model, choice).with("usage", usage).encode();
-            if !complete {
+            let choice = play.choice(play.deltas.joined(), J::from(play.reason()));
+            let mut body = completion(model, choice)
+                .with("usage", play.usage.clone())
+                .encode();
+            if !play.complete() {
                 body.truncate(body.len() / 2);
             }
             Schedule {
-                finish,
-                ..one(200, timeline.end, body, JSON)
+                finish: play.finish(),
+                ..play.whole(200, play.timeline.end, body)
             }
         }
-        (end, true) => {
-            let chunk = |text: &str, reason: J| {
-                let choice = obj! {"text": text, "index": 0u32, "logprobs": J::Null, "finish_reason": reason};
-                Bytes::from(format!("data: {}\n\n", completion(model, choice).encode()))
-            };
-            let mut steps: Vec<Step> = timeline
-                .text
-                .iter()
-                .flat_map(|t| t.at.iter().enumerate())
-                .map(|(i, at)| Step {
-                    at: *at,
-                    bytes: chunk(deltas.get(i), J::Null),
-                })
-                .collect();
-            let mut last = |bytes: Bytes| {
-                steps.push(Step {
-                    at: timeline.end,
-                    bytes,
-                })
-            };
-            if complete {
-                last(chunk("", J::from(reason)));
-                if include_usage {
-                    let usage_chunk = completion(model, J::Null)
-                        .set("choices", J::Arr(Vec::new()))
-                        .with("usage", usage);
-                    last(Bytes::from(format!("data: {}\n\n", usage_chunk.encode())));
-                }
-            }
-            if end == End::ErrorEvent {
-                last(Bytes::from(format!("data: {}\n\n", error(script.status))));
-            }
-            if complete || end == End::ErrorEvent {
-                last(Bytes::from_static(b"data: [DONE]\n\n"));
-            }
-            Schedule {
-                status: 200,
-                content_type: SSE,
-                head_at: timeline.head,
-                steps,
-                finish,
-                retry_after_s: script.retry_after_s,
+        (_, true) => Schedule {
+            status: 200,
+            content_type: SSE,
+            head_at: play.timeline.head,
+            steps: play.stream(include_usage),
+            finish: play.finish(),
+            retry_after_s: script.retry_after_s,
+        },
+    }
+}
+
+/// One scripted completion: its text deltas, their instants and its usage.
+struct Play<'a> {
+    script: &'a Script,
+    model: &'a str,
+    deltas: Deltas,
+    timeline: Timeline,
+    usage: J,
+}
+
+impl<'a> Play<'a> {
+    fn new(script: &'a Script, model: &'a str) -> Play<'a> {
+        let mut deltas = Deltas::of(script);
+        if let Some(n) = script.cut_after {
+            deltas.truncate(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        let sent = u32::try_from(deltas.len()).unwrap_or(u32::MAX);
+        let timeline = Timeline::new(script, sent);
+        let u = Usage::resolve(script, &timeline);
+        let usage = obj! {
+            "prompt_tokens": u.input_total(),
+            "completion_tokens": u.output,
+            "total_tokens": u.total(),
+        };
+        Play {
+            script,
+            model,
+            deltas,
+            timeline,
+            usage,
+        }
+    }
+
+    /// The answer ends with its finish reason (not cut, not an error).
+    fn complete(&self) -> bool {
+        matches!(
+            self.script.end,
+            End::Terminal | End::Incomplete | End::Filtered
+        )
+    }
+
+    fn reason(&self) -> &'static str {
+        if self.script.end == End::Incomplete {
+            "length"
+        } else {
+            "stop"
+        }
+    }
+
+    fn finish(&self) -> Finish {
+        match self.script.end {
+            End::Reset => Finish::Reset,
+            End::Stall => Finish::Stall,
+            _ => Finish::Eof,
+        }
+    }
+
+    /// The scripted error's body, in OpenAI's shape.
+    fn error(&self) -> String {
+        let e = match self.script.refusal {
+            Some(r) => ApiError::refused(r, laptime_core::Dialect::Chat),
+            None => ApiError::scripted(self.script.status),
+        };
+        obj! {"error": e.openai_object()}.encode()
+    }
+
+    fn whole(&self, status: u16, at: Duration, body: String) -> Schedule {
+        Schedule {
+            status,
+            content_type: JSON,
+            head_at: at,
+            steps: vec![Step {
+                at,
+                bytes: Bytes::from(body),
+            }],
+            finish: Finish::Eof,
+            retry_after_s: self.script.retry_after_s,
+        }
+    }
+
+    fn choice(&self, text: &str, reason: J) -> J {
+        obj! {"text": text, "index": 0u32, "logprobs": J::Null, "finish_reason": reason}
+    }
+
+    /// One chunk per delta at its instant, then at the end the finish chunk, the usage chunk
+    /// and `[DONE]` (or the in-band error and `[DONE]`; nothing for a cut answer).
+    fn stream(&self, include_usage: bool) -> Vec<Step> {
+        let event = |j: &J| Bytes::from(format!("data: {}\n\n", j.encode()));
+        let chunk =
+            |text: &str, reason: J| event(&completion(self.model, self.choice(text, reason)));
+        let mut steps: Vec<Step> = self
+            .timeline
+            .text
+            .iter()
+            .flat_map(|t| t.at.iter().enumerate())
+            .map(|(i, at)| Step {
+                at: *at,
+                bytes: chunk(self.deltas.get(i), J::Null),
+            })
+            .collect();
+        let end = self.timeline.end;
+        let mut last = |bytes: Bytes| steps.push(Step { at: end, bytes });
+        if self.complete() {
+            last(chunk("", J::from(self.reason())));
+            if include_usage {
+                let usage_chunk = completion(self.model, J::Null).with("usage", self.usage.clone());
+                last(event(&usage_chunk));
             }
         }
+        let error = self.script.end == End::ErrorEvent;
+        if error {
+            last(Bytes::from(format!("data: {}\n\n", self.error())));
+        }
+        if self.complete() || error {
+            last(Bytes::from_static(b"data: [DONE]\n\n"));
+        }
+        steps
     }
 }
 

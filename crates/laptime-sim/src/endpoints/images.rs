@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::json::{obj, J};
 use crate::reply::{self, Body};
@@ -48,32 +48,7 @@ pub(super) fn generate(ctx: &Ctx<'_>, body: &[u8]) -> Result<String, ApiError> {
         .and_then(Value::as_str)
         .or(ctx.deployment)
         .unwrap_or("dall-e-2");
-    let n = match body.get("n") {
-        None | Some(Value::Null) => 1,
-        Some(v) => match v.as_u64() {
-            Some(n) if n > MAX_N => {
-                return Err(invalid(
-                    "n",
-                    format!(
-                        "Invalid 'n': integer above maximum value. Expected a value <= {MAX_N}, \
-                         but got {n} instead."
-                    ),
-                )
-                .code("integer_above_max_value"))
-            }
-            Some(n) if n >= 1 => n,
-            _ => {
-                return Err(invalid(
-                    "n",
-                    format!(
-                        "Invalid 'n': integer below minimum value. Expected a value >= 1, but \
-                         got {v} instead."
-                    ),
-                )
-                .code("integer_below_min_value"))
-            }
-        },
-    };
+    let n = count(body.get("n"))?;
     let gpt_image = model.starts_with("gpt-image");
     let url = match body.get("response_format").and_then(Value::as_str) {
         _ if gpt_image => false,
@@ -92,44 +67,79 @@ pub(super) fn generate(ctx: &Ctx<'_>, body: &[u8]) -> Result<String, ApiError> {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("127.0.0.1");
     let image = || {
-        let mut item = if url {
+        let item = if url {
             obj! {"url": format!("http://{host}{SIM_IMAGE_PATH}")}
         } else {
             obj! {"b64_json": base64(&PNG)}
         };
         if model == "dall-e-3" {
-            item = item.with("revised_prompt", prompt);
+            item.with("revised_prompt", prompt)
+        } else {
+            item
         }
-        item
     };
     let data: Vec<J> = (0..n).map(|_| image()).collect();
-    let mut answer = obj! {"created": ctx.sim.objects().now(), "data": data};
-    if gpt_image {
-        let text = |key: &str, default: &str| {
-            body.get(key)
-                .and_then(Value::as_str)
-                .filter(|v| *v != "auto")
-                .unwrap_or(default)
-                .to_owned()
-        };
-        let input = tokens::of_text(prompt);
-        let output = n * OUTPUT_TOKENS_PER_IMAGE;
-        answer = answer
-            .with("background", text("background", "opaque"))
-            .with("output_format", text("output_format", "png"))
-            .with("quality", text("quality", "low"))
-            .with("size", text("size", "1024x1024"))
-            .with(
-                "usage",
-                obj! {
-                    "input_tokens": input,
-                    "input_tokens_details": obj! {"image_tokens": 0u64, "text_tokens": input},
-                    "output_tokens": output,
-                    "total_tokens": input + output,
-                },
-            );
+    let answer = obj! {"created": ctx.sim.objects().now(), "data": data};
+    Ok(if gpt_image {
+        gpt_image_fields(answer, &body, prompt, n)
+    } else {
+        answer
     }
-    Ok(answer.encode())
+    .encode())
+}
+
+/// `n`: 1 (the default) to 10, else OpenAI's 400.
+fn count(n: Option<&Value>) -> Result<u64, ApiError> {
+    let v = match n {
+        None | Some(Value::Null) => return Ok(1),
+        Some(v) => v,
+    };
+    match v.as_u64() {
+        Some(n) if (1..=MAX_N).contains(&n) => Ok(n),
+        Some(n) if n > MAX_N => Err(invalid(
+            "n",
+            format!(
+                "Invalid 'n': integer above maximum value. Expected a value <= {MAX_N}, but got \
+                 {n} instead."
+            ),
+        )
+        .code("integer_above_max_value")),
+        _ => Err(invalid(
+            "n",
+            format!(
+                "Invalid 'n': integer below minimum value. Expected a value >= 1, but got {v} \
+                 instead."
+            ),
+        )
+        .code("integer_below_min_value")),
+    }
+}
+
+/// What a `gpt-image-*` answer adds: the settings it used and its token usage.
+fn gpt_image_fields(answer: J, body: &Map<String, Value>, prompt: &str, n: u64) -> J {
+    let setting = |key: &str, default: &str| {
+        body.get(key)
+            .and_then(Value::as_str)
+            .filter(|v| *v != "auto")
+            .unwrap_or(default)
+            .to_owned()
+    };
+    let input = tokens::of_text(prompt);
+    let output = n * OUTPUT_TOKENS_PER_IMAGE;
+    answer
+        .with("background", setting("background", "opaque"))
+        .with("output_format", setting("output_format", "png"))
+        .with("quality", setting("quality", "low"))
+        .with("size", setting("size", "1024x1024"))
+        .with(
+            "usage",
+            obj! {
+                "input_tokens": input,
+                "input_tokens_details": obj! {"image_tokens": 0u64, "text_tokens": input},
+                "output_tokens": output,
+                "total_tokens": input + output,
+            },
+        )
 }
 
 #[cfg(test)]

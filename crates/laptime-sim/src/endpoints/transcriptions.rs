@@ -91,20 +91,7 @@ fn transcribe(ctx: &Ctx<'_>, form: &Form) -> Result<Response<Body>, ApiError> {
     };
     let text = format!("The sim heard {} bytes of {}.", file.bytes, file.filename);
     let seconds = file.bytes as f64 / BYTES_PER_SECOND;
-    let usage = if model.starts_with("whisper") {
-        obj! {"type": "duration", "seconds": seconds.ceil() as u64}
-    } else {
-        let audio = file.bytes.div_ceil(1000);
-        let prompt = form.field("prompt").map_or(0, tokens::of_text);
-        let output = tokens::of_text(&text);
-        obj! {
-            "type": "tokens",
-            "input_tokens": audio + prompt,
-            "input_token_details": obj! {"text_tokens": prompt, "audio_tokens": audio},
-            "output_tokens": output,
-            "total_tokens": audio + prompt + output,
-        }
-    };
+    let usage = usage(model, file.bytes, form.field("prompt"), &text, seconds);
     let plain = |body: String| {
         reply::bytes(
             StatusCode::OK,
@@ -125,24 +112,43 @@ fn transcribe(ctx: &Ctx<'_>, form: &Form) -> Result<Response<Body>, ApiError> {
         )),
         Format::VerboseJson => {
             let language = form.field("language").unwrap_or("english");
-            let segment = obj! {
-                "id": 0u32, "seek": 0u32, "start": 0.0, "end": seconds,
-                "text": format!(" {text}"), "tokens": arr![], "temperature": 0.0,
-                "avg_logprob": -0.2, "compression_ratio": 1.0, "no_speech_prob": 0.0,
-            };
-            reply::ok(
-                obj! {
-                    "task": "transcribe",
-                    "language": language,
-                    "duration": seconds,
-                    "text": text.as_str(),
-                    "segments": J::Arr(vec![segment]),
-                    "usage": usage,
-                }
-                .encode(),
-            )
+            reply::ok(verbose(&text, language, seconds, usage).encode())
         }
     })
+}
+
+/// Seconds of audio for `whisper-*` models, tokens for the others.
+fn usage(model: &str, bytes: u64, prompt: Option<&str>, text: &str, seconds: f64) -> J {
+    if model.starts_with("whisper") {
+        return obj! {"type": "duration", "seconds": seconds.ceil() as u64};
+    }
+    let audio = bytes.div_ceil(1000);
+    let prompt = prompt.map_or(0, tokens::of_text);
+    let output = tokens::of_text(text);
+    obj! {
+        "type": "tokens",
+        "input_tokens": audio + prompt,
+        "input_token_details": obj! {"text_tokens": prompt, "audio_tokens": audio},
+        "output_tokens": output,
+        "total_tokens": audio + prompt + output,
+    }
+}
+
+/// `verbose_json`: the transcript as one segment.
+fn verbose(text: &str, language: &str, seconds: f64, usage: J) -> J {
+    let segment = obj! {
+        "id": 0u32, "seek": 0u32, "start": 0.0, "end": seconds,
+        "text": format!(" {text}"), "tokens": arr![], "temperature": 0.0,
+        "avg_logprob": -0.2, "compression_ratio": 1.0, "no_speech_prob": 0.0,
+    };
+    obj! {
+        "task": "transcribe",
+        "language": language,
+        "duration": seconds,
+        "text": text,
+        "segments": J::Arr(vec![segment]),
+        "usage": usage,
+    }
 }
 
 /// `HH:MM:SS{sep}mmm`.
