@@ -1,7 +1,8 @@
 //! Azure OpenAI's URL shapes, served as the OpenAI paths they stand for.
 //!
 //! - `/openai/deployments/{deployment}/{chat/completions|completions|embeddings|
-//!   images/generations|audio/speech|audio/transcriptions}?api-version=YYYY-MM-DD[-preview]`:
+//!   images/generations|audio/speech|audio/transcriptions|audio/translations}
+//!   ?api-version=YYYY-MM-DD[-preview]`:
 //!   the deployment is the model when the body names none.
 //! - `/openai/{files|batches|responses}[/…]?api-version=…`: the data-plane paths of the dated
 //!   API versions.
@@ -19,13 +20,14 @@ use crate::query;
 use crate::reply::{self, Body};
 
 /// The operations a deployment serves.
-const DEPLOYMENT_OPERATIONS: [&str; 6] = [
+const DEPLOYMENT_OPERATIONS: [&str; 7] = [
     "chat/completions",
     "completions",
     "embeddings",
     "images/generations",
     "audio/speech",
     "audio/transcriptions",
+    "audio/translations",
 ];
 
 /// The collections of the dated data-plane API.

@@ -34,7 +34,7 @@
 //! - `endpoints`: every other provider endpoint, served as the providers serve them:
 //!   OpenAI `POST /v1/embeddings` (float or base64 unit vectors), `/v1/moderations`,
 //!   `/v1/images/generations` (a tiny PNG), `/v1/audio/speech` (audio streamed in frames),
-//!   `/v1/audio/transcriptions` (multipart), `/v1/completions` (legacy, scripted), Files
+//!   `/v1/audio/transcriptions` and `/translations` (multipart), `/v1/completions` (legacy), Files
 //!   (`/v1/files…`), Batches (`/v1/batches…`, run at their first read), stored Responses
 //!   (`GET|DELETE /v1/responses/{id}`, `/cancel`, `/input_items`), `GET /v1/models/{id}`;
 //!   Anthropic `POST /v1/messages/count_tokens`; Gemini `:embedContent`,

@@ -528,3 +528,28 @@ async fn a_model_is_looked_up_by_id() {
         "model_not_found"
     );
 }
+
+#[tokio::test]
+async fn a_translation_is_a_transcription_into_english() {
+    let h = Harness::start().await;
+    let boundary = "b";
+    let send = |format: &str| {
+        h.client
+            .post(h.url("/v1/audio/translations"))
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(multipart(
+                boundary,
+                &[("model", "whisper-1"), ("response_format", format)],
+                Some(("fr.mp3", b"bonjour".as_slice())),
+            ))
+            .send()
+    };
+    let json_answer: Value = send("json").await.unwrap().json().await.unwrap();
+    assert_eq!(json_answer["text"], "The sim translated 7 bytes of fr.mp3.");
+    let verbose: Value = send("verbose_json").await.unwrap().json().await.unwrap();
+    assert_eq!(verbose["task"], "translate");
+    assert_eq!(verbose["language"], "english");
+}

@@ -1,5 +1,5 @@
 //! The provider endpoints besides the four scripted dialects: OpenAI's embeddings,
-//! moderations, images, audio, legacy completions, files, batches, stored responses and model
+//! moderations, images, audio (speech, transcriptions, translations), legacy completions, files, batches, stored responses and model
 //! lookup, Anthropic's token count, and Gemini's embeddings and token count. Routing by method
 //! and path, and the one entry point the server calls.
 
@@ -26,6 +26,7 @@ use crate::reply::{self, Body};
 use crate::script::Schedule;
 use crate::server::Sim;
 use crate::wire::ApiError;
+use transcriptions::Task;
 
 /// A Gemini method other than generating content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,7 @@ pub(crate) enum Endpoint {
     ImageGenerations,
     Speech,
     Transcriptions,
+    Translations,
     Completions,
     FileUpload,
     FileList,
@@ -92,6 +94,7 @@ pub(crate) fn route(method: &Method, path: &str) -> Option<Found> {
         ["images", "generations"] => post(E::ImageGenerations),
         ["audio", "speech"] => post(E::Speech),
         ["audio", "transcriptions"] => post(E::Transcriptions),
+        ["audio", "translations"] => post(E::Translations),
         ["completions"] => post(E::Completions),
         ["messages", "count_tokens"] => post(E::CountTokens),
         ["files"] => match *method {
@@ -174,7 +177,10 @@ impl Endpoint {
     /// Whether the endpoint reads its body as it arrives (a multipart upload) rather than
     /// whole.
     pub(crate) fn streams_body(&self) -> bool {
-        matches!(self, Endpoint::FileUpload | Endpoint::Transcriptions)
+        matches!(
+            self,
+            Endpoint::FileUpload | Endpoint::Transcriptions | Endpoint::Translations
+        )
     }
 
     /// The model a request names, for the log: the path's (Gemini), else the body's, else the
@@ -247,7 +253,7 @@ pub(crate) fn serve(endpoint: &Endpoint, ctx: &Ctx<'_>, body: &Bytes) -> Outcome
         }),
         E::SimImage => Ok(Outcome::Reply(images::sim_image())),
         // Read as they arrive: see `serve_streamed`.
-        E::FileUpload | E::Transcriptions => Err(ApiError::scripted(500)),
+        E::FileUpload | E::Transcriptions | E::Translations => Err(ApiError::scripted(500)),
     };
     Outcome::of(endpoint, result)
 }
@@ -265,7 +271,8 @@ where
 {
     let (model, result) = match endpoint {
         Endpoint::FileUpload => (None, files::upload(ctx, body).await),
-        Endpoint::Transcriptions => transcriptions::serve(ctx, body).await,
+        Endpoint::Transcriptions => transcriptions::serve(ctx, body, Task::Transcribe).await,
+        Endpoint::Translations => transcriptions::serve(ctx, body, Task::Translate).await,
         _ => (None, Err(ApiError::scripted(500))),
     };
     (Outcome::of(endpoint, result.map(Outcome::Reply)), model)

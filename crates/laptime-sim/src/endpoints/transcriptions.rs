@@ -1,8 +1,9 @@
-//! `POST /v1/audio/transcriptions`: a `multipart/form-data` upload (`file`, `model`,
-//! `response_format`, `language`, …) read as it arrives; the audio is counted, not kept (at
-//! most [`MAX_AUDIO`] bytes, OpenAI's 25 MB, else 413).
+//! `POST /v1/audio/transcriptions` and `/v1/audio/translations`: a `multipart/form-data`
+//! upload (`file`, `model`, `response_format`, `language`, …) read as it arrives; the audio is
+//! counted, not kept (at most [`MAX_AUDIO`] bytes, OpenAI's 25 MB, else 413).
 //!
-//! The transcript is made from what arrived: `The sim heard {bytes} bytes of {filename}.`,
+//! The transcript is made from what arrived: `The sim heard {bytes} bytes of {filename}.`
+//! (`The sim translated …` for a translation, always in English),
 //! lasting one second per 16 000 bytes. `json` (default) is `{"text", "usage"}` (usage in
 //! seconds for `whisper-*` models, in tokens otherwise: audio tokens one per 1 000 bytes, the
 //! text's by [`crate::tokens`]); `text`, `srt` and `vtt` are text; `verbose_json` adds the task,
@@ -24,6 +25,13 @@ use super::{invalid, missing, Ctx};
 pub(crate) const MAX_AUDIO: u64 = 25 * 1024 * 1024;
 /// Bytes of audio per second of speech, as the sim pretends.
 const BYTES_PER_SECOND: f64 = 16_000.0;
+
+/// What is asked of the audio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Task {
+    Transcribe,
+    Translate,
+}
 
 /// The answer's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +60,7 @@ impl Format {
 pub(super) async fn serve<S, E>(
     ctx: &Ctx<'_>,
     body: S,
+    task: Task,
 ) -> (Option<String>, Result<Response<Body>, ApiError>)
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
@@ -67,10 +76,10 @@ where
         Err(e) => return (None, Err(e.api_error("The audio file"))),
     };
     let model = form.field("model").map(str::to_owned);
-    (model, transcribe(ctx, &form))
+    (model, transcribe(ctx, &form, task))
 }
 
-fn transcribe(ctx: &Ctx<'_>, form: &Form) -> Result<Response<Body>, ApiError> {
+fn transcribe(ctx: &Ctx<'_>, form: &Form, task: Task) -> Result<Response<Body>, ApiError> {
     let file = form.file.as_ref().ok_or_else(|| missing("file"))?;
     let model = form
         .field("model")
@@ -89,7 +98,11 @@ fn transcribe(ctx: &Ctx<'_>, form: &Form) -> Result<Response<Body>, ApiError> {
             )
         })?,
     };
-    let text = format!("The sim heard {} bytes of {}.", file.bytes, file.filename);
+    let verb = match task {
+        Task::Transcribe => "heard",
+        Task::Translate => "translated",
+    };
+    let text = format!("The sim {verb} {} bytes of {}.", file.bytes, file.filename);
     let seconds = file.bytes as f64 / BYTES_PER_SECOND;
     let usage = usage(model, file.bytes, form.field("prompt"), &text, seconds);
     let plain = |body: String| {
@@ -111,8 +124,11 @@ fn transcribe(ctx: &Ctx<'_>, form: &Form) -> Result<Response<Body>, ApiError> {
             stamp(seconds, '.')
         )),
         Format::VerboseJson => {
-            let language = form.field("language").unwrap_or("english");
-            reply::ok(verbose(&text, language, seconds, usage).encode())
+            let (name, language) = match task {
+                Task::Transcribe => ("transcribe", form.field("language").unwrap_or("english")),
+                Task::Translate => ("translate", "english"),
+            };
+            reply::ok(verbose(name, &text, language, seconds, usage).encode())
         }
     })
 }
@@ -135,14 +151,14 @@ fn usage(model: &str, bytes: u64, prompt: Option<&str>, text: &str, seconds: f64
 }
 
 /// `verbose_json`: the transcript as one segment.
-fn verbose(text: &str, language: &str, seconds: f64, usage: J) -> J {
+fn verbose(task: &str, text: &str, language: &str, seconds: f64, usage: J) -> J {
     let segment = obj! {
         "id": 0u32, "seek": 0u32, "start": 0.0, "end": seconds,
         "text": format!(" {text}"), "tokens": arr![], "temperature": 0.0,
         "avg_logprob": -0.2, "compression_ratio": 1.0, "no_speech_prob": 0.0,
     };
     obj! {
-        "task": "transcribe",
+        "task": task,
         "language": language,
         "duration": seconds,
         "text": text,
