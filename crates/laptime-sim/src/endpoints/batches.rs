@@ -399,7 +399,7 @@ fn run(sim: &Sim, owner: &Owner, batch: &mut Batch, lines: &[Line], now: u64) {
             "custom_id": line.custom_id.as_str(),
             "response": obj! {
                 "status_code": status,
-                "request_id": sim.next_request_id(),
+                "request_id": format!("req_{suffix}_{:04}", i + 1),
                 "body": J::Raw(body),
             },
             "error": J::Null,
