@@ -223,13 +223,9 @@ fn gemini_values(v: &[f32]) -> J {
     obj! {"values": J::Arr(v.iter().map(|x| J::from(*x)).collect())}
 }
 
-fn as_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    object(body)
-}
-
 /// `POST /v1beta/models/{model}:embedContent`.
 pub(super) fn gemini_one(model: &str, body: &[u8]) -> Result<String, ApiError> {
-    let body = as_object(body)?;
+    let body = object(body)?;
     let text = gemini_text(body.get("content"))?;
     let dims = gemini_dims(model, &body)?;
     let v = vectors(&[Input::Text(text)], dims)?;
@@ -239,7 +235,7 @@ pub(super) fn gemini_one(model: &str, body: &[u8]) -> Result<String, ApiError> {
 
 /// `POST /v1beta/models/{model}:batchEmbedContents`.
 pub(super) fn gemini_batch(model: &str, body: &[u8]) -> Result<String, ApiError> {
-    let body = as_object(body)?;
+    let body = object(body)?;
     let requests = body
         .get("requests")
         .and_then(Value::as_array)
