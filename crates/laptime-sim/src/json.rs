@@ -16,6 +16,9 @@ pub(crate) enum J {
     Str(String),
     Arr(Vec<J>),
     Obj(Vec<(&'static str, J)>),
+    /// JSON text written as it is: a value already encoded elsewhere (a stored object, a
+    /// request's own items, an `f32` in its shortest form). The caller vouches that it is valid.
+    Raw(String),
 }
 
 /// `obj!{"key": value, ...}` builds a [`J::Obj`] in the written order; values go through `J::from`.
@@ -51,6 +54,7 @@ impl J {
             J::Float(f) if !f.is_finite() => out.push_str("null"),
             J::Float(f) => out.push_str(&f.to_string()),
             J::Str(s) => write_str(s, out),
+            J::Raw(text) => out.push_str(text),
             J::Arr(items) => {
                 out.push('[');
                 for (i, item) in items.iter().enumerate() {
@@ -232,6 +236,17 @@ impl From<Vec<J>> for J {
         J::Arr(items)
     }
 }
+impl From<f32> for J {
+    /// The shortest text that reads back as the same `f32` (as OpenAI writes embeddings);
+    /// widening to `f64` first would print the binary expansion's noise.
+    fn from(f: f32) -> J {
+        if f.is_finite() {
+            J::Raw(f.to_string())
+        } else {
+            J::Null
+        }
+    }
+}
 impl<T: Into<J>> From<Option<T>> for J {
     fn from(v: Option<T>) -> J {
         v.map_or(J::Null, Into::into)
@@ -252,6 +267,13 @@ mod tests {
     fn strings_are_escaped_like_serde_json() {
         let s = "quote\" back\\ nl\n tab\t bell\u{7} é /";
         assert_eq!(J::from(s).encode(), serde_json::to_string(s).unwrap());
+    }
+
+    #[test]
+    fn raw_text_and_f32s_are_written_as_they_are() {
+        let v = obj! {"o": J::Raw(r#"{"z":1,"a":[2]}"#.to_owned()), "f": 0.1f32, "n": f32::NAN};
+        assert_eq!(v.encode(), r#"{"o":{"z":1,"a":[2]},"f":0.1,"n":null}"#);
+        assert_eq!(arr![0.1f32].encode_pretty(), "[\n  0.1\n]");
     }
 
     #[test]

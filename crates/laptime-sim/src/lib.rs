@@ -25,23 +25,55 @@
 //!   Pure.
 //! - `json`: an ordered JSON builder, so fields come out in the providers' order.
 //! - [`server`]: the HTTP server (HTTP/1.1 and h2c) that plays schedules against the clock,
-//!   with `/sim/stats` and `/sim/requests` for tests and `/sim/timing` for benchmarks.
+//!   with `/sim/stats` (counters, and the objects and bytes held) and `/sim/requests` (the
+//!   last 100 requests: method, path and query, credential headers, content type, body size
+//!   and SHA-256) for tests and `/sim/timing` for benchmarks.
 //! - `clock`: sub-millisecond waits (tokio's timer, then a high-resolution thread for the last
 //!   stretch) and the histogram of the sim's own lateness.
 //!
+//! - `endpoints`: every other provider endpoint, served as the providers serve them:
+//!   OpenAI `POST /v1/embeddings` (float or base64 unit vectors), `/v1/moderations`,
+//!   `/v1/images/generations` (a tiny PNG), `/v1/audio/speech` (audio streamed in frames),
+//!   `/v1/audio/transcriptions` and `/translations` (multipart), `/v1/completions` (legacy), Files
+//!   (`/v1/files…`), Batches (`/v1/batches…`, run at their first read), stored Responses
+//!   (`GET|DELETE /v1/responses/{id}`, `/cancel`, `/input_items`), `GET /v1/models/{id}`;
+//!   Anthropic `POST /v1/messages/count_tokens`; Gemini `:embedContent`,
+//!   `:batchEmbedContents`, `:countTokens` (under `/v1beta/models/` and `/v1/models/`).
+//! - `azure`: Azure OpenAI's URLs (`/openai/deployments/{d}/…?api-version=…`,
+//!   `/openai/{files|batches|responses}…`, `/openai/v1/…`) served as the OpenAI paths.
+//! - `objects`: what clients make (files, batches, stored responses), each owned by the
+//!   credential that made it (`Authorization: Bearer`, `api-key`, `x-api-key`,
+//!   `x-goog-api-key`, or none): another credential gets the provider's 404, so two keys on
+//!   one sim are two providers. Every store is bounded.
+//! - `tokens`: the one counting rule (⌈UTF-8 bytes / 4⌉ per string) where no script says.
+//! - `handle`, `route`, `plan`, `multipart`: one request's path through the server: URL,
+//!   route, body (uploads read as they arrive), log, script, answer.
+//!
 //! A request picks its script with a top-level `"laptime_sim": {…}` object (any [`Script`]
 //! fields), or by naming a preset as its `model` (the only way through a translating gateway,
-//! which does not carry `laptime_sim` across dialects).
+//! which does not carry `laptime_sim` across dialects). Every Responses answer has its own id
+//! (`resp_laptimesim0001`, `…0002`, … per sim), the one its store entry has.
 
 pub mod script;
 pub mod server;
 
+mod azure;
 mod clock;
 mod echo;
+mod endpoints;
+mod handle;
 mod json;
+mod multipart;
+mod objects;
+mod plan;
 mod prefill;
+mod query;
+mod reply;
+mod route;
 #[cfg(test)]
 mod testkit;
+mod tokens;
+mod vectors;
 mod wire;
 
 pub use script::{

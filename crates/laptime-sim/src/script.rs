@@ -616,12 +616,74 @@ pub fn schedule_with_prefill(
     include_usage: bool,
     prefill: Option<&str>,
 ) -> Schedule {
-    if let Some(prefill) = prefill {
+    let request = Request {
+        model,
+        stream,
+        include_usage,
+        prefill,
+        response: &ResponseMeta::default(),
+    };
+    answer(dialect, script, &request).schedule
+}
+
+/// What a Responses answer says of itself besides its content: its id, and the request's
+/// `store`, `background` and `previous_response_id` echoed. The other dialects ignore it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ResponseMeta {
+    pub(crate) id: String,
+    pub(crate) store: bool,
+    pub(crate) background: bool,
+    pub(crate) previous_response_id: Option<String>,
+}
+
+impl Default for ResponseMeta {
+    /// The first response of a sim, as a request without `store`, `background` or
+    /// `previous_response_id` makes it (OpenAI stores by default).
+    fn default() -> Self {
+        ResponseMeta {
+            id: "resp_laptimesim0001".to_owned(),
+            store: true,
+            background: false,
+            previous_response_id: None,
+        }
+    }
+}
+
+/// How a request asks to be answered, besides its script.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    pub(crate) model: &'a str,
+    pub(crate) stream: bool,
+    /// Chat's `stream_options.include_usage`.
+    pub(crate) include_usage: bool,
+    /// The assistant prefill the conversation ends with, if any.
+    pub(crate) prefill: Option<&'a str>,
+    pub(crate) response: &'a ResponseMeta,
+}
+
+/// A scheduled answer and, for a Responses answer that made a response, what a store keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answer {
+    pub(crate) schedule: Schedule,
+    /// The final response object (`GET /v1/responses/{id}`): Responses answers with a 200
+    /// status only.
+    pub(crate) stored: Option<String>,
+    /// A background response's object once cancelled.
+    pub(crate) cancelled: Option<String>,
+}
+
+/// [`schedule_with_prefill`] with everything a server knows of the request.
+pub(crate) fn answer(dialect: Dialect, script: &Script, request: &Request<'_>) -> Answer {
+    if let Some(prefill) = request.prefill {
         match script.prefill {
             PrefillMode::Refuse => {
                 let head_at = Duration::from_millis(script.headers_ms);
                 let body = wire::ApiError::prefill_refused().body(dialect);
-                return whole(400, head_at, body, None);
+                return Answer {
+                    schedule: whole(400, head_at, body, None),
+                    stored: None,
+                    cancelled: None,
+                };
             }
             PrefillMode::Continue if has_text(script) => {
                 if let Some(deltas) = Deltas::of(script).continuing(prefill) {
@@ -637,20 +699,13 @@ pub fn schedule_with_prefill(
                         },
                         ..script.clone()
                     };
-                    return play(dialect, &continuation, deltas, model, stream, include_usage);
+                    return play(dialect, &continuation, deltas, request);
                 }
             }
             PrefillMode::Continue => {}
         }
     }
-    play(
-        dialect,
-        script,
-        Deltas::of(script),
-        model,
-        stream,
-        include_usage,
-    )
+    play(dialect, script, Deltas::of(script), request)
 }
 
 /// The whole visible text `script` answers with, as a client that read all of it has it: the
@@ -692,15 +747,8 @@ fn whole(status: u16, at: Duration, body: String, retry_after_s: Option<u64>) ->
     }
 }
 
-/// The schedule of `script` answering with the text `deltas` (before `cut_after`).
-fn play(
-    dialect: Dialect,
-    script: &Script,
-    mut deltas: Deltas,
-    model: &str,
-    stream: bool,
-    include_usage: bool,
-) -> Schedule {
+/// The answer of `script` with the text `deltas` (before `cut_after`).
+fn play(dialect: Dialect, script: &Script, mut deltas: Deltas, request: &Request<'_>) -> Answer {
     if let Some(n) = script.cut_after {
         deltas.truncate(usize::try_from(n).unwrap_or(usize::MAX));
     }
@@ -709,20 +757,45 @@ fn play(
     let usage = Usage::resolve(script, &timeline);
     let ctx = wire::Ctx {
         dialect,
-        model,
+        model: request.model,
         timeline: &timeline,
         usage,
         end: script.end,
         status: script.status,
-        include_usage: include_usage && dialect == Dialect::Chat,
+        include_usage: request.include_usage && dialect == Dialect::Chat,
         tool_calls: script.tool_calls.clamp(1, MAX_TOOL_CALLS),
         deltas: &deltas,
         refusal: script.refusal,
+        response: request.response,
     };
+    let background = dialect == Dialect::Responses && request.response.background;
+    let schedule = if background && !request.stream && script.end != End::Status {
+        // A background request is answered at once, queued; the store has the rest.
+        whole(
+            200,
+            timeline.head,
+            wire::responses_queued(&ctx),
+            script.retry_after_s,
+        )
+    } else {
+        play_schedule(&ctx, script, request.stream)
+    };
+    // A response exists once the provider answered 200 (a stream's in-band failure too).
+    let made = dialect == Dialect::Responses && schedule.status == 200;
+    Answer {
+        schedule,
+        stored: made.then(|| wire::responses_stored(&ctx)),
+        cancelled: (made && background).then(|| wire::responses_cancelled(&ctx)),
+    }
+}
+
+/// The schedule of one answer whose context is made.
+fn play_schedule(ctx: &wire::Ctx<'_>, script: &Script, stream: bool) -> Schedule {
+    let timeline = ctx.timeline;
     let retry_after_s = script.retry_after_s;
     let whole = |status: u16, at: Duration, body: String| whole(status, at, body, retry_after_s);
     if script.end == End::Status {
-        return whole(script.status, timeline.head, wire::scripted_error(&ctx));
+        return whole(script.status, timeline.head, wire::scripted_error(ctx));
     }
     let finish = match script.end {
         End::Reset => Finish::Reset,
@@ -734,16 +807,16 @@ fn play(
             status: 200,
             content_type: SSE,
             head_at: timeline.head,
-            steps: wire::stream(&ctx),
+            steps: wire::stream(ctx),
             finish,
             retry_after_s,
         };
     }
     match script.end {
-        End::ErrorEvent => whole(script.status, timeline.end, wire::scripted_error(&ctx)),
+        End::ErrorEvent => whole(script.status, timeline.end, wire::scripted_error(ctx)),
         End::Close | End::Reset | End::Stall => {
             // The answer is cut in the middle of its JSON: half a body, then the scripted end.
-            let mut body = wire::body(&ctx);
+            let mut body = wire::body(ctx);
             body.truncate(body.len() / 2);
             Schedule {
                 finish,
@@ -751,7 +824,7 @@ fn play(
             }
         }
         End::Terminal | End::Incomplete | End::Filtered | End::Status => {
-            whole(200, timeline.end, wire::body(&ctx))
+            whole(200, timeline.end, wire::body(ctx))
         }
     }
 }
@@ -831,7 +904,7 @@ impl Deltas {
     }
 
     /// Keeps the first `n` deltas.
-    fn truncate(&mut self, n: usize) {
+    pub(crate) fn truncate(&mut self, n: usize) {
         self.bounds.truncate(n.saturating_add(1));
     }
 

@@ -1,9 +1,14 @@
-//! The HTTP face of the fake provider: accepts connections (HTTP/1.1 and h2c), picks a script
-//! for each request, and plays its [`Schedule`] against the clock, one body frame per step.
+//! The HTTP face of the fake provider: accepts connections (HTTP/1.1 and h2c), hands each
+//! request to `crate::handle`, and plays a [`Schedule`] against the clock, one body frame per
+//! step. [`Sim`] is the state every connection shares: counters, the request log and the
+//! objects clients made (`crate::objects`).
 //!
 //! Time is measured from the instant hyper hands over the request head, and every frame waits
 //! for `start + at` (absolute deadlines, so a slow write never pushes the later frames back),
-//! to within ~0.1 ms ([`crate::clock`]). Besides the three dialect endpoints it serves
+//! to within ~0.1 ms ([`crate::clock`]). Besides the provider endpoints (the four scripted
+//! dialects, and those of `crate::endpoints`: embeddings, moderations, images, audio, legacy
+//! completions, files, batches, stored responses, model lookup, Anthropic's and Gemini's token
+//! counts, Gemini's embeddings, and Azure's URL shapes of them, see `crate::azure`) it serves
 //! `GET /v1/models` and three observability endpoints: `GET /sim/stats` and `GET /sim/requests`
 //! for tests, and `GET /sim/timing` (how late the sim's own timed sends were) for benchmarks.
 //!
@@ -12,7 +17,6 @@
 //! `SO_LINGER 0`, so when the connection is dropped the kernel aborts it.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -22,16 +26,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use http::header::{HeaderMap, HeaderValue, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
-use http::{Method, Request, Response, StatusCode};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::{Response, StatusCode};
 use http_body::Frame;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::Incoming;
+use http_body_util::StreamBody;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use laptime_core::{Dialect, GeminiMethod};
+use laptime_core::Dialect;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 use tokio::task::{JoinHandle, JoinSet};
@@ -39,22 +41,16 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::clock::{sleep_to, Lateness};
-use crate::echo;
 use crate::json::{obj, J};
-use crate::prefill;
-use crate::script::{self, preset, Finish, Schedule, Script, Step, JSON, PRESET_NAMES, SSE};
-use crate::wire::{ApiError, CREATED};
+use crate::objects::Objects;
+use crate::reply::{self, full, Body};
+use crate::script::{Finish, Schedule, Step, JSON, SSE};
+use crate::wire::ApiError;
 
 /// The longest a stalled stream holds its connection when the client never leaves.
 const STALL_LIMIT: Duration = Duration::from_secs(600);
-/// Request bodies above this are refused (a fake needs no more; it keeps memory bounded).
-const MAX_BODY: usize = 64 * 1024 * 1024;
 /// How many requests `/sim/requests` remembers.
 const LOG_LEN: usize = 100;
-/// The model name used when a request scripts its answer and names no model.
-const SCRIPTED_MODEL: &str = "laptime-sim";
-
-type Body = UnsyncBoxBody<Bytes, io::Error>;
 
 // === Sim ===
 
@@ -74,6 +70,7 @@ struct Shared {
     next_id: AtomicU64,
     log: Mutex<VecDeque<SimRequest>>,
     lateness: Lateness,
+    objects: Objects,
 }
 
 /// The counters `GET /sim/stats` returns.
@@ -89,6 +86,21 @@ pub struct SimStats {
     pub streams_dropped: u64,
     /// Accepted TCP connections not yet closed.
     pub open_connections: u64,
+    /// Files held (uploaded, or made by batches).
+    #[serde(default)]
+    pub files_held: u64,
+    /// Bytes of file content held, uploads in flight included.
+    #[serde(default)]
+    pub file_bytes_held: u64,
+    /// Batches held.
+    #[serde(default)]
+    pub batches_held: u64,
+    /// Stored responses held.
+    #[serde(default)]
+    pub responses_held: u64,
+    /// Bytes of the stored responses' JSON held.
+    #[serde(default)]
+    pub response_bytes_held: u64,
 }
 
 /// One entry of `GET /sim/requests`: what the fake received, for tests to check what a gateway
@@ -104,6 +116,20 @@ pub struct SimRequest {
     pub anthropic_version: Option<String>,
     pub traceparent: Option<String>,
     pub body_sha256: String,
+    /// The request method (`POST`, `GET`, `DELETE`).
+    #[serde(default)]
+    pub method: String,
+    /// The request target as received: path and query (`path` is the path alone).
+    #[serde(default)]
+    pub path_and_query: String,
+    /// Azure's `api-key` header.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// Bytes of body the sim read (all of it, unless it answered an upload early).
+    #[serde(default)]
+    pub body_bytes: u64,
 }
 
 impl Sim {
@@ -114,11 +140,19 @@ impl Sim {
     /// A snapshot of the counters.
     pub fn stats(&self) -> SimStats {
         let s = &self.shared;
+        let (files, file_bytes) = s.objects.files.held();
+        let (responses, response_bytes) = s.objects.responses().held();
+        let n = |v: usize| v as u64;
         SimStats {
             requests: s.requests.load(Ordering::Relaxed),
             streams_completed: s.streams_completed.load(Ordering::Relaxed),
             streams_dropped: s.streams_dropped.load(Ordering::Relaxed),
             open_connections: s.open_connections.load(Ordering::Relaxed),
+            files_held: n(files),
+            file_bytes_held: n(file_bytes),
+            batches_held: n(s.objects.batches().held()),
+            responses_held: n(responses),
+            response_bytes_held: n(response_bytes),
         }
     }
 
@@ -135,7 +169,7 @@ impl Sim {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn record(&self, request: SimRequest) {
+    pub(crate) fn record(&self, request: SimRequest) {
         let mut log = self.log();
         if log.len() == LOG_LEN {
             log.pop_front();
@@ -143,9 +177,23 @@ impl Sim {
         log.push_back(request);
     }
 
-    fn next_request_id(&self) -> String {
+    pub(crate) fn next_request_id(&self) -> String {
         let n = self.shared.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         format!("simreq_{n:016x}")
+    }
+
+    /// Counts a request to a provider endpoint.
+    pub(crate) fn count_request(&self) {
+        self.shared.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn objects(&self) -> &Objects {
+        &self.shared.objects
+    }
+
+    /// `GET /sim/timing`.
+    pub(crate) fn timing_json(&self) -> String {
+        self.shared.lateness.json()
     }
 }
 
@@ -259,7 +307,7 @@ pub async fn spawn_local(sim: Sim) -> io::Result<(SocketAddr, JoinHandle<()>)> {
 }
 
 /// Per-connection control shared with the bodies: the socket duplicate a reset needs.
-struct ConnCtl {
+pub(crate) struct ConnCtl {
     dup: Mutex<Option<std::net::TcpStream>>,
     kill: Notify,
 }
@@ -312,7 +360,9 @@ async fn connection(stream: TcpStream, sim: Sim, stop: watch::Receiver<bool>, _o
 
     let service = {
         let (sim, ctl, stop) = (sim.clone(), ctl.clone(), stop.clone());
-        hyper::service::service_fn(move |req| handle(sim.clone(), ctl.clone(), stop.clone(), req))
+        hyper::service::service_fn(move |req| {
+            crate::handle::handle(sim.clone(), ctl.clone(), stop.clone(), req)
+        })
     };
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection(TokioIo::new(stream), service);
@@ -339,287 +389,10 @@ async fn connection(stream: TcpStream, sim: Sim, stop: watch::Receiver<bool>, _o
     drop(ctl.take_dup());
 }
 
-// === Requests ===
-
-/// What a request asks for, from its method and path.
-enum Route {
-    Api(Dialect),
-    /// `POST /v1beta/models/{model}:{method}`: model and stream-ness come from the path.
-    Gemini {
-        model: String,
-        method: GeminiMethod,
-    },
-    Models,
-    Stats,
-    Requests,
-    Timing,
-    NotFound,
-    MethodNotAllowed,
-}
-
-impl Route {
-    fn of(method: &Method, path: &str) -> Route {
-        let gemini = path
-            .strip_prefix(Dialect::Gemini.path())
-            .and_then(|rest| rest.strip_prefix('/'))
-            .and_then(GeminiMethod::split);
-        if let Some((model, gemini_method)) = gemini {
-            return if method == Method::POST {
-                Route::Gemini {
-                    model: model.to_owned(),
-                    method: gemini_method,
-                }
-            } else {
-                Route::MethodNotAllowed
-            };
-        }
-        let api = Dialect::ALL
-            .into_iter()
-            .filter(|d| *d != Dialect::Gemini)
-            .find(|d| d.path() == path);
-        match (method, path, api) {
-            (&Method::POST, _, Some(dialect)) => Route::Api(dialect),
-            (&Method::GET, "/v1/models", _) => Route::Models,
-            (&Method::GET, "/sim/stats", _) => Route::Stats,
-            (&Method::GET, "/sim/requests", _) => Route::Requests,
-            (&Method::GET, "/sim/timing", _) => Route::Timing,
-            (_, "/v1/models" | "/sim/stats" | "/sim/requests" | "/sim/timing", _)
-            | (_, _, Some(_)) => Route::MethodNotAllowed,
-            _ => Route::NotFound,
-        }
-    }
-}
-
-async fn handle(
-    sim: Sim,
-    ctl: Arc<ConnCtl>,
-    stop: watch::Receiver<bool>,
-    req: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
-    // The clock starts when the head is here, as a provider's would.
-    let start = Instant::now();
-    let request_id = sim.next_request_id();
-    let (parts, body) = req.into_parts();
-    let path = parts.uri.path().to_owned();
-    let route = Route::of(&parts.method, &path);
-    // Errors about the path itself speak Anthropic on Anthropic's path, OpenAI elsewhere.
-    let error_dialect = match route {
-        Route::Api(d) => d,
-        Route::Gemini { .. } => Dialect::Gemini,
-        _ if path.starts_with("/v1/messages") => Dialect::Messages,
-        _ if path.starts_with("/v1beta/") => Dialect::Gemini,
-        _ => Dialect::Chat,
-    };
-
-    let body = Limited::new(body, MAX_BODY)
-        .collect()
-        .await
-        .map(|c| c.to_bytes());
-    let digest = body
-        .as_ref()
-        .map(|b| hex::encode(Sha256::digest(b)))
-        .unwrap_or_default();
-
-    let mut response = match (&route, body) {
-        (Route::Stats, _) => json_response(StatusCode::OK, stats_json(sim.stats())),
-        (Route::Requests, _) => json_response(StatusCode::OK, requests_json(&sim.requests())),
-        (Route::Timing, _) => json_response(StatusCode::OK, sim.shared.lateness.json()),
-        (_, Err(e)) => {
-            sim.shared.requests.fetch_add(1, Ordering::Relaxed);
-            let error = ApiError::invalid_request(format!("could not read the request body: {e}"));
-            error_response(&error, error_dialect)
-        }
-        (_, Ok(bytes)) => {
-            sim.shared.requests.fetch_add(1, Ordering::Relaxed);
-            let planned = match &route {
-                Route::Api(dialect) => Some((*dialect, plan(*dialect, &bytes, None))),
-                Route::Gemini { model, method } => {
-                    let sse = parts
-                        .uri
-                        .query()
-                        .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
-                    let call = GeminiCall {
-                        model,
-                        stream: method.is_stream(),
-                        sse,
-                    };
-                    Some((Dialect::Gemini, plan(Dialect::Gemini, &bytes, Some(call))))
-                }
-                _ => None,
-            };
-            // Logged on arrival, so a test sees the request while its answer is still playing.
-            sim.record(SimRequest {
-                request_id: request_id.clone(),
-                path: path.clone(),
-                model: planned.as_ref().and_then(|(_, p)| p.model.clone()),
-                authorization: header(&parts.headers, "authorization"),
-                x_api_key: header(&parts.headers, "x-api-key"),
-                x_goog_api_key: header(&parts.headers, "x-goog-api-key"),
-                anthropic_version: header(&parts.headers, "anthropic-version"),
-                traceparent: header(&parts.headers, "traceparent"),
-                body_sha256: digest.clone(),
-            });
-            match (planned, route) {
-                (
-                    Some((
-                        _,
-                        Planned {
-                            answer: Ok(schedule),
-                            ..
-                        },
-                    )),
-                    _,
-                ) => answer(&sim, &ctl, stop, start, schedule).await,
-                (
-                    Some((
-                        dialect,
-                        Planned {
-                            answer: Err(error), ..
-                        },
-                    )),
-                    _,
-                ) => error_response(&error, dialect),
-                (None, Route::Models) => models_response(&parts.headers),
-                (None, Route::MethodNotAllowed) => {
-                    let message = format!("Method {} not allowed on {path}", parts.method);
-                    error_response(&ApiError::route(405, message), error_dialect)
-                }
-                (None, _) => {
-                    let message = format!("Unknown request URL: {} {path}", parts.method);
-                    error_response(&ApiError::route(404, message), error_dialect)
-                }
-            }
-        }
-    };
-
-    let headers = response.headers_mut();
-    insert(headers, "x-sim-body-sha256", &digest);
-    insert(headers, "x-sim-request-id", &request_id);
-    // The providers' own request-id headers, so a gateway can log them as it would for real.
-    let provider_id = match error_dialect {
-        Dialect::Messages => Some("request-id"),
-        // Google names an answer in its body (`responseId`), not in a header.
-        Dialect::Gemini => None,
-        Dialect::Chat | Dialect::Responses => Some("x-request-id"),
-    };
-    if let Some(name) = provider_id {
-        insert(headers, name, &request_id);
-    }
-    debug!(%path, %request_id, status = response.status().as_u16(), "answered");
-    Ok(response)
-}
-
-fn header(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-}
-
-fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
-    if let Ok(value) = HeaderValue::from_str(value) {
-        headers.insert(name, value);
-    }
-}
-
-/// A request's answer, decided but not yet played, and the model it named (for the log).
-struct Planned {
-    model: Option<String>,
-    answer: Result<Schedule, ApiError>,
-}
-
-/// A Gemini call as its path named it.
-struct GeminiCall<'a> {
-    model: &'a str,
-    stream: bool,
-    /// The query had `alt=sse` (without it Gemini streams a JSON array, which the fake does not).
-    sse: bool,
-}
-
-/// Picks the script for a request body: its own `laptime_sim` object, else the preset named by
-/// `model` (the body's, or for Gemini the path's), and schedules it.
-fn plan(dialect: Dialect, body: &[u8], gemini: Option<GeminiCall<'_>>) -> Planned {
-    if let Some(call) = gemini.as_ref().filter(|c| c.stream && !c.sse) {
-        let message = format!(
-            "streamGenerateContent is served as server-sent events only: call \
-             /v1beta/models/{}:streamGenerateContent?alt=sse",
-            call.model
-        );
-        return Planned {
-            model: Some(call.model.to_owned()),
-            answer: Err(ApiError::invalid_request(message)),
-        };
-    }
-    let value: serde_json::Value = match serde_json::from_slice(body) {
-        Ok(value) => value,
-        Err(e) => {
-            let message = format!("We could not parse the JSON body of your request: {e}");
-            return Planned {
-                model: None,
-                answer: Err(ApiError::invalid_request(message)),
-            };
-        }
-    };
-    let model = match &gemini {
-        Some(call) => Some(call.model.to_owned()),
-        None => value
-            .get("model")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned),
-    };
-    let answer = choose(&value, model.as_deref()).map(|mut script| {
-        if script.echo {
-            script.text = Some(echo::summary(dialect, &value));
-        }
-        let stream = gemini.as_ref().map_or_else(
-            || {
-                value
-                    .get("stream")
-                    .and_then(serde_json::Value::as_bool)
-                    .unwrap_or(false)
-            },
-            |call| call.stream,
-        );
-        let include_usage = value
-            .pointer("/stream_options/include_usage")
-            .and_then(serde_json::Value::as_bool)
-            .unwrap_or(false);
-        let name = model.as_deref().unwrap_or(SCRIPTED_MODEL);
-        let prefill = prefill::read(dialect, &value);
-        script::schedule_with_prefill(
-            dialect,
-            &script,
-            name,
-            stream,
-            include_usage,
-            prefill.as_deref(),
-        )
-    });
-    Planned { model, answer }
-}
-
-/// The request's own script if it has one (the model name is then free), else the preset its
-/// model names.
-fn choose(value: &serde_json::Value, model: Option<&str>) -> Result<Script, ApiError> {
-    if !value.is_object() {
-        let message = "The request body must be a JSON object.".to_owned();
-        return Err(ApiError::invalid_request(message));
-    }
-    if let Some(custom) = value.get("laptime_sim") {
-        let script = Script::deserialize(custom)
-            .map_err(|e| ApiError::invalid_request(format!("Invalid laptime_sim script: {e}")))?;
-        script.validate().map_err(ApiError::invalid_request)?;
-        return Ok(script);
-    }
-    match model {
-        Some(name) => preset(name).ok_or_else(|| ApiError::model_not_found(name)),
-        None => Err(ApiError::invalid_request(
-            "you must provide a model parameter".to_owned(),
-        )),
-    }
-}
+// === Playing ===
 
 /// Waits for the head's instant and answers; the body plays the rest of the schedule.
-async fn answer(
+pub(crate) async fn answer(
     sim: &Sim,
     ctl: &Arc<ConnCtl>,
     stop: watch::Receiver<bool>,
@@ -670,7 +443,7 @@ async fn answer(
     };
     builder.body(body).unwrap_or_else(|e| {
         warn!(error = %e, "could not build the response");
-        error_response(&ApiError::scripted(500), Dialect::Chat)
+        reply::error(&ApiError::scripted(500), Dialect::Chat)
     })
 }
 
@@ -721,70 +494,24 @@ impl Playback {
     }
 }
 
-// === Small responses ===
+// === Observability ===
 
-fn full(bytes: Bytes) -> Body {
-    UnsyncBoxBody::new(Full::new(bytes).map_err(|never: Infallible| match never {}))
-}
-
-fn json_response(status: StatusCode, body: String) -> Response<Body> {
-    let mut response = Response::new(full(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
-    response
-}
-
-fn error_response(error: &ApiError, dialect: Dialect) -> Response<Body> {
-    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json_response(status, error.body(dialect))
-}
-
-/// `GET /v1/models`, in Anthropic's shape when the client sent `anthropic-version`, else
-/// OpenAI's.
-fn models_response(headers: &HeaderMap) -> Response<Body> {
-    let body = if headers.contains_key("anthropic-version") {
-        let data: Vec<J> = PRESET_NAMES
-            .iter()
-            .map(|id| {
-                obj! {
-                    "type": "model",
-                    "id": *id,
-                    "display_name": *id,
-                    "created_at": "2025-10-09T08:53:20Z",
-                }
-            })
-            .collect();
-        obj! {
-            "data": data,
-            "has_more": false,
-            "first_id": PRESET_NAMES.first().copied(),
-            "last_id": PRESET_NAMES.last().copied(),
-        }
-    } else {
-        let data: Vec<J> = PRESET_NAMES
-            .iter()
-            .map(|id| {
-                obj! {"id": *id, "object": "model", "created": CREATED, "owned_by": "laptime-sim"}
-            })
-            .collect();
-        obj! {"object": "list", "data": data}
-    };
-    json_response(StatusCode::OK, body.encode())
-}
-
-fn stats_json(s: SimStats) -> String {
+pub(crate) fn stats_json(s: SimStats) -> String {
     obj! {
         "requests": s.requests,
         "streams_completed": s.streams_completed,
         "streams_dropped": s.streams_dropped,
         "open_connections": s.open_connections,
+        "files_held": s.files_held,
+        "file_bytes_held": s.file_bytes_held,
+        "batches_held": s.batches_held,
+        "responses_held": s.responses_held,
+        "response_bytes_held": s.response_bytes_held,
     }
     .encode()
 }
 
-fn requests_json(requests: &[SimRequest]) -> String {
+pub(crate) fn requests_json(requests: &[SimRequest]) -> String {
     let items: Vec<J> = requests
         .iter()
         .map(|r| {
@@ -798,6 +525,11 @@ fn requests_json(requests: &[SimRequest]) -> String {
                 "anthropic_version": r.anthropic_version.as_deref(),
                 "traceparent": r.traceparent.as_deref(),
                 "body_sha256": r.body_sha256.as_str(),
+                "method": r.method.as_str(),
+                "path_and_query": r.path_and_query.as_str(),
+                "api_key": r.api_key.as_deref(),
+                "content_type": r.content_type.as_deref(),
+                "body_bytes": r.body_bytes,
             }
         })
         .collect();

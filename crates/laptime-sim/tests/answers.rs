@@ -330,8 +330,11 @@ async fn a_gemini_stream_without_alt_sse_is_a_400_in_googles_shape() {
         .as_str()
         .unwrap()
         .contains("alt=sse"));
-    // A method the fake does not serve, on a model path, is not found in Google's shape.
-    let resp = h.post("/v1beta/models/sim-fast:countTokens", &body).await;
+    // A method the fake does not serve, on a model path, is not found in Google's shape
+    // (`:countTokens` and the embeddings are served now; `:generateAnswer` is not).
+    let resp = h
+        .post("/v1beta/models/sim-fast:generateAnswer", &body)
+        .await;
     assert_eq!(resp.status(), 404);
     let error: Value = resp.json().await.unwrap();
     assert_eq!(error["error"]["status"], "NOT_FOUND");

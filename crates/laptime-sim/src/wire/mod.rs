@@ -11,7 +11,7 @@ use bytes::Bytes;
 use laptime_core::Dialect;
 
 use crate::json::{obj, J};
-use crate::script::{Deltas, End, Refusal, Step, Timeline, Usage, WorkKind};
+use crate::script::{Deltas, End, Refusal, ResponseMeta, Step, Timeline, Usage, WorkKind};
 
 mod chat;
 mod gemini;
@@ -34,6 +34,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) deltas: &'a Deltas,
     /// The refusal a status answer is.
     pub(crate) refusal: Option<Refusal>,
+    /// Responses only: the response's id and the request's echoed fields.
+    pub(crate) response: &'a ResponseMeta,
 }
 
 /// A fixed `created` / `created_at`, so a schedule is a pure function of its inputs.
@@ -59,6 +61,21 @@ pub(crate) fn body(ctx: &Ctx<'_>) -> String {
         Dialect::Messages => messages::body(ctx),
         Dialect::Gemini => gemini::body(ctx),
     }
+}
+
+/// A background Responses request's immediate answer: the response, queued.
+pub(crate) fn responses_queued(ctx: &Ctx<'_>) -> String {
+    responses::queued(ctx)
+}
+
+/// The response object a Responses store keeps of this answer.
+pub(crate) fn responses_stored(ctx: &Ctx<'_>) -> String {
+    responses::stored(ctx)
+}
+
+/// A background response's object once cancelled.
+pub(crate) fn responses_cancelled(ctx: &Ctx<'_>) -> String {
+    responses::cancelled(ctx)
 }
 
 /// The error body for the script's `status`.
@@ -341,6 +358,8 @@ pub(crate) struct ApiError {
     pub(crate) message: String,
     pub(crate) openai_type: &'static str,
     pub(crate) openai_code: Option<&'static str>,
+    /// OpenAI's `param`: the request field at fault, if one is.
+    pub(crate) openai_param: Option<&'static str>,
     pub(crate) anthropic_type: &'static str,
 }
 
@@ -423,6 +442,7 @@ impl ApiError {
             message: message.to_owned(),
             openai_type,
             openai_code,
+            openai_param: None,
             anthropic_type,
         }
     }
@@ -456,6 +476,7 @@ impl ApiError {
             message: message.to_owned(),
             openai_type: "invalid_request_error",
             openai_code,
+            openai_param: None,
             anthropic_type: "invalid_request_error",
         }
     }
@@ -471,6 +492,7 @@ impl ApiError {
                 .to_owned(),
             openai_type: "invalid_request_error",
             openai_code: None,
+            openai_param: None,
             anthropic_type: "invalid_request_error",
         }
     }
@@ -482,6 +504,7 @@ impl ApiError {
             message: format!("The model `{model}` does not exist or you do not have access to it."),
             openai_type: "invalid_request_error",
             openai_code: Some("model_not_found"),
+            openai_param: None,
             anthropic_type: "not_found_error",
         }
     }
@@ -493,6 +516,7 @@ impl ApiError {
             message,
             openai_type: "invalid_request_error",
             openai_code: None,
+            openai_param: None,
             anthropic_type: "invalid_request_error",
         }
     }
@@ -504,6 +528,7 @@ impl ApiError {
             message,
             openai_type: "invalid_request_error",
             openai_code: None,
+            openai_param: None,
             anthropic_type: if status == 404 {
                 "not_found_error"
             } else {
@@ -512,12 +537,39 @@ impl ApiError {
         }
     }
 
+    /// 404 for an object the caller does not have (absent, deleted, or another credential's),
+    /// worded as OpenAI words it for that kind of object.
+    pub(crate) fn not_found(message: String, param: Option<&'static str>) -> ApiError {
+        ApiError {
+            openai_param: param,
+            ..ApiError::route(404, message)
+        }
+    }
+
+    /// The same error naming the request field at fault.
+    pub(crate) fn param(mut self, param: &'static str) -> ApiError {
+        self.openai_param = Some(param);
+        self
+    }
+
+    /// The same error with OpenAI's `code`.
+    pub(crate) fn code(mut self, code: &'static str) -> ApiError {
+        self.openai_code = Some(code);
+        self
+    }
+
+    /// The same error with another status (its words and types unchanged).
+    pub(crate) fn status(mut self, status: u16) -> ApiError {
+        self.status = status;
+        self
+    }
+
     /// The inner `error` object in OpenAI's shape.
     pub(crate) fn openai_object(&self) -> J {
         obj! {
             "message": self.message.as_str(),
             "type": self.openai_type,
-            "param": J::Null,
+            "param": self.openai_param,
             "code": self.openai_code,
         }
     }

@@ -15,7 +15,6 @@ use super::{
     full_reasoning, named_event, reasoning_token, ApiError, Call, Ctx, Ending, Out, CREATED,
 };
 
-const ID: &str = "resp_laptimesim0001";
 const REASONING_ID: &str = "rs_laptimesim0001";
 /// Function-call item ids and call ids are these and the call's number (`fc_laptimesim0001`).
 const CALL_ITEM_ID_PREFIX: &str = "fc_laptimesim";
@@ -249,6 +248,35 @@ pub(super) fn stream(ctx: &Ctx<'_>, out: &mut Out) {
     }
 }
 
+/// The response object a store keeps: the non-streamed body, or the failed response of an
+/// in-band error. A stream cut short (close, reset, stall) is kept completed, as the provider
+/// finishes a stored response whether or not its client stayed.
+pub(super) fn stored(ctx: &Ctx<'_>) -> String {
+    match ctx.ending() {
+        Ending::Error => {
+            let e = ApiError::scripted(ctx.status);
+            let failed = obj! {
+                "code": e.openai_code.unwrap_or(e.openai_type),
+                "message": e.message.as_str(),
+            };
+            response(ctx, "failed", Vec::new(), J::Null)
+                .set("error", failed)
+                .encode()
+        }
+        Ending::Done { .. } | Ending::Cut => body(ctx),
+    }
+}
+
+/// A background response before it ran.
+pub(super) fn queued(ctx: &Ctx<'_>) -> String {
+    response(ctx, "queued", Vec::new(), J::Null).encode()
+}
+
+/// A background response cancelled before it ran.
+pub(super) fn cancelled(ctx: &Ctx<'_>) -> String {
+    response(ctx, "cancelled", Vec::new(), J::Null).encode()
+}
+
 /// The non-streamed response object.
 pub(super) fn body(ctx: &Ctx<'_>) -> String {
     let status = if ctx.incomplete() {
@@ -329,12 +357,13 @@ fn response(ctx: &Ctx<'_>, status: &str, output: Vec<J>, usage: J) -> J {
     } else {
         J::Null
     };
+    let meta = ctx.response;
     obj! {
-        "id": ID,
+        "id": meta.id.as_str(),
         "object": "response",
         "created_at": CREATED,
         "status": status,
-        "background": false,
+        "background": meta.background,
         "error": J::Null,
         "incomplete_details": incomplete,
         "instructions": J::Null,
@@ -342,10 +371,10 @@ fn response(ctx: &Ctx<'_>, status: &str, output: Vec<J>, usage: J) -> J {
         "model": ctx.model,
         "output": output,
         "parallel_tool_calls": true,
-        "previous_response_id": J::Null,
+        "previous_response_id": meta.previous_response_id.as_deref(),
         "reasoning": obj! {"effort": J::Null, "summary": J::Null},
         "service_tier": "default",
-        "store": false,
+        "store": meta.store,
         "temperature": 1u32,
         "text": obj! {"format": obj! {"type": "text"}},
         "tool_choice": "auto",

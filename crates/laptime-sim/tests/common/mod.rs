@@ -120,3 +120,58 @@ pub fn scripted(stream: bool, script: Value) -> Value {
         "laptime_sim": script,
     })
 }
+
+/// A `multipart/form-data` body with `boundary`: the text `fields`, then `file` (field name
+/// `file`, its filename and bytes) if given.
+pub fn multipart(boundary: &str, fields: &[(&str, &str)], file: Option<(&str, &[u8])>) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    if let Some((filename, bytes)) = file {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; \
+                 filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    body
+}
+
+/// Sends `request` (a whole HTTP/1.1 request with `Connection: close`) on a raw socket and
+/// returns the response head and the body's chunks as the sim framed them (chunked encoding
+/// shows each body frame, however TCP coalesced them).
+pub async fn raw_chunks(h: &Harness, request: &[u8]) -> (String, Vec<Vec<u8>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = h.base.strip_prefix("http://").unwrap();
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket.write_all(request).await.unwrap();
+    let mut raw = Vec::new();
+    socket.read_to_end(&mut raw).await.unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
+    let mut rest = &raw[split + 4..];
+    let mut chunks = Vec::new();
+    loop {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap(), 16).unwrap();
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            break;
+        }
+        chunks.push(rest[..size].to_vec());
+        rest = &rest[size + 2..];
+    }
+    (head, chunks)
+}
