@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderMap, Method, Request, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use laptime_core::observe::{whole_answer, BodyEnd, StreamObserver};
 use laptime_core::sse::{SseItem, SseScanner};
 use laptime_core::timeline::{ErrorClass, Outcome};
@@ -111,7 +111,7 @@ pub async fn measure(
     timeout: Duration,
     tokenizer: &Tokenizer,
 ) -> RequestRecord {
-    let mut req = Request::new(Full::new(body));
+    let mut req = Request::new(laptime_proxy::outbody::OutBody::full(body));
     *req.method_mut() = Method::POST;
     *req.uri_mut() = ep.uri.clone();
     *req.headers_mut() = ep.headers.clone();

@@ -320,7 +320,11 @@ pub fn objects_named(call: &Call, body: &[u8]) -> Vec<(ObjectKind, String)> {
 /// The id of a stored Responses answer (`{"object":"response","id":…}` not sent with
 /// `store: false`), from a whole answer's body.
 pub fn response_id(body: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    response_id_of(&serde_json::from_slice(body).ok()?)
+}
+
+/// [`response_id`] of a parsed response object.
+pub fn response_id_of(v: &serde_json::Value) -> Option<String> {
     if v.get("object")?.as_str()? != "response" {
         return None;
     }
@@ -377,13 +381,21 @@ mod tests {
         );
         assert_eq!(
             call("POST", "/v1/messages/count_tokens"),
-            Some((Endpoint::CountTokens, Dialect::Messages, BodyKind::Json, None))
+            Some((
+                Endpoint::CountTokens,
+                Dialect::Messages,
+                BodyKind::Json,
+                None
+            ))
         );
         assert_eq!(
             call("POST", "/v1/audio/transcriptions").map(|c| c.2),
             Some(BodyKind::Form)
         );
-        assert_eq!(call("POST", "/v1/files").map(|c| c.2), Some(BodyKind::Upload));
+        assert_eq!(
+            call("POST", "/v1/files").map(|c| c.2),
+            Some(BodyKind::Upload)
+        );
         assert_eq!(
             call("GET", "/v1/files/file-abc/content").and_then(|c| c.3),
             Some((ObjectKind::File, "file-abc".into()))

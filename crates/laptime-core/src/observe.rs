@@ -70,6 +70,9 @@ pub struct StreamObserver {
     ended: Option<BodyEnd>,
     /// An event was not valid JSON: nothing from it on is read.
     malformed: bool,
+    /// A Responses stream's stored response id (from its first event, `response.created`), so
+    /// that later calls naming it reach the channel that holds it.
+    response_id: Option<String>,
 }
 
 /// Whether the dialect's comment goes after its terminal event instead of before its terminal
@@ -79,6 +82,22 @@ fn comment_follows_terminal(dialect: Dialect) -> bool {
         Dialect::Gemini => true,
         Dialect::Chat | Dialect::Responses | Dialect::Messages => false,
     }
+}
+
+/// The stored response a `response.created` event names (its `response` object, unless that
+/// says `store: false`).
+fn created_response(data: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Created<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<&'a str>,
+        response: Option<serde_json::Value>,
+    }
+    let created: Created<'_> = serde_json::from_str(data).ok()?;
+    if created.kind != Some("response.created") {
+        return None;
+    }
+    crate::endpoint::response_id_of(&created.response?)
 }
 
 /// What the observer concluded; `outcome` is absent while the stream is still open.
@@ -115,7 +134,13 @@ impl StreamObserver {
             no_comment: false,
             ended: None,
             malformed: false,
+            response_id: None,
         }
+    }
+
+    /// The stored response a Responses stream created (`None` when it said `store: false`).
+    pub fn response_id(&self) -> Option<&str> {
+        self.response_id.as_deref()
     }
 
     /// Places no timing comment in this stream (its bytes are relayed exactly as they came).
@@ -161,6 +186,7 @@ impl StreamObserver {
             text_delta_count,
             comment_placed,
             malformed,
+            response_id,
             ..
         } = self;
         let mut malformed_here = false;
@@ -184,6 +210,10 @@ impl StreamObserver {
                     return;
                 }
                 release_to = end;
+                if dialect == Dialect::Responses && *event_count == 0 {
+                    // Only the first event, once per stream: `response.created` names it.
+                    *response_id = created_response(data);
+                }
                 if let Some(u) = &c.usage {
                     usage.apply(u);
                 }
@@ -402,6 +432,25 @@ mod tests {
         let p = obs.on_chunk(at(1), odd);
         assert!(!p.malformed);
         assert_eq!(p.release_to, odd.len());
+    }
+
+    #[test]
+    fn a_responses_stream_names_the_response_it_stores_from_its_first_event() {
+        let created = |store: bool| {
+            format!(
+                "event: response.created\ndata: {{\"type\":\"response.created\",\"response\":{{\"id\":\"resp_1\",\"object\":\"response\",\"store\":{store}}}}}\n\n"
+            )
+        };
+        let mut obs = StreamObserver::new(Dialect::Responses, Some(at(0)));
+        obs.on_chunk(at(1), created(true).as_bytes());
+        assert_eq!(obs.response_id(), Some("resp_1"));
+        let mut obs = StreamObserver::new(Dialect::Responses, Some(at(0)));
+        obs.on_chunk(at(1), created(false).as_bytes());
+        assert_eq!(obs.response_id(), None, "store: false keeps nothing");
+        // Only Responses streams name one.
+        let mut obs = StreamObserver::new(Dialect::Chat, Some(at(0)));
+        obs.on_chunk(at(1), CHAT[0].as_bytes());
+        assert_eq!(obs.response_id(), None);
     }
 
     const CHAT: [&str; 5] = [

@@ -86,12 +86,8 @@ fn channel(name: &str, base: &str, priority: u32) -> ChannelConfig {
         base_url: Some(base.into()),
         api_key_env: Some("HEDGE_TAIL_KEY".into()),
         models: Models::List(vec!["m".into()]),
-        dialect: None,
-        group: "default".into(),
         priority,
-        weight: 1,
-        circuit: Default::default(),
-        prefill: None,
+        ..ChannelConfig::default()
     }
 }
 

@@ -8,9 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -25,8 +23,11 @@ use crate::config::{Provider, TimeoutsConfig};
 use crate::connect::{Connector, MemoryConnect};
 use crate::model_health::ModelHealth;
 use crate::observe::{ObservedBody, StreamDeadlines, Until, WholeRead};
+use crate::outbody::OutBody;
 use crate::respond::{header_value, GatewayError};
-use crate::routing::{Channel, InflightGuard, Route};
+use crate::routing::{
+    Channel, InflightGuard, Route, LIMITED_KEY_COOL_DOWN_US, REFUSED_KEY_COOL_DOWN_US,
+};
 use crate::App;
 
 /// Why an attempt did not give an answer the client can be committed to.
@@ -43,6 +44,8 @@ pub struct AttemptError {
     pub first_byte: Option<Duration>,
     /// The upstream's `Retry-After`, when its error status came with one.
     pub retry_after: Option<Duration>,
+    /// The channel key the attempt used (see [`crate::routing::Keys`]).
+    pub key_index: Option<usize>,
 }
 
 impl AttemptError {
@@ -55,6 +58,7 @@ impl AttemptError {
             headers_at: None,
             first_byte: None,
             retry_after: None,
+            key_index: None,
         }
     }
 }
@@ -73,6 +77,37 @@ pub struct AttemptCtx<'a> {
     pub traceparent: &'a str,
     pub t0: Instant,
     pub timeouts: &'a TimeoutsConfig,
+    /// A provider endpoint call (embeddings, files, …): its method and path; `None` for a
+    /// model call of the client's dialect.
+    pub endpoint: Option<&'a EndpointTarget>,
+}
+
+/// Where an endpoint call goes on a channel: the client's method and path (with its query),
+/// with the upstream model in Gemini's path.
+#[derive(Debug, Clone)]
+pub struct EndpointTarget {
+    pub method: Method,
+    /// The gateway path and query the client called (`/v1/files?purpose=batch`).
+    pub path_and_query: String,
+    /// Gemini's `:embedContent` etc.: the path names the model, so each channel gets its own.
+    pub gemini_verb: Option<String>,
+}
+
+impl EndpointTarget {
+    /// The path and query for a channel that calls the model `upstream_model`.
+    pub fn target_for(&self, upstream_model: &str) -> String {
+        match &self.gemini_verb {
+            Some(verb) => {
+                let query = self
+                    .path_and_query
+                    .split_once('?')
+                    .map(|(_, q)| format!("?{q}"))
+                    .unwrap_or_default();
+                format!("/v1beta/models/{upstream_model}:{verb}{query}")
+            }
+            None => self.path_and_query.clone(),
+        }
+    }
 }
 
 impl AttemptCtx<'_> {
@@ -109,6 +144,8 @@ pub enum AnswerBody {
 /// An attempt that got a head the client may be committed to.
 pub struct Answer {
     pub channel: Arc<Channel>,
+    /// The channel key the attempt used.
+    pub key_index: Option<usize>,
     /// The dialect the channel answered in (the client's unless translated), and the model
     /// name it was asked for.
     pub upstream: Dialect,
@@ -142,21 +179,41 @@ impl std::fmt::Debug for Answer {
 pub async fn dispatch(
     ctx: &AttemptCtx<'_>,
     route: &Route,
-    body: Bytes,
+    body: OutBody,
     start: Duration,
     origin: Duration,
     errors: ErrorStatus<'_>,
 ) -> Result<Answer, AttemptError> {
     let channel = route.channel.clone();
     let health = route.health.clone();
+    let key_index = route
+        .key_index
+        .or_else(|| channel.keys.pick(crate::clock::now_unix_us()));
+    let call = match ctx.endpoint {
+        Some(e) => UpstreamCall {
+            method: e.method.clone(),
+            url: channel.endpoint_url(&e.target_for(&route.upstream_model), &route.upstream_model),
+            dialect: route.upstream,
+            content_type: ContentType::Client,
+        },
+        None => UpstreamCall {
+            method: Method::POST,
+            url: channel.url(route.upstream, &route.upstream_model, ctx.stream),
+            dialect: route.upstream,
+            content_type: ContentType::Json,
+        },
+    };
     let request = build_request(
-        &channel,
-        (route.upstream, &route.upstream_model, ctx.stream),
+        (&channel, key_index),
+        call,
         body,
         ctx.client_headers,
         ctx.traceparent,
     )
-    .map_err(|e| AttemptError::before_head(e.class, None, ctx.now()))?;
+    .map_err(|e| AttemptError {
+        key_index,
+        ..AttemptError::before_head(e.class, None, ctx.now())
+    })?;
     let (guard, inflight) = channel.enter();
     let client = ctx.app.client_for(ctx.timeouts.connect_ms);
     let headers_deadline = Duration::from_millis(ctx.timeouts.headers_ms);
@@ -169,21 +226,26 @@ pub async fn dispatch(
             let class = classify_error(&e);
             tracing::debug!(channel = %channel.name, error = %e, "upstream call failed");
             let deadline = (class == ErrorClass::ConnectTimeout).then_some(DeadlineKind::Connect);
-            return Err(AttemptError::before_head(class, deadline, headers_at));
+            return Err(AttemptError {
+                key_index,
+                ..AttemptError::before_head(class, deadline, headers_at)
+            });
         }
         Err(_) => {
             health.circuit_record(true);
             let kind = Some(DeadlineKind::Headers);
-            return Err(AttemptError::before_head(
-                ErrorClass::Timeout,
-                kind,
-                headers_at,
-            ));
+            return Err(AttemptError {
+                key_index,
+                ..AttemptError::before_head(ErrorClass::Timeout, kind, headers_at)
+            });
         }
     };
     let status = response.status().as_u16();
     let wait = retry_after(response.headers());
-    if let Some(wait) = wait {
+    // With several keys, a refusal or a rate limit is the key's: it cools down on its own, and
+    // while another key can serve, the model on the channel is not held back for it.
+    let other_key = cool_key_down(&channel, key_index, status, wait);
+    if let Some(wait) = wait.filter(|_| !other_key) {
         let wait_us = i64::try_from(wait.as_micros()).unwrap_or(i64::MAX);
         health.cool_down_until(crate::clock::now_unix_us().saturating_add(wait_us));
     }
@@ -214,7 +276,8 @@ pub async fn dispatch(
         };
     let streamed = response.status().is_success() && is_sse(response.headers());
     if !streamed {
-        health.circuit_record(status == 429 || status >= 500 || refused || redirect);
+        let failure = status == 429 || status >= 500 || refused || redirect;
+        health.circuit_record(failure && !other_key);
     }
     if fails {
         // Dropped unread: the connection closes instead of going back to the pool.
@@ -223,6 +286,7 @@ pub async fn dispatch(
             status: Some(status),
             headers_at: Some(headers_at),
             retry_after: wait,
+            key_index,
             ..AttemptError::before_head(
                 class.unwrap_or(ErrorClass::UpstreamStatus5xx),
                 None,
@@ -269,6 +333,7 @@ pub async fn dispatch(
     };
     Ok(Answer {
         channel,
+        key_index,
         upstream: route.upstream,
         upstream_model: route.upstream_model.clone(),
         health,
@@ -369,6 +434,30 @@ pub fn is_sse(headers: &HeaderMap) -> bool {
         })
 }
 
+/// Cools the attempt's key down when the answer refused or rate limited it, on a channel with
+/// several keys; whether another key of the channel can serve now.
+fn cool_key_down(
+    channel: &Channel,
+    key_index: Option<usize>,
+    status: u16,
+    retry_after: Option<Duration>,
+) -> bool {
+    let Some(k) = key_index.filter(|_| channel.keys.len() > 1) else {
+        return false;
+    };
+    let cool_us = match status {
+        401 | 403 => REFUSED_KEY_COOL_DOWN_US,
+        429 => retry_after.map_or(LIMITED_KEY_COOL_DOWN_US, |w| {
+            i64::try_from(w.as_micros()).unwrap_or(i64::MAX)
+        }),
+        _ => return false,
+    };
+    let now = crate::clock::now_unix_us();
+    channel.keys.cool_down(k, now.saturating_add(cool_us));
+    tracing::info!(channel = %channel.name, key_index = k, status, "channel key cooling down");
+    channel.keys.another_ready(k, now)
+}
+
 /// `Retry-After` in seconds (the HTTP-date form is not used by LLM providers), as microseconds,
 /// capped at an hour.
 /// The first-output deadline while another channel could take over: the (channel, model)'s
@@ -396,7 +485,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(Duration::from_secs(secs.min(3600)))
 }
 
-pub type HttpClient = Client<Connector, Full<Bytes>>;
+pub type HttpClient = Client<Connector, OutBody>;
 
 /// Idle connections kept per upstream host. Each holds its buffers and a task; without a cap a
 /// burst of N concurrent streams leaves N idle connections (and their memory) for 90 s.
@@ -442,24 +531,55 @@ const PASSED: [&str; 3] = ["anthropic-version", "anthropic-beta", "openai-beta"]
 
 const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
-/// `call`: the dialect, the upstream model and whether the client asked for a stream.
+/// What an attempt sends: method, URL (from configuration and a path the router matched), the
+/// dialect it speaks, and whose content type the body has.
+#[derive(Debug, Clone)]
+pub struct UpstreamCall {
+    pub method: Method,
+    pub url: String,
+    pub dialect: Dialect,
+    pub content_type: ContentType,
+}
+
+/// The content type of an upstream request's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentType {
+    /// A model call's JSON.
+    Json,
+    /// The client's own (a multipart upload's boundary, an endpoint's JSON), with its
+    /// `Content-Length` when it declared one.
+    Client,
+}
+
+/// The upstream request of `call` on `channel` with its key number `key`.
 pub fn build_request(
-    channel: &Channel,
-    (dialect, model, stream): (Dialect, &str, bool),
-    body: Bytes,
+    (channel, key): (&Channel, Option<usize>),
+    call: UpstreamCall,
+    body: OutBody,
     client_headers: &HeaderMap,
     traceparent: &str,
-) -> Result<Request<Full<Bytes>>, GatewayError> {
+) -> Result<Request<OutBody>, GatewayError> {
     let mut req = Request::builder()
-        .method(Method::POST)
-        .uri(channel.url(dialect, model, stream))
-        .body(Full::new(body))
+        .method(call.method)
+        .uri(call.url)
+        .body(body)
         .map_err(|e| GatewayError::new(ErrorClass::Internal, format!("bad upstream URL: {e}")))?;
     let h = req.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    match call.content_type {
+        ContentType::Json => {
+            h.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+        ContentType::Client => {
+            for name in [http::header::CONTENT_TYPE, http::header::CONTENT_LENGTH] {
+                if let Some(v) = client_headers.get(&name) {
+                    h.insert(name, v.clone());
+                }
+            }
+        }
+    }
     // The scanner reads the stream as sent; compressed SSE would hide it.
     h.insert(
         http::header::ACCEPT_ENCODING,
@@ -478,19 +598,23 @@ pub fn build_request(
         }
     }
     h.insert("traceparent", header_value(traceparent));
-    if let Some(key) = &channel.api_key {
-        let mut value = match channel.provider {
-            Provider::Anthropic | Provider::Gemini => header_value(key.expose()),
-            Provider::Openai | Provider::Sim => header_value(&format!("Bearer {}", key.expose())),
+    for (name, value) in &channel.extra_headers {
+        h.insert(name, value.clone());
+    }
+    if let Some(key) = key.and_then(|k| channel.keys.get(k)) {
+        let (name, mut value) = match channel.provider {
+            Provider::Anthropic => ("x-api-key", header_value(key.expose())),
+            Provider::Gemini => ("x-goog-api-key", header_value(key.expose())),
+            Provider::AzureOpenai => ("api-key", header_value(key.expose())),
+            Provider::Openai | Provider::OpenaiCompatible | Provider::Sim => (
+                "authorization",
+                header_value(&format!("Bearer {}", key.expose())),
+            ),
         };
         value.set_sensitive(true);
-        match channel.provider {
-            Provider::Anthropic => h.insert("x-api-key", value),
-            Provider::Gemini => h.insert("x-goog-api-key", value),
-            Provider::Openai | Provider::Sim => h.insert(http::header::AUTHORIZATION, value),
-        };
+        h.insert(name, value);
     }
-    if dialect == Dialect::Messages && !h.contains_key("anthropic-version") {
+    if call.dialect == Dialect::Messages && !h.contains_key("anthropic-version") {
         h.insert(
             "anthropic-version",
             HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION),
@@ -530,6 +654,7 @@ pub fn classify_error(e: &hyper_util::client::legacy::Error) -> ErrorClass {
 mod tests {
     use super::*;
     use crate::config::{ChannelConfig, Models};
+    use bytes::Bytes;
 
     fn channel(provider: Provider) -> Channel {
         let cfg = ChannelConfig {
@@ -538,16 +663,35 @@ mod tests {
             base_url: Some("http://127.0.0.1:9/v1".into()),
             api_key_env: Some("K".into()),
             models: Models::List(vec!["m".into()]),
-            dialect: None,
-            group: "default".into(),
-            priority: 0,
-            weight: 1,
-            circuit: Default::default(),
-            prefill: None,
+            ..ChannelConfig::default()
         };
         Channel::from_config(&cfg, "http://127.0.0.1:9/v1".into(), &|_| {
             Some("sk-canary".into())
         })
+    }
+
+    /// A model call's request, as `dispatch` builds it.
+    fn model_call(
+        channel: &Channel,
+        (dialect, model, stream): (Dialect, &str, bool),
+        body: Bytes,
+        client: &HeaderMap,
+    ) -> Request<OutBody> {
+        let call = UpstreamCall {
+            method: Method::POST,
+            url: channel.url(dialect, model, stream),
+            dialect,
+            content_type: ContentType::Json,
+        };
+        let key = channel.keys.pick(0);
+        build_request(
+            (channel, key),
+            call,
+            OutBody::full(body),
+            client,
+            "00-a-b-01",
+        )
+        .unwrap()
     }
 
     #[test]
@@ -557,40 +701,34 @@ mod tests {
         client.insert("x-api-key", "lt_client".parse().unwrap());
         client.insert("cookie", "a=b".parse().unwrap());
         client.insert("anthropic-version", "2023-06-01".parse().unwrap());
-        let req = build_request(
+        let req = model_call(
             &channel(Provider::Openai),
             (Dialect::Chat, "m", true),
             Bytes::from_static(b"{}"),
             &client,
-            "00-a-b-01",
-        )
-        .unwrap();
+        );
         assert_eq!(req.headers()["authorization"], "Bearer sk-canary");
         assert!(req.headers()["authorization"].is_sensitive());
         assert!(!req.headers().contains_key("x-api-key"));
         assert!(!req.headers().contains_key("cookie"));
         assert_eq!(req.uri(), "http://127.0.0.1:9/v1/chat/completions");
-        let req = build_request(
+        let req = model_call(
             &channel(Provider::Anthropic),
             (Dialect::Messages, "m", true),
             Bytes::new(),
             &client,
-            "00-a-b-01",
-        )
-        .unwrap();
+        );
         assert_eq!(req.headers()["x-api-key"], "sk-canary");
         assert!(!req.headers().contains_key("authorization"));
         assert_eq!(req.headers()["anthropic-version"], "2023-06-01");
         let mut gemini = channel(Provider::Gemini);
         gemini.base_url = "http://127.0.0.1:9".into();
-        let req = build_request(
+        let req = model_call(
             &gemini,
             (Dialect::Gemini, "gemini-2.5-flash", true),
             Bytes::new(),
             &client,
-            "00-a-b-01",
-        )
-        .unwrap();
+        );
         assert_eq!(req.headers()["x-goog-api-key"], "sk-canary");
         assert!(req.headers()["x-goog-api-key"].is_sensitive());
         assert!(!req.headers().contains_key("authorization"));
@@ -599,5 +737,143 @@ mod tests {
             req.uri(),
             "http://127.0.0.1:9/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
         );
+    }
+
+    fn azure(api_version: Option<&str>) -> Channel {
+        let cfg = ChannelConfig {
+            name: "az".into(),
+            provider: Provider::AzureOpenai,
+            api_key_env: Some("K".into()),
+            api_version: api_version.map(str::to_string),
+            models: Models::Map([("gpt-4o".to_string(), "prod-4o".to_string())].into()),
+            ..ChannelConfig::default()
+        };
+        Channel::from_config(&cfg, "https://res.openai.azure.com/".into(), &|_| {
+            Some("az-canary".into())
+        })
+    }
+
+    #[test]
+    fn azure_calls_name_the_deployment_and_the_api_version_and_send_the_key_as_api_key() {
+        let az = azure(Some("2024-10-21"));
+        let req = model_call(
+            &az,
+            (Dialect::Chat, "prod-4o", true),
+            Bytes::new(),
+            &HeaderMap::new(),
+        );
+        assert_eq!(
+            req.uri(),
+            "https://res.openai.azure.com/openai/deployments/prod-4o/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(req.headers()["api-key"], "az-canary");
+        assert!(req.headers()["api-key"].is_sensitive());
+        assert!(!req.headers().contains_key("authorization"));
+        // Objects belong to the resource; the client's query follows the version.
+        assert_eq!(
+            az.endpoint_url("/v1/files?purpose=batch", "prod-4o"),
+            "https://res.openai.azure.com/openai/files?api-version=2024-10-21&purpose=batch"
+        );
+        assert_eq!(
+            az.endpoint_url("/v1/embeddings", "emb"),
+            "https://res.openai.azure.com/openai/deployments/emb/embeddings?api-version=2024-10-21"
+        );
+        assert_eq!(
+            az.url(Dialect::Responses, "prod-4o", true),
+            "https://res.openai.azure.com/openai/responses?api-version=2024-10-21"
+        );
+        // Without a version: the v1 API, the model in the body.
+        let v1 = azure(None);
+        assert_eq!(
+            v1.url(Dialect::Chat, "prod-4o", false),
+            "https://res.openai.azure.com/openai/v1/chat/completions"
+        );
+        assert_eq!(
+            v1.endpoint_url("/v1/batches/batch_1/cancel", "m"),
+            "https://res.openai.azure.com/openai/v1/batches/batch_1/cancel"
+        );
+    }
+
+    #[test]
+    fn a_compatible_server_gets_its_extra_headers_and_no_key_when_it_has_none() {
+        let cfg = ChannelConfig {
+            name: "vllm".into(),
+            provider: Provider::OpenaiCompatible,
+            models: Models::List(vec!["llama".into()]),
+            headers: [("X-Title".to_string(), "laptime".to_string())].into(),
+            header_envs: [("X-Org".to_string(), "ORG".to_string())].into(),
+            ..ChannelConfig::default()
+        };
+        let env = |v: &str| (v == "ORG").then(|| "org-secret".to_string());
+        let c = Channel::from_config(&cfg, "http://127.0.0.1:8000/v1".into(), &env);
+        let req = model_call(
+            &c,
+            (Dialect::Chat, "llama", false),
+            Bytes::new(),
+            &HeaderMap::new(),
+        );
+        assert_eq!(req.uri(), "http://127.0.0.1:8000/v1/chat/completions");
+        assert_eq!(req.headers()["x-title"], "laptime");
+        assert_eq!(req.headers()["x-org"], "org-secret");
+        assert!(req.headers()["x-org"].is_sensitive());
+        assert!(!req.headers()["x-title"].is_sensitive());
+        assert!(!req.headers().contains_key("authorization"));
+        assert_eq!(
+            c.endpoint_url("/v1/embeddings", "llama"),
+            "http://127.0.0.1:8000/v1/embeddings"
+        );
+    }
+
+    #[test]
+    fn keys_take_turns_and_a_cooling_key_sits_out_until_all_are_cooling() {
+        let cfg = ChannelConfig {
+            name: "multi".into(),
+            provider: Provider::Openai,
+            api_key_envs: vec!["A".into(), "B".into(), "C".into()],
+            models: Models::List(vec!["m".into()]),
+            ..ChannelConfig::default()
+        };
+        let c = Channel::from_config(&cfg, "http://127.0.0.1:9/v1".into(), &|v| {
+            Some(format!("sk-{v}"))
+        });
+        assert_eq!(c.keys.len(), 3);
+        let picks: Vec<_> = (0..6).map(|_| c.keys.pick(0).unwrap()).collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+        // A 429 on key 1 with Retry-After 10 s: it sits out, the others serve.
+        assert!(cool_key_down(
+            &c,
+            Some(1),
+            429,
+            Some(Duration::from_secs(10))
+        ));
+        let now = crate::clock::now_unix_us();
+        let picks: Vec<_> = (0..4).map(|_| c.keys.pick(now).unwrap()).collect();
+        assert!(!picks.contains(&1), "{picks:?}");
+        // Refused keys too; once every key cools, the one free soonest serves.
+        assert!(cool_key_down(&c, Some(0), 401, None));
+        assert!(!cool_key_down(&c, Some(2), 403, None));
+        assert_eq!(c.keys.pick(now), Some(1), "the 10 s cool-down ends first");
+        // A key's own request goes with its own header value.
+        let call = UpstreamCall {
+            method: Method::GET,
+            url: c.endpoint_url("/v1/files/file-1", "m"),
+            dialect: Dialect::Chat,
+            content_type: ContentType::Client,
+        };
+        let req = build_request(
+            (&c, Some(2)),
+            call,
+            OutBody::empty(),
+            &HeaderMap::new(),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(req.headers()["authorization"], "Bearer sk-C");
+        assert_eq!(req.method(), Method::GET);
+        assert_eq!(req.uri(), "http://127.0.0.1:9/v1/files/file-1");
+        // A single-key channel never cools its key (the model's health does the work).
+        let one = channel(Provider::Openai);
+        assert!(!cool_key_down(&one, Some(0), 429, None));
+        assert_eq!(one.keys.pick(now), Some(0));
     }
 }

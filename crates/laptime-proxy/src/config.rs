@@ -228,10 +228,16 @@ impl Default for StoreConfig {
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum Provider {
-    /// OpenAI or compatible: Chat Completions and Responses.
+    /// OpenAI: Chat Completions and Responses, and every other OpenAI endpoint.
     Openai,
+    /// Azure OpenAI: the OpenAI API on a resource's deployments (`api-key` header; with
+    /// `api_version`, `/openai/deployments/{deployment}/…?api-version=`, else `/openai/v1/…`).
+    AzureOpenai,
+    /// A server that speaks OpenAI's API (vLLM, Ollama, OpenRouter, Groq, Together, DeepSeek,
+    /// Mistral, LM Studio, …): OpenAI's paths under its base URL, a bearer key if any.
+    OpenaiCompatible,
     /// Anthropic or compatible: Messages.
     Anthropic,
     /// Google Gemini (the generativelanguage API) or compatible: Gemini.
@@ -241,9 +247,20 @@ pub enum Provider {
 }
 
 impl Provider {
+    pub const ALL: [Provider; 6] = [
+        Provider::Openai,
+        Provider::AzureOpenai,
+        Provider::OpenaiCompatible,
+        Provider::Anthropic,
+        Provider::Gemini,
+        Provider::Sim,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Openai => "openai",
+            Provider::AzureOpenai => "azure-openai",
+            Provider::OpenaiCompatible => "openai-compatible",
             Provider::Anthropic => "anthropic",
             Provider::Gemini => "gemini",
             Provider::Sim => "sim",
@@ -254,7 +271,9 @@ impl Provider {
     /// not serve (the sim serves every dialect, so it has none).
     pub fn native(self) -> Option<Dialect> {
         match self {
-            Provider::Openai => Some(Dialect::Chat),
+            Provider::Openai | Provider::AzureOpenai | Provider::OpenaiCompatible => {
+                Some(Dialect::Chat)
+            }
             Provider::Anthropic => Some(Dialect::Messages),
             Provider::Gemini => Some(Dialect::Gemini),
             Provider::Sim => None,
@@ -263,11 +282,22 @@ impl Provider {
 
     pub fn serves(self, dialect: Dialect) -> bool {
         match self {
-            Provider::Openai => matches!(dialect, Dialect::Chat | Dialect::Responses),
+            Provider::Openai | Provider::AzureOpenai | Provider::OpenaiCompatible => {
+                matches!(dialect, Dialect::Chat | Dialect::Responses)
+            }
             Provider::Anthropic => dialect == Dialect::Messages,
             Provider::Gemini => dialect == Dialect::Gemini,
             Provider::Sim => true,
         }
+    }
+
+    /// Whether calls need a key: the providers' own APIs do; a compatible server (a local vLLM
+    /// or Ollama) and the sim may not.
+    pub fn needs_key(self) -> bool {
+        matches!(
+            self,
+            Provider::Openai | Provider::AzureOpenai | Provider::Anthropic | Provider::Gemini
+        )
     }
 }
 
@@ -329,7 +359,70 @@ pub struct ChannelConfig {
     /// (its Chat API answers a trailing assistant turn anew) and `gemini`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill: Option<bool>,
+    /// Several keys instead of `api_key_env`, each named by its environment variable: requests
+    /// are spread over them, and a key refused (401, 403) or rate limited (429) is cooled down
+    /// on its own while the others serve. Records name the key by its index here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_key_envs: Vec<String>,
+    /// Azure OpenAI's `api-version` (`2024-10-21`): calls go to the deployment URLs
+    /// (`/openai/deployments/{deployment}/chat/completions?api-version=…`, the deployment being
+    /// the upstream model name). Absent: the `/openai/v1/` API, which takes the model in the
+    /// body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Headers sent with every call to this channel (`{ "HTTP-Referer" = "https://…" }`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Headers whose values are read from environment variables at start
+    /// (`{ "OpenAI-Organization" = "OPENAI_ORG" }`); the values are never printed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub header_envs: BTreeMap<String, String>,
+    /// Takes its group's calls that name no model (file uploads, file and batch listings).
+    /// Without one such channel in a group, the first channel by priority that serves OpenAI's
+    /// endpoints takes them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub objects: bool,
 }
+
+impl Default for ChannelConfig {
+    /// A sim channel with no models: a starting point for code that builds channels (a config
+    /// file must name `name`, `provider` and `models`).
+    fn default() -> Self {
+        ChannelConfig {
+            name: String::new(),
+            provider: Provider::Sim,
+            base_url: None,
+            api_key_env: None,
+            models: Models::default(),
+            dialect: None,
+            group: default_group(),
+            priority: 0,
+            weight: default_weight(),
+            circuit: CircuitConfig::default(),
+            prefill: None,
+            api_key_envs: Vec::new(),
+            api_version: None,
+            headers: BTreeMap::new(),
+            header_envs: BTreeMap::new(),
+            objects: false,
+        }
+    }
+}
+
+/// Headers a channel's `headers` may not set: the gateway's own (framing, encoding) and the
+/// credentials, which come from the channel's keys only.
+const RESERVED_HEADERS: [&str; 10] = [
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "accept-encoding",
+    "authorization",
+    "api-key",
+    "x-api-key",
+    "x-goog-api-key",
+];
 
 fn default_weight() -> u32 {
     1
@@ -620,15 +713,9 @@ impl Config {
         let mut channels = vec![ChannelConfig {
             name: "sim".into(),
             provider: Provider::Sim,
-            base_url: None,
-            api_key_env: None,
             models: Models::List(SIM_MODELS.iter().map(|s| s.to_string()).collect()),
-            dialect: None,
             group: default_group(),
-            priority: 0,
-            weight: 1,
-            circuit: CircuitConfig::default(),
-            prefill: None,
+            ..ChannelConfig::default()
         }];
         if env("OPENAI_API_KEY").is_some() {
             channels.push(ChannelConfig {
@@ -637,12 +724,8 @@ impl Config {
                 base_url: Some("https://api.openai.com/v1".into()),
                 api_key_env: Some("OPENAI_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
-                dialect: None,
                 group: default_group(),
-                priority: 0,
-                weight: 1,
-                circuit: CircuitConfig::default(),
-                prefill: None,
+                ..ChannelConfig::default()
             });
         }
         if env("GEMINI_API_KEY").is_some() {
@@ -653,12 +736,8 @@ impl Config {
                 base_url: Some("https://generativelanguage.googleapis.com".into()),
                 api_key_env: Some("GEMINI_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
-                dialect: None,
                 group: default_group(),
-                priority: 0,
-                weight: 1,
-                circuit: CircuitConfig::default(),
-                prefill: None,
+                ..ChannelConfig::default()
             });
         }
         if env("ANTHROPIC_API_KEY").is_some() {
@@ -668,12 +747,8 @@ impl Config {
                 base_url: Some("https://api.anthropic.com".into()),
                 api_key_env: Some("ANTHROPIC_API_KEY".into()),
                 models: Models::List(vec!["*".into()]),
-                dialect: None,
                 group: default_group(),
-                priority: 0,
-                weight: 1,
-                circuit: CircuitConfig::default(),
-                prefill: None,
+                ..ChannelConfig::default()
             });
         }
         Config {
@@ -885,17 +960,22 @@ impl ChannelConfig {
                 }
             }
         }
-        match (&self.api_key_env, self.provider) {
-            (Some(var), _) if env(var).is_none() => errs.push(format!(
-                "{key}.api_key_env: environment variable {var} is not set"
-            )),
-            (None, Provider::Openai | Provider::Anthropic | Provider::Gemini) => {
+        self.validate_keys(key, env, errs);
+        self.validate_headers(key, env, errs);
+        if self.api_version.is_some() && self.provider != Provider::AzureOpenai {
+            errs.push(format!(
+                "{key}.api_version: only provider azure-openai takes one"
+            ));
+        }
+        if let Some(v) = &self.api_version {
+            let ok = !v.is_empty()
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+            if !ok {
                 errs.push(format!(
-                    "{key}.api_key_env: required for provider {}",
-                    self.provider.as_str()
-                ))
+                    "{key}.api_version: {v:?} is not like 2024-10-21 or 2025-04-01-preview"
+                ));
             }
-            _ => {}
         }
         let pairs = self.models.pairs();
         if pairs.is_empty() {
@@ -935,6 +1015,90 @@ impl ChannelConfig {
         }
     }
 }
+
+impl ChannelConfig {
+    /// The key variables: one (`api_key_env`) or several (`api_key_envs`), each set.
+    fn validate_keys(
+        &self,
+        key: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        errs: &mut Vec<String>,
+    ) {
+        if self.api_key_env.is_some() && !self.api_key_envs.is_empty() {
+            errs.push(format!(
+                "{key}.api_key_envs: give api_key_env or api_key_envs, not both"
+            ));
+        }
+        if self.api_key_envs.len() > MAX_KEYS {
+            errs.push(format!("{key}.api_key_envs: at most {MAX_KEYS} keys"));
+        }
+        for (field, var) in self
+            .api_key_env
+            .iter()
+            .map(|v| ("api_key_env".to_string(), v))
+            .chain(
+                self.api_key_envs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("api_key_envs[{i}]"), v)),
+            )
+        {
+            if env(var).is_none() {
+                errs.push(format!(
+                    "{key}.{field}: environment variable {var} is not set"
+                ));
+            }
+        }
+        if self.provider.needs_key() && self.api_key_env.is_none() && self.api_key_envs.is_empty() {
+            errs.push(format!(
+                "{key}.api_key_env: required for provider {}",
+                self.provider.as_str()
+            ));
+        }
+    }
+
+    /// Extra headers: valid names and values, never one the gateway sets itself.
+    fn validate_headers(
+        &self,
+        key: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        errs: &mut Vec<String>,
+    ) {
+        let literal = self
+            .headers
+            .iter()
+            .map(|(n, v)| ("headers", n, Some(v.clone())));
+        let from_env = self
+            .header_envs
+            .iter()
+            .map(|(n, var)| ("header_envs", n, env(var)));
+        for (field, name, value) in literal.chain(from_env) {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                errs.push(format!("{key}.{field}: {name:?} is not a header name"));
+                continue;
+            }
+            if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                errs.push(format!(
+                    "{key}.{field}: {name} is set by the gateway (keys go in api_key_env)"
+                ));
+            }
+            match value {
+                None => errs.push(format!(
+                    "{key}.header_envs.{name}: environment variable {} is not set",
+                    self.header_envs.get(name).map_or("", String::as_str)
+                )),
+                Some(v) if http::HeaderValue::from_str(&v).is_err() => {
+                    // The value itself may be a secret: never quoted.
+                    errs.push(format!("{key}.{field}.{name}: not a valid header value"));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// Keys one channel may list.
+pub const MAX_KEYS: usize = 64;
 
 impl RouteConfig {
     /// The problems of one route, each under `key`.
@@ -1146,6 +1310,70 @@ mod tests {
         ] {
             assert!(all.contains(needle), "missing {needle} in {all}");
         }
+    }
+
+    #[test]
+    fn provider_kinds_keys_and_headers_are_checked_with_their_keys() {
+        let text = r#"
+            [[channels]]
+            name = "az"
+            provider = "azure-openai"
+            base_url = "https://res.openai.azure.com"
+            api_version = "2024-10-21"
+            models = { "gpt-4o" = "prod-4o" }
+            [[channels]]
+            name = "local"
+            provider = "openai-compatible"
+            base_url = "http://127.0.0.1:8000/v1"
+            models = ["llama"]
+            api_version = "2024-10-21"
+            headers = { "Authorization" = "Bearer x", "X-Title" = "ok" }
+            header_envs = { "X-Org" = "MISSING_ORG" }
+            [[channels]]
+            name = "pool"
+            provider = "openai"
+            base_url = "https://api.openai.com/v1"
+            api_key_env = "K1"
+            api_key_envs = ["K1", "K_MISSING"]
+            models = ["gpt-4.1-mini"]
+        "#;
+        let env = |k: &str| (k == "K1").then(|| "sk".to_string());
+        let errs = Config::from_toml(text, "c")
+            .unwrap()
+            .validate(&env)
+            .unwrap_err()
+            .to_string();
+        for needle in [
+            "channels[0].api_key_env: required for provider azure-openai",
+            "channels[1].api_version: only provider azure-openai takes one",
+            "channels[1].headers: Authorization is set by the gateway",
+            "channels[1].header_envs.X-Org: environment variable MISSING_ORG is not set",
+            "channels[2].api_key_envs: give api_key_env or api_key_envs, not both",
+            "channels[2].api_key_envs[1]: environment variable K_MISSING is not set",
+        ] {
+            assert!(errs.contains(needle), "missing {needle} in {errs}");
+        }
+        assert!(
+            !errs.contains("channels[1].api_key_env"),
+            "a compatible server needs no key: {errs}"
+        );
+        // Each is accepted when right; header values from the environment are never printed.
+        let text = r#"
+            [[channels]]
+            name = "az"
+            provider = "azure-openai"
+            base_url = "https://res.openai.azure.com"
+            api_version = "2025-04-01-preview"
+            api_key_envs = ["K1", "K2"]
+            header_envs = { "X-Org" = "ORG" }
+            models = { "gpt-4o" = "prod-4o" }
+        "#;
+        let env = |k: &str| Some(format!("secret-{k}"));
+        let cfg = Config::from_toml(text, "c").unwrap();
+        cfg.validate(&env).unwrap();
+        let printed = cfg.to_toml();
+        assert!(printed.contains("azure-openai") && printed.contains("ORG"));
+        assert!(!printed.contains("secret-"), "{printed}");
     }
 
     #[test]

@@ -142,6 +142,7 @@ impl Resume {
             traceparent: &self.traceparent,
             t0: self.t0,
             timeouts: &self.timeouts,
+            endpoint: None,
         };
         let mut attempts = Vec::new();
         let mut splice = Some(splice);
@@ -154,27 +155,21 @@ impl Resume {
             let start = ctx.now();
             let mut tried =
                 Attempt::dispatched(&route.channel.name, AttemptRole::Continuation, start);
-            let mut answer = match attempt::dispatch(
-                &ctx,
-                route,
-                body,
-                start,
-                start,
-                ErrorStatus::Fails,
-            )
-            .await
-            {
-                Ok(a) => a,
-                Err(e) => {
-                    tried.status = e.status;
-                    tried.headers = e.headers_at;
-                    tried.error_class = Some(e.class);
-                    tried.end = Some(e.at);
-                    attempts.push(tried);
-                    splice = Some(s);
-                    continue;
-                }
-            };
+            let mut answer =
+                match attempt::dispatch(&ctx, route, body.into(), start, start, ErrorStatus::Fails)
+                    .await
+                {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tried.status = e.status;
+                        tried.headers = e.headers_at;
+                        tried.error_class = Some(e.class);
+                        tried.end = Some(e.at);
+                        attempts.push(tried);
+                        splice = Some(s);
+                        continue;
+                    }
+                };
             tried.status = Some(answer.parts.status.as_u16());
             tried.headers = Some(answer.headers_at);
             let AnswerBody::Stream(b) = &mut answer.body else {

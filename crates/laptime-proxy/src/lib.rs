@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod model_health;
 pub mod models;
 pub mod observe;
+pub mod outbody;
 pub mod pipeline;
 pub mod record;
 pub mod respond;

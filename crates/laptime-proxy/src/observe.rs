@@ -691,6 +691,7 @@ impl<B> ObservedBody<B> {
                 headers_at: s.marks.upstream_headers,
                 first_byte: s.marks.first_byte,
                 retry_after: None,
+                key_index: None,
             }))
         };
         if let Some((kind, at)) = self.timed_out {

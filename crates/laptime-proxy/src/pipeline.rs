@@ -102,8 +102,9 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         traceparent: &trace.traceparent,
         t0: finisher.pending.t0,
         timeouts: &policy.timeouts,
+        endpoint: None,
     };
-    let body_for = |route: &Route| bodies.body_for(route);
+    let body_for = |route: &Route| bodies.body_for(route).into();
     let plan = Plan {
         candidates,
         policy,

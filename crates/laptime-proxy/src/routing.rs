@@ -22,8 +22,16 @@ pub struct Channel {
     pub provider: Provider,
     /// The SDK base URL, without a trailing slash.
     pub base_url: String,
-    /// The provider key, read from the environment at start. Never logged or stored.
-    pub api_key: Option<Secret>,
+    /// The provider keys, read from the environment at start (one for `api_key_env`, several
+    /// for `api_key_envs`, none for a keyless compatible server). Never logged or stored.
+    pub keys: Keys,
+    /// Headers sent with every call (`headers` and `header_envs`; values from the environment
+    /// are marked sensitive).
+    pub extra_headers: http::HeaderMap,
+    /// Azure OpenAI's `api-version`: deployment URLs when set, the `/openai/v1/` API when not.
+    pub api_version: Option<String>,
+    /// Takes the group's calls that name no model.
+    pub objects: bool,
     pub group: String,
     pub models: Vec<(String, String)>,
     /// The one dialect this channel is called in, when configured; else see
@@ -79,17 +87,28 @@ impl Channel {
         base_url: String,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Self {
+        let key_vars = c.api_key_env.iter().chain(&c.api_key_envs);
+        let keys = key_vars
+            .filter_map(|var| env(var))
+            .map(Secret::new)
+            .collect();
         Channel {
             name: c.name.clone(),
             provider: c.provider,
             base_url: base_url.trim_end_matches('/').to_string(),
-            api_key: c.api_key_env.as_deref().and_then(env).map(Secret::new),
+            keys: Keys::new(keys),
+            extra_headers: extra_headers(c, env),
+            api_version: c.api_version.clone(),
+            objects: c.objects,
             group: c.group.clone(),
             models: c.models.pairs(),
             dialect: c.dialect,
             prefill: c.prefill.unwrap_or(match c.provider {
                 Provider::Anthropic | Provider::Sim => true,
-                Provider::Openai | Provider::Gemini => false,
+                Provider::Openai
+                | Provider::AzureOpenai
+                | Provider::OpenaiCompatible
+                | Provider::Gemini => false,
             }),
             inflight: AtomicU32::new(0),
             priority: c.priority,
@@ -104,21 +123,55 @@ impl Channel {
     pub fn pass_through(&self) -> &'static [&'static str] {
         match self.provider {
             Provider::Sim => &["laptime_sim"],
-            Provider::Openai | Provider::Anthropic | Provider::Gemini => &[],
+            Provider::Openai
+            | Provider::AzureOpenai
+            | Provider::OpenaiCompatible
+            | Provider::Anthropic
+            | Provider::Gemini => &[],
         }
     }
 
-    /// The upstream URL of a call: OpenAI paths hang off the SDK base URL (which includes
-    /// `/v1`), Anthropic's and Gemini's off the bare host (Gemini's names the upstream `model`
-    /// and whether it `stream`s); a sim's base URL is its bare host for every dialect.
+    /// The upstream URL of a model call (see [`Channel::endpoint_url`]).
     pub fn url(&self, dialect: Dialect, model: &str, stream: bool) -> String {
-        match (self.provider, dialect) {
-            (Provider::Sim, d) | (_, d @ Dialect::Gemini) => {
-                format!("{}{}", self.base_url, d.target(model, stream))
+        match dialect {
+            Dialect::Gemini => self.endpoint_url(&dialect.target(model, stream), model),
+            _ => self.endpoint_url(dialect.path(), model),
+        }
+    }
+
+    /// The upstream URL of the call a client made to `target` (a gateway path under `/v1/` or
+    /// `/v1beta/`, with its query) for upstream `model`. OpenAI paths hang off the SDK base URL
+    /// (which includes `/v1`); Anthropic's and Gemini's off the bare host; a sim's base URL is
+    /// its bare host for every path. Azure OpenAI puts the deployment (the upstream model) in
+    /// the path of the calls that run a model and adds `api-version`, or without one calls its
+    /// `/openai/v1/` API. Only configuration chooses the host: `target` is a path the router
+    /// matched, and ids in it were checked ([`laptime_core::endpoint::object_id_ok`]).
+    pub fn endpoint_url(&self, target: &str, model: &str) -> String {
+        let base = &self.base_url;
+        let openai_rest = target.strip_prefix("/v1");
+        match (self.provider, openai_rest) {
+            (Provider::Openai | Provider::OpenaiCompatible, Some(rest))
+                if !target.starts_with("/v1/messages") && !is_gemini_path(target) =>
+            {
+                format!("{base}{rest}")
             }
-            (_, Dialect::Messages) => format!("{}/v1/messages", self.base_url),
-            (_, Dialect::Chat) => format!("{}/chat/completions", self.base_url),
-            (_, Dialect::Responses) => format!("{}/responses", self.base_url),
+            (Provider::AzureOpenai, Some(rest)) => {
+                azure_url(base, rest, model, self.api_version.as_deref())
+            }
+            _ => format!("{base}{target}"),
+        }
+    }
+
+    /// Whether this channel serves calls of `dialect`'s endpoints other than the model calls
+    /// (embeddings, files, …): never through translation.
+    pub fn serves_endpoints_of(&self, dialect: Dialect) -> bool {
+        match (self.provider, dialect) {
+            (Provider::Sim, _) => true,
+            (Provider::Openai | Provider::AzureOpenai | Provider::OpenaiCompatible, d) => {
+                matches!(d, Dialect::Chat | Dialect::Responses)
+            }
+            (Provider::Anthropic, d) => d == Dialect::Messages,
+            (Provider::Gemini, d) => d == Dialect::Gemini,
         }
     }
 
@@ -178,6 +231,127 @@ impl Channel {
     }
 }
 
+/// A Gemini call's path (`/v1beta/models/…`, or `/v1/models/{model}:{method}`).
+fn is_gemini_path(target: &str) -> bool {
+    target.starts_with("/v1beta/") || (target.starts_with("/v1/models/") && target.contains(':'))
+}
+
+/// Azure OpenAI's URL of the OpenAI call `rest` (the path after `/v1`, with its query).
+fn azure_url(base: &str, rest: &str, deployment: &str, api_version: Option<&str>) -> String {
+    let Some(version) = api_version else {
+        return format!("{base}/openai/v1{rest}");
+    };
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    // The calls that run a model name its deployment in the path; objects (files, batches,
+    // stored responses) belong to the resource.
+    let per_deployment = [
+        "/chat/completions",
+        "/completions",
+        "/embeddings",
+        "/images/generations",
+        "/images/edits",
+        "/audio/speech",
+        "/audio/transcriptions",
+        "/audio/translations",
+    ]
+    .contains(&path);
+    let mut url = if per_deployment {
+        format!("{base}/openai/deployments/{deployment}{path}?api-version={version}")
+    } else {
+        format!("{base}/openai{path}?api-version={version}")
+    };
+    if !query.is_empty() {
+        url.push('&');
+        url.push_str(query);
+    }
+    url
+}
+
+/// The channel's `headers` and `header_envs`, as sent; a value from the environment is
+/// sensitive (kept out of debug output). Invalid ones were refused by validation.
+fn extra_headers(c: &ChannelConfig, env: &dyn Fn(&str) -> Option<String>) -> http::HeaderMap {
+    let mut out = http::HeaderMap::new();
+    let literal = c.headers.iter().map(|(n, v)| (n, Some(v.clone()), false));
+    let from_env = c.header_envs.iter().map(|(n, var)| (n, env(var), true));
+    for (name, value, secret) in literal.chain(from_env) {
+        let name = http::HeaderName::from_bytes(name.as_bytes());
+        let value = value.and_then(|v| http::HeaderValue::from_str(&v).ok());
+        if let (Ok(name), Some(mut value)) = (name, value) {
+            value.set_sensitive(secret);
+            out.insert(name, value);
+        }
+    }
+    out
+}
+
+/// A channel's keys, each with its own cool-down: requests go round the keys that are not
+/// cooling down.
+#[derive(Debug, Default)]
+pub struct Keys {
+    keys: Vec<(Secret, std::sync::atomic::AtomicI64)>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+/// How long a key refused by the provider (401, 403) is left out: a revoked or wrong key stays
+/// wrong until an operator acts, so it is tried again only now and then.
+pub const REFUSED_KEY_COOL_DOWN_US: i64 = 300_000_000;
+/// How long a rate-limited key is left out when the 429 gives no `Retry-After`.
+pub const LIMITED_KEY_COOL_DOWN_US: i64 = 30_000_000;
+
+impl Keys {
+    pub fn new(keys: Vec<Secret>) -> Self {
+        Keys {
+            keys: keys
+                .into_iter()
+                .map(|k| (k, std::sync::atomic::AtomicI64::new(0)))
+                .collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The key at `index`.
+    pub fn get(&self, index: usize) -> Option<&Secret> {
+        self.keys.get(index).map(|(k, _)| k)
+    }
+
+    /// The next key in turn that is not cooling down at `now_us`; when all are, the one whose
+    /// cool-down ends first. `None` for a channel without keys.
+    pub fn pick(&self, now_us: i64) -> Option<usize> {
+        let n = self.keys.len();
+        if n == 0 {
+            return None;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let ready = (0..n)
+            .map(|i| (start + i) % n)
+            .find(|&i| self.keys[i].1.load(Ordering::Relaxed) <= now_us);
+        ready.or_else(|| (0..n).min_by_key(|&i| self.keys[i].1.load(Ordering::Relaxed)))
+    }
+
+    /// Leaves key `index` out until `until_us`.
+    pub fn cool_down(&self, index: usize, until_us: i64) {
+        if let Some((_, until)) = self.keys.get(index) {
+            until.fetch_max(until_us, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a key other than `index` is not cooling down at `now_us`.
+    pub fn another_ready(&self, index: usize, now_us: i64) -> bool {
+        self.keys
+            .iter()
+            .enumerate()
+            .any(|(i, (_, until))| i != index && until.load(Ordering::Relaxed) <= now_us)
+    }
+}
+
 #[derive(Debug)]
 pub struct InflightGuard(Arc<Channel>);
 
@@ -200,6 +374,9 @@ pub struct Route {
     /// A candidate of the route's `context_fallback` model: asked only after a channel
     /// answered that the input is over its model's context window.
     pub context_fallback: bool,
+    /// The channel key this route must use (an object lives under the key that created it);
+    /// `None`: the next key in turn at dispatch.
+    pub key_index: Option<usize>,
 }
 
 impl Route {
@@ -210,6 +387,7 @@ impl Route {
             upstream_model: upstream_model.to_string(),
             upstream: channel.upstream_dialect(client),
             context_fallback: false,
+            key_index: None,
         }
     }
 }
@@ -318,14 +496,10 @@ mod tests {
             name: name.into(),
             provider,
             base_url: Some("http://127.0.0.1:1/v1/".into()),
-            api_key_env: None,
             models,
-            dialect: None,
-            group: "default".into(),
             priority,
             weight,
-            circuit: Default::default(),
-            prefill: None,
+            ..ChannelConfig::default()
         };
         Arc::new(Channel::from_config(
             &cfg,
@@ -401,15 +575,9 @@ mod tests {
         let mut cfg = ChannelConfig {
             name: "pinned".into(),
             provider: Provider::Sim,
-            base_url: None,
-            api_key_env: None,
             models: Models::List(vec!["m".into()]),
             dialect: Some(Dialect::Messages),
-            group: "default".into(),
-            priority: 0,
-            weight: 1,
-            circuit: Default::default(),
-            prefill: None,
+            ..ChannelConfig::default()
         };
         let pinned = Arc::new(Channel::from_config(
             &cfg,
@@ -507,15 +675,8 @@ mod tests {
         let cfg = ChannelConfig {
             name: "g".into(),
             provider: Provider::Gemini,
-            base_url: None,
-            api_key_env: None,
             models: Models::List(vec!["m".into()]),
-            dialect: None,
-            group: "default".into(),
-            priority: 0,
-            weight: 1,
-            circuit: Default::default(),
-            prefill: None,
+            ..ChannelConfig::default()
         };
         let g = Channel::from_config(
             &cfg,

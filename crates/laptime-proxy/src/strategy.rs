@@ -11,13 +11,13 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
 use laptime_core::timeline::{Attempt, AttemptRole, ErrorClass, Hedge};
 use tokio::time::Instant;
 
 use crate::attempt::{self, Answer, AttemptCtx, AttemptError, ErrorStatus};
 use crate::config::{HedgeConfig, HedgeDelay, RouteConfig};
 use crate::observe::Until;
+use crate::outbody::OutBody;
 use crate::record::Pending;
 use crate::routing::Route;
 
@@ -26,7 +26,7 @@ pub struct Plan<'a> {
     pub candidates: Vec<Route>,
     pub policy: &'a RouteConfig,
     /// The upstream body for a route (the model name may be mapped per channel).
-    pub body_for: &'a (dyn Fn(&Route) -> Bytes + Sync),
+    pub body_for: &'a (dyn Fn(&Route) -> OutBody + Sync),
 }
 
 /// The answer the client is to be committed to, and the candidates no attempt went to (one of
@@ -149,6 +149,15 @@ pub async fn run(
             Err(e) => {
                 failed(pending, i, &e, None);
                 let retry = e.class.retryable() || e.status.is_some();
+                if made < max_attempts && another_key(&route, &e) {
+                    // The key was refused or rate limited, not the channel: its next key now.
+                    failure = Some(e);
+                    again = Some(Route {
+                        key_index: None,
+                        ..route
+                    });
+                    continue;
+                }
                 let may_ask_again = made < max_attempts && policy.failover.retries_same();
                 if !others_left && may_ask_again && worth_the_same_channel(&e) {
                     // Only one channel is left: ask it again after its Retry-After (bounded
@@ -243,6 +252,11 @@ fn won(pending: &mut Pending, i: usize, answer: &Answer) {
     pending.provider = Some(answer.channel.provider.as_str().to_string());
     pending.upstream_dialect = Some(answer.upstream);
     pending.channel_inflight = Some(answer.inflight);
+    // Named only where there is a choice: a channel of several keys.
+    pending.exchange.key_index = answer
+        .key_index
+        .filter(|_| answer.channel.keys.len() > 1)
+        .and_then(|k| u32::try_from(k).ok());
     pending.publish();
 }
 
@@ -315,7 +329,7 @@ struct Raced {
 async fn race(
     ctx: &AttemptCtx<'_>,
     pending: &mut Pending,
-    body_for: &(dyn Fn(&Route) -> Bytes + Sync),
+    body_for: &(dyn Fn(&Route) -> OutBody + Sync),
     h: &HedgeConfig,
     primary: Route,
     second: &Route,
@@ -442,6 +456,22 @@ fn backoff(base_ms: u64, n: u32) -> Duration {
     Duration::from_millis(half + jitter)
 }
 
+/// Whether the attempt's failure was its key's (refused, or rate limited) and another key of
+/// the channel can serve now. A route pinned to its key (an object lives under it) has none.
+fn another_key(route: &Route, e: &AttemptError) -> bool {
+    let key_failed = matches!(e.status, Some(401 | 403 | 429));
+    let Some(k) = e
+        .key_index
+        .filter(|_| key_failed && route.key_index.is_none())
+    else {
+        return false;
+    };
+    route
+        .channel
+        .keys
+        .another_ready(k, crate::clock::now_unix_us())
+}
+
 fn internal(at: Duration) -> AttemptError {
     AttemptError {
         class: ErrorClass::Internal,
@@ -451,6 +481,7 @@ fn internal(at: Duration) -> AttemptError {
         headers_at: None,
         first_byte: None,
         retry_after: None,
+        key_index: None,
     }
 }
 

@@ -278,12 +278,7 @@ async fn a_gemini_channel_sends_its_key_as_x_goog_api_key_and_names_the_upstream
             base_url: Some(sim.into()),
             api_key_env: Some("CANARY_KEY".into()),
             models: Models::Map([("gemini-public".to_string(), "sim-fast".to_string())].into()),
-            dialect: None,
-            group: "default".into(),
-            priority: 0,
-            weight: 1,
-            circuit: Default::default(),
-            prefill: None,
+            ..ChannelConfig::default()
         });
     })
     .await;

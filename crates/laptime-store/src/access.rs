@@ -346,17 +346,26 @@ impl Store {
     }
 
     /// Remembers which channel holds objects `workspace_id` created (see [`affinity::put`]).
-    pub async fn put_placements(&self, workspace_id: &str, placements: Vec<Placement>) -> Result<()> {
+    pub async fn put_placements(
+        &self,
+        workspace_id: &str,
+        placements: Vec<Placement>,
+    ) -> Result<()> {
         if let Backend::Postgres(pg) = &self.backend {
             let mut c = pg.client().await?;
             return pg::affinity::put(&mut c, workspace_id, &placements).await;
         }
         let ws = workspace_id.to_string();
-        self.blocking(move |c| affinity::put(c, &ws, &placements)).await
+        self.blocking(move |c| affinity::put(c, &ws, &placements))
+            .await
     }
 
     /// Where `object_id` lives, if `workspace_id` created it.
-    pub async fn placement(&self, workspace_id: &str, object_id: &str) -> Result<Option<Placement>> {
+    pub async fn placement(
+        &self,
+        workspace_id: &str,
+        object_id: &str,
+    ) -> Result<Option<Placement>> {
         if let Backend::Postgres(pg) = &self.backend {
             return pg::affinity::get(&pg.client().await?, workspace_id, object_id).await;
         }

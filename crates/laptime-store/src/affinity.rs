@@ -78,8 +78,5 @@ pub fn get(conn: &Connection, workspace_id: &str, object_id: &str) -> Result<Opt
 
 /// Deletes placements made before `cutoff_us`; how many went.
 pub fn delete_older_than(conn: &Connection, cutoff_us: i64) -> Result<usize> {
-    Ok(conn.execute(
-        "DELETE FROM affinity WHERE created_at_us < ?1",
-        [cutoff_us],
-    )?)
+    Ok(conn.execute("DELETE FROM affinity WHERE created_at_us < ?1", [cutoff_us])?)
 }

@@ -8,8 +8,8 @@ use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::Limit;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome,
-    RequestRecord, RequestShape,
+    Attempt, AttemptRole, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome, RequestRecord,
+    RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;

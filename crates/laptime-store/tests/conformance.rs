@@ -780,11 +780,18 @@ async fn an_object_is_placed_once_per_workspace_and_retention_forgets_it() {
         let batch = s.placement("ws", "batch_1").await.unwrap().unwrap();
         assert_eq!((batch.channel.as_str(), batch.key_index), ("b", None));
         // Another workspace cannot name it.
-        assert_eq!(s.placement("other", "file-1").await.unwrap(), None, "{name}");
+        assert_eq!(
+            s.placement("other", "file-1").await.unwrap(),
+            None,
+            "{name}"
+        );
         // Retention forgets placements made before the cutoff, with the requests.
         s.delete_older_than(BASE + 1, 100).await.unwrap();
         assert_eq!(s.placement("ws", "file-1").await.unwrap(), None, "{name}");
-        assert!(s.placement("ws", "batch_1").await.unwrap().is_some(), "{name}");
+        assert!(
+            s.placement("ws", "batch_1").await.unwrap().is_some(),
+            "{name}"
+        );
     }
 }
 

@@ -960,7 +960,7 @@ async fn channels(url: String, token: String, workspace: String) -> Result<(), S
     let req = http::Request::post(format!("{}/graphql", url.trim_end_matches('/')))
         .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(
+        .body(laptime_proxy::outbody::OutBody::full(bytes::Bytes::from(
             query.to_string(),
         )))
         .map_err(|e| format!("bad URL {url}: {e}"))?;

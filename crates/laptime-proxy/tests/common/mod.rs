@@ -79,14 +79,8 @@ pub fn channel(name: &str, base_url: &str, models: &[&str]) -> ChannelConfig {
         name: name.into(),
         provider: laptime_proxy::config::Provider::Sim,
         base_url: Some(base_url.into()),
-        api_key_env: None,
         models: laptime_proxy::config::Models::List(models.iter().map(|m| m.to_string()).collect()),
-        dialect: None,
-        group: "default".into(),
-        priority: 0,
-        weight: 1,
-        circuit: Default::default(),
-        prefill: None,
+        ..ChannelConfig::default()
     }
 }
 

@@ -221,14 +221,9 @@ pub fn channel(name: &str, priority: u32) -> ChannelConfig {
         name: name.into(),
         provider: Provider::Sim,
         base_url: Some(format!("http://{name}")),
-        api_key_env: None,
         models: Models::List(vec!["m".into()]),
-        dialect: None,
-        group: "default".into(),
         priority,
-        weight: 1,
-        circuit: Default::default(),
-        prefill: None,
+        ..ChannelConfig::default()
     }
 }
 

@@ -19,8 +19,8 @@ use laptime_core::limit::Limit;
 use laptime_core::rollup::Rollup;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome,
-    RequestRecord, RequestShape,
+    Attempt, AttemptRole, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome, RequestRecord,
+    RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -243,7 +243,11 @@ fn values(r: &RequestRecord) -> Result<[Val; 60]> {
         word(r.exchange.endpoint.as_str()),
         Val::Int(tok(r.exchange.bytes_in)),
         Val::Int(tok(r.exchange.bytes_out)),
-        Val::Int4(r.exchange.key_index.map(|k| i32::try_from(k).unwrap_or(i32::MAX))),
+        Val::Int4(
+            r.exchange
+                .key_index
+                .map(|k| i32::try_from(k).unwrap_or(i32::MAX)),
+        ),
     ])
 }
 
