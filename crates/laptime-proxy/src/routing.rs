@@ -39,6 +39,8 @@ pub struct Channel {
     pub health: ChannelHealth,
     /// Recent times to first event from dispatch, microseconds (for adaptive hedging).
     recent_first_event: Mutex<std::collections::VecDeque<u64>>,
+    /// Its way out (proxy, trust, client certificate); `None`: the gateway's default.
+    pub egress: Option<Arc<crate::egress::Profile>>,
 }
 
 /// Samples kept for a channel's recent p95 time to first event.
@@ -96,6 +98,7 @@ impl Channel {
             weight: c.weight.max(1),
             health: ChannelHealth::new(&c.name, c.circuit, c.models.pairs().len()),
             recent_first_event: Mutex::new(std::collections::VecDeque::new()),
+            egress: None,
         }
     }
 
@@ -326,6 +329,10 @@ mod tests {
             weight,
             circuit: Default::default(),
             prefill: None,
+            proxy_url: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
         };
         Arc::new(Channel::from_config(
             &cfg,
@@ -410,6 +417,10 @@ mod tests {
             weight: 1,
             circuit: Default::default(),
             prefill: None,
+            proxy_url: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
         };
         let pinned = Arc::new(Channel::from_config(
             &cfg,
@@ -516,6 +527,10 @@ mod tests {
             weight: 1,
             circuit: Default::default(),
             prefill: None,
+            proxy_url: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
         };
         let g = Channel::from_config(
             &cfg,

@@ -284,6 +284,10 @@ async fn a_gemini_channel_sends_its_key_as_x_goog_api_key_and_names_the_upstream
             weight: 1,
             circuit: Default::default(),
             prefill: None,
+            proxy_url: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
         });
     })
     .await;

@@ -47,6 +47,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: V6,
         after: None,
     },
+    // 7: when an attempt's new upstream connection was connected, tunnelled and through TLS.
+    Migration {
+        sql: V7,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -218,6 +223,14 @@ const V6: &str = r#"
     );
 "#;
 
+/// Offsets from t0 like every mark; NULL for an attempt on a pooled connection, a step not
+/// taken, and rows written before.
+const V7: &str = r#"
+    ALTER TABLE attempts ADD COLUMN connected_us INTEGER;
+    ALTER TABLE attempts ADD COLUMN tunnel_us INTEGER;
+    ALTER TABLE attempts ADD COLUMN tls_us INTEGER;
+"#;
+
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -291,11 +304,20 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .unwrap();
         let columns = columns.join(", ");
+        let attempt_columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('attempts')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let attempt_columns = attempt_columns.join(", ");
         conn.execute("ATTACH ?1 AS scratch", [scratch.to_str().unwrap()])
             .unwrap();
         conn.execute_batch(&format!(
             "INSERT INTO requests ({columns}) SELECT {columns} FROM scratch.requests;
-             INSERT INTO attempts SELECT * FROM scratch.attempts;
+             INSERT INTO attempts ({attempt_columns})
+                SELECT {attempt_columns} FROM scratch.attempts;
              DETACH scratch;"
         ))
         .unwrap();

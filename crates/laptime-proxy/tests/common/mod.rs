@@ -87,6 +87,10 @@ pub fn channel(name: &str, base_url: &str, models: &[&str]) -> ChannelConfig {
         weight: 1,
         circuit: Default::default(),
         prefill: None,
+        proxy_url: None,
+        ca_file: None,
+        client_cert_file: None,
+        client_key_file: None,
     }
 }
 

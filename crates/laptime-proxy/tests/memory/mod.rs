@@ -229,6 +229,10 @@ pub fn channel(name: &str, priority: u32) -> ChannelConfig {
         weight: 1,
         circuit: Default::default(),
         prefill: None,
+        proxy_url: None,
+        ca_file: None,
+        client_cert_file: None,
+        client_key_file: None,
     }
 }
 
