@@ -171,6 +171,10 @@ pub async fn dispatch(
         .app
         .client_for(ctx.timeouts.connect_ms, channel.egress.as_ref());
     let headers_deadline = Duration::from_millis(ctx.timeouts.headers_ms);
+    let forwarded = channel
+        .egress
+        .as_deref()
+        .is_some_and(|p| p.forwards(request.uri()));
     let dispatched = Instant::now();
     let sent = tokio::time::timeout(headers_deadline, client.request(request)).await;
     let headers_at = ctx.now();
@@ -201,19 +205,27 @@ pub async fn dispatch(
         let wait_us = i64::try_from(wait.as_micros()).unwrap_or(i64::MAX);
         health.cool_down_until(crate::clock::now_unix_us().saturating_add(wait_us));
     }
-    let class = ErrorClass::from_status(status);
-    // Refused credentials are the operator's to fix, and the provider's body may echo part of
-    // the key; a redirect is never followed (nothing in a request or an answer may choose where
-    // a call goes) nor relayed (its Location is the provider's). Either fails the attempt
-    // whatever `errors` says, and the client is told in the gateway's own words.
-    let refused = class == Some(ErrorClass::UpstreamAuth);
+    let class = match status {
+        // Sent to a proxy in absolute form, a 407 is the proxy's refusal of its credentials.
+        407 if forwarded => Some(ErrorClass::ProxyAuth),
+        _ => ErrorClass::from_status(status),
+    };
+    // Refused credentials (the channel's key, or its proxy's) are the operator's to fix, and
+    // the provider's body may echo part of the key; a redirect is never followed (nothing in a
+    // request or an answer may choose where a call goes) nor relayed (its Location is the
+    // provider's). Either fails the attempt whatever `errors` says, and the client is told in
+    // the gateway's own words.
+    let refused = matches!(
+        class,
+        Some(ErrorClass::UpstreamAuth | ErrorClass::ProxyAuth)
+    );
     let redirect = class == Some(ErrorClass::UpstreamRedirect);
     if refused || redirect {
         tracing::warn!(
             channel = %channel.name,
             status,
             class = class.map_or("", ErrorClass::as_str),
-            "upstream answer not relayed: check the channel's key (upstream_auth) or base_url (upstream_redirect)"
+            "upstream answer not relayed: check the channel's key (upstream_auth), proxy_url (proxy_auth) or base_url (upstream_redirect)"
         );
     }
     let fails = refused
@@ -523,8 +535,8 @@ pub fn build_request(
     let proxy_auth = channel
         .egress
         .as_deref()
-        .and_then(|p| p.forward_authorization(req.uri()))
-        .cloned();
+        .filter(|p| p.forwards(req.uri()))
+        .and_then(|p| p.proxy.as_ref()?.authorization().cloned());
     let h = req.headers_mut();
     if let Some(auth) = proxy_auth {
         h.insert(http::header::PROXY_AUTHORIZATION, auth);

@@ -215,14 +215,11 @@ impl Profile {
         })
     }
 
-    /// The `Proxy-Authorization` for a plain-HTTP request sent to this profile's proxy in
-    /// absolute form (an https upstream gets its credentials in the tunnel's CONNECT instead).
-    pub fn forward_authorization(&self, url: &Uri) -> Option<&HeaderValue> {
-        if url.scheme() == Some(&http::uri::Scheme::HTTP) {
-            self.proxy.as_ref()?.authorization()
-        } else {
-            None
-        }
+    /// Whether a request to `url` goes to this profile's proxy in absolute form (plain HTTP
+    /// through a proxy), with the proxy's credentials on the request; an https upstream is
+    /// tunnelled, its credentials in the CONNECT.
+    pub fn forwards(&self, url: &Uri) -> bool {
+        self.proxy.is_some() && url.scheme() == Some(&http::uri::Scheme::HTTP)
     }
 
     pub(crate) fn tls(&self) -> &Arc<rustls::ClientConfig> {
@@ -571,10 +568,11 @@ mod tests {
     }
 
     #[test]
-    fn a_profile_forwards_credentials_only_for_plain_http() {
+    fn a_profile_forwards_only_plain_http_and_only_through_a_proxy() {
         let mut p = Profile::direct().unwrap();
+        assert!(!p.forwards(&uri("http://m:80/v1")));
         p.proxy = Some(Proxy::parse("http://u:pw@proxy:3128").unwrap());
-        assert!(p.forward_authorization(&uri("http://m:80/v1")).is_some());
-        assert!(p.forward_authorization(&uri("https://m/v1")).is_none());
+        assert!(p.forwards(&uri("http://m:80/v1")));
+        assert!(!p.forwards(&uri("https://m/v1")));
     }
 }
