@@ -227,20 +227,21 @@ impl Profile {
     }
 }
 
-/// Every profile of a gateway, the default first.
+/// Every profile of a gateway, the default first, and which one each channel takes.
 #[derive(Debug)]
 pub struct Egress {
     profiles: Vec<Arc<Profile>>,
+    /// By channel, in config order; `None` for the default.
+    of_channel: Vec<Option<Arc<Profile>>>,
 }
 
 impl Egress {
-    /// The profile of every channel (in config order; `None` for the default) and the
-    /// profiles. Reads the environment's proxies and every channel's files: every problem is
-    /// reported, each naming its key.
+    /// The profiles of the configured channels. Reads the environment's proxies and every
+    /// channel's files: every problem is reported, each naming its key.
     pub fn build(
         channels: &[ChannelConfig],
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<(Egress, Vec<Option<Arc<Profile>>>), Vec<String>> {
+    ) -> Result<Egress, Vec<String>> {
         let mut errs = Vec::new();
         let proxy_env = ProxyEnv::read(env).map_err(|e| errs.extend(e)).ok();
         let mut profiles = vec![Arc::new(Profile::direct().map_err(|e| vec![e])?)];
@@ -282,10 +283,18 @@ impl Egress {
             of_channel.push(Some(profile));
         }
         if errs.is_empty() {
-            Ok((Egress { profiles }, of_channel))
+            Ok(Egress {
+                profiles,
+                of_channel,
+            })
         } else {
             Err(errs)
         }
+    }
+
+    /// The profile of the `index`-th configured channel; `None` for the default.
+    pub fn of_channel(&self, index: usize) -> Option<Arc<Profile>> {
+        self.of_channel.get(index).cloned().flatten()
     }
 
     /// The way out of channels with no proxy and no files of their own.

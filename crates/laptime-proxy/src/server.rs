@@ -71,10 +71,10 @@ impl Gateway {
         env: &dyn Fn(&str) -> Option<String>,
         memory: Option<crate::connect::MemoryConnect>,
     ) -> Result<Gateway, StartError> {
-        let (egress, ways_out) = crate::egress::Egress::build(&config.channels, env)
+        let egress = crate::egress::Egress::build(&config.channels, env)
             .map_err(|errs| StartError(format!("egress: {}", errs.join("; "))))?;
         let mut channels = Vec::with_capacity(config.channels.len());
-        for (c, way_out) in config.channels.iter().zip(ways_out) {
+        for (i, c) in config.channels.iter().enumerate() {
             let Some(base) = c.base_url.clone() else {
                 return Err(StartError(format!(
                     "channel {:?} has no base_url (the embedded sim's is filled in by `laptime serve`)",
@@ -82,7 +82,7 @@ impl Gateway {
                 )));
             };
             let mut channel = Channel::from_config(c, base, env);
-            channel.egress = way_out;
+            channel.egress = egress.of_channel(i);
             channels.push(Arc::new(channel));
         }
         tracing::debug!(ways_out = egress.len(), "egress profiles built");
