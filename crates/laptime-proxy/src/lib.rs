@@ -67,11 +67,9 @@ pub struct App {
     pub config: Config,
     pub router: Router,
     pub auth: Authenticator,
-    /// An upstream client with the server's connect timeout on the default way out, built at
-    /// start; serving threads use their own, see [`App::client_for`].
-    pub client: HttpClient,
     /// Every way out of the channels (proxy, trust, client certificate), built at start (so a
-    /// file or proxy problem stops the start).
+    /// file or proxy problem stops the start); each serving thread has its own clients along
+    /// them, see [`App::client_for`].
     pub egress: egress::Egress,
     /// In-process upstreams instead of the network, for tests under paused time: every attempt
     /// uses this client.

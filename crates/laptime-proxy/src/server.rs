@@ -145,10 +145,6 @@ impl Gateway {
                 .map_err(|e| StartError(format!("in-flight journal: {e}")))?,
             ),
         };
-        let client = attempt::client_along(
-            egress.default_profile().clone(),
-            Duration::from_millis(config.server.connect_timeout_ms),
-        );
         let metrics =
             Metrics::new(config.named_models()).map_err(|e| StartError(format!("metrics: {e}")))?;
         let config_for_caches = config.routes.clone();
@@ -173,7 +169,6 @@ impl Gateway {
         let app = Arc::new(App {
             router: Router::new(channels),
             auth: Authenticator::new(store.clone()),
-            client,
             egress,
             memory_upstream: memory.map(attempt::memory_client),
             recorder,
