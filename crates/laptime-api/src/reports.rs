@@ -241,6 +241,15 @@ pub struct AttemptOut {
     pub headers_ms: Option<f64>,
     pub first_byte_ms: Option<f64>,
     pub end_ms: Option<f64>,
+    /// When the new upstream connection this attempt opened was connected (TCP, to the proxy
+    /// when there is one), ms from t0; null when it reused a pooled connection.
+    pub connected_ms: Option<f64>,
+    /// When the proxy's CONNECT tunnel was open, ms from t0; null without a proxy (or a plain
+    /// HTTP upstream, sent to the proxy in absolute form) or on a pooled connection.
+    pub tunnel_ms: Option<f64>,
+    /// When the TLS handshake with the upstream was done, ms from t0; null for plain HTTP or on
+    /// a pooled connection.
+    pub tls_ms: Option<f64>,
 }
 
 impl From<AttemptView> for AttemptOut {
@@ -256,6 +265,9 @@ impl From<AttemptView> for AttemptOut {
             headers_ms: a.headers_ms,
             first_byte_ms: a.first_byte_ms,
             end_ms: a.end_ms,
+            connected_ms: a.connected_ms,
+            tunnel_ms: a.tunnel_ms,
+            tls_ms: a.tls_ms,
         }
     }
 }

@@ -192,12 +192,19 @@ pub enum ErrorClass {
     /// A rate limit or budget of the client's own token or workspace refused the request
     /// before any upstream was called (an upstream's 429 is `RateLimited`).
     OverLimit,
+    /// The channel's HTTP proxy answered 407 to the tunnel: it refused the gateway's proxy
+    /// credentials (the operator's to fix; another channel may go another way).
+    ProxyAuth,
+    /// The channel's HTTP proxy could not be reached, or refused or failed the tunnel (403 by
+    /// its policy, 502 when it could not reach the upstream, an answer that is not HTTP): the
+    /// upstream was never reached.
+    ProxyFailed,
 }
 
 impl ErrorClass {
     /// Every class, in declaration order (a test checks the order against the discriminants,
     /// so a class added to the enum but not here fails it).
-    pub const ALL: [ErrorClass; 25] = [
+    pub const ALL: [ErrorClass; 27] = [
         ErrorClass::ConnectFailed,
         ErrorClass::ConnectTimeout,
         ErrorClass::Tls,
@@ -223,6 +230,8 @@ impl ErrorClass {
         ErrorClass::ContextLengthExceeded,
         ErrorClass::ContentFiltered,
         ErrorClass::OverLimit,
+        ErrorClass::ProxyAuth,
+        ErrorClass::ProxyFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -252,6 +261,8 @@ impl ErrorClass {
             ErrorClass::ContextLengthExceeded => "context_length_exceeded",
             ErrorClass::ContentFiltered => "content_filtered",
             ErrorClass::OverLimit => "over_limit",
+            ErrorClass::ProxyAuth => "proxy_auth",
+            ErrorClass::ProxyFailed => "proxy_failed",
         }
     }
 
@@ -276,7 +287,8 @@ impl ErrorClass {
             | ContextLengthExceeded
             | ContentFiltered
             | OverLimit => Fault::Client,
-            UpstreamAuth | Overloaded | Internal => Fault::Gateway,
+            // The proxy is the deployment's way out, set up by the gateway's operator.
+            UpstreamAuth | Overloaded | Internal | ProxyAuth | ProxyFailed => Fault::Gateway,
         }
     }
 
@@ -296,6 +308,8 @@ impl ErrorClass {
                 | Timeout
                 | UpstreamAuth
                 | UpstreamRedirect
+                | ProxyAuth
+                | ProxyFailed
         )
     }
 
@@ -437,6 +451,30 @@ pub struct Attempt {
     pub headers: Option<Duration>,
     pub first_byte: Option<Duration>,
     pub end: Option<Duration>,
+    /// How far the new connection this attempt opened got; all absent when it reused a pooled
+    /// one (and on records written before the marks existed).
+    #[serde(default)]
+    pub connection: ConnectionMarks,
+}
+
+/// The steps of opening an upstream connection, each an offset from t0 (like every mark), for
+/// an attempt that opened one: absent when the step was not taken (no proxy: no tunnel; plain
+/// HTTP: no TLS) or not reached (the attempt failed before it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionMarks {
+    /// The TCP connection was established (to the proxy, when there is one).
+    pub connected: Option<Duration>,
+    /// The proxy answered the HTTP CONNECT with 200: the tunnel to the upstream was open.
+    pub tunnel: Option<Duration>,
+    /// The TLS handshake with the upstream was done.
+    pub tls: Option<Duration>,
+}
+
+impl ConnectionMarks {
+    /// Whether no step was reached (a reused connection, or none opened).
+    pub fn is_empty(&self) -> bool {
+        *self == ConnectionMarks::default()
+    }
 }
 
 impl Attempt {
@@ -452,6 +490,7 @@ impl Attempt {
             headers: None,
             first_byte: None,
             end: None,
+            connection: ConnectionMarks::default(),
         }
     }
 }
@@ -648,7 +687,7 @@ mod tests {
         }
         assert_eq!(
             ErrorClass::ALL.len(),
-            ErrorClass::OverLimit as usize + 1,
+            ErrorClass::ProxyFailed as usize + 1,
             "the last variant is listed"
         );
         let mut names = std::collections::HashSet::new();
@@ -659,8 +698,14 @@ mod tests {
             assert_eq!(serialized, c.as_str(), "serde and as_str agree");
             assert!(Fault::ALL.contains(&c.fault()));
             // Only a failure of the upstream is worth another attempt, or a channel whose key
-            // was refused (the operator's to fix; another channel's key may be good).
-            if c.retryable() && c != ErrorClass::UpstreamAuth {
+            // or proxy was refused (the operator's to fix; another channel's key or way out
+            // may be good).
+            let channels_own = [
+                ErrorClass::UpstreamAuth,
+                ErrorClass::ProxyAuth,
+                ErrorClass::ProxyFailed,
+            ];
+            if c.retryable() && !channels_own.contains(&c) {
                 assert_eq!(c.fault(), Fault::Upstream, "{c:?}");
             }
         }
@@ -669,6 +714,12 @@ mod tests {
             assert_eq!(serde_json::to_value(f).unwrap(), f.as_str());
         }
         assert_eq!(ErrorClass::Internal.fault(), Fault::Gateway);
+        // A proxy that refuses or cannot be reached is the deployment's, and another channel
+        // (another way out) may still answer.
+        for c in [ErrorClass::ProxyAuth, ErrorClass::ProxyFailed] {
+            assert_eq!(c.fault(), Fault::Gateway);
+            assert!(c.retryable());
+        }
         assert_eq!(ErrorClass::Unauthorized.fault(), Fault::Client);
     }
 

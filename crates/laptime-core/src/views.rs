@@ -187,6 +187,11 @@ pub struct AttemptView {
     pub headers_ms: Option<f64>,
     pub first_byte_ms: Option<f64>,
     pub end_ms: Option<f64>,
+    /// The steps of the new connection the attempt opened (offsets from t0, like the other
+    /// marks); null when it reused a pooled one, or for a step not taken or not reached.
+    pub connected_ms: Option<f64>,
+    pub tunnel_ms: Option<f64>,
+    pub tls_ms: Option<f64>,
 }
 
 impl AttemptView {
@@ -202,6 +207,9 @@ impl AttemptView {
             headers_ms: opt_ms(a.headers),
             first_byte_ms: opt_ms(a.first_byte),
             end_ms: opt_ms(a.end),
+            connected_ms: opt_ms(a.connection.connected),
+            tunnel_ms: opt_ms(a.connection.tunnel),
+            tls_ms: opt_ms(a.connection.tls),
         }
     }
 }
@@ -460,6 +468,11 @@ mod tests {
                 headers: ms_d(241),
                 first_byte: ms_d(300),
                 end: ms_d(10_201),
+                connection: crate::timeline::ConnectionMarks {
+                    connected: Some(Duration::from_micros(20_500)),
+                    tunnel: None,
+                    tls: ms_d(60),
+                },
             }],
             hedge: Hedge::None,
             failover_count: 0,
@@ -493,7 +506,8 @@ mod tests {
             "bytes_out": null, "key_index": null,
             "attempts": [{"channel": "sim", "role": "primary", "won": true, "status": 200,
                 "error_class": null, "fault": null, "start_ms": 1.0, "headers_ms": 241.0,
-                "first_byte_ms": 300.0, "end_ms": 10201.0}],
+                "first_byte_ms": 300.0, "end_ms": 10201.0, "connected_ms": 20.5,
+                "tunnel_ms": null, "tls_ms": 60.0}],
             "other": {"timing": {"auth_ms": 0.04, "admission_ms": null, "distribution_ms": 0.005, "body_read_ms": 0.01,
                 "upstream_headers_ms": 240.0, "first_sse_event_ms": 311.0,
                 "first_response_ms": 2901.0, "first_text_delta_ms": 8701.0,

@@ -83,6 +83,7 @@ fn one_request(reg: Option<&Arc<Inflight>>, i: usize, thresholds: &Thresholds) {
         headers: None,
         first_byte: None,
         end: None,
+        connection: Default::default(),
     });
     p.publish();
     p.attempts[0].headers = ms(200);

@@ -1,26 +1,30 @@
 //! Attempt: one upstream call, the only place one is made. [`dispatch`] builds the upstream
 //! request from operator configuration only (URL, key) plus the client's body bytes, sends it
-//! over a pooled HTTP/1.1 or HTTP/2 client (rustls for TLS, `TCP_NODELAY`, redirects never
-//! followed) within the headers deadline, and decides what the head means: the circuit,
+//! over a pooled HTTP/1.1 or HTTP/2 client (the channel's way out, [`crate::egress`]: its proxy,
+//! rustls with its trust and client certificate; `TCP_NODELAY`, redirects never followed)
+//! within the headers deadline, and decides what the head means: the circuit,
 //! `Retry-After` and status handling live here and nowhere else. Every failure is one
-//! [`AttemptError`]: its class (whose fault, retryable), which deadline, and when.
+//! [`AttemptError`]: its class (whose fault, retryable), which deadline, and when. An attempt
+//! that opened a new connection keeps when its TCP connect, proxy tunnel and TLS handshake were
+//! done (`ConnectionMarks`), failed or not.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method, Request};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use laptime_core::observe::StreamObserver;
-use laptime_core::timeline::{self, DeadlineKind, ErrorClass};
+use laptime_core::timeline::{self, ConnectionMarks, DeadlineKind, ErrorClass};
 use laptime_core::translate::stream::{ClientStreamOptions, StreamTranslator};
 use laptime_core::Dialect;
 use tokio::time::Instant;
 
 use crate::config::{Provider, TimeoutsConfig};
 use crate::connect::{Connector, MemoryConnect};
+use crate::egress::open::{EgressConnector, EgressError, Opened};
+use crate::egress::Profile;
 use crate::model_health::ModelHealth;
 use crate::observe::{ObservedBody, StreamDeadlines, Until, WholeRead};
 use crate::outbody::OutBody;
@@ -46,10 +50,12 @@ pub struct AttemptError {
     pub retry_after: Option<Duration>,
     /// The channel key the attempt used (see [`crate::routing::Keys`]).
     pub key_index: Option<usize>,
+    /// How far the new connection the attempt was opening got (empty when it had a pooled one).
+    pub connection: ConnectionMarks,
 }
 
 impl AttemptError {
-    fn before_head(class: ErrorClass, deadline: Option<DeadlineKind>, at: Duration) -> Self {
+    pub fn before_head(class: ErrorClass, deadline: Option<DeadlineKind>, at: Duration) -> Self {
         AttemptError {
             class,
             deadline,
@@ -59,6 +65,7 @@ impl AttemptError {
             first_byte: None,
             retry_after: None,
             key_index: None,
+            connection: ConnectionMarks::default(),
         }
     }
 }
@@ -157,6 +164,8 @@ pub struct Answer {
     /// This attempt's dispatch and head (offsets from t0).
     pub start: Duration,
     pub headers_at: Duration,
+    /// The steps of the connection this attempt opened; empty on a pooled one.
+    pub connection: ConnectionMarks,
     /// Holds the channel's in-flight count until the request is done.
     pub guard: InflightGuard,
     pub inflight: u32,
@@ -215,20 +224,24 @@ pub async fn dispatch(
         ..AttemptError::before_head(e.class, None, ctx.now())
     })?;
     let (guard, inflight) = channel.enter();
-    let client = ctx.app.client_for(ctx.timeouts.connect_ms);
+    let client = ctx
+        .app
+        .client_for(ctx.timeouts.connect_ms, channel.egress.as_ref());
     let headers_deadline = Duration::from_millis(ctx.timeouts.headers_ms);
+    let forwarded = channel
+        .egress
+        .as_deref()
+        .is_some_and(|p| p.forwards(request.uri()));
+    let dispatched = Instant::now();
     let sent = tokio::time::timeout(headers_deadline, client.request(request)).await;
     let headers_at = ctx.now();
     let response = match sent {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             health.circuit_record(true);
-            let class = classify_error(&e);
-            tracing::debug!(channel = %channel.name, error = %e, "upstream call failed");
-            let deadline = (class == ErrorClass::ConnectTimeout).then_some(DeadlineKind::Connect);
             return Err(AttemptError {
                 key_index,
-                ..AttemptError::before_head(class, deadline, headers_at)
+                ..call_failed(ctx, &channel.name, &e, dispatched, headers_at)
             });
         }
         Err(_) => {
@@ -240,6 +253,11 @@ pub async fn dispatch(
             });
         }
     };
+    let connection = response
+        .extensions()
+        .get::<Opened>()
+        .map(|o| o.marks_for(ctx.t0, dispatched))
+        .unwrap_or_default();
     let status = response.status().as_u16();
     let wait = retry_after(response.headers());
     // With several keys, a refusal or a rate limit is the key's: it cools down on its own, and
@@ -249,19 +267,27 @@ pub async fn dispatch(
         let wait_us = i64::try_from(wait.as_micros()).unwrap_or(i64::MAX);
         health.cool_down_until(crate::clock::now_unix_us().saturating_add(wait_us));
     }
-    let class = ErrorClass::from_status(status);
-    // Refused credentials are the operator's to fix, and the provider's body may echo part of
-    // the key; a redirect is never followed (nothing in a request or an answer may choose where
-    // a call goes) nor relayed (its Location is the provider's). Either fails the attempt
-    // whatever `errors` says, and the client is told in the gateway's own words.
-    let refused = class == Some(ErrorClass::UpstreamAuth);
+    let class = match status {
+        // Sent to a proxy in absolute form, a 407 is the proxy's refusal of its credentials.
+        407 if forwarded => Some(ErrorClass::ProxyAuth),
+        _ => ErrorClass::from_status(status),
+    };
+    // Refused credentials (the channel's key, or its proxy's) are the operator's to fix, and
+    // the provider's body may echo part of the key; a redirect is never followed (nothing in a
+    // request or an answer may choose where a call goes) nor relayed (its Location is the
+    // provider's). Either fails the attempt whatever `errors` says, and the client is told in
+    // the gateway's own words.
+    let refused = matches!(
+        class,
+        Some(ErrorClass::UpstreamAuth | ErrorClass::ProxyAuth)
+    );
     let redirect = class == Some(ErrorClass::UpstreamRedirect);
     if refused || redirect {
         tracing::warn!(
             channel = %channel.name,
             status,
             class = class.map_or("", ErrorClass::as_str),
-            "upstream answer not relayed: check the channel's key (upstream_auth) or base_url (upstream_redirect)"
+            "upstream answer not relayed: check the channel's key (upstream_auth), proxy_url (proxy_auth) or base_url (upstream_redirect)"
         );
     }
     let fails = refused
@@ -287,6 +313,7 @@ pub async fn dispatch(
             headers_at: Some(headers_at),
             retry_after: wait,
             key_index,
+            connection,
             ..AttemptError::before_head(
                 class.unwrap_or(ErrorClass::UpstreamStatus5xx),
                 None,
@@ -341,10 +368,59 @@ pub async fn dispatch(
         body,
         start,
         headers_at,
+        connection,
         guard,
         inflight,
         verdict_pending: streamed,
     })
+}
+
+/// The failure of an upstream call that got no head: its class, the connect deadline when that
+/// ended it, and how far the connection it was opening got.
+fn call_failed(
+    ctx: &AttemptCtx<'_>,
+    channel: &str,
+    e: &hyper_util::client::legacy::Error,
+    dispatched: Instant,
+    at: Duration,
+) -> AttemptError {
+    let class = classify_error(e);
+    let egress = find_egress_error(e);
+    if matches!(class, ErrorClass::ProxyAuth) {
+        tracing::warn!(channel, error = %error_chain(e), "the channel's proxy refused the gateway's proxy credentials: check its proxy_url (or HTTPS_PROXY)");
+    } else {
+        tracing::debug!(channel, error = %error_chain(e), "upstream call failed");
+    }
+    let timed_out = egress.map_or(class == ErrorClass::ConnectTimeout, |g| g.timed_out);
+    AttemptError {
+        connection: egress
+            .map(|g| g.opened.marks_for(ctx.t0, dispatched))
+            .unwrap_or_default(),
+        ..AttemptError::before_head(class, timed_out.then_some(DeadlineKind::Connect), at)
+    }
+}
+
+/// An error and its causes, one line (none of them holds a key or a proxy's credentials).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+fn find_egress_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e EgressError> {
+    let mut source = Some(e);
+    while let Some(s) = source {
+        if let Some(g) = s.downcast_ref::<EgressError>() {
+            return Some(g);
+        }
+        source = s.source();
+    }
+    None
 }
 
 impl Answer {
@@ -491,24 +567,24 @@ pub type HttpClient = Client<Connector, OutBody>;
 /// burst of N concurrent streams leaves N idle connections (and their memory) for 90 s.
 const IDLE_PER_UPSTREAM: usize = 128;
 
-/// The pooled upstream client.
+/// A pooled upstream client going straight out (no proxy, the bundled and the operating
+/// system's roots): for tools that call a URL of their own.
 pub fn client(connect_timeout: Duration) -> Result<HttpClient, GatewayError> {
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-        .map_err(|e| GatewayError::new(ErrorClass::Internal, format!("TLS setup failed: {e}")))?
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http);
+    let profile = Profile::direct()
+        .map_err(|e| GatewayError::new(ErrorClass::Internal, format!("TLS setup failed: {e}")))?;
+    Ok(client_along(Arc::new(profile), connect_timeout))
+}
+
+/// The pooled upstream client of one way out ([`crate::egress::Profile`]).
+pub fn client_along(profile: Arc<Profile>, connect_timeout: Duration) -> HttpClient {
     let mut builder = pool_builder();
     // Without a timer the pool never evicts: idle upstream connections (and their descriptors)
     // would stay for good after a burst.
     builder.pool_timer(hyper_util::rt::TokioTimer::new());
-    Ok(builder.build(Connector::Net(https)))
+    builder.build(Connector::Net(EgressConnector::new(
+        profile,
+        connect_timeout,
+    )))
 }
 
 /// A client whose connections are in-process pipes opened by `open` (tests under paused time,
@@ -564,7 +640,16 @@ pub fn build_request(
         .uri(call.url)
         .body(body)
         .map_err(|e| GatewayError::new(ErrorClass::Internal, format!("bad upstream URL: {e}")))?;
+    // Plain HTTP through a proxy goes in absolute form, its credentials on every request.
+    let proxy_auth = channel
+        .egress
+        .as_deref()
+        .filter(|p| p.forwards(req.uri()))
+        .and_then(|p| p.proxy.as_ref()?.authorization().cloned());
     let h = req.headers_mut();
+    if let Some(auth) = proxy_auth {
+        h.insert(http::header::PROXY_AUTHORIZATION, auth);
+    }
     match call.content_type {
         ContentType::Json => {
             h.insert(
@@ -623,8 +708,13 @@ pub fn build_request(
     Ok(req)
 }
 
-/// Classifies a failed upstream call.
+/// Classifies a failed upstream call: a connection that could not be opened says which step
+/// failed; after that, a TLS alert (a client certificate refused after a TLS 1.3 handshake),
+/// a timeout or the transport.
 pub fn classify_error(e: &hyper_util::client::legacy::Error) -> ErrorClass {
+    if let Some(g) = find_egress_error(e) {
+        return g.class;
+    }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
         if s.downcast_ref::<rustls::Error>().is_some() {

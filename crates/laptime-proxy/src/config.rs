@@ -382,6 +382,35 @@ pub struct ChannelConfig {
     /// endpoints takes them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub objects: bool,
+    /// The HTTP proxy this channel's connections go through, `http://[user:password@]host:port`
+    /// (credentials sent as `Proxy-Authorization: Basic`): an https upstream through a CONNECT
+    /// tunnel, a plain-HTTP one in absolute form. It overrides the environment's
+    /// (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`); `""` goes direct whatever the
+    /// environment says. Absent: the environment decides. Its password is never printed.
+    #[serde(
+        default,
+        serialize_with = "redacted_proxy_url",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub proxy_url: Option<String>,
+    /// A PEM file of CA certificates (one or more) trusted for this channel besides the bundled
+    /// webpki roots and the operating system's store (a model served behind an internal CA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// A PEM certificate chain the channel presents for mutual TLS, with `client_key_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert_file: Option<PathBuf>,
+    /// The PEM private key of `client_cert_file` (PKCS#8, PKCS#1 or SEC1); its content is never
+    /// printed or logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key_file: Option<PathBuf>,
+}
+
+fn redacted_proxy_url<S: serde::Serializer>(url: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(u) => s.serialize_str(&crate::egress::redacted(u)),
+        None => s.serialize_none(),
+    }
 }
 
 impl Default for ChannelConfig {
@@ -405,6 +434,10 @@ impl Default for ChannelConfig {
             headers: BTreeMap::new(),
             header_envs: BTreeMap::new(),
             objects: false,
+            proxy_url: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
         }
     }
 }
@@ -831,6 +864,10 @@ impl Config {
         if let Err(price_errs) = self.price_table() {
             errs.extend(price_errs);
         }
+        // Reads the environment's proxies and every channel's TLS files, as the start will.
+        if let Err(egress_errs) = crate::egress::Egress::build(&self.channels, env) {
+            errs.extend(egress_errs);
+        }
         if errs.is_empty() {
             Ok(())
         } else {
@@ -932,8 +969,9 @@ impl Config {
         }
     }
 
-    /// The effective configuration as TOML. Secrets are only env-var names, so nothing is
-    /// redacted by omission; values of the variables are never read into this text.
+    /// The effective configuration as TOML. Provider keys are only env-var names (values of
+    /// the variables are never read into this text); the passwords of URLs (`store.url`,
+    /// `shared.redis_url`, a channel's `proxy_url`) are printed as `***`; key files by path.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_default()
     }
@@ -1386,6 +1424,118 @@ mod tests {
         assert_eq!(cfg.channels.len(), 2);
         assert_eq!(cfg.channels[1].provider, Provider::Anthropic);
         cfg.validate(&env).unwrap();
+    }
+
+    fn https_channel(extra: &str) -> String {
+        format!(
+            "[[channels]]\nname = \"c\"\nprovider = \"sim\"\nbase_url = \"https://models.internal:8443\"\nmodels = [\"m\"]\n{extra}\n"
+        )
+    }
+
+    #[test]
+    fn egress_keys_are_checked_and_every_problem_named_without_a_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "not a certificate").unwrap();
+        let text = format!(
+            "{}{}{}",
+            https_channel(&format!(
+                "ca_file = \"{}/missing.pem\"\nproxy_url = \"socks5://u:hunter2@proxy:1080\"",
+                dir.path().display()
+            )),
+            https_channel(&format!("client_cert_file = \"{}\"", garbage.display()))
+                .replace("name = \"c\"", "name = \"d\""),
+            https_channel(&format!(
+                "ca_file = \"{}\"\nclient_cert_file = \"{}\"\nclient_key_file = \"{}\"",
+                garbage.display(),
+                garbage.display(),
+                garbage.display()
+            ))
+            .replace("name = \"c\"", "name = \"e\"")
+        );
+        let env = |k: &str| (k == "HTTPS_PROXY").then(|| "https://u:hunter3@p:3128".to_string());
+        let errs = Config::from_toml(&text, "c")
+            .unwrap()
+            .validate(&env)
+            .unwrap_err()
+            .to_string();
+        for needle in [
+            "channels[0].ca_file: cannot read",
+            "channels[0].proxy_url: \"socks5://u:***@proxy:1080\" must be an http:// proxy",
+            "channels[1].client_key_file: required with client_cert_file",
+            "channels[2].ca_file:",
+            "garbage.pem holds no PEM certificate",
+            "channels[2].client_cert_file:",
+            "channels[2].client_key_file:",
+            "holds no PEM private key",
+            "environment HTTPS_PROXY: \"https://u:***@p:3128\"",
+        ] {
+            assert!(errs.contains(needle), "missing {needle} in {errs}");
+        }
+        assert!(!errs.contains("hunter"), "{errs}");
+    }
+
+    #[test]
+    fn a_channels_ca_and_client_certificate_files_are_read_at_validation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["gateway".to_string()])
+            .unwrap()
+            .signed_by(&leaf_key, &ca, &ca_key)
+            .unwrap();
+        let path = |n: &str| dir.path().join(n);
+        std::fs::write(path("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(path("cert.pem"), leaf.pem()).unwrap();
+        std::fs::write(path("key.pem"), leaf_key.serialize_pem()).unwrap();
+        let files = format!(
+            "ca_file = \"{}\"\nclient_cert_file = \"{}\"\nclient_key_file = \"{}\"",
+            path("ca.pem").display(),
+            path("cert.pem").display(),
+            path("key.pem").display()
+        );
+        let cfg = Config::from_toml(&https_channel(&files), "c").unwrap();
+        cfg.validate(&no_env).unwrap();
+        // A key that is not the certificate's.
+        std::fs::write(path("key.pem"), ca_key.serialize_pem()).unwrap();
+        let errs = cfg.validate(&no_env).unwrap_err().to_string();
+        assert!(
+            errs.contains("channels[0]: client_cert_file and client_key_file"),
+            "{errs}"
+        );
+        // TLS files on a plain-HTTP channel would be unused: said so.
+        let plain = https_channel(&format!("ca_file = \"{}\"", path("ca.pem").display()))
+            .replace("https://", "http://");
+        let errs = Config::from_toml(&plain, "c")
+            .unwrap()
+            .validate(&no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            errs.contains("channels[0].ca_file: the channel's base_url is not https://"),
+            "{errs}"
+        );
+    }
+
+    #[test]
+    fn printed_config_hides_a_proxy_password_and_keeps_an_explicit_no_proxy() {
+        let text = format!(
+            "{}{}",
+            https_channel("proxy_url = \"http://egress:pa55w0rd@proxy.internal:3128\""),
+            https_channel("proxy_url = \"\"").replace("name = \"c\"", "name = \"d\"")
+        );
+        let cfg = Config::from_toml(&text, "c").unwrap();
+        cfg.validate(&no_env).unwrap();
+        let printed = cfg.to_toml();
+        assert!(!printed.contains("pa55w0rd"), "{printed}");
+        assert!(
+            printed.contains("proxy_url = \"http://egress:***@proxy.internal:3128\""),
+            "{printed}"
+        );
+        assert!(printed.contains("proxy_url = \"\""), "{printed}");
     }
 
     #[test]

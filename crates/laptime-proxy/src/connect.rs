@@ -1,6 +1,7 @@
-//! Upstream connections: TCP (and TLS) to a channel's URL, or in-process pipes for tests that
-//! run the whole request path under paused tokio time (no socket, so every deadline and mark is
-//! exact). Both go through the same pooled hyper client and the same attempt code.
+//! Upstream connections: TCP (and TLS, through the channel's proxy when it has one: see
+//! [`crate::egress`]) to a channel's URL, or in-process pipes for tests that run the whole
+//! request path under paused tokio time (no socket, so every deadline and mark is exact). Both
+//! go through the same pooled hyper client and the same attempt code.
 
 use std::future::Future;
 use std::io;
@@ -10,11 +11,11 @@ use std::task::{Context, Poll};
 
 use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
 use tokio::io::DuplexStream;
-use tokio::net::TcpStream;
+
+use crate::egress::open::{EgressConnector, Stream};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -24,7 +25,7 @@ pub type MemoryConnect = Arc<dyn Fn(&Uri) -> io::Result<DuplexStream> + Send + S
 /// How the pooled client reaches upstreams.
 #[derive(Clone)]
 pub enum Connector {
-    Net(HttpsConnector<HttpConnector>),
+    Net(EgressConnector),
     Memory(MemoryConnect),
 }
 
@@ -43,7 +44,7 @@ impl std::fmt::Debug for Connector {
     reason = "the large variant is the one production uses; boxing it would add an indirection to every read and write"
 )]
 pub enum UpstreamIo {
-    Net(MaybeHttpsStream<TokioIo<TcpStream>>),
+    Net(TokioIo<Stream>),
     Memory(TokioIo<DuplexStream>),
 }
 
@@ -54,7 +55,7 @@ impl tower_service::Service<Uri> for Connector {
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         match self {
-            Connector::Net(c) => c.poll_ready(cx),
+            Connector::Net(c) => tower_service::Service::poll_ready(c, cx),
             Connector::Memory(_) => Poll::Ready(Ok(())),
         }
     }
@@ -62,8 +63,13 @@ impl tower_service::Service<Uri> for Connector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         match self {
             Connector::Net(c) => {
-                let connecting = c.call(uri);
-                Box::pin(async move { connecting.await.map(UpstreamIo::Net) })
+                let opening = c.open(uri);
+                Box::pin(async move {
+                    match opening.await {
+                        Ok(s) => Ok(UpstreamIo::Net(TokioIo::new(s))),
+                        Err(e) => Err(e.into()),
+                    }
+                })
             }
             Connector::Memory(open) => {
                 let opened = open(&uri).map(|s| UpstreamIo::Memory(TokioIo::new(s)));
@@ -76,7 +82,7 @@ impl tower_service::Service<Uri> for Connector {
 impl Connection for UpstreamIo {
     fn connected(&self) -> Connected {
         match self {
-            UpstreamIo::Net(s) => s.connected(),
+            UpstreamIo::Net(s) => s.inner().connected(),
             UpstreamIo::Memory(_) => Connected::new(),
         }
     }

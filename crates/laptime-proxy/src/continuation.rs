@@ -163,6 +163,7 @@ impl Resume {
                     Err(e) => {
                         tried.status = e.status;
                         tried.headers = e.headers_at;
+                        tried.connection = e.connection;
                         tried.error_class = Some(e.class);
                         tried.end = Some(e.at);
                         attempts.push(tried);
@@ -172,6 +173,7 @@ impl Resume {
                 };
             tried.status = Some(answer.parts.status.as_u16());
             tried.headers = Some(answer.headers_at);
+            tried.connection = answer.connection;
             let AnswerBody::Stream(b) = &mut answer.body else {
                 // A whole answer cannot be spliced into a stream.
                 tried.error_class = Some(ErrorClass::InvalidBody);

@@ -8,7 +8,9 @@
 //! - [`auth`]: bearer token → principal (called once per request, by the router's auth layer).
 //! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache.
 //! - [`attempt`]: one upstream call, the only place one is made, with its typed error;
-//!   [`connect`]: its connections (TCP and TLS, or in-process pipes for paused-time tests).
+//!   [`connect`]: its connections (TCP and TLS, or in-process pipes for paused-time tests);
+//!   [`egress`]: each channel's way out (its proxy, trust and client certificate) and the
+//!   connector that opens it, stamping TCP, tunnel and TLS.
 //! - [`strategy`]: which attempts a request makes: hedging and failover over [`attempt`].
 //! - [`observe`]: the bodies that stamp marks as bytes arrive (one observer per attempt, held
 //!   until the client is committed to it) and record exactly once.
@@ -30,6 +32,7 @@ pub mod clock;
 pub mod config;
 pub mod connect;
 pub mod continuation;
+pub mod egress;
 pub mod inflight;
 pub mod ingress;
 pub mod limits;
@@ -65,9 +68,10 @@ pub struct App {
     pub config: Config,
     pub router: Router,
     pub auth: Authenticator,
-    /// An upstream client with the server's connect timeout, built at start (so a TLS setup
-    /// problem stops the start); serving threads use their own, see [`App::client_for`].
-    pub client: HttpClient,
+    /// Every way out of the channels (proxy, trust, client certificate), built at start (so a
+    /// file or proxy problem stops the start); each serving thread has its own clients along
+    /// them, see [`App::client_for`].
+    pub egress: egress::Egress,
     /// In-process upstreams instead of the network, for tests under paused time: every attempt
     /// uses this client.
     pub memory_upstream: Option<HttpClient>,
@@ -107,32 +111,36 @@ impl std::fmt::Debug for App {
 }
 
 thread_local! {
-    /// This thread's upstream clients by connect timeout (ms). A pooled connection's task runs
-    /// on the thread that opened it, so each serving thread keeps its own pool and a request
-    /// never waits on a wake-up from another thread.
-    static CLIENTS: std::cell::RefCell<std::collections::HashMap<u64, HttpClient>> =
+    /// This thread's upstream clients by connect timeout (ms) and way out (the egress
+    /// profile's id; every channel without a proxy or files of its own has the default's). A
+    /// pooled connection's task runs on the thread that opened it, so each serving thread
+    /// keeps its own pool and a request never waits on a wake-up from another thread.
+    static CLIENTS: std::cell::RefCell<std::collections::HashMap<(u64, usize), HttpClient>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
 impl App {
     /// This thread's client whose connect timeout is the route's (`timeouts.connect_ms`), else
-    /// the server's. Cheap: a client is a handle to its pool.
-    pub fn client_for(&self, connect_ms: Option<u64>) -> HttpClient {
+    /// the server's, along the channel's way out (`None`: the default). Cheap: a client is a
+    /// handle to its pool.
+    pub fn client_for(
+        &self,
+        connect_ms: Option<u64>,
+        egress: Option<&std::sync::Arc<egress::Profile>>,
+    ) -> HttpClient {
         if let Some(c) = &self.memory_upstream {
             return c.clone();
         }
         let ms = connect_ms.unwrap_or(self.config.server.connect_timeout_ms);
+        let profile = egress.unwrap_or(self.egress.default_profile());
         CLIENTS.with(|clients| {
-            let mut clients = clients.borrow_mut();
-            if let Some(c) = clients.get(&ms) {
-                return c.clone();
-            }
-            // The same builder succeeded at start, so this cannot fail in practice; if it
-            // does, the shared client still serves.
-            let c = attempt::client(std::time::Duration::from_millis(ms))
-                .unwrap_or_else(|_| self.client.clone());
-            clients.insert(ms, c.clone());
-            c
+            clients
+                .borrow_mut()
+                .entry((ms, profile.id))
+                .or_insert_with(|| {
+                    attempt::client_along(profile.clone(), std::time::Duration::from_millis(ms))
+                })
+                .clone()
         })
     }
 

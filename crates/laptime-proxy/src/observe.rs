@@ -684,14 +684,9 @@ impl<B> ObservedBody<B> {
         let s = self.obs.summary();
         let fail = |class: ErrorClass, deadline: Option<DeadlineKind>, at: Duration| {
             Some(Err(AttemptError {
-                class,
-                deadline,
-                at,
-                status: None,
                 headers_at: s.marks.upstream_headers,
                 first_byte: s.marks.first_byte,
-                retry_after: None,
-                key_index: None,
+                ..AttemptError::before_head(class, deadline, at)
             }))
         };
         if let Some((kind, at)) = self.timed_out {

@@ -60,7 +60,9 @@ impl GatewayError {
             | ErrorClass::ClosedEarly
             | ErrorClass::BodyError
             | ErrorClass::InvalidBody
-            | ErrorClass::UpstreamRedirect => StatusCode::BAD_GATEWAY,
+            | ErrorClass::UpstreamRedirect
+            | ErrorClass::ProxyAuth
+            | ErrorClass::ProxyFailed => StatusCode::BAD_GATEWAY,
             ErrorClass::ConnectTimeout | ErrorClass::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorClass::CircuitOpen | ErrorClass::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ErrorClass::UpstreamAuth => StatusCode::BAD_GATEWAY,
@@ -134,9 +136,9 @@ impl GatewayError {
             | ErrorClass::ClosedEarly
             | ErrorClass::BodyError
             | ErrorClass::InvalidBody
-            | ErrorClass::UpstreamRedirect => {
-                ("api_error", Some("upstream_unavailable"), "api_error")
-            }
+            | ErrorClass::UpstreamRedirect
+            | ErrorClass::ProxyAuth
+            | ErrorClass::ProxyFailed => ("api_error", Some("upstream_unavailable"), "api_error"),
             ErrorClass::ClientCancelled | ErrorClass::Internal => {
                 ("server_error", None, "api_error")
             }
@@ -559,6 +561,11 @@ pub fn failed(finisher: Finisher, e: AttemptError) -> Response {
         None if e.class == ErrorClass::UpstreamRedirect => {
             "the upstream answered with a redirect, which the gateway never follows".to_string()
         }
+        None if e.class == ErrorClass::ProxyAuth => {
+            "the channel's HTTP proxy refused the gateway's proxy credentials; \
+             the gateway's operator must fix the channel's proxy"
+                .to_string()
+        }
         Some(kind) => format!(
             "no upstream channel answered within the {} deadline",
             kind.as_str()
@@ -571,7 +578,9 @@ pub fn failed(finisher: Finisher, e: AttemptError) -> Response {
     let err = GatewayError::new(e.class, message);
     let ending = Ending {
         status: err.status().as_u16(),
-        outcome: if matches!(e.class, ErrorClass::ConnectTimeout | ErrorClass::Timeout) {
+        // A deadline is named exactly when one fired (a connect through a proxy that never
+        // answered is `proxy_failed` and a timeout all the same).
+        outcome: if e.deadline.is_some() {
             Outcome::Timeout
         } else {
             Outcome::UpstreamError

@@ -47,6 +47,8 @@ pub struct Channel {
     pub health: ChannelHealth,
     /// Recent times to first event from dispatch, microseconds (for adaptive hedging).
     recent_first_event: Mutex<std::collections::VecDeque<u64>>,
+    /// Its way out (proxy, trust, client certificate); `None`: the gateway's default.
+    pub egress: Option<Arc<crate::egress::Profile>>,
 }
 
 /// Samples kept for a channel's recent p95 time to first event.
@@ -115,6 +117,7 @@ impl Channel {
             weight: c.weight.max(1),
             health: ChannelHealth::new(&c.name, c.circuit, c.models.pairs().len()),
             recent_first_event: Mutex::new(std::collections::VecDeque::new()),
+            egress: None,
         }
     }
 

@@ -71,16 +71,21 @@ impl Gateway {
         env: &dyn Fn(&str) -> Option<String>,
         memory: Option<crate::connect::MemoryConnect>,
     ) -> Result<Gateway, StartError> {
+        let egress = crate::egress::Egress::build(&config.channels, env)
+            .map_err(|errs| StartError(format!("egress: {}", errs.join("; "))))?;
         let mut channels = Vec::with_capacity(config.channels.len());
-        for c in &config.channels {
+        for (i, c) in config.channels.iter().enumerate() {
             let Some(base) = c.base_url.clone() else {
                 return Err(StartError(format!(
                     "channel {:?} has no base_url (the embedded sim's is filled in by `laptime serve`)",
                     c.name
                 )));
             };
-            channels.push(Arc::new(Channel::from_config(c, base, env)));
+            let mut channel = Channel::from_config(c, base, env);
+            channel.egress = egress.of_channel(i);
+            channels.push(Arc::new(channel));
         }
+        tracing::debug!(ways_out = egress.len(), "egress profiles built");
         let shared = match &config.shared.redis_url {
             Some(url) => Some(
                 crate::shared::start(url, &config.shared.key_prefix, channels.clone())
@@ -140,8 +145,6 @@ impl Gateway {
                 .map_err(|e| StartError(format!("in-flight journal: {e}")))?,
             ),
         };
-        let client = attempt::client(Duration::from_millis(config.server.connect_timeout_ms))
-            .map_err(|e| StartError(e.message))?;
         let metrics =
             Metrics::new(config.named_models()).map_err(|e| StartError(format!("metrics: {e}")))?;
         let config_for_caches = config.routes.clone();
@@ -166,7 +169,7 @@ impl Gateway {
         let app = Arc::new(App {
             router: Router::new(channels),
             auth: Authenticator::new(store.clone()),
-            client,
+            egress,
             memory_upstream: memory.map(attempt::memory_client),
             recorder,
             inflight,

@@ -230,6 +230,7 @@ fn headed(pending: &mut Pending, i: usize, answer: &Answer) {
     let a = &mut pending.attempts[i];
     a.status = Some(answer.parts.status.as_u16());
     a.headers = Some(answer.headers_at);
+    a.connection = answer.connection;
     pending.publish();
 }
 
@@ -240,6 +241,10 @@ fn failed(pending: &mut Pending, i: usize, e: &AttemptError, first_byte: Option<
     a.first_byte = e.first_byte.or(first_byte);
     a.error_class = Some(e.class);
     a.end = Some(e.at);
+    // A failure after the head (read ahead) keeps the connection's marks the head brought.
+    if !e.connection.is_empty() {
+        a.connection = e.connection;
+    }
 }
 
 /// The answering attempt: its channel and head become the request's.
@@ -411,6 +416,7 @@ async fn race(
             a.status = Some(g.parts.status.as_u16());
             a.headers = Some(g.headers_at);
             a.first_byte = g.first_byte();
+            a.connection = g.connection;
         }
         a.end = Some(now);
     }
@@ -473,16 +479,7 @@ fn another_key(route: &Route, e: &AttemptError) -> bool {
 }
 
 fn internal(at: Duration) -> AttemptError {
-    AttemptError {
-        class: ErrorClass::Internal,
-        deadline: None,
-        at,
-        status: None,
-        headers_at: None,
-        first_byte: None,
-        retry_after: None,
-        key_index: None,
-    }
+    AttemptError::before_head(ErrorClass::Internal, None, at)
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

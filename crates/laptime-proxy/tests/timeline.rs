@@ -55,6 +55,7 @@ async fn play_for(dialect: Dialect, client: Dialect, model: &str) -> (RequestRec
         headers: Some(headers),
         first_byte: None,
         end: None,
+        connection: Default::default(),
     });
     let (mut tx, upstream) = Channel::<Bytes, std::io::Error>::new(4);
     let steps = schedule.steps.clone();

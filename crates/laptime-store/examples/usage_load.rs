@@ -303,6 +303,7 @@ impl Synth {
                     headers: us(t1 - 1.0),
                     first_byte: None,
                     end: us(t1 - 0.5),
+                    connection: Default::default(),
                 });
             }
             attempts.push(Attempt {
@@ -319,6 +320,7 @@ impl Synth {
                 headers: marks.upstream_headers,
                 first_byte: marks.first_byte,
                 end: marks.upstream_done,
+                connection: Default::default(),
             });
         }
         // Shaped as the gateway makes them (`ingress::request_id`): the arrival millisecond

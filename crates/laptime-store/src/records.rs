@@ -8,8 +8,8 @@ use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::Limit;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome, RequestRecord,
-    RequestShape,
+    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge, Marks,
+    Outcome, RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -112,8 +112,9 @@ pub(crate) fn insert_rows(
         )?;
         let mut att = tx.prepare_cached(
             "INSERT OR REPLACE INTO attempts (request_id, idx, channel, role, won, status,
-                error_class, start_us, headers_us, first_byte_us, end_us)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                error_class, start_us, headers_us, first_byte_us, end_us, connected_us,
+                tunnel_us, tls_us)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         )?;
         for r in records {
             if insert_row(&mut req, r)? == 0 {
@@ -141,6 +142,9 @@ pub(crate) fn insert_rows(
                     us(a.headers),
                     us(a.first_byte),
                     us(a.end),
+                    us(a.connection.connected),
+                    us(a.connection.tunnel),
+                    us(a.connection.tls),
                 ])?;
             }
         }
@@ -346,7 +350,8 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
 pub(crate) fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Result<()> {
     let mut stmt = conn.prepare_cached(
         "SELECT channel, role, won, status, error_class, start_us, headers_us, first_byte_us,
-            end_us FROM attempts WHERE request_id = ?1 ORDER BY idx",
+            end_us, connected_us, tunnel_us, tls_us FROM attempts WHERE request_id = ?1
+            ORDER BY idx",
     )?;
     let rows = stmt.query_map([&record.request_id], |row| {
         let class: Option<String> = row.get(4)?;
@@ -364,6 +369,11 @@ pub(crate) fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Re
             headers: dur(row.get(6)?),
             first_byte: dur(row.get(7)?),
             end: dur(row.get(8)?),
+            connection: ConnectionMarks {
+                connected: dur(row.get(9)?),
+                tunnel: dur(row.get(10)?),
+                tls: dur(row.get(11)?),
+            },
         })
     })?;
     record.attempts = rows.collect::<rusqlite::Result<_>>()?;
@@ -537,6 +547,7 @@ pub(crate) mod tests {
                 headers: ms(5),
                 first_byte: ms(6),
                 end: ms(9),
+                connection: ConnectionMarks::default(),
             }],
             hedge: Hedge::None,
             failover_count: 0,

@@ -49,7 +49,8 @@ const MIGRATIONS: &[Migration] = &[
     },
     // 7: which endpoint a request called (embeddings, files, …), its bytes in and out and the
     // channel key index; the endpoint as a rollup dimension; the channel that holds each
-    // provider object (file, batch, stored response) a workspace created.
+    // provider object (file, batch, stored response) a workspace created;
+    // and when an attempt's new upstream connection was connected, tunnelled and through TLS.
     Migration {
         sql: V7,
         after: None,
@@ -228,7 +229,9 @@ const V6: &str = r#"
 /// Rows older than this migration called the model endpoints (`generation`). The rollups get the
 /// endpoint in their key: SQLite cannot widen a primary key, so the table is rebuilt. `affinity`
 /// names, per workspace, the channel (and key) that holds each object the workspace created, so
-/// that later calls naming it go there and no other workspace can reach it.
+/// that later calls naming it go there and no other workspace can reach it. An attempt's
+/// connection marks are offsets from t0 like every mark; NULL for an attempt on a pooled
+/// connection, a step not taken, and rows written before.
 const V7: &str = r#"
     ALTER TABLE requests ADD COLUMN endpoint TEXT NOT NULL DEFAULT 'generation';
     ALTER TABLE requests ADD COLUMN bytes_in INTEGER;
@@ -266,6 +269,9 @@ const V7: &str = r#"
         PRIMARY KEY (workspace_id, object_id)
     ) WITHOUT ROWID;
     CREATE INDEX affinity_created ON affinity(created_at_us);
+    ALTER TABLE attempts ADD COLUMN connected_us INTEGER;
+    ALTER TABLE attempts ADD COLUMN tunnel_us INTEGER;
+    ALTER TABLE attempts ADD COLUMN tls_us INTEGER;
 "#;
 
 /// The schema version this build writes.
@@ -341,11 +347,20 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .unwrap();
         let columns = columns.join(", ");
+        let attempt_columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('attempts')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let attempt_columns = attempt_columns.join(", ");
         conn.execute("ATTACH ?1 AS scratch", [scratch.to_str().unwrap()])
             .unwrap();
         conn.execute_batch(&format!(
             "INSERT INTO requests ({columns}) SELECT {columns} FROM scratch.requests;
-             INSERT INTO attempts SELECT * FROM scratch.attempts;
+             INSERT INTO attempts ({attempt_columns})
+                SELECT {attempt_columns} FROM scratch.attempts;
              DETACH scratch;"
         ))
         .unwrap();

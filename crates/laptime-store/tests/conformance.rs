@@ -13,7 +13,7 @@ use laptime_core::endpoint::{Endpoint, ObjectKind};
 use laptime_core::limit::Limit;
 use laptime_core::rollup::{Metric, Rollup};
 use laptime_core::timeline::{
-    Attempt, Exchange, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+    Attempt, ConnectionMarks, Exchange, Hedge, Marks, Outcome, RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -78,6 +78,7 @@ fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord
             headers: ms(100.0),
             first_byte: ms(200.0),
             end: ms(900.0),
+            connection: ConnectionMarks::default(),
         }],
         hedge: Hedge::None,
         failover_count: 0,
@@ -445,16 +446,43 @@ async fn a_record_reads_back_exactly_as_written_with_its_attempts_and_every_fiel
     full.channel_inflight = Some(4);
     full.hedge = Hedge::Hedge;
     full.failover_count = 2;
+    // Every connection mark (through a proxy and TLS), only the first (the proxy refused the
+    // tunnel), and one left out between two (TLS without a proxy): each round-trips as it was.
+    full.attempts[0].connection = ConnectionMarks {
+        connected: ms(10.5),
+        tunnel: ms(20.0),
+        tls: ms(30.25),
+    };
     full.attempts.push(Attempt {
         channel: "ch-b".into(),
         role: laptime_core::timeline::AttemptRole::Hedge,
         won: false,
         status: None,
-        error_class: Some(laptime_core::timeline::ErrorClass::ConnectFailed),
+        error_class: Some(laptime_core::timeline::ErrorClass::ProxyAuth),
         start: ms(50.0),
         headers: None,
         first_byte: None,
         end: ms(60.0),
+        connection: ConnectionMarks {
+            connected: ms(55.0),
+            ..ConnectionMarks::default()
+        },
+    });
+    full.attempts.push(Attempt {
+        channel: "ch-c".into(),
+        role: laptime_core::timeline::AttemptRole::Failover,
+        won: false,
+        status: None,
+        error_class: Some(laptime_core::timeline::ErrorClass::Tls),
+        start: ms(61.0),
+        headers: None,
+        first_byte: None,
+        end: ms(70.0),
+        connection: ConnectionMarks {
+            connected: ms(62.0),
+            tunnel: None,
+            tls: ms(69.0),
+        },
     });
     full.shape = RequestShape {
         max_output_tokens: Some(512),

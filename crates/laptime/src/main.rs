@@ -1172,6 +1172,8 @@ async fn start_embedded_sim(
     for c in &mut cfg.channels {
         if c.provider == Provider::Sim && c.base_url.is_none() {
             c.base_url = Some(format!("http://{addr}"));
+            // In this process, on loopback: never through the environment's proxy.
+            c.proxy_url.get_or_insert_with(String::new);
         }
     }
     Ok(Some(handle))

@@ -615,3 +615,50 @@ fn a_bad_config_reports_every_problem_and_exits_non_zero() {
         assert!(err.contains(key), "{key} missing in {err}");
     }
 }
+
+#[test]
+fn check_config_prints_a_proxy_without_its_password_and_names_each_egress_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let channel = |extra: &str| {
+        format!(
+            "[[channels]]\nname = \"internal\"\nprovider = \"sim\"\nbase_url = \"https://models.internal:8443\"\nmodels = [\"m\"]\n{extra}\n"
+        )
+    };
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        channel("proxy_url = \"http://egress:canary-pw-93@proxy.internal:3128\""),
+    )
+    .unwrap();
+    let (ok, out, err) = run(&["check-config", "--config", good.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("proxy_url = \"http://egress:***@proxy.internal:3128\""),
+        "{out}"
+    );
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        channel(
+            "proxy_url = \"http://egress:canary-pw-93@proxy.internal\"\nca_file = \"/nonexistent/ca.pem\"\nclient_cert_file = \"/nonexistent/client.pem\"",
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check-config", "--config", bad.to_str().unwrap()])
+        .env("HTTPS_PROXY", "socks5://u:canary-pw-94@proxy:1080")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for key in [
+        "channels[0].proxy_url: \"http://egress:***@proxy.internal\" needs a port",
+        "channels[0].ca_file: cannot read /nonexistent/ca.pem",
+        "channels[0].client_key_file: required with client_cert_file",
+        "environment HTTPS_PROXY: \"socks5://u:***@proxy:1080\"",
+    ] {
+        assert!(err.contains(key), "{key} missing in {err}");
+    }
+    let printed = format!("{out:?}{err}");
+    assert!(!printed.contains("canary-pw"), "{printed}");
+}

@@ -35,6 +35,15 @@ pub async fn start() -> Harness {
 /// Starts a gateway whose `sim` channel points at a fresh sim; `tweak` may change the config
 /// (it gets the sim's base URL).
 pub async fn start_with(tweak: impl FnOnce(&mut Config, &str)) -> Harness {
+    start_with_env(tweak, &[]).await
+}
+
+/// As [`start_with`], the gateway reading `vars` as its environment (besides the canary key the
+/// tests' channels name), never the process's.
+pub async fn start_with_env(
+    tweak: impl FnOnce(&mut Config, &str),
+    vars: &[(&str, &str)],
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
     let token = store
@@ -51,7 +60,13 @@ pub async fn start_with(tweak: impl FnOnce(&mut Config, &str)) -> Harness {
     cfg.server.data_dir = dir.path().to_path_buf();
     cfg.server.drain_s = 2;
     tweak(&mut cfg, &sim_base);
-    let env = |k: &str| (k == "CANARY_KEY").then(|| "sk-canary-7f3a9e".to_string());
+    let env = |k: &str| match k {
+        "CANARY_KEY" => Some("sk-canary-7f3a9e".to_string()),
+        _ => vars
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string()),
+    };
     cfg.validate(&env).unwrap();
     let gw = Gateway::start(cfg, store.clone(), &env).await.unwrap();
     let (listener, addr) = bind("127.0.0.1:0").await.unwrap();

@@ -19,8 +19,8 @@ use laptime_core::limit::Limit;
 use laptime_core::rollup::Rollup;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome, RequestRecord,
-    RequestShape,
+    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge, Marks,
+    Outcome, RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -252,7 +252,9 @@ fn values(r: &RequestRecord) -> Result<[Val; 60]> {
 }
 
 /// One attempt as stored: `[channel, role, won, status, error_class, start_us, headers_us,
-/// first_byte_us, end_us]`.
+/// first_byte_us, end_us, connected_us, tunnel_us, tls_us]`, the connection's three marks left
+/// off from the end while absent (most attempts reuse a pooled connection, and rows written
+/// before the marks existed have nine elements).
 type StoredAttempt = (
     String,
     String,
@@ -265,11 +267,15 @@ type StoredAttempt = (
     Option<i64>,
 );
 
+/// The elements of a [`StoredAttempt`], and the connection marks that may follow them.
+const STORED_HEAD: usize = 9;
+const CONNECTION_MARKS: usize = 3;
+
 fn encode_attempts(attempts: &[Attempt]) -> String {
-    let rows: Vec<StoredAttempt> = attempts
+    let rows: Vec<serde_json::Value> = attempts
         .iter()
         .map(|a| {
-            (
+            let head: StoredAttempt = (
                 a.channel.clone(),
                 a.role.as_str().to_string(),
                 a.won,
@@ -279,30 +285,58 @@ fn encode_attempts(attempts: &[Attempt]) -> String {
                 us(a.headers),
                 us(a.first_byte),
                 us(a.end),
-            )
+            );
+            let mut row = match serde_json::to_value(head) {
+                Ok(serde_json::Value::Array(row)) => row,
+                _ => Vec::new(),
+            };
+            let c = &a.connection;
+            let mut marks = vec![us(c.connected), us(c.tunnel), us(c.tls)];
+            while marks.last() == Some(&None) {
+                marks.pop();
+            }
+            row.extend(marks.into_iter().map(serde_json::Value::from));
+            serde_json::Value::Array(row)
         })
         .collect();
     serde_json::to_string(&rows).unwrap_or_else(|_| "[]".into())
 }
 
 fn decode_attempts(s: &str) -> Result<Vec<Attempt>> {
-    let rows: Vec<StoredAttempt> = serde_json::from_str(s).map_err(|_| corrupt("attempts", s))?;
+    let rows: Vec<Vec<serde_json::Value>> =
+        serde_json::from_str(s).map_err(|_| corrupt("attempts", s))?;
     rows.into_iter()
-        .map(
-            |(channel, role, won, status, class, start, headers, first_byte, end)| {
-                Ok(Attempt {
-                    channel,
-                    role: AttemptRole::parse(&role).ok_or_else(|| corrupt("role", &role))?,
-                    won,
-                    status,
-                    error_class: parse_opt(class, "error_class", ErrorClass::parse)?,
-                    start: dur(start),
-                    headers: dur(headers),
-                    first_byte: dur(first_byte),
-                    end: dur(end),
-                })
-            },
-        )
+        .map(|mut row| {
+            let tail = row.split_off(STORED_HEAD.min(row.len()));
+            if tail.len() > CONNECTION_MARKS {
+                return Err(corrupt("attempts", s));
+            }
+            let (channel, role, won, status, class, start, headers, first_byte, end): StoredAttempt =
+                serde_json::from_value(serde_json::Value::Array(row))
+                    .map_err(|_| corrupt("attempts", s))?;
+            let mark = |i: usize| -> Result<Option<std::time::Duration>> {
+                match tail.get(i) {
+                    None | Some(serde_json::Value::Null) => Ok(None),
+                    Some(v) => v.as_i64().map(|u| dur(Some(u))).ok_or_else(|| corrupt("attempts", s)),
+                }
+            };
+            Ok(Attempt {
+                channel,
+                role: AttemptRole::parse(&role).ok_or_else(|| corrupt("role", &role))?,
+                won,
+                status,
+                error_class: parse_opt(class, "error_class", ErrorClass::parse)?,
+                start: dur(start),
+                headers: dur(headers),
+                first_byte: dur(first_byte),
+                end: dur(end),
+                connection: ConnectionMarks {
+                    connected: mark(0)?,
+                    tunnel: mark(1)?,
+                    tls: mark(2)?,
+                },
+            })
+        })
         .collect()
 }
 

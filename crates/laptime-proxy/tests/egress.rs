@@ -1,0 +1,582 @@
+//! Egress over real sockets on 127.0.0.1: a TLS upstream with its own CA (a tokio-rustls front
+//! of a sim), one that requires a client certificate, and an HTTP proxy written here (it counts
+//! CONNECT tunnels and absolute-form requests and checks `Proxy-Authorization`). Trust from a
+//! channel's `ca_file`, mTLS, proxies from `proxy_url` and from the environment under
+//! `NO_PROXY`, failover from a refusing or absent proxy, and each attempt's connect, tunnel and
+//! TLS marks in the order they happen. The CA and certificates are made at test time.
+
+#![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
+
+pub mod common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use laptime_proxy::config::{ChannelConfig, Models};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A CA, a server certificate for `localhost` and 127.0.0.1 and a client certificate it signed,
+/// the CA and the client's files written to a directory of the test's.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca: CertificateDer<'static>,
+    server: (CertificateDer<'static>, Vec<u8>),
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "laptime test CA");
+        ca.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let leaf = |names: Vec<String>, usage: rcgen::ExtendedKeyUsagePurpose| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(names).unwrap();
+            params.extended_key_usages = vec![usage];
+            (params.signed_by(&key, &ca, &ca_key).unwrap(), key)
+        };
+        let (server, server_key) = leaf(
+            vec!["localhost".into(), "127.0.0.1".into()],
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client, client_key) = leaf(
+            vec!["laptime-gateway".into()],
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.path().join("client.pem"), client.pem()).unwrap();
+        std::fs::write(dir.path().join("client.key"), client_key.serialize_pem()).unwrap();
+        Pki {
+            dir,
+            ca: ca.der().clone(),
+            server: (server.der().clone(), server_key.serialize_der()),
+        }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// A TLS-terminating front on 127.0.0.1 relaying each connection to `upstream`; it counts the
+/// handshakes it completed.
+struct TlsFront {
+    port: u16,
+    handshakes: Arc<AtomicUsize>,
+}
+
+async fn tls_front(pki: &Pki, upstream: SocketAddr, client_certificates: bool) -> TlsFront {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = if client_certificates {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(pki.ca.clone()).unwrap();
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.server.1.clone()));
+    let mut config = builder
+        .with_single_cert(vec![pki.server.0.clone()], key)
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let counted = handshakes.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, counted) = (acceptor.clone(), counted.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut up = TcpStream::connect(upstream).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+            });
+        }
+    });
+    TlsFront { port, handshakes }
+}
+
+/// An HTTP proxy on 127.0.0.1: CONNECT tunnels and absolute-form requests, each refused with
+/// 407 unless its `Proxy-Authorization` is `wants`.
+struct TestProxy {
+    addr: SocketAddr,
+    tunnels: Arc<AtomicUsize>,
+    forwarded: Arc<AtomicUsize>,
+    /// Every `Proxy-Authorization` received (absent as `None`).
+    seen: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+async fn test_proxy(wants: &'static str) -> TestProxy {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = TestProxy {
+        addr: listener.local_addr().unwrap(),
+        tunnels: Arc::default(),
+        forwarded: Arc::default(),
+        seen: Arc::default(),
+    };
+    let (tunnels, forwarded, seen) = (
+        proxy.tunnels.clone(),
+        proxy.forwarded.clone(),
+        proxy.seen.clone(),
+    );
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (tunnels, forwarded, seen) = (tunnels.clone(), forwarded.clone(), seen.clone());
+            tokio::spawn(async move {
+                proxy_one(client, wants, &tunnels, &forwarded, &seen).await;
+            });
+        }
+    });
+    proxy
+}
+
+async fn proxy_one(
+    mut client: TcpStream,
+    wants: &str,
+    tunnels: &AtomicUsize,
+    forwarded: &AtomicUsize,
+    seen: &Mutex<Vec<Option<String>>>,
+) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let Ok(n) = client.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut first = head.lines().next().unwrap_or_default().split(' ');
+    let (method, target) = (
+        first.next().unwrap_or_default(),
+        first.next().unwrap_or_default(),
+    );
+    let auth = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("proxy-authorization")
+            .then(|| value.trim().to_string())
+    });
+    seen.lock().unwrap().push(auth.clone());
+    if auth.as_deref() != Some(wants) {
+        let _ = client
+            .write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"test\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await;
+        return;
+    }
+    let authority = if method == "CONNECT" {
+        target.to_string()
+    } else {
+        let rest = target.strip_prefix("http://").unwrap_or(target);
+        rest.split('/').next().unwrap_or_default().to_string()
+    };
+    let Ok(mut upstream) = TcpStream::connect(&authority).await else {
+        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+        return;
+    };
+    if method == "CONNECT" {
+        tunnels.fetch_add(1, Ordering::SeqCst);
+        client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await
+            .unwrap();
+        upstream.write_all(&buf[head_end..]).await.unwrap();
+    } else {
+        // Absolute form: the upstream (the sim) reads the request as it came.
+        forwarded.fetch_add(1, Ordering::SeqCst);
+        upstream.write_all(&buf).await.unwrap();
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+/// A port nothing listens on.
+async fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A sim of the test's own, for the TLS front to relay to.
+async fn own_sim() -> SocketAddr {
+    let (addr, _) = laptime_sim::spawn_local(laptime_sim::Sim::new())
+        .await
+        .unwrap();
+    addr
+}
+
+/// A channel on `base` serving each of `models` as the sim's `sim-fast`.
+fn serving(name: &str, base: &str, models: &[&str]) -> ChannelConfig {
+    let mut c = channel(name, base, &[]);
+    c.models = Models::Map(
+        models
+            .iter()
+            .map(|m| (m.to_string(), "sim-fast".to_string()))
+            .collect(),
+    );
+    c
+}
+
+/// Streams a Chat request for `model`: (status, body, request id).
+async fn chat(h: &Harness, model: &str) -> (u16, String, String) {
+    let r = h
+        .post("/v1/chat/completions", &body_for("chat", model, true))
+        .await;
+    let status = r.status().as_u16();
+    let id = r.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    (status, r.text().await.unwrap(), id)
+}
+
+/// A successful streamed answer's stored row.
+async fn answered_row(h: &Harness, model: &str) -> Value {
+    let (status, body, id) = chat(h, model).await;
+    assert_eq!(status, 200, "{model}: {body}");
+    assert!(body.contains("data: [DONE]"), "{model}: {body}");
+    let row = h.row(&id).await;
+    assert_eq!(row["outcome"], "completed", "{row:#}");
+    row
+}
+
+/// A successful streamed answer's stored attempts.
+async fn answered(h: &Harness, model: &str) -> Vec<Value> {
+    answered_row(h, model).await["attempts"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Each key present (a number) and each no later than the next.
+fn in_order(attempt: &Value, keys: &[&str]) {
+    let at: Vec<f64> = keys
+        .iter()
+        .map(|k| {
+            attempt[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{k} absent in {attempt:#}"))
+        })
+        .collect();
+    assert!(
+        at.windows(2).all(|w| w[0] <= w[1]),
+        "{keys:?} out of order: {at:?}"
+    );
+}
+
+/// None of the connection's marks: the attempt had a pooled connection.
+fn pooled(attempt: &Value) {
+    for k in ["connected_ms", "tunnel_ms", "tls_ms"] {
+        assert!(attempt[k].is_null(), "{k} in {attempt:#}");
+    }
+}
+
+#[tokio::test]
+async fn a_channel_trusting_its_ca_file_reaches_a_tls_upstream_and_without_it_fails_as_tls() {
+    let pki = Pki::new();
+    let front = tls_front(&pki, own_sim().await, false).await;
+    let base = format!("https://127.0.0.1:{}", front.port);
+    let ca = pki.file("ca.pem");
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        let mut trusted = serving("internal", &base, &["internal-model"]);
+        trusted.ca_file = Some(ca);
+        cfg.channels = vec![trusted, serving("untrusted", &base, &["public-roots-only"])];
+    })
+    .await;
+
+    let first = answered(&h, "internal-model").await;
+    assert_eq!(first.len(), 1);
+    in_order(
+        &first[0],
+        &["start_ms", "connected_ms", "tls_ms", "headers_ms"],
+    );
+    assert!(first[0]["tunnel_ms"].is_null(), "no proxy, no tunnel");
+    // The next request takes the pooled connection: no new connect, no new handshake.
+    let second = answered(&h, "internal-model").await;
+    pooled(&second[0]);
+    assert_eq!(front.handshakes.load(Ordering::SeqCst), 1);
+
+    // GraphQL gives the same marks, camelCase.
+    let (_, v) = h
+        .gql(
+            &h.token,
+            "query($w: ID!) { recentRequests(workspaceId: $w, limit: 2) {
+                attempts { connectedMs tunnelMs tlsMs } } }",
+            json!({"w": "default"}),
+        )
+        .await;
+    let recent = &v["data"]["recentRequests"];
+    assert_eq!(recent[0]["attempts"][0]["connectedMs"], Value::Null, "{v}");
+    assert_eq!(
+        recent[1]["attempts"][0]["connectedMs"],
+        first[0]["connected_ms"]
+    );
+    assert_eq!(recent[1]["attempts"][0]["tlsMs"], first[0]["tls_ms"]);
+    assert_eq!(recent[1]["attempts"][0]["tunnelMs"], Value::Null);
+
+    // The same upstream, trusting only the bundled and the system's roots.
+    let (status, body, id) = chat(&h, "public-roots-only").await;
+    assert_eq!(status, 502, "{body}");
+    let row = h.row(&id).await;
+    let failed = &row["attempts"][0];
+    assert_eq!(failed["error_class"], "tls", "{row:#}");
+    assert_eq!(failed["fault"], "upstream");
+    in_order(failed, &["start_ms", "connected_ms", "end_ms"]);
+    assert!(failed["tls_ms"].is_null(), "{failed:#}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn mutual_tls_is_refused_without_a_client_certificate_and_served_with_one() {
+    let pki = Pki::new();
+    let front = tls_front(&pki, own_sim().await, true).await;
+    let base = format!("https://localhost:{}", front.port);
+    let (ca, cert, key) = (
+        pki.file("ca.pem"),
+        pki.file("client.pem"),
+        pki.file("client.key"),
+    );
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        let mut with = serving("with-cert", &base, &["mtls-with"]);
+        with.ca_file = Some(ca.clone());
+        with.client_cert_file = Some(cert);
+        with.client_key_file = Some(key);
+        let mut without = serving("without-cert", &base, &["mtls-without"]);
+        without.ca_file = Some(ca);
+        cfg.channels = vec![with, without];
+    })
+    .await;
+
+    let served = answered(&h, "mtls-with").await;
+    in_order(
+        &served[0],
+        &["start_ms", "connected_ms", "tls_ms", "headers_ms"],
+    );
+    assert_eq!(front.handshakes.load(Ordering::SeqCst), 1);
+
+    let (status, body, id) = chat(&h, "mtls-without").await;
+    assert_eq!(status, 502, "{body}");
+    let row = h.row(&id).await;
+    assert_eq!(row["attempts"][0]["error_class"], "tls", "{row:#}");
+    assert_eq!(row["error_class"], "tls");
+    assert_eq!(
+        front.handshakes.load(Ordering::SeqCst),
+        1,
+        "the front refused the handshake without a certificate"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_channels_proxy_tunnels_to_the_tls_upstream_once_and_pooled_requests_reuse_the_tunnel() {
+    let pki = Pki::new();
+    let front = tls_front(&pki, own_sim().await, false).await;
+    // "egress:s3/cr3t", the password percent-encoded in the URL.
+    let proxy = test_proxy("Basic ZWdyZXNzOnMzL2NyM3Q=").await;
+    let base = format!("https://localhost:{}", front.port);
+    let proxy_url = format!("http://egress:s3%2Fcr3t@{}", proxy.addr);
+    let ca = pki.file("ca.pem");
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        let mut c = serving("proxied", &base, &["via-proxy"]);
+        c.ca_file = Some(ca);
+        c.proxy_url = Some(proxy_url);
+        cfg.channels = vec![c];
+    })
+    .await;
+
+    let first_row = answered_row(&h, "via-proxy").await;
+    let first = first_row["attempts"].as_array().unwrap();
+    assert_eq!(proxy.tunnels.load(Ordering::SeqCst), 1);
+    in_order(
+        &first[0],
+        &[
+            "start_ms",
+            "connected_ms",
+            "tunnel_ms",
+            "tls_ms",
+            "headers_ms",
+        ],
+    );
+    let second = answered(&h, "via-proxy").await;
+    assert_eq!(
+        proxy.tunnels.load(Ordering::SeqCst),
+        1,
+        "the pooled connection is reused, no second tunnel"
+    );
+    pooled(&second[0]);
+    assert_eq!(front.handshakes.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        *proxy.seen.lock().unwrap(),
+        [Some("Basic ZWdyZXNzOnMzL2NyM3Q=".to_string())]
+    );
+    // The proxy's password is nowhere the gateway shows.
+    let shown = first_row.to_string() + &h.metrics().await;
+    assert!(!shown.contains("s3%2Fcr3t") && !shown.contains("s3/cr3t"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn the_environments_proxies_apply_by_scheme_and_no_proxy_or_an_empty_proxy_url_go_direct() {
+    let pki = Pki::new();
+    let front = tls_front(&pki, own_sim().await, false).await;
+    let proxy = test_proxy("Basic ZW52OnB3").await;
+    let proxy_env = format!("http://env:pw@{}", proxy.addr);
+    let ca = pki.file("ca.pem");
+    let vars = [
+        ("https_proxy", proxy_env.as_str()),
+        ("HTTP_PROXY", proxy_env.as_str()),
+        ("NO_PROXY", "127.0.0.1"),
+    ];
+    let h = start_with_env(
+        |cfg, sim| {
+            cfg.server.threads = 1;
+            let tls = |name: &str, host: &str, model: &str| {
+                let mut c = serving(name, &format!("https://{host}:{}", front.port), &[model]);
+                c.ca_file = Some(ca.clone());
+                c
+            };
+            let mut opted_out = tls("opted-out", "localhost", "opted-out");
+            opted_out.proxy_url = Some(String::new());
+            let plain_sim = sim.replace("127.0.0.1", "localhost");
+            cfg.channels = vec![
+                tls("via-env", "localhost", "env-tls"),
+                tls("exempt", "127.0.0.1", "no-proxy-tls"),
+                opted_out,
+                serving("plain-via-env", &plain_sim, &["env-plain"]),
+            ];
+        },
+        &vars,
+    )
+    .await;
+
+    let via_env = answered(&h, "env-tls").await;
+    assert_eq!(proxy.tunnels.load(Ordering::SeqCst), 1);
+    in_order(
+        &via_env[0],
+        &[
+            "start_ms",
+            "connected_ms",
+            "tunnel_ms",
+            "tls_ms",
+            "headers_ms",
+        ],
+    );
+    for model in ["no-proxy-tls", "opted-out"] {
+        let direct = answered(&h, model).await;
+        in_order(
+            &direct[0],
+            &["start_ms", "connected_ms", "tls_ms", "headers_ms"],
+        );
+        assert!(direct[0]["tunnel_ms"].is_null(), "{model}: {:#}", direct[0]);
+    }
+    assert_eq!(
+        proxy.tunnels.load(Ordering::SeqCst),
+        1,
+        "NO_PROXY and proxy_url = \"\" went direct"
+    );
+    assert_eq!(front.handshakes.load(Ordering::SeqCst), 3);
+
+    // Plain HTTP through HTTP_PROXY: the request in absolute form, no tunnel, no TLS.
+    let plain = answered(&h, "env-plain").await;
+    assert_eq!(proxy.forwarded.load(Ordering::SeqCst), 1);
+    assert_eq!(proxy.tunnels.load(Ordering::SeqCst), 1);
+    in_order(&plain[0], &["start_ms", "connected_ms", "headers_ms"]);
+    assert!(plain[0]["tunnel_ms"].is_null() && plain[0]["tls_ms"].is_null());
+    assert!(proxy
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|a| a.as_deref() == Some("Basic ZW52OnB3")));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_proxy_that_refuses_or_is_down_fails_the_attempt_as_the_proxys_and_another_channel_answers(
+) {
+    let pki = Pki::new();
+    let front = tls_front(&pki, own_sim().await, false).await;
+    let proxy = test_proxy("Basic ZW52OnB3").await;
+    let wrong = format!("http://env:wrong@{}", proxy.addr);
+    let down = format!("http://127.0.0.1:{}", closed_port().await);
+    let base = format!("https://localhost:{}", front.port);
+    let ca = pki.file("ca.pem");
+    let h = start_with(|cfg, sim| {
+        let mut refused = serving("refused-tls", &base, &["m-407"]);
+        refused.ca_file = Some(ca.clone());
+        refused.proxy_url = Some(wrong.clone());
+        let mut refused_plain = serving("refused-plain", sim, &["m-407-plain"]);
+        refused_plain.proxy_url = Some(wrong);
+        let mut unreachable = serving("proxy-down", &base, &["m-down"]);
+        unreachable.ca_file = Some(ca);
+        unreachable.proxy_url = Some(down);
+        let mut direct = serving("direct", sim, &["m-407", "m-down"]);
+        direct.priority = 1;
+        cfg.channels = vec![refused, refused_plain, unreachable, direct];
+    })
+    .await;
+
+    for (model, class, proxy_channel) in [
+        ("m-407", "proxy_auth", "refused-tls"),
+        ("m-down", "proxy_failed", "proxy-down"),
+    ] {
+        let attempts = answered(&h, model).await;
+        assert_eq!(attempts.len(), 2, "{model}: {attempts:#?}");
+        let failed = &attempts[0];
+        assert_eq!(failed["channel"], proxy_channel);
+        assert_eq!(failed["error_class"], class, "{model}: {failed:#}");
+        assert_eq!(failed["fault"], "gateway");
+        assert!(failed["tunnel_ms"].is_null() && failed["tls_ms"].is_null());
+        assert_eq!(attempts[1]["channel"], "direct");
+        assert_eq!(attempts[1]["won"], true);
+    }
+    // TCP to the refusing proxy was done; to the absent one, never.
+    let refused_attempt = &answered(&h, "m-407").await[0];
+    in_order(refused_attempt, &["start_ms", "connected_ms", "end_ms"]);
+    let down_attempt = &answered(&h, "m-down").await[0];
+    assert!(down_attempt["connected_ms"].is_null(), "{down_attempt:#}");
+    assert_eq!(proxy.tunnels.load(Ordering::SeqCst), 0);
+    assert_eq!(front.handshakes.load(Ordering::SeqCst), 0);
+
+    // Plain HTTP: the proxy's 407 to the absolute-form request is the proxy's refusal too,
+    // and with no other channel the client is told in the gateway's words.
+    let (status, body, id) = chat(&h, "m-407-plain").await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("proxy"), "{body}");
+    assert!(!body.contains("wrong"), "{body}");
+    let row = h.row(&id).await;
+    assert_eq!(row["error_class"], "proxy_auth", "{row:#}");
+    assert_eq!(row["fault"], "gateway");
+    assert_eq!(row["attempts"].as_array().unwrap().len(), 1);
+    h.stop().await;
+}
