@@ -20,7 +20,7 @@ use http::{Method, StatusCode};
 use laptime_core::Dialect;
 use laptime_proxy::auth::{AuthFailure, Authenticated};
 use laptime_proxy::config::Config;
-use laptime_proxy::{models, pipeline};
+use laptime_proxy::{endpoints, models, pipeline};
 use laptime_store::auth::Principal;
 
 use crate::{dashboard, graphql, health, metrics, query_page, rest, ApiState};
@@ -95,6 +95,43 @@ fn route(method: Method, path: &'static str, kind: Kind, handler: MethodRouter<A
 /// segment (and answers an unknown method itself).
 pub const GEMINI_ROUTES: [&str; 2] = ["/v1beta/models/{call}", "/v1/models/{call}"];
 
+/// The provider endpoints besides the model calls (method, path), served by
+/// `laptime_proxy::endpoints` like a model call: authenticated, routed, recorded.
+pub const ENDPOINT_ROUTES: [(Method, &str); 22] = [
+    (Method::POST, "/v1/embeddings"),
+    (Method::POST, "/v1/moderations"),
+    (Method::POST, "/v1/messages/count_tokens"),
+    (Method::POST, "/v1/images/generations"),
+    (Method::POST, "/v1/images/edits"),
+    (Method::POST, "/v1/images/variations"),
+    (Method::POST, "/v1/audio/speech"),
+    (Method::POST, "/v1/audio/transcriptions"),
+    (Method::POST, "/v1/audio/translations"),
+    (Method::POST, "/v1/files"),
+    (Method::GET, "/v1/files"),
+    (Method::GET, "/v1/files/{id}"),
+    (Method::DELETE, "/v1/files/{id}"),
+    (Method::GET, "/v1/files/{id}/content"),
+    (Method::POST, "/v1/batches"),
+    (Method::GET, "/v1/batches"),
+    (Method::GET, "/v1/batches/{id}"),
+    (Method::POST, "/v1/batches/{id}/cancel"),
+    (Method::GET, "/v1/responses/{id}"),
+    (Method::DELETE, "/v1/responses/{id}"),
+    (Method::POST, "/v1/responses/{id}/cancel"),
+    (Method::GET, "/v1/responses/{id}/input_items"),
+];
+
+fn endpoint_route(method: Method, path: &'static str) -> Route {
+    let handler = move |State(s): State<ApiState>, req: Request| endpoints::serve(s.app, req);
+    let handler = match method {
+        Method::GET => get(handler),
+        Method::DELETE => axum::routing::delete(handler),
+        _ => post(handler),
+    };
+    route(method, path, Kind::Proxy, handler)
+}
+
 /// The route of a dialect served at one fixed path.
 fn proxy_route(dialect: Dialect) -> Route {
     proxy_route_at(dialect, dialect.path())
@@ -111,12 +148,17 @@ fn proxy_route_at(dialect: Dialect, path: &'static str) -> Route {
 
 /// The table: every route the gateway serves.
 pub fn routes() -> Vec<Route> {
-    vec![
+    let endpoints = ENDPOINT_ROUTES
+        .into_iter()
+        .map(|(method, path)| endpoint_route(method, path));
+    let mut table = vec![
         proxy_route(Dialect::Chat),
         proxy_route(Dialect::Responses),
         proxy_route(Dialect::Messages),
-        proxy_route_at(Dialect::Gemini, GEMINI_ROUTES[0]),
-        proxy_route_at(Dialect::Gemini, GEMINI_ROUTES[1]),
+        // Gemini's model calls and its other methods (`:embedContent`, `:countTokens`) share
+        // the `{model}:{method}` paths.
+        endpoint_route(Method::POST, GEMINI_ROUTES[0]),
+        endpoint_route(Method::POST, GEMINI_ROUTES[1]),
         route(
             Method::GET,
             "/v1/models",
@@ -169,7 +211,9 @@ pub fn routes() -> Vec<Route> {
         ),
         route(Method::GET, "/healthz", Kind::Rest, get(health::healthz)),
         route(Method::GET, "/readyz", Kind::Rest, get(health::readyz)),
-    ]
+    ];
+    table.extend(endpoints);
+    table
 }
 
 /// The router: the table, with the auth layer on every route not on the unauthenticated list.

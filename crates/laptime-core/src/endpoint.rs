@@ -128,9 +128,29 @@ pub enum BodyKind {
     Upload,
 }
 
+/// The methods the endpoints take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    Post,
+    Delete,
+}
+
+impl Verb {
+    fn of(method: &str) -> Option<Verb> {
+        match method {
+            "GET" => Some(Verb::Get),
+            "POST" => Some(Verb::Post),
+            "DELETE" => Some(Verb::Delete),
+            _ => None,
+        }
+    }
+}
+
 /// One call of a provider endpoint, as its method and path name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
+    pub method: Verb,
     pub endpoint: Endpoint,
     /// Whose error shapes and auth headers the call follows.
     pub dialect: Dialect,
@@ -154,9 +174,11 @@ impl Call {
         if let Some(call) = gemini_call(method, path) {
             return Some(call);
         }
+        let verb = Verb::of(method)?;
         let rest = path.strip_prefix("/v1/")?;
         let segments: Vec<&str> = rest.split('/').collect();
         let openai = |endpoint, body| Call {
+            method: verb,
             endpoint,
             dialect: Dialect::Chat,
             body,
@@ -242,6 +264,7 @@ fn gemini_call(method: &str, path: &str) -> Option<Call> {
         return None;
     }
     Some(Call {
+        method: Verb::Post,
         endpoint,
         dialect: Dialect::Gemini,
         body: BodyKind::Json,

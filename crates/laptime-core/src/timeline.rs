@@ -199,12 +199,15 @@ pub enum ErrorClass {
     /// its policy, 502 when it could not reach the upstream, an answer that is not HTTP): the
     /// upstream was never reached.
     ProxyFailed,
+    /// The call names a provider object (a file, a batch, a stored response) that the
+    /// caller's workspace did not create through this gateway, or that retention forgot.
+    UnknownObject,
 }
 
 impl ErrorClass {
     /// Every class, in declaration order (a test checks the order against the discriminants,
     /// so a class added to the enum but not here fails it).
-    pub const ALL: [ErrorClass; 27] = [
+    pub const ALL: [ErrorClass; 28] = [
         ErrorClass::ConnectFailed,
         ErrorClass::ConnectTimeout,
         ErrorClass::Tls,
@@ -232,6 +235,7 @@ impl ErrorClass {
         ErrorClass::OverLimit,
         ErrorClass::ProxyAuth,
         ErrorClass::ProxyFailed,
+        ErrorClass::UnknownObject,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -263,6 +267,7 @@ impl ErrorClass {
             ErrorClass::OverLimit => "over_limit",
             ErrorClass::ProxyAuth => "proxy_auth",
             ErrorClass::ProxyFailed => "proxy_failed",
+            ErrorClass::UnknownObject => "unknown_object",
         }
     }
 
@@ -286,7 +291,8 @@ impl ErrorClass {
             | UnknownModel
             | ContextLengthExceeded
             | ContentFiltered
-            | OverLimit => Fault::Client,
+            | OverLimit
+            | UnknownObject => Fault::Client,
             // The proxy is the deployment's way out, set up by the gateway's operator.
             UpstreamAuth | Overloaded | Internal | ProxyAuth | ProxyFailed => Fault::Gateway,
         }

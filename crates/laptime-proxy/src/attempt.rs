@@ -622,8 +622,8 @@ pub struct UpstreamCall {
 pub enum ContentType {
     /// A model call's JSON.
     Json,
-    /// The client's own (a multipart upload's boundary, an endpoint's JSON), with its
-    /// `Content-Length` when it declared one.
+    /// The client's own (a multipart upload's boundary, an endpoint's JSON), with the
+    /// `Content-Length` it declared when its upload streams through.
     Client,
 }
 
@@ -635,6 +635,7 @@ pub fn build_request(
     client_headers: &HeaderMap,
     traceparent: &str,
 ) -> Result<Request<OutBody>, GatewayError> {
+    let streamed = matches!(body, OutBody::Upload(_));
     let mut req = Request::builder()
         .method(call.method)
         .uri(call.url)
@@ -658,9 +659,14 @@ pub fn build_request(
             );
         }
         ContentType::Client => {
-            for name in [http::header::CONTENT_TYPE, http::header::CONTENT_LENGTH] {
-                if let Some(v) = client_headers.get(&name) {
-                    h.insert(name, v.clone());
+            if let Some(v) = client_headers.get(http::header::CONTENT_TYPE) {
+                h.insert(http::header::CONTENT_TYPE, v.clone());
+            }
+            // An upload streamed through keeps the length the client declared (a body the
+            // gateway holds has its own, which a mapped model name may have changed).
+            if streamed {
+                if let Some(v) = client_headers.get(http::header::CONTENT_LENGTH) {
+                    h.insert(http::header::CONTENT_LENGTH, v.clone());
                 }
             }
         }

@@ -1406,7 +1406,11 @@ mod tests {
             header_envs = { "X-Org" = "ORG" }
             models = { "gpt-4o" = "prod-4o" }
         "#;
-        let env = |k: &str| Some(format!("secret-{k}"));
+        let env = |k: &str| {
+            ["K1", "K2", "ORG"]
+                .contains(&k)
+                .then(|| format!("secret-{k}"))
+        };
         let cfg = Config::from_toml(text, "c").unwrap();
         cfg.validate(&env).unwrap();
         let printed = cfg.to_toml();

@@ -121,6 +121,9 @@ pub struct RequestHead {
     pub model_span: Option<(usize, usize)>,
     pub stream: bool,
     pub shape: RequestShape,
+    /// A Responses request that continues a stored response: it must go to the channel that
+    /// holds it.
+    pub previous_response_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -175,6 +178,8 @@ struct Head<'a> {
     text: Option<TextOptions<'a>>,
     temperature: Option<f64>,
     top_p: Option<f64>,
+    #[serde(borrow)]
+    previous_response_id: Option<&'a str>,
 }
 
 /// Parses the fields the gateway needs from a request body.
@@ -245,6 +250,7 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
             temperature: head.temperature,
             top_p: head.top_p,
         },
+        previous_response_id: head.previous_response_id.map(str::to_string),
     })
 }
 
@@ -403,6 +409,7 @@ pub fn parse_gemini_head(call: GeminiCall, body: &[u8]) -> Result<RequestHead, B
             temperature: config.as_ref().and_then(|c| c.temperature),
             top_p: config.as_ref().and_then(|c| c.top_p),
         },
+        previous_response_id: None,
     })
 }
 

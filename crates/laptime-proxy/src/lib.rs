@@ -23,6 +23,7 @@
 //! - [`server`]: starting the gateway, serving a router, shutdown and retention.
 //! - [`metrics`]: the registry, observed once per finished record.
 
+pub mod affinity;
 pub mod attempt;
 pub mod auth;
 pub mod budget;
@@ -33,6 +34,7 @@ pub mod config;
 pub mod connect;
 pub mod continuation;
 pub mod egress;
+pub mod endpoints;
 pub mod inflight;
 pub mod ingress;
 pub mod limits;
@@ -100,6 +102,8 @@ pub struct App {
     pub limiter: Arc<limits::Limiter>,
     /// The budgets with their spend, re-read every second.
     pub budgets: budgets::BudgetBook,
+    /// Which channel holds each provider object a workspace created.
+    pub affinity: Arc<affinity::Affinity>,
 }
 
 impl std::fmt::Debug for App {

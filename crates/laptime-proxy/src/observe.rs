@@ -741,11 +741,21 @@ impl<B> ObservedBody<B> {
 
     fn finish(&mut self, cancelled: bool) {
         let Some(Committed {
-            finisher, status, ..
+            mut finisher,
+            status,
+            ..
         }) = self.committed.take()
         else {
             return;
         };
+        if let (Some(id), Forward::Untouched(_)) = (self.obs.response_id(), &self.forward) {
+            // A stored response lives on this channel (only an untranslated one is the
+            // provider's, under the id the client got).
+            finisher
+                .pending
+                .objects
+                .push((laptime_core::endpoint::ObjectKind::Response, id.to_string()));
+        }
         let mut summary = self.obs.summary();
         let (mut timed_out, mut shut_down) = (self.timed_out, self.shut_down);
         if let Some(c) = &self.continued {

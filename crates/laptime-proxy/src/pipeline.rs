@@ -58,7 +58,11 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     if let Err(refused) = limit(&app, &mut finisher.pending, &principal, &head, body.len()).await {
         return respond::over_limit(finisher, &refused);
     }
-    let routed = match route(&app, &mut finisher.pending, &principal, &head) {
+    let stored = match previous_response(&app, &principal, dialect, &head).await {
+        Ok(p) => p,
+        Err(e) => return respond::reject(finisher, e),
+    };
+    let routed = match route(&app, &mut finisher.pending, &principal, &head, stored) {
         Ok(r) => r,
         Err(e) => return respond::reject(finisher, e),
     };
@@ -154,7 +158,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
 /// A refusal answered before the request body was read: on HTTP/1 the connection is closed
 /// after it (the unread body cannot be skipped), and `Connection: close` tells the client so,
 /// rather than letting it write its next request into a closing socket.
-fn unread(mut resp: Response, version: http::Version) -> Response {
+pub(crate) fn unread(mut resp: Response, version: http::Version) -> Response {
     if version <= http::Version::HTTP_11 {
         resp.headers_mut().insert(
             http::header::CONNECTION,
@@ -166,7 +170,12 @@ fn unread(mut resp: Response, version: http::Version) -> Response {
 
 /// Ingress: the pending record from t0 (when the gateway had the request head), the request and
 /// trace ids.
-fn ingress(app: &App, dialect: Dialect, headers: &HeaderMap, t0: Instant) -> (Finisher, Trace) {
+pub(crate) fn ingress(
+    app: &App,
+    dialect: Dialect,
+    headers: &HeaderMap,
+    t0: Instant,
+) -> (Finisher, Trace) {
     let request_id = ingress::request_id();
     let mut pending = Pending::new(t0, crate::clock::now_unix_us(), request_id, dialect);
     pending.region = app.config.server.region.clone();
@@ -177,13 +186,14 @@ fn ingress(app: &App, dialect: Dialect, headers: &HeaderMap, t0: Instant) -> (Fi
     let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds)
         .with_metrics(app.metrics.clone())
         .with_prices(app.prices.clone())
+        .with_affinity(app.affinity.clone())
         .with_unauthenticated_sample(app.unauthenticated_rows.clone());
     (finisher, trace)
 }
 
 /// Auth: what the auth layer found (timed there as `auth`) must be a principal allowed to call
 /// models.
-fn authenticate(
+pub(crate) fn authenticate(
     pending: &mut Pending,
     authenticated: Authenticated,
 ) -> Result<Principal, GatewayError> {
@@ -258,7 +268,7 @@ async fn admit(
 /// `admission` when any applies): a hard budget spent refuses; tokens per minute are charged
 /// with an estimate (the body's size, plus `max_tokens` or the configured output estimate),
 /// settled when the request is recorded.
-async fn limit(
+pub(crate) async fn limit(
     app: &Arc<App>,
     pending: &mut Pending,
     principal: &Principal,
@@ -308,11 +318,51 @@ async fn rate_limits(
 }
 
 /// The byte budget for request bodies is spent by the requests in flight.
-fn budget_full() -> GatewayError {
+pub(crate) fn budget_full() -> GatewayError {
     GatewayError::new(
         ErrorClass::Overloaded,
         "the gateway holds as many request bodies as it can now; retry shortly",
     )
+}
+
+/// Where the stored response a Responses request continues (`previous_response_id`) lives: it
+/// must go to that channel and key; an id the workspace did not create is a 404.
+async fn previous_response(
+    app: &App,
+    principal: &Principal,
+    dialect: Dialect,
+    head: &RequestHead,
+) -> Result<Option<laptime_store::affinity::Placement>, GatewayError> {
+    let Some(id) = head
+        .previous_response_id
+        .as_deref()
+        .filter(|_| dialect == Dialect::Responses)
+    else {
+        return Ok(None);
+    };
+    let unknown = || {
+        GatewayError::new(
+            ErrorClass::UnknownObject,
+            format!("Previous response with id '{id}' not found."),
+        )
+    };
+    if !laptime_core::endpoint::object_id_ok(id) {
+        return Err(unknown());
+    }
+    let found = app
+        .affinity
+        .find(&principal.workspace_id, id)
+        .await
+        .map_err(|e| {
+            GatewayError::new(
+                ErrorClass::Internal,
+                format!("where {id} lives could not be read: {}", e.0),
+            )
+        })?;
+    match found {
+        Some(p) if p.kind == laptime_core::endpoint::ObjectKind::Response => Ok(Some(p)),
+        _ => Err(unknown()),
+    }
 }
 
 /// What routing decided.
@@ -328,6 +378,7 @@ fn route<'a>(
     pending: &mut Pending,
     principal: &Principal,
     head: &RequestHead,
+    stored: Option<laptime_store::affinity::Placement>,
 ) -> Result<Routed<'a>, GatewayError> {
     let started = Instant::now();
     let group = app.group_of(principal);
@@ -335,9 +386,30 @@ fn route<'a>(
     let mut candidates = app
         .router
         .candidates(pending.dialect, group, &head.model, now_us);
+    if let Some(p) = &stored {
+        // Only the channel (and key) that holds the stored response knows it, untranslated.
+        candidates.retain(|r| r.channel.name == p.channel && r.upstream == pending.dialect);
+        for r in &mut candidates {
+            r.key_index = p.key_index.and_then(|k| usize::try_from(k).ok());
+        }
+        if candidates.is_empty() {
+            pending.marks.distribution = Some(pending.since(started));
+            return Err(GatewayError::new(
+                ErrorClass::UnknownModel,
+                format!(
+                    "the previous response lives on channel {:?}, which does not serve model {:?}",
+                    p.channel, head.model
+                ),
+            ));
+        }
+    }
     let policy = app.config.route_for(&head.model);
     let primaries = candidates.len();
-    if let Some(larger) = &policy.context_fallback {
+    if let Some(larger) = policy
+        .context_fallback
+        .as_ref()
+        .filter(|_| stored.is_none())
+    {
         let fallback = app
             .router
             .candidates(pending.dialect, group, larger, now_us);

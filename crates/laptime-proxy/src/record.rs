@@ -70,6 +70,9 @@ pub struct Pending {
     /// The endpoint called, the answer's bytes relayed and the channel key used (the request's
     /// bytes are `body_bytes`).
     pub exchange: Exchange,
+    /// Provider objects the answer created or named, which live on the answering channel (and
+    /// key): remembered when the request is recorded.
+    pub objects: Vec<(laptime_core::endpoint::ObjectKind, String)>,
 }
 
 impl Pending {
@@ -105,6 +108,7 @@ impl Pending {
             admission: None,
             inflight: None,
             exchange: Exchange::default(),
+            objects: Vec::new(),
         }
     }
 
@@ -182,6 +186,8 @@ pub struct Finisher {
     /// What requests cost (absent in tests that build a finisher alone: every billed request
     /// is then unpriced).
     prices: Option<Arc<PriceTable>>,
+    /// Where the objects an answer names are remembered.
+    affinity: Option<Arc<crate::affinity::Affinity>>,
 }
 
 /// Requests without a principal (unauthenticated refusals) given a row at most, per second;
@@ -229,7 +235,14 @@ impl Finisher {
             _inflight: None,
             unauthenticated: None,
             prices: None,
+            affinity: None,
         }
+    }
+
+    /// Remembers the objects the answer names in `affinity` when the request is finished.
+    pub fn with_affinity(mut self, affinity: Arc<crate::affinity::Affinity>) -> Self {
+        self.affinity = Some(affinity);
+        self
     }
 
     /// Costs the record with `prices` when it is finished.
@@ -258,6 +271,7 @@ impl Finisher {
     /// record from here until the recorder has written it.
     pub fn finish(mut self, ending: Ending) {
         let handler_done = self.pending.since(self.pending.t0);
+        self.place_objects(&ending);
         let t0 = self.pending.t0;
         let slot = self.pending.inflight.take();
         let prices = self.prices.as_deref().unwrap_or(&NO_PRICES);
@@ -299,6 +313,34 @@ impl Finisher {
                 h.not_queued();
             }
         }
+    }
+}
+
+impl Finisher {
+    /// The objects a successful answer named live on its channel (and key): remembered for the
+    /// calls that will name them.
+    fn place_objects(&mut self, ending: &Ending) {
+        let p = &mut self.pending;
+        let objects = std::mem::take(&mut p.objects);
+        let (Some(affinity), Some(ws), Some(channel)) =
+            (&self.affinity, &p.workspace_id, &p.channel)
+        else {
+            return;
+        };
+        if objects.is_empty() || !(200..300).contains(&ending.status) {
+            return;
+        }
+        let placements = objects
+            .into_iter()
+            .map(|(kind, object_id)| laptime_store::affinity::Placement {
+                object_id,
+                kind,
+                channel: channel.clone(),
+                key_index: p.exchange.key_index,
+                created_at_us: p.created_at_us,
+            })
+            .collect();
+        affinity.remember(ws, placements);
     }
 }
 

@@ -49,7 +49,7 @@ impl GatewayError {
             | ErrorClass::ContextLengthExceeded
             | ErrorClass::ContentFiltered => StatusCode::BAD_REQUEST,
             ErrorClass::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorClass::UnknownModel => StatusCode::NOT_FOUND,
+            ErrorClass::UnknownModel | ErrorClass::UnknownObject => StatusCode::NOT_FOUND,
             ErrorClass::OverLimit => StatusCode::TOO_MANY_REQUESTS,
             ErrorClass::ConnectFailed
             | ErrorClass::Tls
@@ -108,6 +108,8 @@ impl GatewayError {
                 Some("model_not_found"),
                 "not_found_error",
             ),
+            // As the provider says it of an id it does not know (no code).
+            ErrorClass::UnknownObject => ("invalid_request_error", None, "not_found_error"),
             ErrorClass::ConnectTimeout | ErrorClass::Timeout => {
                 ("api_error", Some("upstream_timeout"), "timeout_error")
             }
@@ -385,7 +387,7 @@ impl<'a> WholeAnswerOf<'a> {
 /// Answers a whole answer (read with its bytes stamped where they arrived) with
 /// `Server-Timing`.
 fn whole(
-    finisher: Finisher,
+    mut finisher: Finisher,
     parts: http::response::Parts,
     read: WholeRead,
     how: WholeAnswerOf<'_>,
@@ -509,6 +511,15 @@ fn whole(
         status: status.as_u16(),
         ..ending
     };
+    if upstream == Dialect::Responses && translate.is_none() && status.is_success() {
+        // A stored response lives on this channel: calls that name it must come here.
+        if let Some(id) = laptime_core::endpoint::response_id(&bytes) {
+            finisher
+                .pending
+                .objects
+                .push((laptime_core::endpoint::ObjectKind::Response, id));
+        }
+    }
     let mut marks = finisher.pending.marks;
     marks.upstream_done = summary.marks.upstream_done;
     if let Some(up) = upstream_ms(&marks) {
@@ -727,7 +738,7 @@ fn openai_duration(d: Duration) -> String {
     }
 }
 
-fn error(finisher: Finisher, err: &GatewayError, ending: Ending) -> Response {
+pub(crate) fn error(finisher: Finisher, err: &GatewayError, ending: Ending) -> Response {
     let body = err.body(finisher.pending.dialect);
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -756,7 +767,7 @@ fn content_type(headers: &HeaderMap) -> Option<String> {
 }
 
 /// A whole answer: upstream headers relayed, then the gateway's own.
-fn buffered(
+pub(crate) fn buffered(
     finisher: Finisher,
     status: StatusCode,
     upstream_headers: HeaderMap,
@@ -783,7 +794,7 @@ fn buffered(
 
 /// The gateway's own headers on every answer: the request id, and the client fields a
 /// translation left out on purpose (so that nothing is dropped silently).
-fn own_headers(pending: &crate::record::Pending, h: &mut HeaderMap) {
+pub(crate) fn own_headers(pending: &crate::record::Pending, h: &mut HeaderMap) {
     h.insert(REQUEST_ID, header_value(&pending.request_id));
     if !pending.translation_omitted.is_empty() {
         h.insert(

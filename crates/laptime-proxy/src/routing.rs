@@ -383,6 +383,18 @@ pub struct Route {
 }
 
 impl Route {
+    /// The one route to an object: its channel (and key) in `dialect`, with no model.
+    pub fn pinned(channel: &Arc<Channel>, dialect: Dialect, key_index: Option<usize>) -> Self {
+        Route {
+            health: channel.health.of(""),
+            channel: channel.clone(),
+            upstream_model: String::new(),
+            upstream: dialect,
+            context_fallback: false,
+            key_index,
+        }
+    }
+
     fn new(channel: &Arc<Channel>, upstream_model: &str, client: Dialect) -> Self {
         Route {
             health: channel.health.of(upstream_model),
@@ -436,6 +448,28 @@ impl Router {
         let mut out = order(exact, now_us);
         out.extend(order(wildcard, now_us));
         out
+    }
+
+    /// The channels of a group that take calls naming no model (file uploads, listings) of
+    /// `dialect`'s endpoints: those marked `objects`, in priority order; without one, the first
+    /// by priority that serves them.
+    pub fn objects_channels(&self, group: &str, dialect: Dialect) -> Vec<Route> {
+        let mut serving: Vec<&Arc<Channel>> = self
+            .channels
+            .iter()
+            .filter(|c| c.group == group && c.serves_endpoints_of(dialect))
+            .collect();
+        serving.sort_by_key(|c| c.priority);
+        let marked: Vec<&Arc<Channel>> = serving.iter().copied().filter(|c| c.objects).collect();
+        let chosen = if marked.is_empty() {
+            serving.into_iter().take(1).collect()
+        } else {
+            marked
+        };
+        chosen
+            .into_iter()
+            .map(|c| Route::pinned(c, dialect, None))
+            .collect()
     }
 
     /// Every (model, channel) a group can call, for `GET /v1/models`.

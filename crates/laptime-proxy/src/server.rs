@@ -169,6 +169,7 @@ impl Gateway {
         let app = Arc::new(App {
             router: Router::new(channels),
             auth: Authenticator::new(store.clone()),
+            affinity: Arc::new(crate::affinity::Affinity::new(store.clone())),
             egress,
             memory_upstream: memory.map(attempt::memory_client),
             recorder,

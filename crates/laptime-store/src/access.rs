@@ -4,6 +4,7 @@
 //! every proxied request and runs inline (see there). On PostgreSQL they are queries on a pooled
 //! connection. Times come in as arguments: the wall clock is the caller's.
 
+use laptime_core::endpoint::ObjectKind;
 use laptime_core::limit::{BudgetMode, Limits, Period};
 use laptime_core::timeline::RequestRecord;
 
@@ -357,6 +358,23 @@ impl Store {
         }
         let ws = workspace_id.to_string();
         self.blocking(move |c| affinity::put(c, &ws, &placements))
+            .await
+    }
+
+    /// The objects of `kind` `workspace_id` created on `channel` (see [`affinity::placed`]).
+    pub async fn placed(
+        &self,
+        workspace_id: &str,
+        channel: &str,
+        kind: ObjectKind,
+        limit: u32,
+    ) -> Result<Vec<String>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            let c = pg.client().await?;
+            return pg::affinity::placed(&c, workspace_id, channel, kind, limit).await;
+        }
+        let (ws, ch) = (workspace_id.to_string(), channel.to_string());
+        self.blocking(move |c| affinity::placed(c, &ws, &ch, kind, limit))
             .await
     }
 

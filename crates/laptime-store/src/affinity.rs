@@ -76,6 +76,25 @@ pub fn get(conn: &Connection, workspace_id: &str, object_id: &str) -> Result<Opt
     .transpose()
 }
 
+/// The ids of the objects of `kind` that `workspace_id` created on `channel`, newest first, at
+/// most `limit` (a listing shows the workspace its own objects only).
+pub fn placed(
+    conn: &Connection,
+    workspace_id: &str,
+    channel: &str,
+    kind: ObjectKind,
+    limit: u32,
+) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT object_id FROM affinity WHERE workspace_id = ?1 AND channel = ?2 AND kind = ?3
+         ORDER BY created_at_us DESC LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(params![workspace_id, channel, kind.as_str(), limit], |r| {
+        r.get::<_, String>(0)
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// Deletes placements made before `cutoff_us`; how many went.
 pub fn delete_older_than(conn: &Connection, cutoff_us: i64) -> Result<usize> {
     Ok(conn.execute("DELETE FROM affinity WHERE created_at_us < ?1", [cutoff_us])?)

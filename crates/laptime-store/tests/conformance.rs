@@ -807,6 +807,25 @@ async fn an_object_is_placed_once_per_workspace_and_retention_forgets_it() {
         );
         let batch = s.placement("ws", "batch_1").await.unwrap().unwrap();
         assert_eq!((batch.channel.as_str(), batch.key_index), ("b", None));
+        // A listing of one channel's files: the workspace's own, newest first.
+        s.put_placements("ws", vec![place("file-2", "a", None, BASE + 2 * MIN)])
+            .await
+            .unwrap();
+        assert_eq!(
+            s.placed("ws", "a", ObjectKind::File, 10).await.unwrap(),
+            ["file-2", "file-1"],
+            "{name}"
+        );
+        assert!(s
+            .placed("other", "a", ObjectKind::File, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(s
+            .placed("ws", "a", ObjectKind::Batch, 10)
+            .await
+            .unwrap()
+            .is_empty());
         // Another workspace cannot name it.
         assert_eq!(
             s.placement("other", "file-1").await.unwrap(),

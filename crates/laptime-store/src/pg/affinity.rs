@@ -62,6 +62,25 @@ pub async fn get(
     }))
 }
 
+pub async fn placed(
+    c: &impl GenericClient,
+    workspace_id: &str,
+    channel: &str,
+    kind: laptime_core::endpoint::ObjectKind,
+    limit: u32,
+) -> Result<Vec<String>> {
+    let rows = c
+        .query(
+            "SELECT object_id FROM affinity WHERE workspace_id = $1 AND channel = $2 AND kind = $3
+             ORDER BY created_at_us DESC LIMIT $4",
+            &[&workspace_id, &channel, &kind.as_str(), &i64::from(limit)],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| Ok(r.try_get::<_, String>(0)?))
+        .collect()
+}
+
 pub async fn delete_older_than(c: &impl GenericClient, cutoff_us: i64) -> Result<usize> {
     let n = c
         .execute(
