@@ -693,7 +693,7 @@ mod tests {
         }
         assert_eq!(
             ErrorClass::ALL.len(),
-            ErrorClass::ProxyFailed as usize + 1,
+            ErrorClass::UnknownObject as usize + 1,
             "the last variant is listed"
         );
         let mut names = std::collections::HashSet::new();
@@ -727,6 +727,9 @@ mod tests {
             assert!(c.retryable());
         }
         assert_eq!(ErrorClass::Unauthorized.fault(), Fault::Client);
+        // An object id the workspace never made is the caller's mistake, never retried.
+        assert_eq!(ErrorClass::UnknownObject.fault(), Fault::Client);
+        assert!(!ErrorClass::UnknownObject.retryable());
     }
 
     #[test]

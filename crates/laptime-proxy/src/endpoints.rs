@@ -20,7 +20,7 @@ use std::time::Duration;
 use axum::body::Body as AxumBody;
 use axum::response::Response;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use http::{HeaderMap, Request, StatusCode};
 use http_body::{Body, Frame};
 use hyper::body::Incoming;
 use laptime_core::endpoint::{self, BodyKind, Call, Endpoint, ObjectKind};
@@ -50,25 +50,35 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const LISTED_MAX: u32 = 10_000;
 
 /// Serves a call to one of the endpoint routes: a provider endpoint call, or on Gemini's model
-/// paths a model call (`:generateContent`); a path whose id no provider could have made answers
-/// 404 as an unknown object.
+/// paths a model call (`:generateContent`); a path whose id no provider could have made is, once
+/// the caller is authenticated, an unknown object.
 pub async fn serve(app: Arc<App>, req: Request<AxumBody>) -> Response {
-    match Call::of(req.method().as_str(), req.uri().path()) {
+    let path = req.uri().path();
+    match Call::of(req.method().as_str(), path) {
         Some(call) => handle(app, call, req).await,
-        None if req.uri().path().contains(':') => {
+        None if path.starts_with("/v1beta/models/") || path.starts_with("/v1/models/") => {
             pipeline::proxy(app, laptime_core::Dialect::Gemini, req).await
         }
-        None => {
-            let err = GatewayError::new(ErrorClass::UnknownObject, "No such object");
-            let mut resp = Response::new(AxumBody::from(err.body(laptime_core::Dialect::Chat)));
-            *resp.status_mut() = err.status();
-            resp.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            resp
-        }
+        None => no_such_object(app, req).await,
     }
+}
+
+/// A path naming an object id that is none of a provider's (`..`, over-long, odd bytes): the
+/// caller is authenticated first, then told, and the refusal recorded.
+async fn no_such_object(app: Arc<App>, req: Request<AxumBody>) -> Response {
+    let (mut parts, _) = req.into_parts();
+    let authenticated = match parts.extensions.remove::<Authenticated>() {
+        Some(a) => a,
+        None => app.auth.check(&parts.headers).await,
+    };
+    let dialect = laptime_core::Dialect::Chat;
+    let (mut finisher, _) =
+        pipeline::ingress(&app, dialect, &parts.headers, authenticated.received);
+    if let Err(e) = pipeline::authenticate(&mut finisher.pending, authenticated) {
+        return pipeline::unread(respond::reject(finisher, e), parts.version);
+    }
+    let err = GatewayError::new(ErrorClass::UnknownObject, "No such object");
+    pipeline::unread(respond::reject(finisher, err), parts.version)
 }
 
 /// One endpoint call, phase by phase.
@@ -749,6 +759,7 @@ impl Drop for Relayed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn call(m: &str, p: &str) -> Call {
         Call::of(m, p).unwrap()

@@ -58,14 +58,16 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     if let Err(refused) = limit(&app, &mut finisher.pending, &principal, &head, body.len()).await {
         return respond::over_limit(finisher, &refused);
     }
-    let stored = match previous_response(&app, &principal, dialect, &head).await {
-        Ok(p) => p,
-        Err(e) => return respond::reject(finisher, e),
-    };
-    let routed = match route(&app, &mut finisher.pending, &principal, &head, stored) {
+    let mut routed = match route(&app, &mut finisher.pending, &principal, &head) {
         Ok(r) => r,
         Err(e) => return respond::reject(finisher, e),
     };
+    let continues = (dialect == Dialect::Responses)
+        .then_some(head.previous_response_id.as_deref())
+        .flatten();
+    if let Err(e) = previous_response(&app, &principal, continues, &mut routed.candidates).await {
+        return respond::reject(finisher, e);
+    }
     finisher.pending.publish();
     let store_in = match cache_lookup(
         &app,
@@ -325,21 +327,23 @@ pub(crate) fn budget_full() -> GatewayError {
     )
 }
 
-/// Where the stored response a Responses request continues (`previous_response_id`) lives: it
-/// must go to that channel and key; an id the workspace did not create is a 404.
+/// A Responses request that continues a stored response (`previous_response_id`) goes only to
+/// the channel and key that hold it, untranslated; an id the workspace did not create is a
+/// 404. When no candidate speaks Responses, translation refuses the field itself (a stored
+/// conversation cannot be carried to another dialect).
 async fn previous_response(
     app: &App,
     principal: &Principal,
-    dialect: Dialect,
-    head: &RequestHead,
-) -> Result<Option<laptime_store::affinity::Placement>, GatewayError> {
-    let Some(id) = head
-        .previous_response_id
-        .as_deref()
-        .filter(|_| dialect == Dialect::Responses)
-    else {
-        return Ok(None);
+    previous: Option<&str>,
+    candidates: &mut Vec<Route>,
+) -> Result<(), GatewayError> {
+    let Some(id) = previous else {
+        return Ok(());
     };
+    let responses = |r: &Route| r.upstream == Dialect::Responses;
+    if !candidates.iter().any(responses) {
+        return Ok(());
+    }
     let unknown = || {
         GatewayError::new(
             ErrorClass::UnknownObject,
@@ -359,10 +363,24 @@ async fn previous_response(
                 format!("where {id} lives could not be read: {}", e.0),
             )
         })?;
-    match found {
-        Some(p) if p.kind == laptime_core::endpoint::ObjectKind::Response => Ok(Some(p)),
-        _ => Err(unknown()),
+    let p = match found {
+        Some(p) if p.kind == laptime_core::endpoint::ObjectKind::Response => p,
+        _ => return Err(unknown()),
+    };
+    candidates.retain(|r| responses(r) && r.channel.name == p.channel && !r.context_fallback);
+    for r in candidates.iter_mut() {
+        r.key_index = p.key_index.and_then(|k| usize::try_from(k).ok());
     }
+    if candidates.is_empty() {
+        return Err(GatewayError::new(
+            ErrorClass::UnknownModel,
+            format!(
+                "the previous response lives on channel {:?}, which does not serve this model",
+                p.channel
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What routing decided.
@@ -378,7 +396,6 @@ fn route<'a>(
     pending: &mut Pending,
     principal: &Principal,
     head: &RequestHead,
-    stored: Option<laptime_store::affinity::Placement>,
 ) -> Result<Routed<'a>, GatewayError> {
     let started = Instant::now();
     let group = app.group_of(principal);
@@ -386,30 +403,9 @@ fn route<'a>(
     let mut candidates = app
         .router
         .candidates(pending.dialect, group, &head.model, now_us);
-    if let Some(p) = &stored {
-        // Only the channel (and key) that holds the stored response knows it, untranslated.
-        candidates.retain(|r| r.channel.name == p.channel && r.upstream == pending.dialect);
-        for r in &mut candidates {
-            r.key_index = p.key_index.and_then(|k| usize::try_from(k).ok());
-        }
-        if candidates.is_empty() {
-            pending.marks.distribution = Some(pending.since(started));
-            return Err(GatewayError::new(
-                ErrorClass::UnknownModel,
-                format!(
-                    "the previous response lives on channel {:?}, which does not serve model {:?}",
-                    p.channel, head.model
-                ),
-            ));
-        }
-    }
     let policy = app.config.route_for(&head.model);
     let primaries = candidates.len();
-    if let Some(larger) = policy
-        .context_fallback
-        .as_ref()
-        .filter(|_| stored.is_none())
-    {
+    if let Some(larger) = &policy.context_fallback {
         let fallback = app
             .router
             .candidates(pending.dialect, group, larger, now_us);

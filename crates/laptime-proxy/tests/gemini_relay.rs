@@ -262,7 +262,7 @@ async fn the_gateways_own_errors_take_googles_shape_and_the_key_may_come_in_the_
     let v: Value = unknown.json().await.unwrap();
     assert_eq!(google(&v), (404, "NOT_FOUND".into()));
 
-    let method = gemini_post(&h, "/v1beta/models/sim-fast:countTokens", &plain).await;
+    let method = gemini_post(&h, "/v1beta/models/sim-fast:generateAnswer", &plain).await;
     assert_eq!(method.status(), 404);
     let bad_model = gemini_post(&h, "/v1beta/models/sim%2Ffast:generateContent", &plain).await;
     assert_eq!(bad_model.status(), 400);

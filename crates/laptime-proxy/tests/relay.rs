@@ -46,7 +46,8 @@ async fn streamed_bytes_are_the_upstream_bytes_plus_one_comment_before_the_termi
         let text = resp.text().await.unwrap();
         let (without, comment, after) = cut_comment(&text);
         assert_eq!(
-            without, direct,
+            unnumbered(&without),
+            unnumbered(&direct),
             "{dialect}: relayed bytes differ from the upstream's"
         );
         assert!(
@@ -108,7 +109,11 @@ async fn with_observation_off_the_bytes_pass_blind_and_the_row_says_so() {
             .to_str()
             .unwrap()
             .to_string();
-        assert_eq!(resp.text().await.unwrap(), direct, "{dialect}: no comment");
+        assert_eq!(
+            unnumbered(&resp.text().await.unwrap()),
+            unnumbered(&direct),
+            "{dialect}: no comment"
+        );
         let row = h.row(&id).await;
         assert_eq!(row["outcome"], "completed", "{dialect}");
         assert!(row["flags"]
@@ -147,7 +152,11 @@ async fn non_streamed_answers_are_relayed_whole_with_server_timing() {
             .unwrap()
             .to_string();
         let got = resp.bytes().await.unwrap();
-        assert_eq!(got, direct, "{dialect}");
+        assert_eq!(
+            unnumbered(&String::from_utf8_lossy(&got)),
+            unnumbered(&String::from_utf8_lossy(&direct)),
+            "{dialect}"
+        );
         let row = h.row(&id).await;
         let dur = timing
             .strip_prefix("upstream;dur=")

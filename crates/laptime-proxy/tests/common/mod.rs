@@ -259,3 +259,21 @@ pub fn same_number(comment_value: Option<&String>, json: &Value) -> bool {
         _ => false,
     }
 }
+
+/// `text` with the sim's stored-response numbers blanked (`resp_laptimesim0002` →
+/// `resp_laptimesimNNNN`): each Responses answer gets the next id, so two answers to the same
+/// request differ only there.
+pub fn unnumbered(text: &str) -> String {
+    const ID: &str = "resp_laptimesim";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(ID) {
+        let end = i + ID.len();
+        out.push_str(&rest[..end]);
+        let digits = rest[end..].bytes().take_while(u8::is_ascii_digit).count();
+        out.push_str(&"N".repeat(digits));
+        rest = &rest[end + digits..];
+    }
+    out.push_str(rest);
+    out
+}
