@@ -20,6 +20,7 @@
 //! - [`models`]: `GET /v1/models` for the SDKs.
 //! - [`server`]: starting the gateway, serving a router, shutdown and retention.
 //! - [`metrics`]: the registry, observed once per finished record.
+//! - [`traces`]: each finished record as OTLP spans, exported off the request path.
 
 pub mod attempt;
 pub mod auth;
@@ -46,6 +47,7 @@ pub mod server;
 pub mod shared;
 pub mod shared_limits;
 pub mod strategy;
+pub mod traces;
 
 use std::sync::Arc;
 
@@ -95,6 +97,8 @@ pub struct App {
     pub limiter: Arc<limits::Limiter>,
     /// The budgets with their spend, re-read every second.
     pub budgets: budgets::BudgetBook,
+    /// Exports each finished request's spans (absent without `[telemetry] otlp_endpoint`).
+    pub traces: Option<traces::Traces>,
 }
 
 impl std::fmt::Debug for App {

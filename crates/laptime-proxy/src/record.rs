@@ -70,6 +70,9 @@ pub struct Pending {
     /// The endpoint called, the answer's bytes relayed and the channel key used (the request's
     /// bytes are `body_bytes`).
     pub exchange: Exchange,
+    /// The gateway's span for the request and the client's span above it, for trace export
+    /// (not stored: the record keeps the trace id only).
+    pub span: Option<crate::ingress::SpanIds>,
 }
 
 impl Pending {
@@ -105,6 +108,7 @@ impl Pending {
             admission: None,
             inflight: None,
             exchange: Exchange::default(),
+            span: None,
         }
     }
 
@@ -182,6 +186,8 @@ pub struct Finisher {
     /// What requests cost (absent in tests that build a finisher alone: every billed request
     /// is then unpriced).
     prices: Option<Arc<PriceTable>>,
+    /// Exports the request's spans (absent when no OTLP endpoint is configured).
+    traces: Option<crate::traces::Traces>,
 }
 
 /// Requests without a principal (unauthenticated refusals) given a row at most, per second;
@@ -229,6 +235,7 @@ impl Finisher {
             _inflight: None,
             unauthenticated: None,
             prices: None,
+            traces: None,
         }
     }
 
@@ -250,6 +257,12 @@ impl Finisher {
         self
     }
 
+    /// Offers the record's spans to `traces` when it is finished (never waits).
+    pub fn with_traces(mut self, traces: Option<crate::traces::Traces>) -> Self {
+        self.traces = traces;
+        self
+    }
+
     pub fn hold_inflight(&mut self, guard: InflightGuard) {
         self._inflight = Some(guard);
     }
@@ -263,6 +276,7 @@ impl Finisher {
         let prices = self.prices.as_deref().unwrap_or(&NO_PRICES);
         let admission = self.pending.admission.take();
         let input_estimate = self.pending.body_bytes.map(estimate_input_tokens);
+        let span = self.pending.span.take();
         let record = build(
             self.pending,
             ending,
@@ -291,6 +305,9 @@ impl Finisher {
                 m.count_sampled_out();
             }
             return;
+        }
+        if let (Some(traces), Some(span)) = (&self.traces, span) {
+            traces.offer(&record, span);
         }
         // Handed over before it is queued: the recorder may write it at once.
         let handed = slot.map(|s| s.finished(&record));
