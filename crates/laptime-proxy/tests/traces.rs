@@ -106,6 +106,37 @@ async fn receiver(reject: i64) -> (String, Received) {
     (format!("http://{addr}"), got)
 }
 
+/// An OTLP/gRPC receiver on 127.0.0.1: tonic's server with the proto crate's generated
+/// `TraceService`. Returns its endpoint.
+async fn grpc_receiver() -> (String, Received) {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+        TraceService, TraceServiceServer,
+    };
+
+    struct Service(Received);
+
+    #[tonic::async_trait]
+    impl TraceService for Service {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            let body = request.into_inner().encode_to_vec();
+            self.0 .0.lock().unwrap().push(body.into());
+            Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+        }
+    }
+
+    let got = Received::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tonic::transport::Server::builder()
+        .add_service(TraceServiceServer::new(Service(got.clone())))
+        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+    tokio::spawn(server);
+    (format!("http://{addr}"), got)
+}
+
 // === Helpers ===
 
 /// A gateway exporting to `endpoint`, batches sent 20 ms after their first request.
@@ -370,6 +401,45 @@ async fn a_streamed_request_is_one_span_under_the_client_span_with_its_milestone
         ),
         0.0
     );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_export_reaches_a_grpc_receiver_with_the_same_spans() {
+    let (endpoint, got) = grpc_receiver().await;
+    let h = traced(&endpoint, |cfg, _| {
+        cfg.telemetry.otlp_protocol = laptime_proxy::traces::OtlpProtocol::Grpc;
+    })
+    .await;
+    let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    let (id, _) = call(&h, &scripted("sim-fast"), Some(&tp)).await;
+    let r = record(&h, &id).await;
+    let spans = got.wait_for(CLIENT_TRACE, 2).await;
+    let req = request_span(&spans);
+    assert_eq!(hex::encode(&req.parent_span_id), CLIENT_SPAN);
+    assert_eq!(
+        string(req, "laptime.request_id").as_deref(),
+        Some(id.as_str())
+    );
+    let t0 = r.created_at_us as u64 * 1000;
+    let first_visible = req
+        .events
+        .iter()
+        .find(|e| e.name == "laptime.first_visible")
+        .unwrap();
+    assert_eq!(
+        first_visible.time_unix_nano - t0,
+        nanos(r.marks.first_visible.unwrap())
+    );
+    let mut metrics = h.metrics().await;
+    for _ in 0..500 {
+        if metric(&metrics, "laptime_otel_exported_total") >= 2.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        metrics = h.metrics().await;
+    }
+    assert_eq!(metric(&metrics, "laptime_otel_exported_total"), 2.0);
     h.stop().await;
 }
 
