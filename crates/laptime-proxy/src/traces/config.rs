@@ -287,6 +287,36 @@ mod tests {
     }
 
     #[test]
+    fn the_endpoint_comes_from_the_environment_and_check_config_prints_the_section_back() {
+        let mut cfg = crate::config::Config::embedded_default(&|_| None);
+        assert_eq!(cfg.telemetry.otlp_endpoint, None, "off by default");
+        let env = |v: &str| match v {
+            "LAPTIME_OTLP_ENDPOINT" => Some("http://collector:4318".to_string()),
+            "OTLP_HEADERS" => Some("api-key=s3cret".to_string()),
+            _ => None,
+        };
+        cfg.apply_env(&env);
+        cfg.telemetry.headers_env = Some("OTLP_HEADERS".into());
+        cfg.telemetry.sampling_ratio = 0.25;
+        cfg.telemetry
+            .resource_attributes
+            .insert("deployment.environment".into(), "prod".into());
+        assert_eq!(cfg.validate(&env), Ok(()));
+        let printed = cfg.to_toml();
+        assert!(printed.contains("[telemetry]"), "{printed}");
+        assert!(
+            printed.contains("otlp_endpoint = \"http://collector:4318\""),
+            "{printed}"
+        );
+        assert!(
+            printed.contains("OTLP_HEADERS") && !printed.contains("s3cret"),
+            "{printed}"
+        );
+        let back = crate::config::Config::from_toml(&printed, "printed").unwrap();
+        assert_eq!(back, cfg);
+    }
+
+    #[test]
     fn headers_come_from_the_environment_and_a_bad_one_is_named_without_its_value() {
         let c = TelemetryConfig {
             headers_env: Some("OTLP_HEADERS".into()),
