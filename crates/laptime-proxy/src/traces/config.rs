@@ -88,7 +88,10 @@ impl TelemetryConfig {
     pub fn export_url(&self) -> Option<http::Uri> {
         let base = self.otlp_endpoint.as_deref()?;
         let uri: http::Uri = base.trim().parse().ok()?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        // Credentials in the URL would be printed by check-config and logged: they belong in
+        // `headers_env`.
+        let userinfo = uri.authority().is_some_and(|a| a.as_str().contains('@'));
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() || userinfo {
             return None;
         }
         let path = uri.path().trim_end_matches('/');
@@ -131,7 +134,8 @@ impl TelemetryConfig {
             if self.export_url().is_none() {
                 errs.push(match self.otlp_protocol {
                     OtlpProtocol::HttpProtobuf => format!(
-                        "telemetry.otlp_endpoint: {e:?} is not an http(s) URL like http://127.0.0.1:4318"
+                        "telemetry.otlp_endpoint: {e:?} is not an http(s) URL without credentials, \
+                         like http://127.0.0.1:4318 (credentials go in headers_env)"
                     ),
                     OtlpProtocol::Grpc => format!(
                         "telemetry.otlp_endpoint: {e:?} is not an http(s) URL without a path, \
@@ -249,6 +253,8 @@ mod tests {
             with("http://c:4317/x", OtlpProtocol::Grpc).export_url(),
             None
         );
+        let with_password = with("http://u:pw@c:4318", OtlpProtocol::HttpProtobuf);
+        assert_eq!(with_password.export_url(), None);
     }
 
     #[test]
