@@ -231,6 +231,19 @@ fn metric(text: &str, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {series} in\n{text}"))
 }
 
+/// `/metrics` once `series` is at least `at_least` (at most 10 s): the exporter counts a batch
+/// when it has read the receiver's answer, a moment after the receiver has the spans.
+async fn metrics_once(h: &Harness, series: &str, at_least: f64) -> String {
+    for _ in 0..1000 {
+        let text = h.metrics().await;
+        if metric(&text, series) >= at_least {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{series} never reached {at_least}");
+}
+
 fn request_span(spans: &[Span]) -> &Span {
     let servers: Vec<&Span> = spans
         .iter()
@@ -392,7 +405,7 @@ async fn a_streamed_request_is_one_span_under_the_client_span_with_its_milestone
     for secret in ["marmot", "zebraquokka", "tell me", h.token.as_str()] {
         assert!(!text.contains(secret), "{secret:?} was exported");
     }
-    let metrics = h.metrics().await;
+    let metrics = metrics_once(&h, "laptime_otel_exported_total", 2.0).await;
     assert_eq!(metric(&metrics, "laptime_otel_exported_total"), 2.0);
     assert_eq!(
         metric(
@@ -431,14 +444,7 @@ async fn grpc_export_reaches_a_grpc_receiver_with_the_same_spans() {
         first_visible.time_unix_nano - t0,
         nanos(r.marks.first_visible.unwrap())
     );
-    let mut metrics = h.metrics().await;
-    for _ in 0..500 {
-        if metric(&metrics, "laptime_otel_exported_total") >= 2.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        metrics = h.metrics().await;
-    }
+    let metrics = metrics_once(&h, "laptime_otel_exported_total", 2.0).await;
     assert_eq!(metric(&metrics, "laptime_otel_exported_total"), 2.0);
     h.stop().await;
 }
@@ -613,15 +619,7 @@ async fn spans_the_receiver_rejects_are_counted_as_dropped() {
     )
     .await;
     got.wait_for(trace, 2).await;
-    // Counted once the answer is read; the receiver has stored the body a moment before.
-    let mut metrics = h.metrics().await;
-    for _ in 0..500 {
-        if metric(&metrics, "laptime_otel_exported_total") > 0.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        metrics = h.metrics().await;
-    }
+    let metrics = metrics_once(&h, "laptime_otel_exported_total", 1.0).await;
     assert_eq!(metric(&metrics, "laptime_otel_exported_total"), 1.0);
     assert_eq!(
         metric(&metrics, "laptime_otel_dropped_total{reason=\"rejected\"}"),
@@ -691,17 +689,13 @@ async fn a_receiver_that_is_down_does_not_fail_requests_and_its_spans_are_counte
         assert_eq!(h.row(&id).await["outcome"], "completed");
     }
     // Each batch is tried three times (after 250 ms and 1 s) before it is dropped.
-    let mut failed = 0.0;
-    for _ in 0..1000 {
-        failed = metric(
-            &h.metrics().await,
-            "laptime_otel_dropped_total{reason=\"export_failed\"}",
-        );
-        if failed >= 4.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(failed, 4.0, "two requests of two spans each");
+    let failed = "laptime_otel_dropped_total{reason=\"export_failed\"}";
+    let metrics = metrics_once(&h, failed, 4.0).await;
+    assert_eq!(
+        metric(&metrics, failed),
+        4.0,
+        "two requests of two spans each"
+    );
+    assert_eq!(metric(&metrics, "laptime_otel_exported_total"), 0.0);
     h.stop().await;
 }
