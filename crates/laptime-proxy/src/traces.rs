@@ -275,11 +275,12 @@ impl Batcher {
         match result {
             Ok(rejected) => {
                 let rejected = rejected.min(spans);
-                self.metrics.count_otel_exported(spans - rejected);
+                // Drops first: whoever sees the batch exported sees its rejections too.
                 if rejected > 0 {
                     self.metrics
                         .count_otel_dropped(DropReason::Rejected.as_str(), rejected);
                 }
+                self.metrics.count_otel_exported(spans - rejected);
                 if self.failing {
                     self.failing = false;
                     tracing::info!("request spans are exported again");
