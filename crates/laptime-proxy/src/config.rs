@@ -31,6 +31,9 @@ pub struct Config {
     pub prices: Vec<PriceConfig>,
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// `[telemetry]`: request spans over OTLP (`crate::traces`).
+    #[serde(default)]
+    pub telemetry: crate::traces::TelemetryConfig,
 }
 
 /// `[limits]`: how admission estimates what a request will count against tokens-per-minute
@@ -793,6 +796,7 @@ impl Config {
             routes: Vec::new(),
             prices: Vec::new(),
             limits: LimitsConfig::default(),
+            telemetry: Default::default(),
         }
     }
 
@@ -815,6 +819,9 @@ impl Config {
         }
         if let Some(v) = env("LAPTIME_REDIS_URL") {
             self.shared.redis_url = Some(v);
+        }
+        if let Some(v) = env("LAPTIME_OTLP_ENDPOINT") {
+            self.telemetry.otlp_endpoint = Some(v);
         }
     }
 
@@ -868,6 +875,7 @@ impl Config {
         if let Err(egress_errs) = crate::egress::Egress::build(&self.channels, env) {
             errs.extend(egress_errs);
         }
+        self.telemetry.validate(env, &mut errs);
         if errs.is_empty() {
             Ok(())
         } else {

@@ -20,43 +20,90 @@ pub fn request_id() -> String {
 }
 
 /// The W3C trace context to propagate: the client's trace id when it sent a valid `traceparent`,
-/// else a new one; always a new span id for the upstream hop.
+/// else a new one; always a new span id for the upstream hop. That span id is the gateway's own
+/// span for the request ([`SpanIds`]), so an exported request span and the upstream's spans join.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trace {
     pub trace_id: String,
     pub traceparent: String,
+    pub span: SpanIds,
+}
+
+/// The W3C ids of the gateway's span for one request, kept on the pending record for trace export
+/// (`crate::traces`); never stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanIds {
+    pub trace_id: [u8; 16],
+    /// The gateway's span: the parent id in the `traceparent` sent upstream.
+    pub span_id: [u8; 8],
+    /// The client's span, when its `traceparent` named a valid one.
+    pub parent_span_id: Option<[u8; 8]>,
+    /// The client's sampled flag (`traceparent` flags bit 0); true without a client
+    /// `traceparent`. Propagated upstream as it came.
+    pub sampled: bool,
+}
+
+/// The parts of a client `traceparent` laptime continues: the trace id (32 lowercase hex
+/// digits, not all zero), the parent span id (16, not all zero) and the sampled flag.
+fn client_context(tp: &str) -> Option<([u8; 16], Option<[u8; 8]>, bool)> {
+    let parts: Vec<&str> = tp.trim().split('-').collect();
+    let [ver, tid, sid, flags] = parts.as_slice() else {
+        return None;
+    };
+    if ver.len() != 2 || sid.len() != 16 || flags.len() != 2 {
+        return None;
+    }
+    let trace_id: [u8; 16] = lower_hex(tid)?;
+    if trace_id == [0; 16] {
+        return None;
+    }
+    let parent = lower_hex::<8>(sid).filter(|s| *s != [0; 8]);
+    // A flags field that is not hex keeps the trace sampled, as before flags were read.
+    let sampled = u8::from_str_radix(flags, 16).map_or(true, |f| f & 1 == 1);
+    Some((trace_id, parent, sampled))
+}
+
+/// `N` bytes from exactly `2N` lowercase hex digits.
+fn lower_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != 2 * N
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    let mut out = [0u8; N];
+    hex::decode_to_slice(s, &mut out).ok()?;
+    Some(out)
 }
 
 pub fn trace(client_traceparent: Option<&str>) -> Trace {
-    let trace_id = client_traceparent
-        .and_then(|tp| {
-            let parts: Vec<&str> = tp.trim().split('-').collect();
-            match parts.as_slice() {
-                [ver, tid, sid, flags]
-                    if ver.len() == 2
-                        && tid.len() == 32
-                        && sid.len() == 16
-                        && flags.len() == 2
-                        && tid
-                            .bytes()
-                            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-                        && tid.bytes().any(|b| b != b'0') =>
-                {
-                    Some(tid.to_string())
-                }
-                _ => None,
-            }
-        })
+    let (trace_id, parent_span_id, sampled) = client_traceparent
+        .and_then(client_context)
         .unwrap_or_else(|| {
             let mut b = [0u8; 16];
             rand::thread_rng().fill_bytes(&mut b);
-            hex::encode(b)
+            (b, None, true)
         });
-    let mut span = [0u8; 8];
-    rand::thread_rng().fill_bytes(&mut span);
+    let mut span_id = [0u8; 8];
+    // A span id of all zeros is invalid (W3C); 2^-64 a draw, but cheap to rule out.
+    while span_id == [0; 8] {
+        rand::thread_rng().fill_bytes(&mut span_id);
+    }
+    let trace_hex = hex::encode(trace_id);
     Trace {
-        traceparent: format!("00-{trace_id}-{}-01", hex::encode(span)),
-        trace_id,
+        traceparent: format!(
+            "00-{trace_hex}-{}-{}",
+            hex::encode(span_id),
+            if sampled { "01" } else { "00" }
+        ),
+        trace_id: trace_hex,
+        span: SpanIds {
+            trace_id,
+            span_id,
+            parent_span_id,
+            sampled,
+        },
     }
 }
 
@@ -631,5 +678,47 @@ mod tests {
         assert!(!t.traceparent.contains("b7ad6b7169203331"));
         let t = trace(Some("garbage"));
         assert_eq!(t.trace_id.len(), 32);
+        assert_eq!(t.span.parent_span_id, None);
+    }
+
+    #[test]
+    fn the_gateway_span_is_the_one_propagated_under_the_client_span() {
+        let t = trace(Some(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ));
+        assert_eq!(hex::encode(t.span.trace_id), t.trace_id);
+        assert_eq!(
+            t.span.parent_span_id.map(hex::encode).as_deref(),
+            Some("b7ad6b7169203331")
+        );
+        assert!(t.span.sampled);
+        assert_eq!(
+            t.traceparent,
+            format!("00-{}-{}-01", t.trace_id, hex::encode(t.span.span_id))
+        );
+        // Without a client context: a new root, sampled.
+        let t = trace(None);
+        assert_eq!(t.span.parent_span_id, None);
+        assert!(t.span.sampled && t.traceparent.ends_with("-01"));
+    }
+
+    #[test]
+    fn an_unsampled_client_trace_stays_unsampled_upstream() {
+        let t = trace(Some(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        ));
+        assert!(!t.span.sampled);
+        assert!(t.traceparent.ends_with("-00"), "{}", t.traceparent);
+    }
+
+    #[test]
+    fn a_zero_or_uppercase_parent_span_is_not_a_parent() {
+        for sid in ["0000000000000000", "B7AD6B7169203331", "b7ad6b71692033zz"] {
+            let t = trace(Some(&format!(
+                "00-0af7651916cd43dd8448eb211c80319c-{sid}-01"
+            )));
+            assert_eq!(t.trace_id, "0af7651916cd43dd8448eb211c80319c", "{sid}");
+            assert_eq!(t.span.parent_span_id, None, "{sid}");
+        }
     }
 }

@@ -22,6 +22,7 @@
 //! - [`models`]: `GET /v1/models` for the SDKs.
 //! - [`server`]: starting the gateway, serving a router, shutdown and retention.
 //! - [`metrics`]: the registry, observed once per finished record.
+//! - [`traces`]: each finished record as OTLP spans, exported off the request path.
 
 pub mod affinity;
 pub mod attempt;
@@ -52,6 +53,7 @@ pub mod server;
 pub mod shared;
 pub mod shared_limits;
 pub mod strategy;
+pub mod traces;
 
 use std::sync::Arc;
 
@@ -104,6 +106,8 @@ pub struct App {
     pub budgets: budgets::BudgetBook,
     /// Which channel holds each provider object a workspace created.
     pub affinity: Arc<affinity::Affinity>,
+    /// Exports each finished request's spans (absent without `[telemetry] otlp_endpoint`).
+    pub traces: Option<traces::Traces>,
 }
 
 impl std::fmt::Debug for App {

@@ -85,6 +85,8 @@
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
 //! | `laptime_shared_dropped_total` | counter | — | channel-health changes not published to Redis because the queue to it was full (only with `[shared] redis_url`) |
 //! | `laptime_recorder_dropped_total` | counter | `reason` | records never stored: `queue_full`, `recorder_stopped` (finished after shutdown's flush), `given_up` (their batch kept failing: at shutdown, or an error retrying cannot mend) |
+//! | `laptime_otel_exported_total` | counter | — | spans (request and attempt spans) the OTLP receiver accepted (only with `[telemetry] otlp_endpoint`) |
+//! | `laptime_otel_dropped_total` | counter | `reason` | spans never exported: `queue_full` (the exporter's queue was full when the request finished), `export_failed` (the receiver could not be reached or refused the batch, after retries), `rejected` (the receiver's partial success named them), `exporter_stopped` (finished after shutdown's flush) |
 //! | `laptime_recorder_written_total` | counter | — | records written to the store |
 //! | `laptime_recorder_failed_total` | counter | — | records in batch writes that failed (each is tried again: a record counts once per failed try) |
 //! | `laptime_recorder_batches_total` | counter | — | batch writes (one transaction each) |
@@ -283,6 +285,9 @@ pub struct Metrics {
     /// The model names that get their own label: those the config names.
     named: HashSet<String>,
     sampled_out: IntCounter,
+    /// Spans the OTLP receiver accepted, and spans dropped by reason (`crate::traces`).
+    otel_exported: IntCounter,
+    otel_dropped: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -396,6 +401,19 @@ impl Metrics {
             "Finished requests counted here but given no stored row (unauthenticated refusals over the sample).",
         )?;
         registry.register(Box::new(sampled_out.clone()))?;
+        let otel_exported = IntCounter::new(
+            "laptime_otel_exported_total",
+            "Spans (request and attempt spans) the OTLP receiver accepted.",
+        )?;
+        registry.register(Box::new(otel_exported.clone()))?;
+        let otel_dropped = IntCounterVec::new(
+            Opts::new(
+                "laptime_otel_dropped_total",
+                "Spans never exported, by reason: the exporter's queue was full, the export failed after retries, the receiver rejected them, or the exporter had stopped.",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(otel_dropped.clone()))?;
         Ok(Metrics {
             registry,
             requests,
@@ -411,6 +429,8 @@ impl Metrics {
             series: RwLock::new(HashMap::new()),
             named: named.into_iter().collect(),
             sampled_out,
+            otel_exported,
+            otel_dropped,
         })
     }
 
@@ -555,6 +575,16 @@ impl Metrics {
         self.budget_crossings
             .with_label_values(&[scope, period.as_str(), mode.as_str(), &threshold])
             .inc();
+    }
+
+    /// `spans` spans the OTLP receiver accepted.
+    pub fn count_otel_exported(&self, spans: u64) {
+        self.otel_exported.inc_by(spans);
+    }
+
+    /// `spans` spans dropped for `reason` (0 makes the series appear).
+    pub fn count_otel_dropped(&self, reason: &str, spans: u64) {
+        self.otel_dropped.with_label_values(&[reason]).inc_by(spans);
     }
 
     /// A finished request that gets no stored row (it was observed all the same).

@@ -184,12 +184,14 @@ pub(crate) fn ingress(
     pending.instance = app.config.server.instance.clone();
     let trace = ingress::trace(headers.get("traceparent").and_then(|v| v.to_str().ok()));
     pending.trace_id = Some(trace.trace_id.clone());
+    pending.span = Some(trace.span);
     pending.inflight = app.inflight.open(&pending);
     let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds)
         .with_metrics(app.metrics.clone())
         .with_prices(app.prices.clone())
         .with_affinity(app.affinity.clone())
-        .with_unauthenticated_sample(app.unauthenticated_rows.clone());
+        .with_unauthenticated_sample(app.unauthenticated_rows.clone())
+        .with_traces(app.traces.clone());
     (finisher, trace)
 }
 

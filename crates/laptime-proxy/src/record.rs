@@ -73,6 +73,9 @@ pub struct Pending {
     /// Provider objects the answer created or named, which live on the answering channel (and
     /// key): remembered when the request is recorded.
     pub objects: Vec<(laptime_core::endpoint::ObjectKind, String)>,
+    /// The gateway's span for the request and the client's span above it, for trace export
+    /// (not stored: the record keeps the trace id only).
+    pub span: Option<crate::ingress::SpanIds>,
 }
 
 impl Pending {
@@ -109,6 +112,7 @@ impl Pending {
             inflight: None,
             exchange: Exchange::default(),
             objects: Vec::new(),
+            span: None,
         }
     }
 
@@ -188,6 +192,8 @@ pub struct Finisher {
     prices: Option<Arc<PriceTable>>,
     /// Where the objects an answer names are remembered.
     affinity: Option<Arc<crate::affinity::Affinity>>,
+    /// Exports the request's spans (absent when no OTLP endpoint is configured).
+    traces: Option<crate::traces::Traces>,
 }
 
 /// Requests without a principal (unauthenticated refusals) given a row at most, per second;
@@ -236,6 +242,7 @@ impl Finisher {
             unauthenticated: None,
             prices: None,
             affinity: None,
+            traces: None,
         }
     }
 
@@ -263,6 +270,12 @@ impl Finisher {
         self
     }
 
+    /// Offers the record's spans to `traces` when it is finished (never waits).
+    pub fn with_traces(mut self, traces: Option<crate::traces::Traces>) -> Self {
+        self.traces = traces;
+        self
+    }
+
     pub fn hold_inflight(&mut self, guard: InflightGuard) {
         self._inflight = Some(guard);
     }
@@ -277,6 +290,7 @@ impl Finisher {
         let prices = self.prices.as_deref().unwrap_or(&NO_PRICES);
         let admission = self.pending.admission.take();
         let input_estimate = self.pending.body_bytes.map(estimate_input_tokens);
+        let span = self.pending.span.take();
         let record = build(
             self.pending,
             ending,
@@ -305,6 +319,9 @@ impl Finisher {
                 m.count_sampled_out();
             }
             return;
+        }
+        if let (Some(traces), Some(span)) = (&self.traces, span) {
+            traces.offer(&record, span);
         }
         // Handed over before it is queued: the recorder may write it at once.
         let handed = slot.map(|s| s.finished(&record));

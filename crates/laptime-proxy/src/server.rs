@@ -28,6 +28,8 @@ pub struct Gateway {
     journal: Option<crate::inflight::JournalWriter>,
     /// Shares channel health through Redis (absent without `[shared] redis_url`).
     shared: Option<(crate::shared::Publisher, tokio::task::JoinHandle<()>)>,
+    /// Exports request spans (absent without `[telemetry] otlp_endpoint`).
+    traces: Option<crate::traces::Exporter>,
 }
 
 /// Requests the in-flight registry tracks at once besides the records queued for the store
@@ -166,6 +168,15 @@ impl Gateway {
         };
         tracing::debug!(max_connections, fd_limit, "client connection cap");
         let connections = crate::listen::Connections::new(max_connections);
+        let metrics = Arc::new(metrics);
+        let (traces, traces_exporter) = crate::traces::start(
+            &config.telemetry,
+            env,
+            config.server.instance.as_deref(),
+            metrics.clone(),
+        )
+        .map_err(StartError)?
+        .unzip();
         let app = Arc::new(App {
             router: Router::new(channels),
             auth: Authenticator::new(store.clone()),
@@ -176,7 +187,7 @@ impl Gateway {
             inflight,
             store,
             config,
-            metrics: Arc::new(metrics),
+            metrics,
             caches: config_caches(&config_for_caches),
             body_budget,
             connections,
@@ -189,6 +200,7 @@ impl Gateway {
             prices: Arc::new(prices),
             limiter: Arc::new(limiter),
             budgets: crate::budgets::BudgetBook::new(),
+            traces,
         });
         if let Err(e) = refresh_budgets(&app).await {
             tracing::warn!(error = %e, "budgets could not be read at start; retrying every second");
@@ -201,6 +213,7 @@ impl Gateway {
             retention,
             journal,
             shared,
+            traces: traces_exporter,
         })
     }
 
@@ -292,6 +305,12 @@ impl Gateway {
         if !flushed {
             tracing::error!("the recorder did not flush in time");
         }
+        // Every request is finished by now: what is queued for the OTLP receiver goes out.
+        if let Some(exporter) = self.traces {
+            if !exporter.shutdown(TRACES_FLUSH).await {
+                tracing::warn!("request spans still queued at shutdown were not all exported");
+            }
+        }
         // Flushed, every record is in the store (or counted as dropped): a clean shutdown
         // leaves no journal, so the next start recovers nothing.
         if let Some(journal) = self.journal {
@@ -312,6 +331,9 @@ struct Serving {
     connections: Arc<crate::listen::Connections>,
     builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
 }
+
+/// At shutdown: how long the spans still queued have to reach the OTLP receiver.
+const TRACES_FLUSH: Duration = Duration::from_secs(5);
 
 /// After the drain time: how long streams still open have to send their error event.
 const DRAIN_OVER_GRACE: Duration = Duration::from_millis(500);
