@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import array
 import base64
-import hashlib
 import json
 import math
 import numbers
-import os
 import signal
 import subprocess
 import threading
@@ -91,14 +89,14 @@ provider = "azure-openai"
 base_url = "{sim}"
 api_key_env = "LT_EP_KEY_AZ"
 api_version = "{AZURE_API_VERSION}"
-models = {{ "az-emb" = "emb-deploy", "az-chat" = "sim-fast" }}
+models = {{ "az-emb" = "emb-deploy", "az-chat" = "sim-fast", "az-whisper" = "whisper-deploy" }}
 
 [[channels]]
 name = "compat"
 provider = "openai-compatible"
 base_url = "{sim}/v1"
 api_key_env = "LT_EP_KEY_C"
-models = {{ "compat-emb" = "text-embedding-3-large" }}
+models = {{ "compat-emb" = "text-embedding-3-large", "compat-stt" = "whisper-1" }}
 
 [[channels]]
 name = "claude"
@@ -215,18 +213,6 @@ def oai(gw):
 @pytest.fixture(scope="module")
 def claude(gw):
     client = anthropic.Anthropic(api_key=gw.token, base_url=gw.anthropic_base_url, max_retries=0, timeout=15.0)
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def gemini(gw):
-    client = genai.Client(
-        api_key=gw.token,
-        http_options=genai_types.HttpOptions(
-            base_url=gw.base_url, timeout=15_000, retry_options=genai_types.HttpRetryOptions(attempts=1)
-        ),
-    )
     yield client
     client.close()
 
@@ -380,6 +366,21 @@ def test_azure_calls_go_to_the_deployment_url_with_the_api_version_and_the_key_i
     assert_served(row, endpoint="generation", channel="az", provider="azure-openai")
     assert (row["input_tokens"], row["output_tokens"]) == (10, 16), row
 
+    # A transcription upload, routed by its form's model field: the deployment's audio URL.
+    mark = sim.mark()
+    raw = oai.audio.transcriptions.with_raw_response.create(file=("az.wav", b"\x01" * 16_000), model="az-whisper")
+    assert raw.parse().text == "The sim heard 16000 bytes of az.wav."
+    seen = sim.one_since(mark)
+    assert seen["path_and_query"] == (
+        f"/openai/deployments/whisper-deploy/audio/transcriptions?api-version={AZURE_API_VERSION}"
+    ), seen
+    assert seen["api_key"] == KEY_AZ and seen["authorization"] is None, seen
+    assert seen["content_type"].startswith("multipart/form-data; boundary="), seen
+    row = row_of(gw, raw.headers)
+    assert_served(row, endpoint="audio_transcriptions", channel="az", provider="azure-openai")
+    assert row["model"] == "az-whisper"
+    assert row["bytes_in"] == seen["body_bytes"] > 16_000, row
+
 
 # --- Token counts and Gemini -----------------------------------------------------------------------
 
@@ -416,6 +417,22 @@ def _gemini_row(gw, response) -> dict:
     return row_of(gw, response.sdk_http_response.headers or {})
 
 
+@pytest.fixture(params=["v1beta", "v1"])
+def gemini(gw, request):
+    """google-genai as a Gemini API client, under /v1beta/ (its default) and /v1/."""
+    client = genai.Client(
+        api_key=gw.token,
+        http_options=genai_types.HttpOptions(
+            base_url=gw.base_url,
+            api_version=request.param,
+            timeout=15_000,
+            retry_options=genai_types.HttpRetryOptions(attempts=1),
+        ),
+    )
+    yield client
+    client.close()
+
+
 def test_gemini_embed_content_and_count_tokens_through_google_genai(gw, sim, gemini):
     texts = ["embed me", "and me too"]
     mark = sim.mark()
@@ -429,18 +446,18 @@ def test_gemini_embed_content_and_count_tokens_through_google_genai(gw, sim, gem
         assert abs(math.fsum(x * x for x in e.values) - 1.0) < 1e-4
     assert answer.embeddings[0].values != answer.embeddings[1].values
     seen = sim.one_since(mark)
-    # google-genai calls :batchEmbedContents for the Gemini API, one request for both texts.
-    assert (seen["method"], seen["path_and_query"]) == (
-        "POST",
-        "/v1beta/models/text-embedding-004:batchEmbedContents",
-    ), seen
+    # google-genai calls :batchEmbedContents for the Gemini API, one request for both texts
+    # (the gateway calls the provider under /v1beta/ whichever version the client used).
+    assert seen["method"] == "POST"
+    assert seen["path_and_query"].endswith("/models/text-embedding-004:batchEmbedContents"), seen
     assert seen["x_goog_api_key"] == KEY_G
     assert (seen["authorization"], seen["api_key"], seen["x_api_key"]) == (None, None, None), seen
     row = _gemini_row(gw, answer)
     assert_served(row, endpoint="embeddings", channel="gem", provider="gemini")
     assert row["dialect"] == "gemini"
     assert row["model"] == "text-embedding-004"
-    assert row["output_tokens"] is None, row
+    # Gemini's embedding answers report no usage: nothing to record.
+    assert (row["input_tokens"], row["output_tokens"]) == (None, None), row
     assert_no_generation_marks(row)
 
     mark = sim.mark()
@@ -449,7 +466,7 @@ def test_gemini_embed_content_and_count_tokens_through_google_genai(gw, sim, gem
     expected = tokens_of("user", text)  # the SDK sends the text as a user turn
     assert counted.total_tokens == expected
     seen = sim.one_since(mark)
-    assert seen["path_and_query"] == "/v1beta/models/text-embedding-004:countTokens", seen
+    assert seen["path_and_query"].endswith("/models/text-embedding-004:countTokens"), seen
     assert seen["x_goog_api_key"] == KEY_G
     row = _gemini_row(gw, counted)
     assert_served(row, endpoint="count_tokens", channel="gem", provider="gemini")
@@ -518,11 +535,15 @@ def test_a_file_upload_then_the_batch_naming_it_then_its_output_file_all_on_the_
     done = raw.parse()
     assert done.status == "completed", done
     assert done.request_counts.total == done.request_counts.completed == 3, done
+    assert (done.usage.input_tokens, done.usage.output_tokens) == (3 * 10, 3 * 16), done.usage  # sim-fast's
     assert done.output_file_id and done.output_file_id.startswith("file-"), done
     seen = sim.one_since(mark)
     assert (seen["method"], seen["path_and_query"]) == ("GET", f"/v1/batches/{batch.id}"), seen
     openai_credentials_only(seen, KEY_A)
     assert_served(row_of(gw, raw.headers), endpoint="batches", channel="oa-a", provider="openai")
+    # Not asserted: the tokens of this read's record. The gateway records the batch's usage
+    # (30 in, 48 out) on every GET of it, so usage reports count the batch again per read (a
+    # gateway defect, reported with the stored-response one below).
 
     # The output file was made by the provider; named by the batch, it is reached there.
     mark = sim.mark()
@@ -666,7 +687,7 @@ def test_a_two_key_channel_takes_its_keys_in_turn_and_the_record_names_each(gw, 
 
 # --- Audio -----------------------------------------------------------------------------------------
 
-SPEECH_INPUT = "A sentence long enough for several frames of audio, streamed as it is spoken." * 2
+SPEECH_INPUT = "A sentence long enough for several frames of audio, streamed as it is spoken. " * 4
 
 
 def test_speech_audio_streams_through_in_chunks_and_the_record_counts_its_bytes(gw, sim, oai):
@@ -719,6 +740,26 @@ def test_a_transcription_upload_is_routed_by_its_model_field(gw, sim, oai):
     assert_no_generation_marks(row)
 
 
+def test_a_transcription_for_a_mapped_model_is_routed_to_the_channel_that_maps_it(gw, sim, oai):
+    """`compat-stt` is compat's public name for `whisper-1`."""
+    mark = sim.mark()
+    raw = oai.audio.transcriptions.with_raw_response.create(file=("mapped.wav", b"\x02" * 8_000), model="compat-stt")
+    transcript = raw.parse()
+    assert transcript.text == "The sim heard 8000 bytes of mapped.wav."
+    seen = sim.one_since(mark)
+    assert seen["path_and_query"] == "/v1/audio/transcriptions", seen
+    openai_credentials_only(seen, KEY_C)
+    row = row_of(gw, raw.headers)
+    assert_served(row, endpoint="audio_transcriptions", channel="compat", provider="openai-compatible")
+    assert row["model"] == "compat-stt"
+    assert row["bytes_in"] == seen["body_bytes"], row
+    # Not asserted: that the upload's model field reached the provider as `whisper-1`. The
+    # gateway sends the form's `model=compat-stt` through unchanged (the sim logs it, and
+    # answers token usage instead of whisper's `duration`), where JSON endpoints get the
+    # mapped name: a gateway defect, reported. The assertions would be
+    # `seen["model"] == "whisper-1"` and `transcript.usage.type == "duration"`.
+
+
 # --- 404s ------------------------------------------------------------------------------------------
 
 
@@ -769,6 +810,10 @@ def test_an_unknown_path_is_a_404_in_the_dialect_of_the_api_it_is_under(gw, sim,
             "code": "unknown_url",
         }
     }
+
+    r = httpx2.get(f"{gw.base_url}/v1beta/nope")
+    assert r.status_code == 404
+    assert r.json() == {"error": {"code": 404, "message": "Invalid URL (GET /v1beta/nope)", "status": "NOT_FOUND"}}
 
     with pytest.raises(anthropic.NotFoundError) as caught:
         claude.get("/v1/messages/nope", cast_to=httpx2.Response)
