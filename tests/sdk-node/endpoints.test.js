@@ -1,5 +1,5 @@
 // The provider endpoints besides the model calls, judged by the official Node SDKs (`openai`,
-// `@anthropic-ai/sdk`), unmodified, against the real gateway binary: the scenarios of
+// `@anthropic-ai/sdk`, `@google/genai`), unmodified, against the real gateway binary: the scenarios of
 // tests/sdk/test_endpoints.py.
 //
 // One `laptime sim` process stands in for every provider; the gateway has a channel of each
@@ -19,6 +19,7 @@ const assert = require('node:assert/strict');
 const OpenAI = require('openai');
 const { toFile } = require('openai');
 const Anthropic = require('@anthropic-ai/sdk');
+const { GoogleGenAI } = require('@google/genai');
 const { startGateway, startSim, storedRequest } = require('./gateway');
 
 const REQUEST_ID = 'x-laptime-request-id';
@@ -314,6 +315,45 @@ describe('provider endpoints through the official Node SDKs', () => {
     assert.equal(row.output_tokens, null);
     assertNoGenerationMarks(row);
   });
+
+  for (const apiVersion of ['v1beta', 'v1']) {
+    it(`gemini embedContent and countTokens through @google/genai (${apiVersion})`, async () => {
+      const gemini = new GoogleGenAI({ apiKey: gw.token, httpOptions: { baseUrl: gw.base, apiVersion, timeout: 15000 } });
+      let mark = await simMark();
+      const embedded = await gemini.models.embedContent({ model: 'text-embedding-004', contents: ['embed me', 'and me too'], config: { outputDimensionality: 16 } });
+      assert.deepEqual(embedded.embeddings.map(e => e.values.length), [16, 16]);
+      for (const e of embedded.embeddings) assert.ok(Math.abs(e.values.reduce((s, x) => s + x * x, 0) - 1) < 1e-4, 'unit vectors');
+      assert.notDeepEqual(embedded.embeddings[0].values, embedded.embeddings[1].values);
+      let seen = await simOne(mark);
+      // The Gemini API's embedContent is one :batchEmbedContents call for both texts (the gateway
+      // calls the provider under /v1beta/ whichever version the client used).
+      assert.equal(seen.method, 'POST');
+      assert.match(seen.path_and_query, /\/models\/text-embedding-004:batchEmbedContents$/);
+      assert.equal(seen.x_goog_api_key, KEYS.LT_EP_KEY_G);
+      assert.deepEqual([seen.authorization, seen.api_key, seen.x_api_key], [null, null, null]);
+      const headers = new Headers(embedded.sdkHttpResponse.headers);
+      let row = await rowOf(headers);
+      assertServed(row, { endpoint: 'embeddings', channel: 'gem', provider: 'gemini' });
+      assert.equal(row.dialect, 'gemini');
+      assert.equal(row.model, 'text-embedding-004');
+      // Gemini's embedding answers report no usage: nothing to record.
+      assert.deepEqual([row.input_tokens, row.output_tokens], [null, null]);
+      assertNoGenerationMarks(row);
+
+      mark = await simMark();
+      const text = 'how many tokens';
+      const counted = await gemini.models.countTokens({ model: 'text-embedding-004', contents: text });
+      const expected = tokensOf('user', text); // the SDK sends the text as a user turn
+      assert.equal(counted.totalTokens, expected);
+      seen = await simOne(mark);
+      assert.match(seen.path_and_query, /\/models\/text-embedding-004:countTokens$/);
+      assert.equal(seen.x_goog_api_key, KEYS.LT_EP_KEY_G);
+      row = await rowOf(new Headers(counted.sdkHttpResponse.headers));
+      assertServed(row, { endpoint: 'count_tokens', channel: 'gem', provider: 'gemini' });
+      assert.equal(row.input_tokens, expected);
+      assert.equal(row.output_tokens, null);
+    });
+  }
 
   it('a file upload, the batch that names it and its output file, all on the objects channel', async () => {
     const lines = [0, 1, 2].map(i => JSON.stringify({ custom_id: `line-${i}`, method: 'POST', url: '/v1/chat/completions',
