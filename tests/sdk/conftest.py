@@ -83,9 +83,8 @@ def _stderr_tail(path: Path, limit: int = 4000) -> str:
         return "<no stderr>"
 
 
-def _run_gateway(tmp_path_factory: pytest.TempPathFactory, config: str | None = None):
-    """Starts the binary (with `config` as its --config file when given), yields a Gateway,
-    then stops it with SIGTERM and checks it exited cleanly."""
+def laptime_binary() -> Path:
+    """The gateway binary under test (LAPTIME_BIN, else this checkout's debug build)."""
     binary = Path(os.environ.get("LAPTIME_BIN", str(DEFAULT_BIN)))
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         pytest.fail(
@@ -93,6 +92,18 @@ def _run_gateway(tmp_path_factory: pytest.TempPathFactory, config: str | None = 
             "build it with `cargo build -p laptime --locked` or set LAPTIME_BIN",
             pytrace=False,
         )
+    return binary
+
+
+def _run_gateway(
+    tmp_path_factory: pytest.TempPathFactory,
+    config: str | None = None,
+    extra_env: dict[str, str] | None = None,
+):
+    """Starts the binary (with `config` as its --config file when given, and `extra_env` added
+    to its environment: the channels' provider keys), yields a Gateway, then stops it with
+    SIGTERM and checks it exited cleanly."""
+    binary = laptime_binary()
 
     data_dir = tmp_path_factory.mktemp("laptime-data")
     args = [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
@@ -103,6 +114,7 @@ def _run_gateway(tmp_path_factory: pytest.TempPathFactory, config: str | None = 
     stderr_path = data_dir.parent / f"{data_dir.name}-stderr.log"
     token = "lt_" + secrets.token_hex(32)
     env = dict(os.environ)
+    env.update(extra_env or {})
     env["LAPTIME_BOOTSTRAP_TOKEN"] = token
     env.setdefault("NO_COLOR", "1")
 
