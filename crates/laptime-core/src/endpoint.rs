@@ -286,10 +286,19 @@ pub fn object_id_ok(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// The token counts an endpoint's whole answer reports: embeddings' `usage.prompt_tokens` (or
-/// `input_tokens`), count_tokens' `input_tokens`, Gemini's `totalTokens`, a transcription's
-/// `usage.input_tokens`/`output_tokens`, an image's `usage`. Absent fields stay absent.
+/// The token counts an endpoint's whole answer reports for the work this call did: embeddings'
+/// `usage.prompt_tokens` (or `input_tokens`), count_tokens' `input_tokens`, Gemini's
+/// `totalTokens`, a transcription's `usage.input_tokens`/`output_tokens`, an image's `usage`.
+/// Absent fields stay absent. Reading, listing or cancelling an object (a stored response, a
+/// batch) reports the usage of work done before, already counted or not this call's: nothing.
 pub fn tokens_of(call: &Call, body: &[u8]) -> Tokens {
+    let object_call = matches!(
+        call.endpoint,
+        Endpoint::Files | Endpoint::Batches | Endpoint::StoredResponses
+    );
+    if call.method != Verb::Post || object_call {
+        return Tokens::default();
+    }
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Tokens::default();
     };
@@ -481,6 +490,23 @@ mod tests {
             br#"{"text":"x","usage":{"input_tokens":10,"output_tokens":3}}"#,
         );
         assert_eq!((t.input, t.output), (Some(10), Some(3)));
+    }
+
+    #[test]
+    fn reading_an_object_counts_no_tokens_again() {
+        let usage = br#"{"id":"resp_1","object":"response","usage":{"input_tokens":10,"output_tokens":16}}"#;
+        for (m, p) in [
+            ("GET", "/v1/responses/resp_1"),
+            ("POST", "/v1/responses/resp_1/cancel"),
+            ("GET", "/v1/batches/batch_1"),
+            ("POST", "/v1/batches"),
+        ] {
+            assert_eq!(
+                tokens_of(&Call::of(m, p).unwrap(), usage),
+                Tokens::default(),
+                "{m} {p}"
+            );
+        }
     }
 
     #[test]

@@ -102,7 +102,7 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
     };
     let head = RequestHead {
         model: admitted.by.model().unwrap_or_default().to_string(),
-        model_span: admitted.model_span,
+        model_span: None,
         stream: false,
         shape: RequestShape::default(),
         previous_response_id: None,
@@ -139,7 +139,8 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
         endpoint: Some(&target),
     };
     let sent = &admitted.sent;
-    let body_for = |route: &Route| sent.body_for(route, &head);
+    let model_at = admitted.model_at;
+    let body_for = |route: &Route| sent.body_for(route, &head.model, model_at);
     let plan = Plan {
         candidates,
         policy: &policy,
@@ -189,14 +190,21 @@ enum Sent {
 }
 
 impl Sent {
-    fn body_for(&self, route: &Route, head: &RequestHead) -> OutBody {
+    fn body_for(&self, route: &Route, model: &str, model_at: Option<ModelAt>) -> OutBody {
         match self {
-            Sent::Held(bytes) => match head.model_span {
-                // A channel that maps the model gets its own name for it.
-                Some(span) if route.upstream_model != head.model => {
+            // A channel that maps the model gets its own name for it.
+            Sent::Held(bytes) => match model_at.filter(|_| route.upstream_model != model) {
+                Some(ModelAt::Json(span)) => {
                     OutBody::full(ingress::splice_model(bytes, span, &route.upstream_model))
                 }
-                _ => OutBody::full(bytes.clone()),
+                Some(ModelAt::Form((start, end))) => {
+                    let mut out = Vec::with_capacity(bytes.len() + route.upstream_model.len());
+                    out.extend_from_slice(&bytes[..start]);
+                    out.extend_from_slice(route.upstream_model.as_bytes());
+                    out.extend_from_slice(&bytes[end..]);
+                    OutBody::full(Bytes::from(out))
+                }
+                None => OutBody::full(bytes.clone()),
             },
             // One attempt only (see `route`): a second would find it taken.
             Sent::Upload { upload, .. } => upload
@@ -213,7 +221,15 @@ struct Admitted {
     /// The body's bytes count against the gateway's budget until the answer is had.
     held: Held,
     by: By,
-    model_span: Option<(usize, usize)>,
+    /// Where the model's name is in the body, for a channel that maps it.
+    model_at: Option<ModelAt>,
+}
+
+/// Where a body names its model: a JSON string (quotes included), or a form field's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModelAt {
+    Json((usize, usize)),
+    Form((usize, usize)),
 }
 
 /// Admission: the body, within the size limit and the byte budget (timed as `body_read`), and
@@ -236,7 +252,7 @@ async fn admit(
                 sent: Sent::Held(Bytes::new()),
                 held: Held::default(),
                 by,
-                model_span: None,
+                model_at: None,
             })
         }
         BodyKind::Upload => {
@@ -254,7 +270,7 @@ async fn admit(
                 },
                 held: Held::default(),
                 by: By::NoModel,
-                model_span: None,
+                model_at: None,
             })
         }
         BodyKind::Json | BodyKind::Form => {
@@ -269,13 +285,11 @@ async fn admit(
                 }
             })?;
             pending.body_bytes = Some(bytes.len());
-            let (by, model_span) = match call.body {
-                BodyKind::Form => (
-                    form_model(headers, &bytes)
-                        .await
-                        .map_or(By::NoModel, By::Model),
-                    None,
-                ),
+            let (by, model_at) = match call.body {
+                BodyKind::Form => match form_model(headers, &bytes) {
+                    Some((model, span)) => (By::Model(model), Some(ModelAt::Form(span))),
+                    None => (By::NoModel, None),
+                },
                 _ => json_routing(call, &bytes)?,
             };
             let by = path_object.or(path_model).unwrap_or(by);
@@ -284,7 +298,7 @@ async fn admit(
                 sent: Sent::Held(bytes),
                 held,
                 by,
-                model_span,
+                model_at,
             })
         }
     }
@@ -299,7 +313,7 @@ fn too_large(limit: usize) -> GatewayError {
 
 /// A JSON body's `model` (with its place, for a channel that maps it), or for a batch the input
 /// file it names.
-fn json_routing(call: &Call, bytes: &[u8]) -> Result<(By, Option<(usize, usize)>), GatewayError> {
+fn json_routing(call: &Call, bytes: &[u8]) -> Result<(By, Option<ModelAt>), GatewayError> {
     if call.endpoint == Endpoint::Batches {
         #[derive(serde::Deserialize)]
         struct Batch<'a> {
@@ -321,29 +335,49 @@ fn json_routing(call: &Call, bytes: &[u8]) -> Result<(By, Option<(usize, usize)>
         return Ok((By::Object(ObjectKind::File, id.to_string()), None));
     }
     match ingress::parse_head(bytes) {
-        Ok(head) => Ok((By::Model(head.model), head.model_span)),
+        Ok(head) => Ok((By::Model(head.model), head.model_span.map(ModelAt::Json))),
         Err(ingress::BodyProblem::NoModel) => Ok((By::NoModel, None)),
         Err(p) => Err(GatewayError::new(ErrorClass::BadRequest, p.message())),
     }
 }
 
-/// The `model` field of a multipart form (an audio transcription, an image edit): the first
-/// field of that name, at most 256 bytes. Other fields are skipped unread into memory beyond
-/// the body already held.
-async fn form_model(headers: &HeaderMap, bytes: &Bytes) -> Option<String> {
+/// The `model` field of a multipart form (an audio transcription, an image edit) and where its
+/// value lies in the body: the first field of that name, at most 256 bytes of UTF-8. Read from
+/// the bytes as they are (not through a form parser) so that a channel that maps the model can
+/// have it replaced in place, every other byte of the upload untouched.
+fn form_model(headers: &HeaderMap, body: &[u8]) -> Option<(String, (usize, usize))> {
     let content_type = headers.get(http::header::CONTENT_TYPE)?.to_str().ok()?;
     let boundary = multer::parse_boundary(content_type).ok()?;
-    let stream = futures_util::stream::once(std::future::ready(Ok::<Bytes, std::io::Error>(
-        bytes.clone(),
-    )));
-    let mut form = multer::Multipart::new(stream, boundary);
-    while let Ok(Some(field)) = form.next_field().await {
-        if field.name() == Some("model") {
-            let text = field.text().await.ok()?;
-            return (!text.is_empty() && text.len() <= 256).then_some(text);
+    let delimiter = format!("\r\n--{boundary}");
+    // The first delimiter may open the body without the CRLF the others have.
+    let mut pos = memchr::memmem::find(body, &delimiter.as_bytes()[2..])? + delimiter.len() - 2;
+    loop {
+        if body.get(pos..pos + 2)? != b"\r\n" {
+            return None; // `--`: the closing delimiter, no model field.
         }
+        let head_start = pos + 2;
+        let head_end = head_start + memchr::memmem::find(&body[head_start..], b"\r\n\r\n")?;
+        let value_start = head_end + 4;
+        let value_end =
+            value_start + memchr::memmem::find(&body[value_start..], delimiter.as_bytes())?;
+        if names_model(&body[head_start..head_end]) {
+            let value = std::str::from_utf8(&body[value_start..value_end]).ok()?;
+            let ok = !value.is_empty() && value.len() <= 256;
+            return ok.then(|| (value.to_string(), (value_start, value_end)));
+        }
+        pos = value_end + delimiter.len();
     }
-    None
+}
+
+/// Whether a form part's headers name it `model` (`Content-Disposition: form-data; name="model"`;
+/// a `filename="model"` does not count).
+fn names_model(head: &[u8]) -> bool {
+    String::from_utf8_lossy(head).lines().any(|line| {
+        line.split_once(':').is_some_and(|(name, value)| {
+            name.trim().eq_ignore_ascii_case("content-disposition")
+                && value.split(';').any(|p| p.trim() == "name=\"model\"")
+        })
+    })
 }
 
 /// Gemini's `:embedContent` etc., which each channel calls with its own model in the path.
@@ -789,7 +823,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_forms_model_field_is_read_without_the_file() {
+    async fn a_forms_model_field_is_found_in_place_and_a_mapped_name_replaces_only_it() {
         let body = Bytes::from_static(
             b"--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF....\r\n--XB\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n--XB--\r\n",
         );
@@ -798,8 +832,34 @@ mod tests {
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("multipart/form-data; boundary=XB"),
         );
-        assert_eq!(form_model(&h, &body).await.as_deref(), Some("whisper-1"));
-        assert_eq!(form_model(&HeaderMap::new(), &body).await, None);
+        let (model, span) = form_model(&h, &body).unwrap();
+        assert_eq!(model, "whisper-1");
+        assert_eq!(&body[span.0..span.1], b"whisper-1");
+        assert_eq!(form_model(&HeaderMap::new(), &body), None);
+        // A channel that maps it gets its own name, every other byte as sent.
+        let route_model = "whisper-large";
+        let sent = Sent::Held(body.clone());
+        let channel = std::sync::Arc::new(crate::routing::Channel::from_config(
+            &crate::config::ChannelConfig::default(),
+            "http://127.0.0.1:9".into(),
+            &|_| None,
+        ));
+        let mut route = Route::pinned(&channel, laptime_core::Dialect::Chat, None);
+        route.upstream_model = route_model.into();
+        let OutBody::Full(full) = sent.body_for(&route, &model, Some(ModelAt::Form(span))) else {
+            panic!("held bytes")
+        };
+        let mapped = http_body_util::BodyExt::collect(full)
+            .await
+            .unwrap()
+            .to_bytes();
+        let want = String::from_utf8_lossy(&body).replace("whisper-1", route_model);
+        assert_eq!(String::from_utf8_lossy(&mapped), want);
+        // A file named "model" is not the model field, and a form without one has none.
+        let decoy = Bytes::from_static(
+            b"--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"model\"\r\n\r\nabc\r\n--XB--\r\n",
+        );
+        assert_eq!(form_model(&h, &decoy), None);
     }
 
     #[test]
