@@ -115,6 +115,25 @@ pub struct StreamSummary {
     pub no_terminal_sentinel: bool,
 }
 
+impl StreamSummary {
+    /// What a whole (non-streamed) answer shows before it is judged: its first byte and end.
+    pub fn whole(first_byte: Option<Duration>, end: Option<Duration>) -> Self {
+        StreamSummary {
+            marks: Marks {
+                first_byte,
+                upstream_done: end,
+                ..Marks::default()
+            },
+            outcome: None,
+            error_class: None,
+            tokens: Tokens::default(),
+            event_count: 0,
+            text_delta_count: 0,
+            no_terminal_sentinel: false,
+        }
+    }
+}
+
 impl StreamObserver {
     /// `upstream_start` is the attempt's dispatch (t1), so the in-band values can be computed.
     pub fn new(dialect: Dialect, upstream_start: Option<Duration>) -> Self {

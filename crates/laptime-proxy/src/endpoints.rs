@@ -25,8 +25,8 @@ use http_body::{Body, Frame};
 use hyper::body::Incoming;
 use laptime_core::endpoint::{self, BodyKind, Call, Endpoint, ObjectKind};
 use laptime_core::observe::StreamSummary;
-use laptime_core::timeline::{ErrorClass, Marks, Outcome, RequestShape};
-use laptime_core::views::{ms, upstream_ms};
+use laptime_core::timeline::{ErrorClass, Outcome, RequestShape};
+use laptime_core::views::ms;
 use laptime_store::auth::Principal;
 use tokio::time::Instant;
 
@@ -559,7 +559,7 @@ async fn whole(
     read: WholeRead,
     (call, start): (&Call, Duration),
 ) -> Response {
-    let mut summary = summary(read.first_byte, read.end);
+    let mut summary = StreamSummary::whole(read.first_byte, read.end);
     let bytes = match read.bytes {
         Ok(b) if !read.broke => b,
         Ok(_) => {
@@ -622,14 +622,10 @@ async fn whole(
     summary.error_class = class;
     finisher.pending.exchange.bytes_out = Some(body.len() as u64);
     let mut extra = HeaderMap::new();
-    let mut marks = finisher.pending.marks;
-    marks.upstream_done = summary.marks.upstream_done;
-    if let Some(up) = upstream_ms(&marks) {
-        let mut timing = format!("upstream;dur={up}");
-        if let Some(h) = marks.upstream_headers.and_then(|h| h.checked_sub(start)) {
-            timing.push_str(&format!(", upstream-headers;dur={}", ms(h)));
-        }
-        extra.insert("server-timing", respond::header_value(&timing));
+    let timing =
+        respond::server_timing(&finisher.pending.marks, summary.marks.upstream_done, start);
+    if let Some(timing) = timing {
+        extra.insert("server-timing", timing);
     }
     let ending = Ending {
         status: status.as_u16(),
@@ -670,22 +666,6 @@ async fn own_listing(
                 "the upstream's listing is not a list",
             )
         })
-}
-
-fn summary(first_byte: Option<Duration>, end: Option<Duration>) -> StreamSummary {
-    StreamSummary {
-        marks: Marks {
-            first_byte,
-            upstream_done: end,
-            ..Marks::default()
-        },
-        outcome: None,
-        error_class: None,
-        tokens: Default::default(),
-        event_count: 0,
-        text_delta_count: 0,
-        no_terminal_sentinel: false,
-    }
 }
 
 fn failure(err: &GatewayError, outcome: Outcome, summary: StreamSummary) -> Ending {
@@ -748,7 +728,7 @@ impl Relayed {
             return;
         };
         finisher.pending.exchange.bytes_out = Some(self.sent);
-        let mut summary = summary(self.inner.first_byte, self.inner.end);
+        let mut summary = StreamSummary::whole(self.inner.first_byte, self.inner.end);
         summary.outcome = Some(outcome);
         summary.error_class = class;
         finisher.finish(Ending {

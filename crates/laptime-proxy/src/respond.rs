@@ -400,19 +400,7 @@ fn whole(
         upstream,
         translate,
     } = how;
-    let mut summary = StreamSummary {
-        marks: Marks {
-            first_byte: read.first_byte,
-            upstream_done: read.end,
-            ..Marks::default()
-        },
-        outcome: None,
-        error_class: None,
-        tokens: Default::default(),
-        event_count: 0,
-        text_delta_count: 0,
-        no_terminal_sentinel: false,
-    };
+    let mut summary = StreamSummary::whole(read.first_byte, read.end);
     let bytes = match read.bytes {
         Ok(bytes) => bytes,
         Err(WholeReadError::TooLarge) => {
@@ -520,14 +508,9 @@ fn whole(
                 .push((laptime_core::endpoint::ObjectKind::Response, id));
         }
     }
-    let mut marks = finisher.pending.marks;
-    marks.upstream_done = summary.marks.upstream_done;
-    if let Some(up) = upstream_ms(&marks) {
-        let mut timing = format!("upstream;dur={up}");
-        if let Some(h) = marks.upstream_headers.and_then(|h| h.checked_sub(start)) {
-            timing.push_str(&format!(", upstream-headers;dur={}", ms(h)));
-        }
-        extra.insert("server-timing", header_value(&timing));
+    if let Some(timing) = server_timing(&finisher.pending.marks, summary.marks.upstream_done, start)
+    {
+        extra.insert("server-timing", timing);
     }
     if let (Some((cache, key)), Outcome::Completed) = (store_in, judged.outcome) {
         cache.insert(
@@ -541,6 +524,25 @@ fn whole(
         );
     }
     buffered(finisher, status, parts.headers, extra, bytes, ending)
+}
+
+/// `Server-Timing` of a whole answer: the winning attempt's duration (`upstream`, up to the
+/// answer's end) and its time to the head, from its dispatch `start`.
+pub(crate) fn server_timing(
+    marks: &Marks,
+    upstream_done: Option<std::time::Duration>,
+    start: std::time::Duration,
+) -> Option<HeaderValue> {
+    let marks = Marks {
+        upstream_done,
+        ..*marks
+    };
+    let up = upstream_ms(&marks)?;
+    let mut timing = format!("upstream;dur={up}");
+    if let Some(h) = marks.upstream_headers.and_then(|h| h.checked_sub(start)) {
+        timing.push_str(&format!(", upstream-headers;dur={}", ms(h)));
+    }
+    Some(header_value(&timing))
 }
 
 /// A whole answer in the client's dialect: a 2xx body through the hub, an error status and
