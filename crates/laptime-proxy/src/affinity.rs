@@ -29,6 +29,16 @@ const WRITES_IN_FLIGHT: usize = 64;
 #[derive(Debug)]
 pub struct Unavailable(pub String);
 
+impl Unavailable {
+    /// The gateway's own error for a call naming `id` that could not be routed: its fault.
+    pub fn error(&self, id: &str) -> crate::respond::GatewayError {
+        crate::respond::GatewayError::new(
+            laptime_core::timeline::ErrorClass::Internal,
+            format!("where {id} lives could not be read: {}", self.0),
+        )
+    }
+}
+
 pub struct Affinity {
     store: Store,
     memory: Mutex<Memory>,

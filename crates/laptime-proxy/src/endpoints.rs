@@ -156,7 +156,6 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
     };
     drop(admitted.held);
     let total_at = finisher.pending.t0 + Duration::from_millis(policy.timeouts.total_ms);
-    parts.extensions.clear();
     respond(&app, finisher, answer, (&call, &parts.headers), total_at).await
 }
 
@@ -474,12 +473,7 @@ async fn placed(
         .affinity
         .find(workspace_id, id)
         .await
-        .map_err(|e| {
-            GatewayError::new(
-                ErrorClass::Internal,
-                format!("where {id} lives could not be read: {}", e.0),
-            )
-        })?
+        .map_err(|e| e.error(id))?
         .ok_or_else(unknown)?;
     if placement.kind != kind {
         return Err(unknown());

@@ -359,12 +359,7 @@ async fn previous_response(
         .affinity
         .find(&principal.workspace_id, id)
         .await
-        .map_err(|e| {
-            GatewayError::new(
-                ErrorClass::Internal,
-                format!("where {id} lives could not be read: {}", e.0),
-            )
-        })?;
+        .map_err(|e| e.error(id))?;
     let p = match found {
         Some(p) if p.kind == laptime_core::endpoint::ObjectKind::Response => p,
         _ => return Err(unknown()),
