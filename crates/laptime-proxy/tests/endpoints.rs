@@ -81,22 +81,6 @@ async fn gateway() -> common::Harness {
     .await
 }
 
-/// What the sim received, newest last.
-async fn sim_log(h: &common::Harness) -> Vec<Value> {
-    h.http
-        .get(h.sim_url("/sim/requests"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
-async fn last_sim_request(h: &common::Harness) -> Value {
-    sim_log(h).await.pop().unwrap()
-}
-
 fn request_id(r: &reqwest::Response) -> String {
     r.headers()["x-laptime-request-id"]
         .to_str()
@@ -178,7 +162,7 @@ async fn embeddings_reach_the_model_s_channel_and_record_tokens_bytes_and_first_
         answer["data"][0]["embedding"].is_string(),
         "base64 as asked"
     );
-    let seen = last_sim_request(&h).await;
+    let seen = h.last_sim_request().await;
     assert_eq!(seen["path_and_query"], "/v1/embeddings");
     assert_eq!(seen["authorization"], "Bearer key-a");
     let row = h.row(&id).await;
@@ -212,7 +196,7 @@ async fn azure_calls_go_to_the_deployment_with_the_api_version_and_the_key_as_ap
     let status = r.status();
     let id = request_id(&r);
     assert_eq!(status, 200, "{}", r.text().await.unwrap());
-    let seen = last_sim_request(&h).await;
+    let seen = h.last_sim_request().await;
     assert_eq!(
         seen["path_and_query"],
         "/openai/deployments/emb-deploy/embeddings?api-version=2024-10-21"
@@ -242,7 +226,7 @@ async fn token_counts_and_gemini_embeddings_are_recorded_in_their_own_shapes() {
     assert_eq!(r.status(), 200);
     let id = request_id(&r);
     let answer: Value = r.json().await.unwrap();
-    let seen = last_sim_request(&h).await;
+    let seen = h.last_sim_request().await;
     assert_eq!(seen["path"], "/v1/messages/count_tokens");
     assert_eq!(seen["x_api_key"], "key-an");
     let row = h.row(&id).await;
@@ -278,7 +262,7 @@ async fn token_counts_and_gemini_embeddings_are_recorded_in_their_own_shapes() {
     let id = request_id(&r);
     let answer: Value = r.json().await.unwrap();
     assert!(!answer["embedding"]["values"].as_array().unwrap().is_empty());
-    let seen = last_sim_request(&h).await;
+    let seen = h.last_sim_request().await;
     assert_eq!(
         seen["path_and_query"],
         "/v1beta/models/text-embedding-004:embedContent"
@@ -299,7 +283,7 @@ async fn a_file_and_the_batch_that_names_it_live_on_one_channel_and_only_their_w
     let file: Value = r.json().await.unwrap();
     let file_id = file["id"].as_str().unwrap().to_string();
     assert_eq!(file["bytes"], lines.len());
-    let seen = last_sim_request(&h).await;
+    let seen = h.last_sim_request().await;
     assert_eq!(seen["path"], "/v1/files");
     assert_eq!(
         seen["authorization"], "Bearer key-a",
@@ -324,7 +308,7 @@ async fn a_file_and_the_batch_that_names_it_live_on_one_channel_and_only_their_w
     assert_eq!(r.status(), 200);
     let batch: Value = r.json().await.unwrap();
     let batch_id = batch["id"].as_str().unwrap().to_string();
-    assert_eq!(last_sim_request(&h).await["authorization"], "Bearer key-a");
+    assert_eq!(h.last_sim_request().await["authorization"], "Bearer key-a");
     let r = get(&h, &h.token, &format!("/v1/batches/{batch_id}")).await;
     assert_eq!(r.status(), 200);
     let batch: Value = r.json().await.unwrap();
@@ -432,7 +416,7 @@ async fn a_response_continued_by_id_reaches_the_channel_and_key_that_stored_it()
                 let v: Value = serde_json::from_str(&text).unwrap();
                 v["id"].as_str().unwrap().to_string()
             };
-            let stored_with = last_sim_request(&h).await["authorization"].clone();
+            let stored_with = h.last_sim_request().await["authorization"].clone();
             let r = h
                 .post(
                     "/v1/responses",
@@ -440,10 +424,10 @@ async fn a_response_continued_by_id_reaches_the_channel_and_key_that_stored_it()
                 )
                 .await;
             assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-            assert_eq!(last_sim_request(&h).await["authorization"], stored_with);
+            assert_eq!(h.last_sim_request().await["authorization"], stored_with);
             let got = get(&h, &h.token, &format!("/v1/responses/{first}")).await;
             assert_eq!(got.status(), 200);
-            assert_eq!(last_sim_request(&h).await["authorization"], stored_with);
+            assert_eq!(h.last_sim_request().await["authorization"], stored_with);
         }
     }
     let r = h
@@ -474,7 +458,7 @@ async fn a_channel_s_keys_take_turns_and_the_record_names_which_one_served() {
             .await;
         assert_eq!(r.status(), 200);
         let id = request_id(&r);
-        let auth = last_sim_request(&h).await["authorization"]
+        let auth = h.last_sim_request().await["authorization"]
             .as_str()
             .unwrap()
             .to_string();
@@ -533,7 +517,7 @@ async fn a_transcription_form_is_routed_by_its_model_field() {
         answer["text"].as_str().unwrap().contains("32000 bytes"),
         "{answer}"
     );
-    let seen = last_sim_request(&h).await;
+    let seen = h.last_sim_request().await;
     assert!(seen["authorization"]
         .as_str()
         .unwrap()

@@ -297,16 +297,7 @@ async fn a_gemini_channel_sends_its_key_as_x_goog_api_key_and_names_the_upstream
     assert_eq!(row["channel"], "google");
     assert_eq!(row["outcome"], "completed");
     assert_eq!(row["output_tokens"], 16);
-    let logged: Value = h
-        .http
-        .get(h.sim_url("/sim/requests"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let last = logged.as_array().unwrap().last().unwrap().clone();
+    let last = h.last_sim_request().await;
     assert_eq!(
         last["path"],
         "/v1beta/models/sim-fast:streamGenerateContent"

@@ -480,16 +480,7 @@ async fn nothing_in_the_request_can_redirect_the_upstream_and_the_body_goes_as_s
         resp.headers()["x-sim-body-sha256"].to_str().unwrap(),
         hex::encode(Sha256::digest(raw))
     );
-    let seen: Value = h
-        .http
-        .get(h.sim_url("/sim/requests"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let last = seen.as_array().and_then(|a| a.last()).cloned().unwrap();
+    let last = h.last_sim_request().await;
     assert_eq!(last["path"], "/v1/chat/completions");
     // The client's trace continues upstream with a new span, and the row keeps the trace id.
     let tp = last["traceparent"].as_str().unwrap();

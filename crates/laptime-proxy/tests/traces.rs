@@ -274,16 +274,7 @@ async fn a_streamed_request_is_one_span_under_the_client_span_with_its_milestone
     // A child of the client's span, with the span id laptime sent upstream.
     assert_eq!(hex::encode(&req.trace_id), CLIENT_TRACE);
     assert_eq!(hex::encode(&req.parent_span_id), CLIENT_SPAN);
-    let seen: Value = h
-        .http
-        .get(h.sim_url("/sim/requests"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let upstream_tp = seen.as_array().unwrap().last().unwrap()["traceparent"]
+    let upstream_tp = h.last_sim_request().await["traceparent"]
         .as_str()
         .unwrap()
         .to_string();
@@ -586,18 +577,8 @@ async fn a_trace_the_client_did_not_sample_is_not_exported_and_shutdown_sends_wh
     )
     .await;
     // The unsampled trace stays unsampled upstream.
-    let seen: Value = h
-        .http
-        .get(h.sim_url("/sim/requests"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let seen = h.sim_requests().await;
     let flags: Vec<&str> = seen
-        .as_array()
-        .unwrap()
         .iter()
         .map(|r| &r["traceparent"].as_str().unwrap()[53..])
         .collect();

@@ -178,6 +178,23 @@ impl Harness {
             .unwrap()
     }
 
+    /// What the sim received (`GET /sim/requests`), oldest first.
+    pub async fn sim_requests(&self) -> Vec<Value> {
+        self.http
+            .get(self.sim_url("/sim/requests"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// The last request the sim received.
+    pub async fn last_sim_request(&self) -> Value {
+        self.sim_requests().await.pop().unwrap()
+    }
+
     pub async fn sim_stats(&self) -> Value {
         self.http
             .get(self.sim_url("/sim/stats"))
