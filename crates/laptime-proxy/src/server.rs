@@ -450,9 +450,40 @@ pub async fn run_retention(app: &Arc<App>) -> Option<usize> {
     }
 }
 
-/// Binds the configured listen address.
+/// The accept queue asked of the kernel. std's (and so tokio's) `bind` asks for 128: a thousand
+/// clients connecting at once overflow it, and the overflow waits out a 1 s SYN retry. The
+/// kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the configured listen address with [`LISTEN_BACKLOG`], trying each address the name
+/// resolves to.
 pub async fn bind(addr: &str) -> std::io::Result<(tokio::net::TcpListener, SocketAddr)> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    Ok((listener, local))
+    let mut last = None;
+    for candidate in tokio::net::lookup_host(addr).await? {
+        match listen_on(candidate) {
+            Ok(listener) => {
+                let local = listener.local_addr()?;
+                return Ok((listener, local));
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+    }))
+}
+
+fn listen_on(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As std does: a restarted gateway can bind while the old one's connections sit in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
