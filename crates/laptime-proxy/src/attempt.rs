@@ -12,9 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method, Request};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use laptime_core::observe::StreamObserver;
 use laptime_core::timeline::{self, ConnectionMarks, DeadlineKind, ErrorClass};
 use laptime_core::translate::stream::{ClientStreamOptions, StreamTranslator};
@@ -23,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::config::{Provider, TimeoutsConfig};
 use crate::connect::{Connector, MemoryConnect};
+use crate::drive::{InlineExecutor, UpstreamBody};
 use crate::egress::open::{EgressConnector, EgressError, Opened};
 use crate::egress::Profile;
 use crate::model_health::ModelHealth;
@@ -141,8 +140,8 @@ pub enum ErrorStatus<'a> {
 /// An upstream answer's body: a stream observed from its first byte, or a whole answer.
 pub enum AnswerBody {
     /// Boxed: the observer's scanner and buffers make it large, and it moves between phases.
-    Stream(Box<ObservedBody<Incoming>>),
-    Whole(Incoming),
+    Stream(Box<ObservedBody<UpstreamBody>>),
+    Whole(UpstreamBody),
     /// A whole answer the gateway has already read (an error it looked into before deciding
     /// whether to fail over).
     Read(WholeRead),
@@ -322,6 +321,7 @@ pub async fn dispatch(
         });
     }
     let (parts, incoming) = response.into_parts();
+    let incoming = UpstreamBody::new(incoming, &parts.extensions);
     let body = if streamed {
         // Marks are classified in the upstream's dialect, so they mean the same whatever the
         // client speaks.
@@ -594,7 +594,7 @@ pub fn memory_client(open: MemoryConnect) -> HttpClient {
 }
 
 fn pool_builder() -> hyper_util::client::legacy::Builder {
-    let mut builder = Client::builder(TokioExecutor::new());
+    let mut builder = Client::builder(InlineExecutor);
     builder
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(IDLE_PER_UPSTREAM);

@@ -81,10 +81,10 @@ impl tower_service::Service<Uri> for Connector {
 
 impl Connection for UpstreamIo {
     fn connected(&self) -> Connected {
-        match self {
+        crate::drive::attach(match self {
             UpstreamIo::Net(s) => s.inner().connected(),
             UpstreamIo::Memory(_) => Connected::new(),
-        }
+        })
     }
 }
 

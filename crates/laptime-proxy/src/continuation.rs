@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::HeaderMap;
-use hyper::body::Incoming;
 use laptime_core::timeline::{Attempt, AttemptRole, ErrorClass};
 use laptime_core::translate::request::{translate_request, RequestOptions};
 use laptime_core::translate::stream::{ClientStreamOptions, Splice};
@@ -23,6 +22,7 @@ use tokio::time::Instant;
 use crate::attempt::{self, AnswerBody, AttemptCtx, ErrorStatus};
 use crate::budget::Held;
 use crate::config::{RouteConfig, TimeoutsConfig, TranslationConfig};
+use crate::drive::UpstreamBody;
 use crate::observe::{ObservedBody, Until};
 use crate::routing::{InflightGuard, Route};
 use crate::App;
@@ -66,7 +66,7 @@ pub struct ResumeFrom<'a> {
 
 /// A continuation that reached its first output.
 pub struct Continued {
-    pub body: Box<ObservedBody<Incoming>>,
+    pub body: Box<ObservedBody<UpstreamBody>>,
     /// Holds the channel's in-flight count until the continuation ends.
     pub guard: InflightGuard,
 }

@@ -22,7 +22,6 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use http_body::{Body, Frame};
-use hyper::body::Incoming;
 use laptime_core::endpoint::{self, BodyKind, Call, Endpoint, ObjectKind};
 use laptime_core::observe::StreamSummary;
 use laptime_core::timeline::{ErrorClass, Outcome, RequestShape};
@@ -34,6 +33,7 @@ use crate::attempt::{AnswerBody, AttemptCtx, EndpointTarget};
 use crate::auth::Authenticated;
 use crate::budget::{Held, Refusal};
 use crate::config::RouteConfig;
+use crate::drive::UpstreamBody;
 use crate::ingress::{self, RequestHead};
 use crate::observe::{StampedBody, WholeRead, WholeReadError};
 use crate::outbody::{OutBody, Upload};
@@ -677,7 +677,7 @@ fn failure(err: &GatewayError, outcome: Outcome, summary: StreamSummary) -> Endi
 fn relayed(
     finisher: Finisher,
     parts: http::response::Parts,
-    incoming: Incoming,
+    incoming: UpstreamBody,
     start: Duration,
 ) -> Response {
     let mut own = HeaderMap::new();
@@ -710,7 +710,7 @@ fn relayed(
 
 /// See [`relayed`]: records exactly once.
 struct Relayed {
-    inner: StampedBody<Incoming>,
+    inner: StampedBody<UpstreamBody>,
     finisher: Option<Finisher>,
     status: StatusCode,
     sent: u64,

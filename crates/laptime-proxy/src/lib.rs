@@ -34,6 +34,7 @@ pub mod clock;
 pub mod config;
 pub mod connect;
 pub mod continuation;
+pub mod drive;
 pub mod egress;
 pub mod endpoints;
 pub mod inflight;
