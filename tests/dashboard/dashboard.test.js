@@ -210,9 +210,9 @@ describe('dashboard', () => {
       });
     }
     // Every segment of the fully marked request is there; the others show their gaps as absent.
-    assert.deepEqual(H.expectedSegments(full).map(s => s[0]), ['local', 'headers', 'event', 'effective', 'visible', 'generation', 'tail']);
+    assert.deepEqual(H.expectedSegments(full).map(s => s[0]), ['local', 'headers', 'event', 'effective', 'visible', 'generation', 'idle', 'tail']);
     assert.ok(H.expectedSegments(noText).some(s => s[0] === 'absent' && s[3] === 't5'));
-    assert.ok(H.expectedSegments(plain).some(s => s[0] === 'absent' && s[3] === 't3 t4 t5'));
+    assert.ok(H.expectedSegments(plain).some(s => s[0] === 'absent' && s[3] === 't3 t4 t5 tl'));
     measured.waterfallSegmentsChecked = checked.length;
     // Filtering keeps keyboard focus on the filter and shows only matching rows.
     await page.focus('#f-dialect');
@@ -247,7 +247,7 @@ describe('dashboard', () => {
         upstream_headers: t.upstreamHeadersMs,
         first_byte: w.firstByteMs,
         first_event: t.firstSseEventMs, first_effective: t.firstResponseMs, first_visible: t.firstTextDeltaMs,
-        upstream_done: t.upstreamDoneMs, handler_done: t.totalHandlerMs,
+        last_effective: t.lastEffectiveMs, upstream_done: t.upstreamDoneMs, handler_done: t.totalHandlerMs,
       };
       const present = Object.keys(api).filter(k => api[k] != null).sort();
       const absent = Object.keys(api).filter(k => api[k] == null).sort();
@@ -255,7 +255,7 @@ describe('dashboard', () => {
       const absents = await page.$$eval('#timeline [data-absent]', els => els.map(e => ({ key: e.dataset.absent, text: e.textContent })));
       assert.deepEqual(marks.map(m => m.key).sort(), present, 'exactly the marks the API has');
       assert.deepEqual(absents.map(m => m.key).sort(), absent, 'the others written as absent');
-      if (which === 'plain') assert.deepEqual(absent, ['first_effective', 'first_event', 'first_visible']);
+      if (which === 'plain') assert.deepEqual(absent, ['first_effective', 'first_event', 'first_visible', 'last_effective']);
       else assert.deepEqual(absent, []);
       for (const m of marks) {
         assert.ok(Math.abs(m.api - api[m.key]) < 0.002, `${m.key}: ${m.api} vs API ${api[m.key]}`);
@@ -267,9 +267,15 @@ describe('dashboard', () => {
       }
       // the in-band values the client got
       const inband = await page.locator('#inband').textContent();
-      if (ev.stream) assert.ok(inband.includes(': x-laptime-timing upstream_ms=' + ev.upstreamMs + ' ttft_ms=' + ev.ttftMs));
-      else assert.ok(inband.includes('Server-Timing: upstream;dur=' + ev.upstreamMs));
-      assert.ok(inband.includes(H.fmtMs(ev.ttftMs)));
+      if (ev.stream) {
+        assert.ok(inband.includes(': x-laptime-timing upstream_ms=' + ev.upstreamMs + ' ttft_ms=' + ev.ttftMs));
+        assert.ok(inband.includes(H.fmtMs(ev.ttftMs)));
+      } else {
+        // A whole answer carries Server-Timing only: upstream and upstream headers, no ttft.
+        assert.ok(inband.includes('Server-Timing: upstream;dur=' + ev.upstreamMs + ', upstream-headers;dur=' + ev.timing.upstreamHeadersMs));
+        assert.ok(!inband.includes('ttft'));
+      }
+      assert.equal(await page.locator('#inband pre.inband').textContent(), ev.inBand.line, 'the line the API says was sent');
       assert.match(await page.locator('#classification').textContent(), new RegExp(ev.classification));
       // attempts as lanes, the winner marked
       assert.equal(await page.locator('#timeline [data-attempt]').count(), ev.attempts.length);
