@@ -181,7 +181,7 @@ pub enum Carrier {
     /// The `Server-Timing` header of a whole answer.
     ServerTiming,
     /// Nothing: the note says why.
-    None,
+    NotSent,
     /// The record cannot tell whether the comment was sent: the note says on what it depended.
     Unknown,
 }
@@ -191,7 +191,7 @@ impl Carrier {
         match self {
             Carrier::SseComment => "sse_comment",
             Carrier::ServerTiming => "server_timing",
-            Carrier::None => "none",
+            Carrier::NotSent => "none",
             Carrier::Unknown => "unknown",
         }
     }
@@ -223,7 +223,7 @@ impl InBandSent {
                 }
                 line
             }),
-            Carrier::None | Carrier::Unknown => None,
+            Carrier::NotSent | Carrier::Unknown => None,
         };
         InBandSent {
             carrier: carrier.as_str(),
@@ -236,7 +236,7 @@ impl InBandSent {
 fn in_band_carrier(r: &RequestRecord, reading: &Reading) -> (Carrier, Option<&'static str>) {
     if r.cached {
         let note = "a cache hit replays the stored answer without in-band timing";
-        return (Carrier::None, Some(note));
+        return (Carrier::NotSent, Some(note));
     }
     let answered = r
         .attempts
@@ -248,27 +248,27 @@ fn in_band_carrier(r: &RequestRecord, reading: &Reading) -> (Carrier, Option<&'s
         return match (relayed, upstream_ms(&r.marks)) {
             (true, Some(_)) => (Carrier::ServerTiming, None),
             _ => (
-                Carrier::None,
+                Carrier::NotSent,
                 Some("no upstream answer: no Server-Timing upstream value"),
             ),
         };
     }
     if !answered {
         let note = "no upstream stream was relayed: the client got an error answer, no timing line";
-        return (Carrier::None, Some(note));
+        return (Carrier::NotSent, Some(note));
     }
-    if r.dialect == crate::Dialect::Gemini && !reading.gemini_timing_comment {
+    if r.dialect == Dialect::Gemini && !reading.gemini_timing_comment {
         let note = "a Gemini client gets no comment unless [server] gemini_timing_comment is set";
-        return (Carrier::None, Some(note));
+        return (Carrier::NotSent, Some(note));
     }
     match r.outcome {
         Outcome::Completed if r.flags.contains(&Flag::NoTerminalSentinel) => (
-            Carrier::None,
+            Carrier::NotSent,
             Some("the stream had no terminal frame ([DONE] never came), where the comment goes"),
         ),
         Outcome::Completed | Outcome::Incomplete => (Carrier::SseComment, None),
         Outcome::UpstreamError if r.error_class == Some(ErrorClass::StreamError) => {
-            if r.upstream_dialect == Some(crate::Dialect::Chat) {
+            if r.upstream_dialect == Some(Dialect::Chat) {
                 (
                     Carrier::Unknown,
                     Some("a Chat error event is followed by the comment only when [DONE] came after it, which the record does not keep"),
@@ -278,11 +278,11 @@ fn in_band_carrier(r: &RequestRecord, reading: &Reading) -> (Carrier, Option<&'s
             }
         }
         Outcome::ClientCancelled => (
-            Carrier::None,
+            Carrier::NotSent,
             Some("the client left before the terminal frame, where the comment goes"),
         ),
         _ => (
-            Carrier::None,
+            Carrier::NotSent,
             Some("the stream was cut before its terminal frame (closed, stalled past a deadline, broken or drained): the client got an in-band error event, no timing line"),
         ),
     }
