@@ -176,7 +176,7 @@ impl Query {
         let ws = readable_workspace(ctx, &workspace_id).await?;
         let app = app(ctx)?;
         let row = stored(app.store.record(&ws, &request_id).await)?;
-        Ok(row.map(|r| RequestEvent::new(&r, &reading(app))))
+        Ok(row.map(|r| RequestEvent::new(&r, &reading(&app.config))))
     }
 
     /// Usage over a window: the rollup, one per group, and the recent events.
