@@ -295,9 +295,12 @@ describe('dashboard', () => {
       classification: 'upstream_headers_slow', flags: ['upstream_headers_slow'], ts: new Date().toISOString(),
       latencyMs: 3000, ttftMs: 2500, upstreamMs: 2990, cacheReadTokens: 128, cacheWriteTokens: null,
       failoverCount: 0, cached: false, hedge: 'hedge', inputTokens: 100, outputTokens: 80, reasoningTokens: 0,
-      eventCount: 90, textDeltaCount: 80, channelInflight: 3,
+      eventCount: 90, textDeltaCount: 80, channelInflight: 3, traceId: null, region: null, timeoutKind: null,
+      shape: { maxOutputTokens: null, reasoningEffort: null, toolCount: null, toolChoice: null, responseFormat: null, temperature: null, topP: null },
+      judgements: [{ stage: 'upstream_headers_slow', unit: 'ms', measured: 2400, threshold: 2000, pastThreshold: 400, slow: true, configKey: 'thresholds.upstream_headers_ms' }],
+      inBand: { carrier: 'sse_comment', line: ': x-laptime-timing upstream_ms=2990 ttft_ms=2500 cached_tokens=128 hedge=hedge', note: null },
       timing: { authMs: 0.4, distributionMs: 0.01, bodyReadMs: 0.02, upstreamHeadersMs: 2400, firstSseEventMs: 2510,
-        firstResponseMs: 2520, firstTextDeltaMs: 2520, upstreamDoneMs: 2995, totalHandlerMs: 3000, visibleOutputTps: 168.4 },
+        firstResponseMs: 2520, firstTextDeltaMs: 2520, lastEffectiveMs: 2990, upstreamDoneMs: 2995, totalHandlerMs: 3000, visibleOutputTps: 168.4 },
       attempts: [
         { channel: 'a', role: 'primary', won: false, status: null, errorClass: 'timeout', startMs: 5, headersMs: null, firstByteMs: null, endMs: 2600 },
         { channel: 'b', role: 'hedge', won: true, status: 200, errorClass: null, startMs: 2005, headersMs: 2405, firstByteMs: 2505, endMs: 2995 },
@@ -332,6 +335,9 @@ describe('dashboard', () => {
     assert.equal(Number(await page.locator('#timeline [data-mark="upstream_headers"]').getAttribute('data-ms')), 2405);
     assert.match(await page.locator('#inband').textContent(), /upstream_ms=2990 ttft_ms=2500 cached_tokens=128 hedge=hedge/);
     assert.match(await page.locator('#flags').textContent(), /upstream_headers_slow/);
+    // The classification says which threshold was crossed and by how much.
+    assert.equal(await page.locator('#judgements li[data-stage="upstream_headers_slow"]').textContent(),
+      '▲ upstream_headers_slow: 2,400.0 ms against 2,000.0 ms (thresholds.upstream_headers_ms), 400.0 ms over');
     await H.screenshot(page, '4b-detail-hedged-synthetic');
     assert.deepEqual(page.errors, []);
     await page.context().close();
