@@ -44,14 +44,8 @@ after(async () => {
   if (gw) await gw.stop();
 });
 
-async function newPage(viewport) {
-  const ctx = await browser.newContext({ viewport: viewport || { width: 1280, height: 900 } });
-  const page = await ctx.newPage();
-  const errors = [];
-  page.on('pageerror', e => errors.push(e.message));
-  page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
-  page.errors = errors;
-  return page;
+function newPage(viewport) {
+  return H.newPage(browser, viewport ? { viewport } : undefined);
 }
 
 async function signedIn(viewport) {

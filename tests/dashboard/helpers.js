@@ -173,6 +173,18 @@ function writeArtifact(name, value) {
   fs.writeFileSync(path.join(ARTIFACTS, name), JSON.stringify(value, null, 2) + '\n');
 }
 
+/// A page in a browser context of its own (1280×900 unless `options` say otherwise), with the
+/// page's errors and console errors collected in `page.errors`.
+async function newPage(browser, options) {
+  const ctx = await browser.newContext(Object.assign({ viewport: { width: 1280, height: 900 } }, options || {}));
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on('pageerror', e => errors.push(e.message));
+  page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
+  page.errors = errors;
+  return page;
+}
+
 async function signIn(page, gw, token) {
   await page.goto(gw.base + '/');
   await page.fill('#token', token);
@@ -181,5 +193,5 @@ async function signIn(page, gw, token) {
 
 module.exports = {
   ARTIFACTS, startGateway, gql, createToken, proxy, apiRequest, expectedMarks, expectedSegments,
-  fmtMs, launch, screenshot, writeArtifact, signIn,
+  fmtMs, launch, newPage, screenshot, writeArtifact, signIn,
 };

@@ -49,12 +49,7 @@ after(async () => {
 });
 
 async function signedIn(options) {
-  const ctx = await browser.newContext(Object.assign({ viewport: { width: 1280, height: 900 } }, options || {}));
-  const page = await ctx.newPage();
-  const errors = [];
-  page.on('pageerror', e => errors.push(e.message));
-  page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
-  page.errors = errors;
+  const page = await H.newPage(browser, options);
   await H.signIn(page, gw, gw.token);
   await page.waitForSelector('#nav:not([hidden])');
   return page;
@@ -90,6 +85,7 @@ describe('the dashboard does not mislead', () => {
     const live = page.locator('#live-detail');
     assert.match(await live.textContent(), /In flight/);
     assert.match(await page.locator('.lead').textContent(), /in flight/);
+    assert.match(await page.locator('#timeline [data-attempt="0"]').textContent(), /primary · sim/);
     // The first visible text (1.2 s in) is not reached yet when the page opens, then it is.
     const visible = page.locator('#timeline [data-mark="first_visible"]');
     await visible.waitFor({ timeout: 3000 });

@@ -19,8 +19,8 @@ use laptime_store::usage::{GroupDim, UsageFilter};
 use laptime_store::StoreError;
 
 use crate::reports::{
-    reading, FilterInput, GroupDimension, InflightRequest, RequestEvent, RollupOut, UsageGroup, UsageReport,
-    WindowInput, WindowOut,
+    reading, FilterInput, GroupDimension, InflightRequest, RequestEvent, RollupOut, UsageGroup,
+    UsageReport, WindowInput, WindowOut,
 };
 use crate::ApiState;
 use axum::extract::State;
@@ -114,7 +114,9 @@ fn require_admin(ctx: &Context<'_>) -> Result<()> {
 /// Stored records as the usage API's events, read with the config in force now.
 fn events(rows: &[laptime_core::timeline::RequestRecord], app: &App) -> Vec<RequestEvent> {
     let reading = reading(&app.config);
-    rows.iter().map(|r| RequestEvent::new(r, &reading)).collect()
+    rows.iter()
+        .map(|r| RequestEvent::new(r, &reading))
+        .collect()
 }
 
 fn now_us() -> i64 {

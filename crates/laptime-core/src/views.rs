@@ -670,11 +670,7 @@ mod tests {
         let record = sample_record();
         let reading = Reading::default();
         let mut got = serde_json::to_value(RequestLogView::new(&record, &reading)).unwrap();
-        let judgements = got
-            .as_object_mut()
-            .unwrap()
-            .remove("judgements")
-            .unwrap();
+        let judgements = got.as_object_mut().unwrap().remove("judgements").unwrap();
         let judged: Vec<(&str, bool)> = judgements
             .as_array()
             .unwrap()

@@ -663,11 +663,20 @@ async fn rest_and_graphql_return_the_shape_region_trace_last_output_judgements_a
             "toolChoice": "auto", "responseFormat": "json_object", "temperature": 0.2, "topP": 0.9}),
         "{v}"
     );
-    assert_eq!((&g["traceId"], &g["region"]), (&json!(trace), &json!("eu-west")));
+    assert_eq!(
+        (&g["traceId"], &g["region"]),
+        (&json!(trace), &json!("eu-west"))
+    );
     assert!(g["timeoutKind"].is_null());
     assert_eq!(g["timing"]["lastEffectiveMs"], timing["last_effective_ms"]);
-    assert_eq!(g["inBand"], json!({"carrier": "sse_comment", "line": sent, "note": null}));
-    assert_eq!(g["judgements"][0]["pastThreshold"], headers["past_threshold"]);
+    assert_eq!(
+        g["inBand"],
+        json!({"carrier": "sse_comment", "line": sent, "note": null})
+    );
+    assert_eq!(
+        g["judgements"][0]["pastThreshold"],
+        headers["past_threshold"]
+    );
     assert_eq!(g["judgements"][0]["unit"], "ms");
     let recent = &v["data"]["recentRequests"][0];
     assert_eq!(recent["requestId"], id.as_str());
@@ -675,7 +684,10 @@ async fn rest_and_graphql_return_the_shape_region_trace_last_output_judgements_a
         (&recent["traceId"], &recent["shape"]["toolCount"]),
         (&json!(trace), &json!(2))
     );
-    assert_eq!(recent["timing"]["lastEffectiveMs"], timing["last_effective_ms"]);
+    assert_eq!(
+        recent["timing"]["lastEffectiveMs"],
+        timing["last_effective_ms"]
+    );
 
     // A stream the upstream closes mid-answer: the client got an in-band error, no timing line,
     // and both APIs say so.

@@ -483,9 +483,9 @@
       .reverse();
     return running.concat(d.recentRequests);
   }
-  const INFLIGHT_FIELDS = `requestId model provider channel group dialect upstreamDialect stream state ageMs createdAt
+  const INFLIGHT_FIELDS = `requestId model provider channel group dialect upstreamDialect stream state status outcome ageMs createdAt
     ${TIMING_FIELDS}
-    attempts { role won startMs firstByteMs }`;
+    attempts { channel role won status errorClass startMs headersMs firstByteMs endMs }`;
   // An in-flight entry as a row of the list: no outcome, classification or total yet.
   function inflightRow(r) {
     return Object.assign({}, r, {
@@ -727,8 +727,11 @@
     let live = null;
     if (running) {
       const more = n < DETAIL_POLLS;
+      const now = running.state === 'finished'
+        ? '● Finished (' + (running.outcome || 'outcome pending') + '); its record is being written: the marks it reached, read again every '
+        : '● In flight for ' + fmtMs(r.ageMs) + ': the marks so far, read again every ';
       live = h('p', { id: 'live-detail', class: 'status', role: 'status', text: more
-        ? '● In flight for ' + fmtMs(r.ageMs) + ' (' + r.state + '): the marks so far, read again every ' + DETAIL_POLL_MS / 1000 + ' s until the request ends.'
+        ? now + DETAIL_POLL_MS / 1000 + ' s until the stored record replaces them.'
         : '● Still in flight after ' + DETAIL_POLLS + ' reads; live updates stopped. Reload the page to follow it again.' });
       if (more) state.timer = setTimeout(() => renderDetail(id, gen, n + 1).catch(pageError), DETAIL_POLL_MS);
     }
