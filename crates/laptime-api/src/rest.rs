@@ -225,11 +225,12 @@ pub async fn usage_report(
             .recent(&p.workspace_id, filter, window, recent)
             .await,
     )?;
+    let reading = reading(&app.config);
     Ok(Json(UsageBody {
         report: UsageReport::from(&u),
         recent: rows
             .iter()
-            .map(|r| RequestLogView::new(r, &reading(&app.config)))
+            .map(|r| RequestLogView::new(r, &reading))
             .collect(),
     })
     .into_response())
