@@ -478,7 +478,7 @@
     { ws: state.workspaceId, f: filter, n: limit });
     const done = new Set(d.recentRequests.map(r => r.requestId));
     const running = d.inflightRequests
-      .filter(r => r.state === 'running' && !done.has(r.requestId) && matches(r, filter))
+      .filter(r => !done.has(r.requestId) && matches(r, filter))
       .map(inflightRow)
       .reverse();
     return running.concat(d.recentRequests);
@@ -486,12 +486,15 @@
   const INFLIGHT_FIELDS = `requestId model provider channel group dialect upstreamDialect stream state status outcome ageMs createdAt
     ${TIMING_FIELDS}
     attempts { channel role won status errorClass startMs headersMs firstByteMs endMs }`;
-  // An in-flight entry as a row of the list: no outcome, classification or total yet.
+  // An in-flight entry as a row of the list: while running, no outcome, classification or
+  // total yet; once finished (its record waiting for the store), its outcome and total, so the
+  // row stays until the stored one replaces it.
   function inflightRow(r) {
+    const finished = r.state === 'finished' && r.outcome != null;
     return Object.assign({}, r, {
-      inflight: true, ts: r.createdAt, outcome: 'in_flight', classification: null, flags: [],
+      inflight: !finished, ts: r.createdAt, outcome: finished ? r.outcome : 'in_flight', classification: null, flags: [],
       translated: !!r.upstreamDialect && r.upstreamDialect !== r.dialect,
-      latencyMs: null, ttftMs: null, upstreamMs: null, hedge: 'none',
+      latencyMs: finished ? r.timing.totalHandlerMs : null, ttftMs: null, upstreamMs: null, hedge: 'none',
     });
   }
   // The list's filter, for the in-flight rows (the server filters the finished ones): an
@@ -565,8 +568,9 @@
       }
       if (gen !== state.gen) return;
       if (rows) {
-        // An in-flight row is drawn again whenever its marks or age move on.
-        const nsig = rows.map(r => r.inflight ? r.requestId + ':' + r.ageMs : r.requestId).join(',');
+        // An in-flight row is drawn again whenever its marks or age move on, a finished one
+        // when its stored record (with its classification) replaces it.
+        const nsig = rows.map(r => r.requestId + ':' + (r.inflight ? r.ageMs : r.classification)).join(',');
         if (nsig !== sig) {
           if (!sig) addOptions(filters, rows);
           const fk = focusKey();
@@ -738,7 +742,7 @@
     m.append(back,
       h('h1', {}, 'Request ', h('code', { text: r.requestId })),
       live,
-      h('p', { class: 'lead' }, (r.model || 'no model') + ' · ' + (r.channel || 'no channel') + ' · ' + dialectPair(r) + (r.stream ? ' stream' : '') + ' · ', outcomeBadge(r.outcome), ' · ', classSpan(r.classification), ' · total ' + (running ? 'running ' + fmtMs(r.ageMs) : fmtMs(r.latencyMs))),
+      h('p', { class: 'lead' }, (r.model || 'no model') + ' · ' + (r.channel || 'no channel') + ' · ' + dialectPair(r) + (r.stream ? ' stream' : '') + ' · ', outcomeBadge(r.outcome), ' · ', classSpan(r.classification), ' · total ' + (r.inflight ? 'running ' + fmtMs(r.ageMs) : fmtMs(r.latencyMs))),
       h('h2', { id: 'tl-title', text: 'Timeline (to scale)' }),
       h('p', { class: 'note', text: 'Every mark is an offset from t0, when the gateway had the request head. t1 is the dispatch of the winning attempt (hedged: the primary’s), derived as upstream done − upstreamMs; t2 = t1 + upstreamHeadersMs. Local phases are durations, drawn back to back from t0 in the order the gateway runs them. After the last effective output nothing was generated: the gap from it to upstream done is drawn as idle, with the deadline that fired when one did. A mark the API does not have is written “absent”, never drawn at 0.' }),
       tl,
@@ -763,7 +767,7 @@
       running ? null : [kv('Status', String(r.status)), kv('Outcome', outcomeBadge(r.outcome))],
       r.timeoutKind ? kv('Deadline that fired', r.timeoutKind, 'timeoutKind') : null,
       r.errorClass ? kv('Error class', r.errorClass) : null,
-      running ? kv('Running for', fmtMs(r.ageMs)) : [
+      running ? kv(r.inflight ? 'Running for' : 'Total (latencyMs)', r.inflight ? fmtMs(r.ageMs) : fmtMs(r.latencyMs)) : [
         kv('Total (latencyMs)', fmtMs(r.latencyMs)),
         kv('Cost', fmtCost(r.costUsd, r.costEstimated)),
         r.refusedBy ? kv('Refused by', r.refusedBy) : null,
