@@ -44,14 +44,8 @@ after(async () => {
   if (gw) await gw.stop();
 });
 
-async function newPage(viewport) {
-  const ctx = await browser.newContext({ viewport: viewport || { width: 1280, height: 900 } });
-  const page = await ctx.newPage();
-  const errors = [];
-  page.on('pageerror', e => errors.push(e.message));
-  page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
-  page.errors = errors;
-  return page;
+function newPage(viewport) {
+  return H.newPage(browser, viewport ? { viewport } : undefined);
 }
 
 async function signedIn(viewport) {
@@ -210,9 +204,9 @@ describe('dashboard', () => {
       });
     }
     // Every segment of the fully marked request is there; the others show their gaps as absent.
-    assert.deepEqual(H.expectedSegments(full).map(s => s[0]), ['local', 'headers', 'event', 'effective', 'visible', 'generation', 'tail']);
+    assert.deepEqual(H.expectedSegments(full).map(s => s[0]), ['local', 'headers', 'event', 'effective', 'visible', 'generation', 'idle', 'tail']);
     assert.ok(H.expectedSegments(noText).some(s => s[0] === 'absent' && s[3] === 't5'));
-    assert.ok(H.expectedSegments(plain).some(s => s[0] === 'absent' && s[3] === 't3 t4 t5'));
+    assert.ok(H.expectedSegments(plain).some(s => s[0] === 'absent' && s[3] === 't3 t4 t5 tl'));
     measured.waterfallSegmentsChecked = checked.length;
     // Filtering keeps keyboard focus on the filter and shows only matching rows.
     await page.focus('#f-dialect');
@@ -247,7 +241,7 @@ describe('dashboard', () => {
         upstream_headers: t.upstreamHeadersMs,
         first_byte: w.firstByteMs,
         first_event: t.firstSseEventMs, first_effective: t.firstResponseMs, first_visible: t.firstTextDeltaMs,
-        upstream_done: t.upstreamDoneMs, handler_done: t.totalHandlerMs,
+        last_effective: t.lastEffectiveMs, upstream_done: t.upstreamDoneMs, handler_done: t.totalHandlerMs,
       };
       const present = Object.keys(api).filter(k => api[k] != null).sort();
       const absent = Object.keys(api).filter(k => api[k] == null).sort();
@@ -255,7 +249,7 @@ describe('dashboard', () => {
       const absents = await page.$$eval('#timeline [data-absent]', els => els.map(e => ({ key: e.dataset.absent, text: e.textContent })));
       assert.deepEqual(marks.map(m => m.key).sort(), present, 'exactly the marks the API has');
       assert.deepEqual(absents.map(m => m.key).sort(), absent, 'the others written as absent');
-      if (which === 'plain') assert.deepEqual(absent, ['first_effective', 'first_event', 'first_visible']);
+      if (which === 'plain') assert.deepEqual(absent, ['first_effective', 'first_event', 'first_visible', 'last_effective']);
       else assert.deepEqual(absent, []);
       for (const m of marks) {
         assert.ok(Math.abs(m.api - api[m.key]) < 0.002, `${m.key}: ${m.api} vs API ${api[m.key]}`);
@@ -267,9 +261,15 @@ describe('dashboard', () => {
       }
       // the in-band values the client got
       const inband = await page.locator('#inband').textContent();
-      if (ev.stream) assert.ok(inband.includes(': x-laptime-timing upstream_ms=' + ev.upstreamMs + ' ttft_ms=' + ev.ttftMs));
-      else assert.ok(inband.includes('Server-Timing: upstream;dur=' + ev.upstreamMs));
-      assert.ok(inband.includes(H.fmtMs(ev.ttftMs)));
+      if (ev.stream) {
+        assert.ok(inband.includes(': x-laptime-timing upstream_ms=' + ev.upstreamMs + ' ttft_ms=' + ev.ttftMs));
+        assert.ok(inband.includes(H.fmtMs(ev.ttftMs)));
+      } else {
+        // A whole answer carries Server-Timing only: upstream and upstream headers, no ttft.
+        assert.ok(inband.includes('Server-Timing: upstream;dur=' + ev.upstreamMs + ', upstream-headers;dur=' + ev.timing.upstreamHeadersMs));
+        assert.ok(!inband.includes('ttft'));
+      }
+      assert.equal(await page.locator('#inband pre.inband').textContent(), ev.inBand.line, 'the line the API says was sent');
       assert.match(await page.locator('#classification').textContent(), new RegExp(ev.classification));
       // attempts as lanes, the winner marked
       assert.equal(await page.locator('#timeline [data-attempt]').count(), ev.attempts.length);
@@ -289,9 +289,12 @@ describe('dashboard', () => {
       classification: 'upstream_headers_slow', flags: ['upstream_headers_slow'], ts: new Date().toISOString(),
       latencyMs: 3000, ttftMs: 2500, upstreamMs: 2990, cacheReadTokens: 128, cacheWriteTokens: null,
       failoverCount: 0, cached: false, hedge: 'hedge', inputTokens: 100, outputTokens: 80, reasoningTokens: 0,
-      eventCount: 90, textDeltaCount: 80, channelInflight: 3,
+      eventCount: 90, textDeltaCount: 80, channelInflight: 3, traceId: null, region: null, timeoutKind: null,
+      shape: { maxOutputTokens: null, reasoningEffort: null, toolCount: null, toolChoice: null, responseFormat: null, temperature: null, topP: null },
+      judgements: [{ stage: 'upstream_headers_slow', unit: 'ms', measured: 2400, threshold: 2000, pastThreshold: 400, slow: true, configKey: 'thresholds.upstream_headers_ms' }],
+      inBand: { carrier: 'sse_comment', line: ': x-laptime-timing upstream_ms=2990 ttft_ms=2500 cached_tokens=128 hedge=hedge', note: null },
       timing: { authMs: 0.4, distributionMs: 0.01, bodyReadMs: 0.02, upstreamHeadersMs: 2400, firstSseEventMs: 2510,
-        firstResponseMs: 2520, firstTextDeltaMs: 2520, upstreamDoneMs: 2995, totalHandlerMs: 3000, visibleOutputTps: 168.4 },
+        firstResponseMs: 2520, firstTextDeltaMs: 2520, lastEffectiveMs: 2990, upstreamDoneMs: 2995, totalHandlerMs: 3000, visibleOutputTps: 168.4 },
       attempts: [
         { channel: 'a', role: 'primary', won: false, status: null, errorClass: 'timeout', startMs: 5, headersMs: null, firstByteMs: null, endMs: 2600 },
         { channel: 'b', role: 'hedge', won: true, status: 200, errorClass: null, startMs: 2005, headersMs: 2405, firstByteMs: 2505, endMs: 2995 },
@@ -326,6 +329,9 @@ describe('dashboard', () => {
     assert.equal(Number(await page.locator('#timeline [data-mark="upstream_headers"]').getAttribute('data-ms')), 2405);
     assert.match(await page.locator('#inband').textContent(), /upstream_ms=2990 ttft_ms=2500 cached_tokens=128 hedge=hedge/);
     assert.match(await page.locator('#flags').textContent(), /upstream_headers_slow/);
+    // The classification says which threshold was crossed and by how much.
+    assert.equal(await page.locator('#judgements li[data-stage="upstream_headers_slow"]').textContent(),
+      '▲ upstream_headers_slow: 2,400.0 ms against 2,000.0 ms (thresholds.upstream_headers_ms), 400.0 ms over');
     await H.screenshot(page, '4b-detail-hedged-synthetic');
     assert.deepEqual(page.errors, []);
     await page.context().close();

@@ -16,12 +16,19 @@ const ARTIFACTS = path.join(REPO, 'artifacts', 'dashboard');
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
-/// Starts `laptime serve` on 127.0.0.1:0 with a temp data dir and a fresh bootstrap token.
-async function startGateway() {
+/// Starts `laptime serve` on 127.0.0.1:0 with a temp data dir and a fresh bootstrap token; with
+/// `configToml`, from that config file instead of the embedded default.
+async function startGateway(configToml) {
   if (!fs.existsSync(BIN)) throw new Error(`no gateway binary at ${BIN}: build it (cargo build -p laptime) or set LAPTIME_BIN`);
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'laptime-dash-'));
   const token = 'lt_' + crypto.randomBytes(32).toString('hex');
-  const child = spawn(BIN, ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir], {
+  const args = ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir];
+  if (configToml) {
+    const file = path.join(dataDir, 'laptime.toml');
+    fs.writeFileSync(file, configToml);
+    args.push('--config', file);
+  }
+  const child = spawn(BIN, args, {
     env: Object.assign({}, process.env, { LAPTIME_BOOTSTRAP_TOKEN: token, RUST_LOG: process.env.RUST_LOG || 'warn' }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -86,10 +93,11 @@ async function proxy(gw, dialectPath, body) {
   return { id, status: res.status, finishedAt: Date.now() };
 }
 
-const FIELDS = `requestId model channel dialect stream status outcome classification flags ts latencyMs ttftMs
+const FIELDS = `requestId model channel dialect stream status outcome timeoutKind classification flags ts latencyMs ttftMs
   upstreamMs cacheReadTokens cacheWriteTokens hedge outputTokens
+  inBand { carrier line note }
   timing { authMs distributionMs bodyReadMs upstreamHeadersMs firstSseEventMs firstResponseMs
-    firstTextDeltaMs upstreamDoneMs totalHandlerMs visibleOutputTps }
+    firstTextDeltaMs lastEffectiveMs upstreamDoneMs totalHandlerMs visibleOutputTps }
   attempts { channel role won status errorClass startMs headersMs firstByteMs endMs }`;
 
 /// The stored request as the usage API returns it (the recorder writes asynchronously: poll).
@@ -106,7 +114,8 @@ async function apiRequest(gw, id) {
 
 /// The marks of DESIGN §1 from the usage API's fields, derived here without the page's code:
 /// t1 = upstreamDoneMs − upstreamMs (upstreamMs is t6 − t1), t2 = t1 + upstreamHeadersMs
-/// (t2 − t1), t3..t7 are offsets from t0; the local phases are durations.
+/// (t2 − t1), t3..t7 and tl (the last effective output) are offsets from t0; the local phases
+/// are durations.
 function expectedMarks(ev) {
   const t = ev.timing;
   const t1 = ev.upstreamMs != null && t.upstreamDoneMs != null ? t.upstreamDoneMs - ev.upstreamMs : null;
@@ -115,21 +124,22 @@ function expectedMarks(ev) {
     local: phases.length ? phases.reduce((a, b) => a + b, 0) : null,
     t1,
     t2: t1 != null && t.upstreamHeadersMs != null ? t1 + t.upstreamHeadersMs : null,
-    t3: t.firstSseEventMs, t4: t.firstResponseMs, t5: t.firstTextDeltaMs, t6: t.upstreamDoneMs,
-    t7: t.totalHandlerMs,
+    t3: t.firstSseEventMs, t4: t.firstResponseMs, t5: t.firstTextDeltaMs, tl: t.lastEffectiveMs,
+    t6: t.upstreamDoneMs, t7: t.totalHandlerMs,
   };
 }
 
-/// The waterfall the issue asks for, as [key, from, to] with absent spans as 'absent'.
+/// The waterfall the issue asks for, as [key, from, to] with absent spans as 'absent':
+/// generation ends at the last effective output, and the idle gap after it runs to upstream done.
 function expectedSegments(ev) {
   const m = expectedMarks(ev);
-  const names = { t2: 'headers', t3: 'event', t4: 'effective', t5: 'visible', t6: 'generation', t7: 'tail' };
+  const names = { t2: 'headers', t3: 'event', t4: 'effective', t5: 'visible', tl: 'generation', t6: 'idle', t7: 'tail' };
   const segs = [];
   if (m.local != null) segs.push(['local', 0, m.local]);
   let prev = null;
   let prevAt = m.local || 0;
   let missing = [];
-  for (const k of ['t1', 't2', 't3', 't4', 't5', 't6', 't7']) {
+  for (const k of ['t1', 't2', 't3', 't4', 't5', 'tl', 't6', 't7']) {
     if (m[k] == null) { missing.push(k); continue; }
     if (missing.length) segs.push(['absent', prevAt, m[k], missing.join(' ')]);
     else if (prev) segs.push([names[k], prevAt, m[k]]);
@@ -163,6 +173,18 @@ function writeArtifact(name, value) {
   fs.writeFileSync(path.join(ARTIFACTS, name), JSON.stringify(value, null, 2) + '\n');
 }
 
+/// A page in a browser context of its own (1280×900 unless `options` say otherwise), with the
+/// page's errors and console errors collected in `page.errors`.
+async function newPage(browser, options) {
+  const ctx = await browser.newContext(Object.assign({ viewport: { width: 1280, height: 900 } }, options || {}));
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on('pageerror', e => errors.push(e.message));
+  page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
+  page.errors = errors;
+  return page;
+}
+
 async function signIn(page, gw, token) {
   await page.goto(gw.base + '/');
   await page.fill('#token', token);
@@ -171,5 +193,5 @@ async function signIn(page, gw, token) {
 
 module.exports = {
   ARTIFACTS, startGateway, gql, createToken, proxy, apiRequest, expectedMarks, expectedSegments,
-  fmtMs, launch, screenshot, writeArtifact, signIn,
+  fmtMs, launch, newPage, screenshot, writeArtifact, signIn,
 };

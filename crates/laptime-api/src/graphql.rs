@@ -19,8 +19,8 @@ use laptime_store::usage::{GroupDim, UsageFilter};
 use laptime_store::StoreError;
 
 use crate::reports::{
-    FilterInput, GroupDimension, InflightRequest, RequestEvent, RollupOut, UsageGroup, UsageReport,
-    WindowInput, WindowOut,
+    reading, FilterInput, GroupDimension, InflightRequest, RequestEvent, RollupOut, UsageGroup,
+    UsageReport, WindowInput, WindowOut,
 };
 use crate::ApiState;
 use axum::extract::State;
@@ -111,6 +111,14 @@ fn require_admin(ctx: &Context<'_>) -> Result<()> {
     }
 }
 
+/// Stored records as the usage API's events, read with the config in force now.
+fn events(rows: &[laptime_core::timeline::RequestRecord], app: &App) -> Vec<RequestEvent> {
+    let reading = reading(&app.config);
+    rows.iter()
+        .map(|r| RequestEvent::new(r, &reading))
+        .collect()
+}
+
 fn now_us() -> i64 {
     laptime_proxy::clock::now_unix_us()
 }
@@ -132,13 +140,9 @@ impl Query {
         }
         let ws = readable_workspace(ctx, &workspace_id).await?;
         let filter: UsageFilter = filter.unwrap_or_default().into();
-        let rows = stored(
-            app(ctx)?
-                .store
-                .recent(&ws, filter, None, limit as u32)
-                .await,
-        )?;
-        Ok(rows.iter().map(RequestEvent::from).collect())
+        let app = app(ctx)?;
+        let rows = stored(app.store.recent(&ws, filter, None, limit as u32).await)?;
+        Ok(events(&rows, app))
     }
 
     /// This gateway process's requests of a workspace whose records are not in the store yet
@@ -172,8 +176,9 @@ impl Query {
         request_id: ID,
     ) -> Result<Option<RequestEvent>> {
         let ws = readable_workspace(ctx, &workspace_id).await?;
-        let row = stored(app(ctx)?.store.record(&ws, &request_id).await)?;
-        Ok(row.as_ref().map(RequestEvent::from))
+        let app = app(ctx)?;
+        let row = stored(app.store.record(&ws, &request_id).await)?;
+        Ok(row.map(|r| RequestEvent::new(&r, &reading(&app.config))))
     }
 
     /// Usage over a window: the rollup, one per group, and the recent events.
@@ -323,13 +328,13 @@ impl Usage {
             return Err(Error::new(format!("limit must be from 1 to {MAX_RECENT}")));
         }
         let (ws, filter, range) = (self.workspace_id.clone(), self.filter.clone(), self.range);
+        let app = app(ctx)?;
         let rows = stored(
-            app(ctx)?
-                .store
+            app.store
                 .recent(&ws, filter, Some(range), limit as u32)
                 .await,
         )?;
-        Ok(rows.iter().map(RequestEvent::from).collect())
+        Ok(events(&rows, app))
     }
 }
 

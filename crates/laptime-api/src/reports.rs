@@ -4,7 +4,11 @@
 use async_graphql::{Enum, InputObject, SimpleObject, ID};
 use laptime_core::rollup::{Metric, MetricStats, Rollup, RELATIVE_ERROR};
 use laptime_core::timeline::RequestRecord;
-use laptime_core::views::{latency_ms, rfc3339, ttft_ms, upstream_ms, AttemptView, TimingView};
+use laptime_core::timeline::RequestShape;
+use laptime_core::views::{
+    latency_ms, rfc3339, ttft_ms, upstream_ms, AttemptView, InBandSent, JudgementView, Reading,
+    TimingView,
+};
 use laptime_store::usage::{GroupDim, UsageFilter, UsageResult};
 use serde::{Deserialize, Serialize};
 
@@ -205,6 +209,9 @@ pub struct TimingOut {
     pub first_response_ms: Option<f64>,
     pub first_text_delta_ms: Option<f64>,
     pub upstream_done_ms: Option<f64>,
+    /// The last effective output, from t0; the time after it up to upstream done generated
+    /// nothing (a stall).
+    pub last_effective_ms: Option<f64>,
     pub total_handler_ms: Option<f64>,
     pub visible_output_tps: Option<f64>,
 }
@@ -221,6 +228,7 @@ impl From<TimingView> for TimingOut {
             first_response_ms: t.first_response_ms,
             first_text_delta_ms: t.first_text_delta_ms,
             upstream_done_ms: t.upstream_done_ms,
+            last_effective_ms: t.last_effective_ms,
             total_handler_ms: t.total_handler_ms,
             visible_output_tps: t.visible_output_tps,
         }
@@ -330,6 +338,96 @@ impl InflightRequest {
     }
 }
 
+/// What reading records back takes from the running config (the thresholds in force now).
+pub fn reading(config: &laptime_proxy::config::Config) -> Reading {
+    Reading {
+        thresholds: config.thresholds,
+        gemini_timing_comment: config.server.gemini_timing_comment,
+    }
+}
+
+/// The request's shape as the client sent it; a field the request did not set is null.
+#[derive(Debug, Clone, PartialEq, SimpleObject)]
+#[graphql(name = "RequestShape")]
+pub struct ShapeOut {
+    pub max_output_tokens: Option<u64>,
+    /// As the client wrote it (`low`, `medium`, `high`, a budget…).
+    pub reasoning_effort: Option<String>,
+    pub tool_count: Option<u32>,
+    pub tool_choice: Option<String>,
+    /// `text`, `json_object` or `json_schema`.
+    pub response_format: Option<String>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+}
+
+impl From<&RequestShape> for ShapeOut {
+    fn from(s: &RequestShape) -> Self {
+        ShapeOut {
+            max_output_tokens: s.max_output_tokens,
+            reasoning_effort: s.reasoning_effort.clone(),
+            tool_count: s.tool_count,
+            tool_choice: s.tool_choice.clone(),
+            response_format: s.response_format.clone(),
+            temperature: s.temperature,
+            top_p: s.top_p,
+        }
+    }
+}
+
+/// One stage the classifier judged: its figure against the threshold in force now.
+#[derive(Debug, Clone, PartialEq, SimpleObject)]
+#[graphql(name = "Judgement")]
+pub struct JudgementOut {
+    /// The slow-stage name (`upstream_headers_slow`, …).
+    pub stage: String,
+    /// `ms`, or `tok/s` for output speed.
+    pub unit: String,
+    pub measured: f64,
+    pub threshold: f64,
+    /// How far past the threshold (positive when slow; for output speed, how far under it).
+    pub past_threshold: f64,
+    pub slow: bool,
+    /// The config key that sets the threshold (`thresholds.upstream_headers_ms`, …).
+    pub config_key: String,
+}
+
+impl From<JudgementView> for JudgementOut {
+    fn from(j: JudgementView) -> Self {
+        JudgementOut {
+            stage: j.stage.to_string(),
+            unit: j.unit.to_string(),
+            measured: j.measured,
+            threshold: j.threshold,
+            past_threshold: j.past_threshold,
+            slow: j.slow,
+            config_key: j.config_key.to_string(),
+        }
+    }
+}
+
+/// What the client actually received in-band.
+#[derive(Debug, Clone, PartialEq, SimpleObject)]
+#[graphql(name = "InBand")]
+pub struct InBandOut {
+    /// `sse_comment`, `server_timing`, `none`, or `unknown` (the record cannot tell).
+    pub carrier: String,
+    /// The exact line the client got; null when none was sent or the record cannot tell.
+    pub line: Option<String>,
+    /// Why no line was sent, or why the record cannot tell.
+    pub note: Option<String>,
+}
+
+impl From<InBandSent> for InBandOut {
+    fn from(b: InBandSent) -> Self {
+        InBandOut {
+            carrier: b.carrier.to_string(),
+            line: b.line,
+            note: b.note.map(str::to_string),
+        }
+    }
+}
+
 /// One request in the usage API's vocabulary.
 #[derive(Debug, Clone, PartialEq, SimpleObject)]
 pub struct RequestEvent {
@@ -348,6 +446,8 @@ pub struct RequestEvent {
     pub stream: bool,
     pub status: u16,
     pub outcome: String,
+    /// Which deadline fired, for outcome `timeout` (`idle`, `progress`, `total`, …).
+    pub timeout_kind: Option<String>,
     pub error_class: Option<String>,
     /// Whose fault the failure was: `upstream`, `client` or `gateway`; null for a success.
     pub fault: Option<String>,
@@ -392,12 +492,21 @@ pub struct RequestEvent {
     pub bytes_out: Option<u64>,
     /// Which of the channel's keys (`api_key_envs`, from 0) served it.
     pub key_index: Option<u32>,
+    /// The W3C trace id (the client's `traceparent`, else generated), as sent upstream.
+    pub trace_id: Option<String>,
+    /// The serving instance's configured coarse region.
+    pub region: Option<String>,
+    pub shape: ShapeOut,
+    /// Each stage the classifier could judge, with its threshold and how far past it.
+    pub judgements: Vec<JudgementOut>,
+    /// What the client got in-band.
+    pub in_band: InBandOut,
     pub timing: TimingOut,
     pub attempts: Vec<AttemptOut>,
 }
 
-impl From<&RequestRecord> for RequestEvent {
-    fn from(r: &RequestRecord) -> Self {
+impl RequestEvent {
+    pub fn new(r: &RequestRecord, reading: &Reading) -> Self {
         RequestEvent {
             request_id: ID(r.request_id.clone()),
             model: r.model.clone(),
@@ -411,6 +520,7 @@ impl From<&RequestRecord> for RequestEvent {
             stream: r.stream,
             status: r.status,
             outcome: r.outcome.as_str().to_string(),
+            timeout_kind: r.timeout_kind.map(|k| k.as_str().to_string()),
             error_class: r.error_class.map(|c| c.as_str().to_string()),
             fault: r.fault().map(|f| f.as_str().to_string()),
             classification: r.classification.as_str().to_string(),
@@ -439,6 +549,14 @@ impl From<&RequestRecord> for RequestEvent {
             bytes_in: r.exchange.bytes_in,
             bytes_out: r.exchange.bytes_out,
             key_index: r.exchange.key_index,
+            trace_id: r.trace_id.clone(),
+            region: r.region.clone(),
+            shape: ShapeOut::from(&r.shape),
+            judgements: JudgementView::of_record(r, &reading.thresholds)
+                .into_iter()
+                .map(JudgementOut::from)
+                .collect(),
+            in_band: InBandSent::of_record(r, reading).into(),
             timing: TimingOut::from(TimingView::new(&r.marks, &r.tokens)),
             attempts: r
                 .attempts

@@ -13,7 +13,7 @@ use laptime_store::auth::{Principal, Scope};
 use laptime_store::usage::{GroupDim, UsageFilter};
 use serde::{Deserialize, Serialize};
 
-use crate::reports::{FilterInput, InflightRequest, UsageReport, WindowInput};
+use crate::reports::{reading, FilterInput, InflightRequest, UsageReport, WindowInput};
 use serde_json::json;
 
 use crate::ApiState;
@@ -184,7 +184,11 @@ pub async fn list(
             .recent(&p.workspace_id, filter, window, limit)
             .await,
     )?;
-    let views: Vec<RequestLogView> = rows.iter().map(RequestLogView::new).collect();
+    let reading = reading(&app.config);
+    let views: Vec<RequestLogView> = rows
+        .iter()
+        .map(|r| RequestLogView::new(r, &reading))
+        .collect();
     Ok(Json(json!({ "requests": views })).into_response())
 }
 
@@ -221,9 +225,13 @@ pub async fn usage_report(
             .recent(&p.workspace_id, filter, window, recent)
             .await,
     )?;
+    let reading = reading(&app.config);
     Ok(Json(UsageBody {
         report: UsageReport::from(&u),
-        recent: rows.iter().map(RequestLogView::new).collect(),
+        recent: rows
+            .iter()
+            .map(|r| RequestLogView::new(r, &reading))
+            .collect(),
     })
     .into_response())
 }
@@ -259,7 +267,7 @@ pub async fn one(
     require(&p, Scope::Read)?;
     let app = s.app;
     match read(app.store.record(&p.workspace_id, &id).await)? {
-        Some(r) => Ok(Json(RequestLogView::new(&r)).into_response()),
+        Some(r) => Ok(Json(RequestLogView::new(&r, &reading(&app.config))).into_response()),
         // Another workspace's id answers exactly like an id that does not exist.
         None => Err(api_error(StatusCode::NOT_FOUND, "no such request")),
     }

@@ -175,8 +175,116 @@ pub fn visible_output_tps(marks: &Marks, output_tokens: Option<u64>) -> Option<f
     Some(tokens as f64 / window.as_secs_f64())
 }
 
-fn over(d: Option<Duration>, limit_ms: f64) -> bool {
-    d.is_some_and(|d| d.as_secs_f64() * 1000.0 > limit_ms)
+/// A stage's figure: milliseconds for the waits, tokens per second for generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Ms,
+    TokensPerSecond,
+}
+
+impl Unit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Ms => "ms",
+            Unit::TokensPerSecond => "tok/s",
+        }
+    }
+}
+
+impl SlowStage {
+    /// The `[thresholds]` key that sets this stage's limit.
+    pub fn config_key(self) -> &'static str {
+        match self {
+            SlowStage::UpstreamHeadersSlow => "thresholds.upstream_headers_ms",
+            SlowStage::FirstEventSlow => "thresholds.first_event_ms",
+            SlowStage::EffectiveOutputSlow => "thresholds.effective_output_ms",
+            SlowStage::VisibleTextLate => "thresholds.visible_text_ms",
+            SlowStage::GenerationSlowTps => "thresholds.min_tps",
+            SlowStage::LocalOverheadSlow => "thresholds.local_overhead_ms",
+        }
+    }
+
+    pub fn unit(self) -> Unit {
+        match self {
+            SlowStage::GenerationSlowTps => Unit::TokensPerSecond,
+            _ => Unit::Ms,
+        }
+    }
+
+    fn threshold(self, t: &Thresholds) -> f64 {
+        match self {
+            SlowStage::UpstreamHeadersSlow => t.upstream_headers_ms,
+            SlowStage::FirstEventSlow => t.first_event_ms,
+            SlowStage::EffectiveOutputSlow => t.effective_output_ms,
+            SlowStage::VisibleTextLate => t.visible_text_ms,
+            SlowStage::GenerationSlowTps => t.min_tps,
+            SlowStage::LocalOverheadSlow => t.local_overhead_ms,
+        }
+    }
+}
+
+/// One stage as the classifier judged it: the figure it measured against its threshold, so a
+/// reader sees which limit was crossed and by how much.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judgement {
+    pub stage: SlowStage,
+    pub measured: f64,
+    pub threshold: f64,
+    /// Over its threshold (for output speed: under it).
+    pub slow: bool,
+}
+
+impl Judgement {
+    /// How far past the threshold the figure is (positive when slow), in the stage's unit.
+    pub fn past_threshold(&self) -> f64 {
+        match self.stage.unit() {
+            Unit::Ms => self.measured - self.threshold,
+            Unit::TokensPerSecond => self.threshold - self.measured,
+        }
+    }
+}
+
+fn ms_of(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Every stage whose marks are present, in the order stages are judged, with its figure; output
+/// speed only from `min_tps_tokens` output tokens on.
+pub fn judge(marks: &Marks, output_tokens: Option<u64>, t: &Thresholds) -> Vec<Judgement> {
+    let local = [marks.auth, marks.distribution, marks.body_read]
+        .into_iter()
+        .flatten()
+        .reduce(|a, b| a + b);
+    let wait = |from, to| between(from, to).map(ms_of);
+    let tps = output_tokens
+        .filter(|n| *n >= t.min_tps_tokens)
+        .and_then(|_| visible_output_tps(marks, output_tokens));
+    let measured = [
+        wait(marks.upstream_start, marks.upstream_headers),
+        wait(marks.upstream_headers, marks.first_event),
+        wait(marks.first_event, marks.first_effective),
+        wait(marks.first_effective, marks.first_visible),
+        tps,
+        local.map(ms_of),
+    ];
+    SlowStage::ALL
+        .into_iter()
+        .zip(measured)
+        .filter_map(|(stage, m)| {
+            let measured = m?;
+            let threshold = stage.threshold(t);
+            let slow = match stage.unit() {
+                Unit::Ms => measured > threshold,
+                Unit::TokensPerSecond => measured < threshold,
+            };
+            Some(Judgement {
+                stage,
+                measured,
+                threshold,
+                slow,
+            })
+        })
+        .collect()
 }
 
 /// Judges a request: returns (classification, flags).
@@ -186,35 +294,9 @@ pub fn classify(
     outcome: Outcome,
     t: &Thresholds,
 ) -> (Classification, Vec<Flag>) {
-    let local = [marks.auth, marks.distribution, marks.body_read]
+    let stages: Vec<SlowStage> = judge(marks, output_tokens, t)
         .into_iter()
-        .flatten()
-        .sum::<Duration>();
-    let slow = [
-        over(
-            between(marks.upstream_start, marks.upstream_headers),
-            t.upstream_headers_ms,
-        ),
-        over(
-            between(marks.upstream_headers, marks.first_event),
-            t.first_event_ms,
-        ),
-        over(
-            between(marks.first_event, marks.first_effective),
-            t.effective_output_ms,
-        ),
-        over(
-            between(marks.first_effective, marks.first_visible),
-            t.visible_text_ms,
-        ),
-        output_tokens.is_some_and(|n| n >= t.min_tps_tokens)
-            && visible_output_tps(marks, output_tokens).is_some_and(|tps| tps < t.min_tps),
-        local.as_secs_f64() * 1000.0 > t.local_overhead_ms,
-    ];
-    let stages: Vec<SlowStage> = SlowStage::ALL
-        .into_iter()
-        .zip(slow)
-        .filter_map(|(stage, is_slow)| is_slow.then_some(stage))
+        .filter_map(|j| j.slow.then_some(j.stage))
         .collect();
     let classification = if !outcome.is_success() {
         Classification::Failed
@@ -349,5 +431,37 @@ mod tests {
         };
         assert_eq!(visible_output_tps(&marks, Some(10)), None);
         assert_eq!(visible_output_tps(&Marks::default(), Some(10)), None);
+    }
+
+    #[test]
+    fn judgements_say_which_threshold_was_crossed_and_by_how_much() {
+        let marks = Marks {
+            upstream_start: ms(0),
+            upstream_headers: ms(2500),
+            first_event: ms(2600),
+            first_visible: ms(3000),
+            upstream_done: ms(13_000),
+            ..Marks::default()
+        };
+        let got = judge(&marks, Some(98), &Thresholds::default());
+        let stages: Vec<_> = got.iter().map(|j| j.stage).collect();
+        assert_eq!(
+            stages,
+            vec![
+                SlowStage::UpstreamHeadersSlow,
+                SlowStage::FirstEventSlow,
+                SlowStage::GenerationSlowTps
+            ],
+            "a stage whose marks are absent is not judged"
+        );
+        assert_eq!((got[0].measured, got[0].threshold), (2500.0, 2000.0));
+        assert!(got[0].slow);
+        assert_eq!(got[0].past_threshold(), 500.0);
+        assert!(!got[1].slow);
+        assert_eq!(got[1].past_threshold(), -1900.0);
+        // 98 tokens over 10 s: 9.8 tok/s, 5.2 under the 15 tok/s floor.
+        assert!(got[2].slow);
+        assert!((got[2].past_threshold() - 5.2).abs() < 1e-9);
+        assert_eq!(got[2].stage.config_key(), "thresholds.min_tps");
     }
 }

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::slow::visible_output_tps;
-use crate::timeline::{between, Attempt, Hedge, Marks, RequestRecord};
+use crate::slow::{judge, visible_output_tps, Flag, Judgement, Thresholds};
+use crate::timeline::{
+    between, Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+};
 use crate::usage::Tokens;
 use crate::Dialect;
 
@@ -34,6 +36,9 @@ pub struct TimingView {
     pub first_response_ms: Option<f64>,
     pub first_text_delta_ms: Option<f64>,
     pub upstream_done_ms: Option<f64>,
+    /// The last effective output, from t0: after it, up to upstream done, nothing was
+    /// generated (a stall shows as the gap).
+    pub last_effective_ms: Option<f64>,
     pub total_handler_ms: Option<f64>,
     /// Output tokens ÷ (t6 − t5) seconds.
     pub visible_output_tps: Option<f64>,
@@ -51,6 +56,7 @@ impl TimingView {
             first_response_ms: opt_ms(marks.first_effective),
             first_text_delta_ms: opt_ms(marks.first_visible),
             upstream_done_ms: opt_ms(marks.upstream_done),
+            last_effective_ms: opt_ms(marks.last_effective),
             total_handler_ms: opt_ms(marks.handler_done),
             visible_output_tps: visible_output_tps(marks, tokens.output),
         }
@@ -154,6 +160,167 @@ impl InBand {
                 };
                 (name, v)
             })
+            .collect()
+    }
+}
+
+/// What reading a record back needs from the running config.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Reading {
+    /// The classifier's thresholds, to say how far each stage was from its own.
+    pub thresholds: Thresholds,
+    /// `[server] gemini_timing_comment`: a Gemini client gets the comment only when set.
+    pub gemini_timing_comment: bool,
+}
+
+/// How the client got the timing in-band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carrier {
+    /// The SSE comment before the terminal frame (and trailers when asked for).
+    SseComment,
+    /// The `Server-Timing` header of a whole answer.
+    ServerTiming,
+    /// Nothing: the note says why.
+    NotSent,
+    /// The record cannot tell whether the comment was sent: the note says on what it depended.
+    Unknown,
+}
+
+impl Carrier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Carrier::SseComment => "sse_comment",
+            Carrier::ServerTiming => "server_timing",
+            Carrier::NotSent => "none",
+            Carrier::Unknown => "unknown",
+        }
+    }
+}
+
+/// What the client actually received in-band, derived from the record by the rules the relay
+/// follows: the comment goes before the upstream's terminal frame, so a stream cut, stalled or
+/// broken before it (whose client got an in-band error event instead) carried no timing line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InBandSent {
+    /// `sse_comment`, `server_timing`, `none` or `unknown`.
+    pub carrier: &'static str,
+    /// The exact line the client got (the comment without its blank line, or the header);
+    /// null when none was sent or the record cannot tell.
+    pub line: Option<String>,
+    /// Why no line was sent, or why the record cannot tell; null when one was sent.
+    pub note: Option<&'static str>,
+}
+
+impl InBandSent {
+    pub fn of_record(r: &RequestRecord, reading: &Reading) -> Self {
+        let (carrier, note) = in_band_carrier(r, reading);
+        let line = match carrier {
+            Carrier::SseComment => Some(InBand::of_record(r).comment().trim_end().to_string()),
+            Carrier::ServerTiming => upstream_ms(&r.marks).map(|up| {
+                let mut line = format!("Server-Timing: upstream;dur={up}");
+                if let Some(h) = between(r.marks.upstream_start, r.marks.upstream_headers) {
+                    line.push_str(&format!(", upstream-headers;dur={}", ms(h)));
+                }
+                line
+            }),
+            Carrier::NotSent | Carrier::Unknown => None,
+        };
+        InBandSent {
+            carrier: carrier.as_str(),
+            line,
+            note,
+        }
+    }
+}
+
+fn in_band_carrier(r: &RequestRecord, reading: &Reading) -> (Carrier, Option<&'static str>) {
+    if r.cached {
+        let note = "a cache hit replays the stored answer without in-band timing";
+        return (Carrier::NotSent, Some(note));
+    }
+    let answered = r
+        .attempts
+        .iter()
+        .any(|a| a.won && a.status.is_some_and(|s| (200..300).contains(&s)));
+    if !r.stream {
+        // Server-Timing goes on every whole answer relayed from an upstream, whatever its status.
+        let relayed = r.attempts.iter().any(|a| a.won);
+        return match (relayed, upstream_ms(&r.marks)) {
+            (true, Some(_)) => (Carrier::ServerTiming, None),
+            _ => (
+                Carrier::NotSent,
+                Some("no upstream answer: no Server-Timing upstream value"),
+            ),
+        };
+    }
+    if !answered {
+        let note = "no upstream stream was relayed: the client got an error answer, no timing line";
+        return (Carrier::NotSent, Some(note));
+    }
+    if r.dialect == Dialect::Gemini && !reading.gemini_timing_comment {
+        let note = "a Gemini client gets no comment unless [server] gemini_timing_comment is set";
+        return (Carrier::NotSent, Some(note));
+    }
+    match r.outcome {
+        Outcome::Completed if r.flags.contains(&Flag::NoTerminalSentinel) => (
+            Carrier::NotSent,
+            Some("the stream had no terminal frame ([DONE] never came), where the comment goes"),
+        ),
+        Outcome::Completed | Outcome::Incomplete => (Carrier::SseComment, None),
+        Outcome::UpstreamError if r.error_class == Some(ErrorClass::StreamError) => {
+            if r.upstream_dialect == Some(Dialect::Chat) {
+                (
+                    Carrier::Unknown,
+                    Some("a Chat error event is followed by the comment only when [DONE] came after it, which the record does not keep"),
+                )
+            } else {
+                (Carrier::SseComment, None)
+            }
+        }
+        Outcome::ClientCancelled => (
+            Carrier::NotSent,
+            Some("the client left before the terminal frame, where the comment goes"),
+        ),
+        _ => (
+            Carrier::NotSent,
+            Some("the stream was cut before its terminal frame (closed, stalled past a deadline, broken or drained): the client got an in-band error event, no timing line"),
+        ),
+    }
+}
+
+/// A stage as the classifier judged it, in the REST shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JudgementView {
+    pub stage: &'static str,
+    /// `ms`, or `tok/s` for output speed.
+    pub unit: &'static str,
+    pub measured: f64,
+    pub threshold: f64,
+    /// How far past the threshold (positive when slow; for output speed, how far under it).
+    pub past_threshold: f64,
+    pub slow: bool,
+    /// The config key that sets the threshold.
+    pub config_key: &'static str,
+}
+
+impl JudgementView {
+    pub fn new(j: &Judgement) -> Self {
+        JudgementView {
+            stage: j.stage.as_str(),
+            unit: j.stage.unit().as_str(),
+            measured: j.measured,
+            threshold: j.threshold,
+            past_threshold: j.past_threshold(),
+            slow: j.slow,
+            config_key: j.stage.config_key(),
+        }
+    }
+
+    /// Every judged stage of a record, against the thresholds in force now.
+    pub fn of_record(r: &RequestRecord, t: &Thresholds) -> Vec<Self> {
+        judge(&r.marks, r.tokens.output, t)
+            .iter()
+            .map(JudgementView::new)
             .collect()
     }
 }
@@ -276,6 +443,13 @@ pub struct RequestLogView {
     pub bytes_out: Option<u64>,
     /// Which of the channel's keys served it (`api_key_envs`, from 0).
     pub key_index: Option<u32>,
+    /// The request's shape, as the client asked (null fields: not in the request).
+    pub shape: RequestShape,
+    /// Each stage the classifier could judge: its figure, the threshold in force now, and by
+    /// how much it crossed it.
+    pub judgements: Vec<JudgementView>,
+    /// What the client got in-band.
+    pub in_band: InBandSent,
     pub attempts: Vec<AttemptView>,
     pub other: Other,
 }
@@ -293,7 +467,7 @@ pub fn rfc3339(unix_us: i64) -> String {
 }
 
 impl RequestLogView {
-    pub fn new(r: &RequestRecord) -> Self {
+    pub fn new(r: &RequestRecord, reading: &Reading) -> Self {
         RequestLogView {
             request_id: r.request_id.clone(),
             workspace_id: r.workspace_id.clone(),
@@ -339,6 +513,9 @@ impl RequestLogView {
             bytes_in: r.exchange.bytes_in,
             bytes_out: r.exchange.bytes_out,
             key_index: r.exchange.key_index,
+            shape: r.shape.clone(),
+            judgements: JudgementView::of_record(r, &reading.thresholds),
+            in_band: InBandSent::of_record(r, reading),
             attempts: r.attempts.iter().map(AttemptView::new).collect(),
             other: Other {
                 timing: TimingView::new(&r.marks, &r.tokens),
@@ -405,10 +582,7 @@ mod tests {
         assert_eq!(v.first_text_delta_ms, None);
     }
 
-    /// The REST row's wire shape: a change here is a change users see.
-    #[test]
-    fn request_log_view_shape_is_stable() {
-        use crate::timeline::{Attempt, Outcome, RequestShape};
+    fn sample_record() -> RequestRecord {
         let marks = Marks {
             auth: Some(Duration::from_micros(40)),
             body_read: Some(Duration::from_micros(10)),
@@ -424,7 +598,7 @@ mod tests {
             upstream_done: ms_d(10_201),
             handler_done: ms_d(10_202),
         };
-        let record = RequestRecord {
+        RequestRecord {
             request_id: "req_1".into(),
             workspace_id: Some("ws_1".into()),
             key_id: Some("key_1".into()),
@@ -487,8 +661,39 @@ mod tests {
             }),
             refused_by: None,
             exchange: Default::default(),
-        };
-        let got = serde_json::to_value(RequestLogView::new(&record)).unwrap();
+        }
+    }
+
+    /// The REST row's wire shape: a change here is a change users see.
+    #[test]
+    fn request_log_view_shape_is_stable() {
+        let record = sample_record();
+        let reading = Reading::default();
+        let mut got = serde_json::to_value(RequestLogView::new(&record, &reading)).unwrap();
+        let judgements = got.as_object_mut().unwrap().remove("judgements").unwrap();
+        let judged: Vec<(&str, bool)> = judgements
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| (j["stage"].as_str().unwrap(), j["slow"].as_bool().unwrap()))
+            .collect();
+        assert_eq!(
+            judged,
+            vec![
+                ("upstream_headers_slow", false),
+                ("first_event_slow", false),
+                ("effective_output_slow", false),
+                ("visible_text_late", true),
+                ("generation_slow_tps", false),
+                ("local_overhead_slow", false)
+            ]
+        );
+        assert_eq!(
+            judgements[3],
+            serde_json::json!({"stage": "visible_text_late", "unit": "ms", "measured": 5800.0,
+                "threshold": 3000.0, "past_threshold": 2800.0, "slow": true,
+                "config_key": "thresholds.visible_text_ms"})
+        );
         let expected: serde_json::Value = serde_json::from_str(
             r#"{
             "request_id": "req_1", "workspace_id": "ws_1", "created_at": "2023-11-14T22:13:20Z",
@@ -504,6 +709,10 @@ mod tests {
             "text_delta_count": 75, "channel_inflight": 1, "trace_id": "t", "region": null,
             "instance": "gw-a:8080", "endpoint": "generation", "bytes_in": null,
             "bytes_out": null, "key_index": null,
+            "shape": {"max_output_tokens": null, "reasoning_effort": null, "tool_count": null,
+                "tool_choice": null, "response_format": null, "temperature": null, "top_p": null},
+            "in_band": {"carrier": "sse_comment", "note": null,
+                "line": ": x-laptime-timing upstream_ms=10200 ttft_ms=299 cached_tokens=512 hedge=none"},
             "attempts": [{"channel": "sim", "role": "primary", "won": true, "status": 200,
                 "error_class": null, "fault": null, "start_ms": 1.0, "headers_ms": 241.0,
                 "first_byte_ms": 300.0, "end_ms": 10201.0, "connected_ms": 20.5,
@@ -511,7 +720,7 @@ mod tests {
             "other": {"timing": {"auth_ms": 0.04, "admission_ms": null, "distribution_ms": 0.005, "body_read_ms": 0.01,
                 "upstream_headers_ms": 240.0, "first_sse_event_ms": 311.0,
                 "first_response_ms": 2901.0, "first_text_delta_ms": 8701.0,
-                "upstream_done_ms": 10201.0, "total_handler_ms": 10202.0,
+                "upstream_done_ms": 10201.0, "last_effective_ms": 10000.0, "total_handler_ms": 10202.0,
                 "visible_output_tps": 50.0}}
         }"#,
         )
@@ -521,7 +730,7 @@ mod tests {
         // A Chat client answered by a Messages channel was translated.
         let mut translated = record.clone();
         translated.upstream_dialect = Some(Dialect::Messages);
-        let v = serde_json::to_value(RequestLogView::new(&translated)).unwrap();
+        let v = serde_json::to_value(RequestLogView::new(&translated, &reading)).unwrap();
         assert_eq!(
             (
                 &v["client_dialect"],
@@ -536,19 +745,19 @@ mod tests {
         failed.outcome = Outcome::UpstreamError;
         failed.error_class = Some(ErrorClass::UpstreamStatus5xx);
         failed.attempts[0].error_class = Some(ErrorClass::ConnectFailed);
-        let v = serde_json::to_value(RequestLogView::new(&failed)).unwrap();
+        let v = serde_json::to_value(RequestLogView::new(&failed, &reading)).unwrap();
         assert_eq!(v["fault"], "upstream");
         assert_eq!(v["attempts"][0]["fault"], "upstream");
         failed.outcome = Outcome::ClientCancelled;
         failed.error_class = None;
-        let v = serde_json::to_value(RequestLogView::new(&failed)).unwrap();
+        let v = serde_json::to_value(RequestLogView::new(&failed, &reading)).unwrap();
         assert_eq!(
             v["fault"], "client",
             "from the outcome when there is no class"
         );
         failed.outcome = Outcome::Rejected;
         failed.error_class = Some(ErrorClass::Internal);
-        let v = serde_json::to_value(RequestLogView::new(&failed)).unwrap();
+        let v = serde_json::to_value(RequestLogView::new(&failed, &reading)).unwrap();
         assert_eq!(v["fault"], "gateway");
     }
 
@@ -557,6 +766,55 @@ mod tests {
         assert_eq!(
             rfc3339(1_700_000_000_123_456),
             "2023-11-14T22:13:20.123456Z"
+        );
+    }
+
+    #[test]
+    fn a_stream_cut_before_its_terminal_frame_carried_no_timing_line() {
+        use crate::timeline::DeadlineKind;
+        let mut r = sample_record();
+        r.marks = Marks {
+            upstream_start: ms_d(1),
+            first_byte: ms_d(100),
+            upstream_done: ms_d(900),
+            ..Marks::default()
+        };
+        r.tokens = Tokens::default();
+        let reading = Reading::default();
+        r.outcome = Outcome::Completed;
+        let sent = InBandSent::of_record(&r, &reading);
+        assert_eq!(sent.carrier, "sse_comment");
+        assert_eq!(
+            sent.line.as_deref(),
+            Some(": x-laptime-timing upstream_ms=899 ttft_ms=99 hedge=none")
+        );
+        for (outcome, class) in [
+            (Outcome::UpstreamClosedEarly, Some(ErrorClass::ClosedEarly)),
+            (Outcome::Timeout, Some(ErrorClass::Timeout)),
+            (Outcome::UpstreamError, Some(ErrorClass::BodyError)),
+            (Outcome::GatewayShutdown, None),
+            (Outcome::ClientCancelled, None),
+        ] {
+            r.outcome = outcome;
+            r.error_class = class;
+            r.timeout_kind = (outcome == Outcome::Timeout).then_some(DeadlineKind::Idle);
+            let sent = InBandSent::of_record(&r, &reading);
+            assert_eq!((sent.carrier, sent.line), ("none", None), "{outcome:?}");
+            assert!(sent.note.is_some());
+        }
+        // Completed without [DONE]: nowhere to put the comment.
+        r.outcome = Outcome::Completed;
+        r.error_class = None;
+        r.flags = vec![Flag::NoTerminalSentinel];
+        assert_eq!(InBandSent::of_record(&r, &reading).carrier, "none");
+        // A whole answer carries Server-Timing.
+        r.flags.clear();
+        r.stream = false;
+        r.marks.upstream_headers = ms_d(51);
+        let sent = InBandSent::of_record(&r, &reading);
+        assert_eq!(
+            sent.line.as_deref(),
+            Some("Server-Timing: upstream;dur=899, upstream-headers;dur=50")
         );
     }
 }

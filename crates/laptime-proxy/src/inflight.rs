@@ -322,7 +322,8 @@ impl Slot {
     }
 
     /// The stream marks reached so far (the first byte, event, effective output, visible
-    /// text): a handful of calls per request, when one of them is new.
+    /// text, and the last effective output): a handful of calls per request, when one of the
+    /// first-time marks is new or the last output moved on by a step.
     pub fn stream_marks(&self, m: &Marks) {
         self.registry.update(&self.id, |r, _| {
             merge_stream_marks(&mut r.marks, stream_marks(m));
@@ -449,8 +450,9 @@ fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
     dst.exchange = *exchange;
 }
 
-/// The first-time stream marks, as a `Marks` holds them.
-type StreamMarks = [Option<Duration>; 4];
+/// The stream marks, as a `Marks` holds them: the four first-time ones, then the last
+/// effective output (which moves on as the answer streams).
+type StreamMarks = [Option<Duration>; 5];
 
 fn stream_marks(m: &Marks) -> StreamMarks {
     [
@@ -458,21 +460,24 @@ fn stream_marks(m: &Marks) -> StreamMarks {
         m.first_event,
         m.first_effective,
         m.first_visible,
+        m.last_effective,
     ]
 }
 
-/// Keeps each first-time mark `m` has, else takes the one in `s` (each happens once).
+/// Keeps each first-time mark `m` has, else takes the one in `s` (each happens once), and the
+/// later of the two last outputs.
 fn merge_stream_marks(m: &mut Marks, s: StreamMarks) {
-    let [byte, event, effective, visible] = s;
+    let [byte, event, effective, visible, last] = s;
     m.first_byte = m.first_byte.or(byte);
     m.first_event = m.first_event.or(event);
     m.first_effective = m.first_effective.or(effective);
     m.first_visible = m.first_visible.or(visible);
+    m.last_effective = m.last_effective.max(last);
 }
 
 /// How many first-time stream marks `m` has: a new one changes the count.
 pub fn stream_mark_count(m: &Marks) -> usize {
-    stream_marks(m).iter().flatten().count()
+    stream_marks(m)[..4].iter().flatten().count()
 }
 
 /// The record so far of a request just taken in (outcome `gateway_crashed`, no end marks).
@@ -788,7 +793,13 @@ mod tests {
         );
         assert_eq!(r.marks.handler_done, None);
         m.first_visible = ms(20);
+        m.last_effective = ms(20);
         slot.stream_marks(&m);
+        // The last output moves on as the answer streams, and a sync keeps it.
+        m.last_effective = ms(400);
+        slot.stream_marks(&m);
+        slot.sync(&p);
+        assert_eq!(reg.snapshot()[0].record().marks.last_effective, ms(400));
         let mut done = e.clone().into_record(&Thresholds::default());
         done.outcome = Outcome::Completed;
         done.marks.handler_done = ms(30);

@@ -135,7 +135,14 @@ pub struct ObservedBody<B> {
     /// First-time stream marks shown in the in-flight registry so far: it is told only when
     /// one more happens (a handful per stream), never per event.
     shown_marks: usize,
+    /// The last effective output shown in the in-flight registry: it is told again when the
+    /// output has moved on by `LIVE_OUTPUT_STEP`, so a live page sees a stream grow.
+    shown_last_output: Option<Duration>,
 }
+
+/// How far the last effective output moves on before the in-flight registry hears of it: at
+/// most four updates a second per stream, never one per event.
+const LIVE_OUTPUT_STEP: Duration = Duration::from_millis(250);
 
 /// The client's bytes kept for a continuation: copied, so that a kept slice never holds a
 /// whole read buffer alive.
@@ -275,6 +282,7 @@ impl<B> ObservedBody<B> {
             continued: None,
             delegated: false,
             shown_marks: 0,
+            shown_last_output: None,
         }
     }
 
@@ -358,6 +366,7 @@ impl<B> ObservedBody<B> {
             slot.answered(status);
             slot.stream_marks(self.obs.marks());
             self.shown_marks = crate::inflight::stream_mark_count(self.obs.marks());
+            self.shown_last_output = self.obs.marks().last_effective;
         }
         self.committed = Some(Committed {
             finisher,
@@ -626,10 +635,17 @@ impl<B> ObservedBody<B> {
         else {
             return;
         };
-        let reached = crate::inflight::stream_mark_count(self.obs.marks());
-        if reached > self.shown_marks {
+        let marks = self.obs.marks();
+        let reached = crate::inflight::stream_mark_count(marks);
+        let last = marks.last_effective;
+        let moved_on = last.is_some_and(|at| {
+            self.shown_last_output
+                .is_none_or(|shown| at >= shown + LIVE_OUTPUT_STEP)
+        });
+        if reached > self.shown_marks || moved_on {
             self.shown_marks = reached;
-            slot.stream_marks(self.obs.marks());
+            self.shown_last_output = last;
+            slot.stream_marks(marks);
         }
     }
 

@@ -575,3 +575,138 @@ async fn the_retention_job_deletes_rows_older_than_the_window_and_keeps_the_rest
     assert_eq!(attempts, 1, "the deleted row's attempts went with it");
     h.stop().await;
 }
+
+/// REST and GraphQL both return what the store keeps of a request's shape, its region, trace id
+/// and last effective output, each classifier stage against its threshold, and exactly what the
+/// client got in-band: the comment line it read, or none for a stream cut before its end.
+#[tokio::test]
+async fn rest_and_graphql_return_the_shape_region_trace_last_output_judgements_and_in_band() {
+    let h = start_with(|cfg, _| {
+        cfg.server.region = Some("eu-west".into());
+        cfg.thresholds.upstream_headers_ms = 100.0;
+    })
+    .await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let body = json!({
+        "model": "sim-fast", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_completion_tokens": 256, "reasoning_effort": "low", "temperature": 0.2, "top_p": 0.9,
+        "tools": [{"type": "function", "function": {"name": "a"}},
+                  {"type": "function", "function": {"name": "b"}}],
+        "tool_choice": "auto", "response_format": {"type": "json_object"},
+        "laptime_sim": {"headers_ms": 150, "first_text_ms": 200, "text_tokens": 4, "tokens_per_s": 100}
+    });
+    let r = h
+        .http
+        .post(h.url("/v1/chat/completions"))
+        .bearer_auth(&h.token)
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let id = r.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let text = r.text().await.unwrap();
+    let sent = text
+        .lines()
+        .find(|l| l.starts_with(": x-laptime-timing"))
+        .unwrap()
+        .to_string();
+
+    let row = h.row(&id).await;
+    assert_eq!(
+        row["shape"],
+        json!({"max_output_tokens": 256, "reasoning_effort": "low", "tool_count": 2,
+            "tool_choice": "auto", "response_format": "json_object", "temperature": 0.2,
+            "top_p": 0.9})
+    );
+    assert_eq!(row["region"], "eu-west");
+    assert_eq!(row["trace_id"], trace);
+    let timing = &row["other"]["timing"];
+    let last = timing["last_effective_ms"].as_f64().unwrap();
+    assert!(
+        last >= timing["first_text_delta_ms"].as_f64().unwrap()
+            && last <= timing["upstream_done_ms"].as_f64().unwrap(),
+        "{timing}"
+    );
+    assert_eq!(row["in_band"]["carrier"], "sse_comment");
+    assert_eq!(
+        row["in_band"]["line"], sent,
+        "the line the client read, byte for byte"
+    );
+    // The headers took ~150 ms against a 100 ms threshold: crossed, by the difference.
+    let headers = &row["judgements"][0];
+    assert_eq!(headers["stage"], "upstream_headers_slow");
+    assert_eq!(headers["threshold"], 100.0);
+    assert_eq!(headers["config_key"], "thresholds.upstream_headers_ms");
+    assert_eq!(headers["slow"], true);
+    let measured = headers["measured"].as_f64().unwrap();
+    assert!(measured >= 150.0, "{headers}");
+    assert!((headers["past_threshold"].as_f64().unwrap() - (measured - 100.0)).abs() < 1e-9);
+    assert_eq!(row["classification"], "upstream_headers_slow");
+
+    let q = "query($w: ID!, $r: ID!) {
+      request(workspaceId: $w, requestId: $r) { traceId region timeoutKind
+        shape { maxOutputTokens reasoningEffort toolCount toolChoice responseFormat temperature topP }
+        judgements { stage measured threshold pastThreshold slow configKey unit }
+        inBand { carrier line note } timing { lastEffectiveMs } }
+      recentRequests(workspaceId: $w, limit: 1) { requestId traceId region shape { toolCount }
+        timing { lastEffectiveMs } } }";
+    let (_, v) = h.gql(&h.token, q, json!({"w": "default", "r": id})).await;
+    let g = &v["data"]["request"];
+    assert_eq!(
+        g["shape"],
+        json!({"maxOutputTokens": 256, "reasoningEffort": "low", "toolCount": 2,
+            "toolChoice": "auto", "responseFormat": "json_object", "temperature": 0.2, "topP": 0.9}),
+        "{v}"
+    );
+    assert_eq!(
+        (&g["traceId"], &g["region"]),
+        (&json!(trace), &json!("eu-west"))
+    );
+    assert!(g["timeoutKind"].is_null());
+    assert_eq!(g["timing"]["lastEffectiveMs"], timing["last_effective_ms"]);
+    assert_eq!(
+        g["inBand"],
+        json!({"carrier": "sse_comment", "line": sent, "note": null})
+    );
+    assert_eq!(
+        g["judgements"][0]["pastThreshold"],
+        headers["past_threshold"]
+    );
+    assert_eq!(g["judgements"][0]["unit"], "ms");
+    let recent = &v["data"]["recentRequests"][0];
+    assert_eq!(recent["requestId"], id.as_str());
+    assert_eq!(
+        (&recent["traceId"], &recent["shape"]["toolCount"]),
+        (&json!(trace), &json!(2))
+    );
+    assert_eq!(
+        recent["timing"]["lastEffectiveMs"],
+        timing["last_effective_ms"]
+    );
+
+    // A stream the upstream closes mid-answer: the client got an in-band error, no timing line,
+    // and both APIs say so.
+    let cut = json!({"model": "sim-fast", "stream": true, "messages": [{"role": "user", "content": "hi"}],
+        "laptime_sim": {"first_text_ms": 20, "text_tokens": 6, "tokens_per_s": 200, "cut_after": 2, "end": "close"}});
+    let r = h.post("/v1/chat/completions", &cut).await;
+    let id = r.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("x-laptime-timing"), "{text}");
+    let row = h.row(&id).await;
+    assert_eq!(row["outcome"], "upstream_closed_early");
+    assert_eq!(row["in_band"]["carrier"], "none");
+    assert!(row["in_band"]["line"].is_null());
+    assert!(row["in_band"]["note"].as_str().unwrap().contains("cut"));
+    let (_, v) = h.gql(&h.token, q, json!({"w": "default", "r": id})).await;
+    assert_eq!(v["data"]["request"]["inBand"]["carrier"], "none");
+    assert!(v["data"]["request"]["inBand"]["line"].is_null());
+    h.stop().await;
+}

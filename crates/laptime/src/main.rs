@@ -522,8 +522,12 @@ fn run(cli: Cli) -> Result<(), String> {
                 };
                 read.await.map_err(|e| e.to_string())
             })?;
+            let reading = laptime_api::reports::reading(&load_config(config.as_deref())?);
             out(&requests_table(
-                &rows.iter().map(RequestLogView::new).collect::<Vec<_>>(),
+                &rows
+                    .iter()
+                    .map(|r| RequestLogView::new(r, &reading))
+                    .collect::<Vec<_>>(),
             ));
             Ok(())
         }

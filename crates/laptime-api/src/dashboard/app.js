@@ -1,18 +1,23 @@
 // laptime dashboard: hand-written, no dependencies, no build step. It reads the usage API
 // (`POST /graphql`) with the signed-in token, exactly as any other client would.
 //
-// Pages (hash routes): #/requests (live list with waterfalls), #/request/ID (detail),
-// #/overview (percentiles over time, distribution, classifications), #/channels.
+// Pages (hash routes): #/requests (live list with waterfalls), #/request/ID (detail, live while
+// the request runs), #/overview (percentiles over time, distribution, classifications),
+// #/channels.
 //
-// Conventions: milliseconds are formatted by fmtMs everywhere; an absent mark is never drawn as
-// zero (it is hatched, or written "absent"); colours are Okabe–Ito and always paired with a
-// texture, a line style, a marker shape or a text label.
+// Conventions: milliseconds are formatted by fmtMs everywhere, clock times by fmtClock/fmtHM in
+// the browser's zone, which every time on the page names (zoneName); an absent mark is never
+// drawn as zero (it is hatched, or written "absent"); colours are Okabe–Ito and always paired
+// with a texture, a line style, a marker shape or a text label.
 'use strict';
 (function () {
   // ===== constants =====
   const TOKEN_KEY = 'laptime.token';
   const WS_KEY = 'laptime.workspace';
   const POLL_MS = 1500;
+  // A running request's page is read again this often, for at most DETAIL_POLLS reads.
+  const DETAIL_POLL_MS = 1000;
+  const DETAIL_POLLS = 900;
   const SUCCESS = new Set(['completed', 'incomplete', 'cache_hit']);
   const DIALECTS = ['chat', 'responses', 'messages'];
   const OUTCOMES = ['completed', 'incomplete', 'upstream_error', 'upstream_closed_early',
@@ -27,19 +32,23 @@
     ['event', 'to first SSE event', 't2 → t3'],
     ['effective', 'to first effective output', 't3 → t4'],
     ['visible', 'to first visible text', 't4 → t5'],
-    ['generation', 'generation to upstream done', 't5 → t6'],
+    ['generation', 'generation to the last output', 't5 → last output'],
+    ['idle', 'idle: no output from the last output to upstream done (a stall, when long)', 'last output → t6'],
     ['tail', 'tail to handler end', 't6 → t7'],
     ['absent', 'marks absent (no mark: not drawn as zero)', ''],
   ];
   const SEG_NAME = Object.fromEntries(SEGS.map(s => [s[0], s[1]]));
   // The chain of marks after the local phases; the segment named here ends at that mark.
   const CHAIN = [['t1', null], ['t2', 'headers'], ['t3', 'event'], ['t4', 'effective'],
-    ['t5', 'visible'], ['t6', 'generation'], ['t7', 'tail']];
+    ['t5', 'visible'], ['tl', 'generation'], ['t6', 'idle'], ['t7', 'tail']];
   const MARK_NAME = {
     t1: 't1 upstream start', t2: 't2 upstream headers', t3: 't3 first SSE event',
-    t4: 't4 first effective output', t5: 't5 first visible text', t6: 't6 upstream done',
-    t7: 't7 handler done',
+    t4: 't4 first effective output', t5: 't5 first visible text', tl: 'last effective output',
+    t6: 't6 upstream done', t7: 't7 handler done',
   };
+  // How the list's waterfalls are scaled: one scale for all rows, each row to its own total, or
+  // a shared logarithmic scale (so one long request does not squash the others).
+  const SCALES = [['shared', 'shared, linear'], ['row', 'each row to its own total'], ['log', 'shared, logarithmic']];
   // Okabe–Ito, and a marker shape for each series so colour is never the only cue.
   const OI = ['#0072B2', '#E69F00', '#009E73', '#CC79A7', '#56B4E9', '#D55E00', '#F0E442', '#000000'];
   const CLASS_STYLE = {
@@ -118,6 +127,13 @@
     return NF[d].format(v);
   }
   const pad = (n, w) => String(n).padStart(w || 2, '0');
+  // The browser's zone as an offset ("UTC", "UTC+01:00"): every clock time on the page is in it.
+  function zoneName(d) {
+    const off = -(d || new Date()).getTimezoneOffset();
+    if (off === 0) return 'UTC';
+    const a = Math.abs(off);
+    return 'UTC' + (off > 0 ? '+' : '−') + pad(Math.floor(a / 60)) + ':' + pad(a % 60);
+  }
   function fmtClock(iso, withMs) {
     const d = new Date(iso);
     if (isNaN(d)) return iso;
@@ -125,6 +141,13 @@
     return withMs ? t + '.' + pad(d.getMilliseconds(), 3) : t;
   }
   function fmtHM(d) { return pad(d.getHours()) + ':' + pad(d.getMinutes()); }
+  // A date and time with its zone, the one long format of the page: 2026-12-02 06:23:01.123 UTC.
+  function fmtWhen(iso, withMs) {
+    const d = new Date(iso);
+    if (isNaN(d)) return iso;
+    const day = d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate());
+    return day + ' ' + fmtClock(d, withMs) + ' ' + zoneName(d);
+  }
   function niceStep(raw) {
     const p = Math.pow(10, Math.floor(Math.log10(raw)));
     const f = raw / p;
@@ -213,8 +236,10 @@
       t2: t1 != null && t.upstreamHeadersMs != null ? r3(t1 + t.upstreamHeadersMs) : null,
       firstByte: w ? w.firstByteMs : null,
       t3: t.firstSseEventMs, t4: t.firstResponseMs, t5: t.firstTextDeltaMs,
+      tl: t.lastEffectiveMs,
       t6: t.upstreamDoneMs,
       t7: t.totalHandlerMs != null ? t.totalHandlerMs : ev.latencyMs,
+      deadline: ev.timeoutKind || null,
     };
   }
   // Segments between consecutive marks; a span whose marks are absent is one 'absent' segment
@@ -229,6 +254,7 @@
       const at = m[k];
       if (at == null) { missing.push(k); continue; }
       if (missing.length) out.push({ key: 'absent', from: prevAt, to: at, missing });
+      else if (prev && seg === 'idle') out.push({ key: seg, from: prevAt, to: at, deadline: m.deadline });
       else if (prev && seg) out.push({ key: seg, from: prevAt, to: at });
       prev = k; prevAt = at; missing = [];
     }
@@ -238,6 +264,9 @@
   function segLabel(sg) {
     if (sg.key === 'absent') {
       return 'no mark for ' + sg.missing.map(k => MARK_NAME[k]).join(', ') + ' (' + fmtMs(sg.to - sg.from) + ' unattributed)';
+    }
+    if (sg.key === 'idle' && sg.deadline) {
+      return 'idle: no output for ' + fmtMs(sg.to - sg.from) + ', until the ' + sg.deadline + ' deadline fired';
     }
     return SEG_NAME[sg.key] + ': ' + fmtMs(sg.to - sg.from);
   }
@@ -421,10 +450,11 @@
   }
 
   // ===== requests page =====
-  const REQ_FIELDS = `requestId model channel dialect upstreamDialect translated stream status outcome classification flags ts
+  const TIMING_FIELDS = `timing { authMs bodyReadMs distributionMs upstreamHeadersMs firstSseEventMs firstResponseMs
+      firstTextDeltaMs lastEffectiveMs upstreamDoneMs totalHandlerMs }`;
+  const REQ_FIELDS = `requestId model channel dialect upstreamDialect translated stream status outcome timeoutKind classification flags ts
     latencyMs ttftMs upstreamMs hedge
-    timing { authMs bodyReadMs distributionMs upstreamHeadersMs firstSseEventMs firstResponseMs
-      firstTextDeltaMs upstreamDoneMs totalHandlerMs }
+    ${TIMING_FIELDS}
     attempts { role won startMs firstByteMs }`;
   function listFilter(q) {
     const f = {};
@@ -448,21 +478,23 @@
     { ws: state.workspaceId, f: filter, n: limit });
     const done = new Set(d.recentRequests.map(r => r.requestId));
     const running = d.inflightRequests
-      .filter(r => r.state === 'running' && !done.has(r.requestId) && matches(r, filter))
+      .filter(r => !done.has(r.requestId) && matches(r, filter))
       .map(inflightRow)
       .reverse();
     return running.concat(d.recentRequests);
   }
-  const INFLIGHT_FIELDS = `requestId model channel dialect upstreamDialect stream state ageMs createdAt
-    timing { authMs bodyReadMs distributionMs upstreamHeadersMs firstSseEventMs firstResponseMs
-      firstTextDeltaMs upstreamDoneMs totalHandlerMs }
-    attempts { role won startMs firstByteMs }`;
-  // An in-flight entry as a row of the list: no outcome, classification or total yet.
+  const INFLIGHT_FIELDS = `requestId model provider channel group dialect upstreamDialect stream state status outcome ageMs createdAt
+    ${TIMING_FIELDS}
+    attempts { channel role won status errorClass startMs headersMs firstByteMs endMs }`;
+  // An in-flight entry as a row of the list: while running, no outcome, classification or
+  // total yet; once finished (its record waiting for the store), its outcome and total, so the
+  // row stays until the stored one replaces it.
   function inflightRow(r) {
+    const finished = r.state === 'finished' && r.outcome != null;
     return Object.assign({}, r, {
-      inflight: true, ts: r.createdAt, outcome: 'in_flight', classification: null, flags: [],
+      inflight: !finished, ts: r.createdAt, outcome: finished ? r.outcome : 'in_flight', classification: null, flags: [],
       translated: !!r.upstreamDialect && r.upstreamDialect !== r.dialect,
-      latencyMs: null, ttftMs: null, upstreamMs: null, hedge: 'none',
+      latencyMs: finished ? r.timing.totalHandlerMs : null, ttftMs: null, upstreamMs: null, hedge: 'none',
     });
   }
   // The list's filter, for the in-flight rows (the server filters the finished ones): an
@@ -485,6 +517,7 @@
     const m = main();
     m.textContent = '';
     const limit = LIMITS.includes(Number(q.limit)) ? Number(q.limit) : 100;
+    const scale = SCALES.some(([k]) => k === q.scale) ? q.scale : 'shared';
     const set = (k, v) => { const n = Object.assign({}, q); n[k] = v; location.hash = hashFor('requests', n); };
     const onsel = k => e => set(k, e.target.value);
     const status = h('span', { id: 'live-status', role: 'status', text: 'Loading…' });
@@ -496,7 +529,7 @@
       if (!paused) tick();
     }, text: 'Pause live updates' });
     const windowChip = q.from && q.to ? h('span', { class: 'chip' },
-      'Window ' + fmtHM(new Date(q.from)) + '–' + fmtHM(new Date(q.to)),
+      'Window ' + fmtHM(new Date(q.from)) + '–' + fmtHM(new Date(q.to)) + ' ' + zoneName(),
       h('button', { type: 'button', 'aria-label': 'Remove the time window', onclick: () => {
         const n = Object.assign({}, q); delete n.from; delete n.to; location.hash = hashFor('requests', n);
       }, text: '✕' })) : null;
@@ -508,6 +541,8 @@
       selectFilter('f-class', 'Classification', CLASSES, q.classification, onsel('classification')),
       h('label', { for: 'f-limit' }, 'Rows', h('select', { id: 'f-limit', 'data-fk': 'f-limit', onchange: onsel('limit') },
         LIMITS.map(n => h('option', { value: n, selected: n === limit, text: 'newest ' + n })))),
+      h('label', { for: 'f-scale' }, 'Waterfall scale', h('select', { id: 'f-scale', 'data-fk': 'f-scale', onchange: onsel('scale') },
+        SCALES.map(([k, name]) => h('option', { value: k, selected: k === scale, text: name })))),
       windowChip,
       h('button', { type: 'button', 'data-fk': 'f-clear', onclick: () => { location.hash = '#/requests'; }, text: 'Clear filters' }));
     // The legend folds away on a phone, where it would fill the screen.
@@ -533,15 +568,16 @@
       }
       if (gen !== state.gen) return;
       if (rows) {
-        // An in-flight row is drawn again whenever its marks or age move on.
-        const nsig = rows.map(r => r.inflight ? r.requestId + ':' + r.ageMs : r.requestId).join(',');
+        // An in-flight row is drawn again whenever its marks or age move on, a finished one
+        // when its stored record (with its classification) replaces it.
+        const nsig = rows.map(r => r.requestId + ':' + (r.inflight ? r.ageMs : r.classification)).join(',');
         if (nsig !== sig) {
           if (!sig) addOptions(filters, rows);
           const fk = focusKey();
           const t1 = performance.now();
           const fresh = seen ? rows.filter(r => !seen.has(r.requestId)).length : 0;
           wrap.textContent = '';
-          wrap.append(requestsTable(rows, seen));
+          wrap.append(requestsTable(rows, seen, scale));
           restoreFocus(fk);
           const t2 = performance.now();
           const stat = { rows: rows.length, fetchMs: t1 - t0, renderMs: t2 - t1, at: t2, paintedAt: null };
@@ -552,7 +588,7 @@
           sig = nsig;
           seen = new Set(rows.map(r => r.requestId));
         }
-        status.textContent = (paused ? 'Paused' : 'Live (every ' + POLL_MS / 1000 + ' s)') + ' · ' + rows.length + ' request' + (rows.length === 1 ? '' : 's') + ' · updated ' + fmtClock(new Date().toISOString());
+        status.textContent = (paused ? 'Paused' : 'Live (every ' + POLL_MS / 1000 + ' s)') + ' · ' + rows.length + ' request' + (rows.length === 1 ? '' : 's') + ' · updated ' + fmtClock(new Date().toISOString()) + ' ' + zoneName();
       }
       if (!paused && gen === state.gen) state.timer = setTimeout(tick, POLL_MS);
     };
@@ -569,53 +605,78 @@
       }
     }
   }
-  function requestsTable(rows, seen) {
-    const maxT = rows.reduce((a, r) => Math.max(a, marksOf(r).t7 || 0), 0);
+  // Where a time lands on a row's waterfall, in % of its width, for the chosen scale: shared
+  // (0 to the slowest row), each row to its own end, or log10(1 + ms) to the slowest row's.
+  function scaler(scale, max) {
+    if (scale === 'log') {
+      const top = Math.log10(1 + max);
+      return { pos: v => Math.log10(1 + Math.max(0, v)) / top * 100 };
+    }
+    return { pos: v => v / max * 100 };
+  }
+  function rowEnd(r) {
+    const m = marksOf(r);
+    return m.t7 || (r.inflight ? r.ageMs : 0) || 0;
+  }
+  function requestsTable(rows, seen, scale) {
+    const maxT = rows.reduce((a, r) => Math.max(a, rowEnd(r)), 0);
     const { ticks, max } = niceTicks(maxT, 5);
-    const pct = v => (v / max * 100) + '%';
-    const axis = h('div', { class: 'axis', 'aria-hidden': 'true' }, ticks.map((t, i) => h('span', {
-      class: i === 0 ? 'first' : i === ticks.length - 1 ? 'last' : null,
-      style: { left: pct(t) }, text: fmtTick(t, ticks[1] - ticks[0]),
+    const sc = scaler(scale, max);
+    const logTicks = [];
+    for (let v = 1; v <= max; v *= 10) logTicks.push(v);
+    const shown = scale === 'row' ? [] : scale === 'log' ? [0].concat(logTicks) : ticks;
+    const axis = h('div', { class: 'axis', 'aria-hidden': 'true' }, shown.map((t, i) => h('span', {
+      class: i === 0 ? 'first' : i === shown.length - 1 && scale !== 'log' ? 'last' : null,
+      style: { left: sc.pos(t) + '%' }, text: scale === 'log' ? fmtTick(t, Math.max(1, t)) : fmtTick(t, ticks[1] - ticks[0]),
     })));
-    const table = h('table', { class: 'reqs', 'data-scale-ms': max, 'aria-describedby': 'reqs-cap' },
-      h('caption', { id: 'reqs-cap', class: 'sr-only', text: 'Requests, newest first. The waterfall column shares one time scale from 0 to ' + fmtMs(max) + ' since each request was received.' }),
+    const scaleText = scale === 'row' ? 'each row scaled to its own total (compare shapes, not lengths)'
+      : scale === 'log' ? 'one logarithmic scale, 0 to ' + fmtMs(max) : 'one shared scale from 0 to ' + fmtMs(max);
+    const axisTitle = scale === 'row' ? 'Waterfall, each row to its own total'
+      : scale === 'log' ? 'Waterfall, ms since received (shared log scale)' : 'Waterfall, ms since received (shared scale)';
+    const table = h('table', { class: 'reqs', 'data-scale': scale, 'data-scale-ms': scale === 'row' ? null : max, 'aria-describedby': 'reqs-cap' },
+      h('caption', { id: 'reqs-cap', class: 'sr-only', text: 'Requests, newest first. The waterfall column uses ' + scaleText + ', since each request was received.' }),
       h('colgroup', {}, h('col', { class: 'c-time' }), h('col', { class: 'c-model' }), h('col', { class: 'c-route' }),
         h('col', { class: 'c-outcome' }), h('col', { class: 'c-class' }), h('col', { class: 'c-total' }), h('col', { class: 'c-wf' })),
       h('thead', {}, h('tr', {},
-        h('th', { scope: 'col', class: 'c-time', text: 'Received' }),
+        h('th', { scope: 'col', class: 'c-time', text: 'Received (' + zoneName() + ')' }),
         h('th', { scope: 'col', class: 'c-model', text: 'Model' }),
         h('th', { scope: 'col', class: 'c-route', text: 'Channel · dialect' }),
         h('th', { scope: 'col', class: 'c-outcome', text: 'Outcome' }),
         h('th', { scope: 'col', class: 'c-class', text: 'Classification' }),
         h('th', { scope: 'col', class: 'c-total num', text: 'Total' }),
-        h('th', { scope: 'col', class: 'c-wf' }, h('div', { class: 'axis-title', text: 'Waterfall, ms since received (shared scale)' }), axis))));
+        h('th', { scope: 'col', class: 'c-wf' }, h('div', { class: 'axis-title', text: axisTitle }), axis))));
     const body = h('tbody', {});
     const frag = document.createDocumentFragment();
-    for (const r of rows) frag.appendChild(requestRow(r, max, seen));
+    for (const r of rows) {
+      const own = scale === 'row' ? scaler('shared', rowEnd(r) || 1) : sc;
+      frag.appendChild(requestRow(r, own, seen));
+    }
     body.appendChild(frag);
     table.appendChild(body);
-    if (!rows.length) body.append(h('tr', {}, h('td', { colspan: 7, class: 'muted', text: 'No requests match yet. Requests appear here within two seconds of finishing.' })));
+    if (!rows.length) body.append(h('tr', {}, h('td', { colspan: 7, class: 'muted', text: 'No requests match yet. Requests appear here as soon as they start.' })));
     return table;
   }
-  function requestRow(r, max, seen) {
+  function requestRow(r, sc, seen) {
     const m = marksOf(r);
     const segs = segmentsOf(m);
     const failed = !SUCCESS.has(r.outcome) && !r.inflight;
     const href = '#/request/' + encodeURIComponent(r.requestId);
     const wf = h('div', { class: 'wf', role: 'img', 'aria-label': 'Waterfall: ' + segs.map(segLabel).join('; ') + '; total ' + fmtMs(m.t7) });
     for (const sg of segs) {
+      const left = sc.pos(sg.from);
       wf.appendChild(h('span', {
         class: 'seg-' + sg.key, 'data-seg': sg.key, 'data-from': sg.from, 'data-to': sg.to,
         'data-missing': sg.missing ? sg.missing.join(' ') : null,
+        'data-deadline': sg.deadline || null,
         title: segLabel(sg),
-        style: { left: (sg.from / max * 100) + '%', width: ((sg.to - sg.from) / max * 100) + '%' },
+        style: { left: left + '%', width: (sc.pos(sg.to) - left) + '%' },
       }));
     }
     const tr = h('tr', {
       'data-id': r.requestId, class: (failed ? 'failed' : '') + (seen && !seen.has(r.requestId) ? ' new' : ''),
       onclick: e => { if (!e.target.closest('a')) location.hash = href; },
     },
-    h('td', { class: 'c-time mono' }, h('a', { href, 'data-fk': 'req-' + r.requestId, title: r.ts + ' · ' + r.requestId, 'aria-label': 'Request at ' + fmtClock(r.ts, true) + ', ' + (r.model || 'no model') + ', ' + r.outcome + ', ' + fmtMs(r.latencyMs) + ': open detail', text: fmtClock(r.ts, true) })),
+    h('td', { class: 'c-time mono' }, h('a', { href, 'data-fk': 'req-' + r.requestId, title: fmtWhen(r.ts, true) + ' · ' + r.requestId, 'aria-label': 'Request at ' + fmtClock(r.ts, true) + ' ' + zoneName() + ', ' + (r.model || 'no model') + ', ' + r.outcome + ', ' + fmtMs(r.latencyMs) + ': open detail', text: fmtClock(r.ts, true) })),
     h('td', { class: 'c-model', title: r.model || '', text: r.model || '—' }),
     h('td', { class: 'c-route', text: (r.channel || '—') + ' · ' + dialectPair(r) + (r.stream ? ' · stream' : '') }),
     h('td', { class: 'c-outcome' }, outcomeBadge(r.outcome)),
@@ -634,86 +695,149 @@
   }
 
   // ===== request detail =====
-  async function renderDetail(id, gen) {
+  // The detail page. A request still running (this instance's in-flight registry) is drawn with
+  // its marks so far and read again every DETAIL_POLL_MS until its record is stored, at most
+  // DETAIL_POLLS times; then the stored record replaces it.
+  async function renderDetail(id, gen, polls) {
+    const n = polls || 0;
     const d = await gql(`query($ws: ID!, $id: ID!) { request(workspaceId: $ws, requestId: $id) {
-      requestId model provider channel group dialect upstreamDialect translated stream status outcome errorClass classification flags ts
+      requestId model provider channel group dialect upstreamDialect translated stream status outcome timeoutKind errorClass classification flags ts
       latencyMs ttftMs upstreamMs cacheReadTokens cacheWriteTokens failoverCount cached hedge
       inputTokens outputTokens reasoningTokens eventCount textDeltaCount channelInflight instance
-      costUsd costEstimated refusedBy
+      costUsd costEstimated refusedBy traceId region
+      shape { maxOutputTokens reasoningEffort toolCount toolChoice responseFormat temperature topP }
+      judgements { stage unit measured threshold pastThreshold slow configKey }
+      inBand { carrier line note }
       timing { authMs admissionMs distributionMs bodyReadMs upstreamHeadersMs firstSseEventMs firstResponseMs
-        firstTextDeltaMs upstreamDoneMs totalHandlerMs visibleOutputTps }
-      attempts { channel role won status errorClass startMs headersMs firstByteMs endMs } } }`,
+        firstTextDeltaMs lastEffectiveMs upstreamDoneMs totalHandlerMs visibleOutputTps }
+      attempts { channel role won status errorClass startMs headersMs firstByteMs endMs } }
+      inflightRequests(workspaceId: $ws) { ${INFLIGHT_FIELDS} } }`,
     { ws: state.workspaceId, id });
     if (gen !== state.gen) return;
+    const running = d.request ? null : d.inflightRequests.find(x => x.requestId === id);
     const m = main();
+    const fk = focusKey();
     m.textContent = '';
-    const r = d.request;
     const back = h('p', {}, h('a', { href: '#/requests', text: '← Requests' }));
-    if (!r) {
+    if (!d.request && !running) {
       m.append(back, h('h1', { text: 'Request not found' }), h('p', { class: 'msg', text: 'No request ' + id + ' in this workspace.' }));
       return;
     }
+    const r = d.request || inflightRow(running);
     const mk = marksOf(r);
-    const t = r.timing;
     const tl = h('div', { class: 'chart', id: 'timeline' });
     const draw = () => { tl.textContent = ''; tl.append(detailTimeline(r, mk, Math.max(320, tl.clientWidth || m.clientWidth - 40))); };
     const segs = segmentsOf(mk);
-    const tokens = h('dl', { class: 'kv' },
+    let live = null;
+    if (running) {
+      const more = n < DETAIL_POLLS;
+      const now = running.state === 'finished'
+        ? '● Finished (' + (running.outcome || 'outcome pending') + '); its record is being written: the marks it reached, read again every '
+        : '● In flight for ' + fmtMs(r.ageMs) + ': the marks so far, read again every ';
+      live = h('p', { id: 'live-detail', class: 'status', role: 'status', text: more
+        ? now + DETAIL_POLL_MS / 1000 + ' s until the stored record replaces them.'
+        : '● Still in flight after ' + DETAIL_POLLS + ' reads; live updates stopped. Reload the page to follow it again.' });
+      if (more) state.timer = setTimeout(() => renderDetail(id, gen, n + 1).catch(pageError), DETAIL_POLL_MS);
+    }
+    m.append(back,
+      h('h1', {}, 'Request ', h('code', { text: r.requestId })),
+      live,
+      h('p', { class: 'lead' }, (r.model || 'no model') + ' · ' + (r.channel || 'no channel') + ' · ' + dialectPair(r) + (r.stream ? ' stream' : '') + ' · ', outcomeBadge(r.outcome), ' · ', classSpan(r.classification), ' · total ' + (r.inflight ? 'running ' + fmtMs(r.ageMs) : fmtMs(r.latencyMs))),
+      h('h2', { id: 'tl-title', text: 'Timeline (to scale)' }),
+      h('p', { class: 'note', text: 'Every mark is an offset from t0, when the gateway had the request head. t1 is the dispatch of the winning attempt (hedged: the primary’s), derived as upstream done − upstreamMs; t2 = t1 + upstreamHeadersMs. Local phases are durations, drawn back to back from t0 in the order the gateway runs them. After the last effective output nothing was generated: the gap from it to upstream done is drawn as idle, with the deadline that fired when one did. A mark the API does not have is written “absent”, never drawn at 0.' }),
+      tl,
+      h('p', { class: 'note', text: 'Attempts: one lane each, from dispatch to end; the two thin bars inside a lane mark its response headers, then its first byte. ★ marks the attempt that won; a red outline, an attempt that failed.' }),
+      h('ul', { class: 'seglist', 'aria-label': 'Segments' }, segs.map(sg => h('li', { 'data-seg': sg.key }, h('span', { class: 'sw seg-' + sg.key, 'aria-hidden': 'true' }), segLabel(sg)))),
+      running ? h('div', { class: 'cards' }, requestCard(r, true)) : h('div', { class: 'cards' },
+        requestCard(r, false),
+        classificationCard(r),
+        tokensCard(r),
+        shapeCard(r),
+        inBandCard(r)));
+    draw();
+    restoreFocus(fk);
+    state.resize = draw;
+  }
+  function requestCard(r, running) {
+    const t = r.timing;
+    return h('div', { class: 'card' }, h('h2', { text: 'Request' }), h('dl', { class: 'kv' },
+      kv('Received', h('span', { title: r.ts, text: fmtWhen(r.ts, true) })),
+      kv('Model', r.model || '—'), kv('Channel', (r.channel || '—') + ' (' + (r.provider || '—') + ', group ' + (r.group || '—') + ')'),
+      kv('Dialect', dialectPair(r) + (r.translated ? ' (translated)' : '') + (r.stream ? ', streamed' : ', not streamed')),
+      running ? null : [kv('Status', String(r.status)), kv('Outcome', outcomeBadge(r.outcome))],
+      r.timeoutKind ? kv('Deadline that fired', r.timeoutKind, 'timeoutKind') : null,
+      r.errorClass ? kv('Error class', r.errorClass) : null,
+      running ? kv(r.inflight ? 'Running for' : 'Total (latencyMs)', r.inflight ? fmtMs(r.ageMs) : fmtMs(r.latencyMs)) : [
+        kv('Total (latencyMs)', fmtMs(r.latencyMs)),
+        kv('Cost', fmtCost(r.costUsd, r.costEstimated)),
+        r.refusedBy ? kv('Refused by', r.refusedBy) : null,
+        t.admissionMs != null ? kv('Admission (limits)', fmtMs(t.admissionMs)) : null,
+        kv('Failovers', fmtInt(r.failoverCount)), kv('Response cache', r.cached ? 'hit' : 'no'),
+        kv('In flight at dispatch', fmtInt(r.channelInflight)),
+        kv('Served by', r.instance || '—'),
+        kv('Region', r.region || '— (no region configured)', 'region'),
+        kv('Trace id', r.traceId ? h('code', { text: r.traceId }) : '—', 'traceId')]));
+  }
+  // The classification, and each stage the classifier judged: its figure, the threshold in force
+  // (with the config key that sets it), and by how much it crossed it.
+  function classificationCard(r) {
+    const failed = !SUCCESS.has(r.outcome);
+    const judged = r.judgements || [];
+    const fmtIn = (v, unit) => unit === 'ms' ? fmtMs(v) : fmtTps(v);
+    const past = j => j.unit === 'ms'
+      ? (j.slow ? fmtMs(j.pastThreshold) + ' over' : fmtMs(-j.pastThreshold) + ' under')
+      : (j.slow ? fmtTps(j.pastThreshold) + ' below the floor' : fmtTps(-j.pastThreshold) + ' above the floor');
+    return h('div', { class: 'card' }, h('h2', { text: 'Classification' }),
+      h('p', { id: 'classification' }, classSpan(r.classification)),
+      h('p', { class: 'small muted', text: failed ? 'The outcome was not a success; slow stages are still flagged.' : 'The first slow stage, checked from the upstream boundary toward local phases.' }),
+      h('h3', { text: 'Flags' }),
+      r.flags.length ? h('ul', { class: 'flags', id: 'flags' }, r.flags.map(f => h('li', { text: f }))) : h('p', { id: 'flags', class: 'muted', text: 'none: no stage over its threshold' }),
+      h('h3', { text: 'Stages judged (thresholds in force now)' }),
+      judged.length ? h('ul', { class: 'judged', id: 'judgements' }, judged.map(j => h('li', { 'data-stage': j.stage, 'data-slow': String(j.slow) },
+        h('b', { text: (j.slow ? '▲ ' : '') + j.stage }), ': ' + fmtIn(j.measured, j.unit) + ' against ' + fmtIn(j.threshold, j.unit) + ' (',
+        h('code', { text: j.configKey }), '), ' + past(j))))
+        : h('p', { id: 'judgements', class: 'muted', text: 'no stage could be judged: their marks are absent' }));
+  }
+  function tokensCard(r) {
+    const t = r.timing;
+    return h('div', { class: 'card' }, h('h2', { text: 'Tokens and speed' }), h('dl', { class: 'kv' },
       kv('Input', tok(r.inputTokens)), kv('Output', tok(r.outputTokens)),
       kv('Reasoning', tok(r.reasoningTokens)), kv('Cache read', tok(r.cacheReadTokens)),
       kv('Cache write', tok(r.cacheWriteTokens)),
       kv('Output speed', t.visibleOutputTps != null ? fmtTps(t.visibleOutputTps) : '— (needs first visible text, upstream done and output tokens)'),
-      kv('SSE events', fmtInt(r.eventCount)), kv('Text deltas', fmtInt(r.textDeltaCount)));
-    const pairs = [];
-    if (r.upstreamMs != null) pairs.push('upstream_ms=' + r.upstreamMs);
-    if (r.ttftMs != null) pairs.push('ttft_ms=' + r.ttftMs);
-    if (r.cacheReadTokens != null) pairs.push('cached_tokens=' + r.cacheReadTokens);
-    if (r.cacheWriteTokens != null) pairs.push('cache_write_tokens=' + r.cacheWriteTokens);
-    pairs.push('hedge=' + r.hedge);
-    const inband = h('div', { class: 'card', id: 'inband' }, h('h2', { text: 'What the client got in-band' }),
-      r.stream
-        ? [h('p', { class: 'small muted', text: 'SSE comment before the terminal frame (and the same values as trailers with TE: trailers):' }),
-          h('pre', { class: 'inband', text: ': x-laptime-timing ' + pairs.join(' ') })]
-        : [h('p', { class: 'small muted', text: 'Non-streamed answer: Server-Timing header.' }),
-          h('pre', { class: 'inband', text: r.upstreamMs != null ? 'Server-Timing: upstream;dur=' + r.upstreamMs : 'no Server-Timing upstream value (no upstream answer)' })],
-      h('dl', { class: 'kv' },
+      kv('SSE events', fmtInt(r.eventCount)), kv('Text deltas', fmtInt(r.textDeltaCount))));
+  }
+  // What the client asked for, so that like can be compared with like.
+  function shapeCard(r) {
+    const sh = r.shape || {};
+    const asked = v => v == null ? '— not in the request' : String(v);
+    return h('div', { class: 'card', id: 'shape' }, h('h2', { text: 'Request shape' }), h('dl', { class: 'kv' },
+      kv('Max output tokens', sh.maxOutputTokens != null ? fmtInt(sh.maxOutputTokens) : asked(null), 'maxOutputTokens'),
+      kv('Reasoning effort', asked(sh.reasoningEffort), 'reasoningEffort'),
+      kv('Tools', sh.toolCount != null ? fmtInt(sh.toolCount) : asked(null), 'toolCount'),
+      kv('Tool choice', asked(sh.toolChoice), 'toolChoice'),
+      kv('Response format', asked(sh.responseFormat), 'responseFormat'),
+      kv('Temperature', asked(sh.temperature), 'temperature'),
+      kv('top_p', asked(sh.topP), 'topP')));
+  }
+  // Exactly what the client received in-band, as the API derives it from the record: no line
+  // for a stream cut, stalled or broken before its terminal frame.
+  function inBandCard(r) {
+    const b = r.inBand || { carrier: 'unknown', line: null, note: null };
+    const how = b.carrier === 'sse_comment' ? 'SSE comment before the terminal frame (and the same values as trailers with TE: trailers):'
+      : b.carrier === 'server_timing' ? 'Non-streamed answer: the Server-Timing header.'
+        : b.carrier === 'unknown' ? 'The record cannot tell whether a timing line was sent.' : 'No timing line was sent.';
+    const sent = b.line != null;
+    return h('div', { class: 'card', id: 'inband', 'data-carrier': b.carrier }, h('h2', { text: 'What the client got in-band' }),
+      h('p', { class: 'small muted', text: how }),
+      sent ? h('pre', { class: 'inband', text: b.line }) : null,
+      b.note ? h('p', { class: 'note', id: 'inband-note', text: b.note }) : null,
+      b.carrier === 'sse_comment' ? h('dl', { class: 'kv' },
         kv('upstream_ms', r.upstreamMs != null ? fmtMs(r.upstreamMs) : 'absent (not sent)', 'upstreamMs'),
         kv('ttft_ms', r.ttftMs != null ? fmtMs(r.ttftMs) : 'absent (not sent)', 'ttftMs'),
         kv('cached_tokens', r.cacheReadTokens != null ? fmtInt(r.cacheReadTokens) : 'absent (not sent)', 'cacheReadTokens'),
         kv('cache_write_tokens', r.cacheWriteTokens != null ? fmtInt(r.cacheWriteTokens) : 'absent (not sent)', 'cacheWriteTokens'),
-        kv('hedge', r.hedge, 'hedge')));
-    const failed = !SUCCESS.has(r.outcome);
-    m.append(back,
-      h('h1', {}, 'Request ', h('code', { text: r.requestId })),
-      h('p', { class: 'lead' }, (r.model || 'no model') + ' · ' + (r.channel || 'no channel') + ' · ' + dialectPair(r) + (r.stream ? ' stream' : '') + ' · ', outcomeBadge(r.outcome), ' · ', classSpan(r.classification), ' · total ' + fmtMs(r.latencyMs)),
-      h('h2', { id: 'tl-title', text: 'Timeline (to scale)' }),
-      h('p', { class: 'note', text: 'Every mark is an offset from t0, when the gateway had the request head. t1 is the dispatch of the winning attempt (hedged: the primary’s), derived as upstream done − upstreamMs; t2 = t1 + upstreamHeadersMs. Local phases are durations, drawn back to back from t0 in the order the gateway runs them. A mark the API does not have is written “absent”, never drawn at 0.' }),
-      tl,
-      h('p', { class: 'note', text: 'Attempts: one lane each, from dispatch to end; the two thin bars inside a lane mark its response headers, then its first byte. ★ marks the attempt that won; a red outline, an attempt that failed.' }),
-      h('ul', { class: 'seglist', 'aria-label': 'Segments' }, segs.map(sg => h('li', {}, h('span', { class: 'sw seg-' + sg.key, 'aria-hidden': 'true' }), segLabel(sg)))),
-      h('div', { class: 'cards' },
-        h('div', { class: 'card' }, h('h2', { text: 'Request' }), h('dl', { class: 'kv' },
-          kv('Received', h('span', { title: r.ts, text: new Date(r.ts).toLocaleDateString() + ' ' + fmtClock(r.ts, true) })),
-          kv('Model', r.model || '—'), kv('Channel', (r.channel || '—') + ' (' + (r.provider || '—') + ', group ' + (r.group || '—') + ')'),
-          kv('Dialect', dialectPair(r) + (r.translated ? ' (translated)' : '') + (r.stream ? ', streamed' : ', not streamed')),
-          kv('Status', String(r.status)), kv('Outcome', outcomeBadge(r.outcome)),
-          r.errorClass ? kv('Error class', r.errorClass) : null,
-          kv('Total (latencyMs)', fmtMs(r.latencyMs)),
-          kv('Cost', fmtCost(r.costUsd, r.costEstimated)),
-          r.refusedBy ? kv('Refused by', r.refusedBy) : null,
-          t.admissionMs != null ? kv('Admission (limits)', fmtMs(t.admissionMs)) : null,
-          kv('Failovers', fmtInt(r.failoverCount)), kv('Response cache', r.cached ? 'hit' : 'no'),
-          kv('In flight at dispatch', fmtInt(r.channelInflight)),
-          kv('Served by', r.instance || '—'))),
-        h('div', { class: 'card' }, h('h2', { text: 'Classification' }),
-          h('p', { id: 'classification' }, classSpan(r.classification)),
-          h('p', { class: 'small muted', text: failed ? 'The outcome was not a success; slow stages are still flagged.' : 'The first slow stage, checked from the upstream boundary toward local phases.' }),
-          h('h3', { text: 'Flags' }),
-          r.flags.length ? h('ul', { class: 'flags', id: 'flags' }, r.flags.map(f => h('li', { text: f }))) : h('p', { id: 'flags', class: 'muted', text: 'none: no stage over its threshold' })),
-        h('div', { class: 'card' }, h('h2', { text: 'Tokens and speed' }), tokens),
-        inband));
-    draw();
-    state.resize = draw;
+        kv('hedge', r.hedge, 'hedge')) : null);
   }
   function tok(v) { return v == null ? '— not reported by upstream' : fmtInt(v); }
   function kv(k, v, id) {
@@ -727,7 +851,7 @@
     const LW = narrow ? 104 : 210;
     const R = narrow ? 12 : 24;
     const x0 = LW, x1 = width - R;
-    const ends = [mk.t7 || 0].concat((r.attempts || []).map(a => a.endMs || 0));
+    const ends = [mk.t7 || 0, r.inflight ? r.ageMs : 0].concat((r.attempts || []).map(a => a.endMs || 0));
     const { ticks, max, step } = niceTicks(Math.max.apply(null, ends), narrow ? 4 : 8);
     const X = v => x0 + (v / max) * (x1 - x0);
     const rows = [];
@@ -749,6 +873,7 @@
     mark('first_event', narrow ? 't3 first event' : 't3 first SSE event', t.firstSseEventMs);
     mark('first_effective', narrow ? 't4 effective' : 't4 first effective', t.firstResponseMs);
     mark('first_visible', narrow ? 't5 visible text' : 't5 first visible text', t.firstTextDeltaMs);
+    mark('last_effective', narrow ? 'last output' : 'last effective output', t.lastEffectiveMs);
     mark('upstream_done', narrow ? 't6 upstream end' : 't6 upstream done', t.upstreamDoneMs);
     mark('handler_done', narrow ? 't7 handler end' : 't7 handler done', t.totalHandlerMs);
     const RH = 22;
@@ -771,12 +896,18 @@
     svg.append(s('text', { x: 4, y: wfY + 13, class: 'lbl', text: 'waterfall' }));
     for (const sg of segmentsOf(mk)) {
       const w = Math.max(0, X(sg.to) - X(sg.from));
-      const g = s('g', { 'data-seg': sg.key });
+      const g = s('g', { 'data-seg': sg.key, 'data-deadline': sg.deadline || null });
       g.append(s('title', { text: segLabel(sg) }));
       if (sg.key === 'absent') {
         g.append(s('rect', { x: X(sg.from), y: wfY, width: w, height: 18, fill: 'url(#pat-absent)', stroke: '#666', 'stroke-dasharray': '3 2' }));
       } else {
         g.append(s('rect', { x: X(sg.from), y: wfY, width: w, height: 18, fill: 'url(#pat-seg-' + sg.key + ')' }));
+      }
+      // A stall is labelled on the bar itself: how long nothing came, and the deadline that fired.
+      if (sg.key === 'idle' && sg.deadline) {
+        const lab = 'idle ' + fmtMs(sg.to - sg.from) + ' · ' + sg.deadline + ' deadline';
+        const inside = w > lab.length * 6.5 + 8;
+        g.append(s('text', { class: 'seg-label', x: inside ? X(sg.from) + 4 : X(sg.from) - 4, y: wfY + 13, 'text-anchor': inside ? 'start' : 'end', text: lab }));
       }
       svg.append(g);
     }
@@ -798,7 +929,7 @@
         const x = X(rw.at);
         const lab = rw.extra === 't1 + ' ? fmtMs(rw.at) + ' (t1 + ' + fmtMs(rw.api) + ')'
           : rw.extra === 'derived' ? fmtMs(rw.at) + ' (derived)'
-            : rw.extra === 'origin' ? fmtMs(0) + ' (origin, ' + fmtClock(r.ts, true) + ')' : fmtMs(rw.at);
+            : rw.extra === 'origin' ? fmtMs(0) + ' (origin, ' + fmtClock(r.ts, true) + ' ' + zoneName() + ')' : fmtMs(rw.at);
         const right = x < x1 - (lab.length * 7 + 10);
         g.append(s('line', { x1: x, x2: x, y1: wfY + 20, y2: y - 4, stroke: '#444', 'stroke-dasharray': '1 2' }),
           s('path', { d: 'M' + x + ' ' + (y - 10) + 'l5 5l-5 5l-5 -5z', fill: '#000' }),
@@ -852,7 +983,8 @@
     for (const c in CLASS_STYLE) pat('pat-cls-' + c, CLASS_STYLE[c][0], tex[CLASS_STYLE[c][1]]);
     const seg = { local: ['#8a8a8a', null], headers: ['#E69F00', tex.diag], event: ['#56B4E9', null],
       effective: ['#009E73', tex.vert], visible: ['#F0E442', null], generation: ['#0072B2', tex.dots.slice(0, 1).concat(['rgba(255,255,255,.7)', 1.4])],
-      tail: ['#CC79A7', tex.horiz.slice(0, 1).concat(['rgba(0,0,0,.35)', 1])] };
+      tail: ['#CC79A7', tex.horiz.slice(0, 1).concat(['rgba(0,0,0,.35)', 1])],
+      idle: ['#e8e8e8', ['M0 3H2M4 3H6', '#777', 1.2]] };
     for (const k in seg) pat('pat-seg-' + k, seg[k][0], seg[k][1]);
     pat('pat-absent', '#fff', ['M-1 7L7 -1M-1 1L1 -1M5 7L7 5', '#999', 1]);
   }
@@ -891,7 +1023,7 @@
     });
     svg.append(s('line', { class: 'axisline', x1: L, x2: width - R, y1: H - B, y2: H - B }),
       s('line', { class: 'axisline', x1: L, x2: L, y1: T, y2: H - B }),
-      s('text', { class: 'tick', x: (L + width - R) / 2, y: H - 6, 'text-anchor': 'middle', text: 'time (bucket middle, local clock)' }));
+      s('text', { class: 'tick', x: (L + width - R) / 2, y: H - 6, 'text-anchor': 'middle', text: 'time (bucket middle, ' + zoneName() + ')' }));
     for (const sr of series) {
       // a gap where a bucket has no value: no line through it, never a zero
       let d = '';
@@ -990,7 +1122,7 @@
     });
     svg.append(s('line', { class: 'axisline', x1: L, x2: width - R, y1: H - B, y2: H - B }),
       s('line', { class: 'axisline', x1: L, x2: L, y1: T, y2: H - B }),
-      s('text', { class: 'tick', x: (L + width - R) / 2, y: H - 6, 'text-anchor': 'middle', text: 'bucket start (local clock)' }),
+      s('text', { class: 'tick', x: (L + width - R) / 2, y: H - 6, 'text-anchor': 'middle', text: 'bucket start (' + zoneName() + ')' }),
       s('text', { class: 'tick', x: 12, y: T + (H - T - B) / 2, transform: 'rotate(-90 12 ' + (T + (H - T - B) / 2) + ')', 'text-anchor': 'middle', text: 'requests' }));
     return svg;
   }
@@ -1005,10 +1137,20 @@
     ['latencyMs', 'Total', 't7 − t0'],
   ];
   const STATS = 'p50 p95 p99 count nullCount';
-  function bucketsFor(range) {
-    const [minutes, n] = RANGES[range] || RANGES['1h'];
-    const stepMs = minutes / n * 60000;
+  // The range's buckets, ending at the next whole minute. With `since` (the first request's
+  // time, when it is later than the range's start) they span only the minutes that have data:
+  // at most the range's count of buckets, each a whole number of minutes (the usage API's grain).
+  function bucketsFor(range, since) {
+    const [minutes, count] = RANGES[range] || RANGES['1h'];
     const end = Math.ceil(Date.now() / 60000) * 60000;
+    let n = count;
+    let stepMs = minutes / count * 60000;
+    if (since != null && since > end - minutes * 60000) {
+      const spanMin = Math.max(1, Math.ceil((end - Math.floor(since / 60000) * 60000) / 60000));
+      const stepMin = Math.max(1, Math.ceil(spanMin / count));
+      n = Math.ceil(spanMin / stepMin);
+      stepMs = stepMin * 60000;
+    }
     const out = [];
     for (let i = 0; i < n; i++) {
       const from = new Date(end - (n - i) * stepMs);
@@ -1023,7 +1165,16 @@
     const [dim, ...rest] = slice.split(':');
     const sliceVal = rest.join(':');
     const filter = dim === 'model' && sliceVal ? { model: sliceVal } : dim === 'channel' && sliceVal ? { channel: sliceVal } : {};
-    const buckets = bucketsFor(range);
+    // The axis spans the data when there is less of it than the range: a new user's first ten
+    // minutes fill the chart instead of sitting at the right edge of an hour.
+    const [rangeMin] = RANGES[range];
+    const probe = await gql(`query($ws: ID!, $f: UsageFilterInput) { usage(workspaceId: $ws, filter: $f, window: { last: "${rangeMin}m" }) {
+      rollup { requestCount } recent(limit: 500) { ts } } }`, { ws: state.workspaceId, f: filter });
+    if (gen !== state.gen) return;
+    const seen = probe.usage.recent.map(r => Date.parse(r.ts));
+    const since = seen.length && probe.usage.rollup.requestCount <= seen.length ? Math.min.apply(null, seen) : null;
+    const buckets = bucketsFor(range, since);
+    const fitted = buckets.length && buckets[0].from.getTime() > Date.now() - rangeMin * 60000;
     const win = `window: { from: "${buckets[0].from.toISOString()}", to: "${buckets[buckets.length - 1].to.toISOString()}" }`;
     const metricSel = METRICS.map(([k]) => k + ' { ' + STATS + ' }').join(' ');
     const groupSel = 'groups { key { dimension value } rollup { requestCount errorRate latencyMs { p50 p95 p99 } upstreamHeadersMs { p95 } firstTextDeltaMs { p95 } } }';
@@ -1065,7 +1216,7 @@
         h('div', {}, h('b', { text: fmtMs(all.latencyMs.p95) }), h('span', { text: 'p95 total' })),
         h('div', {}, h('b', { text: fmtMs(all.firstTextDeltaMs.p95) }), h('span', { text: 'p95 first visible text' })),
         h('div', {}, h('b', { text: fmtInt(all.failoverTotal) }), h('span', { text: 'failovers' }))),
-      h('p', { class: 'note', text: 'Window ' + new Date(d.all.window.from).toLocaleString() + ' – ' + new Date(d.all.window.to).toLocaleString() + ' (whole minutes). ' + d.all.percentileMethod + '.' }),
+      h('p', { class: 'note', id: 'overview-window', text: 'Window ' + fmtWhen(d.all.window.from) + ' – ' + fmtWhen(d.all.window.to) + ' (whole minutes' + (fitted ? '; the axis spans the minutes with data, the first request being later than the start of the last ' + range : '') + '). ' + d.all.percentileMethod + '.' }),
       h('h2', { text: 'Percentiles over time' + (sliceVal ? ' — ' + dim + ' ' + sliceVal : ' — all requests') }),
       chartsBox,
       h('div', { class: 'grid2' },
@@ -1112,7 +1263,8 @@
     draw();
     restoreFocus(fk);
     state.resize = draw;
-    window.__laptimeOverview = { requests: all.requestCount, buckets: data.length };
+    window.__laptimeOverview = { requests: all.requestCount, buckets: data.length, fitted,
+      fromMs: buckets[0].from.getTime(), toMs: buckets[buckets.length - 1].to.getTime() };
   }
   function groupTable(title, groups, dim) {
     const rows = groups.slice().sort((a, b) => b.rollup.requestCount - a.rollup.requestCount);
@@ -1164,7 +1316,7 @@
           restoreFocus(fk);
           sig = nsig;
         }
-        status.textContent = 'Updated ' + fmtClock(new Date().toISOString());
+        status.textContent = 'Updated ' + fmtClock(new Date().toISOString()) + ' ' + zoneName();
       }
       state.timer = setTimeout(tick, 5000);
     };
