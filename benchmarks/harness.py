@@ -348,6 +348,15 @@ def per(before: dict, after: dict, n: int) -> dict:
     return d
 
 
+def listen_overflows() -> int:
+    """The machine's count of connections dropped because an accept queue was full."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            return int(dict(zip(names.split(), values.split()))["ListenOverflows"])
+    return 0
+
+
 def rss_mb(pid: int, key: str = "VmRSS") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
