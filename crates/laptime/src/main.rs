@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use laptime_api::reports::{RollupOut, UsageReport, WindowInput};
 use laptime_core::views::RequestLogView;
 use laptime_proxy::clock::now_unix_us;
-use laptime_proxy::config::{Config, Provider, DEFAULT_GROUP};
+use laptime_proxy::config::{Config, Provider, ReadConfig, DEFAULT_GROUP};
 use laptime_proxy::server::{bind, Gateway};
 use laptime_store::auth::{self, Scope};
 use laptime_store::{usage, Store};
@@ -290,16 +290,26 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-fn load_config(path: Option<&Path>) -> Result<Config, String> {
-    let mut cfg = match path {
+/// The config a command runs on, with its problems still to report: the file's (one without
+/// `[[channels]]` keeps the embedded default's channels), else the embedded default; the
+/// environment's overrides applied.
+fn read_config(path: Option<&Path>) -> Result<ReadConfig, String> {
+    let mut read = match path {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            Config::from_toml(&text, &p.display().to_string()).map_err(|e| e.to_string())?
+            let mut read = ReadConfig::parse(&text, &p.display().to_string());
+            read.keep_default_channels(&env);
+            read
         }
-        None => Config::embedded_default(&env),
+        None => ReadConfig::whole(Config::embedded_default(&env)),
     };
-    cfg.apply_env(&env);
-    Ok(cfg)
+    read.config.apply_env(&env);
+    Ok(read)
+}
+
+/// The config of a command that does not serve: the text must read, its values are not judged.
+fn load_config(path: Option<&Path>) -> Result<Config, String> {
+    read_config(path)?.parsed().map_err(|e| e.to_string())
 }
 
 /// The configured store: PostgreSQL when `[store] url` (or `LAPTIME_STORE_URL`) names one,
@@ -404,14 +414,14 @@ fn run(cli: Cli) -> Result<(), String> {
             listen,
             data_dir,
         } => {
-            let mut cfg = load_config(config.as_deref())?;
+            let mut read = read_config(config.as_deref())?;
             if let Some(l) = listen {
-                cfg.server.listen = l;
+                read.config.server.listen = l;
             }
             if let Some(d) = data_dir {
-                cfg.server.data_dir = d;
+                read.config.server.data_dir = d;
             }
-            cfg.validate(&env).map_err(|e| e.to_string())?;
+            let cfg = read.validate(&env).map_err(|e| e.to_string())?;
             let rt = runtime()?;
             let served = rt.block_on(serve(cfg));
             // Dropping a runtime waits for its blocking tasks without bound (a store call stuck
@@ -586,9 +596,10 @@ fn run(cli: Cli) -> Result<(), String> {
                 },
         } => prices_check(&last, config.as_deref(), data_dir),
         Command::CheckConfig { config } => {
-            let cfg = load_config(config.as_deref())?;
-            cfg.validate(&env).map_err(|e| e.to_string())?;
-            out(&cfg.to_toml());
+            let cfg = read_config(config.as_deref())?
+                .validate(&env)
+                .map_err(|e| e.to_string())?;
+            out(&cfg.effective().to_toml());
             Ok(())
         }
         Command::Bench(args) => runtime()?.block_on(bench::run(*args)),
