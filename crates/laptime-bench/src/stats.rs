@@ -359,7 +359,10 @@ mod tests {
         let tp = &short.targets[0].throughput;
         assert_eq!(tp.window_s, Some(0.04));
         let warning = tp.warning.as_deref().unwrap();
-        assert!(warning.contains("0.040 s") && warning.contains("too short"), "{warning}");
+        assert!(
+            warning.contains("0.040 s") && warning.contains("too short"),
+            "{warning}"
+        );
         let long = summarise(&[rec("A", 0.5, &[]), rec("A", 1500.0, &[])], &labels);
         assert_eq!(long.targets[0].throughput.warning, None);
         let none = summarise(&[], &labels);

@@ -294,7 +294,8 @@ enum TokenCommand {
 }
 
 /// The columns of `laptime requests`.
-const REQUESTS_LEGEND: &str = "Columns (milliseconds from the request's arrival unless named; `-` = did not happen):
+const REQUESTS_LEGEND: &str =
+    "Columns (milliseconds from the request's arrival unless named; `-` = did not happen):
   request_id      the id every response carries in x-laptime-request-id
   dialect         the API the client called: chat, responses, messages, gemini
   model           the model the client asked for
@@ -310,7 +311,8 @@ const REQUESTS_LEGEND: &str = "Columns (milliseconds from the request's arrival 
   classification  the first slow stage (thresholds in [thresholds], docs/config.md), ok, or failed";
 
 /// The columns of `laptime usage`.
-const USAGE_LEGEND: &str = "Per group: requests, errors (outcomes that are not a success) and their rate, cache hits,
+const USAGE_LEGEND: &str =
+    "Per group: requests, errors (outcomes that are not a success) and their rate, cache hits,
 failed attempts before an answer (failovers), tokens. Then one row per figure:
   metric   upstream_headers_ms (from the attempt's dispatch), first_sse_event_ms, first_response_ms
            (first effective output), first_text_delta_ms, upstream_done_ms, total_handler_ms

@@ -764,7 +764,10 @@ fn partial_inline_tables_are_taken_everywhere_and_unknown_keys_refused_everywher
         assert!(out.contains(want), "{want:?} missing in\n{out}");
     }
     for (route, want) in [
-        ("cache = { ttl = 60 }", "bad.toml:3: routes[0].cache.ttl: unknown field `ttl`"),
+        (
+            "cache = { ttl = 60 }",
+            "bad.toml:3: routes[0].cache.ttl: unknown field `ttl`",
+        ),
         (
             "timeouts = { idle = 5000 }",
             "bad.toml:3: routes[0].timeouts.idle: unknown field `idle`",
@@ -808,8 +811,16 @@ fn requests_and_usage_explain_their_columns_in_help() {
     let (ok, out, _) = run(&["requests", "--help"]);
     assert!(ok);
     for column in [
-        "request_id", "dialect", "outcome", "status", "hdrs_ms", "first_ms", "text_ms", "total_ms",
-        "tok/s", "classification",
+        "request_id",
+        "dialect",
+        "outcome",
+        "status",
+        "hdrs_ms",
+        "first_ms",
+        "text_ms",
+        "total_ms",
+        "tok/s",
+        "classification",
     ] {
         assert!(
             out.lines().any(|l| l.trim_start().starts_with(column)),

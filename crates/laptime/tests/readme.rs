@@ -37,7 +37,11 @@ fn the_readme_example_of_sim_trace_b_has_the_sims_own_figures() {
     assert!((10_200.0..10_220.0).contains(&upstream), "{upstream}");
     let row_at = README.find("{\"request_id\":\"req_…\"").unwrap();
     let row = &README[row_at..];
-    assert_eq!(figure(row, "\"ttft_ms\":"), ttft, "the row and the line agree");
+    assert_eq!(
+        figure(row, "\"ttft_ms\":"),
+        ttft,
+        "the row and the line agree"
+    );
     assert_eq!(figure(row, "\"upstream_ms\":"), upstream);
     let headers = figure(row, "\"upstream_headers_ms\":");
     assert!((script.headers_ms as f64..script.headers_ms as f64 + 20.0).contains(&headers));

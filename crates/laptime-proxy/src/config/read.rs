@@ -108,7 +108,8 @@ impl ReadConfig {
             Ok(t) => t,
             Err(e) => {
                 read.failed.push(String::new());
-                read.problems.push(format!("{origin}: {}", e.to_string().trim_end()));
+                read.problems
+                    .push(format!("{origin}: {}", e.to_string().trim_end()));
                 return read;
             }
         };
@@ -221,7 +222,12 @@ impl ReadConfig {
         let line = ImDocument::parse(self.text.as_str())
             .ok()
             .and_then(|doc| in_item(doc.as_item(), steps))
-            .map(|span| self.text[..span.start.min(self.text.len())].matches('\n').count() + 1);
+            .map(|span| {
+                self.text[..span.start.min(self.text.len())]
+                    .matches('\n')
+                    .count()
+                    + 1
+            });
         match line {
             Some(line) => format!("{}:{line}: {message}", self.origin),
             None => format!("{}: {message}", self.origin),
@@ -243,7 +249,12 @@ struct Sink<'a> {
 
 impl Sink<'_> {
     /// Reads one table into `into`; on error `into` keeps its default.
-    fn section<T: DeserializeOwned>(&mut self, value: Option<toml::Value>, key: &str, into: &mut T) {
+    fn section<T: DeserializeOwned>(
+        &mut self,
+        value: Option<toml::Value>,
+        key: &str,
+        into: &mut T,
+    ) {
         let Some(value) = value else { return };
         let at = [Step::Key(key.to_string())];
         if let Some(v) = self.read(value, &at) {
@@ -263,7 +274,10 @@ impl Sink<'_> {
             Some(toml::Value::Array(entries)) => entries,
             Some(other) => {
                 let at = vec![Step::Key(key.to_string())];
-                let message = format!("expected an array of tables ([[{key}]]), found {}", other.type_str());
+                let message = format!(
+                    "expected an array of tables ([[{key}]]), found {}",
+                    other.type_str()
+                );
                 self.failed.push(path_text(&at));
                 self.problems.push((at, message));
                 return Vec::new();
@@ -400,7 +414,10 @@ mod reading {
     #[test]
     fn an_unknown_key_is_named_by_its_path_and_line_in_every_table() {
         for (text, want) in [
-            ("[server]\nlisen = 1\n", "c.toml:2: server.lisen: unknown field `lisen`"),
+            (
+                "[server]\nlisen = 1\n",
+                "c.toml:2: server.lisen: unknown field `lisen`",
+            ),
             (
                 "[[routes]]\nmodel = \"*\"\ncache = { ttl = 60 }\n",
                 "c.toml:3: routes[0].cache.ttl: unknown field `ttl`",

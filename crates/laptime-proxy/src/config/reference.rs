@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use super::{CacheConfig, ChannelConfig, Config, HedgeConfig, HedgeAfter, PriceConfig, RouteConfig};
+use super::{
+    CacheConfig, ChannelConfig, Config, HedgeAfter, HedgeConfig, PriceConfig, RouteConfig,
+};
 
 const REFERENCE: &str = include_str!("../../../../docs/config.md");
 
@@ -82,7 +84,9 @@ fn keys(prefix: &str, value: &toml::Value, out: &mut BTreeSet<String>) {
                 keys(&path, v, out);
             }
         }
-        toml::Value::Array(items) if items.iter().all(toml::Value::is_table) && !items.is_empty() => {
+        toml::Value::Array(items)
+            if items.iter().all(toml::Value::is_table) && !items.is_empty() =>
+        {
             for item in items {
                 keys(&format!("{prefix}[]"), item, out);
             }
@@ -111,9 +115,15 @@ fn every_config_key_is_in_the_reference_and_every_listed_key_exists() {
     assert!(all.len() > 90, "the walk found the keys: {all:?}");
     let listed = listed();
     let missing: Vec<_> = all.difference(&listed).collect();
-    assert!(missing.is_empty(), "keys missing from docs/config.md: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "keys missing from docs/config.md: {missing:?}"
+    );
     let unknown: Vec<_> = listed.difference(&all).collect();
-    assert!(unknown.is_empty(), "docs/config.md lists keys that do not exist: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "docs/config.md lists keys that do not exist: {unknown:?}"
+    );
 }
 
 #[test]
