@@ -222,12 +222,8 @@ impl ReadConfig {
         let line = ImDocument::parse(self.text.as_str())
             .ok()
             .and_then(|doc| in_item(doc.as_item(), steps))
-            .map(|span| {
-                self.text[..span.start.min(self.text.len())]
-                    .matches('\n')
-                    .count()
-                    + 1
-            });
+            .and_then(|span| self.text.get(..span.start))
+            .map(|before| before.matches('\n').count() + 1);
         match line {
             Some(line) => format!("{}:{line}: {message}", self.origin),
             None => format!("{}: {message}", self.origin),
