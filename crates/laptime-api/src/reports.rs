@@ -6,8 +6,8 @@ use laptime_core::rollup::{Metric, MetricStats, Rollup, RELATIVE_ERROR};
 use laptime_core::timeline::RequestRecord;
 use laptime_core::timeline::RequestShape;
 use laptime_core::views::{
-    latency_ms, rfc3339, ttft_ms, upstream_ms, AttemptView, InBandSent, JudgementView, Reading,
-    TimingView,
+    latency_ms, rfc3339, stored_precision, ttft_ms, upstream_ms, AttemptView, InBandSent,
+    JudgementView, Reading, TimingView,
 };
 use laptime_store::usage::{GroupDim, UsageFilter, UsageResult};
 use serde::{Deserialize, Serialize};
@@ -37,9 +37,8 @@ pub struct MetricStatsOut {
 
 impl From<MetricStats> for MetricStatsOut {
     fn from(s: MetricStats) -> Self {
-        // Read back at the precision marks are stored (a microsecond, in ms): a sketch's
-        // bucket value or a mean carries no more, and `10201.169837304391` claims more.
-        let stored = |v: Option<f64>| v.map(|x| (x * 1000.0).round() / 1000.0);
+        // A sketch's bucket value or a mean carries no more than the marks it came from.
+        let stored = |v: Option<f64>| v.map(stored_precision);
         MetricStatsOut {
             p50: stored(s.p50),
             p95: stored(s.p95),

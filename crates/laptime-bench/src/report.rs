@@ -165,6 +165,9 @@ pub(crate) fn text(contract: &Contract, summary: &Summary) -> String {
                 String::new()
             }
         );
+        if let Some(w) = &tp.warning {
+            let _ = writeln!(s, "  warning: {w}");
+        }
         if t.succeeded == 0 {
             let _ = writeln!(s, "  no successful request: no latency figures");
             continue;
@@ -380,6 +383,9 @@ fn markdown(c: &Contract, run: &RunInfo, summary: &Summary) -> String {
                 String::new()
             }
         );
+        if let Some(w) = &tp.warning {
+            let _ = writeln!(s, "**Warning:** {w}.\n");
+        }
         let _ = writeln!(
             s,
             "| metric (successful requests) | p50 | p95 | p99 | min | max | mean | n | absent |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"

@@ -97,6 +97,26 @@ pub(crate) struct Throughput {
     pub output_tokens_total: u64,
     /// Successful requests whose output tokens were counted by the tokenizer (no usage).
     pub output_tokens_estimated: usize,
+    /// Why the figures above say little: a window too short (or none) for a rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+/// The shortest window a throughput figure is given without a warning: over less, the time
+/// between requests' starts and the last request's tail weigh as much as the rate itself
+/// (instant sim answers give "177,777 tokens/s" over a few milliseconds).
+pub(crate) const MIN_THROUGHPUT_WINDOW_S: f64 = 1.0;
+
+/// The warning a throughput over `window_s` gets, if any.
+fn throughput_warning(window_s: Option<f64>) -> Option<String> {
+    match window_s {
+        None => Some("no measured window: no throughput figure".into()),
+        Some(w) if w < MIN_THROUGHPUT_WINDOW_S => Some(format!(
+            "the measured window is {w:.3} s, under {MIN_THROUGHPUT_WINDOW_S} s: too short for a \
+             throughput figure (send more requests, or slower ones, for one)"
+        )),
+        Some(_) => None,
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -249,6 +269,7 @@ fn target_summary(label: &str, url: &str, rs: &[&RequestRecord]) -> TargetSummar
                 .iter()
                 .filter(|r| r.output_tokens_source.as_deref() == Some("tokenizer"))
                 .count(),
+            warning: throughput_warning(window_s),
         },
         metrics,
     }
@@ -329,6 +350,23 @@ mod tests {
             output_gaps_ms: gaps.to_vec(),
             ..RequestRecord::default()
         }
+    }
+
+    #[test]
+    fn a_window_under_a_second_gets_a_warning_beside_its_throughput() {
+        let labels = vec![("A".to_string(), "http://a".to_string())];
+        let short = summarise(&[rec("A", 0.5, &[]), rec("A", 40.0, &[])], &labels);
+        let tp = &short.targets[0].throughput;
+        assert_eq!(tp.window_s, Some(0.04));
+        let warning = tp.warning.as_deref().unwrap();
+        assert!(
+            warning.contains("0.040 s") && warning.contains("too short"),
+            "{warning}"
+        );
+        let long = summarise(&[rec("A", 0.5, &[]), rec("A", 1500.0, &[])], &labels);
+        assert_eq!(long.targets[0].throughput.warning, None);
+        let none = summarise(&[], &labels);
+        assert!(none.targets[0].throughput.warning.is_some());
     }
 
     #[test]

@@ -22,6 +22,13 @@ fn opt_ms(d: Option<Duration>) -> Option<f64> {
     d.map(ms)
 }
 
+/// A figure derived from stored marks (a percentile, a mean, a rate), read back at the
+/// precision the marks are stored at: three decimals, a microsecond for milliseconds. More
+/// digits (`10201.169837304391`) would claim a precision nothing measured.
+pub fn stored_precision(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
 /// `other.timing`: phase durations, and milestones as offsets from t0 (upstream headers from t1).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimingView {
@@ -58,7 +65,7 @@ impl TimingView {
             upstream_done_ms: opt_ms(marks.upstream_done),
             last_effective_ms: opt_ms(marks.last_effective),
             total_handler_ms: opt_ms(marks.handler_done),
-            visible_output_tps: visible_output_tps(marks, tokens.output),
+            visible_output_tps: visible_output_tps(marks, tokens.output).map(stored_precision),
         }
     }
 }
@@ -542,6 +549,25 @@ mod tests {
         };
         let line = InBand::new(&marks, &Tokens::default(), Hedge::None).comment();
         assert_eq!(line, ": x-laptime-timing upstream_ms=1000 hedge=none\n\n");
+    }
+
+    #[test]
+    fn a_requests_output_rate_is_read_back_to_three_decimals() {
+        // 83 tokens over 1.501234 s: 55.2876… tok/s.
+        let marks = Marks {
+            first_visible: Some(Duration::from_micros(8_700_000)),
+            upstream_done: Some(Duration::from_micros(10_201_234)),
+            ..Marks::default()
+        };
+        let tokens = Tokens {
+            output: Some(83),
+            ..Tokens::default()
+        };
+        let view = TimingView::new(&marks, &tokens);
+        assert_eq!(view.visible_output_tps, Some(55.288));
+        assert_eq!(view.upstream_done_ms, Some(10_201.234));
+        assert_eq!(stored_precision(10201.169837304391), 10201.17);
+        assert_eq!(stored_precision(0.000_4), 0.0);
     }
 
     #[test]

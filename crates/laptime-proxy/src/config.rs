@@ -12,6 +12,11 @@ use laptime_core::translate::request::ReasoningTable;
 use laptime_core::Dialect;
 use serde::{Deserialize, Serialize};
 
+mod read;
+#[cfg(test)]
+mod reference;
+pub use read::ReadConfig;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -570,25 +575,30 @@ fn default_hedge_budget() -> f64 {
     0.1
 }
 
+/// A route's response cache: `cache = {}` turns it on with these defaults; each key given
+/// overrides its own.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
+    /// How long an answer is served from the cache, seconds.
     pub ttl_s: u64,
+    /// Answers held at most; the least recently used go first.
     pub max_entries: usize,
     /// Bytes of answers the route's cache holds at most; the least recently used go first.
-    #[serde(default = "default_cache_max_bytes")]
     pub max_bytes: usize,
     /// Largest answer stored, bytes; bigger answers are relayed but not cached.
-    #[serde(default = "default_cache_max_entry_bytes")]
     pub max_entry_bytes: usize,
 }
 
-fn default_cache_max_bytes() -> usize {
-    64 * 1024 * 1024
-}
-
-fn default_cache_max_entry_bytes() -> usize {
-    1024 * 1024
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            ttl_s: 300,
+            max_entries: 10_000,
+            max_bytes: 64 * 1024 * 1024,
+            max_entry_bytes: 1024 * 1024,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -740,7 +750,7 @@ pub const SIM_MODELS: [&str; 17] = [
 impl Config {
     /// Parses TOML text; `origin` names the source in error messages.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
-        toml::from_str::<Config>(text).map_err(|e| ConfigErrors(vec![format!("{origin}: {e}")]))
+        ReadConfig::parse(text, origin).parsed()
     }
 
     /// The embedded default: an in-process sim channel, plus real channels for the provider keys
@@ -975,6 +985,16 @@ impl Config {
         if self.shared.key_prefix.is_empty() {
             errs.push("shared.key_prefix: must not be empty".into());
         }
+    }
+
+    /// The config with its implicit parts written out, as `check-config` prints it: without
+    /// `[[routes]]` every model gets the default route, printed as the `model = "*"` one.
+    pub fn effective(&self) -> Config {
+        let mut cfg = self.clone();
+        if cfg.routes.is_empty() {
+            cfg.routes.push(DEFAULT_ROUTE.clone());
+        }
+        cfg
     }
 
     /// The effective configuration as TOML. Provider keys are only env-var names (values of

@@ -19,7 +19,9 @@ const EVENTS: usize = 20;
 
 /// One chunked answer of `EVENTS` SSE events, written at once, then the terminator.
 fn answer() -> Vec<u8> {
-    let mut out = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    let mut out =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
     for i in 0..EVENTS {
         let event = format!("data: {{\"n\":{i}}}\n\n");
         out.extend_from_slice(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes());
@@ -32,7 +34,10 @@ fn answer() -> Vec<u8> {
 /// one write; counts the connections it accepted.
 async fn upstream() -> (String, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1/chat/completions", listener.local_addr().unwrap());
+    let url = format!(
+        "http://{}/v1/chat/completions",
+        listener.local_addr().unwrap()
+    );
     let accepted = Arc::new(AtomicUsize::new(0));
     let count = accepted.clone();
     tokio::spawn(async move {

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use laptime_api::reports::{RollupOut, UsageReport, WindowInput};
 use laptime_core::views::RequestLogView;
 use laptime_proxy::clock::now_unix_us;
-use laptime_proxy::config::{Config, Provider, DEFAULT_GROUP};
+use laptime_proxy::config::{Config, Provider, ReadConfig, DEFAULT_GROUP};
 use laptime_proxy::server::{bind, Gateway};
 use laptime_store::auth::{self, Scope};
 use laptime_store::{usage, Store};
@@ -52,7 +52,9 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
-    /// Print recent requests of a workspace as a table.
+    /// Print recent requests of a workspace as a table (from an existing store only: a
+    /// directory without one is named and left as it is).
+    #[command(after_help = REQUESTS_LEGEND)]
     Requests {
         #[arg(long, default_value_t = 20)]
         limit: u32,
@@ -63,7 +65,9 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Print the usage rollup of a window as a table (p50/p95/p99 per milestone).
+    /// Print the usage rollup of a window as a table (p50/p95/p99 per milestone; from an
+    /// existing store only).
+    #[command(after_help = USAGE_LEGEND)]
     Usage {
         /// The window, e.g. 15m, 1h, 7d.
         #[arg(long, default_value = "1h")]
@@ -82,9 +86,12 @@ enum Command {
     GraphqlSchema,
     /// Print each channel of a running gateway: in flight, circuit state, error rate, p95s.
     Channels {
-        /// The gateway's base URL.
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        url: String,
+        /// The gateway's base URL; default: the listen address `serve` would use with the same
+        /// --config and environment (`LAPTIME_LISTEN`), http://127.0.0.1:8080 without either.
+        #[arg(long)]
+        url: Option<String>,
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// A read or admin token (or env LAPTIME_TOKEN).
         #[arg(long, env = "LAPTIME_TOKEN", hide_env_values = true)]
         token: String,
@@ -286,20 +293,59 @@ enum TokenCommand {
     },
 }
 
+/// The columns of `laptime requests`.
+const REQUESTS_LEGEND: &str =
+    "Columns (milliseconds from the request's arrival unless named; `-` = did not happen):
+  request_id      the id every response carries in x-laptime-request-id
+  dialect         the API the client called: chat, responses, messages, gemini
+  model           the model the client asked for
+  outcome         completed, incomplete, upstream_error, upstream_closed_early, client_cancelled,
+                  timeout, rate_limited, rejected, cache_hit, gateway_shutdown, gateway_crashed
+  status          the HTTP status the client got
+  hdrs_ms         upstream headers, from the winning attempt's dispatch (upstream_headers_ms)
+  first_ms        first effective output: text, reasoning or tool arguments (first_response_ms)
+  text_ms         first visible text (first_text_delta_ms)
+  total_ms        the gateway done relaying (total_handler_ms)
+  tok/s           output tokens per second from first visible text to upstream done
+                  (visible_output_tps)
+  classification  the first slow stage (thresholds in [thresholds], docs/config.md), ok, or failed";
+
+/// The columns of `laptime usage`.
+const USAGE_LEGEND: &str =
+    "Per group: requests, errors (outcomes that are not a success) and their rate, cache hits,
+failed attempts before an answer (failovers), tokens. Then one row per figure:
+  metric   upstream_headers_ms (from the attempt's dispatch), first_sse_event_ms, first_response_ms
+           (first effective output), first_text_delta_ms, upstream_done_ms, total_handler_ms
+           (from the request's arrival), ttft_ms (first body byte) and upstream_ms (upstream done),
+           both from the winning attempt's dispatch; visible_output_tps (tokens/s)
+  p50 p95 p99  nearest-rank percentiles over per-minute rollups (within 1 % of exact)
+  n        requests that had the figure
+  nulls    requests without it (left out of the percentiles, never counted as 0)";
+
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-fn load_config(path: Option<&Path>) -> Result<Config, String> {
-    let mut cfg = match path {
+/// The config a command runs on, with its problems still to report: the file's (one without
+/// `[[channels]]` keeps the embedded default's channels), else the embedded default; the
+/// environment's overrides applied.
+fn read_config(path: Option<&Path>) -> Result<ReadConfig, String> {
+    let mut read = match path {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            Config::from_toml(&text, &p.display().to_string()).map_err(|e| e.to_string())?
+            let mut read = ReadConfig::parse(&text, &p.display().to_string());
+            read.keep_default_channels(&env);
+            read
         }
-        None => Config::embedded_default(&env),
+        None => ReadConfig::whole(Config::embedded_default(&env)),
     };
-    cfg.apply_env(&env);
-    Ok(cfg)
+    read.config.apply_env(&env);
+    Ok(read)
+}
+
+/// The config of a command that does not serve: the text must read, its values are not judged.
+fn load_config(path: Option<&Path>) -> Result<Config, String> {
+    read_config(path)?.parsed().map_err(|e| e.to_string())
 }
 
 /// The configured store: PostgreSQL when `[store] url` (or `LAPTIME_STORE_URL`) names one,
@@ -404,14 +450,14 @@ fn run(cli: Cli) -> Result<(), String> {
             listen,
             data_dir,
         } => {
-            let mut cfg = load_config(config.as_deref())?;
+            let mut read = read_config(config.as_deref())?;
             if let Some(l) = listen {
-                cfg.server.listen = l;
+                read.config.server.listen = l;
             }
             if let Some(d) = data_dir {
-                cfg.server.data_dir = d;
+                read.config.server.data_dir = d;
             }
-            cfg.validate(&env).map_err(|e| e.to_string())?;
+            let cfg = read.validate(&env).map_err(|e| e.to_string())?;
             let rt = runtime()?;
             let served = rt.block_on(serve(cfg));
             // Dropping a runtime waits for its blocking tasks without bound (a store call stuck
@@ -567,9 +613,16 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Channels {
             url,
+            config,
             token,
             workspace,
-        } => runtime()?.block_on(channels(url, token, workspace)),
+        } => {
+            let url = match url {
+                Some(url) => url,
+                None => gateway_url(&load_config(config.as_deref())?.server.listen),
+            };
+            runtime()?.block_on(channels(url, token, workspace))
+        }
         Command::Migrate { config, data_dir } => runtime()?.block_on(async {
             let store = open_store(config.as_deref(), data_dir).await?;
             let version = store.schema_version().await.map_err(|e| e.to_string())?;
@@ -590,9 +643,10 @@ fn run(cli: Cli) -> Result<(), String> {
                 },
         } => prices_check(&last, config.as_deref(), data_dir),
         Command::CheckConfig { config } => {
-            let cfg = load_config(config.as_deref())?;
-            cfg.validate(&env).map_err(|e| e.to_string())?;
-            out(&cfg.to_toml());
+            let cfg = read_config(config.as_deref())?
+                .validate(&env)
+                .map_err(|e| e.to_string())?;
+            out(&cfg.effective().to_toml());
             Ok(())
         }
         Command::Bench(args) => runtime()?.block_on(bench::run(*args)),
@@ -949,6 +1003,22 @@ fn usage_table(u: &UsageReport) -> String {
         section(&key.join(","), &g.rollup);
     }
     s
+}
+
+/// The URL a local client reaches a gateway listening on `listen` at (an unspecified address
+/// such as 0.0.0.0 is reached on loopback).
+fn gateway_url(listen: &str) -> String {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(addr) if addr.ip().is_unspecified() => {
+            let ip: std::net::IpAddr = if addr.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            };
+            format!("http://{}", std::net::SocketAddr::new(ip, addr.port()))
+        }
+        _ => format!("http://{listen}"),
+    }
 }
 
 /// Asks a running gateway for its channels (live state) and their last-15-minute usage.

@@ -662,3 +662,177 @@ fn check_config_prints_a_proxy_without_its_password_and_names_each_egress_proble
     let printed = format!("{out:?}{err}");
     assert!(!printed.contains("canary-pw"), "{printed}");
 }
+
+/// A port free on 127.0.0.1 a moment ago, for a config file that must name its listen address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn check_config_prints_the_default_route_and_keeps_the_sim_for_a_server_only_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("server-only.toml");
+    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:18080\"\n").unwrap();
+    let (ok, out, err) = run(&["check-config", "--config", config.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("routes = []"), "{out}");
+    for want in [
+        "listen = \"127.0.0.1:18080\"",
+        "[[channels]]\nname = \"sim\"\nprovider = \"sim\"",
+        "\"sim-trace-b\"",
+        "[[routes]]\nmodel = \"*\"",
+        "[routes.failover]\nmax_attempts = 3",
+        "[routes.timeouts]\nheaders_ms = 15000",
+        "idle_ms = 30000",
+        "[routes.translation]\ndefault_max_tokens = 4096",
+        "[thresholds]\nupstream_headers_ms = 2000.0",
+        "[store]\nretention_days = 30\nretention_interval_s = 3600",
+        "recorder_queue = 10000",
+        "connect_timeout_ms = 10000",
+        "observe = true",
+    ] {
+        assert!(out.contains(want), "{want:?} missing in\n{out}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_with_only_server_keys_serves_the_embedded_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("server-only.toml");
+    let data = dir.path().join("data");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n",
+            free_port(),
+            data.display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_string();
+    let mut gw = Proc::spawn(&["serve", "--config", &config], &[]);
+    gw.wait_line("First start: admin token");
+    let token = gw.wait_line("");
+    let base = gw.wait_line("laptime listening on");
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .bearer_auth(&token)
+        .json(&chat_body("sim-fast", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the sim channel serves sim-fast");
+    // `laptime channels` finds the gateway from the same --config, without --url.
+    let (c, t) = (config.clone(), token.clone());
+    let (ok, out, err) =
+        tokio::task::spawn_blocking(move || run(&["channels", "--config", &c, "--token", &t]))
+            .await
+            .unwrap();
+    assert!(ok, "{err}");
+    assert!(out.lines().any(|l| l.starts_with("sim ")), "{out}");
+    gw.term();
+    let (code, _, stderr) = tokio::task::spawn_blocking(move || gw.wait())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn partial_inline_tables_are_taken_everywhere_and_unknown_keys_refused_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, route: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("[[routes]]\nmodel = \"*\"\n{route}\n")).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let partial = write(
+        "partial.toml",
+        "cache = { ttl_s = 60 }\ntimeouts = { idle_ms = 5000 }\nhedge = { after_ms = 800 }\nfailover = { max_attempts = 2 }",
+    );
+    let (ok, out, err) = run(&["check-config", "--config", &partial]);
+    assert!(ok, "{err}");
+    for want in [
+        "[routes.cache]\nttl_s = 60\nmax_entries = 10000",
+        "idle_ms = 5000",
+        "headers_ms = 15000",
+        "max_attempts = 2",
+    ] {
+        assert!(out.contains(want), "{want:?} missing in\n{out}");
+    }
+    for (route, want) in [
+        (
+            "cache = { ttl = 60 }",
+            "bad.toml:3: routes[0].cache.ttl: unknown field `ttl`",
+        ),
+        (
+            "timeouts = { idle = 5000 }",
+            "bad.toml:3: routes[0].timeouts.idle: unknown field `idle`",
+        ),
+        (
+            "failover = { tries = 2 }",
+            "bad.toml:3: routes[0].failover.tries: unknown field `tries`",
+        ),
+    ] {
+        let bad = write("bad.toml", route);
+        let (ok, _, err) = run(&["check-config", "--config", &bad]);
+        assert!(!ok);
+        assert!(err.contains(want), "{want:?} missing in {err}");
+    }
+}
+
+#[test]
+fn type_errors_in_several_sections_are_reported_at_once_with_the_semantic_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "[server]\nmax_body_bytes = \"32 MiB\"\n\n[thresholds]\nmin_tps = \"fast\"\n\n[[channels]]\nname = \"x\"\nprovider = \"openai\"\nmodels = [\"m\"]\n\n[[routes]]\nmodel = \"*\"\ncache = { ttl_s = \"1m\" }\n",
+    )
+    .unwrap();
+    let (ok, _, err) = run(&["check-config", "--config", config.to_str().unwrap()]);
+    assert!(!ok);
+    let c = config.display();
+    for want in [
+        format!("{c}:2: server.max_body_bytes: invalid type: string \"32 MiB\""),
+        format!("{c}:5: thresholds.min_tps: invalid type: string \"fast\""),
+        format!("{c}:14: routes[0].cache.ttl_s: invalid type: string \"1m\""),
+        format!("{c}:7: channels[0].base_url: required for provider openai"),
+    ] {
+        assert!(err.contains(&want), "{want:?} missing in {err}");
+    }
+}
+
+#[test]
+fn requests_and_usage_explain_their_columns_in_help() {
+    let (ok, out, _) = run(&["requests", "--help"]);
+    assert!(ok);
+    for column in [
+        "request_id",
+        "dialect",
+        "outcome",
+        "status",
+        "hdrs_ms",
+        "first_ms",
+        "text_ms",
+        "total_ms",
+        "tok/s",
+        "classification",
+    ] {
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with(column)),
+            "{column} has no legend line in\n{out}"
+        );
+    }
+    let (ok, out, _) = run(&["usage", "--help"]);
+    assert!(ok);
+    for column in ["metric", "p50 p95 p99", "n ", "nulls"] {
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with(column)),
+            "{column} has no legend line in\n{out}"
+        );
+    }
+}
