@@ -266,6 +266,7 @@ impl Query {
             )));
         }
         Ok(app(ctx)?
+            .live()
             .router
             .channels()
             .iter()
@@ -530,7 +531,8 @@ pub struct Me {
 
 /// A group some configured channel is in; anything else would route nowhere.
 fn configured_group(ctx: &Context<'_>, group: &str) -> Result<()> {
-    let known = app(ctx)?.config.groups();
+    let live = app(ctx)?.live();
+    let known = live.config.groups();
     if known.contains(&group) {
         return Ok(());
     }

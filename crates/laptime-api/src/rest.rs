@@ -1,7 +1,8 @@
 //! The REST read-back API: `GET /api/requests` and `GET /api/requests/{id}`, scoped to the
 //! token's workspace, in the snake_case request-log shape, with the usage API's filters;
 //! `GET /api/requests/inflight`, the requests not in the store yet;
-//! `GET /api/usage`, the usage rollup as JSON. The router's auth layer has already found the
+//! `GET /api/usage`, the usage rollup as JSON; `POST /api/admin/reload`, the config file read
+//! again (what SIGHUP does; `laptime reload` calls it). The router's auth layer has already found the
 //! principal (it is in the request's extensions); each handler checks the scope it needs.
 
 use axum::extract::{Path, Query, State};
@@ -248,6 +249,23 @@ pub async fn inflight(
         .map(|e| InflightRequest::new(e, now))
         .collect();
     Ok(Json(json!({ "requests": rows })).into_response())
+}
+
+/// `POST /api/admin/reload` (admin): reads the gateway's config file again and puts it in force
+/// for new requests ([`laptime_proxy::App::reload`]). 200 with what changed and what needs a
+/// restart; 422 when the file was refused (the running config stays), with every problem.
+pub async fn reload(
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Response, ApiError> {
+    require(&p, Scope::Admin)?;
+    let reloaded = s.app.reload().await;
+    let status = match reloaded.result {
+        laptime_proxy::live::ReloadResult::Refused => StatusCode::UNPROCESSABLE_ENTITY,
+        laptime_proxy::live::ReloadResult::Applied
+        | laptime_proxy::live::ReloadResult::Unchanged => StatusCode::OK,
+    };
+    Ok((status, Json(reloaded)).into_response())
 }
 
 /// `GET /api/requests/{id}`.

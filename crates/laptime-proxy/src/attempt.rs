@@ -73,6 +73,8 @@ impl AttemptError {
 /// What every attempt of one request shares.
 pub struct AttemptCtx<'a> {
     pub app: &'a App,
+    /// The configuration the request started with.
+    pub live: &'a crate::live::Live,
     /// The client's dialect.
     pub dialect: Dialect,
     /// What a translated answer tells the client that the upstream's does not decide (set
@@ -327,7 +329,7 @@ pub async fn dispatch(
         // client speaks.
         let mut obs = StreamObserver::new(route.upstream, Some(origin));
         let gemini_untouched = route.upstream == Dialect::Gemini && ctx.dialect == Dialect::Gemini;
-        if gemini_untouched && !ctx.app.config.server.timing_comment(ctx.dialect) {
+        if gemini_untouched && !ctx.live.config.server.timing_comment(ctx.dialect) {
             obs = obs.without_comment();
         }
         obs.set_headers(headers_at);
@@ -348,7 +350,7 @@ pub async fn dispatch(
         };
         let mut body = ObservedBody::held(incoming, ctx.t0, ctx.dialect, obs)
             .with_deadlines(deadlines)
-            .with_held_cap(ctx.app.config.server.max_held_bytes)
+            .with_held_cap(ctx.live.config.server.max_held_bytes)
             .with_drain_signal(ctx.app.drain_over.subscribe());
         if let Some(opts) = ctx.client_answer.filter(|_| route.upstream != ctx.dialect) {
             let opts = opts.for_model(&route.upstream_model);
@@ -478,7 +480,7 @@ impl Answer {
             return None;
         };
         let deadline = ctx.t0 + Duration::from_millis(ctx.timeouts.total_ms);
-        let max = ctx.app.config.server.max_answer_bytes;
+        let max = ctx.live.config.server.max_answer_bytes;
         let read = WholeRead::read(incoming, ctx.t0, deadline, max).await;
         let class = read
             .bytes
