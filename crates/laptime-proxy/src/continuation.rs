@@ -22,8 +22,8 @@ use tokio::time::Instant;
 
 use crate::attempt::{self, AnswerBody, AttemptCtx, ErrorStatus};
 use crate::budget::Held;
-use crate::live::Live;
 use crate::config::{RouteConfig, TimeoutsConfig, TranslationConfig};
+use crate::live::Live;
 use crate::observe::{ObservedBody, Until};
 use crate::routing::{InflightGuard, Route};
 use crate::App;

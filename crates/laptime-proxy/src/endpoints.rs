@@ -105,7 +105,15 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
         Err(e) => return pipeline::unread(respond::reject(finisher, e), parts.version),
     };
     finisher.pending.publish();
-    let admitted = admit(&app, &live, &mut finisher.pending, &call, &parts.headers, body).await;
+    let admitted = admit(
+        &app,
+        &live,
+        &mut finisher.pending,
+        &call,
+        &parts.headers,
+        body,
+    )
+    .await;
     let admitted = match admitted {
         Ok(a) => a,
         Err(e) => return pipeline::unread(respond::reject(finisher, e), parts.version),
@@ -118,16 +126,31 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
         previous_response_id: None,
     };
     let body_len = finisher.pending.body_bytes.unwrap_or(0);
-    if let Err(refused) =
-        pipeline::limit(&app, &live, &mut finisher.pending, &principal, &head, body_len).await
+    if let Err(refused) = pipeline::limit(
+        &app,
+        &live,
+        &mut finisher.pending,
+        &principal,
+        &head,
+        body_len,
+    )
+    .await
     {
         return respond::over_limit(finisher, &refused);
     }
-    let (candidates, policy) =
-        match route(&app, &live, &mut finisher.pending, &principal, &call, &admitted.by).await {
-            Ok(r) => r,
-            Err(e) => return respond::reject(finisher, e),
-        };
+    let (candidates, policy) = match route(
+        &app,
+        &live,
+        &mut finisher.pending,
+        &principal,
+        &call,
+        &admitted.by,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => return respond::reject(finisher, e),
+    };
     finisher.pending.publish();
     let target = EndpointTarget {
         method: parts.method.clone(),
@@ -167,7 +190,15 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
     };
     drop(admitted.held);
     let total_at = finisher.pending.t0 + Duration::from_millis(policy.timeouts.total_ms);
-    respond(&app, &live, finisher, answer, (&call, &parts.headers), total_at).await
+    respond(
+        &app,
+        &live,
+        finisher,
+        answer,
+        (&call, &parts.headers),
+        total_at,
+    )
+    .await
 }
 
 /// What routes an endpoint call.

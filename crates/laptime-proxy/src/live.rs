@@ -173,6 +173,15 @@ impl Reloaded {
     }
 }
 
+/// Problems on one log line (a TOML error quotes the lines around it).
+fn one_line(problems: &[String]) -> String {
+    problems
+        .iter()
+        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The sections read once at start, which a reload keeps as running.
 const RESTART_ONLY: [&str; 4] = ["server", "store", "shared", "telemetry"];
 
@@ -208,19 +217,27 @@ pub fn needs_restart(running: &Config, new: &Config) -> Vec<String> {
 /// What `new` changes of the reloadable sections of `running`, for the log and the answer.
 pub fn changes(running: &Config, new: &Config) -> Vec<String> {
     let mut out = Vec::new();
-    let names = |c: &Config| c.channels.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+    let names = |c: &Config| {
+        c.channels
+            .iter()
+            .map(|c| c.name.clone())
+            .collect::<Vec<_>>()
+    };
     let (before, after) = (names(running), names(new));
-    let added: Vec<_> = after.iter().filter(|n| !before.contains(n)).cloned().collect();
-    let removed: Vec<_> = before.iter().filter(|n| !after.contains(n)).cloned().collect();
+    let added: Vec<_> = after
+        .iter()
+        .filter(|n| !before.contains(n))
+        .cloned()
+        .collect();
+    let removed: Vec<_> = before
+        .iter()
+        .filter(|n| !after.contains(n))
+        .cloned()
+        .collect();
     let modified: Vec<_> = new
         .channels
         .iter()
-        .filter(|c| {
-            running
-                .channels
-                .iter()
-                .any(|r| r.name == c.name && r != *c)
-        })
+        .filter(|c| running.channels.iter().any(|r| r.name == c.name && r != *c))
         .map(|c| c.name.clone())
         .collect();
     for (what, names) in [
@@ -286,7 +303,7 @@ impl App {
                 "config reload: nothing changed that a reload applies"
             ),
             ReloadResult::Refused => tracing::error!(
-                errors = %reloaded.errors.join("; "),
+                errors = %one_line(&reloaded.errors),
                 "config reload refused; the running config stays (see `laptime check-config`)"
             ),
         }
@@ -302,7 +319,9 @@ impl App {
     /// Reads the source and builds the next snapshot; swaps it in when it differs.
     fn build_next(&self) -> Reloaded {
         let Some(source) = self.reload_source.get() else {
-            return Reloaded::refused(vec!["this gateway has no configuration file to reload".into()]);
+            return Reloaded::refused(vec![
+                "this gateway has no configuration file to reload".into()
+            ]);
         };
         let mut new = match source.read() {
             Ok(c) => c,

@@ -42,13 +42,8 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     };
     // Read once: this request keeps the configuration it started with, reloads or not.
     let live = app.live();
-    let (mut finisher, trace) = ingress(
-        &app,
-        &live,
-        dialect,
-        &parts.headers,
-        authenticated.received,
-    );
+    let (mut finisher, trace) =
+        ingress(&app, &live, dialect, &parts.headers, authenticated.received);
     let principal = match authenticate(&mut finisher.pending, authenticated) {
         Ok(p) => p,
         Err(e) => return unread(respond::reject(finisher, e), parts.version),
@@ -65,7 +60,15 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Ok(admitted) => admitted,
         Err(e) => return unread(respond::reject(finisher, e), parts.version),
     };
-    let limited = limit(&app, &live, &mut finisher.pending, &principal, &head, body.len()).await;
+    let limited = limit(
+        &app,
+        &live,
+        &mut finisher.pending,
+        &principal,
+        &head,
+        body.len(),
+    )
+    .await;
     if let Err(refused) = limited {
         return respond::over_limit(finisher, &refused);
     }

@@ -119,7 +119,11 @@ impl Channel {
             inflight: Arc::new(AtomicU32::new(0)),
             priority: c.priority,
             weight: c.weight.max(1),
-            health: Arc::new(ChannelHealth::new(&c.name, c.circuit, c.models.pairs().len())),
+            health: Arc::new(ChannelHealth::new(
+                &c.name,
+                c.circuit,
+                c.models.pairs().len(),
+            )),
             recent_first_event: Arc::default(),
             egress: None,
         }

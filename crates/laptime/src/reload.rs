@@ -20,7 +20,16 @@ pub(crate) struct FileSource {
 
 impl ReloadSource for FileSource {
     fn read(&self) -> Result<Config, Vec<String>> {
-        let mut cfg = crate::load_config(self.path.as_deref()).map_err(|e| vec![e])?;
+        // As `load_config`, keeping each problem apart (the reload's answer lists them).
+        let mut cfg = match &self.path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| vec![format!("{}: {e}", p.display())])?;
+                Config::from_toml(&text, &p.display().to_string()).map_err(|e| e.0)?
+            }
+            None => Config::embedded_default(&crate::env),
+        };
+        cfg.apply_env(&crate::env);
         if let Some(l) = &self.listen {
             cfg.server.listen = l.clone();
         }
@@ -122,7 +131,11 @@ pub(crate) async fn request(url: &str, token: &str) -> Result<String, String> {
     let list = |key: &str| -> Vec<String> {
         v[key]
             .as_array()
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let mut lines = Vec::new();

@@ -49,13 +49,19 @@ async fn json_log_lines_parse_and_a_failover_names_the_failed_channel_and_its_cl
     assert_eq!(v["fields"]["request_id"], record["request_id"]);
 
     // A refused reload is one JSON line too, with its reasons.
-    gw.rewrite("", "[[routes]]\nmodel = \"sim-fast\"\nfailover = { max_attempts = \"two\" }\n");
+    gw.rewrite(
+        "",
+        "[[routes]]\nmodel = \"sim-fast\"\nfailover = { max_attempts = \"two\" }\n",
+    );
     let (status, _, _) = laptime(&["reload", "--url", &gw.base, "--token", TOKEN]);
     assert_eq!(status.code(), Some(1));
     let line = gw.wait_log("config reload refused");
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["level"], "ERROR");
-    assert!(v["fields"]["errors"].as_str().unwrap().contains("max_attempts"));
+    assert!(v["fields"]["errors"]
+        .as_str()
+        .unwrap()
+        .contains("max_attempts"));
     assert_eq!(
         gw.metric("laptime_config_reloads_total{result=\"refused\"}")
             .await,

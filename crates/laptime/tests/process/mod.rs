@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_laptime");
-pub(crate) const TOKEN: &str = "lt_4e104de04e104de04e104de04e104de04e104de04e104de04e104de04e104de0";
+pub(crate) const TOKEN: &str =
+    "lt_4e104de04e104de04e104de04e104de04e104de04e104de04e104de04e104de0";
 
 /// The lines a child writes to one of its pipes, as they come.
 fn lines(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
