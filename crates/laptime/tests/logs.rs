@@ -3,8 +3,6 @@
 //! says how many streams were in flight and how many the drain deadline cut; a second SIGINT
 //! forces the exit while a stream is open.
 
-#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
-
 mod process;
 
 use std::time::Duration;

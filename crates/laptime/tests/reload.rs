@@ -4,8 +4,6 @@
 //! running config keeps serving; restart-only keys are named and kept; the reload is counted in
 //! `/metrics` and said in the log (never in colour into a pipe).
 
-#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
-
 mod process;
 
 use std::time::Duration;
