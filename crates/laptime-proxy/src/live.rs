@@ -128,7 +128,8 @@ pub trait ReloadSource: Send + Sync {
 pub enum ReloadResult {
     /// The new configuration is in force for new requests.
     Applied,
-    /// The file says what is in force already.
+    /// The file says what is in force already (its channels' CA and certificate files were
+    /// read again all the same).
     Unchanged,
     /// The file was refused whole; the running configuration stays.
     Refused,
@@ -338,14 +339,8 @@ impl App {
         new.shared = running.config.shared.clone();
         new.telemetry = running.config.telemetry.clone();
         let changed = changes(&running.config, &new);
-        if changed.is_empty() {
-            return Reloaded {
-                result: ReloadResult::Unchanged,
-                changed,
-                needs_restart,
-                errors: Vec::new(),
-            };
-        }
+        // Built even when nothing changed: a rotated CA or client certificate file is read
+        // again under the same path.
         let env = |name: &str| source.env(name);
         let next = match Live::build(new, &env, Some(&running)) {
             Ok(next) => next,
@@ -357,7 +352,11 @@ impl App {
         }
         *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
         Reloaded {
-            result: ReloadResult::Applied,
+            result: if changed.is_empty() {
+                ReloadResult::Unchanged
+            } else {
+                ReloadResult::Applied
+            },
             changed,
             needs_restart,
             errors: Vec::new(),
@@ -384,6 +383,40 @@ mod tests {
         let keys = needs_restart(&running, &new);
         assert_eq!(keys, vec!["server.listen", "store.url"]);
         assert!(needs_restart(&running, &running).is_empty());
+    }
+
+    fn built(text: &str, previous: Option<&Live>) -> Live {
+        let env = |name: &str| (name == "KEY_A").then(|| "secret-a".to_string());
+        Live::build(config(text), &env, previous).unwrap()
+    }
+
+    const CHANNEL: &str = "[[channels]]\nname = \"a\"\nprovider = \"sim\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"m\"]\napi_key_env = \"KEY_A\"\n";
+
+    #[test]
+    fn a_channel_that_keeps_its_name_keeps_its_runtime_state() {
+        let old = built(CHANNEL, None);
+        let a = old.router.channel("a").unwrap();
+        let (_in_flight, _) = old.router.channels()[0].enter();
+        a.health.of("m").cool_down_until(i64::MAX);
+        a.keys.cool_down(0, i64::MAX);
+
+        let new = built(&format!("{CHANNEL}weight = 7\n"), Some(&old));
+        let b = new.router.channel("a").unwrap();
+        assert_eq!(b.weight, 7, "the new settings apply");
+        assert_eq!(b.inflight.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert!(b.health.of("m").cooling_down(0));
+        assert!(!b.keys.another_ready(1, 0), "key 0 is still cooling down");
+
+        // New circuit settings, or new keys, start those afresh; the in-flight count stays.
+        let text = format!("{CHANNEL}circuit = {{ consecutive_failures = 9 }}\n");
+        let c = built(&text, Some(&new));
+        let c = c.router.channel("a").unwrap();
+        assert!(!c.health.of("m").cooling_down(0));
+        assert!(!c.keys.another_ready(1, 0));
+        assert_eq!(c.inflight.load(std::sync::atomic::Ordering::Relaxed), 1);
+        let other_key = CHANNEL.replace("api_key_env = \"KEY_A\"\n", "");
+        let d = built(&other_key, Some(&new));
+        assert!(d.router.channel("a").unwrap().keys.is_empty());
     }
 
     #[test]
