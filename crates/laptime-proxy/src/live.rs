@@ -187,15 +187,22 @@ fn one_line(problems: &[String]) -> String {
 const RESTART_ONLY: [&str; 4] = ["server", "store", "shared", "telemetry"];
 
 /// The restart-only keys (`section.key`) whose values differ between `running` and `new`. Only
-/// names: values may hold credentials.
+/// names: values may hold credentials. A section that differs only in a password (printed
+/// `***`, so equal in the printed form) is named as a whole.
 pub fn needs_restart(running: &Config, new: &Config) -> Vec<String> {
+    let differ = [
+        running.server != new.server,
+        running.store != new.store,
+        running.shared != new.shared,
+        running.telemetry != new.telemetry,
+    ];
     let (Ok(toml::Value::Table(a)), Ok(toml::Value::Table(b))) =
         (toml::Value::try_from(running), toml::Value::try_from(new))
     else {
         return vec!["the configuration could not be compared".into()];
     };
     let mut keys = Vec::new();
-    for section in RESTART_ONLY {
+    for (section, differs) in RESTART_ONLY.into_iter().zip(differ) {
         let empty = toml::Table::new();
         let table = |t: &toml::Table| match t.get(section) {
             Some(toml::Value::Table(s)) => s.clone(),
@@ -205,12 +212,16 @@ pub fn needs_restart(running: &Config, new: &Config) -> Vec<String> {
         let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
         names.sort();
         names.dedup();
+        let before = keys.len();
         keys.extend(
             names
                 .into_iter()
                 .filter(|k| a.get(*k) != b.get(*k))
                 .map(|k| format!("{section}.{k}")),
         );
+        if differs && keys.len() == before {
+            keys.push(format!("{section} (a password)"));
+        }
     }
     keys
 }
@@ -381,7 +392,7 @@ mod tests {
             "[server]\nlisten = \"127.0.0.1:9090\"\n[store]\nurl = \"postgres://u:other@127.0.0.1/a\"\n",
         );
         let keys = needs_restart(&running, &new);
-        assert_eq!(keys, vec!["server.listen", "store.url"]);
+        assert_eq!(keys, vec!["server.listen", "store (a password)"]);
         assert!(needs_restart(&running, &running).is_empty());
     }
 
