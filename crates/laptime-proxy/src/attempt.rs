@@ -226,9 +226,11 @@ pub async fn dispatch(
         ..AttemptError::before_head(e.class, None, ctx.now())
     })?;
     let (guard, inflight) = channel.enter();
-    let client = ctx
-        .app
-        .client_for(ctx.timeouts.connect_ms, channel.egress.as_ref());
+    let connect_ms = ctx
+        .timeouts
+        .connect_ms
+        .unwrap_or(ctx.live.config.server.connect_timeout_ms);
+    let client = ctx.app.client_for(connect_ms, channel.egress.as_ref());
     let headers_deadline = Duration::from_millis(ctx.timeouts.headers_ms);
     let forwarded = channel
         .egress

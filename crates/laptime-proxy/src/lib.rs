@@ -134,18 +134,17 @@ thread_local! {
 }
 
 impl App {
-    /// This thread's client whose connect timeout is the route's (`timeouts.connect_ms`), else
-    /// the server's, along the channel's way out (`None`: the default). Cheap: a client is a
-    /// handle to its pool.
+    /// This thread's client with the connect timeout `ms` (the route's `timeouts.connect_ms`,
+    /// else the server's), along the channel's way out (`None`: the default). Cheap: a client
+    /// is a handle to its pool.
     pub fn client_for(
         &self,
-        connect_ms: Option<u64>,
+        ms: u64,
         egress: Option<&std::sync::Arc<egress::Profile>>,
     ) -> HttpClient {
         if let Some(c) = &self.memory_upstream {
             return c.clone();
         }
-        let ms = connect_ms.unwrap_or_else(|| self.live().config.server.connect_timeout_ms);
         let profile = egress.unwrap_or(self.egress.default_profile());
         CLIENTS.with(|clients| {
             clients
