@@ -7,7 +7,7 @@ mod process;
 
 use std::time::Duration;
 
-use process::{laptime, sim_channel, Gateway, TOKEN};
+use process::{laptime, sim_channel, Gateway, PROMPT, TOKEN};
 use serde_json::{json, Value};
 
 /// A stream of about 100 s: only a drain deadline or a forced exit ends it within a test.
@@ -72,6 +72,8 @@ async fn json_log_lines_parse_and_a_failover_names_the_failed_channel_and_its_cl
     for line in gw.drain_log() {
         let parsed: Result<Value, _> = serde_json::from_str(line);
         assert!(parsed.is_ok(), "not JSON: {line}");
+        assert!(!line.contains(PROMPT), "the prompt in the log: {line}");
+        assert!(!line.contains(TOKEN), "a token in the log: {line}");
     }
 }
 

@@ -13,6 +13,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_laptime");
+/// The prompt of every call: a test can look for it where it must never be (the log).
+pub(crate) const PROMPT: &str = "the prompt 5d1e0c7a, never in a log";
 pub(crate) const TOKEN: &str =
     "lt_4e104de04e104de04e104de04e104de04e104de04e104de04e104de04e104de0";
 
@@ -148,7 +150,7 @@ impl Gateway {
             .post(format!("{}/v1/chat/completions", self.base))
             .bearer_auth(TOKEN)
             .json(&json!({"model": model, "stream": true,
-                "messages": [{"role": "user", "content": "hi"}], "laptime_sim": script}))
+                "messages": [{"role": "user", "content": PROMPT}], "laptime_sim": script}))
             .send()
             .await
             .unwrap()
