@@ -114,6 +114,20 @@ async fn a_file_that_fails_validation_is_refused_whole_and_the_running_config_ke
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn laptime_reload_finds_the_gateway_from_the_config_file_serve_reads() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = format!("listen = \"{}\"", free.local_addr().unwrap());
+    drop(free);
+    let mut gw = Gateway::start(&listen, &sim_channel("old", "\"sim-fast\""), &[]);
+    gw.rewrite(&listen, &sim_channel("new", "\"sim-fast\""));
+    let config = gw.config.to_str().unwrap().to_string();
+    let (status, out, err) = laptime(&["reload", "--config", &config, "--token", TOKEN]);
+    assert!(status.success(), "{out}{err}");
+    assert!(out.contains("channels added: new"), "{out}");
+    gw.wait_log("config reloaded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn reload_needs_an_admin_token() {
     let gw = Gateway::start("", &sim_channel("old", "\"sim-fast\""), &[]);
     let (status, _, err) = laptime(&["reload", "--url", &gw.base, "--token", "lt_nope"]);

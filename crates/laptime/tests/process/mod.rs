@@ -29,10 +29,16 @@ fn lines(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     rx
 }
 
-/// The config file of a gateway whose data dir is under `dir`.
+/// The config file of a gateway whose data dir is under `dir`, listening on an ephemeral port
+/// of 127.0.0.1 unless `server` names its `listen`.
 fn config_text(dir: &std::path::Path, server: &str, rest: &str) -> String {
+    let listen = if server.contains("listen") {
+        ""
+    } else {
+        "listen = \"127.0.0.1:0\"\n"
+    };
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\n{server}\n{rest}",
+        "[server]\n{listen}data_dir = {:?}\n{server}\n{rest}",
         dir.join("data")
     )
 }
