@@ -113,7 +113,7 @@ fn require_admin(ctx: &Context<'_>) -> Result<()> {
 
 /// Stored records as the usage API's events, read with the config in force now.
 fn events(rows: &[laptime_core::timeline::RequestRecord], app: &App) -> Vec<RequestEvent> {
-    let reading = reading(&app.config);
+    let reading = reading(&app.live().config);
     rows.iter()
         .map(|r| RequestEvent::new(r, &reading))
         .collect()
@@ -178,7 +178,7 @@ impl Query {
         let ws = readable_workspace(ctx, &workspace_id).await?;
         let app = app(ctx)?;
         let row = stored(app.store.record(&ws, &request_id).await)?;
-        Ok(row.map(|r| RequestEvent::new(&r, &reading(&app.config))))
+        Ok(row.map(|r| RequestEvent::new(&r, &reading(&app.live().config))))
     }
 
     /// Usage over a window: the rollup, one per group, and the recent events.
@@ -271,6 +271,7 @@ impl Query {
             )));
         }
         Ok(app(ctx)?
+            .live()
             .router
             .channels()
             .iter()
@@ -535,7 +536,8 @@ pub struct Me {
 
 /// A group some configured channel is in; anything else would route nowhere.
 fn configured_group(ctx: &Context<'_>, group: &str) -> Result<()> {
-    let known = app(ctx)?.config.groups();
+    let live = app(ctx)?.live();
+    let known = live.config.groups();
     if known.contains(&group) {
         return Ok(());
     }

@@ -23,7 +23,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// `GET /metrics`. When the route is not public the auth layer has put the principal in the
 /// request; it must be an admin's.
 pub async fn handler(State(s): State<ApiState>, req: Request) -> Response {
-    if !s.app.config.server.metrics_public {
+    if !s.app.live().config.server.metrics_public {
         match req.extensions().get::<Principal>() {
             Some(p) => {
                 if let Err(denied) = crate::rest::require(p, Scope::Admin) {
@@ -38,7 +38,7 @@ pub async fn handler(State(s): State<ApiState>, req: Request) -> Response {
         }
     }
     match s.app.metrics.render(
-        &s.app.router,
+        &s.app.live().router,
         &s.app.recorder,
         &s.app.connections,
         &s.app.inflight,

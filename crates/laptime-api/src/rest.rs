@@ -1,7 +1,8 @@
 //! The REST read-back API: `GET /api/requests` and `GET /api/requests/{id}`, scoped to the
 //! token's workspace, in the snake_case request-log shape, with the usage API's filters;
 //! `GET /api/requests/inflight`, the requests not in the store yet;
-//! `GET /api/usage`, the usage rollup as JSON. The router's auth layer has already found the
+//! `GET /api/usage`, the usage rollup as JSON; `POST /api/admin/reload`, the config file read
+//! again (what SIGHUP does; `laptime reload` calls it). The router's auth layer has already found the
 //! principal (it is in the request's extensions); each handler checks the scope it needs.
 
 use axum::extract::{Path, Query, State};
@@ -184,7 +185,7 @@ pub async fn list(
             .recent(&p.workspace_id, filter, window, limit)
             .await,
     )?;
-    let reading = reading(&app.config);
+    let reading = reading(&app.live().config);
     let views: Vec<RequestLogView> = rows
         .iter()
         .map(|r| RequestLogView::new(r, &reading))
@@ -225,7 +226,7 @@ pub async fn usage_report(
             .recent(&p.workspace_id, filter, window, recent)
             .await,
     )?;
-    let reading = reading(&app.config);
+    let reading = reading(&app.live().config);
     Ok(Json(UsageBody {
         report: UsageReport::from(&u),
         recent: rows
@@ -258,6 +259,23 @@ pub async fn inflight(
     Ok(Json(json!({ "requests": rows })).into_response())
 }
 
+/// `POST /api/admin/reload` (admin): reads the gateway's config file again and puts it in force
+/// for new requests ([`laptime_proxy::App::reload`]). 200 with what changed and what needs a
+/// restart; 422 when the file was refused (the running config stays), with every problem.
+pub async fn reload(
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Response, ApiError> {
+    require(&p, Scope::Admin)?;
+    let reloaded = s.app.reload().await;
+    let status = match reloaded.result {
+        laptime_proxy::live::ReloadResult::Refused => StatusCode::UNPROCESSABLE_ENTITY,
+        laptime_proxy::live::ReloadResult::Applied
+        | laptime_proxy::live::ReloadResult::Unchanged => StatusCode::OK,
+    };
+    Ok((status, Json(reloaded)).into_response())
+}
+
 /// `GET /api/requests/{id}`.
 pub async fn one(
     State(s): State<ApiState>,
@@ -267,7 +285,7 @@ pub async fn one(
     require(&p, Scope::Read)?;
     let app = s.app;
     match read(app.store.record(&p.workspace_id, &id).await)? {
-        Some(r) => Ok(Json(RequestLogView::new(&r, &reading(&app.config))).into_response()),
+        Some(r) => Ok(Json(RequestLogView::new(&r, &reading(&app.live().config))).into_response()),
         // Another workspace's id answers exactly like an id that does not exist.
         None => Err(api_error(StatusCode::NOT_FOUND, "no such request")),
     }

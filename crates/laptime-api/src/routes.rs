@@ -184,6 +184,12 @@ pub fn routes() -> Vec<Route> {
             get(rest::one),
         ),
         route(
+            Method::POST,
+            "/api/admin/reload",
+            Kind::Rest,
+            post(rest::reload),
+        ),
+        route(
             Method::GET,
             "/api/usage",
             Kind::Rest,
@@ -218,7 +224,7 @@ pub fn routes() -> Vec<Route> {
 
 /// The router: the table, with the auth layer on every route not on the unauthenticated list.
 pub fn router(state: ApiState) -> axum::Router {
-    let open = unauthenticated(&state.app.config);
+    let open = unauthenticated(&state.app.live().config);
     let mut router = axum::Router::new();
     for r in routes() {
         let handler = if open.contains(&r.key().as_str()) {

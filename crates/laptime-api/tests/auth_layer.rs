@@ -127,7 +127,7 @@ async fn every_route_off_the_unauthenticated_list_answers_401_without_a_token() 
 #[tokio::test]
 async fn metrics_public_opens_metrics_and_nothing_else() {
     let f = fixture(|cfg| cfg.server.metrics_public = true).await;
-    let open = unauthenticated(&f._gateway.app.config);
+    let open = unauthenticated(&f._gateway.app.live().config);
     for r in routes() {
         let (status, _, _) = call(&f.router, r.method.clone(), &concrete(r.path), &[]).await;
         if open.contains(&r.key().as_str()) {

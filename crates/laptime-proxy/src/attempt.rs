@@ -72,6 +72,8 @@ impl AttemptError {
 /// What every attempt of one request shares.
 pub struct AttemptCtx<'a> {
     pub app: &'a App,
+    /// The configuration the request started with.
+    pub live: &'a crate::live::Live,
     /// The client's dialect.
     pub dialect: Dialect,
     /// What a translated answer tells the client that the upstream's does not decide (set
@@ -223,9 +225,11 @@ pub async fn dispatch(
         ..AttemptError::before_head(e.class, None, ctx.now())
     })?;
     let (guard, inflight) = channel.enter();
-    let client = ctx
-        .app
-        .client_for(ctx.timeouts.connect_ms, channel.egress.as_ref());
+    let connect_ms = ctx
+        .timeouts
+        .connect_ms
+        .unwrap_or(ctx.live.config.server.connect_timeout_ms);
+    let client = ctx.app.client_for(connect_ms, channel.egress.as_ref());
     let headers_deadline = Duration::from_millis(ctx.timeouts.headers_ms);
     let forwarded = channel
         .egress
@@ -327,7 +331,7 @@ pub async fn dispatch(
         // client speaks.
         let mut obs = StreamObserver::new(route.upstream, Some(origin));
         let gemini_untouched = route.upstream == Dialect::Gemini && ctx.dialect == Dialect::Gemini;
-        if gemini_untouched && !ctx.app.config.server.timing_comment(ctx.dialect) {
+        if gemini_untouched && !ctx.live.config.server.timing_comment(ctx.dialect) {
             obs = obs.without_comment();
         }
         obs.set_headers(headers_at);
@@ -348,7 +352,7 @@ pub async fn dispatch(
         };
         let mut body = ObservedBody::held(incoming, ctx.t0, ctx.dialect, obs)
             .with_deadlines(deadlines)
-            .with_held_cap(ctx.app.config.server.max_held_bytes)
+            .with_held_cap(ctx.live.config.server.max_held_bytes)
             .with_drain_signal(ctx.app.drain_over.subscribe());
         if let Some(opts) = ctx.client_answer.filter(|_| route.upstream != ctx.dialect) {
             let opts = opts.for_model(&route.upstream_model);
@@ -478,7 +482,7 @@ impl Answer {
             return None;
         };
         let deadline = ctx.t0 + Duration::from_millis(ctx.timeouts.total_ms);
-        let max = ctx.app.config.server.max_answer_bytes;
+        let max = ctx.live.config.server.max_answer_bytes;
         let read = WholeRead::read(incoming, ctx.t0, deadline, max).await;
         let class = read
             .bytes

@@ -23,6 +23,7 @@ use crate::attempt::{self, AnswerBody, AttemptCtx, ErrorStatus};
 use crate::budget::Held;
 use crate::config::{RouteConfig, TimeoutsConfig, TranslationConfig};
 use crate::drive::UpstreamBody;
+use crate::live::Live;
 use crate::observe::{ObservedBody, Until};
 use crate::routing::{InflightGuard, Route};
 use crate::App;
@@ -30,6 +31,7 @@ use crate::App;
 /// What a committed stream needs to have its answer continued elsewhere.
 pub struct Resume {
     app: Arc<App>,
+    live: Arc<Live>,
     client: Dialect,
     request: Bytes,
     candidates: Vec<Route>,
@@ -51,6 +53,8 @@ pub struct Resume {
 /// The per-request facts a [`Resume`] is made from.
 pub struct ResumeFrom<'a> {
     pub app: &'a Arc<App>,
+    /// The configuration the request started with (a continuation keeps it).
+    pub live: &'a Arc<Live>,
     pub client: Dialect,
     pub request: &'a Bytes,
     pub headers: &'a HeaderMap,
@@ -93,6 +97,7 @@ impl Resume {
         }
         Some(Resume {
             app: from.app.clone(),
+            live: from.live.clone(),
             client: from.client,
             request: from.request.clone(),
             candidates,
@@ -101,7 +106,7 @@ impl Resume {
             t0: from.t0,
             timeouts: from.policy.timeouts.clone(),
             translation: from.policy.translation.clone(),
-            timing_comment: from.app.config.server.timing_comment(from.client),
+            timing_comment: from.live.config.server.timing_comment(from.client),
             translated: from.translated,
             upstream_model: from.upstream_model.to_owned(),
             request_id: from.request_id.to_owned(),
@@ -135,6 +140,7 @@ impl Resume {
     async fn run(self, splice: Splice) -> Resumed {
         let ctx = AttemptCtx {
             app: &self.app,
+            live: &self.live,
             dialect: self.client,
             client_answer: None,
             stream: true,

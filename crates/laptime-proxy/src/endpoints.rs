@@ -35,6 +35,7 @@ use crate::budget::{Held, Refusal};
 use crate::config::RouteConfig;
 use crate::drive::UpstreamBody;
 use crate::ingress::{self, RequestHead};
+use crate::live::Live;
 use crate::observe::{StampedBody, WholeRead, WholeReadError};
 use crate::outbody::{OutBody, Upload};
 use crate::pipeline;
@@ -72,8 +73,9 @@ async fn no_such_object(app: Arc<App>, req: Request<AxumBody>) -> Response {
         None => app.auth.check(&parts.headers).await,
     };
     let dialect = laptime_core::Dialect::Chat;
+    let live = app.live();
     let (mut finisher, _) =
-        pipeline::ingress(&app, dialect, &parts.headers, authenticated.received);
+        pipeline::ingress(&app, &live, dialect, &parts.headers, authenticated.received);
     if let Err(e) = pipeline::authenticate(&mut finisher.pending, authenticated) {
         return pipeline::unread(respond::reject(finisher, e), parts.version);
     }
@@ -88,15 +90,31 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
         Some(a) => a,
         None => app.auth.check(&parts.headers).await,
     };
-    let (mut finisher, trace) =
-        pipeline::ingress(&app, call.dialect, &parts.headers, authenticated.received);
+    // Read once: this call keeps the configuration it started with, reloads or not.
+    let live = app.live();
+    let (mut finisher, trace) = pipeline::ingress(
+        &app,
+        &live,
+        call.dialect,
+        &parts.headers,
+        authenticated.received,
+    );
     finisher.pending.exchange.endpoint = call.endpoint;
     let principal = match pipeline::authenticate(&mut finisher.pending, authenticated) {
         Ok(p) => p,
         Err(e) => return pipeline::unread(respond::reject(finisher, e), parts.version),
     };
     finisher.pending.publish();
-    let admitted = match admit(&app, &mut finisher.pending, &call, &parts.headers, body).await {
+    let admitted = admit(
+        &app,
+        &live,
+        &mut finisher.pending,
+        &call,
+        &parts.headers,
+        body,
+    )
+    .await;
+    let admitted = match admitted {
         Ok(a) => a,
         Err(e) => return pipeline::unread(respond::reject(finisher, e), parts.version),
     };
@@ -108,16 +126,31 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
         previous_response_id: None,
     };
     let body_len = finisher.pending.body_bytes.unwrap_or(0);
-    if let Err(refused) =
-        pipeline::limit(&app, &mut finisher.pending, &principal, &head, body_len).await
+    if let Err(refused) = pipeline::limit(
+        &app,
+        &live,
+        &mut finisher.pending,
+        &principal,
+        &head,
+        body_len,
+    )
+    .await
     {
         return respond::over_limit(finisher, &refused);
     }
-    let (candidates, policy) =
-        match route(&app, &mut finisher.pending, &principal, &call, &admitted.by).await {
-            Ok(r) => r,
-            Err(e) => return respond::reject(finisher, e),
-        };
+    let (candidates, policy) = match route(
+        &app,
+        &live,
+        &mut finisher.pending,
+        &principal,
+        &call,
+        &admitted.by,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => return respond::reject(finisher, e),
+    };
     finisher.pending.publish();
     let target = EndpointTarget {
         method: parts.method.clone(),
@@ -129,6 +162,7 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
     };
     let ctx = AttemptCtx {
         app: &app,
+        live: &live,
         dialect: call.dialect,
         client_answer: None,
         stream: false,
@@ -156,7 +190,15 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
     };
     drop(admitted.held);
     let total_at = finisher.pending.t0 + Duration::from_millis(policy.timeouts.total_ms);
-    respond(&app, finisher, answer, (&call, &parts.headers), total_at).await
+    respond(
+        &app,
+        &live,
+        finisher,
+        answer,
+        (&call, &parts.headers),
+        total_at,
+    )
+    .await
 }
 
 /// What routes an endpoint call.
@@ -235,12 +277,13 @@ enum ModelAt {
 /// what routes the call. An upload is not read here: it streams through to the upstream.
 async fn admit(
     app: &App,
+    live: &Live,
     pending: &mut Pending,
     call: &Call,
     headers: &HeaderMap,
     body: AxumBody,
 ) -> Result<Admitted, GatewayError> {
-    let max = app.config.server.max_body_bytes;
+    let max = live.config.server.max_body_bytes;
     let path_object = call.object.clone().map(|(k, id)| By::Object(k, id));
     let path_model = call.path_model.clone().map(By::Model);
     match call.body {
@@ -392,6 +435,7 @@ fn gemini_verb(call: &Call, path: &str) -> Option<String> {
 /// changes an object is never hedged, and an upload (which streams once) gets one attempt.
 async fn route(
     app: &App,
+    live: &Live,
     pending: &mut Pending,
     principal: &Principal,
     call: &Call,
@@ -403,14 +447,16 @@ async fn route(
     let serving =
         |r: &Route| r.channel.serves_endpoints_of(call.dialect) && r.upstream == call.dialect;
     let candidates: Vec<Route> = match by {
-        By::Object(kind, id) => vec![placed(app, &principal.workspace_id, *kind, id, call).await?],
-        By::Model(model) => app
+        By::Object(kind, id) => {
+            vec![placed((app, live), &principal.workspace_id, *kind, id, call).await?]
+        }
+        By::Model(model) => live
             .router
             .candidates(call.dialect, group, model, crate::clock::now_unix_us())
             .into_iter()
             .filter(serving)
             .collect(),
-        By::NoModel => app.router.objects_channels(group, call.dialect),
+        By::NoModel => live.router.objects_channels(group, call.dialect),
     };
     pending.marks.distribution = Some(pending.since(started));
     if candidates.is_empty() {
@@ -423,7 +469,7 @@ async fn route(
             format!("{what} for {} in group {group:?}", call.endpoint),
         ));
     }
-    let mut policy = app.config.route_for(by.model().unwrap_or("*")).clone();
+    let mut policy = live.config.route_for(by.model().unwrap_or("*")).clone();
     if changes_objects(call) {
         policy.hedge = None;
         policy.cache = None;
@@ -457,7 +503,7 @@ fn changes_objects(call: &Call) -> bool {
 
 /// The route to the channel (and key) that holds `id`, if the caller's workspace created it.
 async fn placed(
-    app: &App,
+    (app, live): (&App, &Live),
     workspace_id: &str,
     kind: ObjectKind,
     id: &str,
@@ -478,7 +524,7 @@ async fn placed(
     if placement.kind != kind {
         return Err(unknown());
     }
-    let channel = app
+    let channel = live
         .router
         .channels()
         .iter()
@@ -503,6 +549,7 @@ async fn placed(
 /// relayed as it arrives.
 async fn respond(
     app: &App,
+    live: &Live,
     mut finisher: Finisher,
     mut answer: crate::attempt::Answer,
     (call, client_headers): (&Call, &HeaderMap),
@@ -538,7 +585,7 @@ async fn respond(
         .is_some_and(|ct| ct.to_ascii_lowercase().contains("json"));
     if json || !parts.status.is_success() {
         let t0 = finisher.pending.t0;
-        let max = app.config.server.max_answer_bytes;
+        let max = live.config.server.max_answer_bytes;
         let read = WholeRead::read(incoming, t0, total_at, max).await;
         return whole(app, finisher, parts, read, (call, answer.start)).await;
     }

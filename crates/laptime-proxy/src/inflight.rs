@@ -63,6 +63,13 @@ impl State {
     }
 }
 
+/// What is running at one moment: requests, and the streams among them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Running {
+    pub requests: usize,
+    pub streams: usize,
+}
+
 /// One request in the registry.
 #[derive(Debug, Clone)]
 pub enum Entry {
@@ -249,6 +256,19 @@ impl Inflight {
             out.extend(shard.values().cloned());
         }
         out
+    }
+
+    /// The requests running now, and how many of them are streams (for the shutdown's log).
+    pub fn running(&self) -> Running {
+        let mut running = Running::default();
+        for shard in self.shards.iter() {
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            for e in shard.values().filter(|e| e.state() == State::Running) {
+                running.requests += 1;
+                running.streams += usize::from(e.record().stream);
+            }
+        }
+        running
     }
 
     /// The entries of one workspace, oldest first.

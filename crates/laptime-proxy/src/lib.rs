@@ -3,7 +3,8 @@
 //! the router and hands it to [`server::Gateway::serve`].
 //!
 //! Modules in the order a request meets them:
-//! - [`config`]: the typed, validated configuration; [`clock`]: the wall clock.
+//! - [`config`]: the typed, validated configuration; [`live`]: the part in force now, read
+//!   once per request, and reloading it; [`clock`]: the wall clock.
 //! - [`ingress`]: request and trace ids, the borrowed parse of the body's top-level fields.
 //! - [`auth`]: bearer token → principal (called once per request, by the router's auth layer).
 //! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache.
@@ -41,6 +42,7 @@ pub mod inflight;
 pub mod ingress;
 pub mod limits;
 pub mod listen;
+pub mod live;
 pub mod metrics;
 pub mod model_health;
 pub mod models;
@@ -64,17 +66,25 @@ use laptime_store::Store;
 
 use crate::attempt::HttpClient;
 use crate::auth::Authenticator;
-use crate::config::{Config, DEFAULT_GROUP};
+use crate::config::DEFAULT_GROUP;
 use crate::metrics::Metrics;
-use crate::routing::Router;
 
 /// Shared state of a running gateway.
 pub struct App {
-    pub config: Config,
-    pub router: Router,
+    /// The channels, routes, prices and the rest of the configuration in force: see
+    /// [`App::live`], read once per request; swapped whole by [`App::reload`].
+    live: std::sync::RwLock<Arc<live::Live>>,
+    /// Where [`App::reload`] reads the configuration (set by the binary).
+    reload_source: std::sync::OnceLock<Box<dyn live::ReloadSource>>,
+    /// Held by the reload running now: reloads run one at a time.
+    reloading: tokio::sync::Mutex<()>,
+    /// Shares channel health through Redis (absent without `[shared] redis_url`); a reload
+    /// hands it the new channels.
+    fleet: Option<shared::Fleet>,
     pub auth: Authenticator,
-    /// Every way out of the channels (proxy, trust, client certificate), built at start (so a
-    /// file or proxy problem stops the start); each serving thread has its own clients along
+    /// The ways out built at start (a file or proxy problem stops the start): the default one
+    /// is what channels without a proxy or files of their own use; each channel holds its own
+    /// (rebuilt, files read again, by a reload). Each serving thread has its own clients along
     /// them, see [`App::client_for`].
     pub egress: egress::Egress,
     /// In-process upstreams instead of the network, for tests under paused time: every attempt
@@ -86,8 +96,6 @@ pub struct App {
     pub store: Store,
     /// Observed once per finished request (the Finisher holds a handle).
     pub metrics: Arc<Metrics>,
-    /// Response caches by route model (only routes with `cache` have one).
-    pub caches: std::collections::HashMap<String, Arc<cache::ResponseCache>>,
     /// Set when the drain time after SIGINT/SIGTERM is over: streams still open end in-band.
     pub drain_over: tokio::sync::watch::Sender<bool>,
     /// Which unauthenticated refusals get a stored row.
@@ -99,8 +107,6 @@ pub struct App {
     /// Requests on hedged routes, and hedges sent: the budget's two counters.
     pub hedge_requests: std::sync::atomic::AtomicU64,
     pub hedges_sent: std::sync::atomic::AtomicU64,
-    /// `[[prices]]`: what each finished request cost.
-    pub prices: Arc<laptime_core::cost::PriceTable>,
     /// The rate limits' windows and in-flight counts of this instance.
     pub limiter: Arc<limits::Limiter>,
     /// The budgets with their spend, re-read every second.
@@ -114,7 +120,7 @@ pub struct App {
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("App")
-            .field("router", &self.router)
+            .field("live", &self.live())
             .finish_non_exhaustive()
     }
 }
@@ -129,18 +135,17 @@ thread_local! {
 }
 
 impl App {
-    /// This thread's client whose connect timeout is the route's (`timeouts.connect_ms`), else
-    /// the server's, along the channel's way out (`None`: the default). Cheap: a client is a
-    /// handle to its pool.
+    /// This thread's client with the connect timeout `ms` (the route's `timeouts.connect_ms`,
+    /// else the server's), along the channel's way out (`None`: the default). Cheap: a client
+    /// is a handle to its pool.
     pub fn client_for(
         &self,
-        connect_ms: Option<u64>,
+        ms: u64,
         egress: Option<&std::sync::Arc<egress::Profile>>,
     ) -> HttpClient {
         if let Some(c) = &self.memory_upstream {
             return c.clone();
         }
-        let ms = connect_ms.unwrap_or(self.config.server.connect_timeout_ms);
         let profile = egress.unwrap_or(self.egress.default_profile());
         CLIENTS.with(|clients| {
             clients

@@ -85,6 +85,7 @@
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
 //! | `laptime_shared_dropped_total` | counter | — | channel-health changes not published to Redis because the queue to it was full (only with `[shared] redis_url`) |
 //! | `laptime_recorder_dropped_total` | counter | `reason` | records never stored: `queue_full`, `recorder_stopped` (finished after shutdown's flush), `given_up` (their batch kept failing: at shutdown, or an error retrying cannot mend) |
+//! | `laptime_config_reloads_total` | counter | `result` | config reloads (SIGHUP, `laptime reload`): `applied`, `unchanged`, `refused` (the file failed validation; the running config stays) |
 //! | `laptime_otel_exported_total` | counter | — | spans (request and attempt spans) the OTLP receiver accepted (only with `[telemetry] otlp_endpoint`) |
 //! | `laptime_otel_dropped_total` | counter | `reason` | spans never exported: `queue_full` (the exporter's queue was full when the request finished), `export_failed` (the receiver could not be reached or refused the batch, after retries), `rejected` (the receiver's partial success named them), `exporter_stopped` (finished after shutdown's flush) |
 //! | `laptime_recorder_written_total` | counter | — | records written to the store |
@@ -282,8 +283,12 @@ pub struct Metrics {
     usage: WithErrorType,
     /// Model label → series of that model (a few: dialects × channels).
     series: RwLock<HashMap<String, Vec<Arc<Series>>>>,
-    /// The model names that get their own label: those the config names.
-    named: HashSet<String>,
+    /// The model names that get their own label: those the config names (at start, and every
+    /// config reloaded since: a name once labelled keeps its series).
+    named: RwLock<HashSet<String>>,
+    config_reloads: IntCounterVec,
+    /// Requests recorded `gateway_shutdown` (cut at the drain deadline), for the shutdown's log.
+    cut_by_shutdown: std::sync::atomic::AtomicU64,
     sampled_out: IntCounter,
     /// Spans the OTLP receiver accepted, and spans dropped by reason (`crate::traces`).
     otel_exported: IntCounter,
@@ -414,6 +419,17 @@ impl Metrics {
             &["reason"],
         )?;
         registry.register(Box::new(otel_dropped.clone()))?;
+        let config_reloads = IntCounterVec::new(
+            Opts::new(
+                "laptime_config_reloads_total",
+                "Config reloads by result: applied, unchanged, or refused (the running config stays).",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(config_reloads.clone()))?;
+        for result in crate::live::ReloadResult::ALL {
+            config_reloads.with_label_values(&[result.as_str()]);
+        }
         Ok(Metrics {
             registry,
             requests,
@@ -427,7 +443,9 @@ impl Metrics {
             tpot,
             usage,
             series: RwLock::new(HashMap::new()),
-            named: named.into_iter().collect(),
+            named: RwLock::new(named.into_iter().collect()),
+            config_reloads,
+            cut_by_shutdown: std::sync::atomic::AtomicU64::new(0),
             sampled_out,
             otel_exported,
             otel_dropped,
@@ -436,6 +454,9 @@ impl Metrics {
 
     /// Observes one finished request. Called once per record, from `Finisher::finish`.
     pub fn observe(&self, r: &RequestRecord) {
+        if r.outcome == Outcome::GatewayShutdown {
+            self.cut_by_shutdown.fetch_add(1, Ordering::Relaxed);
+        }
         let (model, channel, provider) = match &r.channel {
             Some(channel) => (
                 r.model.as_deref().unwrap_or(NONE),
@@ -444,7 +465,13 @@ impl Metrics {
             ),
             None => (UNROUTED, NONE, NONE),
         };
-        let model = if model == NONE || model == UNROUTED || self.named.contains(model) {
+        let named = || {
+            self.named
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(model)
+        };
+        let model = if model == NONE || model == UNROUTED || named() {
             model
         } else {
             OTHER_MODEL
@@ -583,6 +610,26 @@ impl Metrics {
     }
 
     /// `spans` spans dropped for `reason` (0 makes the series appear).
+    /// Gives the model names of a reloaded config their own label.
+    pub fn name_models(&self, names: impl IntoIterator<Item = String>) {
+        self.named
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(names);
+    }
+
+    /// Requests recorded `gateway_shutdown` so far: cut because the drain time ran out.
+    pub fn cut_by_shutdown(&self) -> u64 {
+        self.cut_by_shutdown.load(Ordering::Relaxed)
+    }
+
+    /// Counts a config reload by its result.
+    pub fn config_reloaded(&self, result: crate::live::ReloadResult) {
+        self.config_reloads
+            .with_label_values(&[result.as_str()])
+            .inc();
+    }
+
     pub fn count_otel_dropped(&self, reason: &str, spans: u64) {
         self.otel_dropped.with_label_values(&[reason]).inc_by(spans);
     }

@@ -226,6 +226,11 @@ impl ChannelHealth {
         }
     }
 
+    /// The circuit settings its models were made with.
+    pub fn config(&self) -> CircuitConfig {
+        self.config
+    }
+
     /// Publishes this channel's changes to the fleet from now on (once).
     pub fn share(&self, publisher: Publisher) {
         let _ = self.sharing.set(publisher);

@@ -24,7 +24,7 @@ pub fn list(app: &App, principal: &Principal, headers: &HeaderMap) -> Response {
         )
             .into_response();
     }
-    let models = app.router.models(app.group_of(principal));
+    let models = app.live().router.models(app.group_of(principal));
     if headers.contains_key("anthropic-version") {
         let data: Vec<_> = models
             .iter()

@@ -24,6 +24,7 @@ use crate::cache::{self, CachedAnswer};
 use crate::config::RouteConfig;
 use crate::continuation::{Resume, ResumeFrom};
 use crate::ingress::{self, RequestHead, Trace};
+use crate::live::Live;
 use crate::record::{Finisher, Pending};
 use crate::respond::{self, GatewayError, StoreIn};
 use crate::routing::Route;
@@ -39,7 +40,10 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         Some(a) => a,
         None => app.auth.check(&parts.headers).await,
     };
-    let (mut finisher, trace) = ingress(&app, dialect, &parts.headers, authenticated.received);
+    // Read once: this request keeps the configuration it started with, reloads or not.
+    let live = app.live();
+    let (mut finisher, trace) =
+        ingress(&app, &live, dialect, &parts.headers, authenticated.received);
     let principal = match authenticate(&mut finisher.pending, authenticated) {
         Ok(p) => p,
         Err(e) => return unread(respond::reject(finisher, e), parts.version),
@@ -51,14 +55,24 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     // Gemini names the model and stream-ness in the path, not the body.
     let gemini = (dialect == Dialect::Gemini)
         .then(|| ingress::gemini_call(parts.uri.path(), parts.uri.query()));
-    let (body, mut held, head) = match admit(&app, &mut finisher.pending, body, gemini).await {
+    let admitted = admit(&app, &live, &mut finisher.pending, body, gemini).await;
+    let (body, mut held, head) = match admitted {
         Ok(admitted) => admitted,
         Err(e) => return unread(respond::reject(finisher, e), parts.version),
     };
-    if let Err(refused) = limit(&app, &mut finisher.pending, &principal, &head, body.len()).await {
+    let limited = limit(
+        &app,
+        &live,
+        &mut finisher.pending,
+        &principal,
+        &head,
+        body.len(),
+    )
+    .await;
+    if let Err(refused) = limited {
         return respond::over_limit(finisher, &refused);
     }
-    let mut routed = match route(&app, &mut finisher.pending, &principal, &head) {
+    let mut routed = match route(&app, &live, &mut finisher.pending, &principal, &head) {
         Ok(r) => r,
         Err(e) => return respond::reject(finisher, e),
     };
@@ -70,7 +84,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
     }
     finisher.pending.publish();
     let store_in = match cache_lookup(
-        &app,
+        &live,
         (dialect, &head),
         routed.policy,
         &parts.headers,
@@ -97,10 +111,11 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         id: finisher.pending.request_id.clone(),
         created: finisher.pending.created_s(),
         include_usage: bodies.client_wants_usage_chunk,
-        timing_comment: app.config.server.timing_comment(dialect),
+        timing_comment: live.config.server.timing_comment(dialect),
     });
     let ctx = AttemptCtx {
         app: &app,
+        live: &live,
         dialect,
         client_answer: client_answer.as_ref(),
         stream: head.stream,
@@ -128,6 +143,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
             .map(|opts| opts.for_model(&answer.upstream_model));
         let from = ResumeFrom {
             app: &app,
+            live: &live,
             client: dialect,
             request: &body,
             headers: &parts.headers,
@@ -149,7 +165,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         finisher,
         answer,
         &parts.headers,
-        &app.config.server,
+        &live.config.server,
         total_at,
         store_in,
         (client_answer.as_ref(), resume.flatten()),
@@ -174,21 +190,22 @@ pub(crate) fn unread(mut resp: Response, version: http::Version) -> Response {
 /// trace ids.
 pub(crate) fn ingress(
     app: &App,
+    live: &Live,
     dialect: Dialect,
     headers: &HeaderMap,
     t0: Instant,
 ) -> (Finisher, Trace) {
     let request_id = ingress::request_id();
     let mut pending = Pending::new(t0, crate::clock::now_unix_us(), request_id, dialect);
-    pending.region = app.config.server.region.clone();
-    pending.instance = app.config.server.instance.clone();
+    pending.region = live.config.server.region.clone();
+    pending.instance = live.config.server.instance.clone();
     let trace = ingress::trace(headers.get("traceparent").and_then(|v| v.to_str().ok()));
     pending.trace_id = Some(trace.trace_id.clone());
     pending.span = Some(trace.span);
     pending.inflight = app.inflight.open(&pending);
-    let finisher = Finisher::new(pending, app.recorder.clone(), app.config.thresholds)
+    let finisher = Finisher::new(pending, app.recorder.clone(), live.config.thresholds)
         .with_metrics(app.metrics.clone())
-        .with_prices(app.prices.clone())
+        .with_prices(live.prices.clone())
         .with_affinity(app.affinity.clone())
         .with_unauthenticated_sample(app.unauthenticated_rows.clone())
         .with_traces(app.traces.clone());
@@ -229,6 +246,7 @@ pub(crate) fn authenticate(
 /// `body_read`), and the top-level fields the gateway needs (for Gemini, what its path named).
 async fn admit(
     app: &App,
+    live: &Live,
     pending: &mut Pending,
     body: AxumBody,
     gemini: Option<Result<ingress::GeminiCall, ingress::BodyProblem>>,
@@ -236,7 +254,7 @@ async fn admit(
     let started = Instant::now();
     let read = app
         .body_budget
-        .read(body, app.config.server.max_body_bytes)
+        .read(body, live.config.server.max_body_bytes)
         .await;
     pending.marks.body_read = Some(pending.since(started));
     let (body, held) = read.map_err(|refusal| match refusal {
@@ -274,6 +292,7 @@ async fn admit(
 /// settled when the request is recorded.
 pub(crate) async fn limit(
     app: &Arc<App>,
+    live: &Live,
     pending: &mut Pending,
     principal: &Principal,
     head: &RequestHead,
@@ -292,9 +311,11 @@ pub(crate) async fn limit(
         crate::budgets::Verdict::Refuse(refused) => Err(refused),
         crate::budgets::Verdict::Admit { over_soft } => {
             pending.over_budget = over_soft;
-            rate_limits(app, principal, head, body_len, started).await
+            rate_limits(app, live, principal, head, body_len, started).await
         }
-        crate::budgets::Verdict::None => rate_limits(app, principal, head, body_len, started).await,
+        crate::budgets::Verdict::None => {
+            rate_limits(app, live, principal, head, body_len, started).await
+        }
     };
     pending.marks.admission = Some(pending.since(started));
     pending.admission = admitted?;
@@ -303,6 +324,7 @@ pub(crate) async fn limit(
 
 async fn rate_limits(
     app: &Arc<App>,
+    live: &Live,
     principal: &Principal,
     head: &RequestHead,
     body_len: usize,
@@ -311,7 +333,7 @@ async fn rate_limits(
     let output = head
         .shape
         .max_output_tokens
-        .unwrap_or(app.config.limits.output_estimate_tokens);
+        .unwrap_or(live.config.limits.output_estimate_tokens);
     let ask = crate::limits::Ask {
         workspace_id: &principal.workspace_id,
         key_id: &principal.key_id,
@@ -389,7 +411,8 @@ struct Routed<'a> {
 /// Routing: model + dialect + the principal's group → the ordered candidates and the route's
 /// policy, timed as `distribution`.
 fn route<'a>(
-    app: &'a App,
+    app: &App,
+    live: &'a Live,
     pending: &mut Pending,
     principal: &Principal,
     head: &RequestHead,
@@ -397,13 +420,13 @@ fn route<'a>(
     let started = Instant::now();
     let group = app.group_of(principal);
     let now_us = crate::clock::now_unix_us();
-    let mut candidates = app
+    let mut candidates = live
         .router
         .candidates(pending.dialect, group, &head.model, now_us);
-    let policy = app.config.route_for(&head.model);
+    let policy = live.config.route_for(&head.model);
     let primaries = candidates.len();
     if let Some(larger) = &policy.context_fallback {
-        let fallback = app
+        let fallback = live
             .router
             .candidates(pending.dialect, group, larger, now_us);
         candidates.extend(fallback.into_iter().map(|mut r| {
@@ -542,14 +565,14 @@ enum Lookup {
 
 /// The route's response cache, unless the client asked to skip it.
 fn cache_lookup(
-    app: &App,
+    live: &Live,
     (dialect, head): (Dialect, &RequestHead),
     policy: &RouteConfig,
     headers: &HeaderMap,
     principal: &Principal,
     body: &[u8],
 ) -> Lookup {
-    let Some(cache) = app.caches.get(&policy.model) else {
+    let Some(cache) = live.caches.get(&policy.model) else {
         return Lookup::Miss(None);
     };
     if skips_cache(headers) {

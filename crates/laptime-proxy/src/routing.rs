@@ -22,9 +22,11 @@ pub struct Channel {
     pub provider: Provider,
     /// The SDK base URL, without a trailing slash.
     pub base_url: String,
-    /// The provider keys, read from the environment at start (one for `api_key_env`, several
-    /// for `api_key_envs`, none for a keyless compatible server). Never logged or stored.
-    pub keys: Keys,
+    /// The provider keys, read from the environment at start or reload (one for `api_key_env`,
+    /// several for `api_key_envs`, none for a keyless compatible server). Never logged or
+    /// stored. Shared with the channel of the same name a reload replaced while the keys are
+    /// the same, so their turn and cool-downs go on.
+    pub keys: Arc<Keys>,
     /// Headers sent with every call (`headers` and `header_envs`; values from the environment
     /// are marked sensitive).
     pub extra_headers: http::HeaderMap,
@@ -39,14 +41,16 @@ pub struct Channel {
     pub dialect: Option<Dialect>,
     /// Continues an assistant prefill (see `ChannelConfig::prefill`).
     pub prefill: bool,
-    /// Requests in flight on this channel.
-    pub inflight: AtomicU32,
+    /// Requests in flight on this channel (shared with the channel of the same name a reload
+    /// replaced: its streams in flight still count).
+    pub inflight: Arc<AtomicU32>,
     pub priority: u32,
     pub weight: u32,
-    /// Cool-down and circuit breaker of each model on this channel.
-    pub health: ChannelHealth,
+    /// Cool-down and circuit breaker of each model on this channel (kept by a reload while the
+    /// channel's circuit settings are the same).
+    pub health: Arc<ChannelHealth>,
     /// Recent times to first event from dispatch, microseconds (for adaptive hedging).
-    recent_first_event: Mutex<std::collections::VecDeque<u64>>,
+    recent_first_event: Arc<Mutex<std::collections::VecDeque<u64>>>,
     /// Its way out (proxy, trust, client certificate); `None`: the gateway's default.
     pub egress: Option<Arc<crate::egress::Profile>>,
 }
@@ -98,7 +102,7 @@ impl Channel {
             name: c.name.clone(),
             provider: c.provider,
             base_url: base_url.trim_end_matches('/').to_string(),
-            keys: Keys::new(keys),
+            keys: Arc::new(Keys::new(keys)),
             extra_headers: extra_headers(c, env),
             api_version: c.api_version.clone(),
             objects: c.objects,
@@ -112,13 +116,38 @@ impl Channel {
                 | Provider::OpenaiCompatible
                 | Provider::Gemini => false,
             }),
-            inflight: AtomicU32::new(0),
+            inflight: Arc::new(AtomicU32::new(0)),
             priority: c.priority,
             weight: c.weight.max(1),
-            health: ChannelHealth::new(&c.name, c.circuit, c.models.pairs().len()),
-            recent_first_event: Mutex::new(std::collections::VecDeque::new()),
+            health: Arc::new(ChannelHealth::new(
+                &c.name,
+                c.circuit,
+                c.models.pairs().len(),
+            )),
+            recent_first_event: Arc::default(),
             egress: None,
         }
+    }
+
+    /// Takes over the runtime state of `previous`, the channel of the same name a reload
+    /// replaces: its in-flight count and recent times always, its circuits and cool-downs
+    /// while the circuit settings are the same, its keys' turn and cool-downs while the keys
+    /// are. Returns what was started afresh, for the reload's log line.
+    pub fn carry_over(&mut self, previous: &Channel) -> Vec<&'static str> {
+        let mut fresh = Vec::new();
+        self.inflight = previous.inflight.clone();
+        self.recent_first_event = previous.recent_first_event.clone();
+        if self.health.config() == previous.health.config() {
+            self.health = previous.health.clone();
+        } else {
+            fresh.push("circuits and cool-downs");
+        }
+        if self.keys.same_secrets(&previous.keys) {
+            self.keys = previous.keys.clone();
+        } else {
+            fresh.push("key rotation");
+        }
+        fresh
     }
 
     /// Top-level client fields carried to this channel untranslated: the simulator's script,
@@ -320,6 +349,17 @@ impl Keys {
         self.keys.is_empty()
     }
 
+    /// Whether `other` holds the same keys in the same order (a reload keeps the turn and
+    /// cool-downs of keys that did not change).
+    pub fn same_secrets(&self, other: &Keys) -> bool {
+        self.keys.len() == other.keys.len()
+            && self
+                .keys
+                .iter()
+                .zip(&other.keys)
+                .all(|((a, _), (b, _))| a.expose() == b.expose())
+    }
+
     /// The key at `index`.
     pub fn get(&self, index: usize) -> Option<&Secret> {
         self.keys.get(index).map(|(k, _)| k)
@@ -419,6 +459,11 @@ impl Router {
 
     pub fn channels(&self) -> &[Arc<Channel>] {
         &self.channels
+    }
+
+    /// The channel named `name`.
+    pub fn channel(&self, name: &str) -> Option<&Channel> {
+        self.channels.iter().find(|c| c.name == name).map(|c| &**c)
     }
 
     /// The channels that may serve `model`, in the order to try them. Channels cooling down go

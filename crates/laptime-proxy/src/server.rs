@@ -16,7 +16,6 @@ use laptime_store::Store;
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::routing::{Channel, Router};
 use crate::{attempt, App};
 
 /// A gateway ready to serve: the app, the recorder's writer and the retention job.
@@ -26,8 +25,8 @@ pub struct Gateway {
     retention: tokio::task::JoinHandle<()>,
     /// Writes the in-flight journal (absent with `inflight_snapshot_ms = 0`).
     journal: Option<crate::inflight::JournalWriter>,
-    /// Shares channel health through Redis (absent without `[shared] redis_url`).
-    shared: Option<(crate::shared::Publisher, tokio::task::JoinHandle<()>)>,
+    /// Applies the fleet's channel health (absent without `[shared] redis_url`).
+    shared: Option<tokio::task::JoinHandle<()>>,
     /// Exports request spans (absent without `[telemetry] otlp_endpoint`).
     traces: Option<crate::traces::Exporter>,
 }
@@ -75,25 +74,16 @@ impl Gateway {
     ) -> Result<Gateway, StartError> {
         let egress = crate::egress::Egress::build(&config.channels, env)
             .map_err(|errs| StartError(format!("egress: {}", errs.join("; "))))?;
-        let mut channels = Vec::with_capacity(config.channels.len());
-        for (i, c) in config.channels.iter().enumerate() {
-            let Some(base) = c.base_url.clone() else {
-                return Err(StartError(format!(
-                    "channel {:?} has no base_url (the embedded sim's is filled in by `laptime serve`)",
-                    c.name
-                )));
-            };
-            let mut channel = Channel::from_config(c, base, env);
-            channel.egress = egress.of_channel(i);
-            channels.push(Arc::new(channel));
-        }
-        tracing::debug!(ways_out = egress.len(), "egress profiles built");
-        let shared = match &config.shared.redis_url {
-            Some(url) => Some(
-                crate::shared::start(url, &config.shared.key_prefix, channels.clone())
-                    .map_err(StartError)?,
-            ),
-            None => None,
+        let live = crate::live::Live::build(config.clone(), env, None)
+            .map_err(|errs| StartError(errs.join("; ")))?;
+        let (fleet, shared) = match &config.shared.redis_url {
+            Some(url) => {
+                let (fleet, task) =
+                    crate::shared::start(url, &config.shared.key_prefix, live.router.channels())
+                        .map_err(StartError)?;
+                (Some(fleet), Some(task))
+            }
+            None => (None, None),
         };
         // A queued record stays in the registry until it is written, and the writer may hold a
         // batch of up to 4,096 beside a full queue.
@@ -149,7 +139,6 @@ impl Gateway {
         };
         let metrics =
             Metrics::new(config.named_models()).map_err(|e| StartError(format!("metrics: {e}")))?;
-        let config_for_caches = config.routes.clone();
         let limiter = match &config.shared.redis_url {
             Some(url) => crate::limits::Limiter::new().with_shared(Arc::new(
                 crate::shared_limits::SharedWindows::new(url, &config.shared.key_prefix)
@@ -157,9 +146,6 @@ impl Gateway {
             )),
             None => crate::limits::Limiter::new(),
         };
-        let prices = config
-            .price_table()
-            .map_err(|errs| StartError(format!("prices: {}", errs.join("; "))))?;
         let body_budget = crate::budget::BodyBudget::new(config.server.body_budget_bytes);
         let fd_limit = crate::listen::raise_fd_limit();
         let max_connections = match config.server.max_connections {
@@ -178,7 +164,10 @@ impl Gateway {
         .map_err(StartError)?
         .unzip();
         let app = Arc::new(App {
-            router: Router::new(channels),
+            live: std::sync::RwLock::new(Arc::new(live)),
+            reload_source: std::sync::OnceLock::new(),
+            reloading: tokio::sync::Mutex::new(()),
+            fleet,
             auth: Authenticator::new(store.clone()),
             affinity: Arc::new(crate::affinity::Affinity::new(store.clone())),
             egress,
@@ -186,9 +175,7 @@ impl Gateway {
             recorder,
             inflight,
             store,
-            config,
             metrics,
-            caches: config_caches(&config_for_caches),
             body_budget,
             connections,
             drain_over: tokio::sync::watch::Sender::new(false),
@@ -197,7 +184,6 @@ impl Gateway {
             )),
             hedge_requests: std::sync::atomic::AtomicU64::new(0),
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
-            prices: Arc::new(prices),
             limiter: Arc::new(limiter),
             budgets: crate::budgets::BudgetBook::new(),
             traces,
@@ -232,8 +218,10 @@ impl Gateway {
         router: axum::Router,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let drain = Duration::from_secs(self.app.config.server.drain_s);
-        let threads = match self.app.config.server.threads {
+        // Read once: `[server]` is restart-only, a reload keeps it as it is.
+        let server = self.app.live().config.server.clone();
+        let drain = Duration::from_secs(server.drain_s);
+        let threads = match server.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
@@ -242,7 +230,7 @@ impl Gateway {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (cut_tx, cut_rx) = tokio::sync::watch::channel(false);
         let mut serving = Vec::with_capacity(threads);
-        let head_timeout = Duration::from_millis(self.app.config.server.header_read_timeout_ms);
+        let head_timeout = Duration::from_millis(server.header_read_timeout_ms);
         let builder = Arc::new(crate::listen::builder(head_timeout));
         for i in 0..threads {
             let (done_tx, done_rx) = tokio::sync::oneshot::channel();
@@ -262,9 +250,13 @@ impl Gateway {
         }
         drop(listener);
         shutdown.await;
+        let running = self.app.inflight.running();
         tracing::info!(
             drain_s = drain.as_secs(),
-            "shutting down: no new connections, draining streams in flight"
+            requests_in_flight = running.requests,
+            streams_in_flight = running.streams,
+            "shutting down: no new connections, draining {} streams in flight",
+            running.streams
         );
         let _ = stop_tx.send(true);
         let deadline = tokio::time::Instant::now() + drain;
@@ -297,6 +289,14 @@ impl Gateway {
         }
         // Streams cut at the drain deadline record themselves as they drop; give them a moment.
         tokio::task::yield_now().await;
+        let cut = self.app.metrics.cut_by_shutdown();
+        tracing::info!(
+            streams_in_flight = running.streams,
+            cut_at_drain_deadline = cut,
+            "drained: {} of {} streams in flight at shutdown were cut at the drain deadline",
+            cut,
+            running.streams
+        );
         let flushed = self
             .app
             .recorder
@@ -317,7 +317,7 @@ impl Gateway {
             let _ = tokio::task::spawn_blocking(move || journal.stop(!flushed)).await;
         }
         self.retention.abort();
-        if let Some((_, task)) = self.shared {
+        if let Some(task) = self.shared {
             task.abort();
         }
         Ok(())
@@ -367,29 +367,6 @@ fn serve_thread(
     })
 }
 
-/// One response cache per route that asks for one.
-fn config_caches(
-    routes: &[crate::config::RouteConfig],
-) -> std::collections::HashMap<String, Arc<crate::cache::ResponseCache>> {
-    routes
-        .iter()
-        .filter_map(|r| {
-            let c = r.cache.as_ref()?;
-            Some((
-                r.model.clone(),
-                Arc::new(crate::cache::ResponseCache::new(
-                    Duration::from_secs(c.ttl_s),
-                    crate::cache::Bounds {
-                        entries: c.max_entries,
-                        bytes: c.max_bytes,
-                        entry_bytes: c.max_entry_bytes,
-                    },
-                )),
-            ))
-        })
-        .collect()
-}
-
 /// Rows deleted per retention transaction: small, so the recorder's writer never waits long.
 const RETENTION_BATCH: usize = 1_000;
 
@@ -424,7 +401,7 @@ pub async fn refresh_budgets(app: &App) -> laptime_store::Result<()> {
 
 /// Deletes rows older than `store.retention_days`, now and then every interval.
 async fn retention_job(app: Arc<App>) {
-    let every = Duration::from_secs(app.config.store.retention_interval_s);
+    let every = Duration::from_secs(app.live().config.store.retention_interval_s);
     loop {
         let _ = run_retention(&app).await;
         tokio::time::sleep(every).await;
@@ -433,7 +410,7 @@ async fn retention_job(app: Arc<App>) {
 
 /// One retention pass; returns how many requests were deleted.
 pub async fn run_retention(app: &Arc<App>) -> Option<usize> {
-    let days = i64::from(app.config.store.retention_days);
+    let days = i64::from(app.live().config.store.retention_days);
     let cutoff = crate::clock::now_unix_us() - days * 86_400_000_000;
     let deleted = app.store.delete_older_than(cutoff, RETENTION_BATCH).await;
     match deleted {

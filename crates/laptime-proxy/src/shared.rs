@@ -101,31 +101,50 @@ impl Publisher {
     }
 }
 
-/// Starts sharing: every channel's models publish through the returned publisher, and a task
-/// applies what the fleet published. The task ends when every publisher is dropped.
+/// The channels sharing their health, and where they publish: a reload hands it the new ones.
+#[derive(Debug)]
+pub struct Fleet {
+    publisher: Publisher,
+    channels: tokio::sync::watch::Sender<Vec<Arc<Channel>>>,
+}
+
+impl Fleet {
+    /// From now on `channels` publish their changes and get the fleet's (the ones a reload
+    /// kept publish already).
+    pub fn adopt(&self, channels: &[Arc<Channel>]) {
+        for c in channels {
+            c.health.share(self.publisher.clone());
+        }
+        self.channels.send_replace(channels.to_vec());
+    }
+}
+
+/// Starts sharing: every channel's models publish through the returned fleet's publisher, and a
+/// task applies what the fleet published. The task ends when the fleet is dropped.
 pub fn start(
     url: &str,
     key_prefix: &str,
-    channels: Vec<Arc<Channel>>,
-) -> Result<(Publisher, tokio::task::JoinHandle<()>), String> {
+    channels: &[Arc<Channel>],
+) -> Result<(Fleet, tokio::task::JoinHandle<()>), String> {
     let client = redis::Client::open(url).map_err(|e| format!("shared.redis_url: {e}"))?;
     let (tx, rx) = mpsc::channel(QUEUE);
-    let publisher = Publisher {
-        tx,
-        dropped: Arc::new(AtomicU64::new(0)),
+    let fleet = Fleet {
+        publisher: Publisher {
+            tx,
+            dropped: Arc::new(AtomicU64::new(0)),
+        },
+        channels: tokio::sync::watch::Sender::new(Vec::new()),
     };
-    for c in &channels {
-        c.health.share(publisher.clone());
-    }
+    fleet.adopt(channels);
     let key = format!("{key_prefix}:health");
-    let task = tokio::spawn(run(client, key, channels, rx));
-    Ok((publisher, task))
+    let task = tokio::spawn(run(client, key, fleet.channels.subscribe(), rx));
+    Ok((fleet, task))
 }
 
 async fn run(
     client: redis::Client,
     key: String,
-    channels: Vec<Arc<Channel>>,
+    channels: tokio::sync::watch::Receiver<Vec<Arc<Channel>>>,
     mut rx: mpsc::Receiver<Change>,
 ) {
     let mut conn: Option<redis::aio::MultiplexedConnection> = None;
@@ -153,7 +172,10 @@ async fn run(
         };
         let done = match step {
             Step::Publish(change) => tokio::time::timeout(WAIT, publish(c, &key, &change)).await,
-            Step::Poll => tokio::time::timeout(WAIT, poll(c, &key, &channels)).await,
+            Step::Poll => {
+                let channels = channels.borrow().clone();
+                tokio::time::timeout(WAIT, poll(c, &key, &channels)).await
+            }
         };
         match done {
             Ok(Ok(())) => note(&mut reachable, true, ""),

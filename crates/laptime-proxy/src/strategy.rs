@@ -214,8 +214,20 @@ pub async fn run(
     Err(failure.unwrap_or_else(|| internal(pending.offset(Instant::now()))))
 }
 
-/// Records a new attempt's dispatch; returns its index in the record and its start.
+/// Records a new attempt's dispatch; returns its index in the record and its start. A failover
+/// says in the log which channel failed and how (its error class and status: never a key, a
+/// prompt or an answer).
 fn begin(pending: &mut Pending, route: &Route, role: AttemptRole) -> (usize, Duration) {
+    if let (AttemptRole::Failover, Some(failed)) = (role, pending.attempts.last()) {
+        tracing::warn!(
+            request_id = %pending.request_id,
+            failed_channel = %failed.channel,
+            error_class = failed.error_class.map_or("none", ErrorClass::as_str),
+            status = failed.status,
+            next_channel = %route.channel.name,
+            "attempt failed; failing over"
+        );
+    }
     let start = pending.offset(Instant::now());
     pending.channel = Some(route.channel.name.clone());
     pending.provider = Some(route.channel.provider.as_str().to_string());

@@ -312,7 +312,7 @@ async fn unauthenticated_refusals_are_all_counted_but_only_a_sample_is_stored() 
         .app
         .metrics
         .render(
-            &gw.gw.app.router,
+            &gw.gw.app.live().router,
             &gw.gw.app.recorder,
             &gw.gw.app.connections,
             &gw.gw.app.inflight,

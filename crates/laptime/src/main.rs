@@ -15,6 +15,9 @@ use laptime_store::{usage, Store};
 
 use laptime_bench as bench;
 
+mod logs;
+mod reload;
+
 #[derive(Parser)]
 #[command(
     name = "laptime",
@@ -29,6 +32,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway (with no config: the embedded default, SQLite and an in-process sim).
+    /// SIGHUP (or `laptime reload`) reads the config file again: channels, routes, prices,
+    /// thresholds and limits apply to new requests; `[server]`, `[store]`, `[shared]` and
+    /// `[telemetry]` need a restart.
     Serve {
         #[arg(long)]
         config: Option<PathBuf>,
@@ -36,6 +42,23 @@ enum Command {
         listen: Option<String>,
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// How log lines (on stderr) are written: `text`, or `json` (one object per line).
+        #[arg(long, value_enum, default_value_t = logs::LogFormat::Text)]
+        log_format: logs::LogFormat,
+    },
+    /// Make a running gateway read its config file again (as SIGHUP does), through its
+    /// `POST /api/admin/reload`; prints what changed and what needs a restart. A file that
+    /// fails validation is refused whole (exit status 1) and the gateway keeps its config.
+    Reload {
+        /// The gateway's base URL (default: from the config's `server.listen`, as `serve`
+        /// finds it: --config, `LAPTIME_LISTEN`).
+        #[arg(long)]
+        url: Option<String>,
+        /// An admin token (or env LAPTIME_TOKEN).
+        #[arg(long, env = "LAPTIME_TOKEN", hide_env_values = true)]
+        token: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Run the simulated upstream on its own.
     Sim {
@@ -419,13 +442,10 @@ fn out(text: &str) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    logs::init(match &cli.command {
+        Command::Serve { log_format, .. } => *log_format,
+        _ => logs::LogFormat::Text,
+    });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -449,17 +469,24 @@ fn run(cli: Cli) -> Result<(), String> {
             config,
             listen,
             data_dir,
+            log_format: _,
         } => {
             let mut read = read_config(config.as_deref())?;
-            if let Some(l) = listen {
-                read.config.server.listen = l;
+            if let Some(l) = &listen {
+                read.config.server.listen.clone_from(l);
             }
-            if let Some(d) = data_dir {
-                read.config.server.data_dir = d;
+            if let Some(d) = &data_dir {
+                read.config.server.data_dir.clone_from(d);
             }
             let cfg = read.validate(&env).map_err(|e| e.to_string())?;
+            let source = reload::FileSource {
+                path: config,
+                listen,
+                data_dir,
+                sim: None,
+            };
             let rt = runtime()?;
-            let served = rt.block_on(serve(cfg));
+            let served = rt.block_on(serve(cfg, source));
             // Dropping a runtime waits for its blocking tasks without bound (a store call stuck
             // on a locked database, after a forced exit); everything that matters is done.
             rt.shutdown_timeout(std::time::Duration::from_secs(1));
@@ -622,6 +649,14 @@ fn run(cli: Cli) -> Result<(), String> {
                 None => gateway_url(&load_config(config.as_deref())?.server.listen),
             };
             runtime()?.block_on(channels(url, token, workspace))
+        }
+        Command::Reload { url, token, config } => {
+            let url = match url {
+                Some(u) => u,
+                None => gateway_url(&load_config(config.as_deref())?.server.listen),
+            };
+            out(&runtime()?.block_on(reload::request(&url, &token))?);
+            Ok(())
         }
         Command::Migrate { config, data_dir } => runtime()?.block_on(async {
             let store = open_store(config.as_deref(), data_dir).await?;
@@ -1110,7 +1145,7 @@ async fn channels(url: String, token: String, workspace: String) -> Result<(), S
     Ok(())
 }
 
-async fn serve(mut cfg: Config) -> Result<(), String> {
+async fn serve(mut cfg: Config, mut source: reload::FileSource) -> Result<(), String> {
     let store = open_configured(&cfg, None).await?;
     // Bind before making the first token, so a start that cannot listen prints no token.
     let listen = cfg.server.listen.clone();
@@ -1136,9 +1171,12 @@ async fn serve(mut cfg: Config) -> Result<(), String> {
         None => {}
     }
     let sim = start_embedded_sim(&mut cfg).await?;
+    source.sim = sim.as_ref().map(|(_, url)| url.clone());
     let gateway = Gateway::start(cfg, store, &env)
         .await
         .map_err(|e| e.to_string())?;
+    gateway.app.set_reload_source(Box::new(source));
+    reload::on_sighup(gateway.app.clone());
     let router = laptime_api::router(gateway.app.clone());
     let app = gateway.app.clone();
     let signals = count_signals();
@@ -1150,7 +1188,7 @@ async fn serve(mut cfg: Config) -> Result<(), String> {
         served = served => served.map_err(|e| e.to_string()),
         () = wait_signals(signals, 2) => Err(forced_exit(&app).await),
     };
-    if let Some(sim) = sim {
+    if let Some((sim, _)) = sim {
         sim.abort();
     }
     served
@@ -1165,9 +1203,13 @@ const FORCED_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 /// flight are cut without their records; what is queued is flushed if the store is quick.
 async fn forced_exit(app: &laptime_proxy::App) -> String {
     let queued = app.recorder.queue_depth();
+    let running = app.inflight.running();
     tracing::error!(
         queued_records = queued,
-        "second signal during the drain: forcing the exit, streams in flight are cut"
+        requests_in_flight = running.requests,
+        streams_in_flight = running.streams,
+        "second signal during the drain: forcing the exit, {} streams in flight are cut",
+        running.streams
     );
     if app.recorder.flush(FORCED_FLUSH).await {
         tracing::info!(
@@ -1229,10 +1271,10 @@ async fn wait_signals(mut signals: tokio::sync::watch::Receiver<u32>, n: u32) {
 }
 
 /// Starts the in-process sim when a `sim` channel has no `base_url` (the embedded default's
-/// offline channel), and points those channels at it.
+/// offline channel), and points those channels at it; its task and base URL.
 async fn start_embedded_sim(
     cfg: &mut Config,
-) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
+) -> Result<Option<(tokio::task::JoinHandle<()>, String)>, String> {
     let needs_sim = cfg
         .channels
         .iter()
@@ -1243,14 +1285,13 @@ async fn start_embedded_sim(
     let (addr, handle) = laptime_sim::spawn_local(laptime_sim::Sim::new())
         .await
         .map_err(|e| format!("in-process sim: {e}"))?;
+    let url = format!("http://{addr}");
     for c in &mut cfg.channels {
         if c.provider == Provider::Sim && c.base_url.is_none() {
-            c.base_url = Some(format!("http://{addr}"));
-            // In this process, on loopback: never through the environment's proxy.
-            c.proxy_url.get_or_insert_with(String::new);
+            reload::point_at_sim(c, &url);
         }
     }
-    Ok(Some(handle))
+    Ok(Some((handle, url)))
 }
 
 /// SIGINT or SIGTERM. The handlers are installed when this is called (not when the future is
