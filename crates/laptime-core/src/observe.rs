@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use crate::estimate::OutputEstimate;
 use crate::classify::{classify_body, classify_event, EffectiveKind, EventClass, StopHint};
 use crate::sse::{SseItem, SseScanner};
 use crate::timeline::{ErrorClass, Hedge, Marks, Outcome};
@@ -73,6 +74,9 @@ pub struct StreamObserver {
     /// A Responses stream's stored response id (from its first event, `response.created`), so
     /// that later calls naming it reach the channel that holds it.
     response_id: Option<String>,
+    /// Counts the output with a tokenizer: only on a Chat stream whose upstream will report no
+    /// usage ([`StreamObserver::estimating_output`]).
+    estimate: Option<Box<OutputEstimate>>,
 }
 
 /// Whether the dialect's comment goes after its terminal event instead of before its terminal
@@ -154,7 +158,17 @@ impl StreamObserver {
             ended: None,
             malformed: false,
             response_id: None,
+            estimate: None,
         }
+    }
+
+    /// Counts this Chat stream's output with the tokenizer, for an upstream that reports no
+    /// usage in it (the count is [`Tokens::estimated_output`], used only if none comes).
+    pub fn estimating_output(mut self) -> Self {
+        if self.dialect == Dialect::Chat {
+            self.estimate = Some(Box::default());
+        }
+        self
     }
 
     /// The stored response a Responses stream created (`None` when it said `store: false`).
@@ -206,6 +220,7 @@ impl StreamObserver {
             comment_placed,
             malformed,
             response_id,
+            estimate,
             ..
         } = self;
         let mut malformed_here = false;
@@ -243,6 +258,9 @@ impl StreamObserver {
                     return;
                 }
                 if let Some(kind) = c.effective() {
+                    if let Some(e) = estimate {
+                        e.push_chat_chunk(data);
+                    }
                     marks.first_effective.get_or_insert(at);
                     marks.last_effective = Some(at);
                     if kind == EffectiveKind::Text {
@@ -296,7 +314,11 @@ impl StreamObserver {
     }
 
     pub fn tokens(&self) -> Tokens {
-        self.usage.tokens()
+        let mut tokens = self.usage.tokens();
+        if let (None, Some(e)) = (tokens.output, &self.estimate) {
+            tokens.estimated_output = e.total();
+        }
+        tokens
     }
 
     /// The values for the in-band comment and trailers, as of now.

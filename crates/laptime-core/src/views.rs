@@ -52,7 +52,7 @@ impl TimingView {
             first_text_delta_ms: opt_ms(marks.first_visible),
             upstream_done_ms: opt_ms(marks.upstream_done),
             total_handler_ms: opt_ms(marks.handler_done),
-            visible_output_tps: visible_output_tps(marks, tokens.output),
+            visible_output_tps: visible_output_tps(marks, tokens.output_for_speed()),
         }
     }
 }
@@ -454,6 +454,7 @@ mod tests {
                 cache_write: None,
                 cache_write_1h: None,
                 reasoning: None,
+                estimated_output: None,
             },
             event_count: 90,
             text_delta_count: 75,

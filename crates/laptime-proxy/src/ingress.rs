@@ -264,7 +264,7 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
         .or_else(|| {
             head.thinking
                 .and_then(|t| t.budget_tokens)
-                .map(|b| format!("budget_tokens:{b}"))
+                .map(|b| format!("{}{b}", laptime_core::compare::BUDGET_PREFIX))
         });
     let tool_choice = head.tool_choice.and_then(|c| match c {
         ToolChoice::Name(n) => Some(n.to_string()),

@@ -413,7 +413,7 @@ pub fn build(
         None => attempts.len().saturating_sub(1),
     } as u32;
     let (classification, mut flags) =
-        slow::classify(&marks, tokens.output, ending.outcome, thresholds);
+        slow::classify(&marks, tokens.output_for_speed(), ending.outcome, thresholds);
     if p.unobserved {
         flags.push(Flag::Unobserved);
     }
