@@ -19,7 +19,7 @@ use laptime_store::usage::{GroupDim, UsageFilter};
 use laptime_store::StoreError;
 
 use crate::reports::{
-    FilterInput, GroupDimension, InflightRequest, RequestEvent, RollupOut, UsageGroup, UsageReport,
+    FilterInput, GroupDimension, InflightRequest, Population, RequestEvent, RollupOut, UsageGroup, UsageReport,
     WindowInput, WindowOut,
 };
 use crate::ApiState;
@@ -131,7 +131,7 @@ impl Query {
             return Err(Error::new(format!("limit must be from 1 to {MAX_RECENT}")));
         }
         let ws = readable_workspace(ctx, &workspace_id).await?;
-        let filter: UsageFilter = filter.unwrap_or_default().into();
+        let filter = UsageFilter::try_from(filter.unwrap_or_default()).map_err(Error::new)?;
         let rows = stored(
             app(ctx)?
                 .store
@@ -190,7 +190,7 @@ impl Query {
             .unwrap_or_default()
             .resolve(now_us())
             .map_err(Error::new)?;
-        let filter: UsageFilter = filter.unwrap_or_default().into();
+        let filter = UsageFilter::try_from(filter.unwrap_or_default()).map_err(Error::new)?;
         let dims: Vec<GroupDim> = group_by
             .unwrap_or_default()
             .into_iter()
@@ -202,11 +202,12 @@ impl Query {
                 .usage(&ws, (from, to), filter.clone(), dims)
                 .await,
         )?;
-        let report = UsageReport::from(&result);
+        let report = UsageReport::new(&result, &filter);
         Ok(Usage {
             window: report.window,
             percentile_method: report.percentile_method,
             relative_error: report.relative_error,
+            population: report.population,
             rollup: report.rollup,
             groups: report.groups,
             workspace_id: ws,
@@ -301,6 +302,9 @@ pub struct Usage {
     pub window: WindowOut,
     pub percentile_method: String,
     pub relative_error: f64,
+    /// The requests `rollup` describes (the filters in force and how many): print it beside
+    /// every percentile.
+    pub population: Population,
     pub rollup: RollupOut,
     pub groups: Vec<UsageGroup>,
     #[graphql(skip)]

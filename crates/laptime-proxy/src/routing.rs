@@ -39,6 +39,8 @@ pub struct Channel {
     pub dialect: Option<Dialect>,
     /// Continues an assistant prefill (see `ChannelConfig::prefill`).
     pub prefill: bool,
+    /// Reports usage in Chat streams when asked (see `ChannelConfig::usage_in_stream`).
+    pub usage_in_stream: bool,
     /// Requests in flight on this channel.
     pub inflight: AtomicU32,
     pub priority: u32,
@@ -112,6 +114,7 @@ impl Channel {
                 | Provider::OpenaiCompatible
                 | Provider::Gemini => false,
             }),
+            usage_in_stream: c.usage_in_stream,
             inflight: AtomicU32::new(0),
             priority: c.priority,
             weight: c.weight.max(1),

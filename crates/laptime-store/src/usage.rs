@@ -43,6 +43,36 @@ pub struct UsageFilter {
     pub region: Option<String>,
 }
 
+impl UsageFilter {
+    /// The filters set, as (dimension name, value) in [`GroupDim::ALL`] order; `None` for a
+    /// filter that asks for requests without the value. Empty: every request.
+    pub fn in_force(&self) -> Vec<(GroupDim, Option<String>)> {
+        let text = |v: &Option<String>| v.as_ref().map(|v| (!v.is_empty()).then(|| v.clone()));
+        let values = [
+            text(&self.model),
+            text(&self.provider),
+            text(&self.channel),
+            text(&self.group),
+            text(&self.dialect),
+            self.stream.map(|s| Some(s.to_string())),
+            self.status.map(|s| Some(s.to_string())),
+            text(&self.outcome),
+            text(&self.classification),
+            text(&self.endpoint),
+            text(&self.reasoning_effort),
+            self.tools_present.map(|t| Some(t.to_string())),
+            text(&self.max_output_bucket),
+            text(&self.input_bucket),
+            text(&self.region),
+        ];
+        GroupDim::ALL
+            .into_iter()
+            .zip(values)
+            .filter_map(|(dim, v)| Some((dim, v?)))
+            .collect()
+    }
+}
+
 /// A dimension usage can be grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GroupDim {
