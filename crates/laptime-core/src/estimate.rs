@@ -11,6 +11,10 @@
 //! would, give or take a token per cut). At most a few hundred bytes of an answer are held at
 //! any time, and nothing of it outlives the stream.
 //!
+//! Counting never waits for the tokenizer: it loads once per process from a start-up task
+//! ([`warm`]); a stream in the moments before it has loaded holds at most [`HELD_BYTES`] × 4
+//! bytes, then counts about four bytes a token.
+//!
 //! An observer only carries an estimator when the stream needs one, so streams whose provider
 //! reports usage pay nothing.
 
@@ -26,16 +30,18 @@ pub const HELD_BYTES: usize = 256;
 /// Held text with no whitespace to cut at is counted whole past this many bytes.
 const HELD_MAX: usize = 4 * HELD_BYTES;
 
-/// The tokenizer, loaded once per process (about a hundred milliseconds: call [`warm`] at start
-/// so that no stream waits for it). `None` when it cannot be loaded: no estimate is made.
-fn tokenizer() -> Option<&'static CoreBPE> {
-    static BPE: OnceLock<Option<CoreBPE>> = OnceLock::new();
-    BPE.get_or_init(|| tiktoken_rs::o200k_base().ok()).as_ref()
+/// The tokenizer, loaded once per process by [`warm`] (about a hundred milliseconds; `None`
+/// when it cannot be loaded).
+static BPE: OnceLock<Option<CoreBPE>> = OnceLock::new();
+
+/// Loads the tokenizer (from a start-up task: a stream never waits for it). Whether it loaded.
+pub fn warm() -> bool {
+    BPE.get_or_init(|| tiktoken_rs::o200k_base().ok()).is_some()
 }
 
-/// Loads the tokenizer now (from a start-up task), so that the first estimate does not.
-pub fn warm() -> bool {
-    tokenizer().is_some()
+/// The tokenizer if it is loaded; never waits for it.
+fn loaded() -> Option<&'static CoreBPE> {
+    BPE.get().and_then(Option::as_ref)
 }
 
 /// Counts one stream's output tokens from its text deltas, holding at most a few hundred bytes.
@@ -56,9 +62,12 @@ impl OutputEstimate {
         if self.held.len() < HELD_BYTES {
             return;
         }
+        let full = self.held.len() >= HELD_MAX;
         let cut = match self.held.rfind(char::is_whitespace) {
+            // Not loaded yet (the first moments after start): hold a little longer.
+            _ if loaded().is_none() && !full => return,
             Some(i) if i > 0 => i,
-            _ if self.held.len() >= HELD_MAX => self.held.len(),
+            _ if full => self.held.len(),
             _ => return,
         };
         self.counted += count(&self.held[..cut]);
@@ -85,18 +94,20 @@ impl OutputEstimate {
         }
     }
 
-    /// The tokens of everything pushed so far; `None` when no output was pushed or the
-    /// tokenizer is unavailable (absent, never 0).
+    /// The tokens of everything pushed so far; `None` when no output was pushed (absent,
+    /// never 0).
     pub fn total(&self) -> Option<u64> {
         let tokens = self.counted + count(&self.held);
-        (tokens > 0 && tokenizer().is_some()).then_some(tokens)
+        (tokens > 0).then_some(tokens)
     }
 }
 
+/// The tokens of `text`; while the tokenizer is not loaded (or could not be), about four bytes
+/// a token, the rule the cost's input estimate uses.
 fn count(text: &str) -> u64 {
-    match tokenizer() {
-        Some(bpe) if !text.is_empty() => bpe.encode_ordinary(text).len() as u64,
-        _ => 0,
+    match loaded() {
+        Some(bpe) => bpe.encode_ordinary(text).len() as u64,
+        None => crate::cost::estimate_input_tokens(text.len()),
     }
 }
 
@@ -181,6 +192,7 @@ mod tests {
 
     #[test]
     fn held_text_stays_bounded_even_without_whitespace() {
+        assert!(warm());
         let mut e = OutputEstimate::new();
         for _ in 0..1000 {
             e.push("字");
@@ -191,6 +203,7 @@ mod tests {
 
     #[test]
     fn chat_chunks_count_content_reasoning_and_tool_arguments_only() {
+        assert!(warm());
         let mut e = OutputEstimate::new();
         assert_eq!(e.total(), None, "nothing pushed: absent, not 0");
         e.push_chat_chunk(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#);

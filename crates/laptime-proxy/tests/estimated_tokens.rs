@@ -40,17 +40,22 @@ async fn chat_stream(h: &Harness, model: &str, include_usage: Option<bool>, extr
 #[tokio::test]
 async fn a_chat_stream_without_include_usage_gets_estimated_output_tokens_and_a_speed() {
     let h = start().await;
+    // The gateway loads the tokenizer in the background at start; a stream before that counts
+    // bytes ÷ 4. Wait for it, so that this count is the tokenizer's.
+    assert!(laptime_core::estimate::warm());
     // sim-long: 60 text deltas over 300 ms, usage only when asked for.
     let id = chat_stream(&h, "sim-long", None, json!({})).await;
     let row = h.row(&id).await;
     assert_eq!(row["output_tokens"], Value::Null, "the provider reported none");
     let estimated = row["estimated_output_tokens"].as_u64().unwrap();
+    // 60 deltas of generated words, one token each as the sim counts them; the tokenizer's
+    // count of the same text is close to it.
     assert!(
-        (30..=120).contains(&estimated),
+        (50..=80).contains(&estimated),
         "60 words of generated text, counted: {estimated}"
     );
     let timing = &row["other"]["timing"];
-    let tps = timing["visible_output_tps"].as_f64().unwrap();
+    let tps = timing["visible_output_tps"].as_f64().unwrap_or_else(|| panic!("{row}"));
     assert!(tps > 50.0 && tps < 2_000.0, "{tps}");
     assert_eq!(timing["visible_output_tps_estimated"], true);
     assert_eq!(row["classification"], "ok");
