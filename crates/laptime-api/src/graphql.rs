@@ -19,8 +19,8 @@ use laptime_store::usage::{GroupDim, UsageFilter};
 use laptime_store::StoreError;
 
 use crate::reports::{
-    FilterInput, GroupDimension, InflightRequest, Population, RequestEvent, RollupOut, UsageGroup, UsageReport,
-    WindowInput, WindowOut,
+    FilterInput, GroupDimension, InflightRequest, Population, RequestEvent, RollupOut, UsageGroup,
+    UsageReport, WindowInput, WindowOut,
 };
 use crate::ApiState;
 use axum::extract::State;

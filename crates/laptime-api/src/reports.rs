@@ -76,6 +76,10 @@ pub struct RollupOut {
     pub cost_unpriced_count: u64,
     /// Requests whose cost includes estimated tokens (the provider reported no usage for them).
     pub cost_estimated_count: u64,
+    /// Output tokens the gateway estimated where the provider reported none (never in
+    /// `outputTokens`), and how many requests that was: their `visibleOutputTps` rests on it.
+    pub estimated_output_tokens: u64,
+    pub output_estimated_count: u64,
     pub classifications: Vec<ClassificationCount>,
     pub latency_ms: MetricStatsOut,
     pub ttft_ms: MetricStatsOut,
@@ -109,6 +113,8 @@ impl From<&Rollup> for RollupOut {
             cost_usd: r.cost_usd(),
             cost_unpriced_count: r.cost_unpriced,
             cost_estimated_count: r.cost_estimated,
+            estimated_output_tokens: r.estimated_output_tokens,
+            output_estimated_count: r.output_estimated,
             classifications: r
                 .classifications
                 .iter()
@@ -163,7 +169,11 @@ pub struct Population {
 }
 
 impl Population {
-    fn new(mut filters: Vec<(GroupDim, Option<String>)>, extra: &[(GroupDim, Option<String>)], requests: u64) -> Self {
+    fn new(
+        mut filters: Vec<(GroupDim, Option<String>)>,
+        extra: &[(GroupDim, Option<String>)],
+        requests: u64,
+    ) -> Self {
         filters.extend(extra.iter().cloned());
         let description = if filters.is_empty() {
             "all requests".to_string()
@@ -603,10 +613,9 @@ pub struct FilterInput {
 /// A value must be one of a closed set's names (or `""`, for requests without one).
 fn one_of(name: &str, v: &Option<String>, known: &[&str]) -> Result<(), String> {
     match v.as_deref() {
-        Some(v) if !v.is_empty() && !known.contains(&v) => Err(format!(
-            "{name}: {v:?} is not one of {}",
-            known.join(", ")
-        )),
+        Some(v) if !v.is_empty() && !known.contains(&v) => {
+            Err(format!("{name}: {v:?} is not one of {}", known.join(", ")))
+        }
         _ => Ok(()),
     }
 }

@@ -116,7 +116,7 @@ impl LogQuery {
             None => None,
             Some(v) => Some(v.parse::<u16>().map_err(|_| bad("status", v))?),
         };
-        Ok(FilterInput {
+        FilterInput {
             model: self.model.clone(),
             provider: self.provider.clone(),
             channel: self.channel.clone(),
@@ -134,7 +134,7 @@ impl LogQuery {
             region: self.region.clone(),
         }
         .try_into()
-        .map_err(bad_request)?)
+        .map_err(bad_request)
     }
 
     fn window(&self) -> WindowInput {

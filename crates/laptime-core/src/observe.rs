@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
-use crate::estimate::OutputEstimate;
 use crate::classify::{classify_body, classify_event, EffectiveKind, EventClass, StopHint};
+use crate::estimate::OutputEstimate;
 use crate::sse::{SseItem, SseScanner};
 use crate::timeline::{ErrorClass, Hedge, Marks, Outcome};
 use crate::usage::{Tokens, UsageAcc};
@@ -446,6 +446,40 @@ mod tests {
                 Piece::TimingComment => obs.inband(Hedge::None).comment(),
             })
             .collect()
+    }
+
+    #[test]
+    fn an_estimating_observer_counts_output_only_when_no_usage_came() {
+        assert!(crate::estimate::warm());
+        let text = |t: &str| {
+            format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}}}}]}}\n\n")
+        };
+        let usage =
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n";
+        let feed = |obs: &mut StreamObserver, with_usage: bool| {
+            obs.on_chunk(at(10), text("Hello").as_bytes());
+            obs.on_chunk(at(90), text(" world, again").as_bytes());
+            if with_usage {
+                obs.on_chunk(at(95), usage.as_bytes());
+            }
+            obs.on_chunk(at(100), b"data: [DONE]\n\n");
+            obs.summary().tokens
+        };
+        let mut estimating = StreamObserver::new(Dialect::Chat, Some(at(0))).estimating_output();
+        let t = feed(&mut estimating, false);
+        assert_eq!(t.output, None);
+        assert_eq!(t.estimated_output, Some(4), "Hello| world|,| again");
+        assert_eq!(t.output_for_speed(), Some(4));
+        assert!(t.output_estimated());
+        // Usage came after all: the provider's count, and no estimate beside it.
+        let mut estimating = StreamObserver::new(Dialect::Chat, Some(at(0))).estimating_output();
+        let t = feed(&mut estimating, true);
+        assert_eq!((t.output, t.estimated_output), (Some(2), None));
+        // Without the estimator nothing is counted; another dialect never gets one.
+        let t = feed(&mut StreamObserver::new(Dialect::Chat, Some(at(0))), false);
+        assert_eq!((t.output, t.estimated_output), (None, None));
+        let other = StreamObserver::new(Dialect::Messages, None).estimating_output();
+        assert!(other.estimate.is_none());
     }
 
     #[test]

@@ -374,7 +374,12 @@ mod tests {
             ..Marks::default()
         };
         assert_eq!(visible_output_tps(&instant, Some(8)), None);
-        let (c, flags) = classify(&instant, Some(80), Outcome::Completed, &Thresholds::default());
+        let (c, flags) = classify(
+            &instant,
+            Some(80),
+            Outcome::Completed,
+            &Thresholds::default(),
+        );
         assert_eq!((c, flags), (Classification::Ok, Vec::new()), "not judged");
     }
 
@@ -391,7 +396,10 @@ mod tests {
         // Two events, a window just under the minimum, then exactly at it.
         assert_eq!(visible_output_tps(&marks(120, 149), Some(40)), None);
         assert_eq!(visible_output_tps(&marks(120, 150), Some(40)), Some(800.0));
-        assert_eq!(visible_output_tps(&marks(1_900, 2_100), Some(40)), Some(20.0));
+        assert_eq!(
+            visible_output_tps(&marks(1_900, 2_100), Some(40)),
+            Some(20.0)
+        );
         // Without the decode mark (rows written before it) there is no speed either.
         let mut old = marks(1_900, 2_100);
         old.last_effective = None;

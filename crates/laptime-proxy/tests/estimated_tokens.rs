@@ -6,7 +6,7 @@
 //! even when the client asked; an instant answer has no output speed at all; and usage filtered
 //! by the comparison dimensions says which population its percentiles describe.
 
-#![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 pub mod common;
 
@@ -14,7 +14,12 @@ use common::*;
 use serde_json::{json, Value};
 
 /// Streams a Chat request and returns its request id once its body has been read whole.
-async fn chat_stream(h: &Harness, model: &str, include_usage: Option<bool>, extra: Value) -> String {
+async fn chat_stream(
+    h: &Harness,
+    model: &str,
+    include_usage: Option<bool>,
+    extra: Value,
+) -> String {
     let mut body = json!({
         "model": model,
         "stream": true,
@@ -46,7 +51,11 @@ async fn a_chat_stream_without_include_usage_gets_estimated_output_tokens_and_a_
     // sim-long: 60 text deltas over 300 ms, usage only when asked for.
     let id = chat_stream(&h, "sim-long", None, json!({})).await;
     let row = h.row(&id).await;
-    assert_eq!(row["output_tokens"], Value::Null, "the provider reported none");
+    assert_eq!(
+        row["output_tokens"],
+        Value::Null,
+        "the provider reported none"
+    );
     let estimated = row["estimated_output_tokens"].as_u64().unwrap();
     // 60 deltas of generated words, one token each as the sim counts them; the tokenizer's
     // count of the same text is close to it.
@@ -55,7 +64,9 @@ async fn a_chat_stream_without_include_usage_gets_estimated_output_tokens_and_a_
         "60 words of generated text, counted: {estimated}"
     );
     let timing = &row["other"]["timing"];
-    let tps = timing["visible_output_tps"].as_f64().unwrap_or_else(|| panic!("{row}"));
+    let tps = timing["visible_output_tps"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{row}"));
     assert!(tps > 50.0 && tps < 2_000.0, "{tps}");
     assert_eq!(timing["visible_output_tps_estimated"], true);
     assert_eq!(row["classification"], "ok");
@@ -80,8 +91,13 @@ async fn a_chat_stream_without_include_usage_gets_estimated_output_tokens_and_a_
     let row = h.row(&id).await;
     assert_eq!(row["output_tokens"], 60);
     assert_eq!(row["estimated_output_tokens"], Value::Null);
-    assert_eq!(row["other"]["timing"]["visible_output_tps_estimated"], false);
-    assert!(row["other"]["timing"]["visible_output_tps"].as_f64().is_some());
+    assert_eq!(
+        row["other"]["timing"]["visible_output_tps_estimated"],
+        false
+    );
+    assert!(row["other"]["timing"]["visible_output_tps"]
+        .as_f64()
+        .is_some());
     h.stop().await;
 }
 
@@ -95,7 +111,9 @@ async fn a_channel_without_usage_in_stream_is_estimated_even_when_the_client_ask
     assert_eq!(row["estimated_output_tokens"], Value::Null);
     let id = chat_stream(&h, "sim-long", Some(false), json!({})).await;
     let row = h.row(&id).await;
-    assert!(row["estimated_output_tokens"].as_u64().is_some_and(|n| n > 0));
+    assert!(row["estimated_output_tokens"]
+        .as_u64()
+        .is_some_and(|n| n > 0));
     h.stop().await;
 }
 
@@ -105,7 +123,10 @@ async fn an_instant_answer_has_no_output_speed() {
     // sim-fast: the whole answer at once, usage reported.
     let id = chat_stream(&h, "sim-fast", Some(true), json!({})).await;
     let row = h.row(&id).await;
-    assert!(row["output_tokens"].as_u64().is_some_and(|n| n > 0), "{row}");
+    assert!(
+        row["output_tokens"].as_u64().is_some_and(|n| n > 0),
+        "{row}"
+    );
     assert_eq!(row["other"]["timing"]["visible_output_tps"], Value::Null);
     h.stop().await;
 }
@@ -113,7 +134,13 @@ async fn an_instant_answer_has_no_output_speed() {
 #[tokio::test]
 async fn usage_filtered_by_shape_names_the_population_beside_its_figures() {
     let h = start().await;
-    chat_stream(&h, "sim-long", Some(true), json!({"max_tokens": 2000, "reasoning_effort": "low"})).await;
+    chat_stream(
+        &h,
+        "sim-long",
+        Some(true),
+        json!({"max_tokens": 2000, "reasoning_effort": "low"}),
+    )
+    .await;
     chat_stream(&h, "sim-long", Some(true), json!({"max_tokens": 100})).await;
     let id = chat_stream(
         &h,
@@ -162,10 +189,17 @@ async fn usage_filtered_by_shape_names_the_population_beside_its_figures() {
         .await;
     assert_eq!(d["data"]["usage"]["rollup"]["requestCount"], 1, "{d}");
     let (_, d) = h
-        .gql(&h.token, query, json!({"ws": "default", "f": {"inputBucket": "1k"}}))
+        .gql(
+            &h.token,
+            query,
+            json!({"ws": "default", "f": {"inputBucket": "1k"}}),
+        )
         .await;
     let msg = d["errors"][0]["message"].as_str().unwrap();
-    assert!(msg.contains("inputBucket") && msg.contains("1k-4k"), "{msg}");
+    assert!(
+        msg.contains("inputBucket") && msg.contains("1k-4k"),
+        "{msg}"
+    );
 
     // REST: the same filters and population.
     let r: Value = h

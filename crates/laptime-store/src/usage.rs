@@ -249,7 +249,12 @@ pub(crate) fn push_filter(
         Absent::Empty => {
             for (dim, v) in compared {
                 if let Some(v) = v {
-                    bind(dim.column().0, FilterValue::Text(v.clone()), sql, &mut values);
+                    bind(
+                        dim.column().0,
+                        FilterValue::Text(v.clone()),
+                        sql,
+                        &mut values,
+                    );
                 }
             }
             if let Some(t) = filter.tools_present {

@@ -197,8 +197,13 @@ fn corpus(ws: &str, n: usize, seed: u64) -> Vec<RequestRecord> {
                 r.marks.admission = ms(rng.gen_range(0.001..0.1));
             }
             // The request's shape and region, which usage compares like with like by.
-            r.shape.reasoning_effort = [None, Some("low"), Some("high"), Some("budget_tokens:1024"), Some("LOUD")]
-                [rng.gen_range(0..5)]
+            r.shape.reasoning_effort = [
+                None,
+                Some("low"),
+                Some("high"),
+                Some("budget_tokens:1024"),
+                Some("LOUD"),
+            ][rng.gen_range(0..5)]
             .map(str::to_string);
             r.shape.tool_count = [None, Some(0), Some(3)][rng.gen_range(0..3)];
             r.shape.max_output_tokens =
