@@ -99,16 +99,8 @@ impl EffortClass {
         EffortClass::Other,
     ];
 
-    /// The words recorded as they are (every class but `budget` and `other`).
-    pub const WORDS: [EffortClass; 7] = [
-        EffortClass::None,
-        EffortClass::Minimal,
-        EffortClass::Low,
-        EffortClass::Medium,
-        EffortClass::High,
-        EffortClass::XHigh,
-        EffortClass::Max,
-    ];
+    /// The words recorded as they are: every class but the last two (`budget`, `other`).
+    pub const WORDS: &'static [EffortClass] = EffortClass::ALL.split_at(7).0;
 
     /// The class of a recorded `reasoning_effort`.
     pub fn of(recorded: &str) -> EffortClass {
@@ -116,7 +108,8 @@ impl EffortClass {
             return EffortClass::Budget;
         }
         EffortClass::WORDS
-            .into_iter()
+            .iter()
+            .copied()
             .find(|c| c.as_str() == recorded)
             .unwrap_or(EffortClass::Other)
     }

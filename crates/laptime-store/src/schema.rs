@@ -472,5 +472,28 @@ mod tests {
 
         let b = usage(&conn, "ws_b", 0, 120_000_000, &UsageFilter::default(), &[]).unwrap();
         assert_eq!(b.total.requests, 1);
+
+        // A v1 store's rollups are backfilled from its rows after every SQL step, so they have
+        // the comparison dimensions of the rows (v8 itself copies a v7 store's rollups with
+        // the dimensions absent): six rows of under 256 input tokens, the bare one without a
+        // count; no effort asked, no tools.
+        let dims = [
+            crate::usage::GroupDim::ReasoningEffort,
+            crate::usage::GroupDim::ToolsPresent,
+            crate::usage::GroupDim::InputBucket,
+        ];
+        let by = usage(&conn, "ws", 0, 120_000_000, &UsageFilter::default(), &dims).unwrap();
+        let groups: Vec<(Vec<Option<&str>>, u64)> = by
+            .groups
+            .iter()
+            .map(|(k, r)| (k.iter().map(|(_, v)| v.as_deref()).collect(), r.requests))
+            .collect();
+        assert_eq!(
+            groups,
+            vec![
+                (vec![None, Some("false"), Some("<256")], 6),
+                (vec![None, Some("false"), None], 1),
+            ]
+        );
     }
 }

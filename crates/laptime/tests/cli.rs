@@ -524,10 +524,16 @@ fn workspace_token_and_requests_commands_work_on_the_store() {
         data,
     ]);
     assert!(ok, "{err}");
-    assert!(out.contains("stream=true, input_bucket=1k-4k: 0 requests"), "{out}");
+    assert!(
+        out.contains("stream=true, input_bucket=1k-4k: 0 requests"),
+        "{out}"
+    );
     let (ok, _, err) = run(&["usage", "--where", "input_bucket=1k", "--data-dir", data]);
     assert!(!ok);
-    assert!(err.contains("inputBucket") && err.contains("16k-64k"), "{err}");
+    assert!(
+        err.contains("inputBucket") && err.contains("16k-64k"),
+        "{err}"
+    );
     let (ok, _, err) = run(&["usage", "--last", "soon", "--data-dir", data]);
     assert!(!ok);
     assert!(err.contains("window.last"), "{err}");
