@@ -346,11 +346,13 @@ describe('dashboard', () => {
     const n = usage.usage.rollup.requestCount;
     assert.ok(n > 0);
     assert.match(await page.locator('#summary').textContent(), new RegExp('^' + n + '\\s*requests'));
+    // the population each percentile describes is printed beside it
+    assert.match(await page.locator('#summary').textContent(), /p95 first visible text · all requests/);
     // every metric chart has drawn points, and a legend with n and the error rate
     for (const key of ['upstreamHeadersMs', 'firstSseEventMs', 'firstResponseMs', 'firstTextDeltaMs', 'latencyMs']) {
       const card = page.locator(`section[data-metric="${key}"]`);
       assert.ok(await card.locator('svg circle').count() > 0, key + ' has points');
-      assert.match(await card.locator('.clegend').textContent(), /p50 .* ms · n = \d+.*errors \d+\.\d %/);
+      assert.match(await card.locator('.clegend').textContent(), /p50 .* ms · n = \d+.*errors \d+\.\d % · all requests/);
     }
     assert.ok(await page.locator('.chartcard svg rect[fill="url(#pat-seg-visible)"]').count() > 0, 'the histogram has bars');
     const bars = page.locator('#class-chart a[data-class]');

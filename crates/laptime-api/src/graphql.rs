@@ -19,8 +19,8 @@ use laptime_store::usage::{GroupDim, UsageFilter};
 use laptime_store::StoreError;
 
 use crate::reports::{
-    reading, FilterInput, GroupDimension, InflightRequest, RequestEvent, RollupOut, UsageGroup,
-    UsageReport, WindowInput, WindowOut,
+    reading, FilterInput, GroupDimension, InflightRequest, Population, RequestEvent, RollupOut,
+    UsageGroup, UsageReport, WindowInput, WindowOut,
 };
 use crate::ApiState;
 use axum::extract::State;
@@ -139,7 +139,7 @@ impl Query {
             return Err(Error::new(format!("limit must be from 1 to {MAX_RECENT}")));
         }
         let ws = readable_workspace(ctx, &workspace_id).await?;
-        let filter: UsageFilter = filter.unwrap_or_default().into();
+        let filter = UsageFilter::try_from(filter.unwrap_or_default()).map_err(Error::new)?;
         let app = app(ctx)?;
         let rows = stored(app.store.recent(&ws, filter, None, limit as u32).await)?;
         Ok(events(&rows, app))
@@ -195,7 +195,7 @@ impl Query {
             .unwrap_or_default()
             .resolve(now_us())
             .map_err(Error::new)?;
-        let filter: UsageFilter = filter.unwrap_or_default().into();
+        let filter = UsageFilter::try_from(filter.unwrap_or_default()).map_err(Error::new)?;
         let dims: Vec<GroupDim> = group_by
             .unwrap_or_default()
             .into_iter()
@@ -207,11 +207,12 @@ impl Query {
                 .usage(&ws, (from, to), filter.clone(), dims)
                 .await,
         )?;
-        let report = UsageReport::from(&result);
+        let report = UsageReport::new(&result, &filter);
         Ok(Usage {
             window: report.window,
             percentile_method: report.percentile_method,
             relative_error: report.relative_error,
+            population: report.population,
             rollup: report.rollup,
             groups: report.groups,
             workspace_id: ws,
@@ -307,6 +308,9 @@ pub struct Usage {
     pub window: WindowOut,
     pub percentile_method: String,
     pub relative_error: f64,
+    /// The requests `rollup` describes (the filters in force and how many): print it beside
+    /// every percentile.
+    pub population: Population,
     pub rollup: RollupOut,
     pub groups: Vec<UsageGroup>,
     #[graphql(skip)]

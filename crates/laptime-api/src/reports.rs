@@ -2,6 +2,7 @@
 //! derives both, so the two cannot drift apart. Also the window and filter parsing both use.
 
 use async_graphql::{Enum, InputObject, SimpleObject, ID};
+use laptime_core::compare::{EffortClass, TokenBucket};
 use laptime_core::rollup::{Metric, MetricStats, Rollup, RELATIVE_ERROR};
 use laptime_core::timeline::RequestRecord;
 use laptime_core::timeline::RequestShape;
@@ -78,6 +79,10 @@ pub struct RollupOut {
     pub cost_unpriced_count: u64,
     /// Requests whose cost includes estimated tokens (the provider reported no usage for them).
     pub cost_estimated_count: u64,
+    /// Output tokens the gateway estimated where the provider reported none (never in
+    /// `outputTokens`), and how many requests that was: their `visibleOutputTps` rests on it.
+    pub estimated_output_tokens: u64,
+    pub output_estimated_count: u64,
     pub classifications: Vec<ClassificationCount>,
     pub latency_ms: MetricStatsOut,
     pub ttft_ms: MetricStatsOut,
@@ -111,6 +116,8 @@ impl From<&Rollup> for RollupOut {
             cost_usd: r.cost_usd(),
             cost_unpriced_count: r.cost_unpriced,
             cost_estimated_count: r.cost_estimated,
+            estimated_output_tokens: r.estimated_output_tokens,
+            output_estimated_count: r.output_estimated,
             classifications: r
                 .classifications
                 .iter()
@@ -145,7 +152,53 @@ pub struct GroupKey {
 #[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
 pub struct UsageGroup {
     pub key: Vec<GroupKey>,
+    /// The requests this group's figures describe: the filters in force and the group's key.
+    pub population: Population,
     pub rollup: RollupOut,
+}
+
+/// The requests a set of figures describes, to print beside every percentile: two readers of
+/// "p95 first visible text" read the same population only when this line is the same.
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+pub struct Population {
+    /// Each filter in force (a group's key included), in a fixed order; a null value asks for
+    /// requests without one. Empty: every request of the workspace in the window.
+    pub filters: Vec<GroupKey>,
+    /// The same as one line (`stream=true, tools_present=false, input_bucket=1k-4k`; `all
+    /// requests` when there is no filter).
+    pub description: String,
+    /// Requests in the population (each metric's `count` and `nullCount` split it).
+    pub request_count: u64,
+}
+
+impl Population {
+    fn new(
+        mut filters: Vec<(GroupDim, Option<String>)>,
+        extra: &[(GroupDim, Option<String>)],
+        requests: u64,
+    ) -> Self {
+        filters.extend(extra.iter().cloned());
+        let description = if filters.is_empty() {
+            "all requests".to_string()
+        } else {
+            filters
+                .iter()
+                .map(|(d, v)| format!("{}={}", d.as_str(), v.as_deref().unwrap_or("(none)")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        Population {
+            filters: filters
+                .into_iter()
+                .map(|(d, v)| GroupKey {
+                    dimension: d.as_str().to_string(),
+                    value: v,
+                })
+                .collect(),
+            description,
+            request_count: requests,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
@@ -163,12 +216,16 @@ pub struct UsageReport {
     pub window: WindowOut,
     pub percentile_method: String,
     pub relative_error: f64,
+    /// The requests `rollup` describes.
+    pub population: Population,
     pub rollup: RollupOut,
     pub groups: Vec<UsageGroup>,
 }
 
-impl From<&UsageResult> for UsageReport {
-    fn from(u: &UsageResult) -> Self {
+impl UsageReport {
+    /// The report of `u`, the answer under `filter`.
+    pub fn new(u: &UsageResult, filter: &UsageFilter) -> Self {
+        let in_force = filter.in_force();
         UsageReport {
             window: WindowOut {
                 from: rfc3339(u.window.from_us),
@@ -176,6 +233,7 @@ impl From<&UsageResult> for UsageReport {
             },
             percentile_method: percentile_method(),
             relative_error: RELATIVE_ERROR,
+            population: Population::new(in_force.clone(), &[], u.total.requests),
             rollup: RollupOut::from(&u.total),
             groups: u
                 .groups
@@ -188,6 +246,7 @@ impl From<&UsageResult> for UsageReport {
                             value: v.clone(),
                         })
                         .collect(),
+                    population: Population::new(in_force.clone(), key, r.requests),
                     rollup: RollupOut::from(r),
                 })
                 .collect(),
@@ -213,6 +272,8 @@ pub struct TimingOut {
     pub last_effective_ms: Option<f64>,
     pub total_handler_ms: Option<f64>,
     pub visible_output_tps: Option<f64>,
+    /// `visibleOutputTps` counts the gateway's estimate of the output tokens.
+    pub visible_output_tps_estimated: bool,
 }
 
 impl From<TimingView> for TimingOut {
@@ -230,6 +291,7 @@ impl From<TimingView> for TimingOut {
             last_effective_ms: t.last_effective_ms,
             total_handler_ms: t.total_handler_ms,
             visible_output_tps: t.visible_output_tps,
+            visible_output_tps_estimated: t.visible_output_tps_estimated,
         }
     }
 }
@@ -477,6 +539,9 @@ pub struct RequestEvent {
     pub hedge: String,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// Output tokens the gateway counted with its tokenizer because the provider reported
+    /// none (null when it did); never summed into `outputTokens`.
+    pub estimated_output_tokens: Option<u64>,
     pub reasoning_tokens: Option<u64>,
     pub event_count: u32,
     pub text_delta_count: u32,
@@ -539,6 +604,7 @@ impl RequestEvent {
             hedge: r.hedge.as_str().to_string(),
             input_tokens: r.tokens.input,
             output_tokens: r.tokens.output,
+            estimated_output_tokens: r.tokens.estimated_output,
             reasoning_tokens: r.tokens.reasoning,
             event_count: r.event_count,
             text_delta_count: r.text_delta_count,
@@ -646,11 +712,41 @@ pub struct FilterInput {
     pub classification: Option<String>,
     /// `generation` (the model calls) or an endpoint (`embeddings`, `files`, …).
     pub endpoint: Option<String>,
+    /// The effort class asked: `none`, `minimal`, `low`, `medium`, `high`, `xhigh`, `max`,
+    /// `budget` (a thinking budget), `other`; `""` for requests that asked none.
+    pub reasoning_effort: Option<String>,
+    /// The request declared at least one tool.
+    pub tools_present: Option<bool>,
+    /// A token bucket (`<256`, `256-1k`, `1k-4k`, `4k-16k`, `16k-64k`, `64k+`; 1k = 1,024) of
+    /// the max output tokens asked; `""` for requests that asked none.
+    pub max_output_bucket: Option<String>,
+    /// A token bucket of the input tokens the provider reported; `""` for requests without a
+    /// count.
+    pub input_bucket: Option<String>,
+    /// The gateway's configured `region`; `""` for requests recorded without one.
+    pub region: Option<String>,
 }
 
-impl From<FilterInput> for UsageFilter {
-    fn from(f: FilterInput) -> Self {
-        UsageFilter {
+/// A value must be one of a closed set's names (or `""`, for requests without one).
+fn one_of(name: &str, v: &Option<String>, known: &[&str]) -> Result<(), String> {
+    match v.as_deref() {
+        Some(v) if !v.is_empty() && !known.contains(&v) => {
+            Err(format!("{name}: {v:?} is not one of {}", known.join(", ")))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl TryFrom<FilterInput> for UsageFilter {
+    type Error = String;
+
+    fn try_from(f: FilterInput) -> Result<Self, String> {
+        let efforts = EffortClass::ALL.map(EffortClass::as_str);
+        let buckets = TokenBucket::ALL.map(TokenBucket::as_str);
+        one_of("reasoningEffort", &f.reasoning_effort, &efforts)?;
+        one_of("maxOutputBucket", &f.max_output_bucket, &buckets)?;
+        one_of("inputBucket", &f.input_bucket, &buckets)?;
+        Ok(UsageFilter {
             model: f.model,
             provider: f.provider,
             channel: f.channel,
@@ -661,7 +757,12 @@ impl From<FilterInput> for UsageFilter {
             outcome: f.outcome,
             classification: f.classification,
             endpoint: f.endpoint,
-        }
+            reasoning_effort: f.reasoning_effort,
+            tools_present: f.tools_present,
+            max_output_bucket: f.max_output_bucket,
+            input_bucket: f.input_bucket,
+            region: f.region,
+        })
     }
 }
 
@@ -677,6 +778,11 @@ pub enum GroupDimension {
     Outcome,
     Classification,
     Endpoint,
+    ReasoningEffort,
+    ToolsPresent,
+    MaxOutputBucket,
+    InputBucket,
+    Region,
 }
 
 impl From<GroupDimension> for GroupDim {
@@ -692,6 +798,11 @@ impl From<GroupDimension> for GroupDim {
             GroupDimension::Outcome => GroupDim::Outcome,
             GroupDimension::Classification => GroupDim::Classification,
             GroupDimension::Endpoint => GroupDim::Endpoint,
+            GroupDimension::ReasoningEffort => GroupDim::ReasoningEffort,
+            GroupDimension::ToolsPresent => GroupDim::ToolsPresent,
+            GroupDimension::MaxOutputBucket => GroupDim::MaxOutputBucket,
+            GroupDimension::InputBucket => GroupDim::InputBucket,
+            GroupDimension::Region => GroupDim::Region,
         }
     }
 }

@@ -80,6 +80,11 @@ pub struct LogQuery {
     outcome: Option<String>,
     classification: Option<String>,
     endpoint: Option<String>,
+    reasoning_effort: Option<String>,
+    tools_present: Option<String>,
+    max_output_bucket: Option<String>,
+    input_bucket: Option<String>,
+    region: Option<String>,
     last: Option<String>,
     from: Option<String>,
     to: Option<String>,
@@ -100,17 +105,19 @@ fn parse_limit(v: Option<&str>, name: &str, default: u32) -> Result<u32, ApiErro
 impl LogQuery {
     fn filter(&self) -> Result<UsageFilter, ApiError> {
         let bad = |name: &str, v: &str| bad_request(format!("{name}: {v:?} is not valid"));
-        let stream = match self.stream.as_deref() {
-            None => None,
-            Some("true") => Some(true),
-            Some("false") => Some(false),
-            Some(v) => return Err(bad("stream", v)),
+        let flag = |name: &str, v: Option<&str>| match v {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(v) => Err(bad(name, v)),
         };
+        let stream = flag("stream", self.stream.as_deref())?;
+        let tools_present = flag("tools_present", self.tools_present.as_deref())?;
         let status = match self.status.as_deref() {
             None => None,
             Some(v) => Some(v.parse::<u16>().map_err(|_| bad("status", v))?),
         };
-        Ok(FilterInput {
+        FilterInput {
             model: self.model.clone(),
             provider: self.provider.clone(),
             channel: self.channel.clone(),
@@ -121,8 +128,14 @@ impl LogQuery {
             outcome: self.outcome.clone(),
             classification: self.classification.clone(),
             endpoint: self.endpoint.clone(),
+            reasoning_effort: self.reasoning_effort.clone(),
+            tools_present,
+            max_output_bucket: self.max_output_bucket.clone(),
+            input_bucket: self.input_bucket.clone(),
+            region: self.region.clone(),
         }
-        .into())
+        .try_into()
+        .map_err(bad_request)
     }
 
     fn window(&self) -> WindowInput {
@@ -221,6 +234,7 @@ pub async fn usage_report(
             .await,
     )?;
     let window = Some((u.window.from_us, u.window.to_us));
+    let report = UsageReport::new(&u, &filter);
     let rows = read(
         app.store
             .recent(&p.workspace_id, filter, window, recent)
@@ -228,7 +242,7 @@ pub async fn usage_report(
     )?;
     let reading = reading(&app.live().config);
     Ok(Json(UsageBody {
-        report: UsageReport::from(&u),
+        report,
         recent: rows
             .iter()
             .map(|r| RequestLogView::new(r, &reading))

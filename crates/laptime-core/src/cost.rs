@@ -215,7 +215,8 @@ pub enum Billed {
     Tokens {
         tokens: Tokens,
         /// A count was estimated: the input from the request's size, the output from the
-        /// output events relayed.
+        /// gateway's tokenizer count ([`Tokens::estimated_output`]), else the text deltas
+        /// relayed.
         estimated: bool,
     },
 }
@@ -245,7 +246,11 @@ pub fn billed(r: &RequestRecord, input_estimate: Option<u64>) -> Billed {
         estimated = true;
     }
     if tokens.output.is_none() {
-        tokens.output = Some(u64::from(r.text_delta_count));
+        // The gateway's tokenizer count when it made one, else one token per text delta.
+        tokens.output = Some(
+            t.estimated_output
+                .unwrap_or_else(|| u64::from(r.text_delta_count)),
+        );
         estimated = true;
     }
     Billed::Tokens { tokens, estimated }
@@ -378,6 +383,7 @@ mod tests {
             // 50 reasoning of the 250 output.
             output: Some(250),
             reasoning: Some(50),
+            estimated_output: None,
         };
         // 1000×1 + 10000×0.1 + 200×1.25 + 100×2 + 200×4 + 50×5, per million, in nano-USD.
         let expected = (1000.0 + 1000.0 + 250.0 + 200.0 + 800.0 + 250.0) * 1000.0;

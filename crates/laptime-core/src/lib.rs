@@ -10,6 +10,8 @@
 //! - `wire`: borrowed JSON helpers and each dialect's usage shape, read alike by [`classify`]
 //!   and [`translate`]'s decoders.
 //! - [`usage`]: token counts, last value per field wins, normalised across dialects.
+//! - [`estimate`]: output tokens counted with a tokenizer for streams whose upstream reports
+//!   none, holding at most a few hundred bytes of text.
 //! - [`observe`]: the stream observer that turns bytes-at-instants into marks, counts and the
 //!   place where the in-band timing comment goes.
 //! - [`relay`]: which observed bytes go to the client now and which wait for their event to
@@ -22,6 +24,8 @@
 //! - [`translate`]: the hub that carries a request and its answer between two dialects.
 //! - [`cost`]: prices in force at an instant, the tokens a provider billed, and their cost.
 //! - [`limit`]: the limits a token or workspace may have and the windows that count against them.
+//! - [`compare`]: the request-shape dimensions usage compares like with like by (token
+//!   buckets, effort class, tools present).
 //! - [`rollup`]: mergeable summaries of many records (counts, token sums, log-bucketed percentile
 //!   sketches) that the usage API answers from.
 //!
@@ -30,9 +34,11 @@
 
 pub mod circuit;
 pub mod classify;
+pub mod compare;
 pub mod cost;
 pub mod dialect;
 pub mod endpoint;
+pub mod estimate;
 pub mod limit;
 pub mod observe;
 pub mod relay;

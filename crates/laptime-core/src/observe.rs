@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use crate::classify::{classify_body, classify_event, EffectiveKind, EventClass, StopHint};
+use crate::estimate::OutputEstimate;
 use crate::sse::{SseItem, SseScanner};
 use crate::timeline::{ErrorClass, Hedge, Marks, Outcome};
 use crate::usage::{Tokens, UsageAcc};
@@ -73,6 +74,9 @@ pub struct StreamObserver {
     /// A Responses stream's stored response id (from its first event, `response.created`), so
     /// that later calls naming it reach the channel that holds it.
     response_id: Option<String>,
+    /// Counts the output with a tokenizer: only on a Chat stream whose upstream will report no
+    /// usage ([`StreamObserver::estimating_output`]).
+    estimate: Option<Box<OutputEstimate>>,
 }
 
 /// Whether the dialect's comment goes after its terminal event instead of before its terminal
@@ -154,7 +158,17 @@ impl StreamObserver {
             ended: None,
             malformed: false,
             response_id: None,
+            estimate: None,
         }
+    }
+
+    /// Counts this Chat stream's output with the tokenizer, for an upstream that reports no
+    /// usage in it (the count is [`Tokens::estimated_output`], used only if none comes).
+    pub fn estimating_output(mut self) -> Self {
+        if self.dialect == Dialect::Chat {
+            self.estimate = Some(Box::default());
+        }
+        self
     }
 
     /// The stored response a Responses stream created (`None` when it said `store: false`).
@@ -206,6 +220,7 @@ impl StreamObserver {
             comment_placed,
             malformed,
             response_id,
+            estimate,
             ..
         } = self;
         let mut malformed_here = false;
@@ -243,6 +258,9 @@ impl StreamObserver {
                     return;
                 }
                 if let Some(kind) = c.effective() {
+                    if let Some(e) = estimate {
+                        e.push_chat_chunk(data);
+                    }
                     marks.first_effective.get_or_insert(at);
                     marks.last_effective = Some(at);
                     if kind == EffectiveKind::Text {
@@ -296,7 +314,11 @@ impl StreamObserver {
     }
 
     pub fn tokens(&self) -> Tokens {
-        self.usage.tokens()
+        let mut tokens = self.usage.tokens();
+        if let (None, Some(e)) = (tokens.output, &self.estimate) {
+            tokens.estimated_output = e.total();
+        }
+        tokens
     }
 
     /// The values for the in-band comment and trailers, as of now.
@@ -424,6 +446,40 @@ mod tests {
                 Piece::TimingComment => obs.inband(Hedge::None).comment(),
             })
             .collect()
+    }
+
+    #[test]
+    fn an_estimating_observer_counts_output_only_when_no_usage_came() {
+        assert!(crate::estimate::warm());
+        let text = |t: &str| {
+            format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}}}}]}}\n\n")
+        };
+        let usage =
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n";
+        let feed = |obs: &mut StreamObserver, with_usage: bool| {
+            obs.on_chunk(at(10), text("Hello").as_bytes());
+            obs.on_chunk(at(90), text(" world, again").as_bytes());
+            if with_usage {
+                obs.on_chunk(at(95), usage.as_bytes());
+            }
+            obs.on_chunk(at(100), b"data: [DONE]\n\n");
+            obs.summary().tokens
+        };
+        let mut estimating = StreamObserver::new(Dialect::Chat, Some(at(0))).estimating_output();
+        let t = feed(&mut estimating, false);
+        assert_eq!(t.output, None);
+        assert_eq!(t.estimated_output, Some(4), "Hello| world|,| again");
+        assert_eq!(t.output_for_speed(), Some(4));
+        assert!(t.output_estimated());
+        // Usage came after all: the provider's count, and no estimate beside it.
+        let mut estimating = StreamObserver::new(Dialect::Chat, Some(at(0))).estimating_output();
+        let t = feed(&mut estimating, true);
+        assert_eq!((t.output, t.estimated_output), (Some(2), None));
+        // Without the estimator nothing is counted; another dialect never gets one.
+        let t = feed(&mut StreamObserver::new(Dialect::Chat, Some(at(0))), false);
+        assert_eq!((t.output, t.estimated_output), (None, None));
+        let other = StreamObserver::new(Dialect::Messages, None).estimating_output();
+        assert!(other.estimate.is_none());
     }
 
     #[test]

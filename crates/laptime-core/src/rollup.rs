@@ -474,6 +474,11 @@ pub struct Rollup {
     pub cost_unpriced: u64,
     /// Priced requests whose cost includes estimated tokens.
     pub cost_estimated: u64,
+    /// Output tokens the gateway estimated (the provider reported none), summed apart from
+    /// `output_tokens`, and how many requests had such an estimate: their output speeds, in
+    /// the `visibleOutputTps` sketch, rest on it.
+    pub estimated_output_tokens: u64,
+    pub output_estimated: u64,
     /// Requests per classification (`ok`, `failed`, a slow stage).
     pub classifications: BTreeMap<String, u64>,
     /// How many requests reported each token field, in [`TokenField`] order.
@@ -483,8 +488,9 @@ pub struct Rollup {
 }
 
 /// The encoding's version byte. Version 2 appended the cost counts; version 1 rollups (written
-/// before prices existed) decode with no priced and no unpriced requests.
-const ENCODING_VERSION: u8 = 2;
+/// before prices existed) decode with no priced and no unpriced requests. Version 3 appended the
+/// estimated output tokens and their count (older rollups: none).
+const ENCODING_VERSION: u8 = 3;
 
 impl Rollup {
     pub fn new() -> Self {
@@ -509,6 +515,10 @@ impl Rollup {
             None => self.cost_unpriced += 1,
         }
         let t = &r.tokens;
+        if let Some(e) = t.estimated_output {
+            self.estimated_output_tokens = self.estimated_output_tokens.saturating_add(e);
+            self.output_estimated += 1;
+        }
         for (k, v) in [t.input, t.output, t.cache_read, t.cache_write, t.reasoning]
             .into_iter()
             .enumerate()
@@ -541,6 +551,10 @@ impl Rollup {
         self.cost_priced += o.cost_priced;
         self.cost_unpriced += o.cost_unpriced;
         self.cost_estimated += o.cost_estimated;
+        self.estimated_output_tokens = self
+            .estimated_output_tokens
+            .saturating_add(o.estimated_output_tokens);
+        self.output_estimated += o.output_estimated;
         for k in 0..5 {
             let v = o.token_sum(k);
             *self.token_sum_mut(k) = self.token_sum_mut(k).saturating_add(v);
@@ -665,6 +679,8 @@ impl Rollup {
             self.cost_priced,
             self.cost_unpriced,
             self.cost_estimated,
+            self.estimated_output_tokens,
+            self.output_estimated,
         ] {
             put_varint(&mut out, v);
         }
@@ -725,6 +741,14 @@ impl Rollup {
                 &mut self.cost_priced,
                 &mut self.cost_unpriced,
                 &mut self.cost_estimated,
+            ] {
+                *field = field.saturating_add(r.varint()?);
+            }
+        }
+        if version >= 3 {
+            for field in [
+                &mut self.estimated_output_tokens,
+                &mut self.output_estimated,
             ] {
                 *field = field.saturating_add(r.varint()?);
             }
@@ -1109,7 +1133,7 @@ mod tests {
         v1.cost_priced = 0;
         v1.cost_unpriced = 0;
         let mut bytes = v1.encode();
-        bytes.truncate(bytes.len() - 4);
+        bytes.truncate(bytes.len() - 6);
         bytes[0] = 1;
         assert_eq!(Rollup::decode(&bytes), Ok(v1));
     }
@@ -1129,6 +1153,30 @@ mod tests {
         many.merge_encoded(&bytes).unwrap();
         assert_eq!(many.sketch(Metric::TtftMs).quantile(1.0), Some(120.0));
         assert!(within(many.sketch(Metric::TtftMs).quantile(0.9), 120.0));
+    }
+
+    #[test]
+    fn estimated_output_is_summed_apart_and_older_encodings_have_none() {
+        let mut estimated = record(Some(10), 100, Outcome::Completed, false);
+        estimated.tokens.output = None;
+        estimated.tokens.estimated_output = Some(33);
+        let mut r = rollup_of_one(estimated);
+        r.add(&record(Some(10), 100, Outcome::Completed, false));
+        assert_eq!(
+            r.tokens(TokenField::Output),
+            Some(10),
+            "the provider's count only"
+        );
+        assert_eq!((r.estimated_output_tokens, r.output_estimated), (33, 1));
+        assert_eq!(Rollup::decode(&r.encode()), Ok(r.clone()));
+        // Version 2 (before estimates): the same rollup without them.
+        let mut v2 = r.clone();
+        v2.estimated_output_tokens = 0;
+        v2.output_estimated = 0;
+        let mut bytes = v2.encode();
+        bytes.truncate(bytes.len() - 2);
+        bytes[0] = 2;
+        assert_eq!(Rollup::decode(&bytes), Ok(v2));
     }
 
     fn rollup_of_one(r: RequestRecord) -> Rollup {

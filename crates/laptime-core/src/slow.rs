@@ -164,12 +164,22 @@ macro_rules! serde_by_name {
 serde_by_name!(Classification, "classification");
 serde_by_name!(Flag, "flag");
 
+/// The shortest visible window (first visible text to upstream done) an output speed is
+/// computed over. An answer that arrives in one burst (a cached or simulated one, a short
+/// answer read from a buffer) has a window of microseconds, and tokens over it read as hundreds
+/// of thousands per second: a figure about the network, not the generation, which would
+/// dominate every speed percentile.
+pub const MIN_TPS_WINDOW: Duration = Duration::from_millis(50);
+
 /// Output tokens per second over the visible window (first visible text to upstream done).
-/// Absent without the marks, without output tokens, or without a positive window.
+/// Absent without the marks or output tokens, and unless the window means something: at least
+/// two output events (an effective output later than the first visible text, so
+/// `last_effective` > `first_visible`) and a window of at least [`MIN_TPS_WINDOW`].
 pub fn visible_output_tps(marks: &Marks, output_tokens: Option<u64>) -> Option<f64> {
     let window = between(marks.first_visible, marks.upstream_done)?;
     let tokens = output_tokens?;
-    if window.is_zero() {
+    let second_output = between(marks.first_visible, marks.last_effective)?;
+    if second_output.is_zero() || window < MIN_TPS_WINDOW {
         return None;
     }
     Some(tokens as f64 / window.as_secs_f64())
@@ -375,6 +385,7 @@ mod tests {
     fn slow_tps_needs_enough_tokens() {
         let marks = Marks {
             first_visible: ms(0),
+            last_effective: ms(9_990),
             upstream_done: ms(10_000),
             ..Marks::default()
         };
@@ -426,6 +437,7 @@ mod tests {
     fn tps_is_absent_without_a_positive_window() {
         let marks = Marks {
             first_visible: ms(5),
+            last_effective: ms(5),
             upstream_done: ms(5),
             ..Marks::default()
         };
@@ -463,5 +475,48 @@ mod tests {
         assert!(got[2].slow);
         assert!((got[2].past_threshold() - 5.2).abs() < 1e-9);
         assert_eq!(got[2].stage.config_key(), "thresholds.min_tps");
+    }
+
+    #[test]
+    fn an_instant_answer_has_no_output_speed() {
+        // The sim's instant answer: 8 tokens, all events within 45 µs.
+        let us = |v: u64| Some(Duration::from_micros(v));
+        let instant = Marks {
+            first_visible: us(1_000),
+            last_effective: us(1_040),
+            upstream_done: us(1_045),
+            ..Marks::default()
+        };
+        assert_eq!(visible_output_tps(&instant, Some(8)), None);
+        let (c, flags) = classify(
+            &instant,
+            Some(80),
+            Outcome::Completed,
+            &Thresholds::default(),
+        );
+        assert_eq!((c, flags), (Classification::Ok, Vec::new()), "not judged");
+    }
+
+    #[test]
+    fn output_speed_needs_two_output_events_and_the_minimum_window() {
+        let marks = |last: u64, done: u64| Marks {
+            first_visible: ms(100),
+            last_effective: ms(last),
+            upstream_done: ms(done),
+            ..Marks::default()
+        };
+        // One output event, however long the wait for the end: not a speed.
+        assert_eq!(visible_output_tps(&marks(100, 2_100), Some(40)), None);
+        // Two events, a window just under the minimum, then exactly at it.
+        assert_eq!(visible_output_tps(&marks(120, 149), Some(40)), None);
+        assert_eq!(visible_output_tps(&marks(120, 150), Some(40)), Some(800.0));
+        assert_eq!(
+            visible_output_tps(&marks(1_900, 2_100), Some(40)),
+            Some(20.0)
+        );
+        // Without the decode mark (rows written before it) there is no speed either.
+        let mut old = marks(1_900, 2_100);
+        old.last_effective = None;
+        assert_eq!(visible_output_tps(&old, Some(40)), None);
     }
 }

@@ -39,6 +39,24 @@ pub struct Tokens {
     #[serde(default)]
     pub cache_write_1h: Option<u64>,
     pub reasoning: Option<u64>,
+    /// Output tokens the gateway counted with its tokenizer over the output it relayed, when the
+    /// provider reported no output count (a Chat stream without `include_usage`, a channel that
+    /// sends no usage in streams). Kept apart: never in `output`, never summed with it.
+    #[serde(default)]
+    pub estimated_output: Option<u64>,
+}
+
+impl Tokens {
+    /// The output count speeds are computed from: the provider's, else the estimate (a figure
+    /// that relies on it says so, see [`Tokens::output_estimated`]).
+    pub fn output_for_speed(&self) -> Option<u64> {
+        self.output.or(self.estimated_output)
+    }
+
+    /// Whether the output count in use is the gateway's estimate.
+    pub fn output_estimated(&self) -> bool {
+        self.output.is_none() && self.estimated_output.is_some()
+    }
 }
 
 /// Merges usage reports over a stream. Upstream counts are cumulative, so the last value of each
@@ -95,6 +113,7 @@ impl UsageAcc {
             cache_write: raw.cache_write,
             cache_write_1h: raw.cache_write_1h,
             reasoning: raw.reasoning,
+            estimated_output: None,
         }
     }
 }

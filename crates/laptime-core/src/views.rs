@@ -47,12 +47,17 @@ pub struct TimingView {
     /// generated (a stall shows as the gap).
     pub last_effective_ms: Option<f64>,
     pub total_handler_ms: Option<f64>,
-    /// Output tokens ÷ (t6 − t5) seconds.
+    /// Output tokens ÷ (t6 − t5) seconds, over a window long enough to mean something (see
+    /// [`crate::slow::visible_output_tps`]).
     pub visible_output_tps: Option<f64>,
+    /// `visible_output_tps` counts the gateway's estimate of the output tokens (the provider
+    /// reported none).
+    pub visible_output_tps_estimated: bool,
 }
 
 impl TimingView {
     pub fn new(marks: &Marks, tokens: &Tokens) -> Self {
+        let tps = visible_output_tps(marks, tokens.output_for_speed());
         TimingView {
             auth_ms: opt_ms(marks.auth),
             admission_ms: opt_ms(marks.admission),
@@ -65,7 +70,8 @@ impl TimingView {
             upstream_done_ms: opt_ms(marks.upstream_done),
             last_effective_ms: opt_ms(marks.last_effective),
             total_handler_ms: opt_ms(marks.handler_done),
-            visible_output_tps: visible_output_tps(marks, tokens.output).map(stored_precision),
+            visible_output_tps: tps.map(stored_precision),
+            visible_output_tps_estimated: tps.is_some() && tokens.output_estimated(),
         }
     }
 }
@@ -422,6 +428,9 @@ pub struct RequestLogView {
     pub upstream_ms: Option<f64>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// Output tokens the gateway counted with its tokenizer because the provider reported
+    /// none (null when it did): the count behind the output speed and an estimated cost.
+    pub estimated_output_tokens: Option<u64>,
     pub reasoning_tokens: Option<u64>,
     pub cache_read_tokens: Option<u64>,
     pub cache_write_tokens: Option<u64>,
@@ -500,6 +509,7 @@ impl RequestLogView {
             upstream_ms: upstream_ms(&r.marks),
             input_tokens: r.tokens.input,
             output_tokens: r.tokens.output,
+            estimated_output_tokens: r.tokens.estimated_output,
             reasoning_tokens: r.tokens.reasoning,
             cache_read_tokens: r.tokens.cache_read,
             cache_write_tokens: r.tokens.cache_write,
@@ -654,6 +664,7 @@ mod tests {
                 cache_write: None,
                 cache_write_1h: None,
                 reasoning: None,
+                estimated_output: None,
             },
             event_count: 90,
             text_delta_count: 75,
@@ -728,7 +739,7 @@ mod tests {
             "translated": false, "stream": true, "status": 200, "outcome": "completed",
             "timeout_kind": null, "error_class": null, "fault": null, "classification": "visible_text_late",
             "flags": ["visible_text_late"], "latency_ms": 10202.0, "ttft_ms": 299.0,
-            "upstream_ms": 10200.0, "input_tokens": 800, "output_tokens": 75,
+            "upstream_ms": 10200.0, "input_tokens": 800, "output_tokens": 75, "estimated_output_tokens": null,
             "reasoning_tokens": null, "cache_read_tokens": 512, "cache_write_tokens": null,
             "cache_write_1h_tokens": null, "cost_usd": 0.00125, "cost_estimated": false,
             "refused_by": null, "failover_count": 0, "cached": false, "hedge": "none", "event_count": 90,
@@ -747,7 +758,7 @@ mod tests {
                 "upstream_headers_ms": 240.0, "first_sse_event_ms": 311.0,
                 "first_response_ms": 2901.0, "first_text_delta_ms": 8701.0,
                 "upstream_done_ms": 10201.0, "last_effective_ms": 10000.0, "total_handler_ms": 10202.0,
-                "visible_output_tps": 50.0}}
+                "visible_output_tps": 50.0, "visible_output_tps_estimated": false}}
         }"#,
         )
         .unwrap();

@@ -88,6 +88,9 @@ pub struct AttemptCtx<'a> {
     /// A provider endpoint call (embeddings, files, …): its method and path; `None` for a
     /// model call of the client's dialect.
     pub endpoint: Option<&'a EndpointTarget>,
+    /// The client's body asks a Chat upstream for the usage chunk
+    /// (`stream_options.include_usage`); a translated Chat body always asks.
+    pub usage_asked: bool,
 }
 
 /// Where an endpoint call goes on a channel: the client's method and path (with its query),
@@ -330,6 +333,11 @@ pub async fn dispatch(
         // Marks are classified in the upstream's dialect, so they mean the same whatever the
         // client speaks.
         let mut obs = StreamObserver::new(route.upstream, Some(origin));
+        let usage_asked = ctx.usage_asked || route.upstream != ctx.dialect;
+        if !usage_asked || !route.channel.usage_in_stream {
+            // Only Chat streams can come without usage; the observer counts their output.
+            obs = obs.estimating_output();
+        }
         let gemini_untouched = route.upstream == Dialect::Gemini && ctx.dialect == Dialect::Gemini;
         if gemini_untouched && !ctx.live.config.server.timing_comment(ctx.dialect) {
             obs = obs.without_comment();

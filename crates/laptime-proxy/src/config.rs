@@ -412,6 +412,21 @@ pub struct ChannelConfig {
     /// printed or logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_key_file: Option<PathBuf>,
+    /// Whether the channel reports usage in a Chat stream when asked
+    /// (`stream_options.include_usage`). `false` for an OpenAI-compatible server that never
+    /// does: the gateway counts each answer's output tokens with its tokenizer, stored apart
+    /// and flagged estimated (never 0). Default: true (the estimate is made only when the
+    /// client did not ask for usage).
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub usage_in_stream: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn is_true(v: &bool) -> bool {
+    *v
 }
 
 fn redacted_proxy_url<S: serde::Serializer>(url: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -446,6 +461,7 @@ impl Default for ChannelConfig {
             ca_file: None,
             client_cert_file: None,
             client_key_file: None,
+            usage_in_stream: true,
         }
     }
 }

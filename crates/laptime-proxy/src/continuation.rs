@@ -149,6 +149,7 @@ impl Resume {
             t0: self.t0,
             timeouts: &self.timeouts,
             endpoint: None,
+            usage_asked: self.client == Dialect::Chat && wants_usage_chunk(&self.request),
         };
         let mut attempts = Vec::new();
         let mut splice = Some(splice);

@@ -124,6 +124,7 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
         stream: false,
         shape: RequestShape::default(),
         previous_response_id: None,
+        include_usage: false,
     };
     let body_len = finisher.pending.body_bytes.unwrap_or(0);
     if let Err(refused) = pipeline::limit(
@@ -171,6 +172,7 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
         t0: finisher.pending.t0,
         timeouts: &policy.timeouts,
         endpoint: Some(&target),
+        usage_asked: true,
     };
     let sent = &admitted.sent;
     let model_at = admitted.model_at;

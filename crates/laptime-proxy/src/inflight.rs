@@ -126,7 +126,7 @@ impl Entry {
                 }
                 let (classification, flags) = slow::classify(
                     &record.marks,
-                    record.tokens.output,
+                    record.tokens.output_for_speed(),
                     record.outcome,
                     thresholds,
                 );

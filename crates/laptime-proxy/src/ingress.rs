@@ -171,6 +171,14 @@ pub struct RequestHead {
     /// A Responses request that continues a stored response: it must go to the channel that
     /// holds it.
     pub previous_response_id: Option<String>,
+    /// The client asked for the usage chunk (Chat's `stream_options.include_usage`): without
+    /// it a Chat upstream reports no tokens, and the gateway counts the output itself.
+    pub include_usage: bool,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -227,6 +235,7 @@ struct Head<'a> {
     top_p: Option<f64>,
     #[serde(borrow)]
     previous_response_id: Option<&'a str>,
+    stream_options: Option<StreamOptions>,
 }
 
 /// Parses the fields the gateway needs from a request body.
@@ -264,7 +273,7 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
         .or_else(|| {
             head.thinking
                 .and_then(|t| t.budget_tokens)
-                .map(|b| format!("budget_tokens:{b}"))
+                .map(|b| format!("{}{b}", laptime_core::compare::BUDGET_PREFIX))
         });
     let tool_choice = head.tool_choice.and_then(|c| match c {
         ToolChoice::Name(n) => Some(n.to_string()),
@@ -298,6 +307,10 @@ pub fn parse_head(body: &[u8]) -> Result<RequestHead, BodyProblem> {
             top_p: head.top_p,
         },
         previous_response_id: head.previous_response_id.map(str::to_string),
+        include_usage: head
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
     })
 }
 
@@ -457,6 +470,7 @@ pub fn parse_gemini_head(call: GeminiCall, body: &[u8]) -> Result<RequestHead, B
             top_p: config.as_ref().and_then(|c| c.top_p),
         },
         previous_response_id: None,
+        include_usage: false,
     })
 }
 

@@ -124,6 +124,7 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         t0: finisher.pending.t0,
         timeouts: &policy.timeouts,
         endpoint: None,
+        usage_asked: head.include_usage,
     };
     let body_for = |route: &Route| bodies.body_for(route).into();
     let plan = Plan {

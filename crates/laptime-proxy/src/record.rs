@@ -412,8 +412,12 @@ pub fn build(
             .count(),
         None => attempts.len().saturating_sub(1),
     } as u32;
-    let (classification, mut flags) =
-        slow::classify(&marks, tokens.output, ending.outcome, thresholds);
+    let (classification, mut flags) = slow::classify(
+        &marks,
+        tokens.output_for_speed(),
+        ending.outcome,
+        thresholds,
+    );
     if p.unobserved {
         flags.push(Flag::Unobserved);
     }

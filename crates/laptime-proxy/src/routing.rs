@@ -41,6 +41,8 @@ pub struct Channel {
     pub dialect: Option<Dialect>,
     /// Continues an assistant prefill (see `ChannelConfig::prefill`).
     pub prefill: bool,
+    /// Reports usage in Chat streams when asked (see `ChannelConfig::usage_in_stream`).
+    pub usage_in_stream: bool,
     /// Requests in flight on this channel (shared with the channel of the same name a reload
     /// replaced: its streams in flight still count).
     pub inflight: Arc<AtomicU32>,
@@ -116,6 +118,7 @@ impl Channel {
                 | Provider::OpenaiCompatible
                 | Provider::Gemini => false,
             }),
+            usage_in_stream: c.usage_in_stream,
             inflight: Arc::new(AtomicU32::new(0)),
             priority: c.priority,
             weight: c.weight.max(1),

@@ -72,6 +72,9 @@ impl Gateway {
         env: &dyn Fn(&str) -> Option<String>,
         memory: Option<crate::connect::MemoryConnect>,
     ) -> Result<Gateway, StartError> {
+        // The tokenizer that counts Chat streams sent without usage loads in the background
+        // (about 100 ms), so that no stream waits for it.
+        tokio::task::spawn_blocking(laptime_core::estimate::warm);
         let egress = crate::egress::Egress::build(&config.channels, env)
             .map_err(|errs| StartError(format!("egress: {}", errs.join("; "))))?;
         let live = crate::live::Live::build(config.clone(), env, None)

@@ -91,10 +91,11 @@ async fn a_chat_stream_without_usage_is_charged_on_estimates_and_says_so() {
     let row = h.row(&id).await;
     assert_eq!(row["input_tokens"], Value::Null, "no usage came");
     assert_eq!(row["cost_estimated"], true);
-    let deltas = row["text_delta_count"].as_f64().unwrap();
-    assert!(deltas > 0.0);
-    // Input: the body's bytes ÷ 4, rounded up; output: one token per text delta.
-    let expected = ((sent / 4.0).ceil() * 1.0 + deltas * 2.0) / 1e6;
+    assert_eq!(row["output_tokens"], Value::Null, "no usage came");
+    let output = row["estimated_output_tokens"].as_f64().unwrap();
+    assert!(output > 0.0);
+    // Input: the body's bytes ÷ 4, rounded up; output: the gateway's tokenizer count.
+    let expected = ((sent / 4.0).ceil() * 1.0 + output * 2.0) / 1e6;
     assert!(
         near(&row["cost_usd"], expected),
         "{} vs {expected}",

@@ -1,6 +1,7 @@
 //! An upstream answer's reader polls its HTTP/1 connection itself: events the connection has
 //! already read come out of the body one after another in the same poll (so the relay writes
 //! them to the client in one write), and the connection still goes back to the pool.
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -91,6 +91,7 @@ fn trace_b() -> (Marks, Tokens) {
         cache_write: None,
         cache_write_1h: None,
         reasoning: None,
+        estimated_output: None,
     };
     (marks, tokens)
 }

@@ -199,6 +199,7 @@ impl Synth {
                 .then(|| self.rng.gen_range(0..2_048)),
             cache_write_1h: None,
             reasoning,
+            estimated_output: None,
         };
         let mut status = 200;
         let mut error_class = None;

@@ -103,11 +103,11 @@ pub(crate) fn insert_rows(
                 max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
                 temperature, top_p, region, trace_id, upstream_dialect, instance,
                 cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by,
-                endpoint, bytes_in, bytes_out, key_index)
+                endpoint, bytes_in, bytes_out, key_index, estimated_output_tokens)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
                 ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49,
-                ?50, ?51, ?52, ?53, ?54, ?55, ?56, ?57, ?58, ?59)
+                ?50, ?51, ?52, ?53, ?54, ?55, ?56, ?57, ?58, ?59, ?60)
              ON CONFLICT (request_id) DO NOTHING",
         )?;
         let mut att = tx.prepare_cached(
@@ -216,6 +216,7 @@ fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Re
         tok(r.exchange.bytes_in),
         tok(r.exchange.bytes_out),
         r.exchange.key_index,
+        tok(r.tokens.estimated_output),
     ])?)
 }
 
@@ -236,7 +237,7 @@ pub(crate) const SELECT: &str =
     failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
     response_format, temperature, top_p, region, trace_id, upstream_dialect, instance,
     cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by, endpoint,
-    bytes_in, bytes_out, key_index
+    bytes_in, bytes_out, key_index, estimated_output_tokens
     FROM requests";
 
 fn corrupt(what: &str, v: &str) -> rusqlite::Error {
@@ -310,6 +311,7 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
             cache_write: untok(row.get(31)?),
             cache_write_1h: untok(row.get(50)?),
             reasoning: untok(row.get(32)?),
+            estimated_output: untok(row.get(59)?),
         },
         event_count: row.get(33)?,
         text_delta_count: row.get(34)?,

@@ -1,6 +1,14 @@
 //! Per-minute rollups in the store: one [`Rollup`] per workspace, minute and key (model,
-//! provider, channel, group, dialect, stream, status, outcome, classification, endpoint), kept in the
-//! `rollups` table as an encoded BLOB.
+//! provider, channel, group, dialect, stream, status, outcome, classification, endpoint, and the
+//! comparison dimensions of [`laptime_core::compare`]: effort class, tools present, max-output and
+//! input-token buckets, region), kept in the `rollups` table as an encoded BLOB.
+//!
+//! The comparison dimensions are in the key rather than answered from the rows, so that
+//! "p95 first visible text of streamed, tool-free requests with 1k-4k input tokens" costs what
+//! any usage answer costs (minutes × keys, never requests). Each is a closed set (the effort a
+//! class, token counts buckets), so the keys a minute can have stay bounded whatever clients
+//! send; a workload runs a handful of shapes, so a minute's keys grow by a small factor.
+//! Rollups written before these dimensions existed hold `''` for them (absent).
 //!
 //! The recorder folds every batch into them in the batch's own transaction (aggregate in memory,
 //! then read-merge-write one row per key), so rollups and rows never disagree: a reader sees both
@@ -13,6 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use laptime_core::compare::{Comparison, EffortClass, TokenBucket};
 use laptime_core::rollup::Rollup;
 use laptime_core::timeline::RequestRecord;
 use rusqlite::{params, Connection, OptionalExtension, ToSql};
@@ -53,12 +62,20 @@ pub(crate) struct RollupKey {
     pub outcome: String,
     pub classification: String,
     pub endpoint: String,
+    /// The comparison dimensions ([`Comparison`]); `tools` is `"true"`/`"false"`.
+    pub effort: String,
+    pub tools: String,
+    pub max_output_bucket: String,
+    pub input_bucket: String,
+    pub region: String,
 }
 
 impl RollupKey {
     /// The key a record rolls up under; `None` for a record without a workspace.
     pub(crate) fn of(r: &RequestRecord) -> Option<RollupKey> {
         let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        let c = Comparison::of(r);
+        let name = |v: Option<&str>| v.unwrap_or_default().to_string();
         Some(RollupKey {
             workspace_id: r.workspace_id.clone()?,
             minute_us: floor_minute(r.created_at_us),
@@ -72,6 +89,11 @@ impl RollupKey {
             outcome: r.outcome.as_str().to_string(),
             classification: r.classification.as_str().to_string(),
             endpoint: r.exchange.endpoint.as_str().to_string(),
+            effort: name(c.effort.map(EffortClass::as_str)),
+            tools: c.tools_present.to_string(),
+            max_output_bucket: name(c.max_output.map(TokenBucket::as_str)),
+            input_bucket: name(c.input.map(TokenBucket::as_str)),
+            region: name(c.region),
         })
     }
 }
@@ -91,11 +113,12 @@ pub(crate) fn aggregate<'a>(
 
 const KEY_WHERE: &str = "workspace_id = ?1 AND minute_us = ?2 AND model = ?3 AND provider = ?4
     AND channel = ?5 AND grp = ?6 AND dialect = ?7 AND stream = ?8 AND status = ?9
-    AND outcome = ?10 AND classification = ?11 AND endpoint = ?12";
+    AND outcome = ?10 AND classification = ?11 AND endpoint = ?12 AND effort = ?13
+    AND tools = ?14 AND max_output_bucket = ?15 AND input_bucket = ?16 AND region = ?17";
 
 impl RollupKey {
-    /// The key as the `?1`…`?12` parameters of [`KEY_WHERE`] and of the upsert.
-    fn params(&self) -> [&dyn ToSql; 12] {
+    /// The key as the `?1`…`?17` parameters of [`KEY_WHERE`] and of the upsert.
+    fn params(&self) -> [&dyn ToSql; 17] {
         [
             &self.workspace_id,
             &self.minute_us,
@@ -109,6 +132,11 @@ impl RollupKey {
             &self.outcome,
             &self.classification,
             &self.endpoint,
+            &self.effort,
+            &self.tools,
+            &self.max_output_bucket,
+            &self.input_bucket,
+            &self.region,
         ]
     }
 }
@@ -123,10 +151,12 @@ fn stored(conn: &Connection, k: &RollupKey) -> Result<Option<Vec<u8>>> {
 fn store(conn: &Connection, k: &RollupKey, r: &Rollup) -> Result<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO rollups (workspace_id, minute_us, model, provider, channel, grp, dialect,
-            stream, status, outcome, classification, endpoint, data)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+            stream, status, outcome, classification, endpoint, effort, tools, max_output_bucket,
+            input_bucket, region, data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
          ON CONFLICT (workspace_id, minute_us, model, provider, channel, grp, dialect, stream,
-            status, outcome, classification, endpoint) DO UPDATE SET data = excluded.data",
+            status, outcome, classification, endpoint, effort, tools, max_output_bucket,
+            input_bucket, region) DO UPDATE SET data = excluded.data",
     )?;
     let data = r.encode();
     let mut params = k.params().to_vec();

@@ -55,6 +55,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: V7,
         after: None,
     },
+    // 8: the comparison dimensions as rollup dimensions (effort class, tools present, the
+    // max-output and input-token buckets, region), and output tokens the gateway estimated.
+    Migration {
+        sql: V8,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -274,6 +280,44 @@ const V7: &str = r#"
     ALTER TABLE attempts ADD COLUMN tls_us INTEGER;
 "#;
 
+/// The rollups get the comparison dimensions of `laptime_core::compare` in their key (the table
+/// is rebuilt, as in v7). Rollups written before hold `''` for them: absent, as for any field
+/// recorded before it existed (they are not rebuilt from the rows, so an upgrade costs what
+/// copying the rollups costs, and PostgreSQL, whose migrations are SQL only, answers the same).
+/// `estimated_output_tokens`: counted by the gateway's tokenizer when the provider reported no
+/// output count; kept apart from `output_tokens`.
+const V8: &str = r#"
+    ALTER TABLE requests ADD COLUMN estimated_output_tokens INTEGER;
+    CREATE TABLE rollups_v8 (
+        workspace_id TEXT NOT NULL,
+        minute_us INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        grp TEXT NOT NULL,
+        dialect TEXT NOT NULL,
+        stream INTEGER NOT NULL,
+        status INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        classification TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        effort TEXT NOT NULL,
+        tools TEXT NOT NULL,
+        max_output_bucket TEXT NOT NULL,
+        input_bucket TEXT NOT NULL,
+        region TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (workspace_id, minute_us, model, provider, channel, grp, dialect, stream,
+            status, outcome, classification, endpoint, effort, tools, max_output_bucket,
+            input_bucket, region)
+    ) WITHOUT ROWID;
+    INSERT INTO rollups_v8 SELECT workspace_id, minute_us, model, provider, channel, grp, dialect,
+        stream, status, outcome, classification, endpoint, '', '', '', '', '', data FROM rollups;
+    DROP TABLE rollups;
+    ALTER TABLE rollups_v8 RENAME TO rollups;
+    CREATE INDEX rollups_minute ON rollups(minute_us);
+"#;
+
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -428,5 +472,28 @@ mod tests {
 
         let b = usage(&conn, "ws_b", 0, 120_000_000, &UsageFilter::default(), &[]).unwrap();
         assert_eq!(b.total.requests, 1);
+
+        // A v1 store's rollups are backfilled from its rows after every SQL step, so they have
+        // the comparison dimensions of the rows (v8 itself copies a v7 store's rollups with
+        // the dimensions absent): six rows of under 256 input tokens, the bare one without a
+        // count; no effort asked, no tools.
+        let dims = [
+            crate::usage::GroupDim::ReasoningEffort,
+            crate::usage::GroupDim::ToolsPresent,
+            crate::usage::GroupDim::InputBucket,
+        ];
+        let by = usage(&conn, "ws", 0, 120_000_000, &UsageFilter::default(), &dims).unwrap();
+        let groups: Vec<(Vec<Option<&str>>, u64)> = by
+            .groups
+            .iter()
+            .map(|(k, r)| (k.iter().map(|(_, v)| v.as_deref()).collect(), r.requests))
+            .collect();
+        assert_eq!(
+            groups,
+            vec![
+                (vec![None, Some("false"), Some("<256")], 6),
+                (vec![None, Some("false"), None], 1),
+            ]
+        );
     }
 }

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use laptime_core::compare::{EffortClass, TokenBucket, BUDGET_PREFIX};
 use laptime_core::rollup::Rollup;
 use laptime_core::timeline::RequestRecord;
 use rusqlite::types::Value;
@@ -32,6 +33,44 @@ pub struct UsageFilter {
     pub classification: Option<String>,
     /// `generation` for the model calls, else the endpoint (`embeddings`, `files`, …).
     pub endpoint: Option<String>,
+    /// The comparison dimensions ([`laptime_core::compare`]): an effort class (`low`,
+    /// `budget`, …), a token bucket (`1k-4k`, …), a region. `""` asks for requests without the
+    /// value (no effort asked, no max tokens asked, no input count), as for the text filters.
+    pub reasoning_effort: Option<String>,
+    pub tools_present: Option<bool>,
+    pub max_output_bucket: Option<String>,
+    pub input_bucket: Option<String>,
+    pub region: Option<String>,
+}
+
+impl UsageFilter {
+    /// The filters set, as (dimension name, value) in [`GroupDim::ALL`] order; `None` for a
+    /// filter that asks for requests without the value. Empty: every request.
+    pub fn in_force(&self) -> Vec<(GroupDim, Option<String>)> {
+        let text = |v: &Option<String>| v.as_ref().map(|v| (!v.is_empty()).then(|| v.clone()));
+        let values = [
+            text(&self.model),
+            text(&self.provider),
+            text(&self.channel),
+            text(&self.group),
+            text(&self.dialect),
+            self.stream.map(|s| Some(s.to_string())),
+            self.status.map(|s| Some(s.to_string())),
+            text(&self.outcome),
+            text(&self.classification),
+            text(&self.endpoint),
+            text(&self.reasoning_effort),
+            self.tools_present.map(|t| Some(t.to_string())),
+            text(&self.max_output_bucket),
+            text(&self.input_bucket),
+            text(&self.region),
+        ];
+        GroupDim::ALL
+            .into_iter()
+            .zip(values)
+            .filter_map(|(dim, v)| Some((dim, v?)))
+            .collect()
+    }
 }
 
 /// A dimension usage can be grouped by.
@@ -47,10 +86,15 @@ pub enum GroupDim {
     Outcome,
     Classification,
     Endpoint,
+    ReasoningEffort,
+    ToolsPresent,
+    MaxOutputBucket,
+    InputBucket,
+    Region,
 }
 
 impl GroupDim {
-    pub const ALL: [GroupDim; 10] = [
+    pub const ALL: [GroupDim; 15] = [
         GroupDim::Model,
         GroupDim::Provider,
         GroupDim::Channel,
@@ -61,6 +105,11 @@ impl GroupDim {
         GroupDim::Outcome,
         GroupDim::Classification,
         GroupDim::Endpoint,
+        GroupDim::ReasoningEffort,
+        GroupDim::ToolsPresent,
+        GroupDim::MaxOutputBucket,
+        GroupDim::InputBucket,
+        GroupDim::Region,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -75,6 +124,11 @@ impl GroupDim {
             GroupDim::Outcome => "outcome",
             GroupDim::Classification => "classification",
             GroupDim::Endpoint => "endpoint",
+            GroupDim::ReasoningEffort => "reasoning_effort",
+            GroupDim::ToolsPresent => "tools_present",
+            GroupDim::MaxOutputBucket => "max_output_bucket",
+            GroupDim::InputBucket => "input_bucket",
+            GroupDim::Region => "region",
         }
     }
 
@@ -82,8 +136,8 @@ impl GroupDim {
         GroupDim::ALL.into_iter().find(|d| d.as_str() == s)
     }
 
-    /// The column, the same in `requests` and `rollups` (in both stores); also its position in
-    /// [`ROLLUP_SELECT`].
+    /// The column in `rollups` (in both stores; the same in `requests` for the first ten, whose
+    /// filters compare it there too); also its position in [`ROLLUP_SELECT`].
     pub(crate) fn column(self) -> (&'static str, usize) {
         match self {
             GroupDim::Model => ("model", 0),
@@ -96,6 +150,11 @@ impl GroupDim {
             GroupDim::Outcome => ("outcome", 7),
             GroupDim::Classification => ("classification", 8),
             GroupDim::Endpoint => ("endpoint", 9),
+            GroupDim::ReasoningEffort => ("effort", 10),
+            GroupDim::ToolsPresent => ("tools", 11),
+            GroupDim::MaxOutputBucket => ("max_output_bucket", 12),
+            GroupDim::InputBucket => ("input_bucket", 13),
+            GroupDim::Region => ("region", 14),
         }
     }
 }
@@ -180,7 +239,97 @@ pub(crate) fn push_filter(
     if let Some(s) = filter.status {
         bind("status", FilterValue::Status(s), sql, &mut values);
     }
+    let compared = [
+        (GroupDim::ReasoningEffort, &filter.reasoning_effort),
+        (GroupDim::MaxOutputBucket, &filter.max_output_bucket),
+        (GroupDim::InputBucket, &filter.input_bucket),
+        (GroupDim::Region, &filter.region),
+    ];
+    match absent {
+        Absent::Empty => {
+            for (dim, v) in compared {
+                if let Some(v) = v {
+                    bind(
+                        dim.column().0,
+                        FilterValue::Text(v.clone()),
+                        sql,
+                        &mut values,
+                    );
+                }
+            }
+            if let Some(t) = filter.tools_present {
+                bind("tools", FilterValue::Text(t.to_string()), sql, &mut values);
+            }
+        }
+        Absent::Null => {
+            for (dim, v) in compared {
+                let Some(v) = v else { continue };
+                match row_condition(dim, v) {
+                    RowCondition::Sql(cond) => sql.push_str(&cond),
+                    RowCondition::Equals(col) => {
+                        bind(col, FilterValue::Text(v.clone()), sql, &mut values)
+                    }
+                }
+            }
+            if let Some(t) = filter.tools_present {
+                bind(TOOLS_PRESENT, FilterValue::Stream(t), sql, &mut values);
+            }
+        }
+    }
     values
+}
+
+/// Whether a request row declared tools, as an expression both stores compare to a boolean.
+const TOOLS_PRESENT: &str = "(COALESCE(tool_count, 0) > 0)";
+
+/// How a comparison filter reads on `requests`, where the rows keep the raw values.
+enum RowCondition {
+    /// ` AND …`, built from the closed sets' own constants (never from the filter's text).
+    Sql(String),
+    /// The value is compared as it is to this column.
+    Equals(&'static str),
+}
+
+fn row_condition(dim: GroupDim, v: &str) -> RowCondition {
+    let bucket_of = |col: &str| match v {
+        "" => RowCondition::Sql(format!(" AND {col} IS NULL")),
+        _ => RowCondition::Sql(match TokenBucket::parse(v).map(TokenBucket::range) {
+            Some((lo, Some(hi))) => format!(" AND {col} >= {lo} AND {col} < {hi}"),
+            Some((lo, None)) => format!(" AND {col} >= {lo}"),
+            None => " AND 1 = 0".to_string(),
+        }),
+    };
+    match dim {
+        GroupDim::MaxOutputBucket => bucket_of("max_output_tokens"),
+        GroupDim::InputBucket => bucket_of("input_tokens"),
+        GroupDim::ReasoningEffort => RowCondition::Sql(effort_condition(v)),
+        GroupDim::Region if v.is_empty() => RowCondition::Sql(" AND region IS NULL".into()),
+        _ => RowCondition::Equals("region"),
+    }
+}
+
+/// The rows whose recorded `reasoning_effort` is of the class named `v` (`""`: none asked).
+fn effort_condition(v: &str) -> String {
+    let budget = format!(
+        "substr(reasoning_effort, 1, {}) = '{BUDGET_PREFIX}'",
+        BUDGET_PREFIX.len()
+    );
+    match EffortClass::parse(v) {
+        _ if v.is_empty() => " AND reasoning_effort IS NULL".into(),
+        Some(EffortClass::Budget) => format!(" AND {budget}"),
+        Some(EffortClass::Other) => {
+            let words: Vec<String> = EffortClass::WORDS
+                .iter()
+                .map(|c| format!("'{}'", c.as_str()))
+                .collect();
+            format!(
+                " AND reasoning_effort NOT IN ({}) AND NOT {budget}",
+                words.join(", ")
+            )
+        }
+        Some(word) => format!(" AND reasoning_effort = '{}'", word.as_str()),
+        None => " AND 1 = 0".into(),
+    }
 }
 
 fn sqlite_value(v: FilterValue) -> Value {
@@ -274,7 +423,11 @@ pub(crate) fn put_value(slot: &mut Option<String>, v: &str) {
 /// The rollup columns [`dim_value`] reads, then the encoded rollup.
 pub(crate) const ROLLUP_SELECT: &str =
     "SELECT model, provider, channel, grp, dialect, stream, status, outcome,
-    classification, endpoint, data FROM rollups";
+    classification, endpoint, effort, tools, max_output_bucket, input_bucket, region,
+    data FROM rollups";
+
+/// The position of the encoded rollup in [`ROLLUP_SELECT`].
+pub(crate) const ROLLUP_DATA: usize = 15;
 
 /// Reads a row's value of `dim` into `slot` (`None` for absent), reusing the slot's buffer.
 fn dim_value(row: &Row<'_>, dim: GroupDim, slot: &mut Option<String>) -> rusqlite::Result<()> {
@@ -324,7 +477,7 @@ pub fn usage(
     let mut folding = Folding::new(group_by);
     while let Some(row) = rows.next()? {
         let blob = row
-            .get_ref(10)?
+            .get_ref(ROLLUP_DATA)?
             .as_blob()
             .map_err(|e| corrupt_rollup(e.to_string()))?;
         folding.add(blob, |dim, slot| Ok(dim_value(row, dim, slot)?))?;

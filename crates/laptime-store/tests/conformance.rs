@@ -196,6 +196,22 @@ fn corpus(ws: &str, n: usize, seed: u64) -> Vec<RequestRecord> {
             if r.outcome != Outcome::RateLimited && rng.gen_bool(0.5) {
                 r.marks.admission = ms(rng.gen_range(0.001..0.1));
             }
+            // The request's shape and region, which usage compares like with like by.
+            r.shape.reasoning_effort = [
+                None,
+                Some("low"),
+                Some("high"),
+                Some("budget_tokens:1024"),
+                Some("LOUD"),
+            ][rng.gen_range(0..5)]
+            .map(str::to_string);
+            r.shape.tool_count = [None, Some(0), Some(3)][rng.gen_range(0..3)];
+            r.shape.max_output_tokens =
+                [None, Some(100), Some(2_000), Some(70_000)][rng.gen_range(0..4)];
+            r.region = [None, Some("eu"), Some("us")][rng.gen_range(0..3)].map(str::to_string);
+            if r.tokens.output.is_none() && r.outcome == Outcome::UpstreamClosedEarly {
+                r.tokens.estimated_output = Some(rng.gen_range(1..500));
+            }
             r.cost = match rng.gen_range(0..4) {
                 0 => None,
                 1 => Some(Cost {
@@ -333,6 +349,23 @@ async fn usage_equals_a_rollup_of_the_matching_rows_under_every_filter_and_group
             assert!(r.agrees_with(&want), "{name} {key:?}");
         }
 
+        // Each comparison dimension: one group per value the rows have, each the rollup of
+        // exactly those rows (absent values as None).
+        for dim in COMPARISON_DIMS {
+            let grouped = usage_of(store, "ws", &UsageFilter::default(), &[dim]).await;
+            let values: std::collections::BTreeSet<Option<String>> =
+                rows.iter().map(|r| comparison_value(r, dim)).collect();
+            assert_eq!(grouped.groups.len(), values.len(), "{name} {dim:?}");
+            for (key, r) in &grouped.groups {
+                let [(d, value)] = key.as_slice() else {
+                    panic!("{key:?}")
+                };
+                assert_eq!(*d, dim);
+                let want = rollup_of(rows.iter().filter(|x| comparison_value(x, dim) == *value));
+                assert!(r.agrees_with(&want), "{name} {dim:?} {value:?}");
+            }
+        }
+
         // Every dimension at once, as the API allows.
         let every = usage_of(store, "ws", &UsageFilter::default(), &GroupDim::ALL).await;
         assert_eq!(
@@ -353,6 +386,45 @@ async fn usage_equals_a_rollup_of_the_matching_rows_under_every_filter_and_group
 }
 
 type Pred = fn(&RequestRecord) -> bool;
+
+const COMPARISON_DIMS: [GroupDim; 5] = [
+    GroupDim::ReasoningEffort,
+    GroupDim::ToolsPresent,
+    GroupDim::MaxOutputBucket,
+    GroupDim::InputBucket,
+    GroupDim::Region,
+];
+
+/// A record's value of a comparison dimension, worked out from its raw fields.
+fn comparison_value(r: &RequestRecord, dim: GroupDim) -> Option<String> {
+    let bucket = |n: Option<u64>| {
+        n.map(|n| match n {
+            0..256 => "<256",
+            256..1024 => "256-1k",
+            1024..4096 => "1k-4k",
+            4096..16_384 => "4k-16k",
+            16_384..65_536 => "16k-64k",
+            _ => "64k+",
+        })
+    };
+    let v = match dim {
+        GroupDim::ReasoningEffort => r.shape.reasoning_effort.as_deref().map(|e| match e {
+            "low" | "high" => e,
+            _ if e.starts_with("budget_tokens:") => "budget",
+            _ => "other",
+        }),
+        GroupDim::ToolsPresent => Some(if r.shape.tool_count.unwrap_or(0) > 0 {
+            "true"
+        } else {
+            "false"
+        }),
+        GroupDim::MaxOutputBucket => bucket(r.shape.max_output_tokens),
+        GroupDim::InputBucket => bucket(r.tokens.input),
+        GroupDim::Region => r.region.as_deref(),
+        _ => unreachable!("{dim:?} is not a comparison dimension"),
+    };
+    v.map(str::to_string)
+}
 
 /// Filters, one at a time and combined, with the rows each must match.
 fn filter_cases() -> Vec<(UsageFilter, Pred)> {
@@ -418,6 +490,120 @@ fn filter_cases() -> Vec<(UsageFilter, Pred)> {
             },
             |r| r.group.is_none(),
         ),
+        // The comparison dimensions, each value class at least once, and together.
+        (
+            UsageFilter {
+                reasoning_effort: Some("high".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.shape.reasoning_effort.as_deref() == Some("high"),
+        ),
+        (
+            UsageFilter {
+                reasoning_effort: Some("budget".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.shape.reasoning_effort.as_deref() == Some("budget_tokens:1024"),
+        ),
+        (
+            UsageFilter {
+                reasoning_effort: Some("other".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.shape.reasoning_effort.as_deref() == Some("LOUD"),
+        ),
+        (
+            UsageFilter {
+                reasoning_effort: Some(String::new()),
+                ..UsageFilter::default()
+            },
+            |r| r.shape.reasoning_effort.is_none(),
+        ),
+        (
+            UsageFilter {
+                tools_present: Some(true),
+                ..UsageFilter::default()
+            },
+            |r| r.shape.tool_count == Some(3),
+        ),
+        (
+            UsageFilter {
+                tools_present: Some(false),
+                ..UsageFilter::default()
+            },
+            |r| r.shape.tool_count != Some(3),
+        ),
+        (
+            UsageFilter {
+                max_output_bucket: Some("1k-4k".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.shape.max_output_tokens == Some(2_000),
+        ),
+        (
+            UsageFilter {
+                max_output_bucket: Some("64k+".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.shape.max_output_tokens == Some(70_000),
+        ),
+        (
+            UsageFilter {
+                max_output_bucket: Some(String::new()),
+                ..UsageFilter::default()
+            },
+            |r| r.shape.max_output_tokens.is_none(),
+        ),
+        (
+            UsageFilter {
+                input_bucket: Some("256-1k".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.tokens.input.is_some_and(|n| (256..1024).contains(&n)),
+        ),
+        (
+            UsageFilter {
+                input_bucket: Some("<256".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.tokens.input.is_some_and(|n| n < 256),
+        ),
+        (
+            UsageFilter {
+                input_bucket: Some(String::new()),
+                ..UsageFilter::default()
+            },
+            |r| r.tokens.input.is_none(),
+        ),
+        (
+            UsageFilter {
+                region: Some("eu".into()),
+                ..UsageFilter::default()
+            },
+            |r| r.region.as_deref() == Some("eu"),
+        ),
+        (
+            UsageFilter {
+                region: Some(String::new()),
+                ..UsageFilter::default()
+            },
+            |r| r.region.is_none(),
+        ),
+        (
+            UsageFilter {
+                stream: Some(true),
+                tools_present: Some(false),
+                input_bucket: Some("1k-4k".into()),
+                region: Some("us".into()),
+                ..UsageFilter::default()
+            },
+            |r| {
+                r.stream
+                    && r.shape.tool_count != Some(3)
+                    && r.tokens.input.is_some_and(|n| (1024..4096).contains(&n))
+                    && r.region.as_deref() == Some("us")
+            },
+        ),
     ]
 }
 
@@ -437,6 +623,7 @@ async fn a_record_reads_back_exactly_as_written_with_its_attempts_and_every_fiel
     full.tokens.reasoning = Some(7);
     full.tokens.cache_write = Some(3);
     full.tokens.cache_write_1h = Some(1);
+    full.tokens.estimated_output = Some(42);
     full.marks.admission = ms(0.03);
     full.cost = Some(Cost {
         nano_usd: 123_456_789,

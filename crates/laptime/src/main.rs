@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use laptime_api::reports::{RollupOut, UsageReport, WindowInput};
+use laptime_api::reports::{FilterInput, RollupOut, UsageReport, WindowInput};
 use laptime_core::views::RequestLogView;
 use laptime_proxy::clock::now_unix_us;
 use laptime_proxy::config::{Config, Provider, ReadConfig, DEFAULT_GROUP};
@@ -95,9 +95,15 @@ enum Command {
         /// The window, e.g. 15m, 1h, 7d.
         #[arg(long, default_value = "1h")]
         last: String,
-        /// Group by a dimension: model, provider, channel, group, dialect, stream, status, outcome, classification.
+        /// Group by a dimension: model, provider, channel, group, dialect, stream, status, outcome, classification, endpoint, reasoning_effort, tools_present, max_output_bucket, input_bucket, region.
         #[arg(long)]
         by: Option<String>,
+        /// Only requests with this value (repeatable; an empty value asks for requests without
+        /// one), e.g. `--where stream=true --where input_bucket=1k-4k`. Buckets: <256, 256-1k,
+        /// 1k-4k, 4k-16k, 16k-64k, 64k+ (tokens, 1k = 1,024); efforts: none, minimal, low,
+        /// medium, high, xhigh, max, budget, other.
+        #[arg(long = "where", value_name = "DIMENSION=VALUE")]
+        filters: Vec<String>,
         #[arg(long, default_value = auth::DEFAULT_WORKSPACE)]
         workspace: String,
         #[arg(long)]
@@ -607,6 +613,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Usage {
             last,
             by,
+            filters,
             workspace,
             data_dir,
             config,
@@ -622,16 +629,16 @@ fn run(cli: Cli) -> Result<(), String> {
                 to: None,
             };
             let (from, to) = window.resolve(now_unix_us())?;
+            let filter = usage_filter(&filters)?;
             let result = runtime()?.block_on(async {
                 let store = open_existing_store(config.as_deref(), data_dir).await?;
                 let read = async {
                     let ws = store.workspace(&workspace).await?;
-                    let all = usage::UsageFilter::default();
-                    store.usage(&ws.id, (from, to), all, dims).await
+                    store.usage(&ws.id, (from, to), filter.clone(), dims).await
                 };
                 read.await.map_err(|e| e.to_string())
             })?;
-            out(&usage_table(&UsageReport::from(&result)));
+            out(&usage_table(&UsageReport::new(&result, &filter)));
             Ok(())
         }
         Command::GraphqlSchema => {
@@ -1028,14 +1035,9 @@ fn usage_table(u: &UsageReport) -> String {
             ));
         }
     };
-    section("all", &u.rollup);
+    section(&u.population.description, &u.rollup);
     for g in &u.groups {
-        let key: Vec<String> = g
-            .key
-            .iter()
-            .map(|k| format!("{}={}", k.dimension, k.value.as_deref().unwrap_or("-")))
-            .collect();
-        section(&key.join(","), &g.rollup);
+        section(&g.population.description, &g.rollup);
     }
     s
 }
@@ -1054,6 +1056,47 @@ fn gateway_url(listen: &str) -> String {
         }
         _ => format!("http://{listen}"),
     }
+}
+
+/// `usage --where DIMENSION=VALUE …` as the usage API's filter (the same names and checks).
+fn usage_filter(pairs: &[String]) -> Result<usage::UsageFilter, String> {
+    let mut f = FilterInput::default();
+    for pair in pairs {
+        let (dim, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("--where: {pair:?} is not DIMENSION=VALUE"))?;
+        let value = value.to_string();
+        let flag = |v: &str| match v {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(format!("--where {dim}: {v:?} is not true or false")),
+        };
+        match usage::GroupDim::parse(dim) {
+            Some(usage::GroupDim::Model) => f.model = Some(value),
+            Some(usage::GroupDim::Provider) => f.provider = Some(value),
+            Some(usage::GroupDim::Channel) => f.channel = Some(value),
+            Some(usage::GroupDim::Group) => f.group = Some(value),
+            Some(usage::GroupDim::Dialect) => f.dialect = Some(value),
+            Some(usage::GroupDim::Stream) => f.stream = Some(flag(&value)?),
+            Some(usage::GroupDim::Status) => {
+                f.status = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("--where status: {value:?} is not a status"))?,
+                )
+            }
+            Some(usage::GroupDim::Outcome) => f.outcome = Some(value),
+            Some(usage::GroupDim::Classification) => f.classification = Some(value),
+            Some(usage::GroupDim::Endpoint) => f.endpoint = Some(value),
+            Some(usage::GroupDim::ReasoningEffort) => f.reasoning_effort = Some(value),
+            Some(usage::GroupDim::ToolsPresent) => f.tools_present = Some(flag(&value)?),
+            Some(usage::GroupDim::MaxOutputBucket) => f.max_output_bucket = Some(value),
+            Some(usage::GroupDim::InputBucket) => f.input_bucket = Some(value),
+            Some(usage::GroupDim::Region) => f.region = Some(value),
+            None => return Err(format!("--where: {dim:?} is not a dimension")),
+        }
+    }
+    usage::UsageFilter::try_from(f).map_err(|e| format!("--where {e}"))
 }
 
 /// Asks a running gateway for its channels (live state) and their last-15-minute usage.

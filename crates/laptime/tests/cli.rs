@@ -508,8 +508,31 @@ fn workspace_token_and_requests_commands_work_on_the_store() {
     ]);
     assert!(ok, "{err}");
     assert!(
-        out.contains("all: 0 requests") && out.contains("nearest-rank"),
+        out.contains("all requests: 0 requests") && out.contains("nearest-rank"),
         "{out}"
+    );
+    // Filters print the population they describe; a bucket that is not one says which are.
+    let (ok, out, err) = run(&[
+        "usage",
+        "--where",
+        "stream=true",
+        "--where",
+        "input_bucket=1k-4k",
+        "--workspace",
+        "team",
+        "--data-dir",
+        data,
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("stream=true, input_bucket=1k-4k: 0 requests"),
+        "{out}"
+    );
+    let (ok, _, err) = run(&["usage", "--where", "input_bucket=1k", "--data-dir", data]);
+    assert!(!ok);
+    assert!(
+        err.contains("inputBucket") && err.contains("16k-64k"),
+        "{err}"
     );
     let (ok, _, err) = run(&["usage", "--last", "soon", "--data-dir", data]);
     assert!(!ok);

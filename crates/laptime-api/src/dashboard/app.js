@@ -1181,7 +1181,7 @@
     const bq = buckets.map((b, i) => `b${i}: usage(workspaceId: $ws, filter: $f, window: { from: "${b.from.toISOString()}", to: "${b.to.toISOString()}" }) {
       rollup { requestCount errorCount errorRate classifications { classification count } ${metricSel} } }`).join('\n');
     const query = `query($ws: ID!, $f: UsageFilterInput) {
-      all: usage(workspaceId: $ws, filter: $f, ${win}) { window { from to } percentileMethod
+      all: usage(workspaceId: $ws, filter: $f, ${win}) { window { from to } percentileMethod population { description }
         rollup { requestCount errorCount errorRate cacheHitCount failoverTotal classifications { classification count } ${metricSel} }
         recent(limit: 500) { timing { firstTextDeltaMs } } }
       byModel: usage(workspaceId: $ws, ${win}, groupBy: [MODEL]) { ${groupSel} }
@@ -1199,6 +1199,8 @@
     for (const g of d.byChannel.groups) { const v = 'channel:' + (g.key[0].value || ''); sliceOpts.push(h('option', { value: v, selected: v === slice, text: 'channel ' + (g.key[0].value || '(none)') })); }
     if (slice && !sliceOpts.some(o => o.value === slice)) sliceOpts.push(h('option', { value: slice, selected: true, text: slice.replace(':', ' ') }));
     const all = d.all.rollup;
+    // The population every percentile below describes, printed beside each one.
+    const pop = ' · ' + d.all.population.description;
     const chartsBox = h('div', { class: 'grid2', id: 'pct-charts' });
     const histBox = h('div', { class: 'chart' });
     const classBox = h('div', { class: 'chart', id: 'class-chart' });
@@ -1213,8 +1215,8 @@
       h('div', { class: 'summary', id: 'summary' },
         h('div', {}, h('b', { text: fmtInt(all.requestCount) }), h('span', { text: 'requests' })),
         h('div', {}, h('b', { text: fmtPct(all.errorRate) }), h('span', { text: 'error rate (' + fmtInt(all.errorCount) + ' not successful)' })),
-        h('div', {}, h('b', { text: fmtMs(all.latencyMs.p95) }), h('span', { text: 'p95 total' })),
-        h('div', {}, h('b', { text: fmtMs(all.firstTextDeltaMs.p95) }), h('span', { text: 'p95 first visible text' })),
+        h('div', {}, h('b', { text: fmtMs(all.latencyMs.p95) }), h('span', { text: 'p95 total' + pop })),
+        h('div', {}, h('b', { text: fmtMs(all.firstTextDeltaMs.p95) }), h('span', { text: 'p95 first visible text' + pop })),
         h('div', {}, h('b', { text: fmtInt(all.failoverTotal) }), h('span', { text: 'failovers' }))),
       h('p', { class: 'note', id: 'overview-window', text: 'Window ' + fmtWhen(d.all.window.from) + ' – ' + fmtWhen(d.all.window.to) + ' (whole minutes' + (fitted ? '; the axis spans the minutes with data, the first request being later than the start of the last ' + range : '') + '). ' + d.all.percentileMethod + '.' }),
       h('h2', { text: 'Percentiles over time' + (sliceVal ? ' — ' + dim + ' ' + sliceVal : ' — all requests') }),
@@ -1251,7 +1253,7 @@
           h('h3', { id: 'mt-' + key, text: name + ' (ms)' }), h('p', { class: 'sub', text: desc }),
           lineChart({ width: cw, buckets: data, series, yTitle: 'ms', title: name }),
           h('ul', { class: 'clegend', 'aria-label': name + ' legend' }, series.map(sr => h('li', {}, legendSwatch(sr.colour, sr.dash, sr.shape),
-            h('span', { text: sr.label + ' ' + fmtMs(st[sr.label]) + ' · n = ' + fmtInt(st.count) + (st.nullCount ? ' (' + fmtInt(st.nullCount) + ' without)' : '') + ' · errors ' + fmtPct(all.errorRate) })))));
+            h('span', { text: sr.label + ' ' + fmtMs(st[sr.label]) + ' · n = ' + fmtInt(st.count) + (st.nullCount ? ' (' + fmtInt(st.nullCount) + ' without)' : '') + ' · errors ' + fmtPct(all.errorRate) + pop })))));
         chartsBox.append(card);
       }
       const hw = Math.max(280, histBox.clientWidth || 500);

@@ -36,7 +36,7 @@ use crate::{Result, StoreError};
 pub const DAY_US: i64 = 86_400_000_000;
 
 /// The request columns, in the order [`values`] gives them and [`from_row`] reads them.
-const COLUMNS: [&str; 60] = [
+const COLUMNS: [&str; 61] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -97,6 +97,7 @@ const COLUMNS: [&str; 60] = [
     "bytes_in",
     "bytes_out",
     "key_index",
+    "estimated_output_tokens",
 ];
 
 /// `SELECT <every column> FROM requests`.
@@ -179,7 +180,7 @@ fn int(v: u32) -> Val {
 }
 
 /// A record's row, in [`COLUMNS`] order.
-fn values(r: &RequestRecord) -> Result<[Val; 60]> {
+fn values(r: &RequestRecord) -> Result<[Val; 61]> {
     let m = &r.marks;
     let t = &r.tokens;
     let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -248,6 +249,7 @@ fn values(r: &RequestRecord) -> Result<[Val; 60]> {
                 .key_index
                 .map(|k| i32::try_from(k).unwrap_or(i32::MAX)),
         ),
+        Val::Int(tok(t.estimated_output)),
     ])
 }
 
@@ -404,6 +406,7 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
             cache_write: tokens(32)?,
             cache_write_1h: tokens(50)?,
             reasoning: tokens(33)?,
+            estimated_output: tokens(60)?,
         },
         event_count: count(row.try_get(34)?),
         text_delta_count: count(row.try_get(35)?),
@@ -695,7 +698,7 @@ pub async fn get(
     }
 }
 
-/// The key columns of rollup rows, as `UNNEST` parameters `$1`…`$11`.
+/// The key columns of rollup rows, as `UNNEST` parameters `$1`…`$17`.
 struct KeyCols {
     workspace_id: Vec<String>,
     minute_us: Vec<i64>,
@@ -709,13 +712,20 @@ struct KeyCols {
     outcome: Vec<String>,
     classification: Vec<String>,
     endpoint: Vec<String>,
+    effort: Vec<String>,
+    tools: Vec<String>,
+    max_output_bucket: Vec<String>,
+    input_bucket: Vec<String>,
+    region: Vec<String>,
 }
 
 const KEY_COLUMNS: &str = "workspace_id, minute_us, model, provider, channel, grp, dialect, \
-    stream, status, outcome, classification, endpoint";
+    stream, status, outcome, classification, endpoint, effort, tools, max_output_bucket, \
+    input_bucket, region";
 
 const KEY_UNNEST: &str = "UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-    $6::text[], $7::text[], $8::bool[], $9::int4[], $10::text[], $11::text[], $12::text[]";
+    $6::text[], $7::text[], $8::bool[], $9::int4[], $10::text[], $11::text[], $12::text[], \
+    $13::text[], $14::text[], $15::text[], $16::text[], $17::text[]";
 
 impl KeyCols {
     fn of<'a>(keys: impl IntoIterator<Item = &'a RollupKey>) -> KeyCols {
@@ -732,6 +742,11 @@ impl KeyCols {
             outcome: Vec::new(),
             classification: Vec::new(),
             endpoint: Vec::new(),
+            effort: Vec::new(),
+            tools: Vec::new(),
+            max_output_bucket: Vec::new(),
+            input_bucket: Vec::new(),
+            region: Vec::new(),
         };
         for k in keys {
             c.workspace_id.push(k.workspace_id.clone());
@@ -746,6 +761,11 @@ impl KeyCols {
             c.outcome.push(k.outcome.clone());
             c.classification.push(k.classification.clone());
             c.endpoint.push(k.endpoint.clone());
+            c.effort.push(k.effort.clone());
+            c.tools.push(k.tools.clone());
+            c.max_output_bucket.push(k.max_output_bucket.clone());
+            c.input_bucket.push(k.input_bucket.clone());
+            c.region.push(k.region.clone());
         }
         c
     }
@@ -764,11 +784,16 @@ impl KeyCols {
             &self.outcome,
             &self.classification,
             &self.endpoint,
+            &self.effort,
+            &self.tools,
+            &self.max_output_bucket,
+            &self.input_bucket,
+            &self.region,
         ]
     }
 }
 
-/// A rollup row's key, read from its first 12 columns (in [`KEY_COLUMNS`] order).
+/// A rollup row's key, read from its first 17 columns (in [`KEY_COLUMNS`] order).
 fn key_of(row: &Row) -> Result<RollupKey> {
     let status: i32 = row.try_get(8)?;
     Ok(RollupKey {
@@ -784,6 +809,11 @@ fn key_of(row: &Row) -> Result<RollupKey> {
         outcome: row.try_get(9)?,
         classification: row.try_get(10)?,
         endpoint: row.try_get(11)?,
+        effort: row.try_get(12)?,
+        tools: row.try_get(13)?,
+        max_output_bucket: row.try_get(14)?,
+        input_bucket: row.try_get(15)?,
+        region: row.try_get(16)?,
     })
 }
 
@@ -798,7 +828,7 @@ async fn write_rollups(
     let mut params = keys.params();
     params.push(&data);
     let sql = format!(
-        "INSERT INTO rollups ({KEY_COLUMNS}, data) SELECT * FROM {KEY_UNNEST}, $13::bytea[])
+        "INSERT INTO rollups ({KEY_COLUMNS}, data) SELECT * FROM {KEY_UNNEST}, $18::bytea[])
          ON CONFLICT ({KEY_COLUMNS}) {conflict} RETURNING {KEY_COLUMNS}"
     );
     let stmt = tx.prepare_cached(&sql).await?;
@@ -840,7 +870,7 @@ pub(crate) async fn merge_into(
     let stmt = tx.prepare_cached(&sql).await?;
     for row in tx.query(&stmt, &keys.params()).await? {
         let key = key_of(&row)?;
-        let stored: &[u8] = row.try_get(12)?;
+        let stored: &[u8] = row.try_get(17)?;
         if let Some(r) = rest.get_mut(&key) {
             r.merge_encoded(stored)
                 .map_err(|e| StoreError::Corrupt(format!("rollup: {e}")))?;

@@ -12,7 +12,7 @@ use tokio_postgres::Client;
 use crate::{Result, StoreError};
 
 /// Each migration, in order; version N is `MIGRATIONS[N - 1]`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
@@ -175,6 +175,21 @@ const V3: &str = r#"
         PRIMARY KEY (workspace_id, object_id)
     );
     CREATE INDEX affinity_created ON affinity (created_at_us);
+"#;
+
+/// The comparison dimensions as rollup dimensions, and output tokens the gateway estimated, as
+/// in SQLite's v8 (older rollups hold `''` for the new dimensions: absent).
+const V4: &str = r#"
+    ALTER TABLE requests ADD COLUMN estimated_output_tokens BIGINT;
+    ALTER TABLE rollups ADD COLUMN effort TEXT NOT NULL DEFAULT '';
+    ALTER TABLE rollups ADD COLUMN tools TEXT NOT NULL DEFAULT '';
+    ALTER TABLE rollups ADD COLUMN max_output_bucket TEXT NOT NULL DEFAULT '';
+    ALTER TABLE rollups ADD COLUMN input_bucket TEXT NOT NULL DEFAULT '';
+    ALTER TABLE rollups ADD COLUMN region TEXT NOT NULL DEFAULT '';
+    ALTER TABLE rollups DROP CONSTRAINT rollups_pkey;
+    ALTER TABLE rollups ADD PRIMARY KEY (workspace_id, minute_us, model, provider, channel, grp,
+        dialect, stream, status, outcome, classification, endpoint, effort, tools,
+        max_output_bucket, input_bucket, region);
 "#;
 
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";

@@ -10,7 +10,7 @@ use tokio_postgres::Row;
 use super::records::{from_row, select};
 use crate::usage::{
     push_filter, put_value, window, Absent, FilterValue, Folding, GroupDim, UsageFilter,
-    UsageResult, ROLLUP_SELECT,
+    UsageResult, ROLLUP_DATA, ROLLUP_SELECT,
 };
 use crate::{Result, StoreError};
 
@@ -59,7 +59,7 @@ pub async fn usage(
     let rows = c.query(&stmt, &params).await?;
     let mut folding = Folding::new(group_by);
     for row in &rows {
-        let blob: &[u8] = row.try_get(10)?;
+        let blob: &[u8] = row.try_get(ROLLUP_DATA)?;
         folding.add(blob, |dim, slot| dim_value(row, dim, slot))?;
     }
     Ok(folding.finish(window))

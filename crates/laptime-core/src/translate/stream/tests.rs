@@ -257,6 +257,7 @@ fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
             cache_read: Some(cache_read),
             cache_write,
             cache_write_1h: None,
+            estimated_output: None,
         },
         Dialect::Messages => Tokens {
             input: Some(input),
@@ -265,6 +266,7 @@ fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
             cache_read: Some(cache_read),
             cache_write: Some(cache_write.unwrap_or(0)),
             cache_write_1h: Some(0),
+            estimated_output: None,
         },
         Dialect::Gemini => Tokens {
             input: Some(input),
@@ -273,6 +275,7 @@ fn expected_usage(s: Scenario, dialect: Dialect) -> Tokens {
             cache_read: Some(cache_read).filter(|&n| n > 0),
             cache_write: None,
             cache_write_1h: None,
+            estimated_output: None,
         },
     }
 }

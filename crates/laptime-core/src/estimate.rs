@@ -1,0 +1,229 @@
+//! Estimated output tokens, for Chat streams whose upstream reports no usage (the client did not
+//! ask `stream_options.include_usage`, or an `openai-compatible` channel sends no usage in
+//! streams): the output text is counted with a real BPE tokenizer (`o200k_base`, shipped inside
+//! tiktoken-rs, nothing downloaded) as it streams, so such answers still get an output speed and
+//! a `generation_slow_tps` judgement. The count is stored apart
+//! ([`crate::usage::Tokens::estimated_output`]) and everything that uses it says so.
+//!
+//! **The text is never kept.** Deltas are held only until about [`HELD_BYTES`] have gathered,
+//! then the held text up to its last whitespace is counted and dropped (BPE does not merge
+//! across a space followed by a word, so cutting there counts what counting the whole answer
+//! would, give or take a token per cut). At most a few hundred bytes of an answer are held at
+//! any time, and nothing of it outlives the stream.
+//!
+//! Counting never waits for the tokenizer: it loads once per process from a start-up task
+//! ([`warm`]); a stream in the moments before it has loaded holds at most [`HELD_BYTES`] × 4
+//! bytes, then counts about four bytes a token.
+//!
+//! An observer only carries an estimator when the stream needs one, so streams whose provider
+//! reports usage pay nothing.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use tiktoken_rs::CoreBPE;
+
+/// Held output text is counted once it reaches this many bytes.
+pub const HELD_BYTES: usize = 256;
+
+/// Held text with no whitespace to cut at is counted whole past this many bytes.
+const HELD_MAX: usize = 4 * HELD_BYTES;
+
+/// The tokenizer, loaded once per process by [`warm`] (about a hundred milliseconds; `None`
+/// when it cannot be loaded).
+static BPE: OnceLock<Option<CoreBPE>> = OnceLock::new();
+
+/// Loads the tokenizer (from a start-up task: a stream never waits for it). Whether it loaded.
+pub fn warm() -> bool {
+    BPE.get_or_init(|| tiktoken_rs::o200k_base().ok()).is_some()
+}
+
+/// The tokenizer if it is loaded; never waits for it.
+fn loaded() -> Option<&'static CoreBPE> {
+    BPE.get().and_then(Option::as_ref)
+}
+
+/// Counts one stream's output tokens from its text deltas, holding at most a few hundred bytes.
+#[derive(Debug, Default)]
+pub struct OutputEstimate {
+    held: String,
+    counted: u64,
+}
+
+impl OutputEstimate {
+    pub fn new() -> Self {
+        OutputEstimate::default()
+    }
+
+    /// Adds one output delta.
+    pub fn push(&mut self, text: &str) {
+        self.held.push_str(text);
+        if self.held.len() < HELD_BYTES {
+            return;
+        }
+        let full = self.held.len() >= HELD_MAX;
+        let cut = match self.held.rfind(char::is_whitespace) {
+            // Not loaded yet (the first moments after start): hold a little longer.
+            _ if loaded().is_none() && !full => return,
+            Some(i) if i > 0 => i,
+            _ if full => self.held.len(),
+            _ => return,
+        };
+        self.counted += count(&self.held[..cut]);
+        self.held.drain(..cut);
+    }
+
+    /// Adds the output of one Chat chunk (the SSE `data`): every choice's visible content,
+    /// refusal, reasoning and tool-call arguments.
+    pub fn push_chat_chunk(&mut self, data: &str) {
+        let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
+            return;
+        };
+        for choice in chunk.choices.unwrap_or_default() {
+            let Some(d) = choice.delta else { continue };
+            let calls = d.tool_calls.unwrap_or_default();
+            let texts = [d.content, d.refusal, d.reasoning_content, d.reasoning]
+                .into_iter()
+                .flatten()
+                .chain(calls.into_iter().filter_map(|c| c.function?.arguments))
+                .chain(d.function_call.and_then(|f| f.arguments));
+            for text in texts {
+                self.push(&text);
+            }
+        }
+    }
+
+    /// The tokens of everything pushed so far; `None` when no output was pushed (absent,
+    /// never 0).
+    pub fn total(&self) -> Option<u64> {
+        let tokens = self.counted + count(&self.held);
+        (tokens > 0).then_some(tokens)
+    }
+}
+
+/// The tokens of `text`; while the tokenizer is not loaded (or could not be), about four bytes
+/// a token, the rule the cost's input estimate uses.
+fn count(text: &str) -> u64 {
+    match loaded() {
+        Some(bpe) => bpe.encode_ordinary(text).len() as u64,
+        None => crate::cost::estimate_input_tokens(text.len()),
+    }
+}
+
+/// The parts of a Chat chunk that carry output text; anything else is skipped unread.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow)]
+    choices: Option<Vec<Choice<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow, default, deserialize_with = "text_only")]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "text_only")]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "text_only")]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "text_only")]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+    #[serde(borrow, default)]
+    function_call: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow)]
+    function: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(borrow, default, deserialize_with = "text_only")]
+    arguments: Option<Cow<'a, str>>,
+}
+
+/// A string field's text; any other JSON value (null, Mistral's array of content parts) reads
+/// as no text rather than failing the chunk.
+fn text_only<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text<'a> {
+        Str(#[serde(borrow)] Cow<'a, str>),
+        Other(serde::de::IgnoredAny),
+    }
+    Ok(match Text::deserialize(d)? {
+        Text::Str(s) => Some(s),
+        Text::Other(_) => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(text: &str) -> u64 {
+        count(text)
+    }
+
+    #[test]
+    fn counting_in_pieces_matches_counting_the_whole_text() {
+        assert!(warm());
+        let text = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+        let mut e = OutputEstimate::new();
+        for piece in text.as_bytes().chunks(7) {
+            e.push(std::str::from_utf8(piece).unwrap());
+        }
+        let want = whole(&text);
+        let got = e.total().unwrap();
+        // A cut at a space is where BPE splits anyway: the same count.
+        assert_eq!(got, want, "pieces {got}, whole {want}");
+        assert!(e.held.len() < HELD_MAX, "held {} bytes", e.held.len());
+    }
+
+    #[test]
+    fn held_text_stays_bounded_even_without_whitespace() {
+        assert!(warm());
+        let mut e = OutputEstimate::new();
+        for _ in 0..1000 {
+            e.push("字");
+            assert!(e.held.len() <= HELD_MAX + 3, "held {}", e.held.len());
+        }
+        assert!(e.total().is_some_and(|n| n > 0));
+    }
+
+    #[test]
+    fn chat_chunks_count_content_reasoning_and_tool_arguments_only() {
+        assert!(warm());
+        let mut e = OutputEstimate::new();
+        assert_eq!(e.total(), None, "nothing pushed: absent, not 0");
+        e.push_chat_chunk(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#);
+        assert_eq!(e.total(), None);
+        e.push_chat_chunk(r#"{"choices":[{"delta":{"content":"Hello world"}}]}"#);
+        let hello = e.total().unwrap();
+        assert_eq!(hello, whole("Hello world"));
+        e.push_chat_chunk(
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}"#,
+        );
+        e.push_chat_chunk(r#"{"choices":[{"delta":{"reasoning_content":" thinking"}}]}"#);
+        e.push_chat_chunk(r#"{"choices":[{"delta":{"content":[{"type":"text","text":"x"}]}}]}"#);
+        e.push_chat_chunk(r#"{"choices":[],"usage":null}"#);
+        e.push_chat_chunk("[DONE]");
+        let total = e.total().unwrap();
+        assert!(total > hello, "{total}");
+        assert_eq!(
+            total,
+            whole("Hello world{\"city\": thinking"),
+            "escapes decoded"
+        );
+    }
+}
