@@ -452,6 +452,7 @@ mod tests {
             upstream_headers: ms(2500),
             first_event: ms(2600),
             first_visible: ms(3000),
+            last_effective: ms(12_900),
             upstream_done: ms(13_000),
             ..Marks::default()
         };

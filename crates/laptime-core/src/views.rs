@@ -566,6 +566,7 @@ mod tests {
         // 83 tokens over 1.501234 s: 55.2876… tok/s.
         let marks = Marks {
             first_visible: Some(Duration::from_micros(8_700_000)),
+            last_effective: Some(Duration::from_micros(10_100_000)),
             upstream_done: Some(Duration::from_micros(10_201_234)),
             ..Marks::default()
         };
