@@ -639,6 +639,22 @@ pub enum ContentType {
     Client,
 }
 
+/// The longest client `tracestate` passed on: W3C asks every hop to carry at least 512
+/// characters, and nothing more need be held.
+const TRACESTATE_MAX: usize = 512;
+
+/// The client's `tracestate`, when the trace it belongs to goes on upstream: only with a
+/// `traceparent` whose trace id is the one sent (a client context that did not parse started a
+/// new trace, which its vendors' state does not describe).
+fn continued_tracestate<'h>(client: &'h HeaderMap, sent: &str) -> Option<&'h HeaderValue> {
+    let theirs = client.get("traceparent")?.to_str().ok()?.trim();
+    let same_trace = theirs
+        .get(3..35)
+        .is_some_and(|t| sent.get(3..35) == Some(t));
+    let state = client.get("tracestate")?;
+    (same_trace && state.len() <= TRACESTATE_MAX).then_some(state)
+}
+
 /// The upstream request of `call` on `channel` with its key number `key`.
 pub fn build_request(
     (channel, key): (&Channel, Option<usize>),
@@ -701,6 +717,9 @@ pub fn build_request(
         }
     }
     h.insert("traceparent", header_value(traceparent));
+    if let Some(state) = continued_tracestate(client_headers, traceparent) {
+        h.insert("tracestate", state.clone());
+    }
     for (name, value) in &channel.extra_headers {
         h.insert(name, value.clone());
     }
@@ -983,5 +1002,57 @@ mod tests {
         let one = channel(Provider::Openai);
         assert!(!cool_key_down(&one, Some(0), 429, None));
         assert_eq!(one.keys.pick(now), Some(0));
+    }
+
+    #[test]
+    fn the_clients_tracestate_goes_upstream_only_with_the_trace_it_describes() {
+        let c = channel(Provider::Openai);
+        let sent = crate::ingress::trace(Some(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ))
+        .traceparent;
+        let upstream = |client: &[(&str, &str)], traceparent: &str| {
+            let mut headers = HeaderMap::new();
+            for (k, v) in client {
+                headers.insert(
+                    http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            let call = UpstreamCall {
+                method: Method::POST,
+                url: c.endpoint_url("/v1/chat/completions", "m"),
+                dialect: Dialect::Chat,
+                content_type: ContentType::Json,
+            };
+            build_request((&c, Some(0)), call, OutBody::empty(), &headers, traceparent)
+                .unwrap()
+                .headers()
+                .get("tracestate")
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            upstream(
+                &[("traceparent", tp), ("tracestate", "congo=t61rcWkgMzE")],
+                &sent
+            ),
+            Some("congo=t61rcWkgMzE".to_string())
+        );
+        // A new trace (the client's context did not parse) carries none of the client's state.
+        let fresh = crate::ingress::trace(Some("not a traceparent")).traceparent;
+        assert_eq!(
+            upstream(
+                &[("traceparent", "not a traceparent"), ("tracestate", "a=1")],
+                &fresh
+            ),
+            None
+        );
+        assert_eq!(upstream(&[("tracestate", "a=1")], &fresh), None);
+        let long = format!("a={}", "x".repeat(TRACESTATE_MAX));
+        assert_eq!(
+            upstream(&[("traceparent", tp), ("tracestate", &long)], &sent),
+            None
+        );
     }
 }
