@@ -42,6 +42,8 @@ fn filled() -> Config {
         ca_file: Some("ca.pem".into()),
         client_cert_file: Some("cert.pem".into()),
         client_key_file: Some("key.pem".into()),
+        // Written only when it is not the default.
+        usage_in_stream: false,
         ..ChannelConfig::default()
     }];
     let mut route = RouteConfig {
