@@ -178,16 +178,21 @@ impl Harness {
             .unwrap()
     }
 
-    /// What the sim received (`GET /sim/requests`), oldest first.
-    pub async fn sim_requests(&self) -> Vec<Value> {
+    /// A sim introspection endpoint's JSON (`GET /sim/…`).
+    async fn sim_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
         self.http
-            .get(self.sim_url("/sim/requests"))
+            .get(self.sim_url(path))
             .send()
             .await
             .unwrap()
             .json()
             .await
             .unwrap()
+    }
+
+    /// What the sim received (`GET /sim/requests`), oldest first.
+    pub async fn sim_requests(&self) -> Vec<Value> {
+        self.sim_json("/sim/requests").await
     }
 
     /// The last request the sim received.
@@ -196,14 +201,7 @@ impl Harness {
     }
 
     pub async fn sim_stats(&self) -> Value {
-        self.http
-            .get(self.sim_url("/sim/stats"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        self.sim_json("/sim/stats").await
     }
 
     /// Stops the gateway the way SIGTERM does and waits for it.
