@@ -295,6 +295,26 @@ def test_anthropic_sdk_raises_not_found_error_for_an_unknown_model(anthropic_cli
     assert excinfo.value.response.json()["error"]["type"] == "not_found_error"
 
 
+def test_openai_sdk_lists_the_models_and_retrieves_one(openai_client):
+    listed = [m.id for m in openai_client.models.list()]
+    assert MODEL in listed, listed
+    model = openai_client.models.retrieve(MODEL)
+    assert (model.id, model.object) == (MODEL, "model")
+    with pytest.raises(openai.NotFoundError) as excinfo:
+        openai_client.models.retrieve("no-such-model")
+    assert excinfo.value.code == "model_not_found"
+
+
+def test_anthropic_sdk_lists_the_models_and_retrieves_one(anthropic_client):
+    listed = [m.id for m in anthropic_client.models.list()]
+    assert MODEL in listed, listed
+    model = anthropic_client.models.retrieve(MODEL)
+    assert (model.id, model.type) == (MODEL, "model")
+    with pytest.raises(anthropic.NotFoundError) as excinfo:
+        anthropic_client.models.retrieve("no-such-model")
+    assert excinfo.value.response.json()["error"]["type"] == "not_found_error"
+
+
 # A stream the upstream cuts after some text (the sim closes it before its terminal event): the
 # gateway ends it with the dialect's error event, so each SDK raises instead of returning a
 # truncated answer as if it were whole.

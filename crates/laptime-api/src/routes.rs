@@ -170,6 +170,23 @@ pub fn routes() -> Vec<Route> {
                 }
             }),
         ),
+        // One model, for the SDKs' `models.retrieve`; the path is Gemini's model-call path (POST),
+        // so its parameter keeps that name.
+        route(
+            Method::GET,
+            GEMINI_ROUTES[1],
+            Kind::Rest,
+            get(
+                |State(s): State<ApiState>,
+                 axum::extract::Path(id): axum::extract::Path<String>,
+                 req: Request| async move {
+                    match req.extensions().get::<Principal>() {
+                        Some(p) => models::retrieve(&s.app, p, req.headers(), &id),
+                        None => rejection(Kind::Rest, &AuthFailure::Missing),
+                    }
+                },
+            ),
+        ),
         route(Method::GET, "/api/requests", Kind::Rest, get(rest::list)),
         route(
             Method::GET,

@@ -345,3 +345,47 @@ async fn an_admin_token_passes_the_layer_on_every_route() {
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_model_is_retrieved_in_the_clients_shape_and_an_unreachable_one_is_404() {
+    let f = fixture(|_| {}).await;
+    let h = bearer(&f.admin);
+    let auth = [("authorization", h.as_str())];
+    let (status, _, listed) = call(&f.router, Method::GET, "/v1/models", &auth).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let first = listed["data"][0].clone();
+    let id = first["id"].as_str().unwrap();
+    let path = format!("/v1/models/{id}");
+
+    let (status, _, one) = call(&f.router, Method::GET, &path, &auth).await;
+    assert_eq!(status, StatusCode::OK, "{one}");
+    assert_eq!(one, first, "the retrieved model is the listed one");
+
+    let anthropic = [
+        ("x-api-key", f.admin.as_str()),
+        ("anthropic-version", "2023-06-01"),
+    ];
+    let (status, _, one) = call(&f.router, Method::GET, &path, &anthropic).await;
+    assert_eq!(status, StatusCode::OK, "{one}");
+    assert_eq!(
+        (one["type"].as_str(), one["id"].as_str()),
+        (Some("model"), Some(id))
+    );
+
+    let (status, _, missing) =
+        call(&f.router, Method::GET, "/v1/models/no-such-model", &auth).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
+    assert_eq!(missing["error"]["code"], "model_not_found", "{missing}");
+    let (status, _, missing) = call(
+        &f.router,
+        Method::GET,
+        "/v1/models/no-such-model",
+        &anthropic,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
+    assert_eq!(missing["error"]["type"], "not_found_error", "{missing}");
+
+    let (status, _, _) = call(&f.router, Method::GET, &path, &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}

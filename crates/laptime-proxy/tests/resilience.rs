@@ -975,8 +975,11 @@ async fn before_the_last_candidate_stream_deadlines_and_early_error_events_fail_
             (Some(true), Some("failover"))
         );
         let waited = a[0]["end_ms"].as_f64().unwrap() - a[0]["start_ms"].as_f64().unwrap();
+        // Real sockets on a shared 2-core machine: a deadline never fires early, but the
+        // scheduler may make it late. Its exact instant is proved under paused time in
+        // exact_deadlines.rs; here the upper bound only says it fired, not hung.
         assert!(
-            waited >= after && waited < after + 50.0,
+            waited >= after && waited < after + 500.0,
             "{dialect} {model}: {kind:?} fired after {waited} ms"
         );
         if model.starts_with("preamble") {
