@@ -663,7 +663,6 @@ async fn whole(
     };
     summary.outcome = Some(outcome);
     summary.error_class = class;
-    finisher.pending.exchange.bytes_out = Some(body.len() as u64);
     let mut extra = HeaderMap::new();
     let timing =
         respond::server_timing(&finisher.pending.marks, summary.marks.upstream_done, start);

@@ -132,6 +132,8 @@ pub struct ObservedBody<B> {
     /// This body is another's continuation: it ends in-band as a committed one does, and the
     /// body it continues records.
     delegated: bool,
+    /// Bytes handed to the client so far (the record's `bytes_out`).
+    sent: u64,
     /// First-time stream marks shown in the in-flight registry so far: it is told only when
     /// one more happens (a handful per stream), never per event.
     shown_marks: usize,
@@ -281,6 +283,7 @@ impl<B> ObservedBody<B> {
             deferred: None,
             continued: None,
             delegated: false,
+            sent: 0,
             shown_marks: 0,
             shown_last_output: None,
         }
@@ -764,6 +767,7 @@ impl<B> ObservedBody<B> {
         else {
             return;
         };
+        finisher.pending.exchange.bytes_out = Some(self.sent);
         if let (Some(id), Forward::Untouched(_)) = (self.obs.response_id(), &self.forward) {
             // A stored response lives on this channel (only an untranslated one is the
             // provider's, under the id the client got).
@@ -914,7 +918,9 @@ where
                 if let Piece::Bytes(b) = &piece {
                     this.keep(b);
                 }
-                return Poll::Ready(Some(Ok(Frame::data(this.render(piece)))));
+                let bytes = this.render(piece);
+                this.sent += bytes.len() as u64;
+                return Poll::Ready(Some(Ok(Frame::data(bytes))));
             }
             if let Some(resuming) = this.resuming.as_mut() {
                 let resumed = ready!(resuming.as_mut().poll(cx));

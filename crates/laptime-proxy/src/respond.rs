@@ -770,7 +770,7 @@ fn content_type(headers: &HeaderMap) -> Option<String> {
 
 /// A whole answer: upstream headers relayed, then the gateway's own.
 pub(crate) fn buffered(
-    finisher: Finisher,
+    mut finisher: Finisher,
     status: StatusCode,
     upstream_headers: HeaderMap,
     extra: HeaderMap,
@@ -780,6 +780,7 @@ pub(crate) fn buffered(
     let mut own = HeaderMap::new();
     own_headers(&finisher.pending, &mut own);
     let len = body.len();
+    finisher.pending.exchange.bytes_out = Some(len as u64);
     let mut resp = Response::new(AxumBody::new(BufferedBody::new(body, finisher, ending)));
     *resp.status_mut() = status;
     let h = resp.headers_mut();

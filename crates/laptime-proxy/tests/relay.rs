@@ -84,6 +84,11 @@ async fn streamed_bytes_are_the_upstream_bytes_plus_one_comment_before_the_termi
             "{dialect}"
         );
         assert_eq!(row["attempts"][0]["won"], true);
+        assert_eq!(
+            row["bytes_out"],
+            text.len(),
+            "{dialect}: every byte the client got"
+        );
     }
     h.stop().await;
 }
@@ -172,6 +177,7 @@ async fn non_streamed_answers_are_relayed_whole_with_server_timing() {
         assert_eq!(row["outcome"], "completed");
         assert_eq!(row["stream"], false);
         assert_eq!(row["output_tokens"], 16);
+        assert_eq!(row["bytes_out"], got.len(), "{dialect}");
         assert!(row["other"]["timing"]["first_sse_event_ms"].is_null());
     }
     h.stop().await;
