@@ -185,6 +185,7 @@ struct TlsFiles {
 }
 
 /// One way out: the proxy (if any) and the TLS settings of the channels that share it.
+#[derive(Clone)]
 pub struct Profile {
     /// Unique in the process: the key of its clients (two gateways in one process, as in
     /// tests, never share a pool by accident).

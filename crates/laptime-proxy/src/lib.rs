@@ -130,8 +130,21 @@ thread_local! {
     /// profile's id; every channel without a proxy or files of its own has the default's). A
     /// pooled connection's task runs on the thread that opened it, so each serving thread
     /// keeps its own pool and a request never waits on a wake-up from another thread.
-    static CLIENTS: std::cell::RefCell<std::collections::HashMap<(u64, usize), HttpClient>> =
+    static CLIENTS: std::cell::RefCell<std::collections::HashMap<(u64, usize), CachedClient>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// A thread's client along one way out, and the profile it was made for, held weakly: once no
+/// configuration snapshot names the profile (a reload replaced it), the entry goes, with its
+/// pool, instead of staying for the life of the thread.
+struct CachedClient {
+    profile: std::sync::Weak<egress::Profile>,
+    client: HttpClient,
+}
+
+/// Drops the entries whose profile no snapshot holds any more.
+fn forget_replaced(clients: &mut std::collections::HashMap<(u64, usize), CachedClient>) {
+    clients.retain(|_, c| c.profile.strong_count() > 0);
 }
 
 impl App {
@@ -148,13 +161,21 @@ impl App {
         }
         let profile = egress.unwrap_or(self.egress.default_profile());
         CLIENTS.with(|clients| {
-            clients
-                .borrow_mut()
-                .entry((ms, profile.id))
-                .or_insert_with(|| {
-                    attempt::client_along(profile.clone(), std::time::Duration::from_millis(ms))
-                })
-                .clone()
+            let mut clients = clients.borrow_mut();
+            if let Some(c) = clients.get(&(ms, profile.id)) {
+                return c.client.clone();
+            }
+            forget_replaced(&mut clients);
+            // The client gets its own copy of the profile, so that holding the client does not
+            // keep the snapshot's profile alive.
+            let own = std::sync::Arc::new(egress::Profile::clone(profile));
+            let client = attempt::client_along(own, std::time::Duration::from_millis(ms));
+            let cached = CachedClient {
+                profile: std::sync::Arc::downgrade(profile),
+                client: client.clone(),
+            };
+            clients.insert((ms, profile.id), cached);
+            client
         })
     }
 
@@ -166,3 +187,34 @@ impl App {
 }
 
 pub type SharedApp = Arc<App>;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_whose_profile_no_snapshot_holds_is_forgotten() {
+        let kept = Arc::new(egress::Profile::direct().unwrap());
+        let replaced = Arc::new(egress::Profile::direct().unwrap());
+        let mut clients = HashMap::new();
+        for p in [&kept, &replaced] {
+            let own = Arc::new(egress::Profile::clone(p));
+            let cached = CachedClient {
+                profile: Arc::downgrade(p),
+                client: attempt::client_along(own, std::time::Duration::from_secs(1)),
+            };
+            clients.insert((1000, p.id), cached);
+        }
+        forget_replaced(&mut clients);
+        assert_eq!(clients.len(), 2, "both profiles are still held");
+        let replaced_id = replaced.id;
+        // The client's own copy does not keep the snapshot's profile alive.
+        drop(replaced);
+        forget_replaced(&mut clients);
+        assert!(clients.contains_key(&(1000, kept.id)));
+        assert!(!clients.contains_key(&(1000, replaced_id)));
+    }
+}
