@@ -177,6 +177,26 @@ describe('usage controls, cost and fleet views', () => {
     await page.context().close();
   });
 
+  it('carries the overview\'s filter into the request list its bars open', async () => {
+    const page = await signedIn('#/overview?range=15m&tools=true');
+    await overviewFor(page, 'tools_present=true');
+    const bar = page.locator('#class-chart a[data-class]').first();
+    const cls = await bar.getAttribute('data-class');
+    await bar.press('Enter');
+    await page.waitForSelector('#usage-chip');
+    assert.equal((await page.locator('#usage-chip').textContent()).replace('✕', ''), 'Also tools_present=true');
+    await page.waitForFunction(() => document.querySelector('#live-status').textContent.includes('updated'));
+    const q = Object.fromEntries(new URLSearchParams((await page.evaluate(() => location.hash)).split('?')[1]));
+    const api = await H.gql(a, a.token, `query($ws: ID!, $f: UsageFilterInput, $w: WindowInput) { usage(workspaceId: $ws, filter: $f, window: $w) { recent(limit: 100) { requestId } } }`,
+      { ws: a.workspaceId, f: { toolsPresent: true, classification: cls }, w: { from: q.from, to: q.to } });
+    const want = api.usage.recent.map(r => r.requestId).sort();
+    assert.ok(want.length > 0 && want.length <= 4, `${want.length} requests with tools classified ${cls}`);
+    const shown = (await page.$$eval('table.reqs tbody tr[data-id]', trs => trs.map(tr => tr.dataset.id))).sort();
+    assert.deepEqual(shown, want);
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
   it('says which filter emptied an empty view', async () => {
     const page = await signedIn('#/overview?range=15m&stream=true');
     await overviewFor(page, 'stream=true');
@@ -226,6 +246,43 @@ describe('usage controls, cost and fleet views', () => {
     assert.deepEqual([...kinds].sort(), ['estimated', 'priced', 'unpriced']);
     await H.screenshot(page, '14-requests-cost-instance');
     assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
+  it('says which limit refused a request, and that it cost nothing', async () => {
+    // A workspace of its own, limited to one request a minute: its second request is refused.
+    const ws = (await H.gql(a, a.token, 'mutation { createWorkspace(name: "limited") { id } }')).createWorkspace.id;
+    await H.gql(a, a.token, 'mutation($ws: ID!) { setLimits(workspaceId: $ws, rpm: 1) { rpm } }', { ws });
+    const token = (await H.gql(a, a.token, 'mutation($ws: ID!) { createToken(workspaceId: $ws, scope: PROXY) { token } }', { ws })).createToken.token;
+    const call = async () => {
+      const res = await fetch(a.base + CHAT, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer ' + token },
+        body: JSON.stringify(WITH_TOOLS) });
+      await res.arrayBuffer();
+      return { id: res.headers.get('x-laptime-request-id'), status: res.status };
+    };
+    assert.equal((await call()).status, 200);
+    const refused = await call();
+    assert.equal(refused.status, 429);
+    const ev = await (async () => {
+      for (let i = 0; i < 100; i++) {
+        const d = await H.gql(a, a.token, 'query($ws: ID!, $id: ID!) { request(workspaceId: $ws, requestId: $id) { outcome refusedBy costUsd costEstimated } }', { ws, id: refused.id });
+        if (d.request) return d.request;
+        await new Promise(r => setTimeout(r, 50));
+      }
+      throw new Error('the refused request was not recorded');
+    })();
+    assert.equal(ev.outcome, 'rate_limited');
+    assert.equal(ev.refusedBy, 'workspace_rpm');
+    const page = await signedIn();
+    await page.waitForSelector('#ws');
+    await page.selectOption('#ws', ws);
+    const row = page.locator(`tr[data-id="${refused.id}"]`);
+    await row.waitFor({ timeout: 5000 });
+    assert.equal(await row.locator('td.c-outcome').textContent(), '✕ rate_limited by workspace_rpm');
+    // Refused before any upstream call: billed nothing, a known $0 (not "no price").
+    assert.equal(ev.costUsd, 0);
+    assert.equal(await row.locator('td.c-cost').textContent(), usd(0));
+    assert.deepEqual(page.errors.filter(e => !/status of 429/.test(e)), []);
     await page.context().close();
   });
 

@@ -21,7 +21,7 @@
   const SUCCESS = new Set(['completed', 'incomplete', 'cache_hit']);
   const DIALECTS = ['chat', 'responses', 'messages'];
   const OUTCOMES = ['completed', 'incomplete', 'upstream_error', 'upstream_closed_early',
-    'client_cancelled', 'timeout', 'rejected', 'cache_hit', 'gateway_shutdown', 'gateway_crashed'];
+    'client_cancelled', 'timeout', 'rejected', 'cache_hit', 'rate_limited', 'gateway_shutdown', 'gateway_crashed'];
   const CLASSES = ['ok', 'upstream_headers_slow', 'first_event_slow', 'effective_output_slow',
     'visible_text_late', 'generation_slow_tps', 'local_overhead_slow', 'failed'];
   const LIMITS = [50, 100, 200, 500];
@@ -453,7 +453,7 @@
   const TIMING_FIELDS = `timing { authMs bodyReadMs distributionMs upstreamHeadersMs firstSseEventMs firstResponseMs
       firstTextDeltaMs lastEffectiveMs upstreamDoneMs totalHandlerMs }`;
   const REQ_FIELDS = `requestId model channel dialect upstreamDialect translated stream status outcome timeoutKind classification flags ts
-    latencyMs ttftMs upstreamMs hedge costUsd costEstimated instance
+    latencyMs ttftMs upstreamMs hedge costUsd costEstimated refusedBy instance
     ${TIMING_FIELDS}
     attempts { role won startMs firstByteMs }`;
   // The list reads the overview's usage filter (the same URL keys) and a classification.
@@ -694,7 +694,8 @@
     h('td', { class: 'c-time mono' }, h('a', { href, 'data-fk': 'req-' + r.requestId, title: fmtWhen(r.ts, true) + ' · ' + r.requestId, 'aria-label': 'Request at ' + fmtClock(r.ts, true) + ' ' + zoneName() + ', ' + (r.model || 'no model') + ', ' + r.outcome + ', ' + fmtMs(r.latencyMs) + ': open detail', text: fmtClock(r.ts, true) })),
     h('td', { class: 'c-model', title: r.model || '', text: r.model || '—' }),
     h('td', { class: 'c-route', text: (r.channel || '—') + ' · ' + dialectPair(r) + (r.stream ? ' · stream' : '') }),
-    h('td', { class: 'c-outcome' }, outcomeBadge(r.outcome)),
+    h('td', { class: 'c-outcome' }, outcomeBadge(r.outcome),
+      r.refusedBy ? h('span', { class: 'refused small', 'data-refused-by': r.refusedBy, text: ' by ' + r.refusedBy }) : null),
     h('td', { class: 'c-class', title: r.flags.join(', ') }, classSpan(r.classification)),
     h('td', { class: 'c-total num', text: r.inflight ? 'running ' + fmtMs(r.ageMs) : fmtMs(r.latencyMs) }),
     costCell(r),
