@@ -197,6 +197,20 @@ describe('usage controls, cost and fleet views', () => {
     await page.context().close();
   });
 
+  it('fits the controls and tables on a phone screen', async () => {
+    const page = await H.newPage(browser, { viewport: { width: 390, height: 844 } });
+    await H.signIn(page, a, a.token);
+    await page.waitForSelector('table.reqs tbody tr[data-id]');
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth) <= 0, 'the list');
+    await page.evaluate(() => { location.hash = '#/overview?range=15m&group=tools'; });
+    await overviewFor(page, 'all requests');
+    await page.waitForSelector('table.instances');
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth) <= 0, 'the overview');
+    await H.screenshot(page, '16-overview-phone');
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
   it('says which filter emptied an empty view', async () => {
     const page = await signedIn('#/overview?range=15m&stream=true');
     await overviewFor(page, 'stream=true');
