@@ -16,12 +16,13 @@ const ARTIFACTS = path.join(REPO, 'artifacts', 'dashboard');
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
-/// Starts `laptime serve` on 127.0.0.1:0 with a temp data dir and a fresh bootstrap token; with
-/// `configToml`, from that config file instead of the embedded default.
-async function startGateway(configToml) {
+/// Starts `laptime serve` on 127.0.0.1:0 with a temp data dir and a fresh bootstrap token (or
+/// `bootstrapToken`, for gateways sharing a store); with `configToml`, from that config file
+/// instead of the embedded default.
+async function startGateway(configToml, bootstrapToken) {
   if (!fs.existsSync(BIN)) throw new Error(`no gateway binary at ${BIN}: build it (cargo build -p laptime) or set LAPTIME_BIN`);
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'laptime-dash-'));
-  const token = 'lt_' + crypto.randomBytes(32).toString('hex');
+  const token = bootstrapToken || 'lt_' + crypto.randomBytes(32).toString('hex');
   const args = ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir];
   if (configToml) {
     const file = path.join(dataDir, 'laptime.toml');
@@ -61,6 +62,25 @@ async function startGateway(configToml) {
   const me = await gql(gw, token, '{ me { workspaceId } }');
   gw.workspaceId = me.me.workspaceId;
   return gw;
+}
+
+/// A PostgreSQL schema of its own on the test server (`LAPTIME_TEST_POSTGRES_URL`, else the local
+/// one `scripts/test` starts), for gateways that share a store; `drop()` removes it.
+function pgSchema() {
+  const { execFileSync } = require('node:child_process');
+  const base = process.env.LAPTIME_TEST_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test';
+  const name = 'lt_dash_' + process.pid + '_' + crypto.randomBytes(4).toString('hex');
+  const psql = sql => execFileSync('psql', [base, '-v', 'ON_ERROR_STOP=1', '-qc', sql], { stdio: ['ignore', 'ignore', 'pipe'] });
+  psql(`CREATE SCHEMA ${name}`);
+  const sep = base.includes('?') ? '&' : '?';
+  return {
+    name,
+    url: `${base}${sep}options=-c%20search_path%3D${name}&application_name=${name}`,
+    drop() {
+      psql(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${name}' AND pid <> pg_backend_pid()`);
+      psql(`DROP SCHEMA IF EXISTS ${name} CASCADE`);
+    },
+  };
 }
 
 async function gql(gw, token, query, variables) {
@@ -192,6 +212,6 @@ async function signIn(page, gw, token) {
 }
 
 module.exports = {
-  ARTIFACTS, startGateway, gql, createToken, proxy, apiRequest, expectedMarks, expectedSegments,
+  ARTIFACTS, startGateway, pgSchema, gql, createToken, proxy, apiRequest, expectedMarks, expectedSegments,
   fmtMs, launch, newPage, screenshot, writeArtifact, signIn,
 };

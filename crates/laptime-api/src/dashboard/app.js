@@ -21,7 +21,7 @@
   const SUCCESS = new Set(['completed', 'incomplete', 'cache_hit']);
   const DIALECTS = ['chat', 'responses', 'messages'];
   const OUTCOMES = ['completed', 'incomplete', 'upstream_error', 'upstream_closed_early',
-    'client_cancelled', 'timeout', 'rejected', 'cache_hit', 'gateway_shutdown', 'gateway_crashed'];
+    'client_cancelled', 'timeout', 'rejected', 'cache_hit', 'rate_limited', 'gateway_shutdown', 'gateway_crashed'];
   const CLASSES = ['ok', 'upstream_headers_slow', 'first_event_slow', 'effective_output_slow',
     'visible_text_late', 'generation_slow_tps', 'local_overhead_slow', 'failed'];
   const LIMITS = [50, 100, 200, 500];
@@ -453,14 +453,17 @@
   const TIMING_FIELDS = `timing { authMs bodyReadMs distributionMs upstreamHeadersMs firstSseEventMs firstResponseMs
       firstTextDeltaMs lastEffectiveMs upstreamDoneMs totalHandlerMs }`;
   const REQ_FIELDS = `requestId model channel dialect upstreamDialect translated stream status outcome timeoutKind classification flags ts
-    latencyMs ttftMs upstreamMs hedge
+    latencyMs ttftMs upstreamMs hedge costUsd costEstimated refusedBy instance
     ${TIMING_FIELDS}
     attempts { role won startMs firstByteMs }`;
+  // The list reads the overview's usage filter (the same URL keys) and a classification.
   function listFilter(q) {
-    const f = {};
-    for (const k of ['model', 'channel', 'dialect', 'outcome', 'classification']) if (q[k]) f[k] = q[k];
+    const f = usageFilter(q);
+    if (q.classification) f.classification = q.classification;
     return f;
   }
+  // The usage dimensions the list has no select for: they come from an overview link.
+  const SHAPE_KEYS = ['stream', 'effort', 'tools', 'maxOut', 'input', 'region'];
   async function fetchList(q) {
     const limit = LIMITS.includes(Number(q.limit)) ? Number(q.limit) : 100;
     const filter = listFilter(q);
@@ -501,7 +504,10 @@
   // outcome or classification filter shows no request that has neither yet.
   function matches(r, f) {
     if (f.outcome || f.classification) return false;
-    return ['model', 'channel', 'dialect'].every(k => !f[k] || r[k] === f[k]);
+    // The request's shape and region are known once it is recorded.
+    if (['reasoningEffort', 'toolsPresent', 'maxOutputBucket', 'inputBucket', 'region'].some(k => k in f)) return false;
+    if ('stream' in f && r.stream !== f.stream) return false;
+    return ['model', 'channel', 'dialect'].every(k => f[k] == null || (f[k] === '' ? r[k] == null : r[k] === f[k]));
   }
   function selectFilter(id, label, values, current, onchange, allLabel) {
     const opts = [h('option', { value: '', text: allLabel || 'all' })];
@@ -533,6 +539,12 @@
       h('button', { type: 'button', 'aria-label': 'Remove the time window', onclick: () => {
         const n = Object.assign({}, q); delete n.from; delete n.to; location.hash = hashFor('requests', n);
       }, text: '✕' })) : null;
+    const shape = SHAPE_KEYS.filter(k => q[k]).map(k => DIMS.find(d => d.key === k));
+    const shapeChip = shape.length ? h('span', { class: 'chip', id: 'usage-chip' },
+      'Also ' + shape.map(d => filterText(d, q[d.key] === NOT_SET ? null : q[d.key])).join(', '),
+      h('button', { type: 'button', 'aria-label': 'Remove these filters', onclick: () => {
+        const n = Object.assign({}, q); for (const k of SHAPE_KEYS) delete n[k]; location.hash = hashFor('requests', n);
+      }, text: '✕' })) : null;
     const filters = h('form', { class: 'toolbar', 'aria-label': 'Filter requests', onsubmit: e => e.preventDefault() },
       selectFilter('f-model', 'Model', models, q.model, onsel('model')),
       selectFilter('f-channel', 'Channel', channels.map(c => c.name), q.channel, onsel('channel')),
@@ -543,7 +555,7 @@
         LIMITS.map(n => h('option', { value: n, selected: n === limit, text: 'newest ' + n })))),
       h('label', { for: 'f-scale' }, 'Waterfall scale', h('select', { id: 'f-scale', 'data-fk': 'f-scale', onchange: onsel('scale') },
         SCALES.map(([k, name]) => h('option', { value: k, selected: k === scale, text: name })))),
-      windowChip,
+      windowChip, shapeChip,
       h('button', { type: 'button', 'data-fk': 'f-clear', onclick: () => { location.hash = '#/requests'; }, text: 'Clear filters' }));
     // The legend folds away on a phone, where it would fill the screen.
     const legend = h('details', { class: 'legendbox', open: window.innerWidth > 720 },
@@ -636,7 +648,8 @@
     const table = h('table', { class: 'reqs', 'data-scale': scale, 'data-scale-ms': scale === 'row' ? null : max, 'aria-describedby': 'reqs-cap' },
       h('caption', { id: 'reqs-cap', class: 'sr-only', text: 'Requests, newest first. The waterfall column uses ' + scaleText + ', since each request was received.' }),
       h('colgroup', {}, h('col', { class: 'c-time' }), h('col', { class: 'c-model' }), h('col', { class: 'c-route' }),
-        h('col', { class: 'c-outcome' }), h('col', { class: 'c-class' }), h('col', { class: 'c-total' }), h('col', { class: 'c-wf' })),
+        h('col', { class: 'c-outcome' }), h('col', { class: 'c-class' }), h('col', { class: 'c-total' }),
+        h('col', { class: 'c-cost' }), h('col', { class: 'c-inst' }), h('col', { class: 'c-wf' })),
       h('thead', {}, h('tr', {},
         h('th', { scope: 'col', class: 'c-time', text: 'Received (' + zoneName() + ')' }),
         h('th', { scope: 'col', class: 'c-model', text: 'Model' }),
@@ -644,6 +657,8 @@
         h('th', { scope: 'col', class: 'c-outcome', text: 'Outcome' }),
         h('th', { scope: 'col', class: 'c-class', text: 'Classification' }),
         h('th', { scope: 'col', class: 'c-total num', text: 'Total' }),
+        h('th', { scope: 'col', class: 'c-cost num', title: 'USD; — when no price covers the model (cost unknown, not $0); ≈ when some tokens were estimated', text: 'Cost (USD)' }),
+        h('th', { scope: 'col', class: 'c-inst', title: 'The gateway instance that served the request', text: 'Instance' }),
         h('th', { scope: 'col', class: 'c-wf' }, h('div', { class: 'axis-title', text: axisTitle }), axis))));
     const body = h('tbody', {});
     const frag = document.createDocumentFragment();
@@ -653,7 +668,7 @@
     }
     body.appendChild(frag);
     table.appendChild(body);
-    if (!rows.length) body.append(h('tr', {}, h('td', { colspan: 7, class: 'muted', text: 'No requests match yet. Requests appear here as soon as they start.' })));
+    if (!rows.length) body.append(h('tr', {}, h('td', { colspan: 9, class: 'muted', text: 'No requests match yet. Requests appear here as soon as they start.' })));
     return table;
   }
   function requestRow(r, sc, seen) {
@@ -679,19 +694,40 @@
     h('td', { class: 'c-time mono' }, h('a', { href, 'data-fk': 'req-' + r.requestId, title: fmtWhen(r.ts, true) + ' · ' + r.requestId, 'aria-label': 'Request at ' + fmtClock(r.ts, true) + ' ' + zoneName() + ', ' + (r.model || 'no model') + ', ' + r.outcome + ', ' + fmtMs(r.latencyMs) + ': open detail', text: fmtClock(r.ts, true) })),
     h('td', { class: 'c-model', title: r.model || '', text: r.model || '—' }),
     h('td', { class: 'c-route', text: (r.channel || '—') + ' · ' + dialectPair(r) + (r.stream ? ' · stream' : '') }),
-    h('td', { class: 'c-outcome' }, outcomeBadge(r.outcome)),
+    h('td', { class: 'c-outcome' }, outcomeBadge(r.outcome),
+      r.refusedBy ? h('span', { class: 'refused small', 'data-refused-by': r.refusedBy, text: ' by ' + r.refusedBy }) : null),
     h('td', { class: 'c-class', title: r.flags.join(', ') }, classSpan(r.classification)),
     h('td', { class: 'c-total num', text: r.inflight ? 'running ' + fmtMs(r.ageMs) : fmtMs(r.latencyMs) }),
+    costCell(r),
+    h('td', { class: 'c-inst', 'data-instance': r.instance || null, text: r.instance || '—', title: r.instance ? null : r.inflight ? 'in flight on this instance' : 'recorded before instances were named' }),
     h('td', { class: 'c-wf' }, wf));
     if (r.inflight) tr.classList.add('inflight');
     return tr;
   }
 
+  // USD: six decimals under a cent (a request costs fractions of one), else four.
+  function fmtUsd(usd) {
+    const digits = usd !== 0 && Math.abs(usd) < 0.01 ? 6 : 4;
+    return '$' + usd.toFixed(digits);
+  }
   // A cost the gateway does not know is said so, never shown as $0.
   function fmtCost(usd, estimated) {
     if (usd == null) return 'unknown (no price for this model)';
-    const digits = usd !== 0 && Math.abs(usd) < 0.01 ? 6 : 4;
-    return '$' + usd.toFixed(digits) + (estimated ? ' (estimated tokens)' : '');
+    return fmtUsd(usd) + (estimated ? ' (estimated tokens)' : '');
+  }
+  // The list's cost cell: "—" (titled) when no price covers the model or the request is still
+  // running, "≈" before a cost that rests on estimated tokens.
+  function costCell(r) {
+    if (r.inflight || r.costUsd === undefined) {
+      return h('td', { class: 'c-cost num', 'data-cost': 'pending', text: '—',
+        title: r.inflight ? 'in flight: its cost is known when it ends' : 'finished: its cost is known once its record is stored' });
+    }
+    if (r.costUsd == null) {
+      return h('td', { class: 'c-cost num', 'data-cost': 'unpriced', title: 'no price for this model: billed, cost unknown (not $0)', text: '—' });
+    }
+    return h('td', { class: 'c-cost num', 'data-cost': r.costUsd, 'data-estimated': r.costEstimated ? 'true' : null,
+      title: r.costEstimated ? 'estimated: the provider reported no usage for some tokens, the gateway counted them' : null,
+      text: (r.costEstimated ? '≈ ' : '') + fmtUsd(r.costUsd) });
   }
 
   // ===== request detail =====
@@ -1159,17 +1195,66 @@
     }
     return out;
   }
-  async function renderOverview(q, gen) {
+  // The usage API's filter and group-by dimensions the overview offers: the URL key, the
+  // filter's field, the label, the groupBy value (whose lower case is the API's dimension
+  // name), the choices (closed sets; null: the values seen in the window) and how a request
+  // without a value is named. NOT_SET in the URL asks for requests without a value (the API's "").
+  const TOKEN_BUCKETS = ['<256', '256-1k', '1k-4k', '4k-16k', '16k-64k', '64k+'];
+  const EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max', 'budget', 'other'];
+  const NOT_SET = '-';
+  const DIMS = [
+    { key: 'model', field: 'model', label: 'Model', group: 'MODEL', values: null, none: 'no model' },
+    { key: 'channel', field: 'channel', label: 'Channel', group: 'CHANNEL', values: null, none: 'no channel' },
+    { key: 'dialect', field: 'dialect', label: 'Dialect', group: 'DIALECT', values: DIALECTS },
+    { key: 'outcome', field: 'outcome', label: 'Outcome', group: 'OUTCOME', values: OUTCOMES },
+    { key: 'stream', field: 'stream', label: 'Stream', group: 'STREAM', bool: ['streamed', 'not streamed'] },
+    { key: 'effort', field: 'reasoningEffort', label: 'Reasoning effort', group: 'REASONING_EFFORT', values: EFFORTS, none: 'none asked' },
+    { key: 'tools', field: 'toolsPresent', label: 'Tools', group: 'TOOLS_PRESENT', bool: ['with tools', 'without tools'] },
+    { key: 'maxOut', field: 'maxOutputBucket', label: 'Max output tokens', group: 'MAX_OUTPUT_BUCKET', values: TOKEN_BUCKETS, none: 'not asked' },
+    { key: 'input', field: 'inputBucket', label: 'Input tokens', group: 'INPUT_BUCKET', values: TOKEN_BUCKETS, none: 'no count' },
+    { key: 'region', field: 'region', label: 'Region', group: 'REGION', values: null, none: 'no region' },
+  ];
+  const dimName = d => d.group.toLowerCase();
+  // Request records the overview reads for what the rollups cannot answer (the distribution,
+  // the per-instance counts): the usage API's most.
+  const RECENT_MAX = 500;
+  // The usage filter a page's query string asks for, in the API's vocabulary.
+  function usageFilter(q) {
+    const f = {};
+    for (const d of DIMS) {
+      const v = q[d.key];
+      if (v == null || v === '') continue;
+      if (d.bool) { if (v === 'true' || v === 'false') f[d.field] = v === 'true'; continue; }
+      f[d.field] = v === NOT_SET ? '' : v;
+    }
+    return f;
+  }
+  // A value as the API's population line writes it ("stream=false", "region=(none)").
+  function filterText(d, v) { return dimName(d) + '=' + (v == null || v === '' ? '(none)' : String(v)); }
+  function valueLabel(d, v) {
+    if (d.bool) return v === 'true' ? d.bool[0] : v === 'false' ? d.bool[1] : '(none)';
+    return v == null || v === '' ? '(' + (d.none || 'none') + ')' : v;
+  }
+  function dimSelect(d, q, seen, onchange) {
+    const cur = q[d.key] || '';
+    const opts = [h('option', { value: '', text: 'any' })];
+    const vals = d.bool ? ['true', 'false'] : (d.values || [...new Set(seen)].filter(v => v != null && v !== '').sort());
+    for (const v of vals) opts.push(h('option', { value: v, selected: v === cur, text: d.bool ? valueLabel(d, v) : v }));
+    if (d.none) opts.push(h('option', { value: NOT_SET, selected: cur === NOT_SET, text: '(' + d.none + ')' }));
+    if (cur && !opts.some(o => o.value === cur)) opts.push(h('option', { value: cur, selected: true, text: cur }));
+    const id = 'o-' + d.key;
+    return h('label', { for: id }, d.label, h('select', { id, name: d.key, 'data-fk': id, onchange }, opts));
+  }
+  async function renderOverview(raw, gen) {
+    const q = withoutSlice(raw);
     const range = RANGES[q.range] ? q.range : '1h';
-    const slice = q.slice || '';
-    const [dim, ...rest] = slice.split(':');
-    const sliceVal = rest.join(':');
-    const filter = dim === 'model' && sliceVal ? { model: sliceVal } : dim === 'channel' && sliceVal ? { channel: sliceVal } : {};
+    const filter = usageFilter(q);
+    const groupDim = DIMS.find(d => d.key === q.group) || DIMS[0];
     // The axis spans the data when there is less of it than the range: a new user's first ten
     // minutes fill the chart instead of sitting at the right edge of an hour.
     const [rangeMin] = RANGES[range];
     const probe = await gql(`query($ws: ID!, $f: UsageFilterInput) { usage(workspaceId: $ws, filter: $f, window: { last: "${rangeMin}m" }) {
-      rollup { requestCount } recent(limit: 500) { ts } } }`, { ws: state.workspaceId, f: filter });
+      rollup { requestCount } recent(limit: ${RECENT_MAX}) { ts } } }`, { ws: state.workspaceId, f: filter });
     if (gen !== state.gen) return;
     const seen = probe.usage.recent.map(r => Date.parse(r.ts));
     const since = seen.length && probe.usage.rollup.requestCount <= seen.length ? Math.min.apply(null, seen) : null;
@@ -1177,54 +1262,75 @@
     const fitted = buckets.length && buckets[0].from.getTime() > Date.now() - rangeMin * 60000;
     const win = `window: { from: "${buckets[0].from.toISOString()}", to: "${buckets[buckets.length - 1].to.toISOString()}" }`;
     const metricSel = METRICS.map(([k]) => k + ' { ' + STATS + ' }').join(' ');
-    const groupSel = 'groups { key { dimension value } rollup { requestCount errorRate latencyMs { p50 p95 p99 } upstreamHeadersMs { p95 } firstTextDeltaMs { p95 } } }';
+    const costSel = 'costUsd costUnpricedCount costEstimatedCount';
+    const popSel = 'population { description requestCount filters { dimension value } }';
+    const groupSel = `groups { key { dimension value } ${popSel} rollup { requestCount errorCount errorRate ${costSel}
+      latencyMs { p50 p95 p99 } upstreamHeadersMs { p95 } firstTextDeltaMs { p95 } } }`;
     const bq = buckets.map((b, i) => `b${i}: usage(workspaceId: $ws, filter: $f, window: { from: "${b.from.toISOString()}", to: "${b.to.toISOString()}" }) {
       rollup { requestCount errorCount errorRate classifications { classification count } ${metricSel} } }`).join('\n');
+    // The choices of the open-ended dimensions: the values in the window, whatever the filter.
+    const choices = DIMS.filter(d => !d.values && !d.bool).map(d => `${d.key}s: usage(workspaceId: $ws, ${win}, groupBy: [${d.group}]) { groups { key { value } } }`).join('\n');
     const query = `query($ws: ID!, $f: UsageFilterInput) {
-      all: usage(workspaceId: $ws, filter: $f, ${win}) { window { from to } percentileMethod population { description }
-        rollup { requestCount errorCount errorRate cacheHitCount failoverTotal classifications { classification count } ${metricSel} }
-        recent(limit: 500) { timing { firstTextDeltaMs } } }
-      byModel: usage(workspaceId: $ws, ${win}, groupBy: [MODEL]) { ${groupSel} }
-      byChannel: usage(workspaceId: $ws, ${win}, groupBy: [CHANNEL]) { ${groupSel} }
+      all: usage(workspaceId: $ws, filter: $f, ${win}) { window { from to } percentileMethod ${popSel}
+        rollup { requestCount errorCount errorRate cacheHitCount failoverTotal ${costSel} classifications { classification count } ${metricSel} }
+        recent(limit: ${RECENT_MAX}) { instance outcome timing { firstTextDeltaMs } } }
+      grouped: usage(workspaceId: $ws, filter: $f, ${win}, groupBy: [${groupDim.group}]) { ${groupSel} }
+      ${choices}
       ${bq} }`;
     const d = await gql(query, { ws: state.workspaceId, f: filter });
+    if (gen !== state.gen) return;
+    const all = d.all.rollup;
+    const population = d.all.population;
+    const emptied = all.requestCount === 0 ? await whatEmptied(filter, population, win) : null;
     if (gen !== state.gen) return;
     const data = buckets.map((b, i) => Object.assign({}, b, { r: d['b' + i].rollup, classes: d['b' + i].rollup.classifications }));
     const m = main();
     const fk = focusKey();
     m.textContent = '';
     const set = (k, v) => { const n = Object.assign({}, q); n[k] = v; location.hash = hashFor('overview', n); };
-    const sliceOpts = [h('option', { value: '', text: 'all requests' })];
-    for (const g of d.byModel.groups) { const v = 'model:' + (g.key[0].value || ''); sliceOpts.push(h('option', { value: v, selected: v === slice, text: 'model ' + (g.key[0].value || '(none)') })); }
-    for (const g of d.byChannel.groups) { const v = 'channel:' + (g.key[0].value || ''); sliceOpts.push(h('option', { value: v, selected: v === slice, text: 'channel ' + (g.key[0].value || '(none)') })); }
-    if (slice && !sliceOpts.some(o => o.value === slice)) sliceOpts.push(h('option', { value: slice, selected: true, text: slice.replace(':', ' ') }));
-    const all = d.all.rollup;
     // The population every percentile below describes, printed beside each one.
-    const pop = ' · ' + d.all.population.description;
+    const pop = ' · ' + population.description;
+    const linkFor = (cls, b) => hashFor('requests', Object.assign({ classification: cls, from: b.from.toISOString(), to: b.to.toISOString() }, listQuery(q)));
+    const controls = h('form', { class: 'toolbar', id: 'usage-controls', 'aria-label': 'Overview settings: range, filters, grouping', onsubmit: e => e.preventDefault() },
+      h('label', { for: 'o-range' }, 'Range', h('select', { id: 'o-range', 'data-fk': 'o-range', onchange: e => set('range', e.target.value) },
+        Object.keys(RANGES).map(k => h('option', { value: k, selected: k === range, text: 'last ' + k + ' (' + RANGES[k][1] + ' buckets)' })))),
+      DIMS.map(dm => dimSelect(dm, q, d[dm.key + 's'] ? d[dm.key + 's'].groups.map(g => g.key[0].value) : [], e => set(dm.key, e.target.value))),
+      h('label', { for: 'o-group' }, 'Group by', h('select', { id: 'o-group', 'data-fk': 'o-group', onchange: e => set('group', e.target.value) },
+        DIMS.map(dm => h('option', { value: dm.key, selected: dm === groupDim, text: dm.label.toLowerCase() })))),
+      h('button', { type: 'button', 'data-fk': 'o-clear', onclick: () => { location.hash = hashFor('overview', { range: q.range, group: q.group }); }, text: 'Clear filters' }),
+      h('button', { type: 'button', 'data-fk': 'o-refresh', onclick: () => route(), text: 'Refresh' }));
+    const windowNote = h('p', { class: 'note', id: 'overview-window', 'data-from': d.all.window.from, 'data-to': d.all.window.to,
+      text: 'Window ' + fmtWhen(d.all.window.from) + ' – ' + fmtWhen(d.all.window.to) + ' (whole minutes' + (fitted ? '; the axis spans the minutes with data, the first request being later than the start of the last ' + range : '') + '). ' + d.all.percentileMethod + '.' });
+    const popLine = h('p', { class: 'population', id: 'population', 'data-count': population.requestCount },
+      h('b', { text: 'Population: ' }), population.description + ' (' + fmtInt(population.requestCount) + ' request' + (population.requestCount === 1 ? '' : 's') + ')');
+    const summary = h('div', { class: 'summary', id: 'summary' },
+      h('div', {}, h('b', { text: fmtInt(all.requestCount) }), h('span', { text: 'requests' })),
+      h('div', {}, h('b', { text: fmtPct(all.errorRate) }), h('span', { text: 'error rate (' + fmtInt(all.errorCount) + ' not successful)' })),
+      h('div', {}, h('b', { 'data-p95': 'latencyMs', text: fmtMs(all.latencyMs.p95) }), h('span', { text: 'p95 total' + pop })),
+      h('div', {}, h('b', { 'data-p95': 'firstTextDeltaMs', text: fmtMs(all.firstTextDeltaMs.p95) }), h('span', { text: 'p95 first visible text' + pop })),
+      h('div', {}, h('b', { text: fmtInt(all.failoverTotal) }), h('span', { text: 'failovers' })),
+      h('div', { id: 'cost-summary', 'data-cost-usd': all.costUsd, 'data-unpriced': all.costUnpricedCount, 'data-estimated': all.costEstimatedCount },
+        h('b', { text: all.costUsd == null ? '—' : fmtUsd(all.costUsd) }),
+        h('span', { text: costNote(all) })));
+    m.append(h('h1', { text: 'Latency overview' }), controls, popLine, summary, windowNote);
+    if (emptied) {
+      m.append(h('p', { class: 'msg', id: 'empty-state', role: 'status', text: emptied }));
+      restoreFocus(fk);
+      window.__laptimeOverview = { requests: 0, buckets: data.length, fitted, filter, group: groupDim.key,
+        from: d.all.window.from, to: d.all.window.to, fromMs: buckets[0].from.getTime(), toMs: buckets[buckets.length - 1].to.getTime() };
+      return;
+    }
     const chartsBox = h('div', { class: 'grid2', id: 'pct-charts' });
     const histBox = h('div', { class: 'chart' });
     const classBox = h('div', { class: 'chart', id: 'class-chart' });
     const ftd = d.all.recent.map(r => r.timing.firstTextDeltaMs).filter(v => v != null);
-    const linkFor = (cls, b) => hashFor('requests', Object.assign({ classification: cls, from: b.from.toISOString(), to: b.to.toISOString() }, filter));
-    m.append(h('h1', { text: 'Latency overview' }),
-      h('form', { class: 'toolbar', 'aria-label': 'Overview settings', onsubmit: e => e.preventDefault() },
-        h('label', { for: 'o-range' }, 'Range', h('select', { id: 'o-range', 'data-fk': 'o-range', onchange: e => set('range', e.target.value) },
-          Object.keys(RANGES).map(k => h('option', { value: k, selected: k === range, text: 'last ' + k + ' (' + RANGES[k][1] + ' buckets)' })))),
-        h('label', { for: 'o-slice' }, 'Model or channel', h('select', { id: 'o-slice', 'data-fk': 'o-slice', onchange: e => set('slice', e.target.value) }, sliceOpts)),
-        h('button', { type: 'button', 'data-fk': 'o-refresh', onclick: () => route(), text: 'Refresh' })),
-      h('div', { class: 'summary', id: 'summary' },
-        h('div', {}, h('b', { text: fmtInt(all.requestCount) }), h('span', { text: 'requests' })),
-        h('div', {}, h('b', { text: fmtPct(all.errorRate) }), h('span', { text: 'error rate (' + fmtInt(all.errorCount) + ' not successful)' })),
-        h('div', {}, h('b', { text: fmtMs(all.latencyMs.p95) }), h('span', { text: 'p95 total' + pop })),
-        h('div', {}, h('b', { text: fmtMs(all.firstTextDeltaMs.p95) }), h('span', { text: 'p95 first visible text' + pop })),
-        h('div', {}, h('b', { text: fmtInt(all.failoverTotal) }), h('span', { text: 'failovers' }))),
-      h('p', { class: 'note', id: 'overview-window', text: 'Window ' + fmtWhen(d.all.window.from) + ' – ' + fmtWhen(d.all.window.to) + ' (whole minutes' + (fitted ? '; the axis spans the minutes with data, the first request being later than the start of the last ' + range : '') + '). ' + d.all.percentileMethod + '.' }),
-      h('h2', { text: 'Percentiles over time' + (sliceVal ? ' — ' + dim + ' ' + sliceVal : ' — all requests') }),
+    m.append(
+      h('h2', { text: 'Percentiles over time — ' + population.description }),
       chartsBox,
       h('div', { class: 'grid2' },
         h('section', { class: 'chartcard', 'aria-labelledby': 'hist-title' },
           h('h2', { id: 'hist-title', text: 'Time to first visible text: distribution' }),
-          h('p', { class: 'sub', text: 'The newest ' + d.all.recent.length + ' requests of the window; n = ' + ftd.length + ' with a first visible text, ' + (d.all.recent.length - ftd.length) + ' without (left out, not counted as 0). Lines: p50 (solid), p95 (dashed), p99 (dotted) of the whole window.' }),
+          h('p', { class: 'sub', text: 'The newest ' + d.all.recent.length + ' requests of the window' + pop + '; n = ' + ftd.length + ' with a first visible text, ' + (d.all.recent.length - ftd.length) + ' without (left out, not counted as 0). Lines: p50 (solid), p95 (dashed), p99 (dotted) of the whole window.' }),
           histBox),
         h('section', { class: 'chartcard', 'aria-labelledby': 'class-title' },
           h('h2', { id: 'class-title', text: 'Classification over time' }),
@@ -1233,12 +1339,13 @@
           h('ul', { class: 'clegend', 'aria-label': 'Classification legend' }, CLASSES.map(c => {
             const sv = s('svg', { width: 16, height: 12, 'aria-hidden': 'true' });
             sv.append(s('rect', { width: 16, height: 12, fill: 'url(#pat-cls-' + c + ')', stroke: '#555' }));
-            const n = (d.all.rollup.classifications || []).find(k => k.classification === c);
+            const n = (all.classifications || []).find(k => k.classification === c);
             return h('li', {}, sv, c + ' (' + fmtInt(n ? n.count : 0) + ')');
           })))),
-      h('h2', { text: 'By model and by channel (whole window)' }),
-      groupTable('Model', d.byModel.groups, 'model'),
-      groupTable('Channel', d.byChannel.groups, 'channel'));
+      h('h2', { id: 'groups-title', text: 'By ' + groupDim.label.toLowerCase() + ' (whole window)' }),
+      groupTable(groupDim, d.grouped.groups, q),
+      h('h2', { id: 'instances-title', text: 'By instance (the gateway that served each request)' }),
+      ...instanceTable(d.all.recent, all.requestCount, population.description));
     const draw = () => {
       chartsBox.textContent = '';
       const cw = Math.max(280, (chartsBox.clientWidth >= 1140 ? chartsBox.clientWidth / 2 - 7 : chartsBox.clientWidth) - 26);
@@ -1246,13 +1353,13 @@
         const series = PCTS.map(([p, dash, shape], j) => ({
           label: p, colour: OI[j === 0 ? 0 : j === 1 ? 1 : 3], dash, shape,
           values: data.map(b => b.r[key][p]),
-          tips: data.map(b => fmtHM(b.from) + '–' + fmtHM(b.to) + ' ' + p + ' ' + fmtMs(b.r[key][p]) + ' (n = ' + b.r[key].count + ', ' + b.r[key].nullCount + ' without, errors ' + fmtPct(b.r.errorRate) + ')'),
+          tips: data.map(b => fmtHM(b.from) + '–' + fmtHM(b.to) + ' ' + p + ' ' + fmtMs(b.r[key][p]) + ' (n = ' + b.r[key].count + ', ' + b.r[key].nullCount + ' without, errors ' + fmtPct(b.r.errorRate) + ')' + pop),
         }));
         const st = all[key];
         const card = h('section', { class: 'chartcard', 'data-metric': key, 'aria-labelledby': 'mt-' + key },
           h('h3', { id: 'mt-' + key, text: name + ' (ms)' }), h('p', { class: 'sub', text: desc }),
           lineChart({ width: cw, buckets: data, series, yTitle: 'ms', title: name }),
-          h('ul', { class: 'clegend', 'aria-label': name + ' legend' }, series.map(sr => h('li', {}, legendSwatch(sr.colour, sr.dash, sr.shape),
+          h('ul', { class: 'clegend', 'aria-label': name + ' legend' }, series.map(sr => h('li', { 'data-pct': sr.label }, legendSwatch(sr.colour, sr.dash, sr.shape),
             h('span', { text: sr.label + ' ' + fmtMs(st[sr.label]) + ' · n = ' + fmtInt(st.count) + (st.nullCount ? ' (' + fmtInt(st.nullCount) + ' without)' : '') + ' · errors ' + fmtPct(all.errorRate) + pop })))));
         chartsBox.append(card);
       }
@@ -1265,24 +1372,97 @@
     draw();
     restoreFocus(fk);
     state.resize = draw;
-    window.__laptimeOverview = { requests: all.requestCount, buckets: data.length, fitted,
-      fromMs: buckets[0].from.getTime(), toMs: buckets[buckets.length - 1].to.getTime() };
+    window.__laptimeOverview = { requests: all.requestCount, buckets: data.length, fitted, filter, group: groupDim.key,
+      from: d.all.window.from, to: d.all.window.to, fromMs: buckets[0].from.getTime(), toMs: buckets[buckets.length - 1].to.getTime() };
   }
-  function groupTable(title, groups, dim) {
+  // Links made before the per-dimension filters say slice=model:NAME or slice=channel:NAME.
+  function withoutSlice(q) {
+    const n = Object.assign({}, q);
+    delete n.slice;
+    const [dm, ...v] = (q.slice || '').split(':');
+    if ((dm === 'model' || dm === 'channel') && v.join(':') && !q[dm]) n[dm] = v.join(':');
+    return n;
+  }
+  // The request list's query for the overview's filter (the list reads the same filter).
+  function listQuery(q) {
+    const out = {};
+    for (const d of DIMS) if (q[d.key]) out[d.key] = q[d.key];
+    return out;
+  }
+  function costNote(r) {
+    const parts = [];
+    if (r.costUnpricedCount) parts.push(fmtInt(r.costUnpricedCount) + ' unpriced: no price for the model, cost unknown and not counted');
+    else parts.push('0 unpriced');
+    if (r.costEstimatedCount) parts.push(fmtInt(r.costEstimatedCount) + ' with estimated tokens');
+    return 'cost, USD, of the requests with a known cost (' + parts.join('; ') + ')';
+  }
+  // Why a filtered overview has no request: which filter in force, left out alone, brings
+  // requests back (the API's population names each filter), or that the window has none at all.
+  async function whatEmptied(filter, population, win) {
+    const inForce = population.filters.map(f => ({ f, dim: DIMS.find(d => dimName(d) === f.dimension) })).filter(x => x.dim);
+    const vars = { ws: state.workspaceId };
+    const parts = inForce.map((x, i) => {
+      const rest = Object.assign({}, filter);
+      delete rest[x.dim.field];
+      vars['f' + i] = rest;
+      return `w${i}: usage(workspaceId: $ws, filter: $f${i}, ${win}) { rollup { requestCount } }`;
+    });
+    const decl = inForce.map((x, i) => ', $f' + i + ': UsageFilterInput').join('');
+    const r = await gql(`query($ws: ID!${decl}) { any: usage(workspaceId: $ws, ${win}) { rollup { requestCount } } ${parts.join('\n')} }`, vars);
+    const any = r.any.rollup.requestCount;
+    if (!inForce.length || any === 0) return 'No requests in this window' + (inForce.length ? ' at all: no filter emptied it.' : ' yet.');
+    const named = inForce.map((x, i) => ({ text: filterText(x.dim, x.f.value), n: r['w' + i].rollup.requestCount }));
+    const culprits = named.filter(x => x.n > 0);
+    const head = 'No requests in this window match ' + population.description + ' (' + fmtInt(any) + ' without any filter). ';
+    if (!culprits.length) return head + 'No single filter emptied it: each left out alone still matches none; together they leave nothing.';
+    return head + culprits.map(x => x.text + ' emptied it: without it, ' + fmtInt(x.n) + ' request' + (x.n === 1 ? '' : 's') + ' match.').join(' ');
+  }
+  function groupTable(dim, groups, q) {
     const rows = groups.slice().sort((a, b) => b.rollup.requestCount - a.rollup.requestCount);
-    return h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'Per ' + dim + ' table' },
-      h('table', { class: 'groups', 'data-dim': dim },
-        h('thead', {}, h('tr', {}, [title, 'Requests (n)', 'Error rate', 'p50 total', 'p95 total', 'p99 total', 'p95 headers', 'p95 first visible'].map((c, i) => h('th', { scope: 'col', class: i ? 'num' : null, text: c })))),
+    const cols = [dim.label, 'Population (what each figure describes)', 'Requests (n)', 'Error rate (errors)', 'p50 total', 'p95 total', 'p99 total', 'p95 headers', 'p95 first visible', 'Cost (USD, known)', 'Unpriced (no price)'];
+    return h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'Per ' + dim.label.toLowerCase() + ' table' },
+      h('table', { class: 'groups', 'data-dim': dimName(dim) },
+        h('thead', {}, h('tr', {}, cols.map((c, i) => h('th', { scope: 'col', class: i > 1 ? 'num' : null, text: c })))),
         h('tbody', {}, rows.length ? rows.map(g => {
           const v = g.key[0].value;
           const r = g.rollup;
-          return h('tr', {},
-            h('th', { scope: 'row' }, h('a', { href: hashFor('overview', { slice: dim + ':' + (v || '') }), text: v || '(none)' })),
-            h('td', { class: 'num', text: fmtInt(r.requestCount) }), h('td', { class: 'num', text: fmtPct(r.errorRate) }),
-            h('td', { class: 'num', text: fmtMs(r.latencyMs.p50) }), h('td', { class: 'num', text: fmtMs(r.latencyMs.p95) }),
-            h('td', { class: 'num', text: fmtMs(r.latencyMs.p99) }), h('td', { class: 'num', text: fmtMs(r.upstreamHeadersMs.p95) }),
-            h('td', { class: 'num', text: fmtMs(r.firstTextDeltaMs.p95) }));
-        }) : h('tr', {}, h('td', { colspan: 8, class: 'muted', text: 'No requests in this window.' })))));
+          const n = Object.assign({}, q, { [dim.key]: v == null ? NOT_SET : v });
+          return h('tr', { 'data-value': v == null ? '' : v },
+            h('th', { scope: 'row' }, h('a', { href: hashFor('overview', n), title: 'Filter the overview by ' + filterText(dim, v), text: valueLabel(dim, v) })),
+            h('td', { class: 'pop', text: g.population.description }),
+            h('td', { class: 'num', text: fmtInt(r.requestCount) }), h('td', { class: 'num', text: fmtPct(r.errorRate) + ' (' + fmtInt(r.errorCount) + ')' }),
+            h('td', { class: 'num', 'data-pct': 'p50', text: fmtMs(r.latencyMs.p50) }), h('td', { class: 'num', 'data-pct': 'p95', text: fmtMs(r.latencyMs.p95) }),
+            h('td', { class: 'num', 'data-pct': 'p99', text: fmtMs(r.latencyMs.p99) }), h('td', { class: 'num', text: fmtMs(r.upstreamHeadersMs.p95) }),
+            h('td', { class: 'num', text: fmtMs(r.firstTextDeltaMs.p95) }),
+            h('td', { class: 'num', 'data-cost': r.costUsd == null ? 'none' : r.costUsd, title: r.costUsd == null ? 'no request of this group has a known cost' : null, text: r.costUsd == null ? '—' : fmtUsd(r.costUsd) + (r.costEstimatedCount ? ' (≈ ' + fmtInt(r.costEstimatedCount) + ' estimated)' : '') }),
+            h('td', { class: 'num', 'data-unpriced': r.costUnpricedCount, text: fmtInt(r.costUnpricedCount) }));
+        }) : h('tr', {}, h('td', { colspan: cols.length, class: 'muted', text: 'No requests in this window.' })))));
+  }
+  // Requests and errors per serving instance, counted from the window's request records: the
+  // usage API does not group by instance (it is not a dimension of its per-minute rollups), so
+  // past RECENT_MAX records the table says how many it covers.
+  function instanceTable(recent, total, description) {
+    const by = new Map();
+    for (const r of recent) {
+      const e = by.get(r.instance || '') || { n: 0, errors: 0 };
+      e.n++;
+      if (!SUCCESS.has(r.outcome)) e.errors++;
+      by.set(r.instance || '', e);
+    }
+    const rows = [...by.entries()].sort((a, b) => b[1].n - a[1].n || (a[0] < b[0] ? -1 : 1));
+    const covered = recent.length < total
+      ? 'The newest ' + fmtInt(recent.length) + ' of the ' + fmtInt(total) + ' requests of the window (' + description + '): the usage API does not group by instance, so this counts request records, at most ' + RECENT_MAX + '.'
+      : 'All ' + fmtInt(total) + ' requests of the window (' + description + '), counted from their records (the usage API does not group by instance).';
+    return [h('p', { class: 'note', id: 'instances-note', 'data-covered': recent.length, 'data-total': total, text: covered }),
+      h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'Per instance table' },
+        h('table', { class: 'groups instances' },
+          h('thead', {}, h('tr', {}, ['Instance', 'Requests (n)', 'Errors (not successful)', 'Error rate'].map((c, i) => h('th', { scope: 'col', class: i ? 'num' : null, text: c })))),
+          h('tbody', {}, rows.length ? rows.map(([name, e]) => h('tr', { 'data-instance': name },
+            h('th', { scope: 'row', text: name || '(not named: recorded before instances were)' }),
+            h('td', { class: 'num', 'data-n': e.n, text: fmtInt(e.n) }),
+            h('td', { class: 'num', 'data-errors': e.errors, text: fmtInt(e.errors) }),
+            h('td', { class: 'num', text: fmtPct(e.errors / e.n) })))
+            : h('tr', {}, h('td', { colspan: 4, class: 'muted', text: 'No requests in this window.' })))))];
   }
 
   // ===== channels =====
