@@ -23,6 +23,7 @@
 //! - [`models`]: `GET /v1/models` for the SDKs.
 //! - [`server`]: starting the gateway, serving a router, shutdown and retention.
 //! - [`metrics`]: the registry, observed once per finished record.
+//! - [`heartbeat`]: each instance's requests in flight, published to the fleet every second.
 //! - [`traces`]: each finished record as OTLP spans, exported off the request path.
 
 pub mod affinity;
@@ -38,6 +39,7 @@ pub mod continuation;
 pub mod drive;
 pub mod egress;
 pub mod endpoints;
+pub mod heartbeat;
 pub mod inflight;
 pub mod ingress;
 pub mod limits;
@@ -115,6 +117,8 @@ pub struct App {
     pub affinity: Arc<affinity::Affinity>,
     /// Exports each finished request's spans (absent without `[telemetry] otlp_endpoint`).
     pub traces: Option<traces::Traces>,
+    /// This instance's name and the fleet's in-flight heartbeats as last read.
+    pub instances: heartbeat::Instances,
 }
 
 impl std::fmt::Debug for App {

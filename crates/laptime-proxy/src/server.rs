@@ -29,6 +29,8 @@ pub struct Gateway {
     shared: Option<tokio::task::JoinHandle<()>>,
     /// Exports request spans (absent without `[telemetry] otlp_endpoint`).
     traces: Option<crate::traces::Exporter>,
+    /// Publishes this instance's heartbeat, and where to.
+    heartbeat: (tokio::task::JoinHandle<()>, crate::heartbeat::Via),
 }
 
 /// Requests the in-flight registry tracks at once besides the records queued for the store
@@ -190,7 +192,13 @@ impl Gateway {
             limiter: Arc::new(limiter),
             budgets: crate::budgets::BudgetBook::new(),
             traces,
+            instances: crate::heartbeat::Instances::new(config.server.instance.as_deref()),
         });
+        let via = crate::heartbeat::Via::of(&config.shared).map_err(StartError)?;
+        let heartbeat = (
+            tokio::spawn(crate::heartbeat::run(Arc::downgrade(&app), via.clone())),
+            via,
+        );
         if let Err(e) = refresh_budgets(&app).await {
             tracing::warn!(error = %e, "budgets could not be read at start; retrying every second");
         }
@@ -203,6 +211,7 @@ impl Gateway {
             journal,
             shared,
             traces: traces_exporter,
+            heartbeat,
         })
     }
 
@@ -323,6 +332,9 @@ impl Gateway {
         if let Some(task) = self.shared {
             task.abort();
         }
+        let (beating, via) = self.heartbeat;
+        beating.abort();
+        crate::heartbeat::forget(&self.app, &via).await;
         Ok(())
     }
 }
