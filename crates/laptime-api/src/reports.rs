@@ -911,6 +911,7 @@ mod tests {
 /// instance's: now). Instances whose heartbeat is older than a few seconds are gone and not
 /// listed.
 #[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+#[graphql(name = "Instance")]
 pub struct InstanceOut {
     /// Its name, as in the records it writes (`instance`).
     pub instance: String,

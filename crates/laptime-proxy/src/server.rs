@@ -83,9 +83,14 @@ impl Gateway {
             .map_err(|errs| StartError(errs.join("; ")))?;
         let (fleet, shared) = match &config.shared.redis_url {
             Some(url) => {
-                let (fleet, task) =
-                    crate::shared::start(url, &config.shared.key_prefix, live.router.channels())
-                        .map_err(StartError)?;
+                let instance = crate::heartbeat::Instances::new(config.server.instance.as_deref());
+                let (fleet, task) = crate::shared::start(
+                    url,
+                    &config.shared.key_prefix,
+                    instance.name(),
+                    live.router.channels(),
+                )
+                .map_err(StartError)?;
                 (Some(fleet), Some(task))
             }
             None => (None, None),
