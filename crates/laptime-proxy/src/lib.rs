@@ -7,7 +7,8 @@
 //!   once per request, and reloading it; [`clock`]: the wall clock.
 //! - [`ingress`]: request and trace ids, the borrowed parse of the body's top-level fields.
 //! - [`auth`]: bearer token → principal (called once per request, by the router's auth layer).
-//! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache.
+//! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache, in memory
+//!   or ([`shared_cache`]) in Redis.
 //! - [`attempt`]: one upstream call, the only place one is made, with its typed error;
 //!   [`connect`]: its connections (TCP and TLS, or in-process pipes for paused-time tests);
 //!   [`egress`]: each channel's way out (its proxy, trust and client certificate) and the
@@ -56,6 +57,7 @@ pub mod respond;
 pub mod routing;
 pub mod server;
 pub mod shared;
+pub mod shared_cache;
 pub mod shared_limits;
 pub mod strategy;
 pub mod traces;
