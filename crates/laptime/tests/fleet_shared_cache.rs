@@ -5,7 +5,7 @@
 //! workspace's id, which the cache key holds, is the fleet's only on a shared store), the real
 //! Redis on 127.0.0.1:6379 (`LAPTIME_TEST_REDIS_URL`), keys under a prefix of this test's own.
 
-#![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
