@@ -19,8 +19,8 @@ use laptime_store::usage::{GroupDim, UsageFilter};
 use laptime_store::StoreError;
 
 use crate::reports::{
-    reading, FilterInput, GroupDimension, InflightRequest, Population, RequestEvent, RollupOut,
-    UsageGroup, UsageReport, WindowInput, WindowOut,
+    reading, FilterInput, GroupDimension, InflightRequest, InstanceOut, Population, RequestEvent,
+    RollupOut, UsageGroup, UsageReport, WindowInput, WindowOut,
 };
 use crate::ApiState;
 use axum::extract::State;
@@ -285,6 +285,19 @@ impl Query {
                 circuit: c.circuit_state().as_str().to_string(),
             })
             .collect())
+    }
+
+    /// Every live instance of the fleet with its requests in flight, in total and per channel
+    /// (this instance's now, the others' at their last heartbeat, at most a few seconds old).
+    async fn instances(&self, ctx: &Context<'_>) -> Result<Vec<InstanceOut>> {
+        let p = principal(ctx)?;
+        if !p.scope.allows(Scope::Read) {
+            return Err(Error::new(format!(
+                "a {} token cannot read the fleet",
+                p.scope.as_str()
+            )));
+        }
+        Ok(InstanceOut::fleet(app(ctx)?))
     }
 
     /// Who the presented token is.

@@ -906,3 +906,57 @@ mod tests {
         }
     }
 }
+
+/// One live instance of the fleet: its requests in flight at its last heartbeat (this
+/// instance's: now). Instances whose heartbeat is older than a few seconds are gone and not
+/// listed.
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+#[graphql(name = "Instance")]
+pub struct InstanceOut {
+    /// Its name, as in the records it writes (`instance`).
+    pub instance: String,
+    /// Requests running on it.
+    pub in_flight: u32,
+    /// When the counts were taken, RFC 3339.
+    pub updated_at: String,
+    /// How old the counts are, ms.
+    pub age_ms: f64,
+    /// Attempts in flight on each of its channels.
+    pub channels: Vec<InstanceChannelOut>,
+}
+
+#[derive(Debug, Clone, PartialEq, SimpleObject, Serialize)]
+#[graphql(name = "InstanceChannel")]
+pub struct InstanceChannelOut {
+    pub name: String,
+    pub in_flight: u32,
+}
+
+impl InstanceOut {
+    pub fn new(h: laptime_core::fleet::Heartbeat, now_us: i64) -> Self {
+        InstanceOut {
+            updated_at: rfc3339(h.at_us),
+            age_ms: now_us.saturating_sub(h.at_us).max(0) as f64 / 1000.0,
+            instance: h.instance,
+            in_flight: h.in_flight,
+            channels: h
+                .channels
+                .into_iter()
+                .map(|c| InstanceChannelOut {
+                    name: c.channel,
+                    in_flight: c.in_flight,
+                })
+                .collect(),
+        }
+    }
+
+    /// The fleet as `app` sees it, by instance name.
+    pub fn fleet(app: &laptime_proxy::App) -> Vec<InstanceOut> {
+        let now = laptime_proxy::clock::now_unix_us();
+        app.instances
+            .fleet(app)
+            .into_iter()
+            .map(|h| InstanceOut::new(h, now))
+            .collect()
+    }
+}

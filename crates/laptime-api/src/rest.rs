@@ -14,7 +14,9 @@ use laptime_store::auth::{Principal, Scope};
 use laptime_store::usage::{GroupDim, UsageFilter};
 use serde::{Deserialize, Serialize};
 
-use crate::reports::{reading, FilterInput, InflightRequest, UsageReport, WindowInput};
+use crate::reports::{
+    reading, FilterInput, InflightRequest, InstanceOut, UsageReport, WindowInput,
+};
 use serde_json::json;
 
 use crate::ApiState;
@@ -271,6 +273,16 @@ pub async fn inflight(
         .map(|e| InflightRequest::new(e, now))
         .collect();
     Ok(Json(json!({ "requests": rows })).into_response())
+}
+
+/// `GET /api/instances`: every live instance of the fleet with its requests in flight, in
+/// total and per channel (this instance's now, the others' at their last heartbeat).
+pub async fn instances(
+    State(s): State<ApiState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Response, ApiError> {
+    require(&p, Scope::Read)?;
+    Ok(Json(json!({ "instances": InstanceOut::fleet(&s.app) })).into_response())
 }
 
 /// `POST /api/admin/reload` (admin): reads the gateway's config file again and puts it in force

@@ -196,6 +196,12 @@ pub fn routes() -> Vec<Route> {
         ),
         route(
             Method::GET,
+            "/api/instances",
+            Kind::Rest,
+            get(rest::instances),
+        ),
+        route(
+            Method::GET,
             "/api/requests/{id}",
             Kind::Rest,
             get(rest::one),

@@ -24,6 +24,8 @@
 //! - [`translate`]: the hub that carries a request and its answer between two dialects.
 //! - [`cost`]: prices in force at an instant, the tokens a provider billed, and their cost.
 //! - [`limit`]: the limits a token or workspace may have and the windows that count against them.
+//! - [`fleet`]: what the instances of a fleet publish to each other (in-flight heartbeats) and
+//!   the p95 of their pooled times to first output.
 //! - [`compare`]: the request-shape dimensions usage compares like with like by (token
 //!   buckets, effort class, tools present).
 //! - [`rollup`]: mergeable summaries of many records (counts, token sums, log-bucketed percentile
@@ -39,6 +41,7 @@ pub mod cost;
 pub mod dialect;
 pub mod endpoint;
 pub mod estimate;
+pub mod fleet;
 pub mod limit;
 pub mod observe;
 pub mod relay;

@@ -2,8 +2,9 @@
 //! body), a TTL, and bounds on entries, on bytes held and on one answer's size, with
 //! least-recently-used eviction.
 //!
-//! It is the only place the gateway holds content, so it lives in memory only (never in the
-//! store, never in logs) and its keys are SHA-256 hashes. Only completed answers are stored.
+//! It is the only place the gateway holds content, so it lives in memory (or, for a route with
+//! `shared = true`, in Redis: [`crate::shared_cache`]), never in the store, never in logs, and
+//! its keys are SHA-256 hashes. Only completed answers are stored.
 //! Written by hand: a map plus a recency index is all an LRU needs here, and it keeps the
 //! dependency list short.
 
@@ -47,6 +48,8 @@ pub struct ResponseCache {
     ttl: Duration,
     bounds: Bounds,
     inner: Mutex<Lru>,
+    /// The route's entries are in Redis instead (`cache.shared`).
+    shared: Option<std::sync::Arc<crate::shared_cache::SharedCache>>,
 }
 
 #[derive(Default)]
@@ -103,6 +106,38 @@ impl ResponseCache {
                 ..bounds
             },
             inner: Mutex::new(Lru::default()),
+            shared: None,
+        }
+    }
+
+    /// A cache whose entries are in Redis, under the same bounds.
+    pub fn shared(
+        ttl: Duration,
+        bounds: Bounds,
+        place: &crate::shared_cache::Place<'_>,
+    ) -> Result<Self, String> {
+        let mut cache = ResponseCache::new(ttl, bounds);
+        cache.shared = Some(std::sync::Arc::new(crate::shared_cache::SharedCache::new(
+            place,
+            ttl,
+            cache.bounds,
+        )?));
+        Ok(cache)
+    }
+
+    /// The entry for `key`: from memory, or from Redis within the lookup wait (then a miss).
+    pub async fn lookup(&self, key: &CacheKey) -> Option<CachedAnswer> {
+        match &self.shared {
+            Some(shared) => shared.get(key).await,
+            None => self.get(key),
+        }
+    }
+
+    /// Keeps an answer: in memory, or handed to a task that writes it to Redis.
+    pub fn keep(&self, key: CacheKey, answer: CachedAnswer) {
+        match &self.shared {
+            Some(shared) => shared.insert(key, &answer),
+            None => self.insert(key, answer),
         }
     }
 

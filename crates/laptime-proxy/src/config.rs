@@ -190,6 +190,8 @@ pub struct SharedConfig {
     pub redis_url: Option<String>,
     /// The prefix of every key laptime writes, so that fleets can share one Redis.
     pub key_prefix: String,
+    /// How long a lookup in a shared response cache waits for Redis before it is a miss, ms.
+    pub cache_lookup_ms: u64,
 }
 
 impl Default for SharedConfig {
@@ -197,6 +199,7 @@ impl Default for SharedConfig {
         SharedConfig {
             redis_url: None,
             key_prefix: "laptime".into(),
+            cache_lookup_ms: 5,
         }
     }
 }
@@ -604,6 +607,10 @@ pub struct CacheConfig {
     pub max_bytes: usize,
     /// Largest answer stored, bytes; bigger answers are relayed but not cached.
     pub max_entry_bytes: usize,
+    /// Keep the entries in Redis (`[shared] redis_url`, required) instead of this instance's
+    /// memory, so that every instance answers from them; the bounds above then bound what
+    /// this route holds in Redis.
+    pub shared: bool,
 }
 
 impl Default for CacheConfig {
@@ -613,6 +620,7 @@ impl Default for CacheConfig {
             max_entries: 10_000,
             max_bytes: 64 * 1024 * 1024,
             max_entry_bytes: 1024 * 1024,
+            shared: false,
         }
     }
 }
@@ -997,6 +1005,16 @@ impl Config {
             {
                 errs.push("shared.redis_url: must be a redis://, rediss:// or unix:// URL".into());
             }
+        }
+        for (i, r) in self.routes.iter().enumerate() {
+            if r.cache.as_ref().is_some_and(|c| c.shared) && self.shared.redis_url.is_none() {
+                errs.push(format!(
+                    "routes[{i}].cache.shared: needs [shared] redis_url (or LAPTIME_REDIS_URL)"
+                ));
+            }
+        }
+        if self.shared.cache_lookup_ms == 0 {
+            errs.push("shared.cache_lookup_ms: must be positive".into());
         }
         if self.shared.key_prefix.is_empty() {
             errs.push("shared.key_prefix: must not be empty".into());

@@ -7,7 +7,8 @@
 //!   once per request, and reloading it; [`clock`]: the wall clock.
 //! - [`ingress`]: request and trace ids, the borrowed parse of the body's top-level fields.
 //! - [`auth`]: bearer token → principal (called once per request, by the router's auth layer).
-//! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache.
+//! - [`routing`]: model + dialect → channel; [`cache`]: the opt-in response cache, in memory
+//!   or ([`shared_cache`]) in Redis.
 //! - [`attempt`]: one upstream call, the only place one is made, with its typed error;
 //!   [`connect`]: its connections (TCP and TLS, or in-process pipes for paused-time tests);
 //!   [`egress`]: each channel's way out (its proxy, trust and client certificate) and the
@@ -23,6 +24,7 @@
 //! - [`models`]: `GET /v1/models` for the SDKs.
 //! - [`server`]: starting the gateway, serving a router, shutdown and retention.
 //! - [`metrics`]: the registry, observed once per finished record.
+//! - [`heartbeat`]: each instance's requests in flight, published to the fleet every second.
 //! - [`traces`]: each finished record as OTLP spans, exported off the request path.
 
 pub mod affinity;
@@ -38,6 +40,7 @@ pub mod continuation;
 pub mod drive;
 pub mod egress;
 pub mod endpoints;
+pub mod heartbeat;
 pub mod inflight;
 pub mod ingress;
 pub mod limits;
@@ -54,6 +57,7 @@ pub mod respond;
 pub mod routing;
 pub mod server;
 pub mod shared;
+pub mod shared_cache;
 pub mod shared_limits;
 pub mod strategy;
 pub mod traces;
@@ -115,6 +119,8 @@ pub struct App {
     pub affinity: Arc<affinity::Affinity>,
     /// Exports each finished request's spans (absent without `[telemetry] otlp_endpoint`).
     pub traces: Option<traces::Traces>,
+    /// This instance's name and the fleet's in-flight heartbeats as last read.
+    pub instances: heartbeat::Instances,
 }
 
 impl std::fmt::Debug for App {

@@ -98,19 +98,37 @@ fn caches(config: &Config, previous: Option<&Live>) -> HashMap<String, Arc<Respo
                 let before = p.config.routes.iter().find(|b| b.model == r.model)?;
                 (before.cache.as_ref() == Some(c)).then(|| p.caches.get(&r.model).cloned())?
             });
-            let cache = kept.unwrap_or_else(|| {
-                Arc::new(ResponseCache::new(
-                    std::time::Duration::from_secs(c.ttl_s),
-                    crate::cache::Bounds {
-                        entries: c.max_entries,
-                        bytes: c.max_bytes,
-                        entry_bytes: c.max_entry_bytes,
-                    },
-                ))
-            });
+            let cache = match kept {
+                Some(cache) => cache,
+                None => Arc::new(new_cache(config, &r.model, c)),
+            };
             Some((r.model.clone(), cache))
         })
         .collect()
+}
+
+/// A route's cache as configured: in Redis with `shared = true` (validation made sure
+/// `[shared] redis_url` is set; a URL the client refuses leaves the route in memory, logged).
+fn new_cache(config: &Config, route: &str, c: &crate::config::CacheConfig) -> ResponseCache {
+    let ttl = std::time::Duration::from_secs(c.ttl_s);
+    let bounds = crate::cache::Bounds {
+        entries: c.max_entries,
+        bytes: c.max_bytes,
+        entry_bytes: c.max_entry_bytes,
+    };
+    let Some(url) = config.shared.redis_url.as_deref().filter(|_| c.shared) else {
+        return ResponseCache::new(ttl, bounds);
+    };
+    let place = crate::shared_cache::Place {
+        redis_url: url,
+        key_prefix: &config.shared.key_prefix,
+        route,
+        lookup_wait: std::time::Duration::from_millis(config.shared.cache_lookup_ms),
+    };
+    ResponseCache::shared(ttl, bounds, &place).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, route, "the shared response cache is in memory instead");
+        ResponseCache::new(ttl, bounds)
+    })
 }
 
 /// Where a reload reads the configuration from: the binary's file, prepared as at start (the

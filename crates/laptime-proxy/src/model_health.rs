@@ -1,10 +1,12 @@
 //! The health of one (channel, model): its `Retry-After` cool-down and its circuit breaker. An
 //! upstream limits and fails per model, so one model's 429s or outage never take the channel
 //! away from its other models. With `[shared] redis_url`, an open circuit and a cool-down are
-//! also published to the fleet and the fleet's are applied here (see [`crate::shared`]).
+//! also published to the fleet and the fleet's are applied here (see [`crate::shared`]), and so
+//! are the recent times to first output: the p95 that hedging and the adaptive first-output
+//! deadline use is then the fleet's (this instance's samples and the others' together).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use laptime_core::circuit::{Circuit, CircuitConfig, CircuitState};
@@ -29,6 +31,10 @@ pub struct ModelHealth {
     transitions: AtomicU64,
     /// Recent times from dispatch to first effective output, microseconds.
     recent_first_output: Mutex<VecDeque<u64>>,
+    /// Set by a new sample, cleared when the samples are handed to the fleet.
+    first_output_changed: AtomicBool,
+    /// The other instances' recent times to first output, sorted (with `[shared] redis_url`).
+    fleet_first_output: Mutex<Vec<u64>>,
     /// Unix microseconds before which another instance of the fleet holds this circuit open.
     shared_open_until_us: AtomicI64,
     sharing: Sharing,
@@ -37,6 +43,9 @@ pub struct ModelHealth {
 /// Samples kept of the recent times to first output, and the fewest a p95 is read from.
 const FIRST_OUTPUT_SAMPLES: usize = 200;
 const FIRST_OUTPUT_MIN_SAMPLES: usize = 20;
+
+/// The other instances' samples kept at most (each publishes its last 200).
+pub const FLEET_FIRST_OUTPUT_SAMPLES: usize = 16 * FIRST_OUTPUT_SAMPLES;
 
 impl ModelHealth {
     fn new(channel: &str, model: &str, config: CircuitConfig, sharing: Sharing) -> Self {
@@ -50,6 +59,8 @@ impl ModelHealth {
             born: Instant::now(),
             transitions: AtomicU64::new(0),
             recent_first_output: Mutex::new(VecDeque::new()),
+            first_output_changed: AtomicBool::new(false),
+            fleet_first_output: Mutex::new(Vec::new()),
         }
     }
 
@@ -63,23 +74,53 @@ impl ModelHealth {
             q.pop_front();
         }
         q.push_back(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        self.first_output_changed.store(true, Ordering::Relaxed);
     }
 
-    /// The nearest-rank p95 of the recent times to first output; `None` below 20 samples.
+    /// The nearest-rank p95 of the recent times to first output, this instance's and (with
+    /// `[shared] redis_url`) the fleet's together; `None` below 20 samples.
     pub fn first_output_p95(&self) -> Option<std::time::Duration> {
-        let mut v: Vec<u64> = self
-            .recent_first_output
+        let mut own = self.own_first_output();
+        own.sort_unstable();
+        let fleet = self
+            .fleet_first_output
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        laptime_core::fleet::p95_of_sorted(&own, &fleet, FIRST_OUTPUT_MIN_SAMPLES)
+            .map(std::time::Duration::from_micros)
+    }
+
+    fn own_first_output(&self) -> Vec<u64> {
+        self.recent_first_output
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .copied()
-            .collect();
-        if v.len() < FIRST_OUTPUT_MIN_SAMPLES {
-            return None;
-        }
-        v.sort_unstable();
-        let rank = (v.len() * 95).div_ceil(100).max(1);
-        Some(std::time::Duration::from_micros(v[rank - 1]))
+            .collect()
+    }
+
+    /// This instance's recent samples, when one came since the last call (or `always`), to
+    /// publish to the fleet.
+    pub fn first_output_to_share(&self, always: bool) -> Option<Vec<u64>> {
+        let changed = self.first_output_changed.swap(false, Ordering::Relaxed);
+        let own = self.own_first_output();
+        ((changed || always) && !own.is_empty()).then_some(own)
+    }
+
+    /// The other instances' recent samples, replacing the ones known before (at most
+    /// [`FLEET_FIRST_OUTPUT_SAMPLES`] are kept).
+    pub fn set_fleet_first_output(&self, mut samples: Vec<u64>) {
+        samples.truncate(FLEET_FIRST_OUTPUT_SAMPLES);
+        samples.sort_unstable();
+        *self
+            .fleet_first_output
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = samples;
+    }
+
+    /// The model's name, as sent upstream.
+    pub fn model(&self) -> &str {
+        &self.model
     }
 
     /// Skips this model on this channel until `until_us` (the upstream asked to be left alone).
@@ -262,6 +303,11 @@ impl ChannelHealth {
         ));
         map.insert(model.to_string(), h.clone());
         h
+    }
+
+    /// Every model tracked on its own.
+    pub fn models(&self) -> Vec<Arc<ModelHealth>> {
+        self.lock().values().cloned().collect()
     }
 
     /// The worst circuit state over the channel's models (open, then half-open, then closed).

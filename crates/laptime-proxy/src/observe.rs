@@ -828,7 +828,7 @@ impl<B> ObservedBody<B> {
             _ => (Outcome::ClientCancelled, Some(ErrorClass::ClientCancelled)),
         };
         if let (Some(c), Outcome::Completed) = (self.capture.take(), outcome) {
-            c.cache.insert(
+            c.cache.keep(
                 c.key,
                 CachedAnswer {
                     status,

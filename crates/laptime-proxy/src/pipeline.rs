@@ -90,7 +90,9 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         &parts.headers,
         &principal,
         &body,
-    ) {
+    )
+    .await
+    {
         Lookup::Hit(hit) => return respond::cached(finisher, hit),
         Lookup::Miss(store_in) => store_in,
     };
@@ -565,7 +567,7 @@ enum Lookup {
 }
 
 /// The route's response cache, unless the client asked to skip it.
-fn cache_lookup(
+async fn cache_lookup(
     live: &Live,
     (dialect, head): (Dialect, &RequestHead),
     policy: &RouteConfig,
@@ -584,7 +586,7 @@ fn cache_lookup(
     let Some(key) = cache::key(&principal.workspace_id, &target, body) else {
         return Lookup::Miss(None);
     };
-    match cache.get(&key) {
+    match cache.lookup(&key).await {
         Some(hit) => Lookup::Hit(hit),
         None => Lookup::Miss(Some((cache.clone(), key))),
     }

@@ -513,7 +513,7 @@ fn whole(
         extra.insert("server-timing", timing);
     }
     if let (Some((cache, key)), Outcome::Completed) = (store_in, judged.outcome) {
-        cache.insert(
+        cache.keep(
             key,
             CachedAnswer {
                 status: status.as_u16(),

@@ -29,6 +29,8 @@ pub struct Gateway {
     shared: Option<tokio::task::JoinHandle<()>>,
     /// Exports request spans (absent without `[telemetry] otlp_endpoint`).
     traces: Option<crate::traces::Exporter>,
+    /// Publishes this instance's heartbeat, and where to.
+    heartbeat: (tokio::task::JoinHandle<()>, crate::heartbeat::Via),
 }
 
 /// Requests the in-flight registry tracks at once besides the records queued for the store
@@ -81,9 +83,14 @@ impl Gateway {
             .map_err(|errs| StartError(errs.join("; ")))?;
         let (fleet, shared) = match &config.shared.redis_url {
             Some(url) => {
-                let (fleet, task) =
-                    crate::shared::start(url, &config.shared.key_prefix, live.router.channels())
-                        .map_err(StartError)?;
+                let instance = crate::heartbeat::Instances::new(config.server.instance.as_deref());
+                let (fleet, task) = crate::shared::start(
+                    url,
+                    &config.shared.key_prefix,
+                    instance.name(),
+                    live.router.channels(),
+                )
+                .map_err(StartError)?;
                 (Some(fleet), Some(task))
             }
             None => (None, None),
@@ -190,7 +197,13 @@ impl Gateway {
             limiter: Arc::new(limiter),
             budgets: crate::budgets::BudgetBook::new(),
             traces,
+            instances: crate::heartbeat::Instances::new(config.server.instance.as_deref()),
         });
+        let via = crate::heartbeat::Via::of(&config.shared).map_err(StartError)?;
+        let heartbeat = (
+            tokio::spawn(crate::heartbeat::run(Arc::downgrade(&app), via.clone())),
+            via,
+        );
         if let Err(e) = refresh_budgets(&app).await {
             tracing::warn!(error = %e, "budgets could not be read at start; retrying every second");
         }
@@ -203,6 +216,7 @@ impl Gateway {
             journal,
             shared,
             traces: traces_exporter,
+            heartbeat,
         })
     }
 
@@ -323,6 +337,9 @@ impl Gateway {
         if let Some(task) = self.shared {
             task.abort();
         }
+        let (beating, via) = self.heartbeat;
+        beating.abort();
+        crate::heartbeat::forget(&self.app, &via).await;
         Ok(())
     }
 }

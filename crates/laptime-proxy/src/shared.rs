@@ -10,6 +10,13 @@
 //! whoever reads them. Half-open probing stays each instance's own: when a shared open ends,
 //! each instance's own circuit decides again.
 //!
+//! Hedging's recent p95 is shared the same way: every [`SAMPLES_EVERY`] the task publishes this
+//! instance's recent times to first output per (channel, model) (its last 200, only when a new
+//! one came, and all of them every [`REPUBLISH_EVERY`] so that live ones are never forgotten)
+//! into a second hash, one field per (channel, model, instance), and reads the other instances'
+//! into each model's health, so an instance that just started hedges with the fleet's p95.
+//! Fields not written for [`SAMPLES_FORGET_AFTER_US`] are removed (an instance that is gone).
+//!
 //! Without `redis_url` all of this is per instance, as documented in the README. A Redis that
 //! cannot be reached leaves every instance on its own state (and says so in the log once per
 //! change of state), never failing a request.
@@ -25,6 +32,15 @@ use crate::routing::Channel;
 
 /// How often the fleet's published health is read.
 pub const POLL: Duration = Duration::from_millis(250);
+
+/// How often this instance's recent times to first output are published and the fleet's read.
+pub const SAMPLES_EVERY: Duration = Duration::from_secs(1);
+
+/// Every this many sample rounds, every model's samples are published even when unchanged.
+const REPUBLISH_EVERY: u32 = 30;
+
+/// Samples whose field was not written for this long are an instance that is gone.
+pub const SAMPLES_FORGET_AFTER_US: i64 = 300_000_000;
 
 /// Changes queued for Redis at most; beyond it they are dropped (and counted).
 const QUEUE: usize = 1024;
@@ -124,6 +140,7 @@ impl Fleet {
 pub fn start(
     url: &str,
     key_prefix: &str,
+    instance: &str,
     channels: &[Arc<Channel>],
 ) -> Result<(Fleet, tokio::task::JoinHandle<()>), String> {
     let client = redis::Client::open(url).map_err(|e| format!("shared.redis_url: {e}"))?;
@@ -136,14 +153,25 @@ pub fn start(
         channels: tokio::sync::watch::Sender::new(Vec::new()),
     };
     fleet.adopt(channels);
-    let key = format!("{key_prefix}:health");
-    let task = tokio::spawn(run(client, key, fleet.channels.subscribe(), rx));
+    let keys = Keys {
+        health: format!("{key_prefix}:health"),
+        samples: format!("{key_prefix}:first_output"),
+        instance: instance.to_string(),
+    };
+    let task = tokio::spawn(run(client, keys, fleet.channels.subscribe(), rx));
     Ok((fleet, task))
+}
+
+/// Where the task writes: the health hash, the samples hash, and this instance's name.
+struct Keys {
+    health: String,
+    samples: String,
+    instance: String,
 }
 
 async fn run(
     client: redis::Client,
-    key: String,
+    keys: Keys,
     channels: tokio::sync::watch::Receiver<Vec<Arc<Channel>>>,
     mut rx: mpsc::Receiver<Change>,
 ) {
@@ -151,6 +179,9 @@ async fn run(
     let mut reachable = true;
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut samples_tick = tokio::time::interval(SAMPLES_EVERY);
+    samples_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rounds: u32 = 0;
     loop {
         let step = tokio::select! {
             change = rx.recv() => match change {
@@ -158,6 +189,10 @@ async fn run(
                 None => return,
             },
             _ = tick.tick() => Step::Poll,
+            _ = samples_tick.tick() => {
+                rounds = rounds.wrapping_add(1);
+                Step::Samples { all: rounds % REPUBLISH_EVERY == 1 }
+            }
         };
         if conn.is_none() {
             let connecting = client.get_multiplexed_async_connection();
@@ -171,10 +206,16 @@ async fn run(
             continue;
         };
         let done = match step {
-            Step::Publish(change) => tokio::time::timeout(WAIT, publish(c, &key, &change)).await,
+            Step::Publish(change) => {
+                tokio::time::timeout(WAIT, publish(c, &keys.health, &change)).await
+            }
             Step::Poll => {
                 let channels = channels.borrow().clone();
-                tokio::time::timeout(WAIT, poll(c, &key, &channels)).await
+                tokio::time::timeout(WAIT, poll(c, &keys.health, &channels)).await
+            }
+            Step::Samples { all } => {
+                let channels = channels.borrow().clone();
+                tokio::time::timeout(WAIT, share_samples(c, &keys, &channels, all)).await
             }
         };
         match done {
@@ -194,6 +235,11 @@ async fn run(
 enum Step {
     Publish(Change),
     Poll,
+    /// Publish this instance's recent times to first output (every model's when `all`) and
+    /// read the fleet's.
+    Samples {
+        all: bool,
+    },
 }
 
 /// Logs a change between reachable and not, once per change.
@@ -267,6 +313,103 @@ async fn poll(
     Ok(())
 }
 
+/// The field one instance's samples of one (channel, model) are published under.
+fn samples_field(channel: &str, model: &str, instance: &str) -> String {
+    format!("{channel}\u{1f}{model}\u{1f}{instance}")
+}
+
+fn parse_samples_field(f: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = f.splitn(3, '\u{1f}');
+    Some((parts.next()?, parts.next()?, parts.next()?))
+}
+
+/// `at_us` then the samples in microseconds, space-separated.
+fn encode_samples(at_us: i64, samples: &[u64]) -> String {
+    let mut s = at_us.to_string();
+    for v in samples {
+        s.push(' ');
+        s.push_str(&v.to_string());
+    }
+    s
+}
+
+fn decode_samples(s: &str) -> Option<(i64, Vec<u64>)> {
+    let mut parts = s.split(' ');
+    let at_us = parts.next()?.parse().ok()?;
+    let samples = parts.map(str::parse).collect::<Result<_, _>>().ok()?;
+    Some((at_us, samples))
+}
+
+/// Publishes this instance's samples and hands every model the other instances'.
+async fn share_samples(
+    c: &mut redis::aio::MultiplexedConnection,
+    keys: &Keys,
+    channels: &[Arc<Channel>],
+    all: bool,
+) -> redis::RedisResult<()> {
+    let now = crate::clock::now_unix_us();
+    let mine: Vec<(String, String)> = channels
+        .iter()
+        .flat_map(|ch| {
+            ch.health.models().into_iter().filter_map(|m| {
+                let samples = m.first_output_to_share(all)?;
+                Some((
+                    samples_field(&ch.name, m.model(), &keys.instance),
+                    encode_samples(now, &samples),
+                ))
+            })
+        })
+        .collect();
+    if !mine.is_empty() {
+        let () = c.hset_multiple(&keys.samples, &mine).await?;
+    }
+    let published: Vec<(String, String)> = c.hgetall(&keys.samples).await?;
+    let mut fleet: std::collections::HashMap<(&str, &str), Vec<u64>> =
+        std::collections::HashMap::new();
+    let mut stale = Vec::new();
+    for (f, v) in &published {
+        let (Some((channel, model, instance)), Some((at_us, samples))) =
+            (parse_samples_field(f), decode_samples(v))
+        else {
+            continue;
+        };
+        if at_us < now - SAMPLES_FORGET_AFTER_US {
+            stale.push(f.clone());
+        } else if instance != keys.instance {
+            fleet.entry((channel, model)).or_default().extend(samples);
+        }
+    }
+    for ch in channels {
+        // Every model another instance reports, and every one this instance knows (whose
+        // fleet samples may have gone with their instance).
+        let mut models: Vec<String> = ch
+            .health
+            .models()
+            .iter()
+            .map(|m| m.model().to_string())
+            .collect();
+        models.extend(
+            fleet
+                .keys()
+                .filter(|(c, _)| *c == ch.name)
+                .map(|(_, m)| (*m).to_string()),
+        );
+        models.sort_unstable();
+        models.dedup();
+        for model in models {
+            let samples = fleet
+                .get(&(ch.name.as_str(), model.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            ch.health.of(&model).set_fleet_first_output(samples);
+        }
+    }
+    if !stale.is_empty() {
+        let _: i64 = c.hdel(&keys.samples, stale).await?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,5 +423,15 @@ mod tests {
         );
         assert_eq!(parse_field("half_open\u{1f}a\u{1f}b"), None);
         assert_eq!(parse_field("open\u{1f}a"), None);
+        let f = samples_field("openai-east", "gpt-4.1:mini", "web-3:8080");
+        assert_eq!(
+            parse_samples_field(&f),
+            Some(("openai-east", "gpt-4.1:mini", "web-3:8080"))
+        );
+        assert_eq!(
+            decode_samples(&encode_samples(17, &[3, 1, 2])),
+            Some((17, vec![3, 1, 2]))
+        );
+        assert_eq!(decode_samples("17 x"), None);
     }
 }

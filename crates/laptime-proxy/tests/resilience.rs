@@ -388,6 +388,7 @@ async fn a_cache_hit_replays_the_same_bytes_without_an_upstream_call_and_reads_b
             max_entries: 100,
             max_bytes: 1 << 20,
             max_entry_bytes: 1 << 16,
+            shared: false,
         });
         cfg.routes.push(r);
     })

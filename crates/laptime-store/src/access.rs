@@ -11,6 +11,7 @@ use laptime_core::timeline::RequestRecord;
 use crate::affinity::{self, Placement};
 use crate::auth::{self, NewToken, Principal, Scope, Workspace};
 use crate::budgets::BudgetRow;
+use crate::instances;
 use crate::limits::LimitRow;
 use crate::manage::{self, TokenInfo};
 use crate::records;
@@ -389,6 +390,37 @@ impl Store {
         }
         let (ws, id) = (workspace_id.to_string(), object_id.to_string());
         self.blocking(move |c| affinity::get(c, &ws, &id)).await
+    }
+}
+
+impl Store {
+    /// Replaces this instance's heartbeat (see [`instances::put`]).
+    pub async fn put_heartbeat(&self, beat: laptime_core::fleet::Heartbeat) -> Result<()> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::instances::put(&pg.client().await?, &beat).await;
+        }
+        self.blocking(move |c| instances::put(c, &beat)).await
+    }
+
+    /// The heartbeats written at or after `since_us`, by instance name.
+    pub async fn heartbeats_since(
+        &self,
+        since_us: i64,
+    ) -> Result<Vec<laptime_core::fleet::Heartbeat>> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::instances::since(&pg.client().await?, since_us).await;
+        }
+        self.blocking(move |c| instances::since(c, since_us)).await
+    }
+
+    /// Removes an instance's heartbeat (it is shutting down).
+    pub async fn forget_heartbeat(&self, instance: &str) -> Result<()> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::instances::forget(&pg.client().await?, instance).await;
+        }
+        let instance = instance.to_string();
+        self.blocking(move |c| instances::forget(c, &instance))
+            .await
     }
 }
 

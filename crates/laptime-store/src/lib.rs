@@ -9,6 +9,8 @@
 //! - [`auth`]: workspaces and hashed bearer tokens; [`manage`]: listing and revoking them.
 //! - [`affinity`]: which channel holds each provider object (file, batch, stored response) a
 //!   workspace created.
+//! - [`instances`]: each gateway instance's heartbeat (its requests in flight), for a fleet
+//!   without Redis.
 //! - [`recorder`]: the bounded queue and batching writer that the request path hands records to
 //!   without ever waiting on the store.
 //! - [`Store`]: opens the database; [`access`]: everything the gateway, the API and the CLI
@@ -27,6 +29,7 @@ pub mod access;
 pub mod affinity;
 pub mod auth;
 pub mod budgets;
+pub mod instances;
 pub mod limits;
 pub mod manage;
 pub mod pg;

@@ -61,6 +61,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: V8,
         after: None,
     },
+    // 9: each gateway instance's heartbeat (its requests in flight), for a fleet without Redis.
+    Migration {
+        sql: V9,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -316,6 +321,17 @@ const V8: &str = r#"
     DROP TABLE rollups;
     ALTER TABLE rollups_v8 RENAME TO rollups;
     CREATE INDEX rollups_minute ON rollups(minute_us);
+"#;
+
+/// One row per gateway instance, replaced by its heartbeat every second (see `instances.rs`);
+/// `channels` is a JSON array of `{channel, in_flight}`.
+const V9: &str = r#"
+    CREATE TABLE instances (
+        instance TEXT PRIMARY KEY,
+        in_flight INTEGER NOT NULL,
+        channels TEXT NOT NULL,
+        updated_at_us INTEGER NOT NULL
+    );
 "#;
 
 /// The schema version this build writes.

@@ -1614,3 +1614,58 @@ async fn a_store_migrated_by_a_newer_laptime_is_refused_with_what_to_do() {
     let refused = Store::open_postgres(schema.url()).await.unwrap_err();
     assert!(matches!(refused, StoreError::SchemaTooNew { found, .. } if found == newer));
 }
+
+/// Each instance's heartbeat is one row, replaced by its next one; a reader asks for the ones
+/// written since a moment (older ones are instances that are gone), a clean shutdown removes
+/// the row, and rows long stale are deleted by the next write.
+#[tokio::test]
+async fn heartbeats_replace_each_other_and_old_ones_are_left_out_then_forgotten() {
+    use laptime_core::fleet::{ChannelInFlight, Heartbeat};
+    let beat = |instance: &str, in_flight: u32, at_us: i64| Heartbeat {
+        instance: instance.into(),
+        in_flight,
+        channels: vec![
+            ChannelInFlight {
+                channel: "sim".into(),
+                in_flight,
+            },
+            ChannelInFlight {
+                channel: "other".into(),
+                in_flight: 0,
+            },
+        ],
+        at_us,
+    };
+    for b in backends().await {
+        let (name, s) = (b.name, &b.store);
+        s.put_heartbeat(beat("b:1", 2, BASE)).await.unwrap();
+        s.put_heartbeat(beat("a:1", 1, BASE)).await.unwrap();
+        s.put_heartbeat(beat("a:1", 7, BASE + 1_000_000))
+            .await
+            .unwrap();
+        assert_eq!(
+            s.heartbeats_since(BASE).await.unwrap(),
+            [beat("a:1", 7, BASE + 1_000_000), beat("b:1", 2, BASE)],
+            "{name}"
+        );
+        assert_eq!(
+            s.heartbeats_since(BASE + 1).await.unwrap(),
+            [beat("a:1", 7, BASE + 1_000_000)],
+            "{name}: b's beat is older than asked"
+        );
+        s.forget_heartbeat("a:1").await.unwrap();
+        assert_eq!(
+            s.heartbeats_since(BASE).await.unwrap(),
+            [beat("b:1", 2, BASE)],
+            "{name}"
+        );
+        // A write an hour and more later deletes the rows of instances long gone.
+        let later = BASE + laptime_store::instances::FORGET_AFTER_US + 1;
+        s.put_heartbeat(beat("c:1", 0, later)).await.unwrap();
+        assert_eq!(
+            s.heartbeats_since(0).await.unwrap(),
+            [beat("c:1", 0, later)],
+            "{name}"
+        );
+    }
+}

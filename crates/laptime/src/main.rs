@@ -1104,6 +1104,7 @@ async fn channels(url: String, token: String, workspace: String) -> Result<(), S
     use http_body_util::BodyExt;
     let query = serde_json::json!({
         "query": "query($ws: ID!) { channels { name provider group inflight circuit }
+            instances { instance inFlight ageMs channels { name inFlight } }
             usage(workspaceId: $ws, window: {last: \"15m\"}, groupBy: [CHANNEL]) {
               groups { key { value } rollup { requestCount errorRate upstreamHeadersMs { p95 } firstTextDeltaMs { p95 } latencyMs { p95 } } } } }",
         "variables": {"ws": workspace},
@@ -1184,8 +1185,38 @@ async fn channels(url: String, token: String, workspace: String) -> Result<(), S
                 .unwrap_or_else(|| "-".into()),
         ));
     }
+    s.push_str(&instances_section(&v["data"]["instances"]));
     out(&s);
     Ok(())
+}
+
+/// The fleet's instances (each one's requests in flight, per channel), as `laptime channels`
+/// prints them after the channels.
+fn instances_section(instances: &serde_json::Value) -> String {
+    let mut s = format!(
+        "\n{:<28} {:>9} {:>8}  {}\n",
+        "instance", "inflight", "age", "inflight per channel"
+    );
+    for i in instances.as_array().cloned().unwrap_or_default() {
+        let channels: Vec<String> = i["channels"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| format!("{}={}", c["name"].as_str().unwrap_or("-"), c["inFlight"]))
+            .collect();
+        s.push_str(&format!(
+            "{:<28} {:>9} {:>8}  {}\n",
+            i["instance"].as_str().unwrap_or("-"),
+            i["inFlight"],
+            i["ageMs"]
+                .as_f64()
+                .map(|ms| format!("{:.1}s", ms / 1000.0))
+                .unwrap_or_else(|| "-".into()),
+            channels.join(" ")
+        ));
+    }
+    s
 }
 
 async fn serve(mut cfg: Config, mut source: reload::FileSource) -> Result<(), String> {

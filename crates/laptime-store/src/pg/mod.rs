@@ -16,6 +16,7 @@
 pub mod affinity;
 pub mod auth;
 pub mod budgets;
+pub mod instances;
 pub mod limits;
 pub mod records;
 pub mod schema;
