@@ -352,6 +352,11 @@ describe('usage controls, cost and fleet views', () => {
     const shown = await page.$$eval('table.instances tbody tr[data-instance]', trs => Object.fromEntries(trs.map(tr => [tr.dataset.instance,
       { n: Number(tr.querySelector('[data-n]').dataset.n), errors: Number(tr.querySelector('[data-errors]').dataset.errors) }])));
     assert.deepEqual(shown, want);
+    // In flight now: each live instance's heartbeat, as the API gives it.
+    const fleet = (await H.gql(a, a.token, '{ instances { instance inFlight } }', {})).instances;
+    assert.deepEqual(fleet.map(i => i.instance).sort(), ['gw-a', 'gw-b']);
+    const inflight = await page.$$eval('table.instances tbody tr[data-instance] [data-inflight]', tds => Object.fromEntries(tds.map(td => [td.closest('tr').dataset.instance, Number(td.dataset.inflight)])));
+    assert.deepEqual(inflight, Object.fromEntries(fleet.map(i => [i.instance, i.inFlight])));
     assert.equal(await page.locator('table.instances tr[data-instance="gw-b"] td').last().textContent(), '33.3 %');
     assert.match(await page.locator('#instances-note').textContent(), /^All 10 requests of the window \(all requests\)/);
     const cutGroups = await page.$$eval('table.groups td, table.groups th', tds => tds.filter(td => td.scrollWidth > td.clientWidth + 1).map(td => td.textContent));

@@ -1275,6 +1275,7 @@
         rollup { requestCount errorCount errorRate cacheHitCount failoverTotal ${costSel} classifications { classification count } ${metricSel} }
         recent(limit: ${RECENT_MAX}) { instance outcome timing { firstTextDeltaMs } } }
       grouped: usage(workspaceId: $ws, filter: $f, ${win}, groupBy: [${groupDim.group}]) { ${groupSel} }
+      fleet: instances { instance inFlight ageMs }
       ${choices}
       ${bq} }`;
     const d = await gql(query, { ws: state.workspaceId, f: filter });
@@ -1345,7 +1346,7 @@
       h('h2', { id: 'groups-title', text: 'By ' + groupDim.label.toLowerCase() + ' (whole window)' }),
       groupTable(groupDim, d.grouped.groups, q),
       h('h2', { id: 'instances-title', text: 'By instance (the gateway that served each request)' }),
-      ...instanceTable(d.all.recent, all.requestCount, population.description));
+      ...instanceTable(d.all.recent, all.requestCount, population.description, d.fleet));
     const draw = () => {
       chartsBox.textContent = '';
       const cw = Math.max(280, (chartsBox.clientWidth >= 1140 ? chartsBox.clientWidth / 2 - 7 : chartsBox.clientWidth) - 26);
@@ -1441,8 +1442,12 @@
   // Requests and errors per serving instance, counted from the window's request records: the
   // usage API does not group by instance (it is not a dimension of its per-minute rollups), so
   // past RECENT_MAX records the table says how many it covers.
-  function instanceTable(recent, total, description) {
+  // Beside them, each live instance's requests in flight now (its heartbeat, at most a few
+  // seconds old), so an instance that is running but served nothing in the window is listed too.
+  function instanceTable(recent, total, description, fleet) {
     const by = new Map();
+    const live = new Map((fleet || []).map(i => [i.instance, i]));
+    for (const name of live.keys()) if (!by.has(name)) by.set(name, { n: 0, errors: 0 });
     for (const r of recent) {
       const e = by.get(r.instance || '') || { n: 0, errors: 0 };
       e.n++;
@@ -1456,13 +1461,16 @@
     return [h('p', { class: 'note', id: 'instances-note', 'data-covered': recent.length, 'data-total': total, text: covered }),
       h('div', { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'Per instance table' },
         h('table', { class: 'groups instances' },
-          h('thead', {}, h('tr', {}, ['Instance', 'Requests (n)', 'Errors (not successful)', 'Error rate'].map((c, i) => h('th', { scope: 'col', class: i ? 'num' : null, text: c })))),
+          h('thead', {}, h('tr', {}, ['Instance', 'In flight now', 'Requests (n)', 'Errors (not successful)', 'Error rate'].map((c, i) => h('th', { scope: 'col', class: i ? 'num' : null, text: c })))),
           h('tbody', {}, rows.length ? rows.map(([name, e]) => h('tr', { 'data-instance': name },
             h('th', { scope: 'row', text: name || '(not named: recorded before instances were)' }),
+            live.has(name)
+              ? h('td', { class: 'num', 'data-inflight': live.get(name).inFlight, title: 'heartbeat ' + fmtMs(live.get(name).ageMs) + ' ago', text: fmtInt(live.get(name).inFlight) })
+              : h('td', { class: 'num muted', title: 'no heartbeat in the last seconds: not running now', text: '—' }),
             h('td', { class: 'num', 'data-n': e.n, text: fmtInt(e.n) }),
             h('td', { class: 'num', 'data-errors': e.errors, text: fmtInt(e.errors) }),
             h('td', { class: 'num', text: fmtPct(e.errors / e.n) })))
-            : h('tr', {}, h('td', { colspan: 4, class: 'muted', text: 'No requests in this window.' })))))];
+            : h('tr', {}, h('td', { colspan: 5, class: 'muted', text: 'No requests in this window.' })))))];
   }
 
   // ===== channels =====
