@@ -61,6 +61,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: V8,
         after: None,
     },
+    // 9: which in-band carrier the client was sent (noted as sent, not derived), and each
+    // attempt's span id (the parent id of the `traceparent` it sent upstream).
+    Migration {
+        sql: V9,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -316,6 +322,15 @@ const V8: &str = r#"
     DROP TABLE rollups;
     ALTER TABLE rollups_v8 RENAME TO rollups;
     CREATE INDEX rollups_minute ON rollups(minute_us);
+"#;
+
+/// `in_band`: the carrier of the timing the client got (`sse_comment`, `trailers`,
+/// `sse_comment_and_trailers`, `server_timing`, `server_timing_head` or `none`), noted when it
+/// was sent; NULL on older rows, whose readers derive it. `attempts.span_id`: the attempt's W3C
+/// span id, 16 hex digits; NULL on older rows.
+const V9: &str = r#"
+    ALTER TABLE requests ADD COLUMN in_band TEXT;
+    ALTER TABLE attempts ADD COLUMN span_id TEXT;
 "#;
 
 /// The schema version this build writes.

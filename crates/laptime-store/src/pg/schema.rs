@@ -12,7 +12,7 @@ use tokio_postgres::Client;
 use crate::{Result, StoreError};
 
 /// Each migration, in order; version N is `MIGRATIONS[N - 1]`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
@@ -190,6 +190,13 @@ const V4: &str = r#"
     ALTER TABLE rollups ADD PRIMARY KEY (workspace_id, minute_us, model, provider, channel, grp,
         dialect, stream, status, outcome, classification, endpoint, effort, tools,
         max_output_bucket, input_bucket, region);
+"#;
+
+/// The carrier of the timing the client got, noted when it was sent, as in SQLite's v9 (older
+/// rows: NULL, read by derivation). Attempts' span ids live in the `attempts` JSON, which
+/// needs no column.
+const V5: &str = r#"
+    ALTER TABLE requests ADD COLUMN in_band TEXT;
 "#;
 
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";
