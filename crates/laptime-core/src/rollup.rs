@@ -1244,7 +1244,8 @@ mod tests {
     /// `r` as version 3 wrote it: one speed sketch for both kinds, no estimated one.
     fn as_version_3(r: &Rollup) -> Vec<u8> {
         let mut v3 = r.clone();
-        let estimated = std::mem::take(&mut v3.sketches[Metric::EstimatedVisibleOutputTps as usize]);
+        let estimated =
+            std::mem::take(&mut v3.sketches[Metric::EstimatedVisibleOutputTps as usize]);
         v3.sketches[Metric::VisibleOutputTps as usize].merge(&estimated);
         let mut bytes = v3.encode();
         bytes.truncate(bytes.len() - 1);

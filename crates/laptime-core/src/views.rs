@@ -8,8 +8,7 @@ use serde::Serialize;
 
 use crate::slow::{judge, visible_output_tps, Flag, Judgement, Thresholds};
 use crate::timeline::{
-    between, Attempt, ErrorClass, Hedge, InBandCarrier, Marks, Outcome, RequestRecord,
-    RequestShape,
+    between, Attempt, ErrorClass, Hedge, InBandCarrier, Marks, Outcome, RequestRecord, RequestShape,
 };
 use crate::usage::Tokens;
 use crate::Dialect;
@@ -889,7 +888,10 @@ mod tests {
         assert_eq!(derived.trailers, None);
         r.in_band = Some(InBandCarrier::SseComment);
         let sent = InBandSent::of_record(&r, &reading);
-        assert_eq!((sent.carrier, sent.derived, sent.trailers), ("sse_comment", false, Some(false)));
+        assert_eq!(
+            (sent.carrier, sent.derived, sent.trailers),
+            ("sse_comment", false, Some(false))
+        );
         assert_eq!(
             sent.line.as_deref(),
             Some(": x-laptime-timing upstream_ms=10200 ttft_ms=299 cached_tokens=512 hedge=none")
@@ -897,7 +899,10 @@ mod tests {
         assert_eq!(sent.note, None);
         r.in_band = Some(InBandCarrier::NotSent);
         let none = InBandSent::of_record(&r, &reading);
-        assert_eq!((none.carrier, none.line, none.derived), ("none", None, false));
+        assert_eq!(
+            (none.carrier, none.line, none.derived),
+            ("none", None, false)
+        );
         assert!(none.note.is_some());
         // A completed stream whose client got only trailers (a Gemini client, say).
         r.outcome = Outcome::Completed;
@@ -914,7 +919,10 @@ mod tests {
         r.in_band = Some(InBandCarrier::ServerTimingHead);
         let head = InBandSent::of_record(&r, &reading);
         assert_eq!(head.carrier, "server_timing");
-        assert_eq!(head.line.as_deref(), Some("Server-Timing: upstream-headers;dur=240"));
+        assert_eq!(
+            head.line.as_deref(),
+            Some("Server-Timing: upstream-headers;dur=240")
+        );
     }
 
     #[test]
@@ -925,7 +933,10 @@ mod tests {
         let both = InBandCarrier::SseCommentAndTrailers;
         assert_eq!(InBandCarrier::NotSent.and_comment().and_trailers(), both);
         assert_eq!(InBandCarrier::NotSent.and_trailers().and_comment(), both);
-        assert_eq!(InBandCarrier::NotSent.and_trailers(), InBandCarrier::Trailers);
+        assert_eq!(
+            InBandCarrier::NotSent.and_trailers(),
+            InBandCarrier::Trailers
+        );
     }
 
     #[test]

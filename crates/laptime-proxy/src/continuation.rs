@@ -22,8 +22,8 @@ use tokio::time::Instant;
 use crate::attempt::{self, AnswerBody, AttemptCtx, ErrorStatus};
 use crate::budget::Held;
 use crate::config::{RouteConfig, TimeoutsConfig, TranslationConfig};
-use crate::ingress::SpanIds;
 use crate::drive::UpstreamBody;
+use crate::ingress::SpanIds;
 use crate::live::Live;
 use crate::observe::{ObservedBody, Until};
 use crate::routing::{InflightGuard, Route};
@@ -174,18 +174,18 @@ impl Resume {
                 ErrorStatus::Fails,
             );
             let mut answer = match sent.await {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tried.status = e.status;
-                        tried.headers = e.headers_at;
-                        tried.connection = e.connection;
-                        tried.error_class = Some(e.class);
-                        tried.end = Some(e.at);
-                        attempts.push(tried);
-                        splice = Some(s);
-                        continue;
-                    }
-                };
+                Ok(a) => a,
+                Err(e) => {
+                    tried.status = e.status;
+                    tried.headers = e.headers_at;
+                    tried.connection = e.connection;
+                    tried.error_class = Some(e.class);
+                    tried.end = Some(e.at);
+                    attempts.push(tried);
+                    splice = Some(s);
+                    continue;
+                }
+            };
             tried.status = Some(answer.parts.status.as_u16());
             tried.headers = Some(answer.headers_at);
             tried.connection = answer.connection;

@@ -42,10 +42,23 @@ async fn api_says(h: &Harness, id: &str, carrier: &str, line: Option<&str>) -> V
     let row = h.row(id).await;
     let b = &row["in_band"];
     assert_eq!(b["carrier"], carrier, "{row}");
-    assert_eq!(b["line"].as_str(), line, "the line the client read, byte for byte");
-    assert_eq!((&b["derived"], &b["trailers"]), (&json!(false), &json!(false)));
-    assert_eq!(b["note"].is_null(), line.is_some(), "a note only when nothing was sent");
-    let (_, v) = h.gql(&h.token, QUERY, json!({"w": "default", "r": id})).await;
+    assert_eq!(
+        b["line"].as_str(),
+        line,
+        "the line the client read, byte for byte"
+    );
+    assert_eq!(
+        (&b["derived"], &b["trailers"]),
+        (&json!(false), &json!(false))
+    );
+    assert_eq!(
+        b["note"].is_null(),
+        line.is_some(),
+        "a note only when nothing was sent"
+    );
+    let (_, v) = h
+        .gql(&h.token, QUERY, json!({"w": "default", "r": id}))
+        .await;
     let g = &v["data"]["request"]["inBand"];
     assert_eq!(g["carrier"], carrier, "{v}");
     assert_eq!(g["line"].as_str(), line);

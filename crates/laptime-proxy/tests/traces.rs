@@ -275,7 +275,10 @@ async fn a_streamed_request_is_one_span_under_the_client_span_with_its_milestone
     // span's child.
     assert_eq!(hex::encode(&req.trace_id), CLIENT_TRACE);
     assert_eq!(hex::encode(&req.parent_span_id), CLIENT_SPAN);
-    let attempt = spans.iter().find(|s| s.kind == SpanKind::Client as i32).unwrap();
+    let attempt = spans
+        .iter()
+        .find(|s| s.kind == SpanKind::Client as i32)
+        .unwrap();
     assert_eq!(attempt.parent_span_id, req.span_id);
     let upstream_tp = h.last_sim_request().await["traceparent"]
         .as_str()
@@ -556,7 +559,10 @@ async fn each_attempt_sends_upstream_the_span_id_it_is_exported_with() {
             "{}",
             a.channel
         );
-        assert_eq!(span.parent_span_id, req.span_id, "a child of the request span");
+        assert_eq!(
+            span.parent_span_id, req.span_id,
+            "a child of the request span"
+        );
         assert_eq!(a.span_id.map(|s| s.to_vec()), Some(span.span_id.clone()));
     }
     assert_eq!(

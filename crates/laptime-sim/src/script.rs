@@ -167,7 +167,7 @@ pub enum EffectiveKind {
 
 /// Token counts. `input_tokens` excludes cached tokens (Anthropic's convention); the OpenAI
 /// dialects report `input + cache_read + cache_write` as their prompt/input total.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UsageSpec {
     /// Absent: the request body counted by [`crate::tokens::of_body`] (a token per four bytes,
@@ -182,19 +182,6 @@ pub struct UsageSpec {
     pub output_tokens: Option<u32>,
     /// Defaults to the number of reasoning deltas (0 for tool args), capped at the output.
     pub reasoning_tokens: Option<u32>,
-}
-
-impl Default for UsageSpec {
-    fn default() -> Self {
-        UsageSpec {
-            input_tokens: None,
-            cache_read_tokens: 0,
-            cache_write_tokens: 0,
-            cache_write_1h_tokens: 0,
-            output_tokens: None,
-            reasoning_tokens: None,
-        }
-    }
 }
 
 /// How a scripted answer ends.
@@ -607,7 +594,14 @@ pub fn schedule(
     (stream, include_usage): (bool, bool),
     body_bytes: usize,
 ) -> Schedule {
-    schedule_with_prefill(dialect, script, model, (stream, include_usage), None, body_bytes)
+    schedule_with_prefill(
+        dialect,
+        script,
+        model,
+        (stream, include_usage),
+        None,
+        body_bytes,
+    )
 }
 
 /// [`schedule`] for a request whose conversation ends with the assistant text `prefill` (as
@@ -1220,7 +1214,13 @@ mod tests {
         for seed in &SEEDS {
             for dialect in Dialect::ALL {
                 let at = format!("{} / {dialect}", seed.name);
-                let s = schedule(dialect, &preset(seed.name).unwrap(), seed.name, (true, true), 401);
+                let s = schedule(
+                    dialect,
+                    &preset(seed.name).unwrap(),
+                    seed.name,
+                    (true, true),
+                    401,
+                );
                 let evs = testkit::events(&s);
                 let m = testkit::marks(dialect, &evs);
                 assert_eq!(s.status, 200, "{at}");
@@ -1909,7 +1909,13 @@ mod tests {
 
     #[test]
     fn a_retry_after_rides_on_the_head_of_the_schedule() {
-        let s = schedule(Dialect::Messages, &preset("sim-rate-limited").unwrap(), "m", (true, false), 0);
+        let s = schedule(
+            Dialect::Messages,
+            &preset("sim-rate-limited").unwrap(),
+            "m",
+            (true, false),
+            0,
+        );
         assert_eq!((s.status, s.retry_after_s), (429, Some(1)));
         let fast = schedule(Dialect::Messages, &Script::default(), "m", (true, false), 0);
         assert_eq!(fast.retry_after_s, None);
@@ -1933,7 +1939,14 @@ mod tests {
     }
 
     fn prefilled(dialect: Dialect, script: &Script, prefill: &str) -> Vec<testkit::Ev> {
-        testkit::events(&schedule_with_prefill(dialect, script, "m", (true, true), Some(prefill), 0))
+        testkit::events(&schedule_with_prefill(
+            dialect,
+            script,
+            "m",
+            (true, true),
+            Some(prefill),
+            0,
+        ))
     }
 
     #[test]
@@ -2108,7 +2121,8 @@ mod tests {
     fn a_prefill_that_is_not_the_answers_start_gets_the_whole_answer() {
         let script = preset("sim-long").unwrap();
         for dialect in Dialect::ALL {
-            let ignored = schedule_with_prefill(dialect, &script, "m", (true, true), Some("Nope"), 0);
+            let ignored =
+                schedule_with_prefill(dialect, &script, "m", (true, true), Some("Nope"), 0);
             assert_eq!(
                 ignored,
                 schedule(dialect, &script, "m", (true, true), 0),
@@ -2128,7 +2142,8 @@ mod tests {
                        must end with a user message.";
         for dialect in Dialect::ALL {
             for stream in [true, false] {
-                let s = schedule_with_prefill(dialect, &script, "m", (stream, false), Some("Sure"), 0);
+                let s =
+                    schedule_with_prefill(dialect, &script, "m", (stream, false), Some("Sure"), 0);
                 assert_eq!((s.status, s.content_type, s.head_at), (400, JSON, ms(5)));
                 let body: serde_json::Value = serde_json::from_slice(&s.steps[0].bytes).unwrap();
                 match dialect {

@@ -40,7 +40,13 @@ async fn stream_sim_fast(h: &Harness, dialect: Dialect) -> Vec<common::Sse> {
     assert_eq!(resp.headers()["transfer-encoding"], "chunked");
     assert!(resp.headers().get("content-length").is_none());
     let body = resp.text().await.unwrap();
-    let expected = schedule(dialect, &preset("sim-fast").unwrap(), "sim-fast", (true, true), sent);
+    let expected = schedule(
+        dialect,
+        &preset("sim-fast").unwrap(),
+        "sim-fast",
+        (true, true),
+        sent,
+    );
     let expected: String = expected
         .steps
         .iter()

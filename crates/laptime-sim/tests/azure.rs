@@ -35,7 +35,13 @@ async fn a_deployment_streams_chat_exactly_as_openai_with_the_deployment_as_mode
     let text = resp.text().await.unwrap();
     // sim-fast counts the body it was sent as its input.
     let sent = body.to_string().len();
-    let expected: String = schedule(Dialect::Chat, &preset("sim-fast").unwrap(), "sim-fast", (true, true), sent)
+    let expected: String = schedule(
+        Dialect::Chat,
+        &preset("sim-fast").unwrap(),
+        "sim-fast",
+        (true, true),
+        sent,
+    )
     .steps
     .iter()
     .map(|s| std::str::from_utf8(&s.bytes).unwrap())

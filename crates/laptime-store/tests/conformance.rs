@@ -663,7 +663,12 @@ async fn usage_keeps_estimated_output_speeds_apart_from_provider_counted_ones() 
         let provider = got.total.stats(Metric::VisibleOutputTps);
         let est = got.total.stats(Metric::EstimatedVisibleOutputTps);
         assert_eq!(
-            (provider.count, provider.null_count, provider.min, provider.max),
+            (
+                provider.count,
+                provider.null_count,
+                provider.min,
+                provider.max
+            ),
             (2, 3, Some(10.0), Some(20.0)),
             "{}",
             b.name

@@ -39,7 +39,12 @@ pub(super) fn serve(ctx: &Ctx<'_>, body: &[u8]) -> Result<Schedule, ApiError> {
     let stream = value.get("stream").and_then(Value::as_bool) == Some(true);
     let include_usage = value.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
     let model = model.unwrap_or(SCRIPTED_MODEL);
-    Ok(schedule(&script, model, (stream, include_usage), body.len()))
+    Ok(schedule(
+        &script,
+        model,
+        (stream, include_usage),
+        body.len(),
+    ))
 }
 
 /// The whole non-streamed answer to a request (a batch line's), with its status.

@@ -22,7 +22,11 @@ use super::object;
 
 /// The input a scripted answer to `body` (of `body_bytes` bytes) would report, if the sim would
 /// script one.
-fn scripted_input(body: &Map<String, Value>, model: Option<&str>, body_bytes: usize) -> Option<u64> {
+fn scripted_input(
+    body: &Map<String, Value>,
+    model: Option<&str>,
+    body_bytes: usize,
+) -> Option<u64> {
     let scripted = body.contains_key("laptime_sim") || model.and_then(preset).is_some();
     if !scripted {
         return None;
@@ -32,11 +36,7 @@ fn scripted_input(body: &Map<String, Value>, model: Option<&str>, body_bytes: us
     let input = u
         .input_tokens
         .unwrap_or_else(|| tokens::of_body(body_bytes));
-    Some(
-        u64::from(input)
-            + u64::from(u.cache_read_tokens)
-            + u64::from(u.cache_write_tokens),
-    )
+    Some(u64::from(input) + u64::from(u.cache_read_tokens) + u64::from(u.cache_write_tokens))
 }
 
 fn counted(body: &Map<String, Value>, keys: &[&str]) -> u64 {
@@ -132,7 +132,8 @@ mod tests {
         assert_eq!(out["totalTokens"], 1);
         let body = json!({"contents": [{"parts": [{"text": "a longer prompt than that"}]}]});
         let out: Value =
-            serde_json::from_str(&gemini("sim-fast", body.to_string().as_bytes()).unwrap()).unwrap();
+            serde_json::from_str(&gemini("sim-fast", body.to_string().as_bytes()).unwrap())
+                .unwrap();
         assert_eq!(out["totalTokens"], body.to_string().len().div_ceil(4));
     }
 }

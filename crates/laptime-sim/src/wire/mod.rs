@@ -943,7 +943,13 @@ mod tests {
 
     #[test]
     fn a_thinking_block_ends_with_an_empty_thinking_delta_then_its_signature() {
-        let s = schedule(Dialect::Messages, &preset("sim-trace-c").unwrap(), "m", (true, false), 0);
+        let s = schedule(
+            Dialect::Messages,
+            &preset("sim-trace-c").unwrap(),
+            "m",
+            (true, false),
+            0,
+        );
         let evs = testkit::events(&s);
         let stop = evs
             .iter()
