@@ -270,14 +270,16 @@ describe('provider endpoints through the official Node SDKs', () => {
     mark = await simMark();
     ({ data, response } = await oai.chat.completions.create({ model: 'az-chat', messages: [{ role: 'user', content: 'hi' }] }).withResponse());
     assert.ok(data.choices[0].message.content);
-    assert.deepEqual([data.usage.prompt_tokens, data.usage.completion_tokens], [10, 16]);
     seen = await simOne(mark);
+    // sim-fast: the body it was sent, a token per four bytes rounded up; 16 out.
+    const sentTokens = Math.ceil(seen.body_bytes / 4);
+    assert.deepEqual([data.usage.prompt_tokens, data.usage.completion_tokens], [sentTokens, 16]);
     assert.equal(seen.path_and_query, `/openai/deployments/sim-fast/chat/completions?api-version=${AZURE_API_VERSION}`);
     assert.equal(seen.api_key, KEYS.LT_EP_KEY_AZ);
     assert.equal(seen.authorization, null);
     row = await rowOf(response.headers);
     assertServed(row, { endpoint: 'generation', channel: 'az', provider: 'azure-openai' });
-    assert.deepEqual([row.input_tokens, row.output_tokens], [10, 16]);
+    assert.deepEqual([row.input_tokens, row.output_tokens], [sentTokens, 16]);
 
     // A transcription upload, routed by its form's model field: the deployment's audio URL.
     mark = await simMark();
@@ -389,7 +391,12 @@ describe('provider endpoints through the official Node SDKs', () => {
     const done = await oai.batches.retrieve(batch.id);
     assert.equal(done.status, 'completed');
     assert.equal(done.request_counts.completed, 3);
-    assert.deepEqual([done.usage.input_tokens, done.usage.output_tokens], [3 * 10, 3 * 16]); // sim-fast's
+    // sim-fast's: each line's body (answered unstreamed: `"stream": false` added) a token per
+    // four bytes rounded up, and 16 out.
+    const lineTokens = content.toString().trim().split('\n')
+      .map(l => Math.ceil(JSON.stringify({ ...JSON.parse(l).body, stream: false }).length / 4))
+      .reduce((a, b) => a + b, 0);
+    assert.deepEqual([done.usage.input_tokens, done.usage.output_tokens], [lineTokens, 3 * 16]);
     assert.match(done.output_file_id, /^file-/);
     seen = await simOne(mark);
     assert.deepEqual([seen.method, seen.path_and_query], ['GET', `/v1/batches/${batch.id}`]);

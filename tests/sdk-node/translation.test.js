@@ -106,6 +106,21 @@ function config() {
   return lines.join('\n');
 }
 
+/// A preset whose script pins no input (`sim-fast`, `input: null`) reports the body the sim was
+/// sent, a token per four bytes rounded up. Untranslated, that is the client's body with the
+/// mapped model name spliced in (its size is the row's `bytes_in`); translated, the test cannot
+/// see it, so the count the sim answered (the row's) stands, and the SDK must get the same.
+async function withCountedInput(gw, usage, id, { model, name, relayed }) {
+  if (usage.input != null) return usage;
+  const row = await storedRequest(gw, id);
+  assert.ok(row.input_tokens >= 1, JSON.stringify(row));
+  if (relayed) {
+    const sent = row.bytes_in - model.length + name.length;
+    assert.equal(row.input_tokens, Math.ceil(sent / 4), JSON.stringify(row));
+  }
+  return { ...usage, input: row.input_tokens };
+}
+
 async function assertRow(gw, id, { client, upstream, stream, model, status, outcome, usage, hasText = true }) {
   assert.match(id || '', /^req_/, 'a request id header');
   const row = await storedRequest(gw, id);
@@ -470,9 +485,10 @@ for (const client of CLIENTS) {
             assert.deepEqual(got.calls, preset.calls, cell);
             assert.ok(got.callIds.every(Boolean) && new Set(got.callIds).size === got.callIds.length, `${cell}: call ids ${got.callIds}`);
             assert.equal(got.stop, STOP[client][preset.stop], cell);
-            assertUsage(got.usage, expectedUsage(client, upstream, preset.usage), cell);
+            const usage = await withCountedInput(gw, preset.usage, got.requestId, { model, name, relayed: client === upstream && upstream !== 'gemini' });
+            assertUsage(got.usage, expectedUsage(client, upstream, usage), cell);
             await assertRow(gw, got.requestId, { client, upstream, stream, model, status: 200,
-              outcome: preset.stop === 'max_tokens' ? 'incomplete' : 'completed', usage: preset.usage, hasText: Boolean(preset.text) });
+              outcome: preset.stop === 'max_tokens' ? 'incomplete' : 'completed', usage, hasText: Boolean(preset.text) });
           });
         }
 

@@ -358,13 +358,15 @@ def test_azure_calls_go_to_the_deployment_url_with_the_api_version_and_the_key_i
     )
     completion = raw.parse()
     assert completion.choices[0].message.content
-    assert completion.usage.prompt_tokens == 10 and completion.usage.completion_tokens == 16  # sim-fast
     seen = sim.one_since(mark)
+    # sim-fast: the body it was sent, a token per four bytes rounded up; 16 out.
+    sent_tokens = -(-seen["body_bytes"] // 4)
+    assert completion.usage.prompt_tokens == sent_tokens and completion.usage.completion_tokens == 16
     assert seen["path_and_query"] == f"/openai/deployments/sim-fast/chat/completions?api-version={AZURE_API_VERSION}"
     assert seen["api_key"] == KEY_AZ and seen["authorization"] is None, seen
     row = row_of(gw, raw.headers)
     assert_served(row, endpoint="generation", channel="az", provider="azure-openai")
-    assert (row["input_tokens"], row["output_tokens"]) == (10, 16), row
+    assert (row["input_tokens"], row["output_tokens"]) == (sent_tokens, 16), row
 
     # A transcription upload, routed by its form's model field: the deployment's audio URL.
     mark = sim.mark()
@@ -537,7 +539,11 @@ def test_a_file_upload_then_the_batch_naming_it_then_its_output_file_all_on_the_
     done = raw.parse()
     assert done.status == "completed", done
     assert done.request_counts.total == done.request_counts.completed == 3, done
-    assert (done.usage.input_tokens, done.usage.output_tokens) == (3 * 10, 3 * 16), done.usage  # sim-fast's
+    # sim-fast's: each line's body (answered unstreamed: `"stream": false` added, as the sim
+    # writes JSON) a token per four bytes rounded up, and 16 out.
+    bodies = [dict(json.loads(line)["body"], stream=False) for line in content.decode().splitlines()]
+    line_tokens = sum(-(-len(json.dumps(b, separators=(",", ":"))) // 4) for b in bodies)
+    assert (done.usage.input_tokens, done.usage.output_tokens) == (line_tokens, 3 * 16), done.usage
     assert done.output_file_id and done.output_file_id.startswith("file-"), done
     seen = sim.one_since(mark)
     assert (seen["method"], seen["path_and_query"]) == ("GET", f"/v1/batches/{batch.id}"), seen

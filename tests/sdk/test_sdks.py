@@ -1,8 +1,8 @@
 """The official OpenAI, Anthropic and Google Gemini Python SDKs talk to a real laptime gateway.
 
 The gateway (see conftest.py) serves the simulated model `sim-fast`, which
-answers with 16 text tokens and reports usage input 10 / output 16 in every
-dialect. These tests use the SDKs exactly as a customer would, pointed at the
+answers with 16 text tokens and reports usage output 16 in every dialect, and
+as input the body it was sent, a token per four bytes rounded up. These tests use the SDKs exactly as a customer would, pointed at the
 gateway's base URL, and then check what the gateway stored for the request.
 """
 
@@ -18,7 +18,6 @@ from google.genai import types
 
 MODEL = "sim-fast"
 EXPECTED_OUTPUT_TOKENS = 16
-EXPECTED_INPUT_TOKENS = 10
 PROMPT = "Why was my request slow?"
 REQUEST_ID_HEADER = "x-laptime-request-id"
 # What the sim streams for `sim-fast`: its first 16 text tokens.
@@ -41,6 +40,13 @@ def anthropic_client(gateway):
     )
     yield client
     client.close()
+
+
+def sent_tokens(gateway, request_id: str) -> int:
+    """The input sim-fast reports for a request: the body it was sent (the SDK's, relayed as
+    sent; the gateway records its size as `bytes_in`), a token per four bytes rounded up."""
+    sent = gateway.stored_request(request_id)["bytes_in"]
+    return max(1, -(-sent // 4))
 
 
 def _is_number(value) -> bool:
@@ -102,7 +108,7 @@ def test_openai_chat_completion_streams_text_and_reports_usage_in_the_final_chun
     assert final.choices == []
     assert final.usage is not None, final
     assert final.usage.completion_tokens == EXPECTED_OUTPUT_TOKENS
-    assert final.usage.prompt_tokens == EXPECTED_INPUT_TOKENS
+    assert final.usage.prompt_tokens == sent_tokens(gateway, request_id)
     assert all(chunk.usage is None for chunk in chunks[:-1])
 
     assert_stored_row_is_a_completed_stream(gateway, request_id, "chat")
@@ -120,7 +126,7 @@ def test_openai_chat_completion_without_streaming_returns_text_usage_and_server_
     assert completion.choices[0].message.content.strip()
     assert completion.choices[0].finish_reason == "stop"
     assert completion.usage.completion_tokens == EXPECTED_OUTPUT_TOKENS
-    assert completion.usage.prompt_tokens == EXPECTED_INPUT_TOKENS
+    assert completion.usage.prompt_tokens == sent_tokens(gateway, raw.headers.get(REQUEST_ID_HEADER))
     assert raw.headers.get(REQUEST_ID_HEADER, "").startswith("req_")
     assert_server_timing_has_upstream_duration(raw.headers)
 
@@ -151,7 +157,7 @@ def test_openai_responses_stream_text_deltas_and_finish_with_a_completed_event_c
     assert response.status == "completed"
     assert response.output_text == "".join(deltas)
     assert response.usage.output_tokens == EXPECTED_OUTPUT_TOKENS
-    assert response.usage.input_tokens == EXPECTED_INPUT_TOKENS
+    assert response.usage.input_tokens == sent_tokens(gateway, request_id)
 
     assert_stored_row_is_a_completed_stream(gateway, request_id, "responses")
 
@@ -165,8 +171,8 @@ def test_openai_responses_without_streaming_return_output_text_and_usage(
     assert response.status == "completed"
     assert response.output_text.strip()
     assert response.usage.output_tokens == EXPECTED_OUTPUT_TOKENS
-    assert response.usage.input_tokens == EXPECTED_INPUT_TOKENS
-    assert response.usage.total_tokens == EXPECTED_INPUT_TOKENS + EXPECTED_OUTPUT_TOKENS
+    assert response.usage.input_tokens == sent_tokens(gateway, raw.headers.get(REQUEST_ID_HEADER))
+    assert response.usage.total_tokens == response.usage.input_tokens + EXPECTED_OUTPUT_TOKENS
     assert_server_timing_has_upstream_duration(raw.headers)
 
 
@@ -187,7 +193,7 @@ def test_anthropic_message_stream_yields_text_and_a_final_message_that_ended_its
     assert final.role == "assistant"
     assert final.stop_reason == "end_turn"
     assert final.usage.output_tokens == EXPECTED_OUTPUT_TOKENS
-    assert final.usage.input_tokens == EXPECTED_INPUT_TOKENS
+    assert final.usage.input_tokens == sent_tokens(gateway, request_id)
     assert [block.type for block in final.content] == ["text"]
     assert final.content[0].text == text
 
@@ -233,7 +239,7 @@ def test_anthropic_message_without_streaming_returns_text_and_usage(
     assert message.content[0].text.strip()
     assert message.stop_reason == "end_turn"
     assert message.usage.output_tokens == EXPECTED_OUTPUT_TOKENS
-    assert message.usage.input_tokens == EXPECTED_INPUT_TOKENS
+    assert message.usage.input_tokens == sent_tokens(gateway, raw.headers.get(REQUEST_ID_HEADER))
     assert raw.headers.get(REQUEST_ID_HEADER, "").startswith("req_")
     assert_server_timing_has_upstream_duration(raw.headers)
 
@@ -384,10 +390,10 @@ def test_gemini_generate_content_stream_reconstructs_the_sims_text_and_usage(
     last = chunks[-1]
     assert last.candidates[0].finish_reason == types.FinishReason.STOP
     usage = last.usage_metadata
-    assert usage.prompt_token_count == EXPECTED_INPUT_TOKENS
+    assert usage.prompt_token_count == sent_tokens(gateway, _gemini_request_id(chunks[0]))
     assert usage.candidates_token_count == EXPECTED_OUTPUT_TOKENS
     row = assert_stored_row_is_a_completed_stream(gateway, _gemini_request_id(chunks[0]), "gemini")
-    assert row["input_tokens"] == EXPECTED_INPUT_TOKENS, row
+    assert row["input_tokens"] == usage.prompt_token_count, row
     assert row["text_delta_count"] == EXPECTED_OUTPUT_TOKENS, row
 
 
@@ -401,7 +407,7 @@ def test_gemini_generate_content_returns_the_sims_text_usage_and_server_timing(
     )
     assert response.text == SIM_FAST_TEXT
     assert response.candidates[0].finish_reason == types.FinishReason.STOP
-    assert response.usage_metadata.prompt_token_count == EXPECTED_INPUT_TOKENS
+    assert response.usage_metadata.prompt_token_count == sent_tokens(gateway, _gemini_request_id(response))
     assert response.usage_metadata.candidates_token_count == EXPECTED_OUTPUT_TOKENS
     headers = {k.lower(): v for k, v in response.sdk_http_response.headers.items()}
     assert headers["server-timing"].startswith("upstream;dur="), headers
@@ -409,7 +415,7 @@ def test_gemini_generate_content_returns_the_sims_text_usage_and_server_timing(
     assert row["outcome"] == "completed", row
     assert (row["dialect"], row["stream"], row["model"]) == ("gemini", False, MODEL), row
     assert (row["input_tokens"], row["output_tokens"]) == (
-        EXPECTED_INPUT_TOKENS,
+        response.usage_metadata.prompt_token_count,
         EXPECTED_OUTPUT_TOKENS,
     ), row
 

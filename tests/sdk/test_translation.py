@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anthropic
@@ -72,7 +72,7 @@ MATRIX_ERRORS = _matrix(BODY_DIALECTS, DIALECTS)
 class Usage:
     """In the sim's terms: `input` excludes cached tokens (Anthropic's convention)."""
 
-    input: int
+    input: int | None  # None: the body the sim was sent, counted (see with_counted_input)
     cache_read: int
     cache_write: int
     output: int
@@ -691,6 +691,27 @@ def assert_marks_equal_the_script(row: dict, preset: str, upstream: str, at: str
         assert got[key] >= want - MARK_EARLY_MS, f"{at}: {key} early"
 
 
+def with_counted_input(gw, preset: Preset, request_id: str, model: str, relayed: bool) -> Preset:
+    """A preset whose script pins no input (`sim-fast`) reports the body the sim was sent, a
+    token per four bytes rounded up. Untranslated, that is the client's body with the mapped
+    model name spliced in (its size is the row's `bytes_in`); translated, the test cannot see it,
+    so the count the sim answered (the row's) stands, and the SDK must get the same."""
+    if preset.usage is None or preset.usage.input is not None:
+        return preset
+    row = gw.stored_request(request_id)
+    counted = row["input_tokens"]
+    assert counted >= 1, row
+    if relayed:
+        sent = row["bytes_in"] - len(model) + len(preset_name_of(model))
+        assert counted == -(-sent // 4), row
+    return replace(preset, usage=replace(preset.usage, input=counted))
+
+
+def preset_name_of(model: str) -> str:
+    """The preset a matrix model name maps to (`via`'s inverse)."""
+    return next(p for p in PRESETS if any(model == via(u, p) for u in DIALECTS))
+
+
 def check_answer(gw, got: Got, preset_name: str, *, client, upstream, stream) -> None:
     preset = PRESETS[preset_name]
     at = f"{client} via {upstream}, stream={stream}"
@@ -701,6 +722,10 @@ def check_answer(gw, got: Got, preset_name: str, *, client, upstream, stream) ->
         # Untranslated, Gemini's calls carry no id (the sim sends none, as Google does).
         assert all(got.call_ids) and len(set(got.call_ids)) == len(got.call_ids), (at, got.call_ids)
     assert got.stop == stop_word(client, preset.stop), at
+    # Gemini's model goes in the path and its body is not the client's byte for byte: only the
+    # others are checked against the client's body.
+    relayed = client == upstream != "gemini"
+    preset = with_counted_input(gw, preset, got.request_id, via(upstream, preset_name), relayed)
     assert_usage(got.usage, expected_usage(client, upstream, preset.usage), at)
     outcome = "incomplete" if preset.stop == "max_tokens" else "completed"
     assert_row(

@@ -80,7 +80,8 @@ pub struct RollupOut {
     /// Requests whose cost includes estimated tokens (the provider reported no usage for them).
     pub cost_estimated_count: u64,
     /// Output tokens the gateway estimated where the provider reported none (never in
-    /// `outputTokens`), and how many requests that was: their `visibleOutputTps` rests on it.
+    /// `outputTokens`), and how many requests that was: their output speeds are in
+    /// `estimatedVisibleOutputTps`, never in `visibleOutputTps`.
     pub estimated_output_tokens: u64,
     pub output_estimated_count: u64,
     pub classifications: Vec<ClassificationCount>,
@@ -96,7 +97,13 @@ pub struct RollupOut {
     pub first_text_delta_ms: MetricStatsOut,
     pub upstream_done_ms: MetricStatsOut,
     pub total_handler_ms: MetricStatsOut,
+    /// Output speed, tokens/s, of the requests whose provider counted the output (the others
+    /// are nulls here).
     pub visible_output_tps: MetricStatsOut,
+    /// Output speed, tokens/s, of the requests whose output the gateway estimated (a Chat
+    /// stream without usage): apart, so the provider-counted percentiles never rest on an
+    /// estimate.
+    pub estimated_visible_output_tps: MetricStatsOut,
 }
 
 impl From<&Rollup> for RollupOut {
@@ -139,6 +146,7 @@ impl From<&Rollup> for RollupOut {
             upstream_done_ms: s(Metric::UpstreamDoneMs),
             total_handler_ms: s(Metric::TotalHandlerMs),
             visible_output_tps: s(Metric::VisibleOutputTps),
+            estimated_visible_output_tps: s(Metric::EstimatedVisibleOutputTps),
         }
     }
 }
@@ -471,20 +479,28 @@ impl From<JudgementView> for JudgementOut {
 #[derive(Debug, Clone, PartialEq, SimpleObject)]
 #[graphql(name = "InBand")]
 pub struct InBandOut {
-    /// `sse_comment`, `server_timing`, `none`, or `unknown` (the record cannot tell).
+    /// `sse_comment`, `trailers` (trailers only), `server_timing`, `none`, or `unknown` (a
+    /// record from before the gateway noted what it sent, which cannot tell).
     pub carrier: String,
+    /// Whether the values also went as HTTP trailers; null when `derived`.
+    pub trailers: Option<bool>,
     /// The exact line the client got; null when none was sent or the record cannot tell.
     pub line: Option<String>,
     /// Why no line was sent, or why the record cannot tell.
     pub note: Option<String>,
+    /// Read from the record's other fields (written before the gateway noted what it sent),
+    /// not the stored fact.
+    pub derived: bool,
 }
 
 impl From<InBandSent> for InBandOut {
     fn from(b: InBandSent) -> Self {
         InBandOut {
             carrier: b.carrier.to_string(),
+            trailers: b.trailers,
             line: b.line,
             note: b.note.map(str::to_string),
+            derived: b.derived,
         }
     }
 }

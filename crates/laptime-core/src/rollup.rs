@@ -338,11 +338,18 @@ pub enum Metric {
     FirstTextDeltaMs,
     UpstreamDoneMs,
     TotalHandlerMs,
+    /// Output speed from the provider's own output count only.
     VisibleOutputTps,
+    /// Output speed from the gateway's estimate of the output (the provider reported none):
+    /// kept apart, so the provider-counted percentiles never rest on an estimate.
+    EstimatedVisibleOutputTps,
 }
 
+/// How many metrics there are (one sketch each).
+const METRICS: usize = 14;
+
 impl Metric {
-    pub const ALL: [Metric; 13] = [
+    pub const ALL: [Metric; METRICS] = [
         Metric::LatencyMs,
         Metric::TtftMs,
         Metric::UpstreamMs,
@@ -356,6 +363,7 @@ impl Metric {
         Metric::UpstreamDoneMs,
         Metric::TotalHandlerMs,
         Metric::VisibleOutputTps,
+        Metric::EstimatedVisibleOutputTps,
     ];
 
     /// The usage API's (camelCase) name.
@@ -374,6 +382,7 @@ impl Metric {
             Metric::UpstreamDoneMs => "upstreamDoneMs",
             Metric::TotalHandlerMs => "totalHandlerMs",
             Metric::VisibleOutputTps => "visibleOutputTps",
+            Metric::EstimatedVisibleOutputTps => "estimatedVisibleOutputTps",
         }
     }
 
@@ -393,6 +402,7 @@ impl Metric {
             Metric::UpstreamDoneMs => "upstream_done_ms",
             Metric::TotalHandlerMs => "total_handler_ms",
             Metric::VisibleOutputTps => "visible_output_tps",
+            Metric::EstimatedVisibleOutputTps => "estimated_visible_output_tps",
         }
     }
 
@@ -403,9 +413,11 @@ impl Metric {
 }
 
 /// Every metric of one record, in [`Metric::ALL`] order, from the functions of [`crate::views`].
-/// `latencyMs` is absent (never 0) for a record without t7: one recorded `gateway_crashed`.
-fn metric_values(r: &RequestRecord) -> [Option<f64>; 13] {
+/// `latencyMs` is absent (never 0) for a record without t7: one recorded `gateway_crashed`. An
+/// output speed is one of the two speeds, never both: provider-counted or estimated.
+fn metric_values(r: &RequestRecord) -> [Option<f64>; METRICS] {
     let t = TimingView::new(&r.marks, &r.tokens);
+    let estimated = t.visible_output_tps_estimated;
     [
         latency_ms(&r.marks),
         ttft_ms(&r.marks),
@@ -419,7 +431,8 @@ fn metric_values(r: &RequestRecord) -> [Option<f64>; 13] {
         t.first_text_delta_ms,
         t.upstream_done_ms,
         t.total_handler_ms,
-        t.visible_output_tps,
+        t.visible_output_tps.filter(|_| !estimated),
+        t.visible_output_tps.filter(|_| estimated),
     ]
 }
 
@@ -475,8 +488,8 @@ pub struct Rollup {
     /// Priced requests whose cost includes estimated tokens.
     pub cost_estimated: u64,
     /// Output tokens the gateway estimated (the provider reported none), summed apart from
-    /// `output_tokens`, and how many requests had such an estimate: their output speeds, in
-    /// the `visibleOutputTps` sketch, rest on it.
+    /// `output_tokens`, and how many requests had such an estimate: their output speeds are in
+    /// the `estimatedVisibleOutputTps` sketch, never in `visibleOutputTps`.
     pub estimated_output_tokens: u64,
     pub output_estimated: u64,
     /// Requests per classification (`ok`, `failed`, a slow stage).
@@ -484,13 +497,20 @@ pub struct Rollup {
     /// How many requests reported each token field, in [`TokenField`] order.
     tokens_reported: [u64; 5],
     /// One sketch per metric, in [`Metric::ALL`] order.
-    sketches: [Sketch; 13],
+    sketches: [Sketch; METRICS],
 }
 
 /// The encoding's version byte. Version 2 appended the cost counts; version 1 rollups (written
 /// before prices existed) decode with no priced and no unpriced requests. Version 3 appended the
-/// estimated output tokens and their count (older rollups: none).
-const ENCODING_VERSION: u8 = 3;
+/// estimated output tokens and their count (older rollups: none). Version 4 appended the
+/// estimated output speeds' sketch: before it, one `visibleOutputTps` sketch held both kinds,
+/// so a version-3 rollup that counted any estimate has its speeds left out of both sketches
+/// (counted as nulls: they cannot be told apart); one without estimates keeps them as
+/// provider-counted.
+const ENCODING_VERSION: u8 = 4;
+
+/// The sketches every encoding version has, in order (before the estimated speeds).
+const SKETCHES_V1: usize = METRICS - 1;
 
 impl Rollup {
     pub fn new() -> Self {
@@ -671,7 +691,7 @@ impl Rollup {
             out.extend_from_slice(c.as_bytes());
             put_varint(&mut out, *n);
         }
-        for s in &self.sketches {
+        for s in &self.sketches[..SKETCHES_V1] {
             s.encode(&mut out);
         }
         for v in [
@@ -684,6 +704,7 @@ impl Rollup {
         ] {
             put_varint(&mut out, v);
         }
+        self.sketches[Metric::EstimatedVisibleOutputTps as usize].encode(&mut out);
         out
     }
 
@@ -732,9 +753,16 @@ impl Rollup {
                 }
             }
         }
-        for s in &mut self.sketches {
-            s.merge_from(&mut r)?;
+        // Read apart: whether its speeds were provider-counted is known only at the end.
+        let mut speeds = Sketch::new();
+        for (m, s) in Metric::ALL[..SKETCHES_V1].iter().zip(&mut self.sketches) {
+            if *m == Metric::VisibleOutputTps {
+                speeds.merge_from(&mut r)?;
+            } else {
+                s.merge_from(&mut r)?;
+            }
         }
+        let mut output_estimated = 0;
         if version >= 2 {
             for field in [
                 &mut self.cost_nano_usd,
@@ -746,12 +774,15 @@ impl Rollup {
             }
         }
         if version >= 3 {
-            for field in [
-                &mut self.estimated_output_tokens,
-                &mut self.output_estimated,
-            ] {
-                *field = field.saturating_add(r.varint()?);
-            }
+            self.estimated_output_tokens = self.estimated_output_tokens.saturating_add(r.varint()?);
+            output_estimated = r.varint()?;
+            self.output_estimated = self.output_estimated.saturating_add(output_estimated);
+        }
+        if version >= 4 || output_estimated == 0 {
+            self.sketches[Metric::VisibleOutputTps as usize].merge(&speeds);
+        }
+        if version >= 4 {
+            self.sketches[Metric::EstimatedVisibleOutputTps as usize].merge_from(&mut r)?;
         }
         if r.remaining() != 0 {
             return Err("rollup: trailing bytes".into());
@@ -914,6 +945,7 @@ mod tests {
             cost: None,
             refused_by: None,
             exchange: Default::default(),
+            in_band: None,
         }
     }
 
@@ -1133,7 +1165,8 @@ mod tests {
         v1.cost_priced = 0;
         v1.cost_unpriced = 0;
         let mut bytes = v1.encode();
-        bytes.truncate(bytes.len() - 6);
+        // Six counts, then the empty estimated-speed sketch (one byte).
+        bytes.truncate(bytes.len() - 7);
         bytes[0] = 1;
         assert_eq!(Rollup::decode(&bytes), Ok(v1));
     }
@@ -1174,9 +1207,71 @@ mod tests {
         v2.estimated_output_tokens = 0;
         v2.output_estimated = 0;
         let mut bytes = v2.encode();
-        bytes.truncate(bytes.len() - 2);
+        bytes.truncate(bytes.len() - 3);
         bytes[0] = 2;
         assert_eq!(Rollup::decode(&bytes), Ok(v2));
+    }
+
+    /// A record whose output speed is `tokens` over 1 s: provider-counted, or estimated.
+    fn with_speed(tokens: u64, estimated: bool) -> RequestRecord {
+        let mut r = record(Some(10), 2_000, Outcome::Completed, false);
+        r.marks.first_visible = ms(100);
+        r.marks.last_effective = ms(900);
+        r.marks.upstream_done = ms(1_100);
+        r.tokens.output = (!estimated).then_some(tokens);
+        r.tokens.estimated_output = estimated.then_some(tokens);
+        r
+    }
+
+    #[test]
+    fn speeds_from_estimates_and_from_provider_counts_never_share_a_sketch() {
+        let mut r = rollup_of_one(with_speed(40, false));
+        r.add(&with_speed(60, false));
+        r.add(&with_speed(5_000, true));
+        let counted = r.stats(Metric::VisibleOutputTps);
+        assert_eq!((counted.count, counted.null_count), (2, 1));
+        assert_eq!((counted.min, counted.max), (Some(40.0), Some(60.0)));
+        let estimated = r.stats(Metric::EstimatedVisibleOutputTps);
+        assert_eq!((estimated.count, estimated.null_count), (1, 2));
+        assert_eq!(estimated.p50, Some(5_000.0));
+        assert_eq!(Rollup::decode(&r.encode()), Ok(r.clone()));
+        let mut merged = rollup_of_one(with_speed(5_000, true));
+        merged.merge_encoded(&r.encode()).unwrap();
+        assert_eq!(merged.stats(Metric::EstimatedVisibleOutputTps).count, 2);
+        assert_eq!(merged.stats(Metric::VisibleOutputTps).count, 2);
+    }
+
+    /// `r` as version 3 wrote it: one speed sketch for both kinds, no estimated one.
+    fn as_version_3(r: &Rollup) -> Vec<u8> {
+        let mut v3 = r.clone();
+        let estimated =
+            std::mem::take(&mut v3.sketches[Metric::EstimatedVisibleOutputTps as usize]);
+        v3.sketches[Metric::VisibleOutputTps as usize].merge(&estimated);
+        let mut bytes = v3.encode();
+        bytes.truncate(bytes.len() - 1);
+        bytes[0] = 3;
+        bytes
+    }
+
+    #[test]
+    fn a_version_3_rollup_keeps_its_speeds_only_when_none_was_estimated() {
+        let mut clean = rollup_of_one(with_speed(40, false));
+        clean.add(&with_speed(60, false));
+        assert_eq!(Rollup::decode(&as_version_3(&clean)), Ok(clean.clone()));
+
+        let mut mixed = rollup_of_one(with_speed(40, false));
+        mixed.add(&with_speed(5_000, true));
+        let old = Rollup::decode(&as_version_3(&mixed)).unwrap();
+        // Which of its speeds were estimated is lost: neither sketch takes them.
+        assert_eq!(old.stats(Metric::VisibleOutputTps).count, 0);
+        assert_eq!(old.stats(Metric::EstimatedVisibleOutputTps).count, 0);
+        assert_eq!(old.stats(Metric::VisibleOutputTps).null_count, 2);
+        assert_eq!((old.requests, old.output_estimated), (2, 1));
+        assert_eq!(old.stats(Metric::TtftMs), mixed.stats(Metric::TtftMs));
+        // Merged with a new rollup, only the new one's speeds count.
+        let mut both = clean.clone();
+        both.merge_encoded(&as_version_3(&mixed)).unwrap();
+        assert_eq!(both.stats(Metric::VisibleOutputTps).count, 2);
     }
 
     fn rollup_of_one(r: RequestRecord) -> Rollup {

@@ -359,6 +359,90 @@ impl Hedge {
     }
 }
 
+/// How the client got the request's timing in-band, as the respond path sent it (noted on the
+/// pending record when the bytes were handed to the client's connection, not derived later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InBandCarrier {
+    /// Nothing: no comment, no trailers, no `Server-Timing`.
+    #[default]
+    NotSent,
+    /// The SSE comment before the terminal frame.
+    SseComment,
+    /// HTTP trailers after the last byte (the client sent `TE: trailers`), without the comment.
+    Trailers,
+    /// Both the SSE comment and the trailers.
+    SseCommentAndTrailers,
+    /// The `Server-Timing` header of a whole answer: the upstream's duration and its time to
+    /// the head.
+    ServerTiming,
+    /// The `Server-Timing` header of an answer relayed as it came (an endpoint's download): its
+    /// time to the head only, since the end was not known when the head went out.
+    ServerTimingHead,
+}
+
+impl InBandCarrier {
+    pub const ALL: [InBandCarrier; 6] = [
+        InBandCarrier::NotSent,
+        InBandCarrier::SseComment,
+        InBandCarrier::Trailers,
+        InBandCarrier::SseCommentAndTrailers,
+        InBandCarrier::ServerTiming,
+        InBandCarrier::ServerTimingHead,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InBandCarrier::NotSent => "none",
+            InBandCarrier::SseComment => "sse_comment",
+            InBandCarrier::Trailers => "trailers",
+            InBandCarrier::SseCommentAndTrailers => "sse_comment_and_trailers",
+            InBandCarrier::ServerTiming => "server_timing",
+            InBandCarrier::ServerTimingHead => "server_timing_head",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<InBandCarrier> {
+        InBandCarrier::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// This, with the SSE comment sent too.
+    pub fn and_comment(self) -> InBandCarrier {
+        match self {
+            InBandCarrier::Trailers | InBandCarrier::SseCommentAndTrailers => {
+                InBandCarrier::SseCommentAndTrailers
+            }
+            _ => InBandCarrier::SseComment,
+        }
+    }
+
+    /// This, with the trailers sent too.
+    pub fn and_trailers(self) -> InBandCarrier {
+        match self {
+            InBandCarrier::SseComment | InBandCarrier::SseCommentAndTrailers => {
+                InBandCarrier::SseCommentAndTrailers
+            }
+            _ => InBandCarrier::Trailers,
+        }
+    }
+
+    /// Whether the SSE comment was sent.
+    pub fn comment(self) -> bool {
+        matches!(
+            self,
+            InBandCarrier::SseComment | InBandCarrier::SseCommentAndTrailers
+        )
+    }
+
+    /// Whether the trailers were sent.
+    pub fn trailers(self) -> bool {
+        matches!(
+            self,
+            InBandCarrier::Trailers | InBandCarrier::SseCommentAndTrailers
+        )
+    }
+}
+
 /// Which deadline fired, for `Outcome::Timeout` and a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -461,6 +545,11 @@ pub struct Attempt {
     /// one (and on records written before the marks existed).
     #[serde(default)]
     pub connection: ConnectionMarks,
+    /// The W3C span id drawn for this attempt at its dispatch: the parent id of the
+    /// `traceparent` it sent upstream, and its exported span's id. Absent on records written
+    /// before attempts had their own.
+    #[serde(default)]
+    pub span_id: Option<[u8; 8]>,
 }
 
 /// The steps of opening an upstream connection, each an offset from t0 (like every mark), for
@@ -497,6 +586,7 @@ impl Attempt {
             first_byte: None,
             end: None,
             connection: ConnectionMarks::default(),
+            span_id: None,
         }
     }
 }
@@ -570,6 +660,10 @@ pub struct RequestRecord {
     /// Which endpoint was called and what crossed the gateway.
     #[serde(default)]
     pub exchange: Exchange,
+    /// How the client got the timing in-band, as sent; absent on records written before it
+    /// was noted (the views then derive it, and say so).
+    #[serde(default)]
+    pub in_band: Option<InBandCarrier>,
 }
 
 /// What kind of call a request was, and what crossed the gateway for it, beside the timeline.
@@ -788,6 +882,7 @@ pub(crate) mod tests_support {
             cost: None,
             refused_by: None,
             exchange: Default::default(),
+            in_band: None,
         }
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::slow::{judge, visible_output_tps, Flag, Judgement, Thresholds};
 use crate::timeline::{
-    between, Attempt, ErrorClass, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+    between, Attempt, ErrorClass, Hedge, InBandCarrier, Marks, Outcome, RequestRecord, RequestShape,
 };
 use crate::usage::Tokens;
 use crate::Dialect;
@@ -186,16 +186,20 @@ pub struct Reading {
     pub gemini_timing_comment: bool,
 }
 
-/// How the client got the timing in-band.
+/// How the client got the timing in-band, as the API names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Carrier {
-    /// The SSE comment before the terminal frame (and trailers when asked for).
+    /// The SSE comment before the terminal frame (trailers may have gone too: see
+    /// [`InBandSent::trailers`]).
     SseComment,
-    /// The `Server-Timing` header of a whole answer.
+    /// HTTP trailers only (`TE: trailers`), no comment.
+    Trailers,
+    /// The `Server-Timing` header of a whole or relayed answer.
     ServerTiming,
     /// Nothing: the note says why.
     NotSent,
-    /// The record cannot tell whether the comment was sent: the note says on what it depended.
+    /// A record from before the carrier was noted, which cannot tell whether the comment was
+    /// sent: the note says on what it depended.
     Unknown,
 }
 
@@ -203,6 +207,7 @@ impl Carrier {
     pub fn as_str(self) -> &'static str {
         match self {
             Carrier::SseComment => "sse_comment",
+            Carrier::Trailers => "trailers",
             Carrier::ServerTiming => "server_timing",
             Carrier::NotSent => "none",
             Carrier::Unknown => "unknown",
@@ -210,40 +215,100 @@ impl Carrier {
     }
 }
 
-/// What the client actually received in-band, derived from the record by the rules the relay
-/// follows: the comment goes before the upstream's terminal frame, so a stream cut, stalled or
-/// broken before it (whose client got an in-band error event instead) carried no timing line.
+/// What the client actually received in-band. A record notes what the respond path sent, as it
+/// sent it ([`RequestRecord::in_band`]); a record written before that was noted is read by the
+/// rules the relay follows (the comment goes before the upstream's terminal frame, so a stream
+/// cut, stalled or broken before it carried no timing line), and says it was derived.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InBandSent {
-    /// `sse_comment`, `server_timing`, `none` or `unknown`.
+    /// `sse_comment`, `trailers`, `server_timing`, `none` or `unknown`.
     pub carrier: &'static str,
-    /// The exact line the client got (the comment without its blank line, or the header);
-    /// null when none was sent or the record cannot tell.
+    /// Whether the values also went as HTTP trailers; null when derived (the record of an
+    /// older gateway does not say).
+    pub trailers: Option<bool>,
+    /// The exact line the client got (the comment without its blank line, the header, or the
+    /// trailer fields one a line); null when none was sent or the record cannot tell.
     pub line: Option<String>,
     /// Why no line was sent, or why the record cannot tell; null when one was sent.
     pub note: Option<&'static str>,
+    /// Read from the record's other fields (it was written before the gateway noted what it
+    /// sent), not the stored fact.
+    pub derived: bool,
 }
 
 impl InBandSent {
     pub fn of_record(r: &RequestRecord, reading: &Reading) -> Self {
-        let (carrier, note) = in_band_carrier(r, reading);
-        let line = match carrier {
-            Carrier::SseComment => Some(InBand::of_record(r).comment().trim_end().to_string()),
-            Carrier::ServerTiming => upstream_ms(&r.marks).map(|up| {
-                let mut line = format!("Server-Timing: upstream;dur={up}");
-                if let Some(h) = between(r.marks.upstream_start, r.marks.upstream_headers) {
-                    line.push_str(&format!(", upstream-headers;dur={}", ms(h)));
-                }
-                line
-            }),
-            Carrier::NotSent | Carrier::Unknown => None,
+        let Some(sent) = r.in_band else {
+            let (carrier, note) = in_band_carrier(r, reading);
+            let line = match carrier {
+                Carrier::SseComment => Some(comment_line(r)),
+                Carrier::ServerTiming => server_timing_line(r, true),
+                _ => None,
+            };
+            return InBandSent {
+                carrier: carrier.as_str(),
+                trailers: None,
+                line,
+                note,
+                derived: true,
+            };
         };
+        let (carrier, line) = match sent {
+            InBandCarrier::SseComment | InBandCarrier::SseCommentAndTrailers => {
+                (Carrier::SseComment, Some(comment_line(r)))
+            }
+            InBandCarrier::Trailers => (Carrier::Trailers, Some(trailer_lines(r))),
+            InBandCarrier::ServerTiming => (Carrier::ServerTiming, server_timing_line(r, true)),
+            InBandCarrier::ServerTimingHead => {
+                (Carrier::ServerTiming, server_timing_line(r, false))
+            }
+            InBandCarrier::NotSent => (Carrier::NotSent, None),
+        };
+        let note = (sent == InBandCarrier::NotSent).then(|| match in_band_carrier(r, reading) {
+            (Carrier::NotSent, Some(why)) => why,
+            _ => "the gateway sent no timing line, no trailers and no Server-Timing",
+        });
         InBandSent {
             carrier: carrier.as_str(),
+            trailers: Some(sent.trailers()),
             line,
             note,
+            derived: false,
         }
     }
+}
+
+/// The SSE comment as the client got it, without its blank line.
+fn comment_line(r: &RequestRecord) -> String {
+    InBand::of_record(r).comment().trim_end().to_string()
+}
+
+/// The trailer fields, one `name: value` a line.
+fn trailer_lines(r: &RequestRecord) -> String {
+    InBand::of_record(r)
+        .trailers()
+        .into_iter()
+        .map(|(name, value)| format!("{name}: {value}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `Server-Timing` header: the upstream's duration (`with_upstream`: a whole answer, whose
+/// end was known) and its time to the head.
+fn server_timing_line(r: &RequestRecord, with_upstream: bool) -> Option<String> {
+    let head = between(r.marks.upstream_start, r.marks.upstream_headers)
+        .map(|h| format!("upstream-headers;dur={}", ms(h)));
+    if !with_upstream {
+        return head.map(|h| format!("Server-Timing: {h}"));
+    }
+    upstream_ms(&r.marks).map(|up| {
+        let mut line = format!("Server-Timing: upstream;dur={up}");
+        if let Some(h) = head {
+            line.push_str(", ");
+            line.push_str(&h);
+        }
+        line
+    })
 }
 
 fn in_band_carrier(r: &RequestRecord, reading: &Reading) -> (Carrier, Option<&'static str>) {
@@ -685,6 +750,7 @@ mod tests {
                     tunnel: None,
                     tls: ms_d(60),
                 },
+                span_id: None,
             }],
             hedge: Hedge::None,
             failover_count: 0,
@@ -699,6 +765,7 @@ mod tests {
             }),
             refused_by: None,
             exchange: Default::default(),
+            in_band: Some(InBandCarrier::SseCommentAndTrailers),
         }
     }
 
@@ -749,7 +816,7 @@ mod tests {
             "bytes_out": null, "key_index": null,
             "shape": {"max_output_tokens": null, "reasoning_effort": null, "tool_count": null,
                 "tool_choice": null, "response_format": null, "temperature": null, "top_p": null},
-            "in_band": {"carrier": "sse_comment", "note": null,
+            "in_band": {"carrier": "sse_comment", "note": null, "trailers": true, "derived": false,
                 "line": ": x-laptime-timing upstream_ms=10200 ttft_ms=299 cached_tokens=512 hedge=none"},
             "attempts": [{"channel": "sim", "role": "primary", "won": true, "status": 200,
                 "error_class": null, "fault": null, "start_ms": 1.0, "headers_ms": 241.0,
@@ -808,9 +875,75 @@ mod tests {
     }
 
     #[test]
+    fn the_stored_carrier_is_what_the_api_reports_whatever_the_record_would_suggest() {
+        let mut r = sample_record();
+        let reading = Reading::default();
+        // A Chat stream that ended with an error event: derivation cannot tell, the stored
+        // fact can.
+        r.outcome = Outcome::UpstreamError;
+        r.error_class = Some(ErrorClass::StreamError);
+        r.in_band = None;
+        let derived = InBandSent::of_record(&r, &reading);
+        assert_eq!((derived.carrier, derived.derived), ("unknown", true));
+        assert_eq!(derived.trailers, None);
+        r.in_band = Some(InBandCarrier::SseComment);
+        let sent = InBandSent::of_record(&r, &reading);
+        assert_eq!(
+            (sent.carrier, sent.derived, sent.trailers),
+            ("sse_comment", false, Some(false))
+        );
+        assert_eq!(
+            sent.line.as_deref(),
+            Some(": x-laptime-timing upstream_ms=10200 ttft_ms=299 cached_tokens=512 hedge=none")
+        );
+        assert_eq!(sent.note, None);
+        r.in_band = Some(InBandCarrier::NotSent);
+        let none = InBandSent::of_record(&r, &reading);
+        assert_eq!(
+            (none.carrier, none.line, none.derived),
+            ("none", None, false)
+        );
+        assert!(none.note.is_some());
+        // A completed stream whose client got only trailers (a Gemini client, say).
+        r.outcome = Outcome::Completed;
+        r.error_class = None;
+        r.in_band = Some(InBandCarrier::Trailers);
+        let t = InBandSent::of_record(&r, &reading);
+        assert_eq!((t.carrier, t.trailers), ("trailers", Some(true)));
+        assert_eq!(
+            t.line.as_deref(),
+            Some("x-laptime-upstream-ms: 10200\nx-laptime-ttft-ms: 299\nx-laptime-cached-tokens: 512\nx-laptime-hedge: none")
+        );
+        // An answer relayed as it came: its head's time only.
+        r.stream = false;
+        r.in_band = Some(InBandCarrier::ServerTimingHead);
+        let head = InBandSent::of_record(&r, &reading);
+        assert_eq!(head.carrier, "server_timing");
+        assert_eq!(
+            head.line.as_deref(),
+            Some("Server-Timing: upstream-headers;dur=240")
+        );
+    }
+
+    #[test]
+    fn the_carrier_is_stored_by_name_and_gains_trailers_and_comment_in_either_order() {
+        for c in InBandCarrier::ALL {
+            assert_eq!(InBandCarrier::parse(c.as_str()), Some(c));
+        }
+        let both = InBandCarrier::SseCommentAndTrailers;
+        assert_eq!(InBandCarrier::NotSent.and_comment().and_trailers(), both);
+        assert_eq!(InBandCarrier::NotSent.and_trailers().and_comment(), both);
+        assert_eq!(
+            InBandCarrier::NotSent.and_trailers(),
+            InBandCarrier::Trailers
+        );
+    }
+
+    #[test]
     fn a_stream_cut_before_its_terminal_frame_carried_no_timing_line() {
         use crate::timeline::DeadlineKind;
         let mut r = sample_record();
+        r.in_band = None;
         r.marks = Marks {
             upstream_start: ms_d(1),
             first_byte: ms_d(100),

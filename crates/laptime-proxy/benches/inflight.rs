@@ -84,6 +84,7 @@ fn one_request(reg: Option<&Arc<Inflight>>, i: usize, thresholds: &Thresholds) {
         first_byte: None,
         end: None,
         connection: Default::default(),
+        span_id: None,
     });
     p.publish();
     p.attempts[0].headers = ms(200);

@@ -24,6 +24,7 @@ use crate::connect::{Connector, MemoryConnect};
 use crate::drive::{InlineExecutor, UpstreamBody};
 use crate::egress::open::{EgressConnector, EgressError, Opened};
 use crate::egress::Profile;
+use crate::ingress::SpanIds;
 use crate::model_health::ModelHealth;
 use crate::observe::{ObservedBody, StreamDeadlines, Until, WholeRead};
 use crate::outbody::OutBody;
@@ -82,7 +83,8 @@ pub struct AttemptCtx<'a> {
     /// The client asked for a stream (Gemini names it in the upstream URL).
     pub stream: bool,
     pub client_headers: &'a HeaderMap,
-    pub traceparent: &'a str,
+    /// The request's trace: each attempt sends it upstream with its own span id.
+    pub trace: SpanIds,
     pub t0: Instant,
     pub timeouts: &'a TimeoutsConfig,
     /// A provider endpoint call (embeddings, files, …): its method and path; `None` for a
@@ -188,13 +190,14 @@ impl std::fmt::Debug for Answer {
 }
 
 /// Sends one attempt on `route` and waits for its head. `start` is its dispatch and `origin` the
-/// request's upstream start (a hedge counts from the primary's dispatch), both from t0.
+/// request's upstream start (a hedge counts from the primary's dispatch), both from t0;
+/// `span_id` is the attempt's own span, the parent id of the `traceparent` it sends.
 pub async fn dispatch(
     ctx: &AttemptCtx<'_>,
     route: &Route,
     body: OutBody,
-    start: Duration,
-    origin: Duration,
+    (start, origin): (Duration, Duration),
+    span_id: [u8; 8],
     errors: ErrorStatus<'_>,
 ) -> Result<Answer, AttemptError> {
     let channel = route.channel.clone();
@@ -221,7 +224,7 @@ pub async fn dispatch(
         call,
         body,
         ctx.client_headers,
-        ctx.traceparent,
+        &ctx.trace.traceparent_for(span_id),
     )
     .map_err(|e| AttemptError {
         key_index,

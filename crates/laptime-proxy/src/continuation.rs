@@ -23,6 +23,7 @@ use crate::attempt::{self, AnswerBody, AttemptCtx, ErrorStatus};
 use crate::budget::Held;
 use crate::config::{RouteConfig, TimeoutsConfig, TranslationConfig};
 use crate::drive::UpstreamBody;
+use crate::ingress::SpanIds;
 use crate::live::Live;
 use crate::observe::{ObservedBody, Until};
 use crate::routing::{InflightGuard, Route};
@@ -36,7 +37,7 @@ pub struct Resume {
     request: Bytes,
     candidates: Vec<Route>,
     headers: HeaderMap,
-    traceparent: String,
+    trace: SpanIds,
     t0: Instant,
     timeouts: TimeoutsConfig,
     translation: TranslationConfig,
@@ -58,7 +59,7 @@ pub struct ResumeFrom<'a> {
     pub client: Dialect,
     pub request: &'a Bytes,
     pub headers: &'a HeaderMap,
-    pub traceparent: &'a str,
+    pub trace: SpanIds,
     pub t0: Instant,
     pub policy: &'a RouteConfig,
     pub translated: Option<ClientStreamOptions>,
@@ -102,7 +103,7 @@ impl Resume {
             request: from.request.clone(),
             candidates,
             headers: from.headers.clone(),
-            traceparent: from.traceparent.to_owned(),
+            trace: from.trace,
             t0: from.t0,
             timeouts: from.policy.timeouts.clone(),
             translation: from.policy.translation.clone(),
@@ -145,7 +146,7 @@ impl Resume {
             client_answer: None,
             stream: true,
             client_headers: &self.headers,
-            traceparent: &self.traceparent,
+            trace: self.trace,
             t0: self.t0,
             timeouts: &self.timeouts,
             endpoint: None,
@@ -162,22 +163,29 @@ impl Resume {
             let start = ctx.now();
             let mut tried =
                 Attempt::dispatched(&route.channel.name, AttemptRole::Continuation, start);
-            let mut answer =
-                match attempt::dispatch(&ctx, route, body.into(), start, start, ErrorStatus::Fails)
-                    .await
-                {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tried.status = e.status;
-                        tried.headers = e.headers_at;
-                        tried.connection = e.connection;
-                        tried.error_class = Some(e.class);
-                        tried.end = Some(e.at);
-                        attempts.push(tried);
-                        splice = Some(s);
-                        continue;
-                    }
-                };
+            let span_id = crate::ingress::new_span_id();
+            tried.span_id = Some(span_id);
+            let sent = attempt::dispatch(
+                &ctx,
+                route,
+                body.into(),
+                (start, start),
+                span_id,
+                ErrorStatus::Fails,
+            );
+            let mut answer = match sent.await {
+                Ok(a) => a,
+                Err(e) => {
+                    tried.status = e.status;
+                    tried.headers = e.headers_at;
+                    tried.connection = e.connection;
+                    tried.error_class = Some(e.class);
+                    tried.end = Some(e.at);
+                    attempts.push(tried);
+                    splice = Some(s);
+                    continue;
+                }
+            };
             tried.status = Some(answer.parts.status.as_u16());
             tried.headers = Some(answer.headers_at);
             tried.connection = answer.connection;

@@ -24,7 +24,7 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body::{Body, Frame};
 use laptime_core::endpoint::{self, BodyKind, Call, Endpoint, ObjectKind};
 use laptime_core::observe::StreamSummary;
-use laptime_core::timeline::{ErrorClass, Outcome, RequestShape};
+use laptime_core::timeline::{ErrorClass, InBandCarrier, Outcome, RequestShape};
 use laptime_core::views::ms;
 use laptime_store::auth::Principal;
 use tokio::time::Instant;
@@ -168,7 +168,7 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
         client_answer: None,
         stream: false,
         client_headers: &parts.headers,
-        traceparent: &trace.traceparent,
+        trace: trace.span,
         t0: finisher.pending.t0,
         timeouts: &policy.timeouts,
         endpoint: Some(&target),
@@ -668,6 +668,7 @@ async fn whole(
         respond::server_timing(&finisher.pending.marks, summary.marks.upstream_done, start);
     if let Some(timing) = timing {
         extra.insert("server-timing", timing);
+        finisher.pending.in_band = InBandCarrier::ServerTiming;
     }
     let ending = Ending {
         status: status.as_u16(),
@@ -723,7 +724,7 @@ fn failure(err: &GatewayError, outcome: Outcome, summary: StreamSummary) -> Endi
 /// An answer relayed as it arrives (audio, a file's content): stamped and counted on the way,
 /// recorded at its end, when it breaks, or when the client leaves.
 fn relayed(
-    finisher: Finisher,
+    mut finisher: Finisher,
     parts: http::response::Parts,
     incoming: UpstreamBody,
     start: Duration,
@@ -740,6 +741,7 @@ fn relayed(
             "server-timing",
             respond::header_value(&format!("upstream-headers;dur={}", ms(h))),
         );
+        finisher.pending.in_band = InBandCarrier::ServerTimingHead;
     }
     let status = parts.status;
     let t0 = finisher.pending.t0;

@@ -434,6 +434,7 @@ fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
         cost,
         refused_by,
         exchange,
+        in_band,
     } = src;
     dst.request_id.clone_from(request_id);
     dst.workspace_id.clone_from(workspace_id);
@@ -468,6 +469,7 @@ fn copy_into(dst: &mut RequestRecord, src: &RequestRecord) {
     dst.cost = *cost;
     dst.refused_by = *refused_by;
     dst.exchange = *exchange;
+    dst.in_band = *in_band;
 }
 
 /// The stream marks, as a `Marks` holds them: the four first-time ones, then the last
@@ -537,6 +539,8 @@ fn partial(p: &Pending) -> RequestRecord {
         cost: None,
         refused_by: p.refused_by,
         exchange: p.exchange(),
+        // Not known until the answer is done (a crash may have cut it anywhere).
+        in_band: None,
     }
 }
 

@@ -77,6 +77,29 @@ fn lower_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
+/// A new W3C span id: random, never all zeros (invalid, W3C; 2^-64 a draw, but cheap to rule
+/// out).
+pub fn new_span_id() -> [u8; 8] {
+    let mut span_id = [0u8; 8];
+    while span_id == [0; 8] {
+        rand::thread_rng().fill_bytes(&mut span_id);
+    }
+    span_id
+}
+
+impl SpanIds {
+    /// The `traceparent` an attempt sends upstream: this trace, the attempt's own span
+    /// `attempt_span` as the parent id, the client's sampled flag.
+    pub fn traceparent_for(&self, attempt_span: [u8; 8]) -> String {
+        format!(
+            "00-{}-{}-{}",
+            hex::encode(self.trace_id),
+            hex::encode(attempt_span),
+            if self.sampled { "01" } else { "00" }
+        )
+    }
+}
+
 pub fn trace(client_traceparent: Option<&str>) -> Trace {
     let (trace_id, parent_span_id, sampled) = client_traceparent
         .and_then(client_context)
@@ -85,11 +108,7 @@ pub fn trace(client_traceparent: Option<&str>) -> Trace {
             rand::thread_rng().fill_bytes(&mut b);
             (b, None, true)
         });
-    let mut span_id = [0u8; 8];
-    // A span id of all zeros is invalid (W3C); 2^-64 a draw, but cheap to rule out.
-    while span_id == [0; 8] {
-        rand::thread_rng().fill_bytes(&mut span_id);
-    }
+    let span_id = new_span_id();
     let trace_hex = hex::encode(trace_id);
     Trace {
         traceparent: format!(

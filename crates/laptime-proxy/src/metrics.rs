@@ -964,6 +964,7 @@ mod tests {
             cost: None,
             refused_by: None,
             exchange: Default::default(),
+            in_band: None,
         }
     }
 

@@ -19,7 +19,7 @@ use http::{HeaderMap, HeaderName};
 use http_body::{Body, Frame};
 use laptime_core::observe::{BodyEnd, ChunkPlan, StreamObserver, StreamSummary};
 use laptime_core::relay::{Piece, Relay};
-use laptime_core::timeline::{self, DeadlineKind, ErrorClass, Outcome};
+use laptime_core::timeline::{self, DeadlineKind, ErrorClass, InBandCarrier, Outcome};
 use laptime_core::translate::stream::{Splice, StreamTranslator};
 use laptime_core::Dialect;
 use tokio::time::{Instant, Sleep};
@@ -751,6 +751,15 @@ impl<B> ObservedBody<B> {
             .unwrap_or_default()
     }
 
+    /// Notes on the pending record what the client is handed in-band now, as it is handed over:
+    /// the record says what was sent, not what should have been.
+    fn note_sent(&mut self, with: fn(InBandCarrier) -> InBandCarrier) {
+        if let Some(c) = self.committed.as_mut() {
+            let p = &mut c.finisher.pending;
+            p.in_band = with(p.in_band);
+        }
+    }
+
     fn render(&self, piece: Piece) -> Bytes {
         match piece {
             Piece::Bytes(b) => b,
@@ -915,8 +924,9 @@ where
         let this = self.get_mut();
         loop {
             if let Some(piece) = this.queue.pop_front() {
-                if let Piece::Bytes(b) = &piece {
-                    this.keep(b);
+                match &piece {
+                    Piece::Bytes(b) => this.keep(b),
+                    Piece::TimingComment => this.note_sent(InBandCarrier::and_comment),
                 }
                 let bytes = this.render(piece);
                 this.sent += bytes.len() as u64;
@@ -942,6 +952,7 @@ where
                 if let Some(c) = this.committed.as_mut().filter(|c| c.trailers) {
                     c.trailers = false;
                     let map = this.trailer_map();
+                    this.note_sent(InBandCarrier::and_trailers);
                     return Poll::Ready(Some(Ok(Frame::trailers(map))));
                 }
                 this.finish(false);

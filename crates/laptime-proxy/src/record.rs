@@ -9,8 +9,8 @@ use laptime_core::cost::{estimate_input_tokens, Billed, PriceTable};
 use laptime_core::observe::StreamSummary;
 use laptime_core::slow::{self, Flag, Thresholds};
 use laptime_core::timeline::{
-    self, Attempt, DeadlineKind, ErrorClass, Exchange, Hedge, Marks, Outcome, RequestRecord,
-    RequestShape,
+    self, Attempt, DeadlineKind, ErrorClass, Exchange, Hedge, InBandCarrier, Marks, Outcome,
+    RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -76,6 +76,9 @@ pub struct Pending {
     /// The gateway's span for the request and the client's span above it, for trace export
     /// (not stored: the record keeps the trace id only).
     pub span: Option<crate::ingress::SpanIds>,
+    /// What the client has been sent of the timing in-band so far: noted where the bytes are
+    /// handed to its connection (the comment, the trailers, `Server-Timing`).
+    pub in_band: InBandCarrier,
 }
 
 impl Pending {
@@ -113,6 +116,7 @@ impl Pending {
             exchange: Exchange::default(),
             objects: Vec::new(),
             span: None,
+            in_band: InBandCarrier::NotSent,
         }
     }
 
@@ -465,6 +469,7 @@ pub fn build(
         cost: None,
         refused_by: p.refused_by,
         exchange,
+        in_band: Some(p.in_band),
     };
     record.cost = prices.cost_of(&record, input_estimate);
     record

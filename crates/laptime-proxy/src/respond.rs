@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use laptime_core::dialect::google_status;
 use laptime_core::observe::{whole_answer, BodyEnd, StreamSummary};
-use laptime_core::timeline::{ErrorClass, Marks, Outcome};
+use laptime_core::timeline::{ErrorClass, InBandCarrier, Marks, Outcome};
 use laptime_core::translate::stream::{translate_body, translate_error, ClientStreamOptions};
 use laptime_core::views::{ms, upstream_ms};
 use laptime_core::Dialect;
@@ -511,6 +511,7 @@ fn whole(
     if let Some(timing) = server_timing(&finisher.pending.marks, summary.marks.upstream_done, start)
     {
         extra.insert("server-timing", timing);
+        finisher.pending.in_band = InBandCarrier::ServerTiming;
     }
     if let (Some((cache, key)), Outcome::Completed) = (store_in, judged.outcome) {
         cache.keep(

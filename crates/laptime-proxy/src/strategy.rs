@@ -129,7 +129,7 @@ pub async fn run(
         made += 1;
         let others_left = candidates.peek().is_some();
         let last = made == max_attempts || (!others_left && !policy.failover.retries_same());
-        let (i, start) = begin(pending, &route, role);
+        let (i, start, span_id) = begin(pending, &route, role);
         pending.marks.upstream_start = Some(start);
         pending.publish();
         let on = &policy.failover.on_status;
@@ -144,7 +144,8 @@ pub async fn run(
             }
         };
         let body = body_for(&route);
-        let mut answer = match attempt::dispatch(ctx, &route, body, start, start, errors).await {
+        let sent = attempt::dispatch(ctx, &route, body, (start, start), span_id, errors);
+        let mut answer = match sent.await {
             Ok(a) => a,
             Err(e) => {
                 failed(pending, i, &e, None);
@@ -214,10 +215,11 @@ pub async fn run(
     Err(failure.unwrap_or_else(|| internal(pending.offset(Instant::now()))))
 }
 
-/// Records a new attempt's dispatch; returns its index in the record and its start. A failover
-/// says in the log which channel failed and how (its error class and status: never a key, a
-/// prompt or an answer).
-fn begin(pending: &mut Pending, route: &Route, role: AttemptRole) -> (usize, Duration) {
+/// Records a new attempt's dispatch; returns its index in the record, its start and the span id
+/// drawn for it (sent upstream in its `traceparent`, kept with its marks, exported as its span).
+/// A failover says in the log which channel failed and how (its error class and status: never
+/// a key, a prompt or an answer).
+fn begin(pending: &mut Pending, route: &Route, role: AttemptRole) -> (usize, Duration, [u8; 8]) {
     if let (AttemptRole::Failover, Some(failed)) = (role, pending.attempts.last()) {
         tracing::warn!(
             request_id = %pending.request_id,
@@ -232,10 +234,12 @@ fn begin(pending: &mut Pending, route: &Route, role: AttemptRole) -> (usize, Dur
     pending.channel = Some(route.channel.name.clone());
     pending.provider = Some(route.channel.provider.as_str().to_string());
     pending.upstream_dialect = Some(route.upstream);
-    pending
-        .attempts
-        .push(Attempt::dispatched(&route.channel.name, role, start));
-    (pending.attempts.len() - 1, start)
+    let span_id = crate::ingress::new_span_id();
+    pending.attempts.push(Attempt {
+        span_id: Some(span_id),
+        ..Attempt::dispatched(&route.channel.name, role, start)
+    });
+    (pending.attempts.len() - 1, start, span_id)
 }
 
 fn headed(pending: &mut Pending, i: usize, answer: &Answer) {
@@ -360,11 +364,18 @@ async fn race(
     let within_budget = (app.hedges_sent.load(Ordering::Relaxed) as f64) < h.budget * total as f64;
     let hedge_at = delay.filter(|_| within_budget).map(|d| Instant::now() + d);
     primary.health.circuit_acquire();
-    let (pi, p_start) = begin(pending, &primary, AttemptRole::Primary);
+    let (pi, p_start, p_span) = begin(pending, &primary, AttemptRole::Primary);
     pending.marks.upstream_start = Some(p_start);
     pending.publish();
     let p_body = body_for(&primary);
-    let sending = attempt::dispatch(ctx, &primary, p_body, p_start, p_start, ErrorStatus::Fails);
+    let sending = attempt::dispatch(
+        ctx,
+        &primary,
+        p_body,
+        (p_start, p_start),
+        p_span,
+        ErrorStatus::Fails,
+    );
     let mut p = Racer::Sending(Box::pin(sending));
     let mut hedge: Option<(usize, Racer<'_>)> = None;
     let mut last_err = None;
@@ -391,12 +402,18 @@ async fn race(
             () = sleep_until_opt(hedge_at), if hedge.is_none() && p.live() => {
                 app.hedges_sent.fetch_add(1, Ordering::Relaxed);
                 second.health.circuit_acquire();
-                let (hi, h_start) = begin(pending, second, AttemptRole::Hedge);
+                let (hi, h_start, h_span) = begin(pending, second, AttemptRole::Hedge);
                 pending.publish();
                 let body = body_for(second);
                 // A hedge's figures count from the primary's dispatch, like the primary's.
-                let sending =
-                    attempt::dispatch(ctx, second, body, h_start, p_start, ErrorStatus::Fails);
+                let sending = attempt::dispatch(
+                    ctx,
+                    second,
+                    body,
+                    (h_start, p_start),
+                    h_span,
+                    ErrorStatus::Fails,
+                );
                 hedge = Some((hi, Racer::Sending(Box::pin(sending))));
             }
         }

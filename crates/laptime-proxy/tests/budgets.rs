@@ -12,8 +12,9 @@ use laptime_proxy::config::PriceConfig;
 use laptime_store::auth;
 use serde_json::{json, Value};
 
-/// Every sim-fast Chat answer reports 10 input tokens: at $1,000 per million input tokens
-/// (output free), each costs exactly $0.01.
+/// Every sim-fast Chat answer here reports 10 input tokens (its script pins them, rather than
+/// counting the body): at $1,000 per million input tokens (output free), each costs exactly
+/// $0.01.
 const ONE_REQUEST_NANO: u64 = 10_000_000;
 
 fn input_price(model: &str, input_per_mtok: f64) -> PriceConfig {
@@ -41,10 +42,15 @@ async fn priced() -> Harness {
 }
 
 async fn chat(h: &Harness, token: &str, model: &str, stream: bool) -> reqwest::Response {
+    let mut body = body_for("chat", model, stream);
+    if model == "sim-fast" {
+        // sim-fast's own script, its input pinned.
+        body["laptime_sim"] = json!({"usage": {"input_tokens": 10}});
+    }
     h.http
         .post(h.url("/v1/chat/completions"))
         .bearer_auth(token)
-        .json(&body_for("chat", model, stream))
+        .json(&body)
         .send()
         .await
         .unwrap()

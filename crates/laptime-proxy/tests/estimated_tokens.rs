@@ -95,9 +95,47 @@ async fn a_chat_stream_without_include_usage_gets_estimated_output_tokens_and_a_
         row["other"]["timing"]["visible_output_tps_estimated"],
         false
     );
-    assert!(row["other"]["timing"]["visible_output_tps"]
+    let counted_tps = row["other"]["timing"]["visible_output_tps"]
         .as_f64()
-        .is_some());
+        .unwrap();
+
+    // Usage keeps the two speeds apart: the provider-counted percentiles hold only the second
+    // request's, the estimated ones only the first's.
+    let (status, d) = h
+        .gql(
+            &h.token,
+            "query($ws: ID!) { usage(workspaceId: $ws, window: {last: \"1h\"}) { rollup {
+                outputEstimatedCount visibleOutputTps { count nullCount min max }
+                estimatedVisibleOutputTps { count nullCount min max } } } }",
+            json!({"ws": "default"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{d}");
+    let u = &d["data"]["usage"]["rollup"];
+    assert_eq!(u["outputEstimatedCount"], 1, "{d}");
+    assert_eq!(
+        u["visibleOutputTps"],
+        json!({"count": 1, "nullCount": 1, "min": counted_tps, "max": counted_tps})
+    );
+    assert_eq!(
+        u["estimatedVisibleOutputTps"],
+        json!({"count": 1, "nullCount": 1, "min": tps, "max": tps})
+    );
+    let rest: Value = h
+        .http
+        .get(h.url("/api/usage?last=1h"))
+        .bearer_auth(&h.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        rest["rollup"]["visible_output_tps"]["max"], counted_tps,
+        "{rest}"
+    );
+    assert_eq!(rest["rollup"]["estimated_visible_output_tps"]["max"], tps);
     h.stop().await;
 }
 

@@ -34,7 +34,7 @@ async fn play_for(dialect: Dialect, client: Dialect, model: &str) -> (RequestRec
     let store = Store::open_dir(dir.path()).unwrap();
     let (recorder, task) = Recorder::start(&store, 100).unwrap();
     let script = laptime_sim::preset(model).unwrap();
-    let schedule = laptime_sim::schedule(dialect, &script, model, true, true);
+    let schedule = laptime_sim::schedule(dialect, &script, model, (true, true), 0);
 
     let t0 = Instant::now();
     let mut p = Pending::new(t0, 1, "req_trace".into(), client);
@@ -56,6 +56,7 @@ async fn play_for(dialect: Dialect, client: Dialect, model: &str) -> (RequestRec
         first_byte: None,
         end: None,
         connection: Default::default(),
+        span_id: None,
     });
     let (mut tx, upstream) = Channel::<Bytes, std::io::Error>::new(4);
     let steps = schedule.steps.clone();

@@ -271,16 +271,22 @@ async fn a_streamed_request_is_one_span_under_the_client_span_with_its_milestone
     assert_eq!(spans.len(), 2, "the request and its one attempt: {spans:?}");
     let req = request_span(&spans);
 
-    // A child of the client's span, with the span id laptime sent upstream.
+    // A child of the client's span; the upstream was sent its attempt's span, the request
+    // span's child.
     assert_eq!(hex::encode(&req.trace_id), CLIENT_TRACE);
     assert_eq!(hex::encode(&req.parent_span_id), CLIENT_SPAN);
+    let attempt = spans
+        .iter()
+        .find(|s| s.kind == SpanKind::Client as i32)
+        .unwrap();
+    assert_eq!(attempt.parent_span_id, req.span_id);
     let upstream_tp = h.last_sim_request().await["traceparent"]
         .as_str()
         .unwrap()
         .to_string();
     assert_eq!(
         upstream_tp,
-        format!("00-{CLIENT_TRACE}-{}-01", hex::encode(&req.span_id))
+        format!("00-{CLIENT_TRACE}-{}-01", hex::encode(&attempt.span_id))
     );
     assert_eq!(req.name, "chat sim-fast");
 
@@ -502,6 +508,69 @@ async fn a_failover_request_has_a_span_for_each_attempt_under_the_request_span()
         Some(&Any::BoolValue(true))
     );
     assert_ne!(first.span_id, second.span_id);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn each_attempt_sends_upstream_the_span_id_it_is_exported_with() {
+    let (endpoint, got) = receiver(0).await;
+    let h = traced(&endpoint, |cfg, sim| {
+        // Both channels are the sim: the first answers 429 (failed over), the second answers.
+        let mut limited = channel("limited", sim, &[]);
+        limited.models = laptime_proxy::config::Models::Map(
+            [("m".to_string(), "sim-rate-limited".to_string())].into(),
+        );
+        cfg.channels.push(limited);
+        let mut backup = channel("backup", sim, &[]);
+        backup.models =
+            laptime_proxy::config::Models::Map([("m".to_string(), "sim-fast".to_string())].into());
+        backup.priority = 1;
+        cfg.channels.push(backup);
+    })
+    .await;
+    let trace = "5b8aa5a2d2c872e8321cf37308d69df2";
+    let (id, _) = call(
+        &h,
+        &body_for("chat", "m", true),
+        Some(&format!("00-{trace}-051581bf3cb55c13-01")),
+    )
+    .await;
+    let r = record(&h, &id).await;
+    assert_eq!(r.failover_count, 1);
+    let spans = got.wait_for(trace, 3).await;
+    let req = request_span(&spans);
+    let exported: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.kind == SpanKind::Client as i32)
+        .collect();
+    assert_eq!(exported.len(), 2, "{spans:?}");
+    // What the sim received, in order: each attempt's traceparent names its own span.
+    let received: Vec<String> = h
+        .sim_requests()
+        .await
+        .iter()
+        .map(|q| q["traceparent"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(received.len(), 2, "{received:?}");
+    for ((tp, span), a) in received.iter().zip(&exported).zip(&r.attempts) {
+        assert_eq!(
+            tp,
+            &format!("00-{trace}-{}-01", hex::encode(&span.span_id)),
+            "{}",
+            a.channel
+        );
+        assert_eq!(
+            span.parent_span_id, req.span_id,
+            "a child of the request span"
+        );
+        assert_eq!(a.span_id.map(|s| s.to_vec()), Some(span.span_id.clone()));
+    }
+    assert_eq!(
+        string(exported[0], "laptime.channel").as_deref(),
+        Some("limited")
+    );
+    assert_ne!(exported[0].span_id, exported[1].span_id);
+    assert_ne!(exported[0].span_id, req.span_id);
     h.stop().await;
 }
 

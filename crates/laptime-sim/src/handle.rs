@@ -312,6 +312,7 @@ fn plan_responses(req: &Req<'_>, bytes: &[u8]) -> Planned {
     let call = Call {
         default_model: req.deployment,
         response: Some(&meta),
+        body_bytes: bytes.len(),
         ..Call::default()
     };
     let planned = plan::plan_value(Dialect::Responses, &value, &call);

@@ -37,6 +37,9 @@ pub(crate) struct Call<'a> {
     pub(crate) default_model: Option<&'a str>,
     /// A Responses answer's identity (the default one when `None`).
     pub(crate) response: Option<&'a ResponseMeta>,
+    /// The size of the request body as it arrived: the input a script without its own
+    /// `input_tokens` reports. [`plan`] sets it; a body already parsed says it here.
+    pub(crate) body_bytes: usize,
 }
 
 /// The request body as JSON, or OpenAI's words for one that is not.
@@ -54,7 +57,14 @@ pub(crate) fn plan(dialect: Dialect, body: &[u8], call: &Call<'_>) -> Planned {
         return refused;
     }
     match parse(body) {
-        Ok(value) => plan_value(dialect, &value, call),
+        Ok(value) => plan_value(
+            dialect,
+            &value,
+            &Call {
+                body_bytes: body.len(),
+                ..*call
+            },
+        ),
         Err(error) => Planned {
             model: None,
             answer: Err(error),
@@ -118,6 +128,7 @@ pub(crate) fn plan_value(dialect: Dialect, value: &Value, call: &Call<'_>) -> Pl
             include_usage,
             prefill: prefill.as_deref(),
             response: call.response.unwrap_or(&default_meta),
+            body_bytes: call.body_bytes,
         };
         script::answer(dialect, &script, &request)
     });

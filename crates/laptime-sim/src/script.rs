@@ -167,10 +167,12 @@ pub enum EffectiveKind {
 
 /// Token counts. `input_tokens` excludes cached tokens (Anthropic's convention); the OpenAI
 /// dialects report `input + cache_read + cache_write` as their prompt/input total.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UsageSpec {
-    pub input_tokens: u32,
+    /// Absent: the request body counted by [`crate::tokens::of_body`] (a token per four bytes,
+    /// at least one), so the usage reflects the prompt sent; present: this figure.
+    pub input_tokens: Option<u32>,
     pub cache_read_tokens: u32,
     pub cache_write_tokens: u32,
     /// The part of `cache_write_tokens` written for one hour (Anthropic reports the split in
@@ -180,19 +182,6 @@ pub struct UsageSpec {
     pub output_tokens: Option<u32>,
     /// Defaults to the number of reasoning deltas (0 for tool args), capped at the output.
     pub reasoning_tokens: Option<u32>,
-}
-
-impl Default for UsageSpec {
-    fn default() -> Self {
-        UsageSpec {
-            input_tokens: 10,
-            cache_read_tokens: 0,
-            cache_write_tokens: 0,
-            cache_write_1h_tokens: 0,
-            output_tokens: None,
-            reasoning_tokens: None,
-        }
-    }
 }
 
 /// How a scripted answer ends.
@@ -358,7 +347,7 @@ pub fn preset(name: &str) -> Option<Script> {
             text_tokens: 118,
             tokens_per_s: 118.0 / 2.8,
             usage: UsageSpec {
-                input_tokens: 1200,
+                input_tokens: Some(1200),
                 output_tokens: Some(118),
                 ..UsageSpec::default()
             },
@@ -375,7 +364,7 @@ pub fn preset(name: &str) -> Option<Script> {
             text_tokens: 83,
             tokens_per_s: 83.0 / 1.5,
             usage: UsageSpec {
-                input_tokens: 800,
+                input_tokens: Some(800),
                 cache_read_tokens: 512,
                 output_tokens: Some(83),
                 ..UsageSpec::default()
@@ -393,7 +382,7 @@ pub fn preset(name: &str) -> Option<Script> {
             text_tokens: 196,
             tokens_per_s: 9.8,
             usage: UsageSpec {
-                input_tokens: 640,
+                input_tokens: Some(640),
                 output_tokens: Some(196),
                 ..UsageSpec::default()
             },
@@ -444,7 +433,7 @@ pub fn preset(name: &str) -> Option<Script> {
 fn scenario(name: &str) -> Option<Script> {
     let at = |kind, at_ms| Some(FirstEffective { kind, at_ms });
     let usage = |input_tokens, cache_read_tokens, cache_write_tokens| UsageSpec {
-        input_tokens,
+        input_tokens: Some(input_tokens),
         cache_read_tokens,
         cache_write_tokens,
         ..UsageSpec::default()
@@ -595,14 +584,24 @@ pub(crate) const JSON: &str = "application/json";
 ///
 /// `include_usage` (Chat only) adds the `choices:[]` usage chunk before `[DONE]` and
 /// `"usage":null` on every other chunk, as OpenAI does for `stream_options.include_usage`.
+///
+/// `body_bytes` is the size of the request body: a script without its own `input_tokens`
+/// reports that many bytes as input tokens, one per four (see [`crate::tokens::of_body`]).
 pub fn schedule(
     dialect: Dialect,
     script: &Script,
     model: &str,
-    stream: bool,
-    include_usage: bool,
+    (stream, include_usage): (bool, bool),
+    body_bytes: usize,
 ) -> Schedule {
-    schedule_with_prefill(dialect, script, model, stream, include_usage, None)
+    schedule_with_prefill(
+        dialect,
+        script,
+        model,
+        (stream, include_usage),
+        None,
+        body_bytes,
+    )
 }
 
 /// [`schedule`] for a request whose conversation ends with the assistant text `prefill` (as
@@ -612,9 +611,9 @@ pub fn schedule_with_prefill(
     dialect: Dialect,
     script: &Script,
     model: &str,
-    stream: bool,
-    include_usage: bool,
+    (stream, include_usage): (bool, bool),
     prefill: Option<&str>,
+    body_bytes: usize,
 ) -> Schedule {
     let request = Request {
         model,
@@ -622,6 +621,7 @@ pub fn schedule_with_prefill(
         include_usage,
         prefill,
         response: &ResponseMeta::default(),
+        body_bytes,
     };
     answer(dialect, script, &request).schedule
 }
@@ -659,6 +659,8 @@ pub(crate) struct Request<'a> {
     /// The assistant prefill the conversation ends with, if any.
     pub(crate) prefill: Option<&'a str>,
     pub(crate) response: &'a ResponseMeta,
+    /// The size of the request body, counted as the input when the script does not say it.
+    pub(crate) body_bytes: usize,
 }
 
 /// A scheduled answer and, for a Responses answer that made a response, what a store keeps.
@@ -754,7 +756,7 @@ fn play(dialect: Dialect, script: &Script, mut deltas: Deltas, request: &Request
     }
     let sent = u32::try_from(deltas.len()).unwrap_or(MAX_DELTAS);
     let timeline = Timeline::new(script, sent);
-    let usage = Usage::resolve(script, &timeline);
+    let usage = Usage::resolve(script, &timeline, request.body_bytes);
     let ctx = wire::Ctx {
         dialect,
         model: request.model,
@@ -1092,7 +1094,8 @@ pub(crate) struct Usage {
 }
 
 impl Usage {
-    pub(crate) fn resolve(script: &Script, timeline: &Timeline) -> Usage {
+    /// `body_bytes`: the request body's size, the input when the script does not pin it.
+    pub(crate) fn resolve(script: &Script, timeline: &Timeline, body_bytes: usize) -> Usage {
         let spec = &script.usage;
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         let text_deltas = timeline.text.as_ref().map_or(0, |t| count(t.at.len()));
@@ -1105,7 +1108,9 @@ impl Usage {
             _ => 0,
         });
         Usage {
-            input: spec.input_tokens,
+            input: spec
+                .input_tokens
+                .unwrap_or_else(|| crate::tokens::of_body(body_bytes)),
             cache_read: spec.cache_read_tokens,
             cache_write: spec.cache_write_tokens,
             cache_write_1h: spec.cache_write_1h_tokens.min(spec.cache_write_tokens),
@@ -1185,14 +1190,15 @@ mod tests {
             first_effective: 0,
             first_text: 0,
             terminal: 0,
-            input_total: 10,
+            // Pins no input: the 401-byte body played, a token per four bytes rounded up.
+            input_total: 101,
             cache_read: 0,
             output: 16,
         },
     ];
 
     fn streamed(dialect: Dialect, script: &Script) -> (Schedule, Vec<testkit::Ev>) {
-        let s = schedule(dialect, script, "m", true, true);
+        let s = schedule(dialect, script, "m", (true, true), 0);
         let evs = testkit::events(&s);
         (s, evs)
     }
@@ -1208,7 +1214,13 @@ mod tests {
         for seed in &SEEDS {
             for dialect in Dialect::ALL {
                 let at = format!("{} / {dialect}", seed.name);
-                let s = schedule(dialect, &preset(seed.name).unwrap(), seed.name, true, true);
+                let s = schedule(
+                    dialect,
+                    &preset(seed.name).unwrap(),
+                    seed.name,
+                    (true, true),
+                    401,
+                );
                 let evs = testkit::events(&s);
                 let m = testkit::marks(dialect, &evs);
                 assert_eq!(s.status, 200, "{at}");
@@ -1334,14 +1346,14 @@ mod tests {
     #[test]
     fn chat_usage_chunk_is_sent_only_when_include_usage_is_set() {
         let script = preset("sim-trace-b").unwrap();
-        let without = testkit::events(&schedule(Dialect::Chat, &script, "m", true, false));
+        let without = testkit::events(&schedule(Dialect::Chat, &script, "m", (true, false), 0));
         assert!(without
             .iter()
             .filter_map(|e| e.json.as_ref())
             .all(|j| j.get("usage").is_none() && !j["choices"].as_array().unwrap().is_empty()));
         assert_eq!(testkit::usage(Dialect::Chat, &without), None);
 
-        let with = testkit::events(&schedule(Dialect::Chat, &script, "m", true, true));
+        let with = testkit::events(&schedule(Dialect::Chat, &script, "m", (true, true), 0));
         let (last, rest) = with.split_last().unwrap();
         assert_eq!(last.raw, "data: [DONE]\n\n");
         let (usage_chunk, chunks) = rest.split_last().unwrap();
@@ -1362,8 +1374,8 @@ mod tests {
         // include_usage means nothing to the other dialects.
         for dialect in [Dialect::Responses, Dialect::Messages] {
             assert_eq!(
-                schedule(dialect, &script, "m", true, true),
-                schedule(dialect, &script, "m", true, false)
+                schedule(dialect, &script, "m", (true, true), 0),
+                schedule(dialect, &script, "m", (true, false), 0)
             );
         }
     }
@@ -1567,7 +1579,7 @@ mod tests {
     fn a_status_end_answers_the_status_with_an_error_body_at_the_head() {
         for stream in [true, false] {
             for dialect in Dialect::ALL {
-                let s = schedule(dialect, &with_end(End::Status), "m", stream, true);
+                let s = schedule(dialect, &with_end(End::Status), "m", (stream, true), 0);
                 assert_eq!(s.status, 503);
                 assert_eq!(s.content_type, "application/json");
                 assert_eq!(s.head_at, ms(10));
@@ -1609,7 +1621,7 @@ mod tests {
     fn non_streamed_answers_come_whole_at_the_instant_the_stream_would_end() {
         let script = preset("sim-trace-b").unwrap();
         for dialect in Dialect::ALL {
-            let s = schedule(dialect, &script, "sim-trace-b", false, false);
+            let s = schedule(dialect, &script, "sim-trace-b", (false, false), 0);
             assert_eq!(s.status, 200);
             assert_eq!(s.content_type, "application/json");
             assert_eq!(s.head_at, ms(10200));
@@ -1671,8 +1683,8 @@ mod tests {
             (End::Stall, Finish::Stall),
         ] {
             for dialect in Dialect::ALL {
-                let s = schedule(dialect, &with_end(end), "m", false, false);
-                let whole = schedule(dialect, &with_end(End::Terminal), "m", false, false);
+                let s = schedule(dialect, &with_end(end), "m", (false, false), 0);
+                let whole = schedule(dialect, &with_end(End::Terminal), "m", (false, false), 0);
                 assert_eq!((s.status, s.finish, s.head_at), (200, finish, ms(80)));
                 assert_eq!(s.steps[0].bytes.len(), whole.steps[0].bytes.len() / 2);
                 assert!(serde_json::from_slice::<serde_json::Value>(&s.steps[0].bytes).is_err());
@@ -1683,7 +1695,7 @@ mod tests {
     #[test]
     fn a_non_streamed_error_event_answers_the_scripted_status_at_the_end() {
         for dialect in Dialect::ALL {
-            let s = schedule(dialect, &with_end(End::ErrorEvent), "m", false, false);
+            let s = schedule(dialect, &with_end(End::ErrorEvent), "m", (false, false), 0);
             assert_eq!((s.status, s.head_at), (503, ms(80)));
             let body: serde_json::Value = serde_json::from_slice(&s.steps[0].bytes).unwrap();
             assert!(body["error"]["message"].is_string(), "{dialect}");
@@ -1884,7 +1896,7 @@ mod tests {
             assert_eq!(args, 3, "one argument delta per call, {dialect}");
             assert_eq!(testkit::usage(dialect, &evs).unwrap().output, 3);
         }
-        let whole = schedule(Dialect::Chat, &script, "m", false, false);
+        let whole = schedule(Dialect::Chat, &script, "m", (false, false), 0);
         let body: serde_json::Value = serde_json::from_slice(&whole.steps[0].bytes).unwrap();
         let names: Vec<&str> = body["choices"][0]["message"]["tool_calls"]
             .as_array()
@@ -1901,11 +1913,11 @@ mod tests {
             Dialect::Messages,
             &preset("sim-rate-limited").unwrap(),
             "m",
-            true,
-            false,
+            (true, false),
+            0,
         );
         assert_eq!((s.status, s.retry_after_s), (429, Some(1)));
-        let fast = schedule(Dialect::Messages, &Script::default(), "m", true, false);
+        let fast = schedule(Dialect::Messages, &Script::default(), "m", (true, false), 0);
         assert_eq!(fast.retry_after_s, None);
     }
 
@@ -1931,9 +1943,9 @@ mod tests {
             dialect,
             script,
             "m",
-            true,
-            true,
+            (true, true),
             Some(prefill),
+            0,
         ))
     }
 
@@ -1995,8 +2007,8 @@ mod tests {
         let cut = custom(r#"{"text_tokens": 20, "cut_after": 4, "end": "close"}"#);
         let four = custom(r#"{"text_tokens": 4}"#);
         for dialect in Dialect::ALL {
-            let s = schedule(dialect, &cut, "m", false, false);
-            let whole = schedule(dialect, &four, "m", false, false);
+            let s = schedule(dialect, &cut, "m", (false, false), 0);
+            let whole = schedule(dialect, &four, "m", (false, false), 0);
             assert_eq!(s.finish, Finish::Eof);
             assert_eq!(s.steps[0].bytes.len(), whole.steps[0].bytes.len() / 2);
             assert_eq!(
@@ -2087,14 +2099,14 @@ mod tests {
             .get(30)
             .map_or_else(String::new, |&b| canonical[..b].to_owned());
         for dialect in Dialect::ALL {
-            let s = schedule_with_prefill(dialect, &script, "m", true, true, Some(&prefill));
+            let s = schedule_with_prefill(dialect, &script, "m", (true, true), Some(&prefill), 0);
             let evs = testkit::events(&s);
             let deltas = visible(dialect, &evs);
             // 30 of the 60 are in the prefill; the continuation's 30 are all under the cut.
             assert_eq!(deltas.len(), 30, "{dialect}");
             assert_eq!(testkit::marks(dialect, &evs).terminal, None, "{dialect}");
             let short: String = canonical.chars().take(10).collect();
-            let s = schedule_with_prefill(dialect, &script, "m", true, true, Some(&short));
+            let s = schedule_with_prefill(dialect, &script, "m", (true, true), Some(&short), 0);
             let deltas = visible(dialect, &testkit::events(&s));
             assert_eq!(deltas.len(), 40, "{dialect}");
             let reply: String = deltas.iter().map(|(_, t)| t.as_str()).collect();
@@ -2109,17 +2121,18 @@ mod tests {
     fn a_prefill_that_is_not_the_answers_start_gets_the_whole_answer() {
         let script = preset("sim-long").unwrap();
         for dialect in Dialect::ALL {
-            let ignored = schedule_with_prefill(dialect, &script, "m", true, true, Some("Nope"));
+            let ignored =
+                schedule_with_prefill(dialect, &script, "m", (true, true), Some("Nope"), 0);
             assert_eq!(
                 ignored,
-                schedule(dialect, &script, "m", true, true),
+                schedule(dialect, &script, "m", (true, true), 0),
                 "{dialect}"
             );
         }
         // Nor does a prefill change an answer without text.
         let tool = preset("sim-tool-call").unwrap();
-        let s = schedule_with_prefill(Dialect::Messages, &tool, "m", true, false, Some(""));
-        assert_eq!(s, schedule(Dialect::Messages, &tool, "m", true, false));
+        let s = schedule_with_prefill(Dialect::Messages, &tool, "m", (true, false), Some(""), 0);
+        assert_eq!(s, schedule(Dialect::Messages, &tool, "m", (true, false), 0));
     }
 
     #[test]
@@ -2129,7 +2142,8 @@ mod tests {
                        must end with a user message.";
         for dialect in Dialect::ALL {
             for stream in [true, false] {
-                let s = schedule_with_prefill(dialect, &script, "m", stream, false, Some("Sure"));
+                let s =
+                    schedule_with_prefill(dialect, &script, "m", (stream, false), Some("Sure"), 0);
                 assert_eq!((s.status, s.content_type, s.head_at), (400, JSON, ms(5)));
                 let body: serde_json::Value = serde_json::from_slice(&s.steps[0].bytes).unwrap();
                 match dialect {
@@ -2152,8 +2166,8 @@ mod tests {
                     }
                 }
             }
-            let answered = schedule_with_prefill(dialect, &script, "m", true, true, None);
-            assert_eq!(answered, schedule(dialect, &script, "m", true, true));
+            let answered = schedule_with_prefill(dialect, &script, "m", (true, true), None, 0);
+            assert_eq!(answered, schedule(dialect, &script, "m", (true, true), 0));
             assert_eq!(answered.status, 200);
         }
     }

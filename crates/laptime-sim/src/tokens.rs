@@ -1,5 +1,6 @@
 //! The sim's one token-counting rule, for the endpoints that count input a script does not
-//! (embeddings, moderations' and images' usage, token counts for unscripted models).
+//! (embeddings, moderations' and images' usage, token counts for unscripted models), and for a
+//! model call whose script does not pin its input: the whole request body, as sent.
 //!
 //! A token is four bytes of UTF-8 text, rounded up: `⌈len / 4⌉` per string, so any non-empty
 //! string is at least one token. It is a stand-in for a tokenizer (real ones average about four
@@ -11,6 +12,12 @@ use serde_json::Value;
 /// The tokens of one string.
 pub(crate) fn of_text(text: &str) -> u64 {
     u64::try_from(text.len().div_ceil(4)).unwrap_or(u64::MAX)
+}
+
+/// The input tokens of a request body the script does not count: a token per four bytes of the
+/// body as sent, rounded up, at least one (a request is never free).
+pub(crate) fn of_body(len: usize) -> u32 {
+    u32::try_from(len.div_ceil(4).max(1)).unwrap_or(u32::MAX)
 }
 
 /// The tokens of every string value anywhere in `value`: keys cost nothing, but every string
@@ -39,6 +46,15 @@ mod tests {
         // Bytes, not characters: "é" is two bytes.
         assert_eq!(of_text("éé"), 1);
         assert_eq!(of_text("ééé"), 2);
+    }
+
+    #[test]
+    fn a_body_is_a_token_per_four_bytes_and_at_least_one() {
+        assert_eq!(of_body(0), 1);
+        assert_eq!(of_body(1), 1);
+        assert_eq!(of_body(4), 1);
+        assert_eq!(of_body(5), 2);
+        assert_eq!(of_body(401), 101);
     }
 
     #[test]

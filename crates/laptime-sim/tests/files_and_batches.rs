@@ -335,8 +335,12 @@ async fn a_batch_completes_at_its_first_read_with_one_output_line_per_request() 
     for stamp in ["in_progress_at", "finalizing_at", "completed_at"] {
         assert!(done[stamp].is_u64(), "{stamp}");
     }
-    // sim-fast: 10 in, 16 out; sim-reasoning: 20 + 8 + 4 in, 10 out (4 reasoning), 8 cached.
-    assert_eq!(done["usage"]["input_tokens"], 42);
+    // sim-fast: its line's body (sent unstreamed) at a token per four bytes in, 16 out;
+    // sim-reasoning: 20 + 8 + 4 in, 10 out (4 reasoning), 8 cached.
+    let mut fast = chat("sim-fast");
+    fast["stream"] = json!(false);
+    let fast_in = fast.to_string().len().div_ceil(4);
+    assert_eq!(done["usage"]["input_tokens"], fast_in + 32);
     assert_eq!(done["usage"]["output_tokens"], 26);
     assert_eq!(done["usage"]["input_tokens_details"]["cached_tokens"], 8);
     assert_eq!(

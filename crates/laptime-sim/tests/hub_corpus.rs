@@ -27,7 +27,7 @@ fn streamed_presets() -> Vec<&'static str> {
 
 fn upstream_bytes(dialect: Dialect, preset: &str) -> Vec<u8> {
     let script = laptime_sim::preset(preset).unwrap();
-    let schedule = laptime_sim::schedule(dialect, &script, preset, true, true);
+    let schedule = laptime_sim::schedule(dialect, &script, preset, (true, true), 0);
     schedule
         .steps
         .iter()

@@ -305,6 +305,7 @@ impl Synth {
                     first_byte: None,
                     end: us(t1 - 0.5),
                     connection: Default::default(),
+                    span_id: None,
                 });
             }
             attempts.push(Attempt {
@@ -322,6 +323,7 @@ impl Synth {
                 first_byte: marks.first_byte,
                 end: marks.upstream_done,
                 connection: Default::default(),
+                span_id: None,
             });
         }
         // Shaped as the gateway makes them (`ingress::request_id`): the arrival millisecond
@@ -373,6 +375,7 @@ impl Synth {
             }),
             refused_by: None,
             exchange: Default::default(),
+            in_band: None,
         }
     }
 }

@@ -8,8 +8,8 @@ use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::Limit;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge, Marks,
-    Outcome, RequestRecord, RequestShape,
+    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge,
+    InBandCarrier, Marks, Outcome, RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -103,18 +103,18 @@ pub(crate) fn insert_rows(
                 max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
                 temperature, top_p, region, trace_id, upstream_dialect, instance,
                 cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by,
-                endpoint, bytes_in, bytes_out, key_index, estimated_output_tokens)
+                endpoint, bytes_in, bytes_out, key_index, estimated_output_tokens, in_band)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
                 ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49,
-                ?50, ?51, ?52, ?53, ?54, ?55, ?56, ?57, ?58, ?59, ?60)
+                ?50, ?51, ?52, ?53, ?54, ?55, ?56, ?57, ?58, ?59, ?60, ?61)
              ON CONFLICT (request_id) DO NOTHING",
         )?;
         let mut att = tx.prepare_cached(
             "INSERT OR REPLACE INTO attempts (request_id, idx, channel, role, won, status,
                 error_class, start_us, headers_us, first_byte_us, end_us, connected_us,
-                tunnel_us, tls_us)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                tunnel_us, tls_us, span_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )?;
         for r in records {
             if insert_row(&mut req, r)? == 0 {
@@ -145,6 +145,7 @@ pub(crate) fn insert_rows(
                     us(a.connection.connected),
                     us(a.connection.tunnel),
                     us(a.connection.tls),
+                    a.span_id.map(hex::encode),
                 ])?;
             }
         }
@@ -217,7 +218,14 @@ fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Re
         tok(r.exchange.bytes_out),
         r.exchange.key_index,
         tok(r.tokens.estimated_output),
+        r.in_band.map(InBandCarrier::as_str),
     ])?)
+}
+
+/// A W3C span id as stored: 16 hex digits.
+pub(crate) fn parse_span_id(s: &str) -> Option<[u8; 8]> {
+    let mut id = [0u8; 8];
+    hex::decode_to_slice(s, &mut id).ok().map(|()| id)
 }
 
 /// One stored row by id, in any workspace, without its attempts.
@@ -237,7 +245,7 @@ pub(crate) const SELECT: &str =
     failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
     response_format, temperature, top_p, region, trace_id, upstream_dialect, instance,
     cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by, endpoint,
-    bytes_in, bytes_out, key_index, estimated_output_tokens
+    bytes_in, bytes_out, key_index, estimated_output_tokens, in_band
     FROM requests";
 
 fn corrupt(what: &str, v: &str) -> rusqlite::Error {
@@ -261,6 +269,7 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let cost_estimated: Option<bool> = row.get(52)?;
     let refused_by: Option<String> = row.get(54)?;
     let endpoint: String = row.get(55)?;
+    let in_band: Option<String> = row.get(60)?;
     Ok(RequestRecord {
         request_id: row.get(0)?,
         workspace_id: row.get(1)?,
@@ -345,6 +354,10 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
             bytes_out: untok(row.get(57)?),
             key_index: row.get(58)?,
         },
+        in_band: match in_band {
+            Some(c) => Some(InBandCarrier::parse(&c).ok_or_else(|| corrupt("in_band", &c))?),
+            None => None,
+        },
         attempts: Vec::new(),
     })
 }
@@ -352,12 +365,13 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
 pub(crate) fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Result<()> {
     let mut stmt = conn.prepare_cached(
         "SELECT channel, role, won, status, error_class, start_us, headers_us, first_byte_us,
-            end_us, connected_us, tunnel_us, tls_us FROM attempts WHERE request_id = ?1
+            end_us, connected_us, tunnel_us, tls_us, span_id FROM attempts WHERE request_id = ?1
             ORDER BY idx",
     )?;
     let rows = stmt.query_map([&record.request_id], |row| {
         let class: Option<String> = row.get(4)?;
         let role: String = row.get(1)?;
+        let span_id: Option<String> = row.get(12)?;
         Ok(Attempt {
             channel: row.get(0)?,
             role: AttemptRole::parse(&role).ok_or_else(|| corrupt("role", &role))?,
@@ -375,6 +389,10 @@ pub(crate) fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Re
                 connected: dur(row.get(9)?),
                 tunnel: dur(row.get(10)?),
                 tls: dur(row.get(11)?),
+            },
+            span_id: match span_id {
+                Some(id) => Some(parse_span_id(&id).ok_or_else(|| corrupt("span_id", &id))?),
+                None => None,
             },
         })
     })?;
@@ -550,6 +568,7 @@ pub(crate) mod tests {
                 first_byte: ms(6),
                 end: ms(9),
                 connection: ConnectionMarks::default(),
+                span_id: None,
             }],
             hedge: Hedge::None,
             failover_count: 0,
@@ -565,6 +584,7 @@ pub(crate) mod tests {
             cost: None,
             refused_by: None,
             exchange: Exchange::default(),
+            in_band: None,
         }
     }
 

@@ -66,6 +66,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: V9,
         after: None,
     },
+    // 10: which in-band carrier the client was sent (noted as sent, not derived), and each
+    // attempt's span id (the parent id of the `traceparent` it sent upstream).
+    Migration {
+        sql: V10,
+        after: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -332,6 +338,15 @@ const V9: &str = r#"
         channels TEXT NOT NULL,
         updated_at_us INTEGER NOT NULL
     );
+"#;
+
+/// `in_band`: the carrier of the timing the client got (`sse_comment`, `trailers`,
+/// `sse_comment_and_trailers`, `server_timing`, `server_timing_head` or `none`), noted when it
+/// was sent; NULL on older rows, whose readers derive it. `attempts.span_id`: the attempt's W3C
+/// span id, 16 hex digits; NULL on older rows.
+const V10: &str = r#"
+    ALTER TABLE requests ADD COLUMN in_band TEXT;
+    ALTER TABLE attempts ADD COLUMN span_id TEXT;
 "#;
 
 /// The schema version this build writes.

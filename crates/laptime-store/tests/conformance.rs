@@ -13,7 +13,8 @@ use laptime_core::endpoint::{Endpoint, ObjectKind};
 use laptime_core::limit::Limit;
 use laptime_core::rollup::{Metric, Rollup};
 use laptime_core::timeline::{
-    Attempt, ConnectionMarks, Exchange, Hedge, Marks, Outcome, RequestRecord, RequestShape,
+    Attempt, ConnectionMarks, Exchange, Hedge, InBandCarrier, Marks, Outcome, RequestRecord,
+    RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -79,6 +80,7 @@ fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord
             first_byte: ms(200.0),
             end: ms(900.0),
             connection: ConnectionMarks::default(),
+            span_id: None,
         }],
         hedge: Hedge::None,
         failover_count: 0,
@@ -90,6 +92,7 @@ fn plain(id: &str, ws: &str, created: i64, model: Option<&str>) -> RequestRecord
         cost: None,
         refused_by: None,
         exchange: Default::default(),
+        in_band: None,
     }
 }
 
@@ -608,6 +611,79 @@ fn filter_cases() -> Vec<(UsageFilter, Pred)> {
 }
 
 #[tokio::test]
+async fn every_in_band_carrier_reads_back_as_sent_and_an_unnoted_one_stays_absent() {
+    let mut rows: Vec<RequestRecord> = InBandCarrier::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut r = plain(&format!("c{i}"), "ws", BASE + i as i64, Some("m"));
+            r.in_band = Some(c);
+            r
+        })
+        .collect();
+    // Written before the gateway noted it: NULL, read back as absent (never as `none`).
+    rows.push(plain("unnoted", "ws", BASE + 10, Some("m")));
+    for b in backends_with(&rows, 3).await {
+        for r in &rows {
+            let got = b.store.record("ws", &r.request_id).await.unwrap().unwrap();
+            assert_eq!(got.in_band, r.in_band, "{} {}", b.name, r.request_id);
+        }
+    }
+}
+
+#[tokio::test]
+async fn usage_keeps_estimated_output_speeds_apart_from_provider_counted_ones() {
+    // Each speed is output tokens over the 1 s from first visible text to upstream done.
+    let speed = |id: &str, at: i64, tokens: Tokens| {
+        let mut r = plain(id, "ws", BASE + at, Some("m"));
+        r.marks.first_visible = ms(100.0);
+        r.marks.last_effective = ms(900.0);
+        r.marks.upstream_done = ms(1100.0);
+        r.tokens = tokens;
+        r
+    };
+    let counted = |n| Tokens {
+        output: Some(n),
+        ..Tokens::default()
+    };
+    let estimated = |n| Tokens {
+        estimated_output: Some(n),
+        ..Tokens::default()
+    };
+    let rows = vec![
+        speed("p1", 1, counted(10)),
+        speed("p2", 2, counted(20)),
+        speed("e1", 3, estimated(1000)),
+        speed("e2", MIN + 4, estimated(3000)),
+        // No speed at all: a null in both.
+        plain("none", "ws", BASE + 5, Some("m")),
+    ];
+    for b in backends_with(&rows, 2).await {
+        let got = usage_of(&b.store, "ws", &UsageFilter::default(), &[]).await;
+        let provider = got.total.stats(Metric::VisibleOutputTps);
+        let est = got.total.stats(Metric::EstimatedVisibleOutputTps);
+        assert_eq!(
+            (
+                provider.count,
+                provider.null_count,
+                provider.min,
+                provider.max
+            ),
+            (2, 3, Some(10.0), Some(20.0)),
+            "{}",
+            b.name
+        );
+        assert_eq!(
+            (est.count, est.null_count, est.min, est.max),
+            (2, 3, Some(1000.0), Some(3000.0)),
+            "{}",
+            b.name
+        );
+        assert_eq!(got.total.output_estimated, 2, "{}", b.name);
+    }
+}
+
+#[tokio::test]
 async fn a_record_reads_back_exactly_as_written_with_its_attempts_and_every_field() {
     let mut full = plain("full", "ws", BASE + 1, Some("gpt-4o"));
     full.key_id = Some("key_1".into());
@@ -654,6 +730,8 @@ async fn a_record_reads_back_exactly_as_written_with_its_attempts_and_every_fiel
             connected: ms(55.0),
             ..ConnectionMarks::default()
         },
+        // A span id after connection marks that are partly absent.
+        span_id: Some([0xa1, 0, 0, 0, 0, 0, 0, 0x07]),
     });
     full.attempts.push(Attempt {
         channel: "ch-c".into(),
@@ -670,7 +748,10 @@ async fn a_record_reads_back_exactly_as_written_with_its_attempts_and_every_fiel
             tunnel: None,
             tls: ms(69.0),
         },
+        span_id: None,
     });
+    full.attempts[0].span_id = Some([0x0b, 0x7a, 0xd6, 0xb7, 0x16, 0x92, 0x03, 0x31]);
+    full.in_band = Some(InBandCarrier::SseCommentAndTrailers);
     full.shape = RequestShape {
         max_output_tokens: Some(512),
         reasoning_effort: Some("high".into()),

@@ -346,7 +346,9 @@ failed attempts before an answer (failovers), tokens. Then one row per figure:
   metric   upstream_headers_ms (from the attempt's dispatch), first_sse_event_ms, first_response_ms
            (first effective output), first_text_delta_ms, upstream_done_ms, total_handler_ms
            (from the request's arrival), ttft_ms (first body byte) and upstream_ms (upstream done),
-           both from the winning attempt's dispatch; visible_output_tps (tokens/s)
+           both from the winning attempt's dispatch; visible_output_tps (tokens/s, the
+           provider's output counts only) and estimated_visible_output_tps (tokens/s over the
+           gateway's estimate of the output, where the provider counted none)
   p50 p95 p99  nearest-rank percentiles over per-minute rollups (within 1 % of exact)
   n        requests that had the figure
   nulls    requests without it (left out of the percentiles, never counted as 0)";
@@ -1010,7 +1012,7 @@ fn usage_table(u: &UsageReport) -> String {
             r.cache_write_tokens
         ));
         s.push_str(&format!(
-            "  {:<22} {:>10} {:>10} {:>10} {:>8} {:>6}\n",
+            "  {:<28} {:>10} {:>10} {:>10} {:>8} {:>6}\n",
             "metric", "p50", "p95", "p99", "n", "nulls"
         ));
         for (name, m) in [
@@ -1023,9 +1025,13 @@ fn usage_table(u: &UsageReport) -> String {
             ("ttft_ms", &r.ttft_ms),
             ("upstream_ms", &r.upstream_ms),
             ("visible_output_tps", &r.visible_output_tps),
+            (
+                "estimated_visible_output_tps",
+                &r.estimated_visible_output_tps,
+            ),
         ] {
             s.push_str(&format!(
-                "  {:<22} {:>10} {:>10} {:>10} {:>8} {:>6}\n",
+                "  {:<28} {:>10} {:>10} {:>10} {:>8} {:>6}\n",
                 name,
                 fmt_ms(m.p50),
                 fmt_ms(m.p95),

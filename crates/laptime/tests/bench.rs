@@ -91,6 +91,7 @@ fn play(mut conn: std::net::TcpStream) {
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
         }
+        let body_bytes = length;
         let body: Value = serde_json::from_slice(&buf[head_end..head_end + length]).unwrap();
         buf.drain(..head_end + length);
         let dialect = laptime_core::Dialect::ALL
@@ -103,8 +104,11 @@ fn play(mut conn: std::net::TcpStream) {
             dialect,
             &script,
             "m",
-            body["stream"] == true,
-            body.pointer("/stream_options/include_usage") == Some(&json!(true)),
+            (
+                body["stream"] == true,
+                body.pointer("/stream_options/include_usage") == Some(&json!(true)),
+            ),
+            body_bytes,
         );
         let wait = |at: Duration| {
             let due = start + at;

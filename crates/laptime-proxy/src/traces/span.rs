@@ -76,7 +76,8 @@ pub fn resource(service_name: &str, attributes: &[(String, String)]) -> Resource
     }
 }
 
-/// One `ResourceSpans` with the spans of `batch`; `new_span_id` gives each attempt span its id.
+/// One `ResourceSpans` with the spans of `batch`; `new_span_id` gives an id to an attempt that
+/// has none of its own (every attempt the gateway dispatches draws one).
 pub fn resource_spans(
     resource: &Resource,
     batch: &[Finished],
@@ -137,7 +138,9 @@ pub fn spans(f: &Finished, new_span_id: &mut dyn FnMut() -> [u8; 8]) -> Vec<Span
         ..Span::default()
     });
     for a in &r.attempts {
-        out.push(attempt_span(f, a, (t0_ns, end), new_span_id()));
+        // The id the attempt was dispatched with: the parent id its upstream was sent.
+        let id = a.span_id.unwrap_or_else(&mut *new_span_id);
+        out.push(attempt_span(f, a, (t0_ns, end), id));
     }
     out
 }
@@ -438,6 +441,7 @@ mod tests {
         first.headers = us(15_000);
         first.end = us(15_500);
         first.error_class = Some(ErrorClass::UpstreamStatus5xx);
+        first.span_id = Some([0x44; 8]);
         let mut second =
             Attempt::dispatched("b", AttemptRole::Failover, Duration::from_micros(20_000));
         second.won = true;
@@ -584,6 +588,9 @@ mod tests {
         assert_eq!(second.name, "attempt failover b");
         assert_eq!(second.end_time_unix_nano - t0, 3_010_004_000);
         assert_eq!(attr(second, "laptime.attempt.ended_with_request"), None);
+        // The id an attempt was dispatched with is its span's; one without is given one.
+        assert_eq!(first.span_id, vec![0x44; 8]);
+        assert_eq!(second.span_id, vec![0x33; 8]);
     }
 
     #[test]

@@ -472,9 +472,13 @@ fn answer(sim: &Sim, endpoint: BatchEndpoint, body: &Map<String, Value>) -> (u16
     let mut whole = body.clone();
     whole.insert("stream".to_owned(), Value::Bool(false));
     let value = Value::Object(whole);
+    // The line's body is the request: its size as JSON is what a script without an input
+    // count reports.
+    let body_bytes = value.to_string().len();
     let scripted = |dialect, meta: Option<&ResponseMeta>| {
         let call = Call {
             response: meta,
+            body_bytes,
             ..Call::default()
         };
         match plan_value(dialect, &value, &call).answer {

@@ -39,20 +39,37 @@ pub(super) fn serve(ctx: &Ctx<'_>, body: &[u8]) -> Result<Schedule, ApiError> {
     let stream = value.get("stream").and_then(Value::as_bool) == Some(true);
     let include_usage = value.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
     let model = model.unwrap_or(SCRIPTED_MODEL);
-    Ok(schedule(&script, model, stream, include_usage))
+    Ok(schedule(
+        &script,
+        model,
+        (stream, include_usage),
+        body.len(),
+    ))
 }
 
 /// The whole non-streamed answer to a request (a batch line's), with its status.
 pub(crate) fn whole(value: &Value) -> Result<(u16, String), ApiError> {
     let model = value.get("model").and_then(Value::as_str);
     let script = choose(value, model)?;
-    let s = schedule(&script, model.unwrap_or(SCRIPTED_MODEL), false, false);
+    let body_bytes = value.to_string().len();
+    let s = schedule(
+        &script,
+        model.unwrap_or(SCRIPTED_MODEL),
+        (false, false),
+        body_bytes,
+    );
     let body: Vec<u8> = s.steps.iter().flat_map(|st| st.bytes.to_vec()).collect();
     Ok((s.status, String::from_utf8_lossy(&body).into_owned()))
 }
 
-fn schedule(script: &Script, model: &str, stream: bool, include_usage: bool) -> Schedule {
-    let play = Play::new(script, model);
+/// `body_bytes`: the request body's size, the input when the script does not pin it.
+fn schedule(
+    script: &Script,
+    model: &str,
+    (stream, include_usage): (bool, bool),
+    body_bytes: usize,
+) -> Schedule {
+    let play = Play::new(script, model, body_bytes);
     match (script.end, stream) {
         (End::Status, _) => play.whole(script.status, play.timeline.head, play.error()),
         (End::ErrorEvent, false) => play.whole(script.status, play.timeline.end, play.error()),
@@ -90,14 +107,14 @@ struct Play<'a> {
 }
 
 impl<'a> Play<'a> {
-    fn new(script: &'a Script, model: &'a str) -> Play<'a> {
+    fn new(script: &'a Script, model: &'a str, body_bytes: usize) -> Play<'a> {
         let mut deltas = Deltas::of(script);
         if let Some(n) = script.cut_after {
             deltas.truncate(usize::try_from(n).unwrap_or(usize::MAX));
         }
         let sent = u32::try_from(deltas.len()).unwrap_or(u32::MAX);
         let timeline = Timeline::new(script, sent);
-        let u = Usage::resolve(script, &timeline);
+        let u = Usage::resolve(script, &timeline, body_bytes);
         let usage = obj! {
             "prompt_tokens": u.input_total(),
             "completion_tokens": u.output,
@@ -231,8 +248,8 @@ mod tests {
         let s = schedule(
             &preset("sim-max-tokens").unwrap(),
             "sim-max-tokens",
-            true,
-            true,
+            (true, true),
+            0,
         );
         let body = text_of(&s);
         let events: Vec<Value> = body
@@ -261,7 +278,9 @@ mod tests {
         assert_eq!(status, 200);
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["choices"][0]["finish_reason"], "stop");
-        assert_eq!(v["usage"]["prompt_tokens"], 10);
+        // sim-fast pins no input: the body, a token per four bytes.
+        let sent = serde_json::json!({"model": "sim-fast", "prompt": "x"}).to_string();
+        assert_eq!(v["usage"]["prompt_tokens"], sent.len().div_ceil(4));
         let (status, _) =
             whole(&serde_json::json!({"model": "sim-rate-limited", "prompt": "x"})).unwrap();
         assert_eq!(status, 429);

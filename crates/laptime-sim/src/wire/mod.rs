@@ -642,7 +642,7 @@ mod tests {
                 };
                 for dialect in Dialect::ALL {
                     for include_usage in [false, true] {
-                        let s = schedule(dialect, &script, "sim-model", true, include_usage);
+                        let s = schedule(dialect, &script, "sim-model", (true, include_usage), 0);
                         out.push((dialect, end, include_usage, s));
                     }
                 }
@@ -892,7 +892,7 @@ mod tests {
     fn streamed_deltas_concatenate_to_the_non_streamed_answer() {
         for script in scripts() {
             for dialect in Dialect::ALL {
-                let s = schedule(dialect, &script, "m", true, false);
+                let s = schedule(dialect, &script, "m", (true, false), 0);
                 let evs = testkit::events(&s);
                 let text: String = evs
                     .iter()
@@ -911,7 +911,7 @@ mod tests {
                         .to_owned()
                     })
                     .collect();
-                let whole = schedule(dialect, &script, "m", false, false);
+                let whole = schedule(dialect, &script, "m", (false, false), 0);
                 let body: Value = serde_json::from_slice(&whole.steps[0].bytes).unwrap();
                 let answer = match dialect {
                     Dialect::Chat => body["choices"][0]["message"]["content"]
@@ -947,8 +947,8 @@ mod tests {
             Dialect::Messages,
             &preset("sim-trace-c").unwrap(),
             "m",
-            true,
-            false,
+            (true, false),
+            0,
         );
         let evs = testkit::events(&s);
         let stop = evs
@@ -973,7 +973,7 @@ mod tests {
             r#"{"first_effective": {"kind": "tool_args", "at_ms": 3}, "reasoning_deltas": 2}"#,
         )
         .unwrap();
-        let s = schedule(Dialect::Messages, &script, "m", true, false);
+        let s = schedule(Dialect::Messages, &script, "m", (true, false), 0);
         let evs = testkit::events(&s);
         let deltas: Vec<&Value> = evs
             .iter()

@@ -19,8 +19,8 @@ use laptime_core::limit::Limit;
 use laptime_core::rollup::Rollup;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge, Marks,
-    Outcome, RequestRecord, RequestShape,
+    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge,
+    InBandCarrier, Marks, Outcome, RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -36,7 +36,7 @@ use crate::{Result, StoreError};
 pub const DAY_US: i64 = 86_400_000_000;
 
 /// The request columns, in the order [`values`] gives them and [`from_row`] reads them.
-const COLUMNS: [&str; 61] = [
+const COLUMNS: [&str; 62] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -98,6 +98,7 @@ const COLUMNS: [&str; 61] = [
     "bytes_out",
     "key_index",
     "estimated_output_tokens",
+    "in_band",
 ];
 
 /// `SELECT <every column> FROM requests`.
@@ -180,7 +181,7 @@ fn int(v: u32) -> Val {
 }
 
 /// A record's row, in [`COLUMNS`] order.
-fn values(r: &RequestRecord) -> Result<[Val; 61]> {
+fn values(r: &RequestRecord) -> Result<[Val; 62]> {
     let m = &r.marks;
     let t = &r.tokens;
     let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -250,13 +251,15 @@ fn values(r: &RequestRecord) -> Result<[Val; 61]> {
                 .map(|k| i32::try_from(k).unwrap_or(i32::MAX)),
         ),
         Val::Int(tok(t.estimated_output)),
+        Val::Text(r.in_band.map(|c| c.as_str().to_string())),
     ])
 }
 
 /// One attempt as stored: `[channel, role, won, status, error_class, start_us, headers_us,
-/// first_byte_us, end_us, connected_us, tunnel_us, tls_us]`, the connection's three marks left
-/// off from the end while absent (most attempts reuse a pooled connection, and rows written
-/// before the marks existed have nine elements).
+/// first_byte_us, end_us, connected_us, tunnel_us, tls_us, span_id]`, the connection's three
+/// marks and the span id (16 hex digits) left off from the end while absent (most attempts reuse
+/// a pooled connection, and rows written before the marks existed have nine elements, before
+/// attempts had span ids at most twelve).
 type StoredAttempt = (
     String,
     String,
@@ -272,6 +275,8 @@ type StoredAttempt = (
 /// The elements of a [`StoredAttempt`], and the connection marks that may follow them.
 const STORED_HEAD: usize = 9;
 const CONNECTION_MARKS: usize = 3;
+/// The span id's place in the tail, after the connection marks.
+const SPAN_ID: usize = CONNECTION_MARKS;
 
 fn encode_attempts(attempts: &[Attempt]) -> String {
     let rows: Vec<serde_json::Value> = attempts
@@ -293,11 +298,15 @@ fn encode_attempts(attempts: &[Attempt]) -> String {
                 _ => Vec::new(),
             };
             let c = &a.connection;
-            let mut marks = vec![us(c.connected), us(c.tunnel), us(c.tls)];
-            while marks.last() == Some(&None) {
-                marks.pop();
+            let mut tail: Vec<serde_json::Value> = [c.connected, c.tunnel, c.tls]
+                .into_iter()
+                .map(|m| serde_json::Value::from(us(m)))
+                .collect();
+            tail.push(serde_json::Value::from(a.span_id.map(hex::encode)));
+            while tail.last() == Some(&serde_json::Value::Null) {
+                tail.pop();
             }
-            row.extend(marks.into_iter().map(serde_json::Value::from));
+            row.extend(tail);
             serde_json::Value::Array(row)
         })
         .collect();
@@ -310,7 +319,7 @@ fn decode_attempts(s: &str) -> Result<Vec<Attempt>> {
     rows.into_iter()
         .map(|mut row| {
             let tail = row.split_off(STORED_HEAD.min(row.len()));
-            if tail.len() > CONNECTION_MARKS {
+            if tail.len() > CONNECTION_MARKS + 1 {
                 return Err(corrupt("attempts", s));
             }
             let (channel, role, won, status, class, start, headers, first_byte, end): StoredAttempt =
@@ -336,6 +345,14 @@ fn decode_attempts(s: &str) -> Result<Vec<Attempt>> {
                     connected: mark(0)?,
                     tunnel: mark(1)?,
                     tls: mark(2)?,
+                },
+                span_id: match tail.get(SPAN_ID) {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(v) => Some(
+                        v.as_str()
+                            .and_then(crate::records::parse_span_id)
+                            .ok_or_else(|| corrupt("attempts", s))?,
+                    ),
                 },
             })
         })
@@ -440,6 +457,7 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
                 .try_get::<_, Option<i32>>(59)?
                 .map(|k| count(i64::from(k))),
         },
+        in_band: parse_opt(row.try_get(61)?, "in_band", InBandCarrier::parse)?,
     })
 }
 

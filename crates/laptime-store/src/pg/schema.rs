@@ -12,7 +12,7 @@ use tokio_postgres::Client;
 use crate::{Result, StoreError};
 
 /// Each migration, in order; version N is `MIGRATIONS[N - 1]`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
@@ -200,6 +200,13 @@ const V5: &str = r#"
         channels TEXT NOT NULL,
         updated_at_us BIGINT NOT NULL
     );
+"#;
+
+/// The carrier of the timing the client got, noted when it was sent, as in SQLite's v10 (older
+/// rows: NULL, read by derivation). Attempts' span ids live in the `attempts` JSON, which
+/// needs no column.
+const V6: &str = r#"
+    ALTER TABLE requests ADD COLUMN in_band TEXT;
 "#;
 
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";
