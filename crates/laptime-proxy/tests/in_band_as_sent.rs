@@ -134,6 +134,7 @@ async fn a_cache_hit_reports_no_line_because_its_client_got_none() {
                 max_entries: 100,
                 max_bytes: 1 << 20,
                 max_entry_bytes: 1 << 16,
+                shared: false,
             }),
             hedge: None,
             translation: Default::default(),
