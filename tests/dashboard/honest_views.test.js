@@ -121,6 +121,10 @@ describe('the dashboard does not mislead', () => {
     await H.apiRequest(gw, ok.id);
     await openDetail(page, ok.id);
     assert.equal(await page.locator('#inband pre.inband').textContent(), line, 'the page shows the line the client read');
+    // The client sent no TE: trailers, and the gateway noted that it sent none: the page says
+    // the comment alone, and that the carrier was noted as sent, not read back from the record.
+    assert.match(await page.locator('#inband p.small').textContent(), /^SSE comment before the terminal frame:$/);
+    assert.equal(await page.locator('#inband-derived').count(), 0);
 
     const cut = await streamed(CUT);
     assert.ok(!cut.text.includes('x-laptime-timing'), 'the cut stream carried no timing line');

@@ -743,7 +743,7 @@
       costUsd costEstimated refusedBy traceId region
       shape { maxOutputTokens reasoningEffort toolCount toolChoice responseFormat temperature topP }
       judgements { stage unit measured threshold pastThreshold slow configKey }
-      inBand { carrier line note }
+      inBand { carrier line note trailers derived }
       timing { authMs admissionMs distributionMs bodyReadMs upstreamHeadersMs firstSseEventMs firstResponseMs
         firstTextDeltaMs lastEffectiveMs upstreamDoneMs totalHandlerMs visibleOutputTps }
       attempts { channel role won status errorClass startMs headersMs firstByteMs endMs } }
@@ -860,14 +860,22 @@
   // for a stream cut, stalled or broken before its terminal frame.
   function inBandCard(r) {
     const b = r.inBand || { carrier: 'unknown', line: null, note: null };
-    const how = b.carrier === 'sse_comment' ? 'SSE comment before the terminal frame (and the same values as trailers with TE: trailers):'
-      : b.carrier === 'server_timing' ? 'Non-streamed answer: the Server-Timing header.'
-        : b.carrier === 'unknown' ? 'The record cannot tell whether a timing line was sent.' : 'No timing line was sent.';
+    // `trailers` is what the gateway noted as sent; null on a record older than that note, whose
+    // carrier is read from the record instead (`derived`).
+    const alsoTrailers = b.trailers === true ? ', and the same values as HTTP trailers (the client sent TE: trailers)'
+      : b.trailers == null ? ' (and the same values as trailers if the client sent TE: trailers)' : '';
+    const how = b.carrier === 'sse_comment' ? 'SSE comment before the terminal frame' + alsoTrailers + ':'
+      : b.carrier === 'trailers' ? 'HTTP trailers only (the client sent TE: trailers):'
+        : b.carrier === 'server_timing' ? 'Non-streamed answer: the Server-Timing header.'
+          : b.carrier === 'unknown' ? 'The record cannot tell whether a timing line was sent.' : 'No timing line was sent.';
+    const derivedNote = b.derived && b.carrier !== 'unknown'
+      ? h('p', { class: 'note', id: 'inband-derived', text: 'Read from the record: it was stored before the gateway noted what it sent.' }) : null;
     const sent = b.line != null;
     return h('div', { class: 'card', id: 'inband', 'data-carrier': b.carrier }, h('h2', { text: 'What the client got in-band' }),
       h('p', { class: 'small muted', text: how }),
       sent ? h('pre', { class: 'inband', text: b.line }) : null,
       b.note ? h('p', { class: 'note', id: 'inband-note', text: b.note }) : null,
+      derivedNote,
       b.carrier === 'sse_comment' ? h('dl', { class: 'kv' },
         kv('upstream_ms', r.upstreamMs != null ? fmtMs(r.upstreamMs) : 'absent (not sent)', 'upstreamMs'),
         kv('ttft_ms', r.ttftMs != null ? fmtMs(r.ttftMs) : 'absent (not sent)', 'ttftMs'),
