@@ -380,16 +380,20 @@ fn load_config(path: Option<&Path>) -> Result<Config, String> {
 /// The configured store: PostgreSQL when `[store] url` (or `LAPTIME_STORE_URL`) names one,
 /// else the SQLite file in the data dir (`dir` when given, else the configured one).
 async fn open_configured(cfg: &Config, dir: Option<PathBuf>) -> Result<Store, String> {
+    let zone = cfg.budgets.zone()?;
     if let Some(url) = &cfg.store.url {
-        return Store::open_postgres(url).await.map_err(|e| {
+        let store = Store::open_postgres(url).await.map_err(|e| {
             format!(
                 "opening the store at {}: {e}",
                 laptime_store::pg::redacted(url)
             )
-        });
+        })?;
+        return Ok(store.with_budget_zone(zone));
     }
     let dir = dir.unwrap_or_else(|| cfg.server.data_dir.clone());
-    Store::open_dir(&dir).map_err(|e| format!("opening the store in {}: {e}", dir.display()))
+    let store = Store::open_dir(&dir)
+        .map_err(|e| format!("opening the store in {}: {e}", dir.display()))?;
+    Ok(store.with_budget_zone(zone))
 }
 
 async fn open_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store, String> {
