@@ -145,10 +145,13 @@ impl Gateway {
         let metrics =
             Metrics::new(config.named_models()).map_err(|e| StartError(format!("metrics: {e}")))?;
         let limiter = match &config.shared.redis_url {
-            Some(url) => crate::limits::Limiter::new().with_shared(Arc::new(
-                crate::shared_limits::SharedWindows::new(url, &config.shared.key_prefix)
-                    .map_err(StartError)?,
-            )),
+            Some(url) => crate::limits::Limiter::new().with_shared(
+                Arc::new(
+                    crate::shared_limits::SharedWindows::new(url, &config.shared.key_prefix)
+                        .map_err(StartError)?,
+                ),
+                metrics.limits_shared_fallback(),
+            ),
             None => crate::limits::Limiter::new(),
         };
         let body_budget = crate::budget::BodyBudget::new(config.server.body_budget_bytes);

@@ -18,8 +18,8 @@ use tokio::sync::Mutex;
 pub const WAIT: Duration = Duration::from_millis(50);
 
 /// Takes `ARGV[2i-1]` units at `ARGV[2i]` µs each from window `KEYS[i]`, for every `i`, or
-/// none: returns `{0}` when all admit, else `{i, retry_after_us or -1, owed_us}` of the first
-/// that does not.
+/// none: returns `{0, owed_us of each window after the take}` when all admit, else
+/// `{i, retry_after_us or -1, owed_us}` of the first that does not.
 const TAKE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -37,10 +37,12 @@ for i, key in ipairs(KEYS) do
   end
   news[i] = new
 end
+local owed = {0}
 for i, key in ipairs(KEYS) do
   redis.call('SET', key, string.format('%d', news[i]), 'PX', math.floor((news[i] - now) / 1000) + 1000)
+  owed[i + 1] = news[i] - now
 end
-return {0}
+return owed
 ";
 
 /// Moves each window `KEYS[i]` by `ARGV[i]` µs (a settled estimate), never back past now.
@@ -70,9 +72,10 @@ pub struct Charge {
 }
 
 /// What Redis said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Taken {
-    All,
+    /// Every charge was taken; what each window owes now, in the charges' order.
+    All { owed_us: Vec<i64> },
     /// The charge at this index does not fit: when it would (`None`: never), and how long
     /// its window owes.
     Refused {
@@ -152,7 +155,9 @@ impl SharedWindows {
     /// Takes every charge or none; `None` when Redis did not answer within [`WAIT`].
     pub async fn take(&self, charges: &[Charge]) -> Option<Taken> {
         if charges.is_empty() {
-            return Some(Taken::All);
+            return Some(Taken::All {
+                owed_us: Vec::new(),
+            });
         }
         let asked = async {
             let mut conn = self.connection().await?;
@@ -169,8 +174,10 @@ impl SharedWindows {
             Ok(Some(Ok(v))) => {
                 self.note(true, "");
                 match v.as_slice() {
-                    [0] => Some(Taken::All),
-                    [i, retry, owed] => Some(Taken::Refused {
+                    [0, owed @ ..] if owed.len() == charges.len() => Some(Taken::All {
+                        owed_us: owed.to_vec(),
+                    }),
+                    [i, retry, owed] if *i > 0 => Some(Taken::Refused {
                         index: usize::try_from(*i - 1).unwrap_or(0),
                         retry_after_us: (*retry >= 0).then_some(*retry),
                         owed_us: *owed,

@@ -772,7 +772,7 @@ async fn limits_command(command: LimitsCommand) -> Result<(), String> {
                 let name = names.get(&r.workspace_id).unwrap_or(&r.workspace_id);
                 out(&limits_line(name, r.key_id.as_deref(), &r.limits));
             }
-            Ok(())
+            print_spend(&store, ws.as_deref(), &names).await
         }
         LimitsCommand::Reset {
             workspace,
@@ -848,10 +848,11 @@ async fn budget_command(command: BudgetCommand) -> Result<(), String> {
             if rows.is_empty() {
                 out("no budgets are set");
             }
+            let zone = store.budget_zone().name().to_string();
             for r in rows {
                 let name = names.get(&r.workspace_id).unwrap_or(&r.workspace_id);
                 out(&format!(
-                    "workspace {name}{}: {} budget ${:.6} ({}), spent ${:.6}, resets {}",
+                    "workspace {name}{}: {} budget ${:.6} ({}), spent ${:.6}, resets {} ({zone})",
                     r.key_id.map(|t| format!(" token {t}")).unwrap_or_default(),
                     r.budget.period.as_str(),
                     laptime_core::cost::nano_to_usd(r.budget.nano_usd),
@@ -860,7 +861,7 @@ async fn budget_command(command: BudgetCommand) -> Result<(), String> {
                     laptime_core::views::rfc3339(r.resets_at_us)
                 ));
             }
-            Ok(())
+            print_spend(&store, ws.as_deref(), &names).await
         }
         BudgetCommand::Reset {
             workspace,
@@ -889,6 +890,33 @@ async fn budget_command(command: BudgetCommand) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// What every workspace and token spent today and this month (in the budget zone), budget or
+/// not: one line each, the workspace's whole first.
+async fn print_spend(
+    store: &Store,
+    workspace_id: Option<&str>,
+    names: &std::collections::HashMap<String, String>,
+) -> Result<(), String> {
+    let rows = store
+        .list_spend(workspace_id, now_unix_us())
+        .await
+        .map_err(|e| e.to_string())?;
+    let zone = store.budget_zone().name();
+    if rows.is_empty() {
+        out(&format!("no spend today or this month ({zone})"));
+    }
+    for r in rows {
+        let name = names.get(&r.workspace_id).unwrap_or(&r.workspace_id);
+        out(&format!(
+            "workspace {name}{}: spent ${:.6} today, ${:.6} this month ({zone})",
+            r.key_id.map(|t| format!(" token {t}")).unwrap_or_default(),
+            laptime_core::cost::nano_to_usd(r.day_nano_usd),
+            laptime_core::cost::nano_to_usd(r.month_nano_usd),
+        ));
+    }
+    Ok(())
 }
 
 fn limits_line(workspace: &str, token: Option<&str>, l: &laptime_core::limit::Limits) -> String {
