@@ -582,4 +582,41 @@ mod tests {
             never.message()
         );
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_admission_says_the_binding_quota_of_each_kind() {
+        let limiter = Arc::new(Limiter::new());
+        // The token's 5 requests bind before the workspace's 100; only the workspace limits
+        // tokens.
+        let l = limits(
+            Limits {
+                rpm: Some(100),
+                tpm: Some(6_000),
+                ..Limits::default()
+            },
+            Limits {
+                rpm: Some(5),
+                ..Limits::default()
+            },
+        );
+        let now = Instant::now();
+        let t = limiter.admit(ask(&l, 600), now).await.unwrap().unwrap();
+        let q = t.quotas();
+        let requests = q.requests.unwrap();
+        assert_eq!((requests.limit, requests.remaining), (5, 4));
+        assert_eq!(requests.reset, Duration::from_secs(12));
+        let tokens = q.tokens.unwrap();
+        assert_eq!((tokens.limit, tokens.remaining), (6_000, 5_400));
+        assert_eq!(tokens.reset, Duration::from_secs(6));
+        // Requests in flight alone have no header of their own.
+        let only_inflight = limits(
+            Limits {
+                concurrent: Some(2),
+                ..Limits::default()
+            },
+            Limits::default(),
+        );
+        let t = limiter.admit(ask(&only_inflight, 1), now).await.unwrap().unwrap();
+        assert!(t.quotas().is_empty());
+    }
 }

@@ -236,6 +236,38 @@ mod tests {
         assert!(!w.reachable.load(Ordering::Relaxed));
     }
 
+    #[tokio::test]
+    async fn a_take_says_what_each_window_owes_after_it() {
+        let url = std::env::var("LAPTIME_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let prefix = format!(
+            "laptime-test-owed-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        let w = SharedWindows::new(&url, &prefix).unwrap();
+        let charge = |limit, units, per_minute| Charge {
+            limit,
+            id: "key".into(),
+            units,
+            per_minute,
+        };
+        // Token rpm and tpm: one request of 60 a minute owes a second; 600 tokens of 6,000
+        // a minute owe six. (The keys expire with what they owe.)
+        let charges = [charge(Limit::ALL[5], 1, 60), charge(Limit::ALL[6], 600, 6_000)];
+        assert_eq!(
+            w.take(&charges).await,
+            Some(Taken::All {
+                owed_us: vec![1_000_000, 6_000_000]
+            })
+        );
+        let Some(Taken::All { owed_us }) = w.take(&charges).await else {
+            panic!("a second take fits");
+        };
+        assert!(owed_us[0] > 1_000_000 && owed_us[0] <= 2_000_000, "{owed_us:?}");
+    }
+
     #[test]
     fn an_interval_is_a_minute_over_the_limit_and_never_zero() {
         assert_eq!(interval_us(60), 1_000_000);
