@@ -616,7 +616,11 @@ mod tests {
             },
             Limits::default(),
         );
-        let t = limiter.admit(ask(&only_inflight, 1), now).await.unwrap().unwrap();
+        let t = limiter
+            .admit(ask(&only_inflight, 1), now)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(t.quotas().is_empty());
     }
 }

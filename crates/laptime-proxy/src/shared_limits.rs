@@ -255,7 +255,10 @@ mod tests {
         };
         // Token rpm and tpm: one request of 60 a minute owes a second; 600 tokens of 6,000
         // a minute owe six. (The keys expire with what they owe.)
-        let charges = [charge(Limit::ALL[5], 1, 60), charge(Limit::ALL[6], 600, 6_000)];
+        let charges = [
+            charge(Limit::ALL[5], 1, 60),
+            charge(Limit::ALL[6], 600, 6_000),
+        ];
         assert_eq!(
             w.take(&charges).await,
             Some(Taken::All {
@@ -265,7 +268,10 @@ mod tests {
         let Some(Taken::All { owed_us }) = w.take(&charges).await else {
             panic!("a second take fits");
         };
-        assert!(owed_us[0] > 1_000_000 && owed_us[0] <= 2_000_000, "{owed_us:?}");
+        assert!(
+            owed_us[0] > 1_000_000 && owed_us[0] <= 2_000_000,
+            "{owed_us:?}"
+        );
     }
 
     #[test]
