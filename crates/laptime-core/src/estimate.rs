@@ -118,7 +118,7 @@ fn count(text: &str) -> u64 {
 }
 
 /// Input text tokenized at most per request; the tokens of text beyond it are extrapolated.
-pub const INPUT_TOKENIZED_BYTES: usize = 16 * 1024;
+pub const INPUT_TOKENIZED_BYTES: usize = 2 * 1024;
 
 /// Keys whose string values are not text a model reads as tokens: names of things, ids, enum
 /// values, and base64 or URLs of media (priced by the provider apart from text).
