@@ -184,7 +184,7 @@ class Sim:
 
 class Gateway:
     def __init__(self, upstream: str, observe: bool | None = None, name: str = "gateway",
-                 pin: str | None = None):
+                 pin: str | None = None, extra: str = ""):
         d = tmpdir(name)
         self.data = d / "data"
         self.log = d / "gateway.log"
@@ -204,7 +204,8 @@ class Gateway:
         # request has a failover candidate (and a stream one that could continue it).
         if os.environ.get("BENCH_SECOND_CHANNEL") == "1":
             channels += channels.replace('name = "sim"', 'name = "sim-2"') + "priority = 1\n"
-        self.config.write_text("[server]\n" + server + channels)
+        # `extra`: further sections (TOML), e.g. `[store]` or `[shared]`.
+        self.config.write_text("[server]\n" + server + channels + ("\n" + extra if extra else ""))
         self.proc = spawn([str(BIN), "serve", "--config", str(self.config), "--listen",
                            "127.0.0.1:0", "--data-dir", str(self.data)], self.log,
                           {"LAPTIME_BOOTSTRAP_TOKEN": TOKEN}, stdout=subprocess.PIPE)

@@ -17,6 +17,12 @@
 //!
 //! An observer only carries an estimator when the stream needs one, so streams whose provider
 //! reports usage pay nothing.
+//!
+//! [`input_tokens`] is admission's estimate of a request's input, for tokens-per-minute limits:
+//! the same tokenizer over the text of the request body's string values (messages, system
+//! prompts, tool definitions), read in place and never kept. Its cost grows with the text, so
+//! at most [`INPUT_TOKENIZED_BYTES`] of it are tokenized and the rest is extrapolated at the
+//! rate measured on them.
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -111,6 +117,143 @@ fn count(text: &str) -> u64 {
     }
 }
 
+/// Input text tokenized at most per request; the tokens of text beyond it are extrapolated.
+pub const INPUT_TOKENIZED_BYTES: usize = 2 * 1024;
+
+/// Keys whose string values are not text a model reads as tokens: names of things, ids, enum
+/// values, and base64 or URLs of media (priced by the provider apart from text).
+const NOT_TEXT: [&str; 24] = [
+    "model",
+    "role",
+    "type",
+    "id",
+    "tool_call_id",
+    "tool_use_id",
+    "call_id",
+    "previous_response_id",
+    "data",
+    "url",
+    "image_url",
+    "file_id",
+    "file_data",
+    "fileUri",
+    "file_uri",
+    "media_type",
+    "mime_type",
+    "mimeType",
+    "detail",
+    "signature",
+    "encrypted_content",
+    "user",
+    "service_tier",
+    "reasoning_effort",
+];
+
+/// Admission's estimate of a request's input tokens from its JSON body: the tokenizer over the
+/// text of its string values (at most [`INPUT_TOKENIZED_BYTES`] of it, the rest extrapolated);
+/// a body that is not JSON (a multipart upload) counts about four bytes a token.
+pub fn input_tokens(body: &[u8]) -> u64 {
+    let mut text = InputText::default();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    if serde::de::DeserializeSeed::deserialize(Texts(&mut text), &mut de).is_err() {
+        return crate::cost::estimate_input_tokens(body.len());
+    }
+    text.total()
+}
+
+/// The text of one request body as it is read: its size, and the tokens of its first part.
+#[derive(Debug, Default)]
+struct InputText {
+    bytes: u64,
+    tokenized_bytes: u64,
+    tokens: u64,
+}
+
+impl InputText {
+    fn push(&mut self, s: &str) {
+        self.bytes += s.len() as u64;
+        let room = (INPUT_TOKENIZED_BYTES as u64).saturating_sub(self.tokenized_bytes);
+        if room == 0 || s.is_empty() {
+            return;
+        }
+        let mut end = s.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.tokenized_bytes += end as u64;
+        self.tokens += count(&s[..end]);
+    }
+
+    fn total(&self) -> u64 {
+        if self.tokenized_bytes == 0 || self.tokenized_bytes >= self.bytes {
+            return self.tokens;
+        }
+        let scaled =
+            u128::from(self.tokens) * u128::from(self.bytes) / u128::from(self.tokenized_bytes);
+        u64::try_from(scaled).unwrap_or(u64::MAX)
+    }
+}
+
+/// Reads any JSON value, handing its text strings to the sink and skipping everything else.
+struct Texts<'s>(&'s mut InputText);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Texts<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Texts<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        self.0.push(v);
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Texts(&mut *self.0))?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if NOT_TEXT.contains(&key.as_ref()) {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            } else {
+                map.next_value_seed(Texts(&mut *self.0))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The parts of a Chat chunk that carry output text; anything else is skipped unread.
 #[derive(Deserialize)]
 struct Chunk<'a> {
@@ -199,6 +342,61 @@ mod tests {
             assert!(e.held.len() <= HELD_MAX + 3, "held {}", e.held.len());
         }
         assert!(e.total().is_some_and(|n| n > 0));
+    }
+
+    #[test]
+    fn input_counts_the_text_of_every_dialects_body_and_skips_names_and_media() {
+        assert!(warm());
+        let prompt = "Summarise the following report in three sentences, please.";
+        let system = "You are terse.";
+        let want = whole(prompt) + whole(system);
+        let chat = format!(
+            r#"{{"model":"gpt-4.1-mini","max_tokens":64,"messages":[{{"role":"system","content":"{system}"}},{{"role":"user","content":[{{"type":"text","text":"{prompt}"}},{{"type":"image_url","image_url":{{"url":"data:image/png;base64,{}"}}}}]}}]}}"#,
+            "QUJD".repeat(2_000)
+        );
+        assert_eq!(input_tokens(chat.as_bytes()), want);
+        let messages = format!(
+            r#"{{"model":"claude-sonnet-4-5","system":"{system}","max_tokens":64,"messages":[{{"role":"user","content":"{prompt}"}}]}}"#
+        );
+        assert_eq!(input_tokens(messages.as_bytes()), want);
+        let gemini = format!(
+            r#"{{"systemInstruction":{{"parts":[{{"text":"{system}"}}]}},"contents":[{{"role":"user","parts":[{{"text":"{prompt}"}},{{"inlineData":{{"mimeType":"image/png","data":"{}"}}}}]}}]}}"#,
+            "QUJD".repeat(2_000)
+        );
+        assert_eq!(input_tokens(gemini.as_bytes()), want);
+        // Escapes are read as the text they stand for.
+        let escaped = r#"{"input":"line one\nline \"two\" \u00e9"}"#;
+        assert_eq!(
+            input_tokens(escaped.as_bytes()),
+            whole("line one\nline \"two\" é")
+        );
+        // Not JSON (a multipart upload): about four bytes a token.
+        assert_eq!(input_tokens(b"--boundary\r\n\xff\xfe"), 4);
+        assert_eq!(input_tokens(b"{}"), 0);
+    }
+
+    #[test]
+    fn a_large_input_tokenizes_a_bounded_prefix_and_extrapolates() {
+        assert!(warm());
+        let sentence = "The quick brown fox jumps over the lazy dog. ";
+        let text = sentence.repeat(20_000);
+        let body = format!(r#"{{"messages":[{{"role":"user","content":"{text}"}}]}}"#);
+        let exact = whole(&text);
+        let estimated = input_tokens(body.as_bytes());
+        // Uniform text extrapolates to within a percent of the exact count.
+        assert!(
+            estimated.abs_diff(exact) * 100 <= exact,
+            "estimated {estimated}, exact {exact}"
+        );
+        let mut t = InputText::default();
+        t.push(&text);
+        assert_eq!(t.tokenized_bytes, INPUT_TOKENIZED_BYTES as u64);
+        assert_eq!(t.bytes, text.len() as u64);
+        // A multi-byte character is never cut: the prefix ends on a boundary.
+        let mut wide = InputText::default();
+        wide.push(&"字".repeat(INPUT_TOKENIZED_BYTES));
+        assert!(wide.tokenized_bytes <= INPUT_TOKENIZED_BYTES as u64);
+        assert!(wide.total() > 0);
     }
 
     #[test]

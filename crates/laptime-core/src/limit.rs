@@ -145,7 +145,63 @@ impl Applicable {
     }
 }
 
-/// The calendar period of a budget (UTC).
+/// The time zone whose calendar budget periods follow (`[budgets] zone`): a day or a month
+/// starts at local midnight there. IANA names only, read from the tz database compiled into the
+/// binary, so two instances of one release agree on every boundary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Zone {
+    name: String,
+    tz: jiff::tz::TimeZone,
+}
+
+impl Default for Zone {
+    fn default() -> Self {
+        Zone::utc()
+    }
+}
+
+impl Zone {
+    pub fn utc() -> Zone {
+        Zone {
+            name: "UTC".into(),
+            tz: jiff::tz::TimeZone::UTC,
+        }
+    }
+
+    /// The zone of an IANA name (`Europe/Berlin`, `UTC`); an unknown name says so.
+    pub fn named(name: &str) -> Result<Zone, String> {
+        let tz = jiff::tz::TimeZone::get(name).map_err(|_| {
+            format!("{name:?} is not a time zone of the IANA database (e.g. \"Europe/Berlin\")")
+        })?;
+        Ok(Zone {
+            name: name.to_string(),
+            tz,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The first instant of `date` here (local midnight; where a DST change skips midnight,
+    /// the first instant after the gap), in unix microseconds.
+    fn day_start_us(&self, date: jiff::civil::Date) -> Option<i64> {
+        let start = date
+            .to_zoned_datetime(self.tz.clone())
+            .ok()?
+            .start_of_day()
+            .ok()?;
+        Some(start.timestamp().as_microsecond())
+    }
+
+    /// The local calendar date holding `at_us`.
+    fn date_of(&self, at_us: i64) -> Option<jiff::civil::Date> {
+        let ts = jiff::Timestamp::from_microsecond(at_us).ok()?;
+        Some(self.tz.to_datetime(ts).date())
+    }
+}
+
+/// The calendar period of a budget, in the budgets' [`Zone`] (UTC unless configured).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Period {
     Day,
@@ -177,42 +233,39 @@ impl Period {
         )
     }
 
-    /// The start of the period holding `at_us` (UTC midnight of its day, or of its month's first
-    /// day), in unix microseconds.
-    pub fn start_us(self, at_us: i64) -> i64 {
-        let Ok(t) = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(at_us) * 1000)
-        else {
-            return at_us;
-        };
-        let day = match self {
-            Period::Day => t.date(),
-            Period::Month => t.date().replace_day(1).unwrap_or(t.date()),
-        };
-        day.midnight().assume_utc().unix_timestamp() * 1_000_000
+    /// The first day of the period holding `date`.
+    fn first_day(self, date: jiff::civil::Date) -> jiff::civil::Date {
+        match self {
+            Period::Day => date,
+            Period::Month => date.first_of_month(),
+        }
+    }
+
+    /// The start of the period holding `at_us` (local midnight in `zone` of its day, or of its
+    /// month's first day), in unix microseconds.
+    pub fn start_us(self, at_us: i64, zone: &Zone) -> i64 {
+        zone.date_of(at_us)
+            .and_then(|d| zone.day_start_us(self.first_day(d)))
+            .unwrap_or(at_us)
     }
 
     /// The start of the next period after the one holding `at_us`.
-    pub fn next_start_us(self, at_us: i64) -> i64 {
-        let start = self.start_us(at_us);
-        let Ok(t) = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(start) * 1000)
-        else {
-            return at_us;
-        };
-        let next = match self {
-            Period::Day => t.date().next_day(),
-            Period::Month => {
-                let (y, m) = (t.year(), t.month());
-                let (y, m) = if m == time::Month::December {
-                    (y + 1, time::Month::January)
-                } else {
-                    (y, m.next())
-                };
-                time::Date::from_calendar_date(y, m, 1).ok()
-            }
-        };
-        next.map_or(at_us, |d| {
-            d.midnight().assume_utc().unix_timestamp() * 1_000_000
-        })
+    pub fn next_start_us(self, at_us: i64, zone: &Zone) -> i64 {
+        let next = zone.date_of(at_us).and_then(|d| match self {
+            Period::Day => d.tomorrow().ok(),
+            Period::Month => d.last_of_month().tomorrow().ok(),
+        });
+        next.and_then(|d| zone.day_start_us(d)).unwrap_or(at_us)
+    }
+
+    /// The start of the period before the one holding `at_us`.
+    pub fn previous_start_us(self, at_us: i64, zone: &Zone) -> i64 {
+        let previous = zone
+            .date_of(at_us)
+            .and_then(|d| self.first_day(d).yesterday().ok());
+        previous
+            .and_then(|d| zone.day_start_us(self.first_day(d)))
+            .unwrap_or(at_us)
     }
 }
 
@@ -320,28 +373,139 @@ mod tests {
 
     const S: i64 = 1_000_000;
 
+    fn at(s: &str) -> i64 {
+        let t =
+            time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap();
+        (t.unix_timestamp_nanos() / 1000) as i64
+    }
+
     #[test]
     fn periods_start_at_utc_midnight_of_their_day_and_month() {
-        let at = |s: &str| {
-            let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-                .unwrap();
-            (t.unix_timestamp_nanos() / 1000) as i64
-        };
+        let utc = Zone::utc();
         let t = at("2026-12-31T23:59:59.5Z");
-        assert_eq!(Period::Day.start_us(t), at("2026-12-31T00:00:00Z"));
-        assert_eq!(Period::Month.start_us(t), at("2026-12-01T00:00:00Z"));
-        assert_eq!(Period::Day.next_start_us(t), at("2027-01-01T00:00:00Z"));
-        assert_eq!(Period::Month.next_start_us(t), at("2027-01-01T00:00:00Z"));
+        assert_eq!(Period::Day.start_us(t, &utc), at("2026-12-31T00:00:00Z"));
+        assert_eq!(Period::Month.start_us(t, &utc), at("2026-12-01T00:00:00Z"));
+        assert_eq!(
+            Period::Day.next_start_us(t, &utc),
+            at("2027-01-01T00:00:00Z")
+        );
+        assert_eq!(
+            Period::Month.next_start_us(t, &utc),
+            at("2027-01-01T00:00:00Z")
+        );
+        assert_eq!(
+            Period::Day.previous_start_us(t, &utc),
+            at("2026-12-30T00:00:00Z")
+        );
+        assert_eq!(
+            Period::Month.previous_start_us(t, &utc),
+            at("2026-11-01T00:00:00Z")
+        );
         let feb = at("2028-02-29T12:00:00Z");
-        assert_eq!(Period::Month.next_start_us(feb), at("2028-03-01T00:00:00Z"));
+        assert_eq!(
+            Period::Month.next_start_us(feb, &utc),
+            at("2028-03-01T00:00:00Z")
+        );
         // The first instant of a period is in it.
         let start = at("2026-06-01T00:00:00Z");
-        assert_eq!(Period::Month.start_us(start), start);
+        assert_eq!(Period::Month.start_us(start, &utc), start);
+        assert_eq!(
+            Period::Month.start_us(start - 1, &utc),
+            at("2026-05-01T00:00:00Z")
+        );
         for p in Period::ALL {
             assert_eq!(Period::parse(p.as_str()), Some(p));
         }
         assert_eq!(BudgetMode::parse("hard"), Some(BudgetMode::Hard));
         assert_eq!(BudgetMode::parse("strict"), None);
+    }
+
+    #[test]
+    fn a_configured_zone_starts_periods_at_its_local_midnight() {
+        let berlin = Zone::named("Europe/Berlin").unwrap();
+        assert_eq!(berlin.name(), "Europe/Berlin");
+        // Month end: 23:30 UTC on 31 January is already 1 February in Berlin (UTC+1).
+        let t = at("2026-01-31T23:30:00Z");
+        assert_eq!(
+            Period::Month.start_us(t, &berlin),
+            at("2026-01-31T23:00:00Z")
+        );
+        assert_eq!(Period::Day.start_us(t, &berlin), at("2026-01-31T23:00:00Z"));
+        assert_eq!(
+            Period::Month.previous_start_us(t, &berlin),
+            at("2025-12-31T23:00:00Z")
+        );
+        // The instant before Berlin's midnight is still January's.
+        let last = at("2026-01-31T22:59:59.999999Z");
+        assert_eq!(
+            Period::Month.start_us(last, &berlin),
+            at("2025-12-31T23:00:00Z")
+        );
+        assert_eq!(
+            Period::Month.next_start_us(last, &berlin),
+            at("2026-01-31T23:00:00Z")
+        );
+        // In UTC the same instant is still January.
+        assert_eq!(
+            Period::Month.start_us(t, &Zone::utc()),
+            at("2026-01-01T00:00:00Z")
+        );
+        // A month that ends in summer time starts in winter time: March 2026 is 31 days less
+        // an hour long.
+        let march = at("2026-03-15T12:00:00Z");
+        assert_eq!(
+            Period::Month.start_us(march, &berlin),
+            at("2026-02-28T23:00:00Z")
+        );
+        assert_eq!(
+            Period::Month.next_start_us(march, &berlin),
+            at("2026-03-31T22:00:00Z")
+        );
+    }
+
+    #[test]
+    fn a_dst_change_day_is_23_or_25_hours_long() {
+        let berlin = Zone::named("Europe/Berlin").unwrap();
+        const H: i64 = 3_600 * S;
+        // 29 March 2026: 02:00 CET becomes 03:00 CEST.
+        let spring = at("2026-03-29T12:00:00Z");
+        let (start, next) = (
+            Period::Day.start_us(spring, &berlin),
+            Period::Day.next_start_us(spring, &berlin),
+        );
+        assert_eq!(start, at("2026-03-28T23:00:00Z"));
+        assert_eq!(next, at("2026-03-29T22:00:00Z"));
+        assert_eq!(next - start, 23 * H);
+        assert_eq!(Period::Day.start_us(next - 1, &berlin), start);
+        assert_eq!(Period::Day.start_us(next, &berlin), next);
+        // 25 October 2026: 03:00 CEST becomes 02:00 CET.
+        let autumn = at("2026-10-25T12:00:00Z");
+        let (start, next) = (
+            Period::Day.start_us(autumn, &berlin),
+            Period::Day.next_start_us(autumn, &berlin),
+        );
+        assert_eq!((start, next - start), (at("2026-10-24T22:00:00Z"), 25 * H));
+        assert_eq!(Period::Day.previous_start_us(next, &berlin), start);
+        // Where a DST change skips midnight (Santiago, 6 September 2026: 00:00 is 01:00), the
+        // day starts at the first instant it has.
+        let santiago = Zone::named("America/Santiago").unwrap();
+        let t = at("2026-09-06T12:00:00Z");
+        assert_eq!(
+            Period::Day.start_us(t, &santiago),
+            at("2026-09-06T04:00:00Z")
+        );
+        assert_eq!(
+            Period::Day.next_start_us(t - 86_400 * S, &santiago),
+            at("2026-09-06T04:00:00Z")
+        );
+    }
+
+    #[test]
+    fn an_unknown_zone_is_refused_with_its_name() {
+        let e = Zone::named("Mars/Olympus").unwrap_err();
+        assert!(e.contains("Mars/Olympus"), "{e}");
+        assert_eq!(Zone::default(), Zone::utc());
+        assert_eq!(Zone::named("UTC").unwrap().name(), "UTC");
     }
 
     #[test]

@@ -72,9 +72,11 @@ fn with_every_limit_shared_redis(b: divan::Bencher) {
     let url = std::env::var("LAPTIME_BENCH_REDIS_URL")
         .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let windows = laptime_proxy::shared_limits::SharedWindows::new(&url, "laptime-bench").unwrap();
-    let limiter = Arc::new(Limiter::new().with_shared(Arc::new(windows)));
+    let fallbacks = prometheus::IntCounter::new("fallbacks", "Redis did not answer").unwrap();
+    let limiter = Arc::new(Limiter::new().with_shared(Arc::new(windows), fallbacks.clone()));
     let limits = every_limit();
     b.bench_local(|| admit_settle_release(&rt, &limiter, &limits));
+    assert_eq!(fallbacks.get(), 0, "every admission was Redis'");
 }
 
 #[divan::bench]

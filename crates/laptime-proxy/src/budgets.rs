@@ -93,7 +93,7 @@ impl BudgetBook {
                 spent_nano: r.spent_nano_usd,
                 resets_at_us: r.resets_at_us,
             };
-            let period_start = r.budget.period.start_us(now_us);
+            let period_start = r.budget.period.start_us(now_us, store.budget_zone());
             let id = (
                 r.workspace_id.clone(),
                 key.clone(),

@@ -36,6 +36,8 @@ pub struct Config {
     pub prices: Vec<PriceConfig>,
     #[serde(default)]
     pub limits: LimitsConfig,
+    #[serde(default)]
+    pub budgets: BudgetsConfig,
     /// `[telemetry]`: request spans over OTLP (`crate::traces`).
     #[serde(default)]
     pub telemetry: crate::traces::TelemetryConfig,
@@ -56,6 +58,30 @@ impl Default for LimitsConfig {
         LimitsConfig {
             output_estimate_tokens: 1024,
         }
+    }
+}
+
+/// `[budgets]`: the calendar budgets follow (the budgets themselves are stored per workspace
+/// and token: `laptime budget set`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetsConfig {
+    /// The IANA time zone whose days and months budget periods are (`"Europe/Berlin"`): a
+    /// period starts at local midnight there. Read at start; every instance of a fleet must
+    /// use the same one (the spend sums are shared).
+    pub zone: String,
+}
+
+impl Default for BudgetsConfig {
+    fn default() -> Self {
+        BudgetsConfig { zone: "UTC".into() }
+    }
+}
+
+impl BudgetsConfig {
+    /// The configured zone (an unknown name is refused by validation).
+    pub fn zone(&self) -> Result<laptime_core::limit::Zone, String> {
+        laptime_core::limit::Zone::named(&self.zone).map_err(|e| format!("budgets.zone: {e}"))
     }
 }
 
@@ -830,6 +856,7 @@ impl Config {
             routes: Vec::new(),
             prices: Vec::new(),
             limits: LimitsConfig::default(),
+            budgets: BudgetsConfig::default(),
             telemetry: Default::default(),
         }
     }
@@ -1018,6 +1045,9 @@ impl Config {
         }
         if self.shared.key_prefix.is_empty() {
             errs.push("shared.key_prefix: must not be empty".into());
+        }
+        if let Err(e) = self.budgets.zone() {
+            errs.push(e);
         }
     }
 

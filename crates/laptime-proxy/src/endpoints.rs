@@ -83,8 +83,24 @@ async fn no_such_object(app: Arc<App>, req: Request<AxumBody>) -> Response {
     pipeline::unread(respond::reject(finisher, err), parts.version)
 }
 
-/// One endpoint call, phase by phase.
+/// One endpoint call, phase by phase; its answer carries the rate-limit headers of the limits
+/// that applied to it, as a model call's does.
 pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Response {
+    let dialect = call.dialect;
+    let mut quotas = None;
+    let mut resp = handle_limited(app, call, req, &mut quotas).await;
+    if let Some(q) = quotas {
+        respond::rate_limit_headers(dialect, &q, resp.headers_mut());
+    }
+    resp
+}
+
+async fn handle_limited(
+    app: Arc<App>,
+    call: Call,
+    req: Request<AxumBody>,
+    quotas: &mut Option<crate::limits::Quotas>,
+) -> Response {
     let (mut parts, body) = req.into_parts();
     let authenticated = match parts.extensions.remove::<Authenticated>() {
         Some(a) => a,
@@ -126,19 +142,16 @@ pub async fn handle(app: Arc<App>, call: Call, req: Request<AxumBody>) -> Respon
         previous_response_id: None,
         include_usage: false,
     };
-    let body_len = finisher.pending.body_bytes.unwrap_or(0);
-    if let Err(refused) = pipeline::limit(
-        &app,
-        &live,
-        &mut finisher.pending,
-        &principal,
-        &head,
-        body_len,
-    )
-    .await
+    let input = match &admitted.sent {
+        Sent::Held(bytes) if !bytes.is_empty() => pipeline::Input::Body(bytes),
+        _ => pipeline::Input::Bytes(finisher.pending.body_bytes.unwrap_or(0)),
+    };
+    if let Err(refused) =
+        pipeline::limit(&app, &live, &mut finisher.pending, &principal, &head, input).await
     {
         return respond::over_limit(finisher, &refused);
     }
+    *quotas = finisher.pending.admission.as_ref().map(|t| t.quotas());
     let (candidates, policy) = match route(
         &app,
         &live,

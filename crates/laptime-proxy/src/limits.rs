@@ -33,6 +33,20 @@ pub struct Quota {
     pub reset: Duration,
 }
 
+/// The binding requests- and tokens-per-minute quotas of an admitted request, right after it
+/// was charged: what its answer's rate-limit headers say (`None` where no such limit applies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quotas {
+    pub requests: Option<Quota>,
+    pub tokens: Option<Quota>,
+}
+
+impl Quotas {
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_none() && self.tokens.is_none()
+    }
+}
+
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
@@ -96,8 +110,13 @@ struct State {
 pub struct Limiter {
     origin: Instant,
     state: Mutex<State>,
-    /// The fleet's windows, with `[shared] redis_url`.
-    shared: Option<Arc<crate::shared_limits::SharedWindows>>,
+    /// The fleet's windows, with `[shared] redis_url`, and the count of admissions decided by
+    /// this instance's own windows because Redis did not answer in time
+    /// (`laptime_limits_shared_fallback_total`).
+    shared: Option<(
+        Arc<crate::shared_limits::SharedWindows>,
+        prometheus::IntCounter,
+    )>,
 }
 
 /// An admitted request's hold on its limits: its place in the in-flight counts until dropped,
@@ -111,6 +130,7 @@ pub struct Ticket {
     charged: u64,
     /// Charged to the fleet's windows (settled there).
     shared: bool,
+    quotas: Quotas,
 }
 
 impl Default for Limiter {
@@ -149,9 +169,14 @@ impl Limiter {
         i64::try_from(at.saturating_duration_since(self.origin).as_micros()).unwrap_or(i64::MAX)
     }
 
-    /// Shares the requests- and tokens-per-minute windows with the fleet through Redis.
-    pub fn with_shared(mut self, shared: Arc<crate::shared_limits::SharedWindows>) -> Self {
-        self.shared = Some(shared);
+    /// Shares the requests- and tokens-per-minute windows with the fleet through Redis;
+    /// `fallbacks` counts the admissions Redis did not answer in time.
+    pub fn with_shared(
+        mut self,
+        shared: Arc<crate::shared_limits::SharedWindows>,
+        fallbacks: prometheus::IntCounter,
+    ) -> Self {
+        self.shared = Some((shared, fallbacks));
         self
     }
 
@@ -176,18 +201,24 @@ impl Limiter {
             limits: *ask.limits,
             charged: ask.tokens,
             shared: false,
+            quotas: Quotas::default(),
         };
         let shared = match &self.shared {
-            Some(windows) => take_shared(windows, &ask).await,
+            Some((windows, _)) => take_shared(windows, &ask).await,
             None => None,
         };
-        match shared {
+        ticket.quotas = match shared {
             Some(taken) => {
                 ticket.shared = true;
-                taken?;
+                taken?
             }
-            None => self.take_local(&ask, at)?,
-        }
+            None => {
+                if let Some((_, fallbacks)) = &self.shared {
+                    fallbacks.inc();
+                }
+                self.take_local(&ask, at)?
+            }
+        };
         Ok(Some(ticket))
     }
 
@@ -228,7 +259,7 @@ impl Limiter {
 
     /// Takes from this instance's windows: every window on a copy first, written back only if
     /// all admit.
-    fn take_local(&self, ask: &Ask<'_>, at: Instant) -> Result<(), Refused> {
+    fn take_local(&self, ask: &Ask<'_>, at: Instant) -> Result<Quotas, Refused> {
         let now = self.now_us(at);
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut taken = Vec::with_capacity(4);
@@ -254,7 +285,10 @@ impl Limiter {
             }
         }
         state.windows.extend(taken);
-        Ok(())
+        Ok(Quotas {
+            requests: quota(&state, ask, LimitKind::Rpm, now),
+            tokens: quota(&state, ask, LimitKind::Tpm, now),
+        })
     }
 }
 
@@ -280,23 +314,31 @@ fn charges(ask: &Ask<'_>) -> Vec<crate::shared_limits::Charge> {
 async fn take_shared(
     windows: &crate::shared_limits::SharedWindows,
     ask: &Ask<'_>,
-) -> Option<Result<(), Refused>> {
+) -> Option<Result<Quotas, Refused>> {
     use crate::shared_limits::Taken;
     let charges = charges(ask);
     match windows.take(&charges).await? {
-        Taken::All => Some(Ok(())),
+        Taken::All { owed_us } => {
+            let mut quotas = Quotas::default();
+            for (c, owed) in charges.iter().zip(owed_us) {
+                let q = shared_quota(c.per_minute, owed);
+                let slot = match c.limit.kind {
+                    LimitKind::Rpm => &mut quotas.requests,
+                    _ => &mut quotas.tokens,
+                };
+                if slot.is_none_or(|held| q.remaining < held.remaining) {
+                    *slot = Some(q);
+                }
+            }
+            Some(Ok(quotas))
+        }
         Taken::Refused {
             index,
             retry_after_us,
             owed_us,
         } => {
             let c = charges.get(index)?;
-            let interval = crate::shared_limits::interval_us(c.per_minute);
-            let quota = Quota {
-                limit: c.per_minute,
-                remaining: u64::try_from((MINUTE_US - owed_us).max(0) / interval).unwrap_or(0),
-                reset: micros(owed_us.max(0)),
-            };
+            let quota = shared_quota(c.per_minute, owed_us);
             let is_rpm = c.limit.kind == LimitKind::Rpm;
             Some(Err(Refused {
                 limit: c.limit,
@@ -307,6 +349,16 @@ async fn take_shared(
                 message: None,
             }))
         }
+    }
+}
+
+/// A shared window's quota from what it owes.
+fn shared_quota(per_minute: u64, owed_us: i64) -> Quota {
+    let interval = crate::shared_limits::interval_us(per_minute);
+    Quota {
+        limit: per_minute,
+        remaining: u64::try_from((MINUTE_US - owed_us).max(0) / interval).unwrap_or(0),
+        reset: micros(owed_us.max(0)),
     }
 }
 
@@ -341,6 +393,11 @@ fn quota(state: &State, ask: &Ask<'_>, kind: LimitKind, now: i64) -> Option<Quot
 }
 
 impl Ticket {
+    /// The binding quotas right after this request was charged.
+    pub fn quotas(&self) -> Quotas {
+        self.quotas
+    }
+
     /// The id the scope's state is kept under.
     fn id(&self, scope: LimitScope) -> &str {
         match scope {
@@ -357,7 +414,7 @@ impl Ticket {
         if delta == 0 {
             return;
         }
-        if let (true, Some(windows)) = (self.shared, &self.limiter.shared) {
+        if let (true, Some((windows, _))) = (self.shared, &self.limiter.shared) {
             let moves: Vec<_> = scoped(&self.limits)
                 .into_iter()
                 .filter_map(|(scope, limits)| {
@@ -524,5 +581,46 @@ mod tests {
             "{}",
             never.message()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_admission_says_the_binding_quota_of_each_kind() {
+        let limiter = Arc::new(Limiter::new());
+        // The token's 5 requests bind before the workspace's 100; only the workspace limits
+        // tokens.
+        let l = limits(
+            Limits {
+                rpm: Some(100),
+                tpm: Some(6_000),
+                ..Limits::default()
+            },
+            Limits {
+                rpm: Some(5),
+                ..Limits::default()
+            },
+        );
+        let now = Instant::now();
+        let t = limiter.admit(ask(&l, 600), now).await.unwrap().unwrap();
+        let q = t.quotas();
+        let requests = q.requests.unwrap();
+        assert_eq!((requests.limit, requests.remaining), (5, 4));
+        assert_eq!(requests.reset, Duration::from_secs(12));
+        let tokens = q.tokens.unwrap();
+        assert_eq!((tokens.limit, tokens.remaining), (6_000, 5_400));
+        assert_eq!(tokens.reset, Duration::from_secs(6));
+        // Requests in flight alone have no header of their own.
+        let only_inflight = limits(
+            Limits {
+                concurrent: Some(2),
+                ..Limits::default()
+            },
+            Limits::default(),
+        );
+        let t = limiter
+            .admit(ask(&only_inflight, 1), now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(t.quotas().is_empty());
     }
 }

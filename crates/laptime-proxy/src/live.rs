@@ -202,7 +202,7 @@ fn one_line(problems: &[String]) -> String {
 }
 
 /// The sections read once at start, which a reload keeps as running.
-const RESTART_ONLY: [&str; 4] = ["server", "store", "shared", "telemetry"];
+const RESTART_ONLY: [&str; 5] = ["server", "store", "shared", "budgets", "telemetry"];
 
 /// The restart-only keys (`section.key`) whose values differ between `running` and `new`. Only
 /// names: values may hold credentials. A section that differs only in a password (printed
@@ -212,6 +212,7 @@ pub fn needs_restart(running: &Config, new: &Config) -> Vec<String> {
         running.server != new.server,
         running.store != new.store,
         running.shared != new.shared,
+        running.budgets != new.budgets,
         running.telemetry != new.telemetry,
     ];
     let (Ok(toml::Value::Table(a)), Ok(toml::Value::Table(b))) =

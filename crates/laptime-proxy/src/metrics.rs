@@ -84,6 +84,7 @@
 //! | `laptime_records_sampled_out_total` | counter | — | requests observed here but given no stored row: unauthenticated refusals beyond [`crate::record::UNAUTHENTICATED_ROWS_PER_S`] |
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
 //! | `laptime_shared_dropped_total` | counter | — | channel-health changes not published to Redis because the queue to it was full (only with `[shared] redis_url`) |
+//! | `laptime_limits_shared_fallback_total` | counter | — | rate-limit admissions decided by this instance's own windows because Redis did not answer within 50 ms (with `[shared] redis_url`; always 0 without it): while it grows, limits are per instance |
 //! | `laptime_recorder_dropped_total` | counter | `reason` | records never stored: `queue_full`, `recorder_stopped` (finished after shutdown's flush), `given_up` (their batch kept failing: at shutdown, or an error retrying cannot mend) |
 //! | `laptime_config_reloads_total` | counter | `result` | config reloads (SIGHUP, `laptime reload`): `applied`, `unchanged`, `refused` (the file failed validation; the running config stays) |
 //! | `laptime_otel_exported_total` | counter | — | spans (request and attempt spans) the OTLP receiver accepted (only with `[telemetry] otlp_endpoint`) |
@@ -277,6 +278,7 @@ pub struct Metrics {
     cost_usd: CounterVec,
     cost_unpriced: IntCounterVec,
     budget_crossings: IntCounterVec,
+    limits_shared_fallback: IntCounter,
     ttft: HistogramVec,
     duration: WithErrorType,
     tpot: WithErrorType,
@@ -369,6 +371,11 @@ impl Metrics {
             &["scope", "period", "mode", "threshold"],
         )?;
         registry.register(Box::new(budget_crossings.clone()))?;
+        let limits_shared_fallback = IntCounter::new(
+            "laptime_limits_shared_fallback_total",
+            "Rate-limit admissions decided by this instance's own windows because Redis did not answer in time.",
+        )?;
+        registry.register(Box::new(limits_shared_fallback.clone()))?;
         let ttft = HistogramVec::new(
             HistogramOpts::new(
                 "gen_ai_server_time_to_first_token_seconds",
@@ -438,6 +445,7 @@ impl Metrics {
             cost_usd,
             cost_unpriced,
             budget_crossings,
+            limits_shared_fallback,
             ttft,
             duration,
             tpot,
@@ -602,6 +610,12 @@ impl Metrics {
         self.budget_crossings
             .with_label_values(&[scope, period.as_str(), mode.as_str(), &threshold])
             .inc();
+    }
+
+    /// The counter of rate-limit admissions Redis did not answer (see
+    /// [`crate::limits::Limiter::with_shared`]).
+    pub fn limits_shared_fallback(&self) -> IntCounter {
+        self.limits_shared_fallback.clone()
     }
 
     /// `spans` spans the OTLP receiver accepted.

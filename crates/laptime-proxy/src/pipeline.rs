@@ -31,8 +31,24 @@ use crate::routing::Route;
 use crate::strategy::{self, Plan};
 use crate::App;
 
-/// Handles one proxied model call.
+/// Handles one proxied model call. An answer to a request that rate limits applied to carries
+/// the dialect's rate-limit headers for them, whatever its status (a refusal carries its own).
 pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> Response {
+    let mut quotas = None;
+    let mut resp = handle(app, dialect, req, &mut quotas).await;
+    if let Some(q) = quotas {
+        respond::rate_limit_headers(dialect, &q, resp.headers_mut());
+    }
+    resp
+}
+
+/// [`proxy`], telling `quotas` what the rate limits said at admission.
+async fn handle(
+    app: Arc<App>,
+    dialect: Dialect,
+    req: Request<AxumBody>,
+    quotas: &mut Option<crate::limits::Quotas>,
+) -> Response {
     let (mut parts, body) = req.into_parts();
     // The router's auth layer authenticated the head and took t0; without that layer (a caller
     // serving this handler alone) authenticate here, so the route is never open.
@@ -66,12 +82,13 @@ pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> R
         &mut finisher.pending,
         &principal,
         &head,
-        body.len(),
+        Input::Body(&body),
     )
     .await;
     if let Err(refused) = limited {
         return respond::over_limit(finisher, &refused);
     }
+    *quotas = finisher.pending.admission.as_ref().map(|t| t.quotas());
     let mut routed = match route(&app, &live, &mut finisher.pending, &principal, &head) {
         Ok(r) => r,
         Err(e) => return respond::reject(finisher, e),
@@ -289,17 +306,26 @@ async fn admit(
     Ok((body, held, head))
 }
 
+/// What admission estimates a request's input tokens from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Input<'a> {
+    /// The body, read whole: the tokenizer over its text.
+    Body(&'a [u8]),
+    /// Only its size is known (an upload streamed on): about four bytes a token.
+    Bytes(usize),
+}
+
 /// Admission against the budgets and rate limits of the token and its workspace (timed as
 /// `admission` when any applies): a hard budget spent refuses; tokens per minute are charged
-/// with an estimate (the body's size, plus `max_tokens` or the configured output estimate),
-/// settled when the request is recorded.
+/// with an estimate (the tokenizer over the input text, plus `max_tokens` or the configured
+/// output estimate), settled when the request is recorded.
 pub(crate) async fn limit(
     app: &Arc<App>,
     live: &Live,
     pending: &mut Pending,
     principal: &Principal,
     head: &RequestHead,
-    body_len: usize,
+    input: Input<'_>,
 ) -> Result<(), crate::limits::Refused> {
     let started = Instant::now();
     let verdict = app.budgets.check(
@@ -314,10 +340,10 @@ pub(crate) async fn limit(
         crate::budgets::Verdict::Refuse(refused) => Err(refused),
         crate::budgets::Verdict::Admit { over_soft } => {
             pending.over_budget = over_soft;
-            rate_limits(app, live, principal, head, body_len, started).await
+            rate_limits(app, live, pending, principal, (head, input), started).await
         }
         crate::budgets::Verdict::None => {
-            rate_limits(app, live, principal, head, body_len, started).await
+            rate_limits(app, live, pending, principal, (head, input), started).await
         }
     };
     pending.marks.admission = Some(pending.since(started));
@@ -328,20 +354,35 @@ pub(crate) async fn limit(
 async fn rate_limits(
     app: &Arc<App>,
     live: &Live,
+    pending: &mut Pending,
     principal: &Principal,
-    head: &RequestHead,
-    body_len: usize,
+    (head, input): (&RequestHead, Input<'_>),
     at: Instant,
 ) -> Result<Option<crate::limits::Ticket>, crate::limits::Refused> {
-    let output = head
-        .shape
-        .max_output_tokens
-        .unwrap_or(live.config.limits.output_estimate_tokens);
+    let limits = &principal.limits;
+    // Only tokens-per-minute windows are charged tokens: without one, nothing is tokenized.
+    let tokens = if limits.workspace.tpm.is_some() || limits.token.tpm.is_some() {
+        let input = match input {
+            Input::Body(body) => {
+                let n = laptime_core::estimate::input_tokens(body);
+                pending.admitted_input_tokens = Some(n);
+                n
+            }
+            Input::Bytes(n) => laptime_core::cost::estimate_input_tokens(n),
+        };
+        let output = head
+            .shape
+            .max_output_tokens
+            .unwrap_or(live.config.limits.output_estimate_tokens);
+        input.saturating_add(output)
+    } else {
+        0
+    };
     let ask = crate::limits::Ask {
         workspace_id: &principal.workspace_id,
         key_id: &principal.key_id,
-        limits: &principal.limits,
-        tokens: laptime_core::cost::estimate_input_tokens(body_len).saturating_add(output),
+        limits,
+        tokens,
     };
     app.limiter.admit(ask, at).await
 }

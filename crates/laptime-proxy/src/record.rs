@@ -61,6 +61,9 @@ pub struct Pending {
     pub refused_by: Option<laptime_core::limit::Limit>,
     /// Admitted while a soft budget was spent.
     pub over_budget: bool,
+    /// The input tokens admission estimated with the tokenizer (only under a tokens-per-minute
+    /// limit); the settlement of a request without usage uses it, as admission charged it.
+    pub admitted_input_tokens: Option<u64>,
     /// The request's hold on its rate limits (a place in flight, the token estimate to
     /// settle), released when the request is recorded.
     pub admission: Option<crate::limits::Ticket>,
@@ -111,6 +114,7 @@ impl Pending {
             body_bytes: None,
             refused_by: None,
             over_budget: false,
+            admitted_input_tokens: None,
             admission: None,
             inflight: None,
             exchange: Exchange::default(),
@@ -293,7 +297,10 @@ impl Finisher {
         let slot = self.pending.inflight.take();
         let prices = self.prices.as_deref().unwrap_or(&NO_PRICES);
         let admission = self.pending.admission.take();
-        let input_estimate = self.pending.body_bytes.map(estimate_input_tokens);
+        let input_estimate = self
+            .pending
+            .admitted_input_tokens
+            .or(self.pending.body_bytes.map(estimate_input_tokens));
         let span = self.pending.span.take();
         let record = build(
             self.pending,

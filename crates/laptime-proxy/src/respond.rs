@@ -662,7 +662,11 @@ pub fn over_limit(mut finisher: Finisher, refused: &crate::limits::Refused) -> R
             HeaderValue::from(crate::limits::retry_after_secs(after)),
         );
     }
-    rate_limit_headers(finisher.pending.dialect, refused, &mut headers);
+    let quotas = crate::limits::Quotas {
+        requests: refused.requests,
+        tokens: refused.tokens,
+    };
+    rate_limit_headers(finisher.pending.dialect, &quotas, &mut headers);
     let body = err.body(finisher.pending.dialect);
     buffered(
         finisher,
@@ -677,10 +681,11 @@ pub fn over_limit(mut finisher: Finisher, refused: &crate::limits::Refused) -> R
 /// The dialect's rate-limit headers for the binding request and token limits: OpenAI's
 /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` (resets as `1m30s`), Anthropic's
 /// `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}` (resets as RFC 3339 times);
-/// Google sends none.
-fn rate_limit_headers(dialect: Dialect, refused: &crate::limits::Refused, h: &mut HeaderMap) {
+/// Google sends none. Each replaces a header of the same name (an upstream's describes the
+/// gateway's provider key, not the client); the others are left as they are.
+pub fn rate_limit_headers(dialect: Dialect, quotas: &crate::limits::Quotas, h: &mut HeaderMap) {
     let now_us = crate::clock::now_unix_us();
-    for (what, quota) in [("requests", refused.requests), ("tokens", refused.tokens)] {
+    for (what, quota) in [("requests", quotas.requests), ("tokens", quotas.tokens)] {
         let Some(q) = quota else { continue };
         let values = match dialect {
             Dialect::Chat | Dialect::Responses => [

@@ -77,6 +77,8 @@ impl Gateway {
         // The tokenizer that counts Chat streams sent without usage loads in the background
         // (about 100 ms), so that no stream waits for it.
         tokio::task::spawn_blocking(laptime_core::estimate::warm);
+        // Spend is summed per day and month of the configured zone, by the recorder's writes.
+        let store = store.with_budget_zone(config.budgets.zone().map_err(StartError)?);
         let egress = crate::egress::Egress::build(&config.channels, env)
             .map_err(|errs| StartError(format!("egress: {}", errs.join("; "))))?;
         let live = crate::live::Live::build(config.clone(), env, None)
@@ -150,10 +152,13 @@ impl Gateway {
         let metrics =
             Metrics::new(config.named_models()).map_err(|e| StartError(format!("metrics: {e}")))?;
         let limiter = match &config.shared.redis_url {
-            Some(url) => crate::limits::Limiter::new().with_shared(Arc::new(
-                crate::shared_limits::SharedWindows::new(url, &config.shared.key_prefix)
-                    .map_err(StartError)?,
-            )),
+            Some(url) => crate::limits::Limiter::new().with_shared(
+                Arc::new(
+                    crate::shared_limits::SharedWindows::new(url, &config.shared.key_prefix)
+                        .map_err(StartError)?,
+                ),
+                metrics.limits_shared_fallback(),
+            ),
             None => crate::limits::Limiter::new(),
         };
         let body_budget = crate::budget::BodyBudget::new(config.server.body_budget_bytes);
@@ -428,10 +433,17 @@ async fn retention_job(app: Arc<App>) {
     }
 }
 
-/// One retention pass; returns how many requests were deleted.
+/// One retention pass; returns how many requests were deleted. Spend sums of periods before the
+/// previous one go too (budgets read only the current one).
 pub async fn run_retention(app: &Arc<App>) -> Option<usize> {
     let days = i64::from(app.live().config.store.retention_days);
-    let cutoff = crate::clock::now_unix_us() - days * 86_400_000_000;
+    let now = crate::clock::now_unix_us();
+    match app.store.prune_spend(now).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(deleted = n, "retention pass: spend sums of past periods"),
+        Err(e) => tracing::error!(error = %e, "retention pass over spend sums failed"),
+    }
+    let cutoff = now - days * 86_400_000_000;
     let deleted = app.store.delete_older_than(cutoff, RETENTION_BATCH).await;
     match deleted {
         Ok(n) => {

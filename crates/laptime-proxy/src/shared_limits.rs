@@ -18,8 +18,8 @@ use tokio::sync::Mutex;
 pub const WAIT: Duration = Duration::from_millis(50);
 
 /// Takes `ARGV[2i-1]` units at `ARGV[2i]` µs each from window `KEYS[i]`, for every `i`, or
-/// none: returns `{0}` when all admit, else `{i, retry_after_us or -1, owed_us}` of the first
-/// that does not.
+/// none: returns `{0, owed_us of each window after the take}` when all admit, else
+/// `{i, retry_after_us or -1, owed_us}` of the first that does not.
 const TAKE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -37,10 +37,12 @@ for i, key in ipairs(KEYS) do
   end
   news[i] = new
 end
+local owed = {0}
 for i, key in ipairs(KEYS) do
   redis.call('SET', key, string.format('%d', news[i]), 'PX', math.floor((news[i] - now) / 1000) + 1000)
+  owed[i + 1] = news[i] - now
 end
-return {0}
+return owed
 ";
 
 /// Moves each window `KEYS[i]` by `ARGV[i]` µs (a settled estimate), never back past now.
@@ -70,9 +72,10 @@ pub struct Charge {
 }
 
 /// What Redis said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Taken {
-    All,
+    /// Every charge was taken; what each window owes now, in the charges' order.
+    All { owed_us: Vec<i64> },
     /// The charge at this index does not fit: when it would (`None`: never), and how long
     /// its window owes.
     Refused {
@@ -152,7 +155,9 @@ impl SharedWindows {
     /// Takes every charge or none; `None` when Redis did not answer within [`WAIT`].
     pub async fn take(&self, charges: &[Charge]) -> Option<Taken> {
         if charges.is_empty() {
-            return Some(Taken::All);
+            return Some(Taken::All {
+                owed_us: Vec::new(),
+            });
         }
         let asked = async {
             let mut conn = self.connection().await?;
@@ -169,8 +174,10 @@ impl SharedWindows {
             Ok(Some(Ok(v))) => {
                 self.note(true, "");
                 match v.as_slice() {
-                    [0] => Some(Taken::All),
-                    [i, retry, owed] => Some(Taken::Refused {
+                    [0, owed @ ..] if owed.len() == charges.len() => Some(Taken::All {
+                        owed_us: owed.to_vec(),
+                    }),
+                    [i, retry, owed] if *i > 0 => Some(Taken::Refused {
                         index: usize::try_from(*i - 1).unwrap_or(0),
                         retry_after_us: (*retry >= 0).then_some(*retry),
                         owed_us: *owed,
@@ -227,6 +234,44 @@ mod tests {
         };
         assert_eq!(w.take(&[charge]).await, None);
         assert!(!w.reachable.load(Ordering::Relaxed));
+    }
+
+    #[tokio::test]
+    async fn a_take_says_what_each_window_owes_after_it() {
+        let url = std::env::var("LAPTIME_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let prefix = format!(
+            "laptime-test-owed-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        let w = SharedWindows::new(&url, &prefix).unwrap();
+        let charge = |limit, units, per_minute| Charge {
+            limit,
+            id: "key".into(),
+            units,
+            per_minute,
+        };
+        // Token rpm and tpm: one request of 60 a minute owes a second; 600 tokens of 6,000
+        // a minute owe six. (The keys expire with what they owe.)
+        let charges = [
+            charge(Limit::ALL[5], 1, 60),
+            charge(Limit::ALL[6], 600, 6_000),
+        ];
+        assert_eq!(
+            w.take(&charges).await,
+            Some(Taken::All {
+                owed_us: vec![1_000_000, 6_000_000]
+            })
+        );
+        let Some(Taken::All { owed_us }) = w.take(&charges).await else {
+            panic!("a second take fits");
+        };
+        assert!(
+            owed_us[0] > 1_000_000 && owed_us[0] <= 2_000_000,
+            "{owed_us:?}"
+        );
     }
 
     #[test]

@@ -348,3 +348,102 @@ async fn limits_set_through_graphql_apply_at_once_and_read_back() {
     assert!(v["errors"].is_array(), "{v}");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn every_answer_a_limit_applies_to_carries_the_dialects_headers_streamed_or_not() {
+    let h = start().await;
+    let ws = default_workspace(&h).await;
+    for dialect in ["chat", "responses", "messages", "gemini"] {
+        let (key, token) = h.proxy_token();
+        let limits = Limits {
+            rpm: Some(10),
+            tpm: Some(100_000),
+            ..Limits::default()
+        };
+        h.store
+            .set_limits(&ws, Some(&key), limits, laptime_proxy::clock::now_unix_us())
+            .await
+            .unwrap();
+        for (i, stream) in [false, true].into_iter().enumerate() {
+            let r = call(&h, dialect, &token, &body_in(dialect, "sim-fast", stream)).await;
+            assert_eq!(r.status(), 200, "{dialect} stream={stream}");
+            let left = (9 - i).to_string();
+            let tokens_left = |v: Option<&str>| -> u64 { v.unwrap().parse().unwrap() };
+            match dialect {
+                "chat" | "responses" => {
+                    assert_eq!(header(&r, "x-ratelimit-limit-requests"), Some("10"));
+                    assert_eq!(
+                        header(&r, "x-ratelimit-remaining-requests"),
+                        Some(left.as_str()),
+                        "{dialect} stream={stream}"
+                    );
+                    assert!(header(&r, "x-ratelimit-reset-requests").is_some());
+                    assert_eq!(header(&r, "x-ratelimit-limit-tokens"), Some("100000"));
+                    let t = tokens_left(header(&r, "x-ratelimit-remaining-tokens"));
+                    // Charged the input's tokens and the configured output estimate.
+                    assert!((90_000..100_000 - 1_024).contains(&t), "{dialect}: {t}");
+                    assert!(header(&r, "x-ratelimit-reset-tokens").is_some());
+                }
+                "messages" => {
+                    assert_eq!(header(&r, "anthropic-ratelimit-requests-limit"), Some("10"));
+                    assert_eq!(
+                        header(&r, "anthropic-ratelimit-requests-remaining"),
+                        Some(left.as_str())
+                    );
+                    assert!(header(&r, "anthropic-ratelimit-requests-reset")
+                        .is_some_and(|v| v.ends_with('Z')));
+                    assert_eq!(
+                        header(&r, "anthropic-ratelimit-tokens-limit"),
+                        Some("100000")
+                    );
+                    let t = tokens_left(header(&r, "anthropic-ratelimit-tokens-remaining"));
+                    assert!(t < 100_000, "{t}");
+                    assert!(header(&r, "anthropic-ratelimit-tokens-reset").is_some());
+                }
+                // Google sends no rate-limit headers, and neither does the gateway in its
+                // dialect.
+                _ => {
+                    assert_eq!(header(&r, "x-ratelimit-limit-requests"), None);
+                    assert_eq!(header(&r, "anthropic-ratelimit-requests-limit"), None);
+                }
+            }
+            r.bytes().await.unwrap();
+        }
+    }
+    // A token without limits gets none of them.
+    let (_, free) = h.proxy_token();
+    let r = call(&h, "chat", &free, &body_in("chat", "sim-fast", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-ratelimit-limit-requests"), None);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn admissions_redis_did_not_answer_are_counted_and_decided_here() {
+    // Port 1 on the loopback: nothing listens, every connection is refused at once.
+    let h = start_with(|cfg, _| cfg.shared.redis_url = Some("redis://127.0.0.1:1".into())).await;
+    let ws = default_workspace(&h).await;
+    assert!(h
+        .metrics()
+        .await
+        .contains("\nlaptime_limits_shared_fallback_total 0\n"));
+    let (key, token) = h.proxy_token();
+    let one = Limits {
+        rpm: Some(1),
+        ..Limits::default()
+    };
+    h.store
+        .set_limits(&ws, Some(&key), one, laptime_proxy::clock::now_unix_us())
+        .await
+        .unwrap();
+    let body = body_in("chat", "sim-fast", false);
+    assert_eq!(call(&h, "chat", &token, &body).await.status(), 200);
+    // This instance's own window still limits.
+    assert_eq!(call(&h, "chat", &token, &body).await.status(), 429);
+    let metrics = h.metrics().await;
+    assert!(
+        metrics.contains("\nlaptime_limits_shared_fallback_total 2\n"),
+        "{metrics}"
+    );
+    h.stop().await;
+}

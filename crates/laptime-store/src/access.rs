@@ -246,11 +246,39 @@ impl Store {
         workspace_id: Option<&str>,
         now_us: i64,
     ) -> Result<Vec<BudgetRow>> {
+        let zone = self.budget_zone.clone();
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::budgets::list(&pg.client().await?, workspace_id, now_us).await;
+            return pg::budgets::list(&pg.client().await?, workspace_id, now_us, &zone).await;
         }
         let ws = workspace_id.map(str::to_string);
-        self.blocking(move |c| crate::budgets::list(c, ws.as_deref(), now_us))
+        self.blocking(move |c| crate::budgets::list(c, ws.as_deref(), now_us, &zone))
+            .await
+    }
+
+    /// What every workspace and token (of one workspace, or all) spent in the day and month
+    /// holding `now_us`, budget or not (see [`crate::budgets::spend`]).
+    pub async fn list_spend(
+        &self,
+        workspace_id: Option<&str>,
+        now_us: i64,
+    ) -> Result<Vec<crate::budgets::SpendRow>> {
+        let zone = self.budget_zone.clone();
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::budgets::spend(&pg.client().await?, workspace_id, now_us, &zone).await;
+        }
+        let ws = workspace_id.map(str::to_string);
+        self.blocking(move |c| crate::budgets::spend(c, ws.as_deref(), now_us, &zone))
+            .await
+    }
+
+    /// Retention of the spend sums: deletes those of periods before the previous one (see
+    /// [`crate::budgets::prune`]); returns how many went.
+    pub async fn prune_spend(&self, now_us: i64) -> Result<usize> {
+        let zone = self.budget_zone.clone();
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg::budgets::prune(&pg.client().await?, now_us, &zone).await;
+        }
+        self.blocking(move |c| crate::budgets::prune(c, now_us, &zone))
             .await
     }
 
@@ -268,9 +296,10 @@ impl Store {
     /// [`records::insert_absent`]); the ids written.
     pub async fn insert_absent(&self, records: Vec<RequestRecord>) -> Result<Vec<String>> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg.insert_absent(&records).await;
+            return pg.insert_absent(&records, &self.budget_zone).await;
         }
-        self.blocking(move |c| records::insert_absent(c, &records))
+        let zone = self.budget_zone.clone();
+        self.blocking(move |c| records::insert_absent(c, &records, &zone))
             .await
     }
 
@@ -279,9 +308,10 @@ impl Store {
     /// its records to the [`crate::recorder`] instead.
     pub async fn insert_batch(&self, records: Vec<RequestRecord>) -> Result<()> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg.insert_batch(&records).await;
+            return pg.insert_batch(&records, &self.budget_zone).await;
         }
-        self.blocking(move |c| records::insert_batch(c, &records))
+        let zone = self.budget_zone.clone();
+        self.blocking(move |c| records::insert_batch(c, &records, &zone))
             .await
     }
 

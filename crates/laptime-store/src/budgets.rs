@@ -1,11 +1,18 @@
 //! Budgets of workspaces and tokens, and what each spent: `spend` sums the costs of the rows
-//! written, per workspace and token, per UTC day and month, in the transaction that writes the
-//! rows (so the sums are exactly what the rows say, on every instance of a fleet). SQLite here;
-//! [`crate::pg::budgets`] is the same for PostgreSQL.
+//! written, per workspace and token, per calendar day and month of the budget zone (UTC unless
+//! `[budgets] zone` names one), in the transaction that writes the rows (so the sums are exactly
+//! what the rows say, on every instance of a fleet). SQLite here; [`crate::pg::budgets`] is the
+//! same for PostgreSQL.
+//!
+//! Retention ([`prune`]): only the current and the previous period of each sum are kept. The
+//! current one is what budgets are checked against; the previous one still changes after its
+//! end (a request is charged to the period it started in, and a long stream, a record replayed
+//! after a crash or a replaced row lands after midnight) and is what an operator compares the
+//! current one with. Older sums are never read: the request rows keep the history.
 
 use std::collections::BTreeMap;
 
-use laptime_core::limit::{Budget, BudgetMode, Period};
+use laptime_core::limit::{Budget, BudgetMode, Period, Zone};
 use laptime_core::timeline::RequestRecord;
 use rusqlite::{params, Connection};
 
@@ -30,7 +37,11 @@ pub struct BudgetRow {
 
 /// What the records add to each spend sum (a replaced row's old cost taken back): only costs
 /// that are known and above zero count.
-pub fn delta(records: &[RequestRecord], replaced: &[RequestRecord]) -> BTreeMap<SpendKey, i64> {
+pub fn delta(
+    records: &[RequestRecord],
+    replaced: &[RequestRecord],
+    zone: &Zone,
+) -> BTreeMap<SpendKey, i64> {
     let mut out: BTreeMap<SpendKey, i64> = BTreeMap::new();
     let signed = records
         .iter()
@@ -51,7 +62,7 @@ pub fn delta(records: &[RequestRecord], replaced: &[RequestRecord]) -> BTreeMap<
                     ws.clone(),
                     key.clone(),
                     period,
-                    period.start_us(r.created_at_us),
+                    period.start_us(r.created_at_us, zone),
                 );
                 *out.entry(k).or_default() += nano;
             }
@@ -127,7 +138,12 @@ pub fn set(
 }
 
 /// Every budget (of one workspace, or all) with what was spent in its period holding `now_us`.
-pub fn list(conn: &Connection, workspace_id: Option<&str>, now_us: i64) -> Result<Vec<BudgetRow>> {
+pub fn list(
+    conn: &Connection,
+    workspace_id: Option<&str>,
+    now_us: i64,
+    zone: &Zone,
+) -> Result<Vec<BudgetRow>> {
     let mut stmt = conn.prepare_cached(
         "SELECT b.workspace_id, b.key_id, b.period, b.nano_usd, b.mode, b.updated_at_us,
             COALESCE(s.nano_usd, 0)
@@ -140,8 +156,8 @@ pub fn list(conn: &Connection, workspace_id: Option<&str>, now_us: i64) -> Resul
     let rows = stmt.query_map(
         params![
             workspace_id,
-            Period::Day.start_us(now_us),
-            Period::Month.start_us(now_us)
+            Period::Day.start_us(now_us, zone),
+            Period::Month.start_us(now_us, zone)
         ],
         |r| {
             Ok((
@@ -157,7 +173,7 @@ pub fn list(conn: &Connection, workspace_id: Option<&str>, now_us: i64) -> Resul
     )?;
     let mut out = Vec::new();
     for row in rows {
-        out.push(row_of(row?, now_us)?);
+        out.push(row_of(row?, now_us, zone)?);
     }
     Ok(out)
 }
@@ -165,15 +181,91 @@ pub fn list(conn: &Connection, workspace_id: Option<&str>, now_us: i64) -> Resul
 /// A stored budget row with its spend: (workspace, key, period, nano, mode, updated, spent).
 pub(crate) type StoredBudget = (String, String, String, i64, String, i64, i64);
 
-pub(crate) fn row_of(row: StoredBudget, now_us: i64) -> Result<BudgetRow> {
+pub(crate) fn row_of(row: StoredBudget, now_us: i64, zone: &Zone) -> Result<BudgetRow> {
     let (workspace_id, key, period, nano, mode, updated_at_us, spent) = row;
     let budget = budget_of(&period, nano, &mode)?;
     Ok(BudgetRow {
         workspace_id,
         key_id: (!key.is_empty()).then_some(key),
-        resets_at_us: budget.period.next_start_us(now_us),
+        resets_at_us: budget.period.next_start_us(now_us, zone),
         budget,
         spent_nano_usd: u64::try_from(spent).unwrap_or(0),
         updated_at_us,
     })
+}
+
+/// What one workspace or token spent in the current day and month (of the budget zone), with
+/// or without a budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendRow {
+    pub workspace_id: String,
+    /// `None`: the workspace as a whole (all its tokens).
+    pub key_id: Option<String>,
+    /// Spent today, nano-USD (`0` when nothing was; a row exists only for what spent).
+    pub day_nano_usd: u64,
+    /// Spent this month, nano-USD.
+    pub month_nano_usd: u64,
+}
+
+/// Folds `(workspace, key, period, nano)` sums into one row per workspace and token, in order.
+pub(crate) fn spend_rows(sums: Vec<(String, String, String, i64)>) -> Vec<SpendRow> {
+    let mut by: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    for (ws, key, period, nano) in sums {
+        let e = by.entry((ws, key)).or_default();
+        let nano = u64::try_from(nano).unwrap_or(0);
+        match Period::parse(&period) {
+            Some(Period::Day) => e.0 = nano,
+            Some(Period::Month) => e.1 = nano,
+            None => {}
+        }
+    }
+    by.into_iter()
+        .filter(|(_, (d, m))| *d > 0 || *m > 0)
+        .map(|((workspace_id, key), (day, month))| SpendRow {
+            workspace_id,
+            key_id: (!key.is_empty()).then_some(key),
+            day_nano_usd: day,
+            month_nano_usd: month,
+        })
+        .collect()
+}
+
+/// The spend of every workspace and token (of one workspace, or all) in the day and month
+/// holding `now_us`.
+pub fn spend(
+    conn: &Connection,
+    workspace_id: Option<&str>,
+    now_us: i64,
+    zone: &Zone,
+) -> Result<Vec<SpendRow>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT workspace_id, key_id, period, nano_usd FROM spend
+         WHERE (?1 IS NULL OR workspace_id = ?1)
+            AND ((period = 'day' AND period_start_us = ?2)
+                OR (period = 'month' AND period_start_us = ?3))",
+    )?;
+    let sums = stmt
+        .query_map(
+            params![
+                workspace_id,
+                Period::Day.start_us(now_us, zone),
+                Period::Month.start_us(now_us, zone)
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(spend_rows(sums))
+}
+
+/// Retention: deletes the sums of periods older than the previous one (see the module doc);
+/// returns how many went.
+pub fn prune(conn: &Connection, now_us: i64, zone: &Zone) -> Result<usize> {
+    Ok(conn.execute(
+        "DELETE FROM spend WHERE (period = 'day' AND period_start_us < ?1)
+            OR (period = 'month' AND period_start_us < ?2)",
+        params![
+            Period::Day.previous_start_us(now_us, zone),
+            Period::Month.previous_start_us(now_us, zone)
+        ],
+    )?)
 }

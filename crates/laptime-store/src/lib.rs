@@ -123,6 +123,8 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 #[derive(Clone)]
 pub struct Store {
     backend: Backend,
+    /// The zone whose calendar days and months the spend sums and budgets follow.
+    budget_zone: laptime_core::limit::Zone,
 }
 
 #[derive(Clone)]
@@ -175,6 +177,7 @@ impl Store {
                 readers: Mutex::new(vec![conn]),
                 max_pages: std::sync::OnceLock::new(),
             })),
+            budget_zone: laptime_core::limit::Zone::utc(),
         })
     }
 
@@ -184,7 +187,20 @@ impl Store {
         let pg = pg::Pg::connect(url).await?;
         Ok(Store {
             backend: Backend::Postgres(Arc::new(pg)),
+            budget_zone: laptime_core::limit::Zone::utc(),
         })
+    }
+
+    /// The store with spend summed per calendar day and month of `zone` (`[budgets] zone`;
+    /// UTC unless set). Every instance of a fleet must use the same zone: the sums are shared.
+    pub fn with_budget_zone(mut self, zone: laptime_core::limit::Zone) -> Store {
+        self.budget_zone = zone;
+        self
+    }
+
+    /// The zone budget periods follow.
+    pub fn budget_zone(&self) -> &laptime_core::limit::Zone {
+        &self.budget_zone
     }
 
     pub fn kind(&self) -> BackendKind {

@@ -538,13 +538,14 @@ fn give_up(batch: &[RequestRecord], failure: WriteFailure, stats: &RecorderStats
 
 /// The recorder's own connection to the store, on its own thread.
 enum Writer {
-    Sqlite(rusqlite::Connection),
+    Sqlite(rusqlite::Connection, laptime_core::limit::Zone),
     /// A one-connection pool (it reconnects after the server restarts) on the writer's own
     /// runtime, so that writes never compete with the request path's tasks.
     Postgres {
         runtime: tokio::runtime::Runtime,
         pool: deadpool_postgres::Pool,
         partitions: crate::pg::records::Partitions,
+        zone: laptime_core::limit::Zone,
     },
 }
 
@@ -553,7 +554,7 @@ impl Writer {
         let Some(pg) = store.postgres() else {
             let conn = store.open_connection()?;
             conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
-            return Ok(Writer::Sqlite(conn));
+            return Ok(Writer::Sqlite(conn, store.budget_zone().clone()));
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -562,19 +563,21 @@ impl Writer {
             runtime,
             pool: pg.writer_pool()?,
             partitions: crate::pg::records::Partitions::default(),
+            zone: store.budget_zone().clone(),
         })
     }
 
     fn insert_batch(&mut self, batch: &[RequestRecord]) -> Result<()> {
         match self {
-            Writer::Sqlite(conn) => records::insert_batch(conn, batch),
+            Writer::Sqlite(conn, zone) => records::insert_batch(conn, batch, zone),
             Writer::Postgres {
                 runtime,
                 pool,
                 partitions,
+                zone,
             } => runtime.block_on(async {
                 let mut c = crate::pg::pooled(pool).await?;
-                crate::pg::records::insert_batch(&mut c, partitions, batch).await
+                crate::pg::records::insert_batch(&mut c, partitions, batch, zone).await
             }),
         }
     }

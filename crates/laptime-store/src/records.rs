@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use laptime_core::cost::Cost;
 use laptime_core::endpoint::Endpoint;
-use laptime_core::limit::Limit;
+use laptime_core::limit::{Limit, Zone};
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
     Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge,
@@ -44,14 +44,14 @@ pub(crate) fn untok(v: Option<i64>) -> Option<u64> {
 /// Writes records with their attempts, and folds them into the per-minute rollups, in one
 /// transaction. A record whose request id is already stored replaces that row (and its attempts);
 /// the rollups it touches are then rebuilt from the rows, since a sketch cannot subtract.
-pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<()> {
+pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord], zone: &Zone) -> Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let (rebuild, replaced) = insert_rows(&tx, records)?;
     let mut delta = rollups::aggregate(records);
     delta.retain(|k, _| !rebuild.contains(k));
     rollups::merge_into(&tx, delta)?;
     rollups::rebuild(&tx, &rebuild)?;
-    budgets::apply(&tx, &budgets::delta(records, &replaced))?;
+    budgets::apply(&tx, &budgets::delta(records, &replaced, zone))?;
     tx.commit()?;
     Ok(())
 }
@@ -60,7 +60,11 @@ pub fn insert_batch(conn: &mut Connection, records: &[RequestRecord]) -> Result<
 /// one transaction, and leaves every stored one as it is; returns how many were written. For a
 /// replay that may repeat records already written (the in-flight journal after a crash): a row
 /// already stored is the one the request's own end wrote, and it wins. Returns the ids written.
-pub fn insert_absent(conn: &mut Connection, records: &[RequestRecord]) -> Result<Vec<String>> {
+pub fn insert_absent(
+    conn: &mut Connection,
+    records: &[RequestRecord],
+    zone: &Zone,
+) -> Result<Vec<String>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut fresh: Vec<RequestRecord> = Vec::with_capacity(records.len());
     {
@@ -76,7 +80,7 @@ pub fn insert_absent(conn: &mut Connection, records: &[RequestRecord]) -> Result
     let mut delta = rollups::aggregate(&fresh);
     delta.retain(|k, _| !rebuild.contains(k));
     rollups::merge_into(&tx, delta)?;
-    budgets::apply(&tx, &budgets::delta(&fresh, &[]))?;
+    budgets::apply(&tx, &budgets::delta(&fresh, &[], zone))?;
     rollups::rebuild(&tx, &rebuild)?;
     tx.commit()?;
     Ok(fresh.into_iter().map(|r| r.request_id).collect())
@@ -594,7 +598,7 @@ pub(crate) mod tests {
         let store = Store::open_dir(dir.path()).unwrap();
         let r = sample("req_1", "ws_a", 1_000);
         store
-            .with_conn(|c| insert_batch(c, std::slice::from_ref(&r)))
+            .with_conn(|c| insert_batch(c, std::slice::from_ref(&r), &Zone::utc()))
             .unwrap();
         let back = store.with_conn(|c| get(c, "ws_a", "req_1")).unwrap();
         assert_eq!(back, Some(r));
@@ -605,7 +609,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_dir(dir.path()).unwrap();
         store
-            .with_conn(|c| insert_batch(c, &[sample("req_1", "ws_a", 1)]))
+            .with_conn(|c| insert_batch(c, &[sample("req_1", "ws_a", 1)], &Zone::utc()))
             .unwrap();
         assert_eq!(store.with_conn(|c| get(c, "ws_b", "req_1")).unwrap(), None);
         assert!(store
@@ -621,7 +625,9 @@ pub(crate) mod tests {
         let batch: Vec<_> = (0..5)
             .map(|i| sample(&format!("req_{i}"), "ws_a", i64::from(i) * 10))
             .collect();
-        store.with_conn(|c| insert_batch(c, &batch)).unwrap();
+        store
+            .with_conn(|c| insert_batch(c, &batch, &Zone::utc()))
+            .unwrap();
         let got = store.with_conn(|c| recent(c, "ws_a", 3)).unwrap();
         let ids: Vec<_> = got.iter().map(|r| r.request_id.as_str()).collect();
         assert_eq!(ids, ["req_4", "req_3", "req_2"]);
@@ -633,7 +639,13 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_dir(dir.path()).unwrap();
         store
-            .with_conn(|c| insert_batch(c, &[sample("old", "ws", 5), sample("new", "ws", 50)]))
+            .with_conn(|c| {
+                insert_batch(
+                    c,
+                    &[sample("old", "ws", 5), sample("new", "ws", 50)],
+                    &Zone::utc(),
+                )
+            })
             .unwrap();
         let n = store.with_conn(|c| delete_older_than(c, 10)).unwrap();
         assert_eq!(n, 1);
@@ -649,7 +661,7 @@ pub(crate) mod tests {
         let store = Store::open_dir(dir.path()).unwrap();
         let ended = sample("req_1", "ws_a", 1_000);
         store
-            .with_conn(|c| insert_batch(c, std::slice::from_ref(&ended)))
+            .with_conn(|c| insert_batch(c, std::slice::from_ref(&ended), &Zone::utc()))
             .unwrap();
         // The journal still had req_1 in flight, and req_2 (twice) that never reached the store.
         let mut stale = sample("req_1", "ws_a", 1_000);
@@ -658,11 +670,13 @@ pub(crate) mod tests {
         crashed.outcome = Outcome::GatewayCrashed;
         let replay = [stale, crashed.clone(), crashed.clone()];
         assert_eq!(
-            store.with_conn(|c| insert_absent(c, &replay)).unwrap(),
+            store
+                .with_conn(|c| insert_absent(c, &replay, &Zone::utc()))
+                .unwrap(),
             ["req_2"]
         );
         assert!(store
-            .with_conn(|c| insert_absent(c, &replay))
+            .with_conn(|c| insert_absent(c, &replay, &Zone::utc()))
             .unwrap()
             .is_empty());
         let got = |id: &str| store.with_conn(|c| get(c, "ws_a", id)).unwrap();

@@ -1572,6 +1572,138 @@ async fn spend_sums_the_costs_written_per_day_and_month_and_budgets_read_it_back
     }
 }
 
+/// A priced row of `ws` (and its token `key`) at `at`.
+fn spent(id: &str, ws: &str, key: Option<&str>, at: i64, nano: u64) -> RequestRecord {
+    let mut r = plain(id, ws, at, Some("m"));
+    r.key_id = key.map(str::to_string);
+    r.cost = Some(Cost {
+        nano_usd: nano,
+        estimated: false,
+    });
+    r
+}
+
+#[tokio::test]
+async fn spend_follows_the_budget_zone_and_is_listed_for_tokens_without_a_budget() {
+    use laptime_core::limit::{BudgetMode, Period, Zone};
+    // 2026-03-31T21:30Z is 23:30 on 31 March in Berlin (CEST); 22:30Z is 00:30 on 1 April.
+    const BEFORE: i64 = 1_774_992_600_000_000;
+    const AFTER: i64 = BEFORE + 3_600_000_000;
+    const NOW: i64 = AFTER + 60_000_000;
+    for b in backends().await {
+        let name = b.name;
+        let s = &b
+            .store
+            .clone()
+            .with_budget_zone(Zone::named("Europe/Berlin").unwrap());
+        let team = s.create_workspace("team", None, NOW).await.unwrap();
+        let budgeted = s
+            .create_token("team", Scope::Proxy, None, NOW)
+            .await
+            .unwrap();
+        let free = s
+            .create_token("team", Scope::Proxy, None, NOW)
+            .await
+            .unwrap();
+        s.insert_batch(vec![
+            spent("z1", &team.id, Some(&budgeted.key_id), BEFORE, 1_000),
+            spent("z2", &team.id, Some(&budgeted.key_id), AFTER, 20_000),
+            spent("z3", &team.id, Some(&free.key_id), AFTER, 300_000),
+        ])
+        .await
+        .unwrap();
+        s.set_budget(
+            &team.id,
+            Some(&budgeted.key_id),
+            Period::Month,
+            Some((1_000_000, BudgetMode::Hard)),
+            NOW,
+        )
+        .await
+        .unwrap();
+        let budgets = s.list_budgets(Some(&team.id), NOW).await.unwrap();
+        // April in Berlin: only the row after local midnight; it resets at Berlin's 1 May.
+        assert_eq!(budgets.len(), 1, "{name}");
+        assert_eq!(budgets[0].spent_nano_usd, 20_000, "{name}");
+        // 2026-04-30T22:00:00Z.
+        assert_eq!(budgets[0].resets_at_us, 1_777_586_400_000_000, "{name}");
+        // Every token that spent is listed, with a budget or not, and the workspace's whole.
+        let spend = s.list_spend(Some(&team.id), NOW).await.unwrap();
+        let got: Vec<_> = spend
+            .iter()
+            .map(|r| (r.key_id.clone(), r.day_nano_usd, r.month_nano_usd))
+            .collect();
+        let mut want = vec![
+            (None, 320_000, 320_000),
+            (Some(budgeted.key_id.clone()), 20_000, 20_000),
+            (Some(free.key_id.clone()), 300_000, 300_000),
+        ];
+        want.sort();
+        assert_eq!(got, want, "{name}");
+        // In Berlin's 31 March only the first row counts.
+        let march = s.list_spend(Some(&team.id), BEFORE).await.unwrap();
+        let march: Vec<_> = march
+            .iter()
+            .map(|r| (r.key_id.clone(), r.day_nano_usd, r.month_nano_usd))
+            .collect();
+        assert_eq!(
+            march,
+            [
+                (None, 1_000, 1_000),
+                (Some(budgeted.key_id.clone()), 1_000, 1_000)
+            ],
+            "{name}"
+        );
+        // The same rows summed in UTC are all 31 March.
+        let utc = b.store.list_spend(Some(&team.id), BEFORE).await.unwrap();
+        assert!(
+            utc.is_empty(),
+            "{name}: sums are kept per the writer's zone"
+        );
+        assert!(s.list_spend(Some("ws_none"), NOW).await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn spend_retention_keeps_the_current_and_the_previous_period_of_every_sum() {
+    const DAY: i64 = 86_400_000_000;
+    // 2026-04-02T12:00Z, and rows on 2 April, 1 April, 31 March and 15 February.
+    const NOW: i64 = 1_775_131_200_000_000;
+    const FEB_15: i64 = NOW - 46 * DAY;
+    for b in backends().await {
+        let name = b.name;
+        let s = &b.store;
+        let ws = s.create_workspace("team", None, NOW).await.unwrap();
+        s.insert_batch(vec![
+            spent("r0", &ws.id, None, NOW, 1),
+            spent("r1", &ws.id, None, NOW - DAY, 20),
+            spent("r2", &ws.id, None, NOW - 2 * DAY, 300),
+            spent("r3", &ws.id, None, FEB_15, 4_000),
+        ])
+        .await
+        .unwrap();
+        let ws_id = ws.id.as_str();
+        let at = |t| async move {
+            let rows = s.list_spend(Some(ws_id), t).await.unwrap();
+            rows.first()
+                .map(|r| (r.day_nano_usd, r.month_nano_usd))
+                .unwrap_or((0, 0))
+        };
+        assert_eq!(at(FEB_15).await, (4_000, 4_000), "{name}");
+        // Day sums of 31 March and 15 February, and February's month: 3 sums.
+        assert_eq!(s.prune_spend(NOW).await.unwrap(), 3, "{name}");
+        assert_eq!(at(NOW).await, (1, 21), "{name}: today and April kept");
+        assert_eq!(at(NOW - DAY).await, (20, 21), "{name}: yesterday kept");
+        assert_eq!(
+            at(NOW - 2 * DAY).await,
+            (0, 300),
+            "{name}: March kept, its days not"
+        );
+        assert_eq!(at(FEB_15).await, (0, 0), "{name}: February gone");
+        assert_eq!(s.prune_spend(NOW).await.unwrap(), 0, "{name}");
+    }
+}
+
 #[tokio::test]
 async fn a_bootstrap_token_given_must_look_like_one() {
     for b in backends().await {

@@ -382,16 +382,20 @@ fn load_config(path: Option<&Path>) -> Result<Config, String> {
 /// The configured store: PostgreSQL when `[store] url` (or `LAPTIME_STORE_URL`) names one,
 /// else the SQLite file in the data dir (`dir` when given, else the configured one).
 async fn open_configured(cfg: &Config, dir: Option<PathBuf>) -> Result<Store, String> {
+    let zone = cfg.budgets.zone()?;
     if let Some(url) = &cfg.store.url {
-        return Store::open_postgres(url).await.map_err(|e| {
+        let store = Store::open_postgres(url).await.map_err(|e| {
             format!(
                 "opening the store at {}: {e}",
                 laptime_store::pg::redacted(url)
             )
-        });
+        })?;
+        return Ok(store.with_budget_zone(zone));
     }
     let dir = dir.unwrap_or_else(|| cfg.server.data_dir.clone());
-    Store::open_dir(&dir).map_err(|e| format!("opening the store in {}: {e}", dir.display()))
+    let store = Store::open_dir(&dir)
+        .map_err(|e| format!("opening the store in {}: {e}", dir.display()))?;
+    Ok(store.with_budget_zone(zone))
 }
 
 async fn open_store(config: Option<&Path>, data_dir: Option<PathBuf>) -> Result<Store, String> {
@@ -770,7 +774,7 @@ async fn limits_command(command: LimitsCommand) -> Result<(), String> {
                 let name = names.get(&r.workspace_id).unwrap_or(&r.workspace_id);
                 out(&limits_line(name, r.key_id.as_deref(), &r.limits));
             }
-            Ok(())
+            print_spend(&store, ws.as_deref(), &names).await
         }
         LimitsCommand::Reset {
             workspace,
@@ -846,10 +850,11 @@ async fn budget_command(command: BudgetCommand) -> Result<(), String> {
             if rows.is_empty() {
                 out("no budgets are set");
             }
+            let zone = store.budget_zone().name().to_string();
             for r in rows {
                 let name = names.get(&r.workspace_id).unwrap_or(&r.workspace_id);
                 out(&format!(
-                    "workspace {name}{}: {} budget ${:.6} ({}), spent ${:.6}, resets {}",
+                    "workspace {name}{}: {} budget ${:.6} ({}), spent ${:.6}, resets {} ({zone})",
                     r.key_id.map(|t| format!(" token {t}")).unwrap_or_default(),
                     r.budget.period.as_str(),
                     laptime_core::cost::nano_to_usd(r.budget.nano_usd),
@@ -858,7 +863,7 @@ async fn budget_command(command: BudgetCommand) -> Result<(), String> {
                     laptime_core::views::rfc3339(r.resets_at_us)
                 ));
             }
-            Ok(())
+            print_spend(&store, ws.as_deref(), &names).await
         }
         BudgetCommand::Reset {
             workspace,
@@ -887,6 +892,33 @@ async fn budget_command(command: BudgetCommand) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// What every workspace and token spent today and this month (in the budget zone), budget or
+/// not: one line each, the workspace's whole first.
+async fn print_spend(
+    store: &Store,
+    workspace_id: Option<&str>,
+    names: &std::collections::HashMap<String, String>,
+) -> Result<(), String> {
+    let rows = store
+        .list_spend(workspace_id, now_unix_us())
+        .await
+        .map_err(|e| e.to_string())?;
+    let zone = store.budget_zone().name();
+    if rows.is_empty() {
+        out(&format!("no spend today or this month ({zone})"));
+    }
+    for r in rows {
+        let name = names.get(&r.workspace_id).unwrap_or(&r.workspace_id);
+        out(&format!(
+            "workspace {name}{}: spent ${:.6} today, ${:.6} this month ({zone})",
+            r.key_id.map(|t| format!(" token {t}")).unwrap_or_default(),
+            laptime_core::cost::nano_to_usd(r.day_nano_usd),
+            laptime_core::cost::nano_to_usd(r.month_nano_usd),
+        ));
+    }
+    Ok(())
 }
 
 fn limits_line(workspace: &str, token: Option<&str>, l: &laptime_core::limit::Limits) -> String {

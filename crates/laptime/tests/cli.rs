@@ -577,9 +577,56 @@ fn limits_and_budgets_are_set_merged_shown_and_reset_from_the_shell() {
     ]);
     assert!(!ok && err.contains("token key_x"), "{err}");
     let (_, out, _) = with(&["limits", "show"]);
-    assert_eq!(out.trim(), "workspace team: rpm none tpm none concurrent 3");
+    assert_eq!(
+        out.trim(),
+        "workspace team: rpm none tpm none concurrent 3\nno spend today or this month (UTC)"
+    );
     assert!(with(&["limits", "reset", "--workspace", "team"]).0);
-    assert_eq!(with(&["limits", "show"]).1.trim(), "no limits are set");
+    assert!(with(&["limits", "show"])
+        .1
+        .starts_with("no limits are set\n"));
+    // Spend is shown per token with or without a budget: a token that spent $0.25 today.
+    let key = {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let store = laptime_store::Store::open_dir(dir.path()).unwrap();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros() as i64;
+            let ws = store.workspace("team").await.unwrap();
+            let t = store
+                .create_token("team", laptime_store::auth::Scope::Proxy, None, now)
+                .await
+                .unwrap();
+            // As the recorder sums a row of $0.25 (the sums themselves are proved in the
+            // store's conformance suite).
+            let utc = laptime_core::limit::Zone::utc();
+            store
+                .with_conn(|c| {
+                    for key in ["", t.key_id.as_str()] {
+                        for p in laptime_core::limit::Period::ALL {
+                            c.execute(
+                                "INSERT INTO spend VALUES (?1, ?2, ?3, ?4, 250000000)",
+                                (&ws.id, key, p.as_str(), p.start_us(now, &utc)),
+                            )?;
+                        }
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            t.key_id
+        })
+    };
+    let (_, out, _) = with(&["limits", "show", "--workspace", "team"]);
+    assert_eq!(
+        out.trim(),
+        format!(
+            "no limits are set\n\
+             workspace team: spent $0.250000 today, $0.250000 this month (UTC)\n\
+             workspace team token {key}: spent $0.250000 today, $0.250000 this month (UTC)"
+        )
+    );
 
     let (ok, _, err) = with(&[
         "budget",
@@ -595,10 +642,23 @@ fn limits_and_budgets_are_set_merged_shown_and_reset_from_the_shell() {
     ]);
     assert!(ok, "{err}");
     let (_, out, _) = with(&["budget", "show", "--workspace", "team"]);
+    let mut lines = out.lines();
+    let budget = lines.next().unwrap();
     assert!(
-        out.starts_with("workspace team: month budget $2.500000 (soft), spent $0.000000, resets ")
-            && out.trim_end().ends_with("-01T00:00:00Z"),
+        budget
+            .starts_with("workspace team: month budget $2.500000 (soft), spent $0.250000, resets ")
+            && budget.ends_with("-01T00:00:00Z (UTC)"),
         "{out}"
+    );
+    assert_eq!(
+        lines.collect::<Vec<_>>(),
+        [
+            "workspace team: spent $0.250000 today, $0.250000 this month (UTC)".to_string(),
+            format!(
+                "workspace team token {key}: spent $0.250000 today, $0.250000 this month (UTC)"
+            ),
+        ],
+        "the token has no budget and its spend is shown"
     );
     let (ok, _, err) = with(&[
         "budget",
@@ -612,7 +672,9 @@ fn limits_and_budgets_are_set_merged_shown_and_reset_from_the_shell() {
     ]);
     assert!(!ok && err.contains("--usd"), "{err}");
     assert!(with(&["budget", "reset", "--workspace", "team"]).0);
-    assert_eq!(with(&["budget", "show"]).1.trim(), "no budgets are set");
+    assert!(with(&["budget", "show"])
+        .1
+        .starts_with("no budgets are set\n"));
     // Nothing in the log: nothing without a price.
     let (ok, out, _) = with(&["prices", "check"]);
     assert!(ok);

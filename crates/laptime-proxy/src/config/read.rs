@@ -68,7 +68,7 @@ pub struct ReadConfig {
 }
 
 /// The top-level sections a config file may have.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "server",
     "store",
     "shared",
@@ -77,6 +77,7 @@ const SECTIONS: [&str; 9] = [
     "routes",
     "prices",
     "limits",
+    "budgets",
     "telemetry",
 ];
 
@@ -138,6 +139,7 @@ impl ReadConfig {
         sink.section(take("shared"), "shared", &mut c.shared);
         sink.section(take("thresholds"), "thresholds", &mut c.thresholds);
         sink.section(take("limits"), "limits", &mut c.limits);
+        sink.section(take("budgets"), "budgets", &mut c.budgets);
         sink.section(take("telemetry"), "telemetry", &mut c.telemetry);
         c.channels = sink.list(take("channels"), "channels", Default::default);
         c.routes = sink.list(take("routes"), "routes", || RouteConfig {

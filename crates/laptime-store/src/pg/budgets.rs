@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use deadpool_postgres::GenericClient;
-use laptime_core::limit::{BudgetMode, Period};
+use laptime_core::limit::{BudgetMode, Period, Zone};
 
-use crate::budgets::{row_of, BudgetRow, SpendKey};
+use crate::budgets::{row_of, spend_rows, BudgetRow, SpendKey, SpendRow};
 use crate::Result;
 
 /// Adds `delta` to the spend sums, in key order: two instances adding to the same sums lock
@@ -75,6 +75,7 @@ pub async fn list(
     c: &impl GenericClient,
     workspace_id: Option<&str>,
     now_us: i64,
+    zone: &Zone,
 ) -> Result<Vec<BudgetRow>> {
     let rows = c
         .query(
@@ -87,8 +88,8 @@ pub async fn list(
              ORDER BY b.workspace_id, b.key_id, b.period",
             &[
                 &workspace_id,
-                &Period::Day.start_us(now_us),
-                &Period::Month.start_us(now_us),
+                &Period::Day.start_us(now_us, zone),
+                &Period::Month.start_us(now_us, zone),
             ],
         )
         .await?;
@@ -105,7 +106,50 @@ pub async fn list(
                     r.get(6),
                 ),
                 now_us,
+                zone,
             )
         })
         .collect()
+}
+
+/// See [`crate::budgets::spend`].
+pub async fn spend(
+    c: &impl GenericClient,
+    workspace_id: Option<&str>,
+    now_us: i64,
+    zone: &Zone,
+) -> Result<Vec<SpendRow>> {
+    let rows = c
+        .query(
+            "SELECT workspace_id, key_id, period, nano_usd FROM spend
+             WHERE ($1::TEXT IS NULL OR workspace_id = $1)
+                AND ((period = 'day' AND period_start_us = $2::BIGINT)
+                    OR (period = 'month' AND period_start_us = $3::BIGINT))",
+            &[
+                &workspace_id,
+                &Period::Day.start_us(now_us, zone),
+                &Period::Month.start_us(now_us, zone),
+            ],
+        )
+        .await?;
+    Ok(spend_rows(
+        rows.into_iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect(),
+    ))
+}
+
+/// See [`crate::budgets::prune`].
+pub async fn prune(c: &impl GenericClient, now_us: i64, zone: &Zone) -> Result<usize> {
+    let n = c
+        .execute(
+            "DELETE FROM spend WHERE (period = 'day' AND period_start_us < $1)
+                OR (period = 'month' AND period_start_us < $2)",
+            &[
+                &Period::Day.previous_start_us(now_us, zone),
+                &Period::Month.previous_start_us(now_us, zone),
+            ],
+        )
+        .await?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }

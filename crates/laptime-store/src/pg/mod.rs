@@ -85,20 +85,22 @@ impl Pg {
     pub(crate) async fn insert_batch(
         &self,
         batch: &[laptime_core::timeline::RequestRecord],
+        zone: &laptime_core::limit::Zone,
     ) -> Result<()> {
         let mut c = self.client().await?;
         let mut known = self.partitions.lock().await;
-        records::insert_batch(&mut c, &mut known, batch).await
+        records::insert_batch(&mut c, &mut known, batch, zone).await
     }
 
     /// See [`records::insert_absent`].
     pub(crate) async fn insert_absent(
         &self,
         batch: &[laptime_core::timeline::RequestRecord],
+        zone: &laptime_core::limit::Zone,
     ) -> Result<Vec<String>> {
         let mut c = self.client().await?;
         let mut known = self.partitions.lock().await;
-        records::insert_absent(&mut c, &mut known, batch).await
+        records::insert_absent(&mut c, &mut known, batch, zone).await
     }
 
     /// Retention (see [`records::delete_older_than`]); the partitions dropped are forgotten.

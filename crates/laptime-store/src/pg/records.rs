@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use deadpool_postgres::{GenericClient, Transaction};
 use laptime_core::cost::Cost;
 use laptime_core::endpoint::Endpoint;
-use laptime_core::limit::Limit;
+use laptime_core::limit::{Limit, Zone};
 use laptime_core::rollup::Rollup;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
@@ -590,15 +590,17 @@ pub async fn insert_batch(
     c: &mut deadpool_postgres::ClientWrapper,
     known: &mut Partitions,
     records: &[RequestRecord],
+    zone: &Zone,
 ) -> Result<()> {
     ensure_partitions(c, known, records).await?;
-    let written = write_batch(c, records).await;
+    let written = write_batch(c, records, zone).await;
     known.forget_if_missing(written)
 }
 
 async fn write_batch(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
+    zone: &Zone,
 ) -> Result<()> {
     let tx = c.transaction().await?;
     let (records, inserted) = dedup_and_insert(&tx, records).await?;
@@ -624,7 +626,7 @@ async fn write_batch(
     delta.retain(|k, _| !rebuild.contains(k));
     merge_into(&tx, delta).await?;
     rebuild_keys(&tx, &rebuild).await?;
-    super::budgets::apply(&tx, &crate::budgets::delta(&records, &olds)).await?;
+    super::budgets::apply(&tx, &crate::budgets::delta(&records, &olds, zone)).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -658,15 +660,17 @@ pub async fn insert_absent(
     c: &mut deadpool_postgres::ClientWrapper,
     known: &mut Partitions,
     records: &[RequestRecord],
+    zone: &Zone,
 ) -> Result<Vec<String>> {
     ensure_partitions(c, known, records).await?;
-    let written = write_absent(c, records).await;
+    let written = write_absent(c, records, zone).await;
     known.forget_if_missing(written)
 }
 
 async fn write_absent(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
+    zone: &Zone,
 ) -> Result<Vec<String>> {
     let tx = c.transaction().await?;
     let mut seen = HashSet::new();
@@ -681,7 +685,7 @@ async fn write_absent(
         .filter(|r| inserted.contains(&r.request_id))
         .collect();
     merge_into(&tx, aggregate(&fresh)).await?;
-    super::budgets::apply(&tx, &crate::budgets::delta(&fresh, &[])).await?;
+    super::budgets::apply(&tx, &crate::budgets::delta(&fresh, &[], zone)).await?;
     tx.commit().await?;
     Ok(fresh.into_iter().map(|r| r.request_id).collect())
 }

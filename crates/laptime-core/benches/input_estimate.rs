@@ -1,0 +1,40 @@
+//! What admission's input-token estimate costs a request ([`laptime_core::estimate::input_tokens`]):
+//! a short chat, and bodies at and past the tokenized cap (2 KiB of text), where the
+//! rest is only counted and extrapolated, so the cost stops growing with the text.
+//!
+//! Run: `cargo bench -p laptime-core --bench input_estimate`.
+
+#![expect(clippy::unwrap_used, reason = "a benchmark fails loudly")]
+
+use std::hint::black_box;
+
+fn main() {
+    assert!(laptime_core::estimate::warm());
+    divan::main();
+}
+
+fn chat(text_bytes: usize) -> Vec<u8> {
+    let sentence = "The quick brown fox jumps over the lazy dog. ";
+    let text = sentence.repeat(text_bytes.div_ceil(sentence.len()));
+    serde_json::to_vec(&serde_json::json!({
+        "model": "gpt-4.1-mini",
+        "max_tokens": 256,
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": &text[..text_bytes]},
+        ],
+    }))
+    .unwrap()
+}
+
+#[divan::bench(args = [16, 2_048, 4_096, 65_536, 1_048_576])]
+fn input_tokens(b: divan::Bencher, text_bytes: usize) {
+    let body = chat(text_bytes);
+    b.bench(|| laptime_core::estimate::input_tokens(black_box(&body)));
+}
+
+#[divan::bench(args = [16, 2_048, 4_096, 65_536, 1_048_576])]
+fn bytes_div_4(b: divan::Bencher, text_bytes: usize) {
+    let body = chat(text_bytes);
+    b.bench(|| laptime_core::cost::estimate_input_tokens(black_box(body.len())));
+}
