@@ -84,6 +84,7 @@
 //! | `laptime_records_sampled_out_total` | counter | — | requests observed here but given no stored row: unauthenticated refusals beyond [`crate::record::UNAUTHENTICATED_ROWS_PER_S`] |
 //! | `laptime_recorder_queue_depth` | gauge | — | records waiting in the recorder queue, at scrape time |
 //! | `laptime_shared_dropped_total` | counter | — | channel-health changes not published to Redis because the queue to it was full (only with `[shared] redis_url`) |
+//! | `laptime_shared_cache_dropped_total` | counter | — | answers a shared response cache (`cache = { shared = true }`) did not write to Redis because 16 MiB of answers already waited for it (always 0 without shared caches): while it grows, other instances miss answers this one had |
 //! | `laptime_limits_shared_fallback_total` | counter | — | rate-limit admissions decided by this instance's own windows because Redis did not answer within 50 ms (with `[shared] redis_url`; always 0 without it): while it grows, limits are per instance |
 //! | `laptime_recorder_dropped_total` | counter | `reason` | records never stored: `queue_full`, `recorder_stopped` (finished after shutdown's flush), `given_up` (their batch kept failing: at shutdown, or an error retrying cannot mend) |
 //! | `laptime_config_reloads_total` | counter | `result` | config reloads (SIGHUP, `laptime reload`): `applied`, `unchanged`, `refused` (the file failed validation; the running config stays) |
@@ -870,6 +871,12 @@ fn scrape_time(router: &Router, recorder: &Recorder) -> Vec<proto::MetricFamily>
         ),
     ];
     families.extend(shared);
+    families.push(family(
+        "laptime_shared_cache_dropped_total",
+        "Answers not written to a shared response cache because too many bytes already waited for Redis.",
+        proto::MetricType::COUNTER,
+        vec![counter(crate::shared_cache::dropped_total() as f64)],
+    ));
     families
 }
 

@@ -25,6 +25,16 @@ pub const QUEUED_BYTES: usize = 16 * 1024 * 1024;
 
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
 
+/// Answers not written to Redis because [`QUEUED_BYTES`] already waited, over every shared cache
+/// this process has had (a reload builds new caches; the metric must not start again at 0).
+static DROPPED_TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// Answers no shared cache of this process wrote because too many bytes already waited
+/// (`laptime_shared_cache_dropped_total`).
+pub fn dropped_total() -> u64 {
+    DROPPED_TOTAL.load(Ordering::Relaxed)
+}
+
 /// The longest a connection or a store may take.
 const WRITE_WAIT: Duration = Duration::from_secs(1);
 
@@ -199,6 +209,7 @@ impl SharedCache {
         if QUEUED.fetch_add(size, Ordering::AcqRel) + size > QUEUED_BYTES {
             QUEUED.fetch_sub(size, Ordering::AcqRel);
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            DROPPED_TOTAL.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let cache = self.clone();
