@@ -1295,10 +1295,19 @@ async fn serve(mut cfg: Config, mut source: reload::FileSource) -> Result<(), St
     let first = wait_signals(signals.clone(), 1);
     tracing::info!(%addr, "laptime listening");
     out(&format!("laptime listening on http://{addr}"));
-    let served = gateway.serve(listener, router, first);
-    let served = tokio::select! {
-        served = served => served.map_err(|e| e.to_string()),
-        () = wait_signals(signals, 2) => Err(forced_exit(&app).await),
+    let mut served = Box::pin(gateway.serve(listener, router, first));
+    let second = tokio::select! {
+        served = &mut served => Some(served.map_err(|e| e.to_string())),
+        () = wait_signals(signals, 2) => None,
+    };
+    let Some(served) = second else {
+        let why = forced_exit(&app).await;
+        // Dropping the server would stop the serving threads' runtimes, and each stream still
+        // open would record itself as cancelled by its client. Kept alive until the process
+        // ends, they stay in the in-flight journal, which the next start records as cut by
+        // the gateway (`gateway_crashed`).
+        std::mem::forget(served);
+        return Err(why);
     };
     if let Some((sim, _)) = sim {
         sim.abort();
@@ -1311,8 +1320,9 @@ async fn serve(mut cfg: Config, mut source: reload::FileSource) -> Result<(), St
 /// is not kept waiting by a stalled one.
 const FORCED_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// A second SIGINT/SIGTERM during the drain: the operator wants out now. Streams still in
-/// flight are cut without their records; what is queued is flushed if the store is quick.
+/// A second SIGINT/SIGTERM during the drain: the operator wants out now. What is queued is
+/// flushed if the store is quick; streams still in flight are cut by the exit and stay in the
+/// in-flight journal, which the next start records.
 async fn forced_exit(app: &laptime_proxy::App) -> String {
     let queued = app.recorder.queue_depth();
     let running = app.inflight.running();
