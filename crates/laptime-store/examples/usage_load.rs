@@ -629,9 +629,9 @@ impl Raw {
                     |r| r.get(0),
                 )?;
                 Ok(match exists {
-                    true => Some(c.query_row("SELECT count(*) FROM rollups_hourly", [], |r| {
-                        r.get(0)
-                    })?),
+                    true => {
+                        Some(c.query_row("SELECT count(*) FROM rollups_hourly", [], |r| r.get(0))?)
+                    }
                     false => None,
                 })
             })?,
