@@ -3,9 +3,9 @@
 //! - [`schema`]: versioned migrations (SQLite, WAL).
 //! - [`records`]: writing and reading request records with their attempts; retention.
 //! - [`rollups`]: per-minute rollups (counts, tokens, percentile sketches) kept beside the rows,
-//!   written in the same transaction.
-//! - [`usage`]: the usage API's reads: a window's rollup, grouped and filtered, and its newest
-//!   requests.
+//!   and their per-hour merges, written in the same transaction.
+//! - [`usage`]: the usage API's reads: a window's rollup (whole hours from the hour tier),
+//!   grouped and filtered, and its newest requests.
 //! - [`auth`]: workspaces and hashed bearer tokens; [`manage`]: listing and revoking them.
 //! - [`affinity`]: which channel holds each provider object (file, batch, stored response) a
 //!   workspace created.

@@ -471,11 +471,32 @@ pub fn delete_older_than_batched(conn: &Connection, cutoff_us: i64, batch: usize
         tx.commit()?;
         yield_lock(started);
     }
-    let minute_cutoff = rollups::floor_minute(cutoff_us);
+    delete_rollups_before(conn, rollups::floor_minute(cutoff_us), batch)?;
+    Ok(deleted)
+}
+
+/// Deletes the rollups of every minute before `minute_cutoff`, in both tiers, a transaction per
+/// unit: as many whole hours as hold at most `batch` minute rows (at least one hour, whatever
+/// it holds, so that no hour row is ever left merging minutes that are gone), then the part of
+/// the hour holding the cutoff, whose hour rows are rebuilt from the minutes it keeps. Each
+/// transaction leaves the tiers agreeing, so a usage answer is the same whichever one served it.
+fn delete_rollups_before(conn: &Connection, minute_cutoff: i64, batch: i64) -> Result<()> {
     loop {
         let started = tokio::time::Instant::now();
         let tx = write_transaction(conn)?;
-        // The minute of the batch-th oldest rollup row: delete through it (whole minutes).
+        let oldest: Option<i64> = tx
+            .prepare_cached("SELECT min(minute_us) FROM rollups")?
+            .query_row([], |r| r.get(0))?;
+        let Some(oldest) = oldest.filter(|m| *m < minute_cutoff) else {
+            // Hour rows whose minutes are all gone already (none while every deletion runs
+            // here, but cheap to be sure of).
+            tx.prepare_cached("DELETE FROM rollups_hourly WHERE hour_us < ?1")?
+                .execute([rollups::floor_hour(minute_cutoff)])?;
+            tx.commit()?;
+            break;
+        };
+        // The minute of the batch-th oldest rollup row; the unit ends at the last hour boundary
+        // after the oldest hour and at or before the minute after it.
         let through: Option<i64> = tx
             .prepare_cached(
                 "SELECT minute_us FROM rollups WHERE minute_us < ?1
@@ -483,21 +504,26 @@ pub fn delete_older_than_batched(conn: &Connection, cutoff_us: i64, batch: usize
             )?
             .query_row(params![minute_cutoff, batch - 1], |r| r.get(0))
             .optional()?;
-        let n = match through {
-            Some(m) => tx
-                .prepare_cached("DELETE FROM rollups WHERE minute_us <= ?1")?
-                .execute([m])?,
-            None => tx
-                .prepare_cached("DELETE FROM rollups WHERE minute_us < ?1")?
-                .execute([minute_cutoff])?,
-        };
-        tx.commit()?;
-        if n == 0 || through.is_none() {
-            break;
+        let first_hour_end = rollups::floor_hour(oldest).saturating_add(rollups::HOUR_US);
+        let end = match through {
+            Some(m) => {
+                rollups::floor_hour(m.saturating_add(rollups::MINUTE_US)).max(first_hour_end)
+            }
+            None => minute_cutoff,
         }
+        .min(minute_cutoff);
+        tx.prepare_cached("DELETE FROM rollups WHERE minute_us < ?1")?
+            .execute([end])?;
+        let cut_hour = rollups::floor_hour(end);
+        tx.prepare_cached("DELETE FROM rollups_hourly WHERE hour_us < ?1")?
+            .execute([cut_hour])?;
+        if cut_hour < end {
+            rollups::rebuild_hour_rows(&tx, cut_hour)?;
+        }
+        tx.commit()?;
         yield_lock(started);
     }
-    Ok(deleted)
+    Ok(())
 }
 
 /// A transaction that takes the write lock at once (waiting out the busy timeout for it). A

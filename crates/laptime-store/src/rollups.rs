@@ -1,7 +1,10 @@
-//! Per-minute rollups in the store: one [`Rollup`] per workspace, minute and key (model,
+//! Rollups in the store, in two tiers: one [`Rollup`] per workspace, minute and key (model,
 //! provider, channel, group, dialect, stream, status, outcome, classification, endpoint, and the
 //! comparison dimensions of [`laptime_core::compare`]: effort class, tools present, max-output and
-//! input-token buckets, region), kept in the `rollups` table as an encoded BLOB.
+//! input-token buckets, region), kept in the `rollups` table as an encoded BLOB; and the same per
+//! hour in `rollups_hourly`, each hour row the merge of its key's minute rows, so that a usage
+//! window reads its whole hours there and only its partial edge hours minute by minute (a day
+//! costs 24 × keys rows plus at most 2 × 60 × keys, not 1,440 × keys).
 //!
 //! The comparison dimensions are in the key rather than answered from the rows, so that
 //! "p95 first visible text of streamed, tool-free requests with 1k-4k input tokens" costs what
@@ -10,10 +13,12 @@
 //! send; a workload runs a handful of shapes, so a minute's keys grow by a small factor.
 //! Rollups written before these dimensions existed hold `''` for them (absent).
 //!
-//! The recorder folds every batch into them in the batch's own transaction (aggregate in memory,
-//! then read-merge-write one row per key), so rollups and rows never disagree: a reader sees both
-//! or neither. A record that replaces an existing row (same request id) cannot be subtracted from
-//! a sketch, so the rollups it touches are rebuilt from the rows instead. Records without a
+//! The recorder folds every batch into both tiers in the batch's own transaction (aggregate in
+//! memory, then read-merge-write one row per key and tier), so rollups and rows never disagree,
+//! and neither do the tiers: a reader sees all or none. A record that replaces an existing row
+//! (same request id) cannot be subtracted from a sketch, so the minute rollups it touches are
+//! rebuilt from the rows instead, and their hours from the minutes. Retention deletes whole
+//! minutes, and rebuilds the hour it cuts from the minutes it keeps. Records without a
 //! workspace belong to no workspace's usage and are not rolled up.
 //!
 //! Absent text dimensions are stored as `''` so that the primary key works (SQLite treats NULLs
@@ -47,11 +52,54 @@ pub fn ceil_minute(us: i64) -> i64 {
     }
 }
 
+/// One hour, in microseconds.
+pub const HOUR_US: i64 = 60 * MINUTE_US;
+
+/// The start of the hour holding `us` (UTC hours: every zone's hours that start on the hour).
+pub fn floor_hour(us: i64) -> i64 {
+    us.div_euclid(HOUR_US) * HOUR_US
+}
+
+/// The smallest whole hour at or after `us`.
+pub fn ceil_hour(us: i64) -> i64 {
+    let f = floor_hour(us);
+    if f == us {
+        f
+    } else {
+        f.saturating_add(HOUR_US)
+    }
+}
+
+/// Where a rollup row lives: the per-minute table, or the per-hour one that merges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tier {
+    Minute,
+    Hour,
+}
+
+impl Tier {
+    pub(crate) fn table(self) -> &'static str {
+        match self {
+            Tier::Minute => "rollups",
+            Tier::Hour => "rollups_hourly",
+        }
+    }
+
+    /// The column holding the start of the row's minute or hour.
+    pub(crate) fn start_column(self) -> &'static str {
+        match self {
+            Tier::Minute => "minute_us",
+            Tier::Hour => "hour_us",
+        }
+    }
+}
+
 /// The key of one rollup row. Text dimensions use `""` for absent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct RollupKey {
     pub workspace_id: String,
-    pub minute_us: i64,
+    /// The start of the row's minute (in the hour tier: of its hour).
+    pub start_us: i64,
     pub model: String,
     pub provider: String,
     pub channel: String,
@@ -78,7 +126,7 @@ impl RollupKey {
         let name = |v: Option<&str>| v.unwrap_or_default().to_string();
         Some(RollupKey {
             workspace_id: r.workspace_id.clone()?,
-            minute_us: floor_minute(r.created_at_us),
+            start_us: floor_minute(r.created_at_us),
             model: text(&r.model),
             provider: text(&r.provider),
             channel: text(&r.channel),
@@ -96,6 +144,25 @@ impl RollupKey {
             region: name(c.region),
         })
     }
+
+    /// The key of the hour row this minute row merges into.
+    pub(crate) fn hour(&self) -> RollupKey {
+        RollupKey {
+            start_us: floor_hour(self.start_us),
+            ..self.clone()
+        }
+    }
+}
+
+/// Minute rollups merged into the rollups of their hours, by hour key.
+pub(crate) fn by_hour<'a>(
+    minutes: impl IntoIterator<Item = (&'a RollupKey, &'a Rollup)>,
+) -> HashMap<RollupKey, Rollup> {
+    let mut out: HashMap<RollupKey, Rollup> = HashMap::new();
+    for (k, r) in minutes {
+        out.entry(k.hour()).or_default().merge(r);
+    }
+    out
 }
 
 /// Rollups of a set of records, by key.
@@ -111,17 +178,30 @@ pub(crate) fn aggregate<'a>(
     out
 }
 
-const KEY_WHERE: &str = "workspace_id = ?1 AND minute_us = ?2 AND model = ?3 AND provider = ?4
+/// The key's dimensions after the workspace (`?1`) and the start (`?2`).
+const DIMS_WHERE: &str = "model = ?3 AND provider = ?4
     AND channel = ?5 AND grp = ?6 AND dialect = ?7 AND stream = ?8 AND status = ?9
     AND outcome = ?10 AND classification = ?11 AND endpoint = ?12 AND effort = ?13
     AND tools = ?14 AND max_output_bucket = ?15 AND input_bucket = ?16 AND region = ?17";
 
+/// The dimension columns, in key order after the workspace and the start.
+pub(crate) const DIM_COLUMNS: &str = "model, provider, channel, grp, dialect, stream, status, \
+    outcome, classification, endpoint, effort, tools, max_output_bucket, input_bucket, region";
+
+/// `WHERE` of one row of `tier`, with the key as [`RollupKey::params`].
+fn key_where(tier: Tier) -> String {
+    format!(
+        "workspace_id = ?1 AND {} = ?2 AND {DIMS_WHERE}",
+        tier.start_column()
+    )
+}
+
 impl RollupKey {
-    /// The key as the `?1`…`?17` parameters of [`KEY_WHERE`] and of the upsert.
+    /// The key as the `?1`…`?17` parameters of [`key_where`] and of the upsert.
     fn params(&self) -> [&dyn ToSql; 17] {
         [
             &self.workspace_id,
-            &self.minute_us,
+            &self.start_us,
             &self.model,
             &self.provider,
             &self.channel,
@@ -139,25 +219,54 @@ impl RollupKey {
             &self.region,
         ]
     }
+
+    /// A key from a row whose first 17 columns are the workspace, the start and
+    /// [`DIM_COLUMNS`].
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RollupKey> {
+        Ok(RollupKey {
+            workspace_id: row.get(0)?,
+            start_us: row.get(1)?,
+            model: row.get(2)?,
+            provider: row.get(3)?,
+            channel: row.get(4)?,
+            grp: row.get(5)?,
+            dialect: row.get(6)?,
+            stream: row.get(7)?,
+            status: row.get(8)?,
+            outcome: row.get(9)?,
+            classification: row.get(10)?,
+            endpoint: row.get(11)?,
+            effort: row.get(12)?,
+            tools: row.get(13)?,
+            max_output_bucket: row.get(14)?,
+            input_bucket: row.get(15)?,
+            region: row.get(16)?,
+        })
+    }
+}
+
+fn corrupt(e: String) -> StoreError {
+    StoreError::Corrupt(format!("rollup: {e}"))
 }
 
 /// The stored (encoded) rollup of one key, if any.
-fn stored(conn: &Connection, k: &RollupKey) -> Result<Option<Vec<u8>>> {
-    let mut stmt = conn.prepare_cached(&format!("SELECT data FROM rollups WHERE {KEY_WHERE}"))?;
+fn stored(conn: &Connection, tier: Tier, k: &RollupKey) -> Result<Option<Vec<u8>>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT data FROM {} WHERE {}",
+        tier.table(),
+        key_where(tier)
+    ))?;
     Ok(stmt.query_row(k.params(), |row| row.get(0)).optional()?)
 }
 
 /// Writes (inserts or overwrites) the rollup of one key.
-fn store(conn: &Connection, k: &RollupKey, r: &Rollup) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO rollups (workspace_id, minute_us, model, provider, channel, grp, dialect,
-            stream, status, outcome, classification, endpoint, effort, tools, max_output_bucket,
-            input_bucket, region, data)
+fn store(conn: &Connection, tier: Tier, k: &RollupKey, r: &Rollup) -> Result<()> {
+    let (table, start) = (tier.table(), tier.start_column());
+    let mut stmt = conn.prepare_cached(&format!(
+        "INSERT INTO {table} (workspace_id, {start}, {DIM_COLUMNS}, data)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
-         ON CONFLICT (workspace_id, minute_us, model, provider, channel, grp, dialect, stream,
-            status, outcome, classification, endpoint, effort, tools, max_output_bucket,
-            input_bucket, region) DO UPDATE SET data = excluded.data",
-    )?;
+         ON CONFLICT (workspace_id, {start}, {DIM_COLUMNS}) DO UPDATE SET data = excluded.data"
+    ))?;
     let data = r.encode();
     let mut params = k.params().to_vec();
     params.push(&data);
@@ -165,22 +274,30 @@ fn store(conn: &Connection, k: &RollupKey, r: &Rollup) -> Result<()> {
     Ok(())
 }
 
-fn remove(conn: &Connection, k: &RollupKey) -> Result<()> {
-    let mut stmt = conn.prepare_cached(&format!("DELETE FROM rollups WHERE {KEY_WHERE}"))?;
+fn remove(conn: &Connection, tier: Tier, k: &RollupKey) -> Result<()> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "DELETE FROM {} WHERE {}",
+        tier.table(),
+        key_where(tier)
+    ))?;
     stmt.execute(k.params())?;
     Ok(())
 }
 
-/// Folds `delta` into the stored rollups: read, merge, write, one row per key. Call inside the
-/// transaction that wrote the rows.
+/// Folds `delta` (minute rollups) into the stored rollups of both tiers: read, merge, write,
+/// one row per key. Call inside the transaction that wrote the rows.
 pub(crate) fn merge_into(conn: &Connection, delta: HashMap<RollupKey, Rollup>) -> Result<()> {
+    let hours = by_hour(&delta);
+    merge_tier(conn, Tier::Minute, delta)?;
+    merge_tier(conn, Tier::Hour, hours)
+}
+
+fn merge_tier(conn: &Connection, tier: Tier, delta: HashMap<RollupKey, Rollup>) -> Result<()> {
     for (k, mut rollup) in delta {
-        if let Some(have) = stored(conn, &k)? {
-            rollup
-                .merge_encoded(&have)
-                .map_err(|e| StoreError::Corrupt(format!("rollup: {e}")))?;
+        if let Some(have) = stored(conn, tier, &k)? {
+            rollup.merge_encoded(&have).map_err(corrupt)?;
         }
-        store(conn, &k, &rollup)?;
+        store(conn, tier, &k, &rollup)?;
     }
     Ok(())
 }
@@ -189,7 +306,7 @@ pub(crate) fn merge_into(conn: &Connection, delta: HashMap<RollupKey, Rollup>) -
 pub(crate) fn rebuild(conn: &Connection, keys: &HashSet<RollupKey>) -> Result<()> {
     let minutes: HashSet<(&str, i64)> = keys
         .iter()
-        .map(|k| (k.workspace_id.as_str(), k.minute_us))
+        .map(|k| (k.workspace_id.as_str(), k.start_us))
         .collect();
     let mut stmt = conn.prepare_cached(&format!(
         "{SELECT} WHERE workspace_id = ?1 AND created_at_us >= ?2 AND created_at_us < ?3"
@@ -204,13 +321,112 @@ pub(crate) fn rebuild(conn: &Connection, keys: &HashSet<RollupKey>) -> Result<()
         );
         for k in keys
             .iter()
-            .filter(|k| k.workspace_id == ws && k.minute_us == minute)
+            .filter(|k| k.workspace_id == ws && k.start_us == minute)
         {
             match fresh.remove(k) {
-                Some(r) => store(conn, k, &r)?,
-                None => remove(conn, k)?,
+                Some(r) => store(conn, Tier::Minute, k, &r)?,
+                None => remove(conn, Tier::Minute, k)?,
             }
         }
+    }
+    let hours: HashSet<RollupKey> = keys.iter().map(RollupKey::hour).collect();
+    for k in &hours {
+        rebuild_hour(conn, k)?;
+    }
+    Ok(())
+}
+
+/// Recomputes one hour row from its key's minute rows (removed when it has none).
+fn rebuild_hour(conn: &Connection, k: &RollupKey) -> Result<()> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT data FROM rollups WHERE workspace_id = ?1 AND minute_us >= ?2
+            AND minute_us < ?2 + {HOUR_US} AND {DIMS_WHERE}"
+    ))?;
+    let mut rows = stmt.query(k.params())?;
+    let mut merged: Option<Rollup> = None;
+    while let Some(row) = rows.next()? {
+        let blob = row
+            .get_ref(0)?
+            .as_blob()
+            .map_err(|e| corrupt(e.to_string()))?;
+        match &mut merged {
+            Some(r) => r.merge_encoded(blob).map_err(corrupt)?,
+            None => merged = Some(Rollup::decode(blob).map_err(corrupt)?),
+        }
+    }
+    match merged {
+        Some(r) => store(conn, Tier::Hour, k, &r),
+        None => remove(conn, Tier::Hour, k),
+    }
+}
+
+/// Recomputes every hour row of `hour_us` (all workspaces) from the minute rows left in it:
+/// retention's step after deleting the minutes before its cutoff inside that hour.
+pub(crate) fn rebuild_hour_rows(conn: &Connection, hour_us: i64) -> Result<()> {
+    let mut merged: HashMap<RollupKey, Rollup> = HashMap::new();
+    {
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT workspace_id, minute_us, {DIM_COLUMNS}, data FROM rollups
+             WHERE minute_us >= ?1 AND minute_us < ?2"
+        ))?;
+        let mut rows = stmt.query(params![hour_us, hour_us.saturating_add(HOUR_US)])?;
+        while let Some(row) = rows.next()? {
+            let key = RollupKey::from_row(row)?.hour();
+            let blob = row
+                .get_ref(17)?
+                .as_blob()
+                .map_err(|e| corrupt(e.to_string()))?;
+            match merged.get_mut(&key) {
+                Some(r) => r.merge_encoded(blob).map_err(corrupt)?,
+                None => {
+                    merged.insert(key, Rollup::decode(blob).map_err(corrupt)?);
+                }
+            }
+        }
+    }
+    conn.prepare_cached("DELETE FROM rollups_hourly WHERE hour_us = ?1")?
+        .execute([hour_us])?;
+    for (k, r) in &merged {
+        store(conn, Tier::Hour, k, r)?;
+    }
+    Ok(())
+}
+
+/// Builds the hour tier from the minute tier (the migration that adds it): whatever it held is
+/// replaced, so that it is exact however the minutes came to be (another migration's backfill
+/// may have folded rows into both tiers before). Streams the minute rows in key order, one
+/// workspace-hour at a time, so memory stays bounded by one hour's keys.
+pub(crate) fn backfill_hours(conn: &Connection) -> Result<()> {
+    conn.execute("DELETE FROM rollups_hourly", [])?;
+    let mut stmt = conn.prepare(&format!(
+        "SELECT workspace_id, minute_us, {DIM_COLUMNS}, data FROM rollups
+         ORDER BY workspace_id, minute_us"
+    ))?;
+    let mut rows = stmt.query([])?;
+    let mut current: Option<(String, i64)> = None;
+    let mut pending: HashMap<RollupKey, Rollup> = HashMap::new();
+    while let Some(row) = rows.next()? {
+        let key = RollupKey::from_row(row)?.hour();
+        let here = (key.workspace_id.clone(), key.start_us);
+        if current.as_ref() != Some(&here) {
+            for (k, r) in pending.drain() {
+                store(conn, Tier::Hour, &k, &r)?;
+            }
+            current = Some(here);
+        }
+        let blob = row
+            .get_ref(17)?
+            .as_blob()
+            .map_err(|e| corrupt(e.to_string()))?;
+        match pending.get_mut(&key) {
+            Some(r) => r.merge_encoded(blob).map_err(corrupt)?,
+            None => {
+                pending.insert(key, Rollup::decode(blob).map_err(corrupt)?);
+            }
+        }
+    }
+    for (k, r) in pending.drain() {
+        store(conn, Tier::Hour, &k, &r)?;
     }
     Ok(())
 }

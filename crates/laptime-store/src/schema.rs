@@ -72,6 +72,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: V10,
         after: None,
     },
+    // 11: the hour tier of the rollups (built from the minute tier), which usage reads whole
+    // hours from.
+    Migration {
+        sql: V11,
+        after: Some(rollups::backfill_hours),
+    },
 ];
 
 const V1: &str = r#"
@@ -347,6 +353,35 @@ const V9: &str = r#"
 const V10: &str = r#"
     ALTER TABLE requests ADD COLUMN in_band TEXT;
     ALTER TABLE attempts ADD COLUMN span_id TEXT;
+"#;
+
+/// Rollups per hour, keyed as the minute ones with the hour's start: each row the merge of its
+/// key's minute rows, kept so by every write (see `rollups.rs`).
+const V11: &str = r#"
+    CREATE TABLE rollups_hourly (
+        workspace_id TEXT NOT NULL,
+        hour_us INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        grp TEXT NOT NULL,
+        dialect TEXT NOT NULL,
+        stream INTEGER NOT NULL,
+        status INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        classification TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        effort TEXT NOT NULL,
+        tools TEXT NOT NULL,
+        max_output_bucket TEXT NOT NULL,
+        input_bucket TEXT NOT NULL,
+        region TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (workspace_id, hour_us, model, provider, channel, grp, dialect, stream,
+            status, outcome, classification, endpoint, effort, tools, max_output_bucket,
+            input_bucket, region)
+    ) WITHOUT ROWID;
+    CREATE INDEX rollups_hourly_hour ON rollups_hourly(hour_us);
 "#;
 
 /// The schema version this build writes.

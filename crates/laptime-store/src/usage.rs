@@ -1,9 +1,12 @@
-//! The usage API's data side: a window's rollup (optionally grouped) from the per-minute
-//! rollups, and a window's newest requests from the rows, both under the same filter.
+//! The usage API's data side: a window's rollup (optionally grouped) from the stored rollups,
+//! and a window's newest requests from the rows, both under the same filter.
 //!
-//! [`usage`] never reads request rows: it merges the rollups of the window's whole minutes (one
-//! range scan of the `rollups` primary key), so its cost grows with minutes × keys, not with
-//! requests. [`recent_filtered`] walks an index newest first and stops at the limit.
+//! [`usage`] never reads request rows: it merges the rollups of the window's whole hours from
+//! the hour tier and of the minutes before the first and after the last whole hour from the
+//! minute tier (a range scan of each tier's primary key per span, in one statement), so its
+//! cost grows with hours × keys plus at most 2 × 60 minutes × keys, never with requests. Each
+//! hour row is the merge of its minute rows, so the answer is the one the minutes alone give.
+//! [`recent_filtered`] walks an index newest first and stops at the limit.
 //!
 //! All SQL is built from fixed fragments with bound parameters; filter values never become SQL.
 
@@ -16,7 +19,7 @@ use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection, Row};
 
 use crate::records::{from_row, load_attempts, SELECT};
-use crate::rollups::{ceil_minute, floor_minute};
+use crate::rollups::{ceil_hour, ceil_minute, floor_hour, floor_minute, Tier};
 use crate::{Result, StoreError};
 
 /// Which requests count. Every field set must match; `Default` matches everything.
@@ -137,7 +140,7 @@ impl GroupDim {
     }
 
     /// The column in `rollups` (in both stores; the same in `requests` for the first ten, whose
-    /// filters compare it there too); also its position in [`ROLLUP_SELECT`].
+    /// filters compare it there too); also its position in [`ROLLUP_COLUMNS`].
     pub(crate) fn column(self) -> (&'static str, usize) {
         match self {
             GroupDim::Model => ("model", 0),
@@ -420,13 +423,12 @@ pub(crate) fn put_value(slot: &mut Option<String>, v: &str) {
     }
 }
 
-/// The rollup columns [`dim_value`] reads, then the encoded rollup.
-pub(crate) const ROLLUP_SELECT: &str =
-    "SELECT model, provider, channel, grp, dialect, stream, status, outcome,
-    classification, endpoint, effort, tools, max_output_bucket, input_bucket, region,
-    data FROM rollups";
+/// The rollup columns [`dim_value`] reads, then the encoded rollup (the same in both tiers).
+pub(crate) const ROLLUP_COLUMNS: &str =
+    "model, provider, channel, grp, dialect, stream, status, outcome,
+    classification, endpoint, effort, tools, max_output_bucket, input_bucket, region, data";
 
-/// The position of the encoded rollup in [`ROLLUP_SELECT`].
+/// The position of the encoded rollup in [`ROLLUP_COLUMNS`].
 pub(crate) const ROLLUP_DATA: usize = 15;
 
 /// Reads a row's value of `dim` into `slot` (`None` for absent), reusing the slot's buffer.
@@ -451,6 +453,75 @@ pub(crate) fn window(from_us: i64, to_us: i64) -> UsageWindow {
     }
 }
 
+/// One range of a window read from one tier: `[from_us, to_us)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub tier: Tier,
+    pub from_us: i64,
+    pub to_us: i64,
+}
+
+/// The ranges a window (of whole minutes) is read as: its whole hours from the hour tier, the
+/// minutes before the first whole hour and after the last from the minute tier; all minutes
+/// when it holds no whole hour. Empty for an empty window.
+pub(crate) fn spans(w: &UsageWindow) -> Vec<Span> {
+    let span = |tier, from_us, to_us| Span {
+        tier,
+        from_us,
+        to_us,
+    };
+    let (hours_from, hours_to) = (ceil_hour(w.from_us), floor_hour(w.to_us));
+    if hours_from >= hours_to {
+        return match w.from_us < w.to_us {
+            true => vec![span(Tier::Minute, w.from_us, w.to_us)],
+            false => Vec::new(),
+        };
+    }
+    let mut out = Vec::with_capacity(3);
+    if w.from_us < hours_from {
+        out.push(span(Tier::Minute, w.from_us, hours_from));
+    }
+    out.push(span(Tier::Hour, hours_from, hours_to));
+    if hours_to < w.to_us {
+        out.push(span(Tier::Minute, hours_to, w.to_us));
+    }
+    out
+}
+
+/// The statement reading the rollups of `spans` under `filter`: one `SELECT` per span joined by
+/// `UNION ALL`, so that one snapshot serves them all (the tiers as one transaction left them).
+/// Parameter 1 is the workspace, then each span's bounds in order, then the filter's values
+/// (returned; bound once, used by every span). `sigil` as for [`push_filter`].
+pub(crate) fn rollup_sql(
+    spans: &[Span],
+    filter: &UsageFilter,
+    sigil: char,
+) -> (String, Vec<FilterValue>) {
+    let mut filtered = String::new();
+    let values = push_filter(
+        filter,
+        Absent::Empty,
+        &mut filtered,
+        1 + 2 * spans.len(),
+        sigil,
+    );
+    let parts: Vec<String> = spans
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let start = s.tier.start_column();
+            format!(
+                "SELECT {ROLLUP_COLUMNS} FROM {} WHERE workspace_id = {sigil}1 \
+                 AND {start} >= {sigil}{} AND {start} < {sigil}{}{filtered}",
+                s.tier.table(),
+                2 + 2 * i,
+                3 + 2 * i
+            )
+        })
+        .collect();
+    (parts.join(" UNION ALL "), values)
+}
+
 /// Usage of a workspace over `[from_us, to_us)` widened to whole minutes, filtered, and grouped
 /// by `group_by` (empty: no groups). Percentiles come from the merged sketches
 /// (see [`laptime_core::rollup`] for the method and its 1 % bound).
@@ -463,18 +534,20 @@ pub fn usage(
     group_by: &[GroupDim],
 ) -> Result<UsageResult> {
     let window = window(from_us, to_us);
-    let mut sql =
-        format!("{ROLLUP_SELECT} WHERE workspace_id = ?1 AND minute_us >= ?2 AND minute_us < ?3");
-    let mut values = vec![
-        Value::Text(workspace_id.to_string()),
-        Value::Integer(window.from_us),
-        Value::Integer(window.to_us),
-    ];
-    let bound = push_filter(filter, Absent::Empty, &mut sql, values.len(), '?');
+    let spans = spans(&window);
+    let mut folding = Folding::new(group_by);
+    if spans.is_empty() {
+        return Ok(folding.finish(window));
+    }
+    let (sql, bound) = rollup_sql(&spans, filter, '?');
+    let mut values = vec![Value::Text(workspace_id.to_string())];
+    for s in &spans {
+        values.push(Value::Integer(s.from_us));
+        values.push(Value::Integer(s.to_us));
+    }
     values.extend(bound.into_iter().map(sqlite_value));
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query(params_from_iter(values))?;
-    let mut folding = Folding::new(group_by);
     while let Some(row) = rows.next()? {
         let blob = row
             .get_ref(ROLLUP_DATA)?
@@ -533,7 +606,44 @@ pub fn recent_filtered(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rollups::{HOUR_US, MINUTE_US};
     use crate::Store;
+
+    #[test]
+    fn a_window_reads_whole_hours_from_the_hour_tier_and_its_edges_by_the_minute() {
+        let h = 500_000 * HOUR_US;
+        let m = MINUTE_US;
+        let span = |tier, from_us, to_us| Span {
+            tier,
+            from_us,
+            to_us,
+        };
+        let of = |from_us, to_us| spans(&UsageWindow { from_us, to_us });
+        assert_eq!(
+            of(h - 7 * m, h + 2 * HOUR_US + 3 * m),
+            [
+                span(Tier::Minute, h - 7 * m, h),
+                span(Tier::Hour, h, h + 2 * HOUR_US),
+                span(Tier::Minute, h + 2 * HOUR_US, h + 2 * HOUR_US + 3 * m),
+            ]
+        );
+        assert_eq!(of(h, h + HOUR_US), [span(Tier::Hour, h, h + HOUR_US)]);
+        assert_eq!(
+            of(h, h + HOUR_US + m),
+            [
+                span(Tier::Hour, h, h + HOUR_US),
+                span(Tier::Minute, h + HOUR_US, h + HOUR_US + m)
+            ]
+        );
+        // No whole hour inside: minutes only, even across an hour boundary.
+        assert_eq!(of(h - m, h + m), [span(Tier::Minute, h - m, h + m)]);
+        assert_eq!(
+            of(h + m, h + 59 * m),
+            [span(Tier::Minute, h + m, h + 59 * m)]
+        );
+        assert!(of(h, h).is_empty());
+        assert!(of(h + m, h).is_empty());
+    }
 
     /// Newest-first reads must walk an index backwards and stop at the limit; a sort (a temp
     /// b-tree) or a table scan would read the whole workspace first.

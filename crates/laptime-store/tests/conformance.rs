@@ -841,6 +841,264 @@ async fn the_window_is_widened_to_whole_minutes() {
     }
 }
 
+const HOUR: i64 = 60 * MIN;
+
+/// The first whole hour after [`BASE`] (which is 14 minutes past one).
+const H0: i64 = BASE - BASE.rem_euclid(HOUR) + HOUR;
+
+/// A record's value of any dimension, as a usage group names it.
+fn dim_value(r: &RequestRecord, dim: GroupDim) -> Option<String> {
+    match dim {
+        GroupDim::Model => r.model.clone(),
+        GroupDim::Provider => r.provider.clone(),
+        GroupDim::Channel => r.channel.clone(),
+        GroupDim::Group => r.group.clone(),
+        GroupDim::Dialect => Some(r.dialect.as_str().into()),
+        GroupDim::Stream => Some(r.stream.to_string()),
+        GroupDim::Status => Some(r.status.to_string()),
+        GroupDim::Outcome => Some(r.outcome.as_str().into()),
+        GroupDim::Classification => Some(r.classification.as_str().into()),
+        GroupDim::Endpoint => Some(r.exchange.endpoint.as_str().into()),
+        _ => comparison_value(r, dim),
+    }
+}
+
+/// Checks a usage answer against the rows it must summarise: the total, and with `group_by`
+/// exactly one group per combination of values the rows have, each the rollup of its rows.
+fn assert_summarises(got: &UsageResult, rows: &[&RequestRecord], group_by: &[GroupDim], at: &str) {
+    assert_eq!(got.total.requests, rows.len() as u64, "{at}");
+    assert!(
+        got.total.agrees_with(&rollup_of(rows.iter().copied())),
+        "{at}"
+    );
+    if group_by.is_empty() {
+        assert!(got.groups.is_empty(), "{at}");
+        return;
+    }
+    let mut want: std::collections::BTreeMap<Vec<Option<String>>, Vec<&RequestRecord>> =
+        Default::default();
+    for r in rows {
+        let key = group_by.iter().map(|d| dim_value(r, *d)).collect();
+        want.entry(key).or_default().push(r);
+    }
+    assert_eq!(got.groups.len(), want.len(), "{at} {group_by:?}");
+    for (key, rollup) in &got.groups {
+        let values: Vec<Option<String>> = key.iter().map(|(_, v)| v.clone()).collect();
+        let dims: Vec<GroupDim> = key.iter().map(|(d, _)| *d).collect();
+        assert_eq!(dims, group_by, "{at}");
+        let rows = want.get(&values);
+        assert!(rows.is_some(), "{at}: no rows for {key:?}");
+        let rows = rows.unwrap();
+        assert!(
+            rollup.agrees_with(&rollup_of(rows.iter().copied())),
+            "{at} {key:?}"
+        );
+    }
+}
+
+/// Windows of whole hours, of parts of hours, and of both read the hour tier for their whole
+/// hours and the minute tier for the rest; whichever served it, the answer is the rollup of the
+/// rows in the window (widened to whole minutes), under every filter and grouping.
+#[tokio::test]
+async fn usage_is_the_same_whichever_tier_serves_each_part_of_the_window() {
+    // About five hours of requests, 30 s apart, from 14 minutes before the first whole hour.
+    let rows: Vec<RequestRecord> = corpus("ws", 600, 11)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.created_at_us = BASE + i as i64 * 30_000_000 + (i as i64 * 7_919) % 29_000_000;
+            r
+        })
+        .collect();
+    let windows = [
+        ("whole hours", H0, H0 + 3 * HOUR),
+        ("one whole hour", H0 + HOUR, H0 + 2 * HOUR),
+        (
+            "unaligned at both ends",
+            H0 - 11 * MIN - 5_000_000,
+            H0 + 3 * HOUR + 17 * MIN + 1,
+        ),
+        ("aligned start, unaligned end", H0, H0 + 2 * HOUR + 59 * MIN),
+        ("unaligned start, aligned end", H0 + MIN, H0 + 4 * HOUR),
+        ("inside one hour", H0 + HOUR + 5 * MIN, H0 + HOUR + 50 * MIN),
+        ("everything", 0, i64::MAX / 2),
+    ];
+    let mut groupings: Vec<Vec<GroupDim>> = vec![Vec::new(), GroupDim::ALL.to_vec()];
+    groupings.extend(GroupDim::ALL.map(|d| vec![d]));
+    groupings.push(vec![GroupDim::Model, GroupDim::Status]);
+    for b in backends_with(&rows, 64).await {
+        for (name, from, to) in windows {
+            let widened = (
+                from - from.rem_euclid(MIN),
+                to + (MIN - to.rem_euclid(MIN)) % MIN,
+            );
+            let inside: Vec<&RequestRecord> = rows
+                .iter()
+                .filter(|r| (widened.0..widened.1).contains(&r.created_at_us))
+                .collect();
+            assert!(!inside.is_empty(), "{name}");
+            for group_by in &groupings {
+                let got = b
+                    .store
+                    .usage("ws", (from, to), UsageFilter::default(), group_by.clone())
+                    .await
+                    .unwrap();
+                assert_eq!((got.window.from_us, got.window.to_us), widened);
+                assert_summarises(&got, &inside, group_by, &format!("{} {name}", b.name));
+            }
+            for (filter, pred) in filter_cases() {
+                let matching: Vec<&RequestRecord> =
+                    inside.iter().copied().filter(|r| pred(r)).collect();
+                let got = b
+                    .store
+                    .usage("ws", (from, to), filter.clone(), vec![GroupDim::Model])
+                    .await
+                    .unwrap();
+                let at = format!("{} {name} {filter:?}", b.name);
+                assert_summarises(&got, &matching, &[GroupDim::Model], &at);
+            }
+        }
+    }
+}
+
+/// Retention that cuts an hour leaves that hour's hour-tier rows summarising exactly the minutes
+/// it keeps, so a window over the cut hour answers the same from the hour tier as from the
+/// minutes; hours wholly before the cutoff are gone from both tiers.
+#[tokio::test]
+async fn a_window_across_the_retention_cutoff_counts_only_the_minutes_kept_in_either_tier() {
+    let rows: Vec<RequestRecord> = corpus("ws", 400, 12)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.created_at_us = BASE + i as i64 * 40_000_000;
+            r
+        })
+        .collect();
+    for b in backends_with(&rows, 50).await {
+        let name = b.name;
+        // Cuts the second whole hour 25.5 minutes in: the minute holding the cutoff stays.
+        let cutoff = H0 + HOUR + 25 * MIN + 30_000_000;
+        let kept_from = H0 + HOUR + 25 * MIN;
+        b.store.delete_older_than(cutoff, 40).await.unwrap();
+        for (what, from, to) in [
+            ("the cut hour, from the hour tier", H0 + HOUR, H0 + 2 * HOUR),
+            ("the cut hour and the next", H0 + HOUR, H0 + 3 * HOUR),
+            (
+                "the cut hour, from its minutes",
+                H0 + HOUR + MIN,
+                H0 + 2 * HOUR,
+            ),
+            ("from before the data", 0, H0 + 4 * HOUR),
+        ] {
+            let got = b
+                .store
+                .usage(
+                    "ws",
+                    (from, to),
+                    UsageFilter::default(),
+                    vec![GroupDim::Outcome],
+                )
+                .await
+                .unwrap();
+            let want: Vec<&RequestRecord> = rows
+                .iter()
+                .filter(|r| r.created_at_us >= kept_from.max(from) && r.created_at_us < to)
+                .collect();
+            assert!(!want.is_empty(), "{what}");
+            assert_summarises(&got, &want, &[GroupDim::Outcome], &format!("{name} {what}"));
+        }
+        let gone = b
+            .store
+            .usage("ws", (0, H0 + HOUR), UsageFilter::default(), Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(gone.total.requests, 0, "{name}");
+        // New requests in the cut hour merge into what retention left.
+        let late = plain("late", "ws", H0 + HOUR + 40 * MIN + 1, Some("gpt-4o"));
+        b.store.insert_batch(vec![late.clone()]).await.unwrap();
+        let got = b
+            .store
+            .usage(
+                "ws",
+                (H0 + HOUR, H0 + 2 * HOUR),
+                UsageFilter::default(),
+                Vec::new(),
+            )
+            .await
+            .unwrap();
+        let mut want: Vec<&RequestRecord> = rows
+            .iter()
+            .filter(|r| (kept_from..H0 + 2 * HOUR).contains(&r.created_at_us))
+            .collect();
+        want.push(&late);
+        assert_summarises(&got, &want, &[], &format!("{name} after a late request"));
+    }
+}
+
+/// A store from before the hour tier gets it built from its minute rollups when it is opened by
+/// this build: the migration is taken back (the table dropped, the version lowered) and run
+/// again.
+#[tokio::test]
+async fn the_hour_tier_is_built_from_the_minutes_when_a_store_first_migrates_to_it() {
+    let rows: Vec<RequestRecord> = corpus("ws", 300, 13)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.created_at_us = BASE + i as i64 * 50_000_000;
+            r
+        })
+        .collect();
+    for b in backends_with(&rows, 100).await {
+        let version = b.store.known_schema_version();
+        let reopened = match b.store.kind() {
+            BackendKind::Sqlite => {
+                let path = b.store.path().unwrap().to_path_buf();
+                let conn = rusqlite::Connection::open(&path).unwrap();
+                conn.execute_batch("DROP TABLE rollups_hourly").unwrap();
+                conn.pragma_update(None, "user_version", version - 1)
+                    .unwrap();
+                drop(conn);
+                Store::open(&path).unwrap()
+            }
+            BackendKind::Postgres => {
+                let url = b._schema.as_ref().unwrap().url().to_string();
+                let config: tokio_postgres::Config = url.parse().unwrap();
+                let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
+                tokio::spawn(conn);
+                client
+                    .batch_execute(&format!(
+                        "DROP TABLE rollups_hourly;
+                         DELETE FROM laptime_schema WHERE version = {version}"
+                    ))
+                    .await
+                    .unwrap();
+                Store::open_postgres(&url).await.unwrap()
+            }
+        };
+        assert_eq!(
+            reopened.schema_version().await.unwrap(),
+            version,
+            "{}",
+            b.name
+        );
+        let got = reopened
+            .usage(
+                "ws",
+                (H0, H0 + 4 * HOUR),
+                UsageFilter::default(),
+                vec![GroupDim::Model],
+            )
+            .await
+            .unwrap();
+        let want: Vec<&RequestRecord> = rows
+            .iter()
+            .filter(|r| (H0..H0 + 4 * HOUR).contains(&r.created_at_us))
+            .collect();
+        assert!(want.len() > 200);
+        assert_summarises(&got, &want, &[GroupDim::Model], b.name);
+    }
+}
+
 #[tokio::test]
 async fn usage_never_shows_another_workspace() {
     let mut rows = corpus("ws_a", 50, 2);
@@ -904,6 +1162,23 @@ async fn a_replaced_record_is_counted_once_with_its_new_values() {
             "{}",
             b.name
         );
+        // The same from the hour tier, whose rows are rebuilt from the rebuilt minutes.
+        let hours = b
+            .store
+            .usage(
+                "ws",
+                (H0 - HOUR, H0 + HOUR),
+                UsageFilter::default(),
+                vec![GroupDim::Model],
+            )
+            .await
+            .unwrap();
+        assert!(hours.total.agrees_with(&got.total), "{}", b.name);
+        assert_eq!(hours.groups.len(), got.groups.len(), "{}", b.name);
+        for ((hk, hr), (k, r)) in hours.groups.iter().zip(&got.groups) {
+            assert_eq!(hk, k, "{}", b.name);
+            assert!(hr.agrees_with(r), "{} {k:?}", b.name);
+        }
         assert_eq!(b.store.record("ws", "r1").await.unwrap(), Some(again));
         assert_eq!(b.store.record("ws", "r3").await.unwrap(), Some(twice_again));
         assert_eq!(

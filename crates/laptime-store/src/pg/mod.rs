@@ -6,7 +6,8 @@
 //!   them once); a schema newer than this build is refused.
 //! - [`records`]: request rows in daily partitions (retention drops whole partitions), written
 //!   with their rollups in one transaction per batch; reads.
-//! - [`usage`]: the usage API's reads from the shared per-minute rollups.
+//! - [`rollups`]: the shared rollups, per minute and per hour, folded into by every batch.
+//! - [`usage`]: the usage API's reads from the shared rollups (whole hours from the hour tier).
 //! - [`auth`]: workspaces and hashed tokens.
 //!
 //! Reads take a connection from a bounded pool (deadpool) and never wait longer than
@@ -19,6 +20,7 @@ pub mod budgets;
 pub mod instances;
 pub mod limits;
 pub mod records;
+pub mod rollups;
 pub mod schema;
 pub mod usage;
 
@@ -55,9 +57,10 @@ impl Pg {
     /// Parses `url` (a `postgres://` URL or a key=value string), connects, and migrates.
     pub async fn connect(url: &str) -> Result<Pg> {
         let config = Config::from_str(url)?;
-        let mut migrator = connect(&config).await?;
-        schema::migrate(&mut migrator).await?;
         let pool = pool(&config, POOL_SIZE)?;
+        let mut migrator = pooled(&pool).await?;
+        schema::migrate(&mut migrator).await?;
+        drop(migrator);
         Ok(Pg {
             pool,
             config,

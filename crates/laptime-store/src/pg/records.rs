@@ -6,9 +6,7 @@
 //! advisory lock, so that retention drops whole days instead of deleting rows one by one. A
 //! request's id and creation time never change, so `(request_id, created_at_us)` identifies it.
 //!
-//! Rollups are read-merge-written as in SQLite, but by many instances at once: new keys are
-//! inserted outright, existing ones are locked (`FOR UPDATE`, in key order) before they are
-//! merged, so two instances folding into one minute never lose each other's requests.
+//! Rollups are folded in by [`super::rollups`].
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,7 +14,6 @@ use deadpool_postgres::{GenericClient, Transaction};
 use laptime_core::cost::Cost;
 use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::{Limit, Zone};
-use laptime_core::rollup::Rollup;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
     Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge,
@@ -28,8 +25,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::corrupt;
+use super::rollups::{merge_into, rebuild_keys};
 use crate::records::{dur, nano, tok, untok, us};
-use crate::rollups::{aggregate, floor_minute, RollupKey, MINUTE_US};
+use crate::rollups::{aggregate, floor_minute, RollupKey};
 use crate::{Result, StoreError};
 
 /// One UTC day, in microseconds.
@@ -720,244 +718,10 @@ pub async fn get(
     }
 }
 
-/// The key columns of rollup rows, as `UNNEST` parameters `$1`…`$17`.
-struct KeyCols {
-    workspace_id: Vec<String>,
-    minute_us: Vec<i64>,
-    model: Vec<String>,
-    provider: Vec<String>,
-    channel: Vec<String>,
-    grp: Vec<String>,
-    dialect: Vec<String>,
-    stream: Vec<bool>,
-    status: Vec<i32>,
-    outcome: Vec<String>,
-    classification: Vec<String>,
-    endpoint: Vec<String>,
-    effort: Vec<String>,
-    tools: Vec<String>,
-    max_output_bucket: Vec<String>,
-    input_bucket: Vec<String>,
-    region: Vec<String>,
-}
-
-const KEY_COLUMNS: &str = "workspace_id, minute_us, model, provider, channel, grp, dialect, \
-    stream, status, outcome, classification, endpoint, effort, tools, max_output_bucket, \
-    input_bucket, region";
-
-const KEY_UNNEST: &str = "UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-    $6::text[], $7::text[], $8::bool[], $9::int4[], $10::text[], $11::text[], $12::text[], \
-    $13::text[], $14::text[], $15::text[], $16::text[], $17::text[]";
-
-impl KeyCols {
-    fn of<'a>(keys: impl IntoIterator<Item = &'a RollupKey>) -> KeyCols {
-        let mut c = KeyCols {
-            workspace_id: Vec::new(),
-            minute_us: Vec::new(),
-            model: Vec::new(),
-            provider: Vec::new(),
-            channel: Vec::new(),
-            grp: Vec::new(),
-            dialect: Vec::new(),
-            stream: Vec::new(),
-            status: Vec::new(),
-            outcome: Vec::new(),
-            classification: Vec::new(),
-            endpoint: Vec::new(),
-            effort: Vec::new(),
-            tools: Vec::new(),
-            max_output_bucket: Vec::new(),
-            input_bucket: Vec::new(),
-            region: Vec::new(),
-        };
-        for k in keys {
-            c.workspace_id.push(k.workspace_id.clone());
-            c.minute_us.push(k.minute_us);
-            c.model.push(k.model.clone());
-            c.provider.push(k.provider.clone());
-            c.channel.push(k.channel.clone());
-            c.grp.push(k.grp.clone());
-            c.dialect.push(k.dialect.clone());
-            c.stream.push(k.stream);
-            c.status.push(i32::from(k.status));
-            c.outcome.push(k.outcome.clone());
-            c.classification.push(k.classification.clone());
-            c.endpoint.push(k.endpoint.clone());
-            c.effort.push(k.effort.clone());
-            c.tools.push(k.tools.clone());
-            c.max_output_bucket.push(k.max_output_bucket.clone());
-            c.input_bucket.push(k.input_bucket.clone());
-            c.region.push(k.region.clone());
-        }
-        c
-    }
-
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.workspace_id,
-            &self.minute_us,
-            &self.model,
-            &self.provider,
-            &self.channel,
-            &self.grp,
-            &self.dialect,
-            &self.stream,
-            &self.status,
-            &self.outcome,
-            &self.classification,
-            &self.endpoint,
-            &self.effort,
-            &self.tools,
-            &self.max_output_bucket,
-            &self.input_bucket,
-            &self.region,
-        ]
-    }
-}
-
-/// A rollup row's key, read from its first 17 columns (in [`KEY_COLUMNS`] order).
-fn key_of(row: &Row) -> Result<RollupKey> {
-    let status: i32 = row.try_get(8)?;
-    Ok(RollupKey {
-        workspace_id: row.try_get(0)?,
-        minute_us: row.try_get(1)?,
-        model: row.try_get(2)?,
-        provider: row.try_get(3)?,
-        channel: row.try_get(4)?,
-        grp: row.try_get(5)?,
-        dialect: row.try_get(6)?,
-        stream: row.try_get(7)?,
-        status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
-        outcome: row.try_get(9)?,
-        classification: row.try_get(10)?,
-        endpoint: row.try_get(11)?,
-        effort: row.try_get(12)?,
-        tools: row.try_get(13)?,
-        max_output_bucket: row.try_get(14)?,
-        input_bucket: row.try_get(15)?,
-        region: row.try_get(16)?,
-    })
-}
-
-/// Writes `(key, encoded rollup)` rows: inserts, or with `update` overwrites existing keys.
-async fn write_rollups(
-    tx: &Transaction<'_>,
-    rows: &[(&RollupKey, Vec<u8>)],
-    conflict: &str,
-) -> Result<Vec<Row>> {
-    let keys = KeyCols::of(rows.iter().map(|(k, _)| *k));
-    let data: Vec<&[u8]> = rows.iter().map(|(_, d)| d.as_slice()).collect();
-    let mut params = keys.params();
-    params.push(&data);
-    let sql = format!(
-        "INSERT INTO rollups ({KEY_COLUMNS}, data) SELECT * FROM {KEY_UNNEST}, $18::bytea[])
-         ON CONFLICT ({KEY_COLUMNS}) {conflict} RETURNING {KEY_COLUMNS}"
-    );
-    let stmt = tx.prepare_cached(&sql).await?;
-    Ok(tx.query(&stmt, &params).await?)
-}
-
-/// Folds `delta` into the stored rollups, inside the transaction that wrote its rows.
-pub(crate) async fn merge_into(
-    tx: &Transaction<'_>,
-    delta: HashMap<RollupKey, Rollup>,
-) -> Result<()> {
-    if delta.is_empty() {
-        return Ok(());
-    }
-    let mut delta: Vec<(RollupKey, Rollup)> = delta.into_iter().collect();
-    delta.sort_by(|a, b| a.0.cmp(&b.0));
-    // Keys no instance has written yet: inserted as they are.
-    let encoded: Vec<(&RollupKey, Vec<u8>)> = delta.iter().map(|(k, r)| (k, r.encode())).collect();
-    let inserted: HashSet<RollupKey> = write_rollups(tx, &encoded, "DO NOTHING")
-        .await?
-        .iter()
-        .map(key_of)
-        .collect::<Result<_>>()?;
-    let mut rest: HashMap<RollupKey, Rollup> = delta
-        .into_iter()
-        .filter(|(k, _)| !inserted.contains(k))
-        .collect();
-    if rest.is_empty() {
-        return Ok(());
-    }
-    // The others: locked in key order (instances folding into one minute queue, never
-    // deadlock on each other), merged with what is stored, written back.
-    let keys = KeyCols::of(rest.keys());
-    let sql = format!(
-        "SELECT {KEY_COLUMNS}, data FROM rollups WHERE ({KEY_COLUMNS}) IN
-            (SELECT * FROM {KEY_UNNEST}))
-         ORDER BY {KEY_COLUMNS} FOR UPDATE"
-    );
-    let stmt = tx.prepare_cached(&sql).await?;
-    for row in tx.query(&stmt, &keys.params()).await? {
-        let key = key_of(&row)?;
-        let stored: &[u8] = row.try_get(17)?;
-        if let Some(r) = rest.get_mut(&key) {
-            r.merge_encoded(stored)
-                .map_err(|e| StoreError::Corrupt(format!("rollup: {e}")))?;
-        }
-    }
-    let merged: Vec<(&RollupKey, Vec<u8>)> = rest.iter().map(|(k, r)| (k, r.encode())).collect();
-    write_rollups(tx, &merged, "DO UPDATE SET data = excluded.data").await?;
-    Ok(())
-}
-
-/// Recomputes the rollups of `keys` from the rows (after rows were replaced): the keys are
-/// locked first, so a concurrent fold waits and then merges into the rebuilt value.
-async fn rebuild_keys(tx: &Transaction<'_>, keys: &HashSet<RollupKey>) -> Result<()> {
-    if keys.is_empty() {
-        return Ok(());
-    }
-    let mut sorted: Vec<&RollupKey> = keys.iter().collect();
-    sorted.sort();
-    let empty = Rollup::new().encode();
-    let placeholders: Vec<(&RollupKey, Vec<u8>)> =
-        sorted.iter().map(|k| (*k, empty.clone())).collect();
-    write_rollups(tx, &placeholders, "DO NOTHING").await?;
-    let locked = KeyCols::of(sorted.iter().copied());
-    let lock = format!(
-        "SELECT 1 FROM rollups WHERE ({KEY_COLUMNS}) IN (SELECT * FROM {KEY_UNNEST}))
-         ORDER BY {KEY_COLUMNS} FOR UPDATE"
-    );
-    tx.query(&lock, &locked.params()).await?;
-    let minutes: HashSet<(&str, i64)> = keys
-        .iter()
-        .map(|k| (k.workspace_id.as_str(), k.minute_us))
-        .collect();
-    let sql = format!(
-        "{} WHERE workspace_id = $1 AND created_at_us >= $2 AND created_at_us < $3",
-        select()
-    );
-    let mut fresh: HashMap<RollupKey, Rollup> = HashMap::new();
-    for (ws, minute) in minutes {
-        let rows = tx
-            .query(&sql, &[&ws, &minute, &(minute + MINUTE_US)])
-            .await?;
-        let records = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
-        fresh.extend(aggregate(
-            records
-                .iter()
-                .filter(|r| RollupKey::of(r).is_some_and(|k| keys.contains(&k))),
-        ));
-    }
-    let (keep, gone): (Vec<&RollupKey>, Vec<&RollupKey>) =
-        sorted.into_iter().partition(|k| fresh.contains_key(*k));
-    let rebuilt: Vec<(&RollupKey, Vec<u8>)> = keep
-        .into_iter()
-        .filter_map(|k| fresh.get(k).map(|r| (k, r.encode())))
-        .collect();
-    write_rollups(tx, &rebuilt, "DO UPDATE SET data = excluded.data").await?;
-    let gone = KeyCols::of(gone);
-    let delete =
-        format!("DELETE FROM rollups WHERE ({KEY_COLUMNS}) IN (SELECT * FROM {KEY_UNNEST}))");
-    tx.execute(&delete, &gone.params()).await?;
-    Ok(())
-}
-
 /// Retention: drops the partitions of days wholly before `cutoff_us`, deletes the older rows
 /// left in the partition holding it in transactions of at most `batch` rows, and the rollups
-/// of every minute that ends at or before it; returns how many records went.
+/// of every minute that ends at or before it (see [`super::rollups::delete_before`]); returns
+/// how many records went.
 pub async fn delete_older_than(
     c: &mut deadpool_postgres::ClientWrapper,
     cutoff_us: i64,
@@ -1006,16 +770,7 @@ pub async fn delete_older_than(
             break;
         }
     }
-    let minute_cutoff = floor_minute(cutoff_us);
-    while c
-        .execute(
-            "DELETE FROM rollups WHERE ctid IN
-                (SELECT ctid FROM rollups WHERE minute_us < $1 LIMIT $2)",
-            &[&minute_cutoff, &batch],
-        )
-        .await?
-        > 0
-    {}
+    super::rollups::delete_before(c, floor_minute(cutoff_us), batch).await?;
     Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
 }
 

@@ -7,12 +7,49 @@
 //! The lock key is derived from the schema in use, so that databases (or schemas) of separate
 //! fleets on one server never wait for each other.
 
-use tokio_postgres::Client;
+use deadpool_postgres::{ClientWrapper, Transaction};
 
 use crate::{Result, StoreError};
 
+/// One migration: its SQL, then what Rust code it runs after every pending migration's SQL (so
+/// that the code reads and writes today's tables).
+struct Migration {
+    sql: &'static str,
+    after: Option<After>,
+}
+
+/// The Rust steps a migration can take.
+#[derive(Clone, Copy)]
+enum After {
+    /// Build the hour tier of the rollups from the minute tier.
+    BackfillHourRollups,
+}
+
+impl After {
+    async fn run(self, tx: &Transaction<'_>) -> Result<()> {
+        match self {
+            After::BackfillHourRollups => super::rollups::backfill_hours(tx).await,
+        }
+    }
+}
+
+const fn sql(sql: &'static str) -> Migration {
+    Migration { sql, after: None }
+}
+
 /// Each migration, in order; version N is `MIGRATIONS[N - 1]`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: &[Migration] = &[
+    sql(V1),
+    sql(V2),
+    sql(V3),
+    sql(V4),
+    sql(V5),
+    sql(V6),
+    Migration {
+        sql: V7,
+        after: Some(After::BackfillHourRollups),
+    },
+];
 
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
@@ -209,6 +246,35 @@ const V6: &str = r#"
     ALTER TABLE requests ADD COLUMN in_band TEXT;
 "#;
 
+/// The hour tier of the rollups, as in SQLite's v11: keyed as the minute tier with the hour's
+/// start, each row the merge of its key's minute rows (built from them by the Rust step).
+const V7: &str = r#"
+    CREATE TABLE rollups_hourly (
+        workspace_id TEXT NOT NULL,
+        hour_us BIGINT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        grp TEXT NOT NULL,
+        dialect TEXT NOT NULL,
+        stream BOOLEAN NOT NULL,
+        status INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        classification TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        effort TEXT NOT NULL,
+        tools TEXT NOT NULL,
+        max_output_bucket TEXT NOT NULL,
+        input_bucket TEXT NOT NULL,
+        region TEXT NOT NULL,
+        data BYTEA NOT NULL,
+        PRIMARY KEY (workspace_id, hour_us, model, provider, channel, grp, dialect, stream,
+            status, outcome, classification, endpoint, effort, tools, max_output_bucket,
+            input_bucket, region)
+    );
+    CREATE INDEX rollups_hourly_hour ON rollups_hourly (hour_us);
+"#;
+
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";
 
 /// The newest applied version (0 for an empty database).
@@ -227,11 +293,11 @@ pub async fn applied(client: &impl deadpool_postgres::GenericClient) -> Result<i
 }
 
 /// Applies every pending migration; returns the versions applied (empty when none was due).
-pub async fn migrate(client: &mut Client) -> Result<Vec<i64>> {
+pub async fn migrate(client: &mut ClientWrapper) -> Result<Vec<i64>> {
     migrate_to(client, VERSION).await
 }
 
-async fn migrate_to(client: &mut Client, target: i64) -> Result<Vec<i64>> {
+async fn migrate_to(client: &mut ClientWrapper, target: i64) -> Result<Vec<i64>> {
     let tx = client.transaction().await?;
     tx.batch_execute(LOCK).await?;
     tx.batch_execute(
@@ -253,20 +319,25 @@ async fn migrate_to(client: &mut Client, target: i64) -> Result<Vec<i64>> {
         });
     }
     let mut done = Vec::new();
+    let mut after = Vec::new();
     for version in current + 1..=target.min(VERSION) {
-        let Some(sql) = usize::try_from(version - 1)
+        let Some(m) = usize::try_from(version - 1)
             .ok()
             .and_then(|i| MIGRATIONS.get(i))
         else {
             break;
         };
-        tx.batch_execute(sql).await?;
+        tx.batch_execute(m.sql).await?;
         tx.execute(
             "INSERT INTO laptime_schema (version) VALUES ($1)",
             &[&version],
         )
         .await?;
+        after.extend(m.after);
         done.push(version);
+    }
+    for step in after {
+        step.run(&tx).await?;
     }
     tx.commit().await?;
     if !done.is_empty() {

@@ -1,6 +1,7 @@
 //! The usage API's reads on PostgreSQL: the same queries as [`crate::usage`] (rollups of a
-//! window's whole minutes, newest requests first), over the rollups and rows every instance
-//! writes, so the answer is the same whichever instance is asked.
+//! window's whole hours and its edge minutes, in one statement; newest requests first), over the
+//! rollups and rows every instance writes, so the answer is the same whichever instance is
+//! asked.
 
 use deadpool_postgres::GenericClient;
 use laptime_core::timeline::RequestRecord;
@@ -9,8 +10,8 @@ use tokio_postgres::Row;
 
 use super::records::{from_row, select};
 use crate::usage::{
-    push_filter, put_value, window, Absent, FilterValue, Folding, GroupDim, UsageFilter,
-    UsageResult, ROLLUP_DATA, ROLLUP_SELECT,
+    push_filter, put_value, rollup_sql, spans, window, Absent, FilterValue, Folding, GroupDim,
+    UsageFilter, UsageResult, ROLLUP_DATA,
 };
 use crate::{Result, StoreError};
 
@@ -45,19 +46,21 @@ pub async fn usage(
     group_by: &[GroupDim],
 ) -> Result<UsageResult> {
     let window = window(from_us, to_us);
-    let mut sql =
-        format!("{ROLLUP_SELECT} WHERE workspace_id = $1 AND minute_us >= $2 AND minute_us < $3");
-    let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![
-        Box::new(workspace_id.to_string()),
-        Box::new(window.from_us),
-        Box::new(window.to_us),
-    ];
-    let filters = push_filter(filter, Absent::Empty, &mut sql, values.len(), '$');
+    let spans = spans(&window);
+    let mut folding = Folding::new(group_by);
+    if spans.is_empty() {
+        return Ok(folding.finish(window));
+    }
+    let (sql, filters) = rollup_sql(&spans, filter, '$');
+    let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(workspace_id.to_string())];
+    for s in &spans {
+        values.push(Box::new(s.from_us));
+        values.push(Box::new(s.to_us));
+    }
     values.extend(filters.into_iter().map(bound));
     let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as _).collect();
     let stmt = c.prepare_cached(&sql).await?;
     let rows = c.query(&stmt, &params).await?;
-    let mut folding = Folding::new(group_by);
     for row in &rows {
         let blob: &[u8] = row.try_get(ROLLUP_DATA)?;
         folding.add(blob, |dim, slot| dim_value(row, dim, slot))?;
