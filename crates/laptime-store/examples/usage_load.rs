@@ -19,6 +19,9 @@
 //! 3. Checks the sketch: the 24 h latency p50, p95 and p99 against the exact nearest-rank values
 //!    found by sorting the rows.
 //!
+//! Before the queries it prints the store's size, and the bytes of each table and index (of at
+//! least 1 MB) per request.
+//!
 //! The records are realistic in shape: eight models over two providers with skewed traffic, two
 //! channels per provider, three dialects, streamed and not, log-normal latencies with heavy
 //! tails, token counts, failures of each kind (~6 %), cache hits (~1 %), failovers, and marks
@@ -652,6 +655,40 @@ impl Raw {
         })
     }
 
+    /// Bytes per table and per index, largest first: SQLite's pages by b-tree (`dbstat`),
+    /// PostgreSQL's relations with the daily partitions (and their indexes) summed under the
+    /// partitioned table (and index) they belong to.
+    async fn parts(&self) -> Result<Vec<(String, i64)>, Box<dyn Error>> {
+        Ok(match self {
+            Raw::Sqlite(store) => store.with_conn(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC",
+                )?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })?,
+            Raw::Postgres(c) => c
+                .query(
+                    "SELECT coalesce(p.relname, c.relname) AS part,
+                        sum(CASE WHEN c.relkind = 'r' THEN pg_table_size(c.oid)
+                            ELSE pg_relation_size(c.oid) END)::int8
+                     FROM pg_class c
+                     LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+                     LEFT JOIN pg_class p ON p.oid = i.inhparent
+                     WHERE c.relnamespace = current_schema()::regnamespace
+                       AND c.relkind IN ('r', 'i')
+                     GROUP BY 1 ORDER BY 2 DESC",
+                    &[],
+                )
+                .await?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect(),
+        })
+    }
+
     async fn newest(&self, ws: &str) -> Result<Option<i64>, Box<dyn Error>> {
         let sql = "SELECT max(created_at_us) FROM requests WHERE workspace_id = ";
         Ok(match self {
@@ -711,6 +748,15 @@ async fn query(a: &Args, store: &Store, raw: &Raw, ws: &str) -> Result<(), Box<d
     match raw.hour_rollups().await? {
         Some(n) => println!("hour tier: {n} rollup rows"),
         None => println!("hour tier: none (a store without one)"),
+    }
+    for (name, bytes) in raw.parts().await? {
+        if bytes >= 1_000_000 {
+            println!(
+                "  {name:<32} {:>8.1} MB {:>7.0} B per request",
+                bytes as f64 / 1e6,
+                bytes as f64 / rows.max(1) as f64
+            );
+        }
     }
 
     // "Now" for the queries: a second after the newest row, so that "the last 24 h" holds every

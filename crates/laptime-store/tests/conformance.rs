@@ -1190,6 +1190,45 @@ async fn a_replaced_record_is_counted_once_with_its_new_values() {
     }
 }
 
+/// A batch written again whole, as the recorder does when its first commit landed but the
+/// answer was lost (PostgreSQL's binary `COPY` fails on the first stored row and the batch goes
+/// the replacing way): every request is stored once, counted once, and reads back as written.
+#[tokio::test]
+async fn a_batch_written_again_after_its_commit_landed_is_stored_and_counted_once() {
+    let rows = corpus("ws", 200, 9);
+    for b in backends_with(&rows, 200).await {
+        // Again whole, then again with new requests around it (a retry that took in what
+        // queued meanwhile).
+        b.store.insert_batch(rows.clone()).await.unwrap();
+        let more = corpus("ws2", 30, 10);
+        let mut topped = rows[150..].to_vec();
+        topped.extend(more.iter().cloned());
+        b.store.insert_batch(topped).await.unwrap();
+
+        let got = usage_of(&b.store, "ws", &UsageFilter::default(), &[]).await;
+        assert_eq!(got.total.requests, 200, "{}", b.name);
+        assert!(got.total.agrees_with(&rollup_of(&rows)), "{}", b.name);
+        let other = usage_of(&b.store, "ws2", &UsageFilter::default(), &[]).await;
+        assert_eq!(other.total.requests, 30, "{}", b.name);
+        assert_eq!(
+            recent(&b.store, "ws", &UsageFilter::default(), 500)
+                .await
+                .len(),
+            200,
+            "{}",
+            b.name
+        );
+        for r in [&rows[0], &rows[150], &rows[199]] {
+            assert_eq!(
+                b.store.record("ws", &r.request_id).await.unwrap().as_ref(),
+                Some(r),
+                "{}",
+                b.name
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_replay_writes_only_the_records_not_stored_and_never_replaces_one() {
     let ended = plain("req_1", "ws", BASE + 1_000, Some("m"));

@@ -5,7 +5,8 @@
 //! - [`schema`]: versioned migrations under an advisory lock (instances starting at once apply
 //!   them once); a schema newer than this build is refused.
 //! - [`records`]: request rows in daily partitions (retention drops whole partitions), written
-//!   with their rollups in one transaction per batch; reads.
+//!   with their rollups in one transaction per batch (a binary `COPY` of the rows, see `copy`);
+//!   reads.
 //! - [`rollups`]: the shared rollups, per minute and per hour, folded into by every batch.
 //! - [`usage`]: the usage API's reads from the shared rollups (whole hours from the hour tier).
 //! - [`auth`]: workspaces and hashed tokens.
@@ -17,6 +18,7 @@
 pub mod affinity;
 pub mod auth;
 pub mod budgets;
+mod copy;
 pub mod instances;
 pub mod limits;
 pub mod records;

@@ -1,6 +1,7 @@
-//! Request records on PostgreSQL: written a batch per transaction as column arrays (one
-//! `INSERT … SELECT FROM UNNEST` for the whole batch, whatever its size), folded into the shared
-//! rollups in the same transaction; read back exactly as written.
+//! Request records on PostgreSQL: written a batch per transaction, folded into the shared
+//! rollups in the same transaction; read back exactly as written. A batch of new requests goes
+//! as one binary `COPY` (`super::copy`); one holding a stored request goes as column arrays (one
+//! `INSERT … SELECT FROM UNNEST … ON CONFLICT DO NOTHING`, whatever its size) and replaces it.
 //!
 //! Rows live in daily partitions of `created_at_us` (UTC days), made on first use under an
 //! advisory lock, so that retention drops whole days instead of deleting rows one by one. A
@@ -21,7 +22,7 @@ use laptime_core::timeline::{
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::Row;
 
 use super::corrupt;
@@ -34,7 +35,7 @@ use crate::{Result, StoreError};
 pub const DAY_US: i64 = 86_400_000_000;
 
 /// The request columns, in the order [`values`] gives them and [`from_row`] reads them.
-const COLUMNS: [&str; 62] = [
+pub(super) const COLUMNS: [&str; 62] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -104,13 +105,64 @@ pub(crate) fn select() -> String {
     format!("SELECT {} FROM requests", COLUMNS.join(", "))
 }
 
-/// One value of a row, typed as its column.
-enum Val {
+/// One value of a row, typed as its column; text borrowed from the record where it can be.
+pub(super) enum Val<'a> {
+    Str(Option<&'a str>),
     Text(Option<String>),
     Int(Option<i64>),
     Int4(Option<i32>),
     Bool(Option<bool>),
     Float(Option<f64>),
+}
+
+impl Val<'_> {
+    /// The column's type, for a binary COPY's header.
+    pub(super) fn pg_type(&self) -> Type {
+        match self {
+            Val::Str(_) | Val::Text(_) => Type::TEXT,
+            Val::Int(_) => Type::INT8,
+            Val::Int4(_) => Type::INT4,
+            Val::Bool(_) => Type::BOOL,
+            Val::Float(_) => Type::FLOAT8,
+        }
+    }
+}
+
+/// A value encodes as the one it holds, which checks the column's type itself.
+impl ToSql for Val<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Val::Str(v) => v.to_sql_checked(ty, out),
+            Val::Text(v) => v.to_sql_checked(ty, out),
+            Val::Int(v) => v.to_sql_checked(ty, out),
+            Val::Int4(v) => v.to_sql_checked(ty, out),
+            Val::Bool(v) => v.to_sql_checked(ty, out),
+            Val::Float(v) => v.to_sql_checked(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+impl std::fmt::Debug for Val<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Val::Str(v) => write!(f, "{v:?}"),
+            Val::Text(v) => write!(f, "{v:?}"),
+            Val::Int(v) => write!(f, "{v:?}"),
+            Val::Int4(v) => write!(f, "{v:?}"),
+            Val::Bool(v) => write!(f, "{v:?}"),
+            Val::Float(v) => write!(f, "{v:?}"),
+        }
+    }
 }
 
 /// One column of a batch, as the array parameter `UNNEST` takes.
@@ -123,9 +175,9 @@ enum Col {
 }
 
 impl Col {
-    fn empty_like(v: &Val, capacity: usize) -> Col {
+    fn empty_like(v: &Val<'_>, capacity: usize) -> Col {
         match v {
-            Val::Text(_) => Col::Text(Vec::with_capacity(capacity)),
+            Val::Str(_) | Val::Text(_) => Col::Text(Vec::with_capacity(capacity)),
             Val::Int(_) => Col::Int(Vec::with_capacity(capacity)),
             Val::Int4(_) => Col::Int4(Vec::with_capacity(capacity)),
             Val::Bool(_) => Col::Bool(Vec::with_capacity(capacity)),
@@ -133,8 +185,9 @@ impl Col {
         }
     }
 
-    fn push(&mut self, v: Val) {
+    fn push(&mut self, v: Val<'_>) {
         match (self, v) {
+            (Col::Text(c), Val::Str(v)) => c.push(v.map(str::to_string)),
             (Col::Text(c), Val::Text(v)) => c.push(v),
             (Col::Int(c), Val::Int(v)) => c.push(v),
             (Col::Int4(c), Val::Int4(v)) => c.push(v),
@@ -166,20 +219,20 @@ impl Col {
     }
 }
 
-fn text(v: &Option<String>) -> Val {
-    Val::Text(v.clone())
+fn text(v: &Option<String>) -> Val<'_> {
+    Val::Str(v.as_deref())
 }
 
-fn word(v: &str) -> Val {
-    Val::Text(Some(v.to_string()))
+fn word(v: &str) -> Val<'_> {
+    Val::Str(Some(v))
 }
 
-fn int(v: u32) -> Val {
+fn int(v: u32) -> Val<'static> {
     Val::Int(Some(i64::from(v)))
 }
 
 /// A record's row, in [`COLUMNS`] order.
-fn values(r: &RequestRecord) -> Result<[Val; 62]> {
+pub(super) fn values(r: &RequestRecord) -> Result<[Val<'_>; 62]> {
     let m = &r.marks;
     let t = &r.tokens;
     let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -193,12 +246,12 @@ fn values(r: &RequestRecord) -> Result<[Val; 62]> {
         text(&r.channel),
         text(&r.group),
         word(r.dialect.as_str()),
-        Val::Text(r.upstream_dialect.map(|d| d.as_str().to_string())),
+        Val::Str(r.upstream_dialect.map(Dialect::as_str)),
         Val::Bool(Some(r.stream)),
         Val::Int4(Some(i32::from(r.status))),
         word(r.outcome.as_str()),
-        Val::Text(r.timeout_kind.map(|k| k.as_str().to_string())),
-        Val::Text(r.error_class.map(|c| c.as_str().to_string())),
+        Val::Str(r.timeout_kind.map(DeadlineKind::as_str)),
+        Val::Str(r.error_class.map(ErrorClass::as_str)),
         word(r.classification.as_str()),
         Val::Text(Some(flags)),
         Val::Int(us(m.auth)),
@@ -238,7 +291,7 @@ fn values(r: &RequestRecord) -> Result<[Val; 62]> {
         Val::Int(r.cost.map(|c| nano(c.nano_usd))),
         Val::Bool(r.cost.map(|c| c.estimated)),
         Val::Int(us(m.admission)),
-        Val::Text(r.refused_by.map(|l| l.as_str().to_string())),
+        Val::Str(r.refused_by.map(Limit::as_str)),
         Val::Text(Some(encode_attempts(&r.attempts))),
         word(r.exchange.endpoint.as_str()),
         Val::Int(tok(r.exchange.bytes_in)),
@@ -249,7 +302,7 @@ fn values(r: &RequestRecord) -> Result<[Val; 62]> {
                 .map(|k| i32::try_from(k).unwrap_or(i32::MAX)),
         ),
         Val::Int(tok(t.estimated_output)),
-        Val::Text(r.in_band.map(|c| c.as_str().to_string())),
+        Val::Str(r.in_band.map(InBandCarrier::as_str)),
     ])
 }
 
@@ -595,7 +648,22 @@ pub async fn insert_batch(
     known.forget_if_missing(written)
 }
 
+/// The fast path first ([`super::copy`]); the replacing path when a request of the batch is
+/// stored already or repeats in it.
 async fn write_batch(
+    c: &mut deadpool_postgres::ClientWrapper,
+    records: &[RequestRecord],
+    zone: &Zone,
+) -> Result<()> {
+    match super::copy::write(c, records, zone).await? {
+        super::copy::Copied::Written => Ok(()),
+        super::copy::Copied::Stored => write_replacing(c, records, zone).await,
+    }
+}
+
+/// Inserts the new requests of `records`, replaces the stored ones (rebuilding the rollups
+/// both touch), and folds the rest into the rollups, in one transaction.
+async fn write_replacing(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
     zone: &Zone,
