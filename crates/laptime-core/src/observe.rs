@@ -222,7 +222,16 @@ impl StreamObserver {
         let dialect = self.dialect;
         let after = comment_follows_terminal(dialect);
         let no_comment = self.no_comment;
-        let full_parse = self.full_parse;
+        // The byte path is taken where it measured cheaper than serde's single pass: a Chat
+        // stream whose output is estimated (it saves the estimate's second parse) and
+        // Messages; for Responses, Gemini and Chat with usage it measured dearer
+        // (benchmarks/README.md, issue 16).
+        let full_parse = self.full_parse
+            || match dialect {
+                Dialect::Messages => false,
+                Dialect::Chat => self.estimate.is_none(),
+                Dialect::Responses | Dialect::Gemini => true,
+            };
         let Self {
             scanner,
             usage,

@@ -1,6 +1,6 @@
 //! The byte path's reader: one validating pass over an event's JSON, without serde, that hands
 //! a classifier only the values it reads (as their raw text, what a serde `RawValue` holds) and
-//! skips the rest with `memchr`.
+//! skips the rest.
 //!
 //! It accepts a strict subset of what `serde_json` accepts, and it gives up (`None`) on anything
 //! it would not decide exactly as the full parse does: JSON that is invalid or that it does not
@@ -9,8 +9,6 @@
 //! a field of an unusual shape. The event is then parsed in full, so an event the byte path
 //! decides is one the full parse decides the same way (`observe.rs`' differential tests check
 //! this event by event).
-
-use memchr::memchr2;
 
 /// Deeper nesting is left to the full parse (serde_json's own limit is 128).
 const MAX_DEPTH: u8 = 32;
@@ -253,12 +251,19 @@ impl<'a> Reader<'a> {
         self.at += 1;
         let mut escaped = false;
         loop {
-            let rest = b.get(self.at..)?;
-            let n = memchr2(b'"', b'\\', rest)?;
-            if rest.get(..n)?.iter().any(|&c| c < 0x20) {
-                return None;
+            // Strings here are short (ids, names, a token of text): a plain loop is cheaper
+            // than setting up a vectorised search, and it checks for control characters in the
+            // same pass.
+            while b
+                .get(self.at)
+                .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20)
+            {
+                self.at += 1;
             }
-            self.at += n;
+            match b.get(self.at)? {
+                b'"' | b'\\' => {}
+                _ => return None,
+            }
             if b.get(self.at) == Some(&b'"') {
                 self.at += 1;
                 return Some((self.text.get(start..self.at)?, escaped));
