@@ -6,12 +6,21 @@
 //! Run: `cargo bench -p laptime-core --bench scan_classify`. Each figure is per stream (one
 //! request); the items/s throughput counts events, so time per event = time / 1,000. The
 //! allocation profiler shows allocations per stream.
+//!
+//! `full` classifies every event with the full parse (`classify_event`); `bytes` as the
+//! observer does, with the byte path first (`read_event_quick`) and the full parse for what it
+//! leaves. `observe_20` is a whole stream of 20 text deltas per dialect (plus its envelopes,
+//! usage and terminal; one event per read) through a `StreamObserver`, on the byte path and
+//! with every event parsed in full (`full_20`); the Chat stream has no usage, so its output is
+//! counted with the tokenizer, as for a client that did not ask for usage.
 
 use std::hint::black_box;
+use std::time::Duration;
 
 use divan::counter::ItemsCount;
 use divan::Bencher;
-use laptime_core::classify::{classify_event, EventClass};
+use laptime_core::classify::{classify_event, read_event_quick, EventClass};
+use laptime_core::observe::{BodyEnd, StreamObserver};
 use laptime_core::sse::{SseItem, SseScanner};
 use laptime_core::Dialect;
 
@@ -57,14 +66,19 @@ impl Lcg {
 /// The SSE events of one stream of the dialect: a start envelope, text deltas, the usage and
 /// the terminal, exactly `EVENTS` of them.
 fn events(dialect: Dialect) -> Vec<String> {
-    let mut out = Vec::with_capacity(EVENTS);
+    events_n(dialect, EVENTS)
+}
+
+/// The same stream with `n` events in all.
+fn events_n(dialect: Dialect, n: usize) -> Vec<String> {
+    let mut out = Vec::with_capacity(n);
     match dialect {
         Dialect::Chat => {
             let head = r#""id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_fc9f1d7035""#;
             out.push(format!(
                 r#"data: {{{head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":"","refusal":null}},"logprobs":null,"finish_reason":null}}],"usage":null,"obfuscation":"Ao9o8bhF"}}"#
             ));
-            for i in 0..EVENTS - 4 {
+            for i in 0..n - 4 {
                 let word = WORDS[i % WORDS.len()];
                 out.push(format!(
                     r#"data: {{{head},"choices":[{{"index":0,"delta":{{"content":"{word}"}},"logprobs":null,"finish_reason":null}}],"usage":null,"obfuscation":"x7Kq2"}}"#
@@ -107,7 +121,7 @@ fn events(dialect: Dialect) -> Vec<String> {
                 "response.content_part.added",
                 r#""item_id":"msg_68c1f0a3c4d58190","output_index":0,"content_index":0,"part":{"type":"output_text","annotations":[],"logprobs":[],"text":""}"#.to_owned(),
             );
-            for i in 0..EVENTS - 8 {
+            for i in 0..n - 8 {
                 let word = WORDS[i % WORDS.len()];
                 push(
                     "response.output_text.delta",
@@ -148,7 +162,7 @@ data: {"type":"content_block_start","index":0,"content_block":{"type":"text","te
                     .to_owned(),
             );
             out.push("event: ping\ndata: {\"type\": \"ping\"}".to_owned());
-            for i in 0..EVENTS - 6 {
+            for i in 0..n - 6 {
                 let word = WORDS[i % WORDS.len()];
                 out.push(format!(
                     r#"event: content_block_delta
@@ -176,7 +190,7 @@ data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":
                 r#"data: {{"candidates": [{{"content": {{"parts": [{{"text": "**Reading the question**","thought": true}}],"role": "model"}},"index": 0}}],{}}}"#,
                 tail(0)
             ));
-            for i in 0..EVENTS - 2 {
+            for i in 0..n - 2 {
                 let word = WORDS[i % WORDS.len()];
                 out.push(format!(
                     r#"data: {{"candidates": [{{"content": {{"parts": [{{"text": "{word}"}}],"role": "model"}},"index": 0}}],{}}}"#,
@@ -185,11 +199,11 @@ data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":
             }
             out.push(format!(
                 r#"data: {{"candidates": [{{"content": {{"parts": [{{"text": "."}}],"role": "model"}},"finishReason": "STOP","index": 0}}],{}}}"#,
-                tail(EVENTS - 1)
+                tail(n - 1)
             ));
         }
     }
-    assert_eq!(out.len(), EVENTS);
+    assert_eq!(out.len(), n);
     out
 }
 
@@ -234,13 +248,19 @@ struct Tally {
     usage: usize,
 }
 
-fn scan_and_classify(dialect: Dialect, chunks: &[Vec<u8>]) -> Tally {
+fn scan_and_classify(dialect: Dialect, chunks: &[Vec<u8>], quick: bool) -> Tally {
     let mut scanner = SseScanner::new();
     let mut tally = Tally::default();
     for chunk in chunks {
         scanner.feed(chunk, &mut |item| {
             if let SseItem::Event { event, data, .. } = item {
-                let c = classify_event(dialect, event, data);
+                let c = quick
+                    .then(|| read_event_quick(dialect, event, data))
+                    .flatten()
+                    .map_or_else(
+                        || classify_event(dialect, event, data),
+                        |q| q.classification,
+                    );
                 tally.events += 1;
                 tally.effective += usize::from(matches!(c.class, EventClass::Effective(_)));
                 tally.terminal += usize::from(c.terminal_frame);
@@ -252,33 +272,164 @@ fn scan_and_classify(dialect: Dialect, chunks: &[Vec<u8>]) -> Tally {
     tally
 }
 
-fn bench(bencher: Bencher, dialect: Dialect) {
+fn bench(bencher: Bencher, dialect: Dialect, quick: bool) {
     let chunks = chunks(dialect);
-    let check = scan_and_classify(dialect, &chunks);
+    let check = scan_and_classify(dialect, &chunks, quick);
     assert_eq!(check.events, EVENTS);
     assert_eq!(check.terminal, 1);
     assert!(check.effective >= EVENTS - 8 && check.usage >= 1);
     bencher
         .counter(ItemsCount::new(EVENTS))
-        .bench_local(|| scan_and_classify(dialect, black_box(&chunks)));
+        .bench_local(|| scan_and_classify(dialect, black_box(&chunks), quick));
 }
 
-#[divan::bench]
-fn chat(bencher: Bencher) {
-    bench(bencher, Dialect::Chat);
+/// Every event with the full parse.
+mod full {
+    use super::*;
+
+    #[divan::bench]
+    fn chat(bencher: Bencher) {
+        bench(bencher, Dialect::Chat, false);
+    }
+
+    #[divan::bench]
+    fn responses(bencher: Bencher) {
+        bench(bencher, Dialect::Responses, false);
+    }
+
+    #[divan::bench]
+    fn messages(bencher: Bencher) {
+        bench(bencher, Dialect::Messages, false);
+    }
+
+    #[divan::bench]
+    fn gemini(bencher: Bencher) {
+        bench(bencher, Dialect::Gemini, false);
+    }
 }
 
-#[divan::bench]
-fn responses(bencher: Bencher) {
-    bench(bencher, Dialect::Responses);
+/// The byte path first, the full parse for what it leaves (as the observer reads).
+mod bytes {
+    use super::*;
+
+    #[divan::bench]
+    fn chat(bencher: Bencher) {
+        bench(bencher, Dialect::Chat, true);
+    }
+
+    #[divan::bench]
+    fn responses(bencher: Bencher) {
+        bench(bencher, Dialect::Responses, true);
+    }
+
+    #[divan::bench]
+    fn messages(bencher: Bencher) {
+        bench(bencher, Dialect::Messages, true);
+    }
+
+    #[divan::bench]
+    fn gemini(bencher: Bencher) {
+        bench(bencher, Dialect::Gemini, true);
+    }
 }
 
-#[divan::bench]
-fn messages(bencher: Bencher) {
-    bench(bencher, Dialect::Messages);
+/// Text deltas in the whole-stream cases.
+const TEXT_DELTAS: usize = 20;
+
+/// One stream of 20 text deltas, one event per read (a Chat stream without its usage event).
+fn stream_20(dialect: Dialect) -> Vec<Vec<u8>> {
+    // Each dialect's envelopes around its text deltas (Gemini's last text rides on its end).
+    let around = match dialect {
+        Dialect::Chat => 4,
+        Dialect::Responses => 8,
+        Dialect::Messages => 6,
+        Dialect::Gemini => 1,
+    };
+    let mut events = events_n(dialect, TEXT_DELTAS + around);
+    let blank = match dialect {
+        Dialect::Gemini => "\r\n\r\n",
+        Dialect::Chat | Dialect::Responses | Dialect::Messages => "\n\n",
+    };
+    if dialect == Dialect::Chat {
+        // No usage chunk: the output is counted with the tokenizer.
+        events.remove(events.len() - 2);
+    }
+    events
+        .into_iter()
+        .map(|e| format!("{e}{blank}").into_bytes())
+        .collect()
 }
 
-#[divan::bench]
-fn gemini(bencher: Bencher) {
-    bench(bencher, Dialect::Gemini);
+fn observe(dialect: Dialect, reads: &[Vec<u8>], full: bool) -> (u32, Option<u64>) {
+    let mut obs = StreamObserver::new(dialect, Some(Duration::ZERO)).estimating_output();
+    if full {
+        obs = obs.with_full_parse();
+    }
+    for (i, read) in reads.iter().enumerate() {
+        obs.on_chunk(Duration::from_micros(i as u64 + 1), read);
+    }
+    obs.on_end(Duration::from_millis(1), BodyEnd::Eof);
+    let s = obs.summary();
+    (
+        s.text_delta_count,
+        s.tokens.output.or(s.tokens.estimated_output),
+    )
+}
+
+fn bench_stream(bencher: Bencher, dialect: Dialect, full: bool) {
+    assert!(laptime_core::estimate::warm());
+    let reads = stream_20(dialect);
+    let (texts, tokens) = observe(dialect, &reads, full);
+    assert!(texts as usize >= TEXT_DELTAS && tokens.is_some());
+    bencher.bench_local(|| observe(dialect, black_box(&reads), full));
+}
+
+/// A whole 20-delta stream through the observer, on the byte path.
+mod observe_20 {
+    use super::*;
+
+    #[divan::bench]
+    fn chat(bencher: Bencher) {
+        bench_stream(bencher, Dialect::Chat, false);
+    }
+
+    #[divan::bench]
+    fn responses(bencher: Bencher) {
+        bench_stream(bencher, Dialect::Responses, false);
+    }
+
+    #[divan::bench]
+    fn messages(bencher: Bencher) {
+        bench_stream(bencher, Dialect::Messages, false);
+    }
+
+    #[divan::bench]
+    fn gemini(bencher: Bencher) {
+        bench_stream(bencher, Dialect::Gemini, false);
+    }
+}
+
+/// The same stream with every event parsed in full.
+mod full_20 {
+    use super::*;
+
+    #[divan::bench]
+    fn chat(bencher: Bencher) {
+        bench_stream(bencher, Dialect::Chat, true);
+    }
+
+    #[divan::bench]
+    fn responses(bencher: Bencher) {
+        bench_stream(bencher, Dialect::Responses, true);
+    }
+
+    #[divan::bench]
+    fn messages(bencher: Bencher) {
+        bench_stream(bencher, Dialect::Messages, true);
+    }
+
+    #[divan::bench]
+    fn gemini(bencher: Bencher) {
+        bench_stream(bencher, Dialect::Gemini, true);
+    }
 }

@@ -100,6 +100,16 @@ impl OutputEstimate {
         }
     }
 
+    /// Adds the output strings the byte path read from one Chat chunk (what
+    /// [`OutputEstimate::push_chat_chunk`] would read from it, without parsing it again).
+    pub(crate) fn push_texts(&mut self, texts: &crate::classify::Texts<'_>) {
+        for &(raw, escaped) in texts.iter() {
+            if let Some(text) = crate::classify::unquote(raw, escaped) {
+                self.push(&text);
+            }
+        }
+    }
+
     /// The tokens of everything pushed so far; `None` when no output was pushed (absent,
     /// never 0).
     pub fn total(&self) -> Option<u64> {

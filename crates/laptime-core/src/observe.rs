@@ -11,7 +11,9 @@
 
 use std::time::Duration;
 
-use crate::classify::{classify_body, classify_event, EffectiveKind, EventClass, StopHint};
+use crate::classify::{
+    classify_body, classify_event, read_event_quick, EffectiveKind, EventClass, StopHint,
+};
 use crate::estimate::OutputEstimate;
 use crate::sse::{SseItem, SseScanner};
 use crate::timeline::{ErrorClass, Hedge, Marks, Outcome};
@@ -77,6 +79,9 @@ pub struct StreamObserver {
     /// Counts the output with a tokenizer: only on a Chat stream whose upstream will report no
     /// usage ([`StreamObserver::estimating_output`]).
     estimate: Option<Box<OutputEstimate>>,
+    /// Every event is read with the full parse, never the byte path (the reference the byte
+    /// path is tested and measured against).
+    full_parse: bool,
 }
 
 /// Whether the dialect's comment goes after its terminal event instead of before its terminal
@@ -159,7 +164,15 @@ impl StreamObserver {
             malformed: false,
             response_id: None,
             estimate: None,
+            full_parse: false,
         }
+    }
+
+    /// Reads every event with the full parse instead of the byte path: what the byte path is
+    /// tested and measured against (it must give the same plans, marks, counts and tokens).
+    pub fn with_full_parse(mut self) -> Self {
+        self.full_parse = true;
+        self
     }
 
     /// Counts this Chat stream's output with the tokenizer, for an upstream that reports no
@@ -209,6 +222,16 @@ impl StreamObserver {
         let dialect = self.dialect;
         let after = comment_follows_terminal(dialect);
         let no_comment = self.no_comment;
+        // The byte path is taken where it measured cheaper than serde's single pass: a Chat
+        // stream whose output is estimated (it saves the estimate's second parse) and
+        // Messages; for Responses, Gemini and Chat with usage it measured dearer
+        // (benchmarks/README.md, issue 16).
+        let full_parse = self.full_parse
+            || match dialect {
+                Dialect::Messages => false,
+                Dialect::Chat => self.estimate.is_none(),
+                Dialect::Responses | Dialect::Gemini => true,
+            };
         let Self {
             scanner,
             usage,
@@ -235,14 +258,27 @@ impl StreamObserver {
                 start,
                 end,
             } => {
-                let c = classify_event(dialect, event, data);
-                // A classifier reads what it cannot parse as an envelope; only an envelope can
-                // be one that is not JSON at all (checked for those few events only).
-                if c.class == EventClass::Envelope && !is_json(data) {
-                    *malformed = true;
-                    malformed_here = true;
-                    return;
-                }
+                // The byte path decides most events; the rest are parsed in full.
+                let quick = if full_parse {
+                    None
+                } else {
+                    read_event_quick(dialect, event, data)
+                };
+                let c = match &quick {
+                    Some(q) => q.classification,
+                    None => {
+                        let c = classify_event(dialect, event, data);
+                        // A classifier reads what it cannot parse as an envelope; only an
+                        // envelope can be one that is not JSON at all (checked for those few
+                        // events only; the byte path decides only valid JSON).
+                        if c.class == EventClass::Envelope && !is_json(data) {
+                            *malformed = true;
+                            malformed_here = true;
+                            return;
+                        }
+                        c
+                    }
+                };
                 release_to = end;
                 if dialect == Dialect::Responses && *event_count == 0 {
                     // Only the first event, once per stream: `response.created` names it.
@@ -259,7 +295,10 @@ impl StreamObserver {
                 }
                 if let Some(kind) = c.effective() {
                     if let Some(e) = estimate {
-                        e.push_chat_chunk(data);
+                        match &quick {
+                            Some(q) => e.push_texts(q.texts()),
+                            None => e.push_chat_chunk(data),
+                        }
                     }
                     marks.first_effective.get_or_insert(at);
                     marks.last_effective = Some(at);

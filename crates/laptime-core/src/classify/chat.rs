@@ -12,9 +12,10 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
+use super::bytes::{nonempty, Once, Reader};
+use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint, Texts};
 use crate::wire::usage::ChatUsage;
-use crate::wire::{is_object, nonempty_str, truthy, JsonStr};
+use crate::wire::{is_object, nonempty_str, raw_text, truthy, JsonStr};
 
 /// Classifies one Chat chunk (the SSE `data`).
 pub(super) fn classify(data: &str) -> Classification {
@@ -55,6 +56,188 @@ pub(super) fn classify(data: &str) -> Classification {
     }
 }
 
+/// The byte path (see [`super::bytes`]): the same classification as [`classify`] from one pass
+/// without serde, and the chunk's output strings for the output estimate (each choice's
+/// `content`, `refusal`, `reasoning_content`, `reasoning`, tool-call and function-call
+/// `arguments`, in that order, as [`crate::estimate::OutputEstimate::push_chat_chunk`] reads
+/// them). `None` for `[DONE]`, an `error`, content parts, and whatever the reader leaves to the
+/// full parse.
+pub(super) fn quick(data: &str) -> Option<(Classification, Texts<'_>)> {
+    let mut fields = Once::default();
+    let mut seen = Seen::default();
+    let mut texts = Texts::default();
+    let mut usage = None;
+    Reader::document(data, |r, key| match key {
+        "choices" => {
+            fields.first(0)?;
+            if r.null()? {
+                return Some(());
+            }
+            r.array(|r| quick_choice(r, &mut seen, &mut texts))
+        }
+        "usage" => {
+            fields.first(1)?;
+            if r.null()? {
+                return Some(());
+            }
+            let raw = r.raw()?.filter(|raw| raw.starts_with('{'))?;
+            usage = Some(serde_json::from_str::<ChatUsage>(raw).ok()?.report());
+            Some(())
+        }
+        // A non-null error ends the stream: the full parse reads it.
+        "error" => {
+            fields.first(2)?;
+            r.null()?.then_some(())
+        }
+        _ => r.skip(),
+    })?;
+    let class = seen
+        .output
+        .kind()
+        .map_or(EventClass::Envelope, EventClass::Effective);
+    let c = Classification {
+        class,
+        usage,
+        stop: seen.stop,
+        terminal_frame: false,
+        output: None,
+    };
+    Some((c, texts))
+}
+
+/// One `choices[]` element, for [`quick`].
+fn quick_choice<'a>(r: &mut Reader<'a>, seen: &mut Seen, texts: &mut Texts<'a>) -> Option<()> {
+    let mut fields = Once::default();
+    let mut stop = None;
+    let mut output = None;
+    r.object(|r, key| match key {
+        "delta" => {
+            fields.first(0)?;
+            if r.null()? {
+                return Some(());
+            }
+            output = Some(quick_delta(r, texts)?);
+            Some(())
+        }
+        "finish_reason" => {
+            fields.first(1)?;
+            if r.null()? {
+                return Some(());
+            }
+            let (raw, escaped) = r.string_value()?;
+            if escaped {
+                return None;
+            }
+            stop = Some(stop_hint(raw.get(1..raw.len() - 1)?));
+            Some(())
+        }
+        _ => r.skip(),
+    })?;
+    if let Some(hint) = stop {
+        seen.stop = merge_stop(seen.stop, hint);
+    }
+    if let Some(out) = output {
+        seen.output.merge(out);
+    }
+    Some(())
+}
+
+/// One `delta` object, for [`quick`]: its output, its strings pushed to `texts`.
+fn quick_delta<'a>(r: &mut Reader<'a>, texts: &mut Texts<'a>) -> Option<Output> {
+    let mut fields = Once::default();
+    let mut d = DeltaText::default();
+    let mut strings: [Option<(&'a str, bool)>; 5] = [None; 5];
+    let mut tool_args = Texts::default();
+    r.object(|r, key| {
+        let slot = match key {
+            "content" => 0,
+            "refusal" => 1,
+            "reasoning_content" => 2,
+            "reasoning" => 3,
+            "tool_calls" => {
+                fields.first(4)?;
+                if r.null()? {
+                    return Some(());
+                }
+                return r.array(|r| {
+                    let mut call = Once::default();
+                    r.object(|r, key| match key {
+                        "function" => {
+                            call.first(0)?;
+                            let args = quick_arguments(r)?;
+                            d.tool_args |= nonempty(args);
+                            if let Some(s) = string_text(args) {
+                                tool_args.push(s);
+                            }
+                            Some(())
+                        }
+                        _ => r.skip(),
+                    })
+                });
+            }
+            "function_call" => {
+                fields.first(5)?;
+                d.function_args = quick_arguments(r)?;
+                strings[4] = string_text(d.function_args);
+                return Some(());
+            }
+            _ => return r.skip(),
+        };
+        fields.first(slot)?;
+        let raw = r.raw()?;
+        let field = match slot {
+            0 => {
+                // Content parts are left to the full parse.
+                if raw.is_some_and(|raw| raw.starts_with('[')) {
+                    return None;
+                }
+                &mut d.content
+            }
+            1 => &mut d.refusal,
+            2 => &mut d.reasoning_content,
+            _ => &mut d.reasoning,
+        };
+        *field = raw;
+        strings[usize::from(slot)] = string_text(raw);
+        Some(())
+    })?;
+    for s in strings[..4].iter().flatten() {
+        texts.push(*s);
+    }
+    for s in tool_args.iter() {
+        texts.push(*s);
+    }
+    if let Some(s) = strings[4] {
+        texts.push(s);
+    }
+    Some(d.output())
+}
+
+/// A `function` object's `arguments` as raw text (`None` when the object or the field is
+/// absent or `null`).
+fn quick_arguments<'a>(r: &mut Reader<'a>) -> Option<Option<&'a str>> {
+    if r.null()? {
+        return Some(None);
+    }
+    let mut fields = Once::default();
+    let mut args = None;
+    r.object(|r, key| match key {
+        "arguments" => {
+            fields.first(0)?;
+            args = r.raw()?;
+            Some(())
+        }
+        _ => r.skip(),
+    })?;
+    Some(args)
+}
+
+/// A raw value that is a string, with whether it holds an escape (what the estimate counts).
+fn string_text(raw: Option<&str>) -> Option<(&str, bool)> {
+    raw.filter(|raw| raw.starts_with('"'))
+        .map(|raw| (raw, raw.contains('\\')))
+}
+
 /// Summarises a non-streamed `chat.completion` (or an error body).
 pub(super) fn body(body: &[u8]) -> BodySummary {
     let Ok(parsed) = serde_json::from_slice::<Body<'_>>(body) else {
@@ -79,7 +262,7 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
             summary.stop = merge_stop(summary.stop, stop_hint(&reason));
         }
         if let Some(content) = choice.message.and_then(|m| m.content) {
-            summary.has_text |= content_output(content).text;
+            summary.has_text |= content_output(content.get()).text;
         }
     }
     summary
@@ -141,8 +324,7 @@ impl Output {
 
 /// `delta.content` / `message.content`: a string (visible when non-empty), `null`, or an array of
 /// parts (Mistral): `text` parts are visible, `thinking` parts are reasoning.
-fn content_output(raw: &RawValue) -> Output {
-    let text = raw.get();
+fn content_output(text: &str) -> Output {
     if text.starts_with('[') {
         let parts = serde_json::from_str::<Parts>(text).unwrap_or_default();
         Output {
@@ -152,7 +334,7 @@ fn content_output(raw: &RawValue) -> Output {
         }
     } else {
         Output {
-            text: nonempty_str(Some(raw)),
+            text: nonempty(Some(text)),
             ..Output::default()
         }
     }
@@ -231,14 +413,39 @@ struct Delta<'a> {
 
 impl Delta<'_> {
     fn output(&self) -> Output {
-        let mut out = self.content.map(content_output).unwrap_or_default();
-        out.refusal = nonempty_str(self.refusal);
-        out.reasoning |= nonempty_str(self.reasoning) || nonempty_str(self.reasoning_content);
-        out.tool_args = self.tool_calls.as_ref().is_some_and(|t| t.0)
-            || self
+        DeltaText {
+            content: raw_text(self.content),
+            refusal: raw_text(self.refusal),
+            reasoning: raw_text(self.reasoning),
+            reasoning_content: raw_text(self.reasoning_content),
+            tool_args: self.tool_calls.as_ref().is_some_and(|t| t.0),
+            function_args: self
                 .function_call
                 .as_ref()
-                .is_some_and(|f| nonempty_str(f.arguments));
+                .and_then(|f| raw_text(f.arguments)),
+        }
+        .output()
+    }
+}
+
+/// A delta's fields as raw JSON text, as both paths read them.
+#[derive(Default)]
+struct DeltaText<'a> {
+    content: Option<&'a str>,
+    refusal: Option<&'a str>,
+    reasoning: Option<&'a str>,
+    reasoning_content: Option<&'a str>,
+    /// Some `tool_calls[].function.arguments` was a non-empty string.
+    tool_args: bool,
+    function_args: Option<&'a str>,
+}
+
+impl DeltaText<'_> {
+    fn output(&self) -> Output {
+        let mut out = self.content.map(content_output).unwrap_or_default();
+        out.refusal = nonempty(self.refusal);
+        out.reasoning |= nonempty(self.reasoning) || nonempty(self.reasoning_content);
+        out.tool_args = self.tool_args || nonempty(self.function_args);
         out
     }
 }

@@ -21,17 +21,29 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::bytes::{nonempty, Once, Reader};
 use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
 use crate::wire::usage::GeminiUsage as Usage;
-use crate::wire::{is_object, nonempty_str, JsonStr};
+use crate::wire::{is_object, nonempty_str, raw_text, JsonStr};
 
 /// Classifies one Gemini chunk (the SSE `data`).
 pub(super) fn classify(data: &str) -> Classification {
     let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
         return Classification::of(EventClass::Envelope);
     };
-    let usage = chunk.usage_metadata.map(Usage::report);
-    if is_object(chunk.error) {
+    decide(
+        chunk.candidates.map(|c| c.0).unwrap_or_default(),
+        chunk.usage_metadata,
+        prompt_blocked(chunk.prompt_feedback),
+        is_object(chunk.error),
+    )
+}
+
+/// A chunk's class from what both paths read: what its candidates carried, its usage, whether
+/// its prompt was blocked, whether it is an error object.
+fn decide(seen: Seen, usage: Option<Usage>, blocked: bool, error: bool) -> Classification {
+    let usage = usage.map(Usage::report);
+    if error {
         return Classification {
             class: EventClass::TerminalError,
             usage,
@@ -40,13 +52,12 @@ pub(super) fn classify(data: &str) -> Classification {
             output: None,
         };
     }
-    let seen = chunk.candidates.map(|c| c.0).unwrap_or_default();
     let output = seen.output.kind();
     let end = if seen.candidates > 0 {
         // With several candidates the stream ends when all of those sent have finished.
         seen.finish.filter(|_| seen.finished == seen.candidates)
     } else {
-        prompt_blocked(chunk.prompt_feedback).then_some(Finish::Filtered)
+        blocked.then_some(Finish::Filtered)
     };
     match end {
         None => Classification {
@@ -61,6 +72,124 @@ pub(super) fn classify(data: &str) -> Classification {
             output,
         },
     }
+}
+
+/// The byte path (see [`super::bytes`]): the same classification as [`classify`] from one pass
+/// without serde (the `usageMetadata` every chunk repeats is read by serde from its own text);
+/// `None` for an `error`, a finish reason with escapes, and whatever the reader leaves to the
+/// full parse.
+pub(super) fn quick(data: &str) -> Option<Classification> {
+    let mut fields = Once::default();
+    let mut seen = Seen::default();
+    let mut usage = None;
+    let mut blocked = false;
+    Reader::document(data, |r, key| match key {
+        "candidates" => {
+            fields.first(0)?;
+            if r.null()? {
+                return Some(());
+            }
+            r.array(|r| quick_candidate(r, &mut seen))
+        }
+        "usageMetadata" => {
+            fields.first(1)?;
+            if !r.null()? {
+                let raw = r.raw()?.filter(|raw| raw.starts_with('{'))?;
+                usage = Some(serde_json::from_str::<Usage>(raw).ok()?);
+            }
+            Some(())
+        }
+        "promptFeedback" => {
+            fields.first(2)?;
+            if r.null()? {
+                return Some(());
+            }
+            let mut once = Once::default();
+            r.object(|r, key| match key {
+                "blockReason" => {
+                    once.first(0)?;
+                    blocked = nonempty(r.raw()?);
+                    Some(())
+                }
+                _ => r.skip(),
+            })
+        }
+        "error" => {
+            fields.first(3)?;
+            r.null()?.then_some(())
+        }
+        _ => r.skip(),
+    })?;
+    Some(decide(seen, usage, blocked, false))
+}
+
+/// One `candidates[]` element, for [`quick`].
+fn quick_candidate(r: &mut Reader<'_>, seen: &mut Seen) -> Option<()> {
+    let mut fields = Once::default();
+    let mut reason = None;
+    let mut out = Output::default();
+    r.object(|r, key| match key {
+        "content" => {
+            fields.first(0)?;
+            if r.null()? {
+                return Some(());
+            }
+            let mut once = Once::default();
+            r.object(|r, key| match key {
+                "parts" => {
+                    once.first(0)?;
+                    if r.null()? {
+                        return Some(());
+                    }
+                    r.array(|r| quick_part(r, &mut out))
+                }
+                _ => r.skip(),
+            })
+        }
+        "finishReason" => {
+            fields.first(1)?;
+            if r.null()? {
+                return Some(());
+            }
+            let (raw, escaped) = r.string_value()?;
+            if escaped {
+                return None;
+            }
+            reason = Some(raw.get(1..raw.len() - 1)?);
+            Some(())
+        }
+        _ => r.skip(),
+    })?;
+    seen.candidates = seen.candidates.saturating_add(1);
+    if let Some(reason) = reason {
+        seen.finished = seen.finished.saturating_add(1);
+        let finish = Finish::of(reason);
+        seen.finish = Some(seen.finish.map_or(finish, |f| f.max(finish)));
+    }
+    seen.output.merge(out);
+    Some(())
+}
+
+/// One `parts[]` element, for [`quick`].
+fn quick_part(r: &mut Reader<'_>, out: &mut Output) -> Option<()> {
+    let mut fields = Once::default();
+    let mut p = PartText::default();
+    r.object(|r, key| {
+        let (bit, field) = match key {
+            "text" => (0, &mut p.text),
+            "thought" => (1, &mut p.thought),
+            "functionCall" => (2, &mut p.function_call),
+            "inlineData" => (3, &mut p.inline_data),
+            "executableCode" => (4, &mut p.executable_code),
+            "codeExecutionResult" => (5, &mut p.code_execution_result),
+            _ => return r.skip(),
+        };
+        fields.first(bit)?;
+        *field = r.raw()?;
+        Some(())
+    })?;
+    p.fold_into(out);
+    Some(())
 }
 
 /// Summarises a non-streamed `GenerateContentResponse` (or an error body).
@@ -165,6 +294,13 @@ struct Output {
 }
 
 impl Output {
+    fn merge(&mut self, other: Output) {
+        self.text |= other.text;
+        self.tool_args |= other.tool_args;
+        self.reasoning |= other.reasoning;
+        self.other |= other.other;
+    }
+
     /// Visible text wins, then a tool call, then reasoning, then other output.
     fn kind(self) -> Option<EffectiveKind> {
         if self.text {
@@ -233,11 +369,7 @@ impl<'de> Deserialize<'de> for Candidates {
                         seen.finish = Some(seen.finish.map_or(finish, |f| f.max(finish)));
                     }
                     if let Some(parts) = candidate.content.and_then(|c| c.parts) {
-                        let o = &mut seen.output;
-                        o.text |= parts.0.text;
-                        o.tool_args |= parts.0.tool_args;
-                        o.reasoning |= parts.0.reasoning;
-                        o.other |= parts.0.other;
+                        seen.output.merge(parts.0);
                     }
                 }
                 Ok(Candidates(seen))
@@ -278,25 +410,51 @@ impl<'de> Deserialize<'de> for Parts {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Parts, A::Error> {
                 let mut out = Output::default();
                 while let Some(part) = seq.next_element::<Part<'de>>()? {
-                    if nonempty_str(part.text) {
-                        // `thought` is read from its raw text so an odd value never costs the
-                        // event its class.
-                        if part.thought.is_some_and(|t| t.get() == "true") {
-                            out.reasoning = true;
-                        } else {
-                            out.text = true;
-                        }
+                    PartText {
+                        text: raw_text(part.text),
+                        thought: raw_text(part.thought),
+                        function_call: raw_text(part.function_call),
+                        inline_data: raw_text(part.inline_data),
+                        executable_code: raw_text(part.executable_code),
+                        code_execution_result: raw_text(part.code_execution_result),
                     }
-                    out.tool_args |= is_object(part.function_call);
-                    out.other |= is_object(part.inline_data)
-                        || is_object(part.executable_code)
-                        || is_object(part.code_execution_result);
+                    .fold_into(&mut out);
                 }
                 Ok(Parts(out))
             }
         }
 
         deserializer.deserialize_seq(PartsVisitor)
+    }
+}
+
+/// A part's fields as raw JSON text, as both paths read them.
+#[derive(Default)]
+struct PartText<'a> {
+    text: Option<&'a str>,
+    thought: Option<&'a str>,
+    function_call: Option<&'a str>,
+    inline_data: Option<&'a str>,
+    executable_code: Option<&'a str>,
+    code_execution_result: Option<&'a str>,
+}
+
+impl PartText<'_> {
+    fn fold_into(&self, out: &mut Output) {
+        let object = |v: Option<&str>| v.is_some_and(|t| t.starts_with('{'));
+        if nonempty(self.text) {
+            // `thought` is read from its raw text so an odd value never costs the event its
+            // class.
+            if self.thought == Some("true") {
+                out.reasoning = true;
+            } else {
+                out.text = true;
+            }
+        }
+        out.tool_args |= object(self.function_call);
+        out.other |= object(self.inline_data)
+            || object(self.executable_code)
+            || object(self.code_execution_result);
     }
 }
 

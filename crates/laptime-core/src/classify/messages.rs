@@ -11,49 +11,60 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::bytes::{nonempty, Once, Reader};
 use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
 use crate::wire::usage::MessagesUsage;
-use crate::wire::{is_object, nonempty_str, JsonStr};
+use crate::wire::{is_object, nonempty_str, raw_text, JsonStr};
 
 /// Classifies one Messages event.
 pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
     let Ok(ev) = serde_json::from_str::<Event<'_>>(data) else {
         return Classification::of(EventClass::Envelope);
     };
-    let kind = ev.kind.as_deref().or(event).unwrap_or_default();
+    let delta = ev.delta.as_ref().map(Delta::text);
+    decide(
+        ev.kind.as_deref().or(event).unwrap_or_default(),
+        ev.message.and_then(|m| m.usage),
+        ev.content_block
+            .is_some_and(|b| b.kind.as_deref() == Some("redacted_thinking")),
+        delta.as_ref(),
+        ev.usage,
+    )
+}
+
+/// An event's class from what both paths read: its type, `message.usage`, whether its
+/// `content_block` is `redacted_thinking`, its `delta` and its `usage`.
+fn decide(
+    kind: &str,
+    message_usage: Option<MessagesUsage>,
+    redacted_block: bool,
+    delta: Option<&DeltaText<'_>>,
+    usage: Option<MessagesUsage>,
+) -> Classification {
     match kind {
         "content_block_delta" => {
-            let class = ev
-                .delta
-                .as_ref()
-                .and_then(Delta::effective)
+            let class = delta
+                .and_then(DeltaText::effective)
                 .map_or(EventClass::Envelope, EventClass::Effective);
             Classification::of(class)
         }
         "ping" => Classification::of(EventClass::Heartbeat),
         "message_start" => Classification {
-            usage: ev.message.and_then(|m| m.usage).map(MessagesUsage::report),
+            usage: message_usage.map(MessagesUsage::report),
             ..Classification::of(EventClass::Envelope)
         },
         "content_block_start" => {
             // `redacted_thinking` arrives whole here: opaque reasoning. Server-tool result
             // blocks also arrive whole, but they are tool output.
-            let redacted = ev
-                .content_block
-                .is_some_and(|b| b.kind.as_deref() == Some("redacted_thinking"));
-            Classification::of(if redacted {
+            Classification::of(if redacted_block {
                 EventClass::Effective(EffectiveKind::Reasoning)
             } else {
                 EventClass::Envelope
             })
         }
         "message_delta" => Classification {
-            usage: ev.usage.map(MessagesUsage::report),
-            stop: ev
-                .delta
-                .as_ref()
-                .and_then(|d| d.stop_reason.as_deref())
-                .map(stop_hint),
+            usage: usage.map(MessagesUsage::report),
+            stop: delta.and_then(|d| d.stop_reason).map(stop_hint),
             ..Classification::of(EventClass::Envelope)
         },
         "message_stop" => Classification {
@@ -66,6 +77,97 @@ pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
         },
         _ => Classification::of(EventClass::Envelope),
     }
+}
+
+/// The byte path (see [`super::bytes`]): the same classification as [`classify`] from one pass
+/// without serde; `None` for a `message` or `content_block` object (`message_start`,
+/// `content_block_start`: once per message or block) and whatever the reader leaves to the full
+/// parse.
+pub(super) fn quick<'a>(event: Option<&'a str>, data: &'a str) -> Option<Classification> {
+    let mut fields = Once::default();
+    let mut kind = None;
+    let mut delta = None;
+    let mut usage = None;
+    Reader::document(data, |r, key| match key {
+        "type" => {
+            fields.first(0)?;
+            kind = quick_str(r)?;
+            Some(())
+        }
+        "message" => {
+            fields.first(1)?;
+            r.null()?.then_some(())
+        }
+        "content_block" => {
+            fields.first(2)?;
+            r.null()?.then_some(())
+        }
+        "delta" => {
+            fields.first(3)?;
+            if !r.null()? {
+                delta = Some(quick_delta(r)?);
+            }
+            Some(())
+        }
+        "usage" => {
+            fields.first(4)?;
+            if !r.null()? {
+                let raw = r.raw()?.filter(|raw| raw.starts_with('{'))?;
+                usage = Some(serde_json::from_str::<MessagesUsage>(raw).ok()?);
+            }
+            Some(())
+        }
+        _ => r.skip(),
+    })?;
+    Some(decide(
+        kind.or(event).unwrap_or_default(),
+        None,
+        false,
+        delta.as_ref(),
+        usage,
+    ))
+}
+
+/// A `JsonStr` field: `null` is absent, a string without escapes is its text; anything else is
+/// left to the full parse.
+fn quick_str<'a>(r: &mut Reader<'a>) -> Option<Option<&'a str>> {
+    if r.null()? {
+        return Some(None);
+    }
+    let (raw, escaped) = r.string_value()?;
+    if escaped {
+        return None;
+    }
+    Some(Some(raw.get(1..raw.len() - 1)?))
+}
+
+/// A `delta` object, for [`quick`].
+fn quick_delta<'a>(r: &mut Reader<'a>) -> Option<DeltaText<'a>> {
+    let mut fields = Once::default();
+    let mut d = DeltaText::default();
+    r.object(|r, key| {
+        let (bit, field) = match key {
+            "type" => {
+                fields.first(0)?;
+                d.kind = quick_str(r)?;
+                return Some(());
+            }
+            "stop_reason" => {
+                fields.first(1)?;
+                d.stop_reason = quick_str(r)?;
+                return Some(());
+            }
+            "text" => (2, &mut d.text),
+            "thinking" => (3, &mut d.thinking),
+            "partial_json" => (4, &mut d.partial_json),
+            "content" => (5, &mut d.content),
+            _ => return r.skip(),
+        };
+        fields.first(bit)?;
+        *field = r.raw()?;
+        Some(())
+    })?;
+    Some(d)
 }
 
 /// `stop_reason` → stop hint: `max_tokens` and `model_context_window_exceeded` are cut short,
@@ -150,10 +252,34 @@ struct Delta<'a> {
 }
 
 impl Delta<'_> {
+    fn text(&self) -> DeltaText<'_> {
+        DeltaText {
+            kind: self.kind.as_deref(),
+            text: raw_text(self.text),
+            thinking: raw_text(self.thinking),
+            partial_json: raw_text(self.partial_json),
+            content: raw_text(self.content),
+            stop_reason: self.stop_reason.as_deref(),
+        }
+    }
+}
+
+/// A delta's fields as both paths read them (strings as raw JSON text).
+#[derive(Default)]
+struct DeltaText<'a> {
+    kind: Option<&'a str>,
+    text: Option<&'a str>,
+    thinking: Option<&'a str>,
+    partial_json: Option<&'a str>,
+    content: Option<&'a str>,
+    stop_reason: Option<&'a str>,
+}
+
+impl DeltaText<'_> {
     /// The kind of a content-block delta whose string is non-empty. `signature_delta`,
     /// `citations_delta` and unknown delta types are envelopes.
     fn effective(&self) -> Option<EffectiveKind> {
-        let (field, kind) = match self.kind.as_deref()? {
+        let (field, kind) = match self.kind? {
             "text_delta" => (self.text, EffectiveKind::Text),
             "thinking_delta" => (self.thinking, EffectiveKind::Reasoning),
             "input_json_delta" => (self.partial_json, EffectiveKind::ToolArgs),
@@ -161,7 +287,7 @@ impl Delta<'_> {
             "compaction_delta" => (self.content, EffectiveKind::Other),
             _ => return None,
         };
-        nonempty_str(field).then_some(kind)
+        nonempty(field).then_some(kind)
     }
 }
 

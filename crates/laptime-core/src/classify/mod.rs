@@ -3,7 +3,14 @@
 //! The tables are those of `streaming-protocols.md` §1.5 (Chat), §2.1 (Responses) and §3.1
 //! (Messages), and of `docs/reference/gemini.md` §3 (Gemini). An event is effective only when its delta string is non-empty. JSON is parsed only
 //! for the fields a class or the usage needs (borrowed, so a typical event allocates nothing).
+//!
+//! Most events of a stream are text deltas that carry no usage, finish reason or error. The
+//! byte path ([`read_event_quick`]) reads those in one validating pass without serde and
+//! classifies them exactly as the full parse does; it leaves every event it cannot decide that
+//! way to the full parse ([`classify_event`]).
 
+mod bytes;
+pub(crate) use bytes::unquote;
 mod chat;
 mod gemini;
 mod messages;
@@ -131,6 +138,45 @@ pub fn classify_event(dialect: Dialect, event: Option<&str>, data: &str) -> Clas
         Dialect::Messages => messages::classify(event, data),
         Dialect::Gemini => gemini::classify(data),
     }
+}
+
+/// The output strings of a Chat event as the byte path read them (for the output estimate):
+/// each string's raw JSON text, quotes included, and whether it holds an escape.
+pub(crate) type Texts<'a> = crate::wire::Few<(&'a str, bool)>;
+
+/// One event as the byte path read it.
+#[derive(Debug)]
+pub struct QuickRead<'a> {
+    pub classification: Classification,
+    texts: Texts<'a>,
+}
+
+impl QuickRead<'_> {
+    /// The event's output strings, in the order the estimate counts them (Chat only).
+    pub(crate) fn texts(&self) -> &Texts<'_> {
+        &self.texts
+    }
+}
+
+/// Classifies one event with the byte path: the same [`Classification`] as [`classify_event`],
+/// or `None` when the event is one the full parse must decide (usage of an odd shape, errors,
+/// finish reasons with escapes, content parts, invalid or unusual JSON, …). An event it
+/// decides is valid JSON.
+pub fn read_event_quick<'a>(
+    dialect: Dialect,
+    event: Option<&'a str>,
+    data: &'a str,
+) -> Option<QuickRead<'a>> {
+    let (classification, texts) = match dialect {
+        Dialect::Chat => chat::quick(data)?,
+        Dialect::Responses => (responses::quick(event, data)?, Texts::default()),
+        Dialect::Messages => (messages::quick(event, data)?, Texts::default()),
+        Dialect::Gemini => (gemini::quick(data)?, Texts::default()),
+    };
+    Some(QuickRead {
+        classification,
+        texts,
+    })
 }
 
 /// What a non-streamed (JSON) body says: usage, how it stopped, and whether it is an error body.

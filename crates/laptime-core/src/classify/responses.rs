@@ -10,9 +10,10 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::bytes::{nonempty, Once, Reader};
 use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
 use crate::wire::usage::ResponsesUsage;
-use crate::wire::{is_object, nonempty_str, truthy, JsonStr};
+use crate::wire::{is_object, nonempty_str, raw_text, truthy, JsonStr};
 
 /// Classifies one Responses event.
 pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
@@ -31,6 +32,66 @@ pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
             };
         }
     };
+    decide(
+        kind,
+        raw_text(ev.delta),
+        raw_text(ev.partial_image_b64),
+        ev.response,
+    )
+}
+
+/// The byte path (see [`super::bytes`]): the same classification as [`classify`] from one pass
+/// without serde; `None` for an event with a `response` object (the lifecycle events, a few
+/// per stream), one without a type, and whatever the reader leaves to the full parse.
+pub(super) fn quick<'a>(event: Option<&'a str>, data: &'a str) -> Option<Classification> {
+    let mut fields = Once::default();
+    let mut kind = None;
+    let mut delta = None;
+    let mut partial_image = None;
+    Reader::document(data, |r, key| match key {
+        "type" => {
+            fields.first(0)?;
+            if !r.null()? {
+                let (raw, escaped) = r.string_value()?;
+                if escaped {
+                    return None;
+                }
+                kind = Some(raw.get(1..raw.len() - 1)?);
+            }
+            Some(())
+        }
+        "delta" => {
+            fields.first(1)?;
+            delta = r.raw()?;
+            Some(())
+        }
+        "partial_image_b64" => {
+            fields.first(2)?;
+            partial_image = r.raw()?;
+            Some(())
+        }
+        "response" => {
+            fields.first(3)?;
+            r.null()?.then_some(())
+        }
+        // Read only when there is no type at all (left to the full parse).
+        "error" => {
+            fields.first(4)?;
+            r.skip()
+        }
+        _ => r.skip(),
+    })?;
+    Some(decide(kind.or(event)?, delta, partial_image, None))
+}
+
+/// An event's class from what both paths read: its type, its `delta` and `partial_image_b64`
+/// (raw JSON text) and its `response`.
+fn decide(
+    kind: &str,
+    delta: Option<&str>,
+    partial_image: Option<&str>,
+    response: Option<Response<'_>>,
+) -> Classification {
     let effective_if = |nonempty: bool, kind: EffectiveKind| {
         Classification::of(if nonempty {
             EventClass::Effective(kind)
@@ -38,7 +99,7 @@ pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
             EventClass::Envelope
         })
     };
-    let delta = nonempty_str(ev.delta);
+    let delta = nonempty(delta);
     match kind {
         "response.output_text.delta" => effective_if(delta, EffectiveKind::Text),
         "response.refusal.delta" => effective_if(delta, EffectiveKind::Refusal),
@@ -54,22 +115,21 @@ pub(super) fn classify(event: Option<&str>, data: &str) -> Classification {
         | "response.audio.transcript.delta"
         | "response.shell_call_command.delta" => effective_if(delta, EffectiveKind::Other),
         "response.image_generation_call.partial_image" => {
-            effective_if(nonempty_str(ev.partial_image_b64), EffectiveKind::Other)
+            effective_if(nonempty(partial_image), EffectiveKind::Other)
         }
         // Output of a tool the platform ran (stdout/stderr), not model output.
         "response.shell_call_output_content.delta" => Classification::of(EventClass::Envelope),
         "keepalive" => Classification::of(EventClass::Heartbeat),
-        "response.completed" => terminal(EventClass::TerminalOk, ev.response, None),
+        "response.completed" => terminal(EventClass::TerminalOk, response, None),
         "response.incomplete" => {
-            let stop = ev
-                .response
+            let stop = response
                 .as_ref()
                 .and_then(|r| r.incomplete_details.as_ref())
                 .and_then(|d| d.reason.as_deref())
                 .and_then(incomplete_stop);
-            terminal(EventClass::TerminalIncomplete, ev.response, stop)
+            terminal(EventClass::TerminalIncomplete, response, stop)
         }
-        "response.failed" => terminal(EventClass::TerminalError, ev.response, None),
+        "response.failed" => terminal(EventClass::TerminalError, response, None),
         // Both shapes: flat `{"type":"error","code":…,"message":…}` and nested
         // `{"type":"error","error":{…}}`. Usually followed by `response.failed`, which is the
         // terminal frame.

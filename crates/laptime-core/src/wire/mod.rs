@@ -19,6 +19,11 @@ pub(crate) fn nonempty_str(raw: Option<&RawValue>) -> bool {
     })
 }
 
+/// A raw value's JSON text.
+pub(crate) fn raw_text(raw: Option<&RawValue>) -> Option<&str> {
+    raw.map(RawValue::get)
+}
+
 /// Whether a JSON value is an object (a non-null `error` key).
 pub(crate) fn is_object(raw: Option<&RawValue>) -> bool {
     raw.is_some_and(|r| r.get().starts_with('{'))
@@ -162,6 +167,20 @@ impl<T> Default for Few<T> {
     }
 }
 
+impl<T> Few<T> {
+    pub(crate) fn push(&mut self, item: T) {
+        if self.first.is_none() {
+            self.first = Some(item);
+        } else {
+            self.rest.push(item);
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.first.iter().chain(&self.rest)
+    }
+}
+
 impl<T> IntoIterator for Few<T> {
     type Item = T;
     type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;
@@ -185,11 +204,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Few<T> {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Few<T>, A::Error> {
                 let mut few = Few::default();
                 while let Some(item) = seq.next_element()? {
-                    if few.first.is_none() {
-                        few.first = Some(item);
-                    } else {
-                        few.rest.push(item);
-                    }
+                    few.push(item);
                 }
                 Ok(few)
             }

@@ -1,0 +1,397 @@
+//! The byte path's reader: one validating pass over an event's JSON, without serde, that hands
+//! a classifier only the values it reads (as their raw text, what a serde `RawValue` holds) and
+//! skips the rest.
+//!
+//! It accepts a strict subset of what `serde_json` accepts, and it gives up (`None`) on anything
+//! it would not decide exactly as the full parse does: JSON that is invalid or that it does not
+//! read (a key holding an escape, which could spell a field name; a `\u` escape of a surrogate;
+//! nesting deeper than [`MAX_DEPTH`]), and, in the classifiers that use it, a duplicate field or
+//! a field of an unusual shape. The event is then parsed in full, so an event the byte path
+//! decides is one the full parse decides the same way (`observe.rs`' differential tests check
+//! this event by event).
+
+/// Deeper nesting is left to the full parse (serde_json's own limit is 128).
+const MAX_DEPTH: u8 = 32;
+
+/// A cursor over one event's JSON text.
+pub(super) struct Reader<'a> {
+    text: &'a str,
+    at: usize,
+    depth: u8,
+}
+
+/// Fields of one object already read, to give up on a duplicate (serde rejects a struct field
+/// that comes twice).
+#[derive(Default)]
+pub(super) struct Once(u16);
+
+impl Once {
+    /// Marks field `bit` read; `None` if it was read before.
+    pub(super) fn first(&mut self, bit: u8) -> Option<()> {
+        let mask = 1u16 << bit;
+        if self.0 & mask != 0 {
+            return None;
+        }
+        self.0 |= mask;
+        Some(())
+    }
+}
+
+impl<'a> Reader<'a> {
+    /// Reads `text` as one object whose fields `on_field` reads (each must read its value
+    /// whole), followed by nothing but whitespace.
+    pub(super) fn document(
+        text: &'a str,
+        on_field: impl FnMut(&mut Reader<'a>, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        let mut r = Reader {
+            text,
+            at: 0,
+            depth: 0,
+        };
+        r.object(on_field)?;
+        r.skip_ws();
+        (r.at == text.len()).then_some(())
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.bytes().get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte that is not whitespace (not consumed).
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_ws();
+        self.bytes().get(self.at).copied()
+    }
+
+    fn enter(&mut self) -> Option<()> {
+        if self.depth >= MAX_DEPTH {
+            return None;
+        }
+        self.depth += 1;
+        self.at += 1;
+        Some(())
+    }
+
+    /// An object; `on_field` reads each field's value (keys holding an escape give up).
+    pub(super) fn object(
+        &mut self,
+        mut on_field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        if self.peek()? != b'{' {
+            return None;
+        }
+        self.enter()?;
+        if self.peek()? == b'}' {
+            self.at += 1;
+            self.depth -= 1;
+            return Some(());
+        }
+        loop {
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let (raw, escaped) = self.string()?;
+            if escaped {
+                return None;
+            }
+            let key = raw.get(1..raw.len() - 1)?;
+            if self.peek()? != b':' {
+                return None;
+            }
+            self.at += 1;
+            on_field(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    self.depth -= 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An array; `on_item` reads each element.
+    pub(super) fn array(&mut self, mut on_item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        if self.peek()? != b'[' {
+            return None;
+        }
+        self.enter()?;
+        if self.peek()? == b']' {
+            self.at += 1;
+            self.depth -= 1;
+            return Some(());
+        }
+        loop {
+            on_item(self)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    self.depth -= 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Reads `null` if that is the next value: whether it was (serde reads an `Option` field
+    /// holding `null` as absent).
+    pub(super) fn null(&mut self) -> Option<bool> {
+        if self.peek()? == b'n' {
+            self.literal("null")?;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// Any value, validated: its raw text, or `None` when it is `null` (as serde reads an
+    /// `Option<&RawValue>`).
+    pub(super) fn raw(&mut self) -> Option<Option<&'a str>> {
+        let raw = self.value()?;
+        Some((raw != "null").then_some(raw))
+    }
+
+    /// Skips any value, validated.
+    pub(super) fn skip(&mut self) -> Option<()> {
+        self.value().map(drop)
+    }
+
+    /// A string value's raw text (quotes and escapes included) and whether it holds an escape;
+    /// `None` when the value is not a string.
+    pub(super) fn string_value(&mut self) -> Option<(&'a str, bool)> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.string()
+    }
+
+    /// Any value, validated: its raw text.
+    fn value(&mut self) -> Option<&'a str> {
+        let first = self.peek()?;
+        let start = self.at;
+        match first {
+            b'"' => self.string().map(drop)?,
+            b'{' => self.object(|r, _| r.skip())?,
+            b'[' => self.array(Self::skip)?,
+            b't' => self.literal("true")?,
+            b'f' => self.literal("false")?,
+            b'n' => self.literal("null")?,
+            b'-' | b'0'..=b'9' => self.number()?,
+            _ => return None,
+        }
+        self.text.get(start..self.at)
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        let end = self.at + word.len();
+        if self.bytes().get(self.at..end)? != word.as_bytes() {
+            return None;
+        }
+        self.at = end;
+        Some(())
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, as serde_json reads it.
+    fn number(&mut self) -> Option<()> {
+        let b = self.bytes();
+        if b.get(self.at) == Some(&b'-') {
+            self.at += 1;
+        }
+        match b.get(self.at)? {
+            b'0' => {
+                self.at += 1;
+                if b.get(self.at).is_some_and(u8::is_ascii_digit) {
+                    return None;
+                }
+            }
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if b.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            if !b.get(self.at).is_some_and(u8::is_ascii_digit) {
+                return None;
+            }
+            self.digits();
+        }
+        if let Some(b'e' | b'E') = b.get(self.at) {
+            self.at += 1;
+            if let Some(b'+' | b'-') = b.get(self.at) {
+                self.at += 1;
+            }
+            if !b.get(self.at).is_some_and(u8::is_ascii_digit) {
+                return None;
+            }
+            self.digits();
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while self.bytes().get(self.at).is_some_and(u8::is_ascii_digit) {
+            self.at += 1;
+        }
+    }
+
+    /// The string at the cursor (on its opening quote): its raw text and whether it holds an
+    /// escape. Control characters, unknown escapes and surrogate `\u` escapes give up.
+    fn string(&mut self) -> Option<(&'a str, bool)> {
+        let b = self.bytes();
+        let start = self.at;
+        self.at += 1;
+        let mut escaped = false;
+        loop {
+            // Strings here are short (ids, names, a token of text): a plain loop is cheaper
+            // than setting up a vectorised search, and it checks for control characters in the
+            // same pass.
+            while b
+                .get(self.at)
+                .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20)
+            {
+                self.at += 1;
+            }
+            match b.get(self.at)? {
+                b'"' | b'\\' => {}
+                _ => return None,
+            }
+            if b.get(self.at) == Some(&b'"') {
+                self.at += 1;
+                return Some((self.text.get(start..self.at)?, escaped));
+            }
+            escaped = true;
+            match b.get(self.at + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 2,
+                b'u' => {
+                    let hex = std::str::from_utf8(b.get(self.at + 2..self.at + 6)?).ok()?;
+                    if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+                        return None;
+                    }
+                    let unit = u16::from_str_radix(hex, 16).ok()?;
+                    if (0xD800..0xE000).contains(&unit) {
+                        return None;
+                    }
+                    self.at += 6;
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Whether a raw JSON value is a non-empty string (as [`crate::wire::nonempty_str`]).
+pub(super) fn nonempty(raw: Option<&str>) -> bool {
+    raw.is_some_and(|text| text.starts_with('"') && text != "\"\"")
+}
+
+/// A string value's text without its quotes, unescaped (borrowed unless it held escapes).
+pub(crate) fn unquote(raw: &str, escaped: bool) -> Option<std::borrow::Cow<'_, str>> {
+    if escaped {
+        serde_json::from_str::<String>(raw)
+            .ok()
+            .map(std::borrow::Cow::Owned)
+    } else {
+        raw.get(1..raw.len().checked_sub(1)?)
+            .map(std::borrow::Cow::Borrowed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the reader accepts `text` as an object, skipping every field.
+    fn accepts(text: &str) -> bool {
+        Reader::document(text, |r, _| r.skip()).is_some()
+    }
+
+    #[test]
+    fn accepts_only_what_serde_json_accepts() {
+        let valid = [
+            r#"{}"#,
+            r#" { "a" : [1, -0, 0.5, -1.25e+10, 3E-2, true, false, null, {"b": []}], "c": "x\"\\\/\b\f\n\r\t\u00e9" } "#,
+            r#"{"a":"é — \u4e2d"}"#,
+        ];
+        for text in valid {
+            assert!(accepts(text), "{text}");
+            assert!(serde_json::from_str::<serde_json::Value>(text).is_ok());
+        }
+        let invalid = [
+            "",
+            "{",
+            "{\"a\"}",
+            "{\"a\":}",
+            "{\"a\":1,}",
+            "{\"a\":01}",
+            "{\"a\":1.}",
+            "{\"a\":-}",
+            "{\"a\":1e}",
+            "{\"a\":.5}",
+            "{\"a\":tru}",
+            "{\"a\":nul}",
+            "{\"a\":\"x}",
+            "{\"a\":\"\\x\"}",
+            "{\"a\":\"\\u12g4\"}",
+            "{\"a\":\"tab\there\"}",
+            "{\"a\":[1 2]}",
+            "{\"a\":1} x",
+            "{\"a\":1}}",
+            "[1]",
+            "\"x\"",
+            "{'a':1}",
+            "{\"a\":+1}",
+            "{\"a\":NaN}",
+        ];
+        for text in invalid {
+            assert!(!accepts(text), "{text:?}");
+        }
+        // Valid, but left to the full parse: a lone or paired surrogate escape, an escaped key,
+        // nesting past the limit.
+        for text in [
+            r#"{"a":"\ud83d\ude00"}"#,
+            r#"{"\u0061":1}"#,
+            &format!("{{\"a\":{}{}}}", "[".repeat(40), "]".repeat(40)),
+        ] {
+            assert!(serde_json::from_str::<serde_json::Value>(text).is_ok());
+            assert!(!accepts(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn raw_values_are_the_text_serde_keeps() {
+        let text = r#"{"a": "x\ny" , "b":{"c" : [1, 2]} ,"n":null}"#;
+        let mut got = Vec::new();
+        Reader::document(text, |r, key| {
+            got.push((key, r.raw()?));
+            Some(())
+        })
+        .unwrap();
+        #[derive(serde::Deserialize)]
+        struct Want<'a> {
+            #[serde(borrow)]
+            a: &'a serde_json::value::RawValue,
+            #[serde(borrow)]
+            b: &'a serde_json::value::RawValue,
+        }
+        let want: Want<'_> = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            got,
+            [
+                ("a", Some(want.a.get())),
+                ("b", Some(want.b.get())),
+                ("n", None)
+            ]
+        );
+        assert_eq!(unquote(r#""x\ny""#, true).as_deref(), Some("x\ny"));
+        assert_eq!(unquote(r#""xy""#, false).as_deref(), Some("xy"));
+    }
+}
