@@ -632,14 +632,25 @@ TARGETS: dict[str, tuple[str, float]] = {
     "accuracy.first_sse_event.abs_err_p99_ms": ("<=", 2.0),
     "accuracy.first_text_delta.abs_err_p99_ms": ("<=", 2.0),
     "accuracy.upstream_done.abs_err_p99_ms": ("<=", 2.0),
+    # Issue 14: admission cost at c=1 (added p50, limits on vs off) and the admitted rate.
+    "limits.nonstream.local_added_p50_ms": ("<=", 0.02),
+    "limits.nonstream.redis_added_p50_ms": ("<=", 0.3),
+    "limits.stream.local_added_p50_ms": ("<=", 0.02),
+    "limits.stream.redis_added_p50_ms": ("<=", 0.3),
+    "limits.rate.one_instance.error_pct": ("abs<=", 2.0),
+    "limits.rate.two_instances.error_pct": ("abs<=", 2.0),
 }
 
 
 def target_text(t: tuple[str, float]) -> str:
+    if t[0] == "abs<=":
+        return f"target within ±{t[1]:g}"
     return f"target {t[0]} {t[1]:g}"
 
 
 def meets(t: tuple[str, float], v) -> bool | None:
     if not isinstance(v, (int, float)):
         return None
+    if t[0] == "abs<=":
+        return abs(v) <= t[1]
     return v <= t[1] if t[0] == "<=" else v >= t[1]

@@ -5,7 +5,8 @@
 //! request against every limit that applies at once (so a refusal by one takes nothing from the
 //! others), and settles the token estimate charged at admission with what the request used.
 //!
-//! State is bounded by the workspaces and tokens that have limits: an entry per limited id.
+//! State is bounded by the workspaces and tokens that have limits: an entry per limited id
+//! (kept while the instance runs, as its windows are).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -99,10 +100,68 @@ pub fn retry_after_secs(d: Duration) -> u64 {
     d.as_micros().div_ceil(1_000_000).max(1) as u64
 }
 
+/// One limited workspace's or token's windows and requests in flight.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    rpm: Window,
+    tpm: Window,
+    inflight: u64,
+}
+
+impl Counters {
+    fn window(&self, kind: LimitKind) -> Window {
+        match kind {
+            LimitKind::Tpm => self.tpm,
+            _ => self.rpm,
+        }
+    }
+
+    fn window_mut(&mut self, kind: LimitKind) -> &mut Window {
+        match kind {
+            LimitKind::Tpm => &mut self.tpm,
+            _ => &mut self.rpm,
+        }
+    }
+}
+
+/// Every limited id's counters, per scope; looked up by `&str`, so a request allocates nothing
+/// here once its ids are known.
 #[derive(Debug, Default)]
 struct State {
-    windows: HashMap<(Limit, String), Window>,
-    inflight: HashMap<(LimitScope, String), u64>,
+    tokens: HashMap<String, Counters>,
+    workspaces: HashMap<String, Counters>,
+}
+
+impl State {
+    fn of(&self, scope: LimitScope) -> &HashMap<String, Counters> {
+        match scope {
+            LimitScope::Token => &self.tokens,
+            LimitScope::Workspace => &self.workspaces,
+        }
+    }
+
+    fn of_mut(&mut self, scope: LimitScope) -> &mut HashMap<String, Counters> {
+        match scope {
+            LimitScope::Token => &mut self.tokens,
+            LimitScope::Workspace => &mut self.workspaces,
+        }
+    }
+
+    /// The id's counters (empty ones when it has none yet).
+    fn get(&self, scope: LimitScope, id: &str) -> Counters {
+        self.of(scope).get(id).copied().unwrap_or_default()
+    }
+
+    /// Writes the id's counters back (its entry made on first use).
+    fn put(&mut self, scope: LimitScope, id: &str, counters: Counters) {
+        let map = self.of_mut(scope);
+        match map.get_mut(id) {
+            Some(held) => *held = counters,
+            None => {
+                map.insert(id.to_owned(), counters);
+            }
+        }
+    }
 }
 
 /// Every limited workspace's and token's windows and in-flight counts on this instance.
@@ -229,12 +288,7 @@ impl Limiter {
             let Some(max) = limits.concurrent else {
                 continue;
             };
-            let held = state
-                .inflight
-                .get(&(scope, id_of(ask, scope).to_string()))
-                .copied()
-                .unwrap_or(0);
-            if held >= max {
+            if state.get(scope, id_of(ask, scope)).inflight >= max {
                 return Err(Refused {
                     limit: Limit::new(scope, LimitKind::Concurrent),
                     value: max,
@@ -248,10 +302,10 @@ impl Limiter {
         }
         for (scope, limits) in scoped(ask.limits) {
             if limits.concurrent.is_some() {
-                *state
-                    .inflight
-                    .entry((scope, id_of(ask, scope).to_string()))
-                    .or_default() += 1;
+                let id = id_of(ask, scope);
+                let mut counters = state.get(scope, id);
+                counters.inflight += 1;
+                state.put(scope, id, counters);
             }
         }
         Ok(())
@@ -262,16 +316,15 @@ impl Limiter {
     fn take_local(&self, ask: &Ask<'_>, at: Instant) -> Result<Quotas, Refused> {
         let now = self.now_us(at);
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut taken = Vec::with_capacity(4);
+        // Every scope's counters, taken from on a copy.
+        let mut taken = scoped(ask.limits).map(|(scope, _)| state.get(scope, id_of(ask, scope)));
         for (kind, units) in [(LimitKind::Rpm, 1), (LimitKind::Tpm, ask.tokens)] {
-            for (scope, limits) in scoped(ask.limits) {
+            for ((scope, limits), counters) in scoped(ask.limits).into_iter().zip(&mut taken) {
                 let Some(per_minute) = per_minute(&limits, kind) else {
                     continue;
                 };
                 let limit = Limit::new(scope, kind);
-                let key = (limit, id_of(ask, scope).to_string());
-                let mut w = state.windows.get(&key).copied().unwrap_or_default();
-                if let Err(denied) = w.take(now, units, per_minute) {
+                if let Err(denied) = counters.window_mut(kind).take(now, units, per_minute) {
                     return Err(Refused {
                         limit,
                         value: per_minute,
@@ -281,10 +334,13 @@ impl Limiter {
                         message: None,
                     });
                 }
-                taken.push((key, w));
             }
         }
-        state.windows.extend(taken);
+        for ((scope, limits), counters) in scoped(ask.limits).into_iter().zip(taken) {
+            if limits.rpm.is_some() || limits.tpm.is_some() {
+                state.put(scope, id_of(ask, scope), counters);
+            }
+        }
         Ok(Quotas {
             requests: quota(&state, ask, LimitKind::Rpm, now),
             tokens: quota(&state, ask, LimitKind::Tpm, now),
@@ -381,8 +437,7 @@ fn quota(state: &State, ask: &Ask<'_>, kind: LimitKind, now: i64) -> Option<Quot
         .into_iter()
         .filter_map(|(scope, limits)| {
             let per_minute = per_minute(&limits, kind)?;
-            let key = (Limit::new(scope, kind), id_of(ask, scope).to_string());
-            let w = state.windows.get(&key).copied().unwrap_or_default();
+            let w = state.get(scope, id_of(ask, scope)).window(kind);
             Some(Quota {
                 limit: per_minute,
                 remaining: w.remaining(now, per_minute),
@@ -418,16 +473,17 @@ impl Ticket {
             let moves: Vec<_> = scoped(&self.limits)
                 .into_iter()
                 .filter_map(|(scope, limits)| {
-                    let id = self.id(scope).to_string();
-                    Some((Limit::new(scope, LimitKind::Tpm), id, delta, limits.tpm?))
+                    let tpm = limits.tpm?;
+                    Some((
+                        Limit::new(scope, LimitKind::Tpm),
+                        self.id(scope),
+                        delta,
+                        tpm,
+                    ))
                 })
                 .collect();
-            // Settled off the request path; outside a runtime (never on the request path) the
-            // estimate simply stays charged.
-            if let (false, Ok(rt)) = (moves.is_empty(), tokio::runtime::Handle::try_current()) {
-                let windows = windows.clone();
-                rt.spawn(async move { windows.adjust(&moves).await });
-            }
+            // Sent with the next admission's script call (or soon after on its own).
+            windows.settle(&moves);
             return;
         }
         let now = self.limiter.now_us(at);
@@ -440,12 +496,8 @@ impl Ticket {
             let Some(per_minute) = limits.tpm else {
                 continue;
             };
-            let key = (
-                Limit::new(scope, LimitKind::Tpm),
-                self.id(scope).to_string(),
-            );
-            if let Some(w) = state.windows.get_mut(&key) {
-                w.adjust(now, delta, per_minute);
+            if let Some(counters) = state.of_mut(scope).get_mut(self.id(scope)) {
+                counters.tpm.adjust(now, delta, per_minute);
             }
         }
     }
@@ -462,12 +514,8 @@ impl Drop for Ticket {
             if limits.concurrent.is_none() {
                 continue;
             }
-            let key = (scope, self.id(scope).to_string());
-            if let Some(n) = state.inflight.get_mut(&key) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    state.inflight.remove(&key);
-                }
+            if let Some(counters) = state.of_mut(scope).get_mut(self.id(scope)) {
+                counters.inflight = counters.inflight.saturating_sub(1);
             }
         }
     }
@@ -499,7 +547,8 @@ mod tests {
             .await
             .unwrap()
             .is_none());
-        assert!(limiter.state.lock().unwrap().windows.is_empty());
+        let state = limiter.state.lock().unwrap();
+        assert!(state.tokens.is_empty() && state.workspaces.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
@@ -526,10 +575,7 @@ mod tests {
         assert_eq!((requests.limit, requests.remaining), (2, 0));
         // The workspace's window counted the two admitted requests only.
         let state = limiter.state.lock().unwrap();
-        let ws = state.windows[&(
-            Limit::new(LimitScope::Workspace, LimitKind::Rpm),
-            "ws".to_string(),
-        )];
+        let ws = state.workspaces["ws"].rpm;
         assert_eq!(ws.remaining(limiter.now_us(now), 10), 8);
     }
 

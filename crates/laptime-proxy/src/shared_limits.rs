@@ -7,27 +7,55 @@
 //! Admission waits for Redis, bounded by [`WAIT`]: a Redis that does not answer in time, or at
 //! all, leaves the instance on its own windows for that request (said once per change in the
 //! log), so a Redis outage never refuses or stalls a request.
+//!
+//! What admission waits for is kept to one script call on a connection of the caller's own
+//! thread: each serving thread runs its own single-threaded runtime, and a connection driven by
+//! another thread's runtime costs two cross-thread wake-ups per call. Settlements are not sent on their own: they ride with the next take (the script
+//! applies them first), or go after [`SETTLE_WAIT`] when no take came.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use laptime_core::limit::{Limit, MINUTE_US};
-use tokio::sync::Mutex;
 
 /// The longest admission waits for Redis before using this instance's own windows.
 pub const WAIT: Duration = Duration::from_millis(50);
 
-/// Takes `ARGV[2i-1]` units at `ARGV[2i]` µs each from window `KEYS[i]`, for every `i`, or
-/// none: returns `{0, owed_us of each window after the take}` when all admit, else
-/// `{i, retry_after_us or -1, owed_us}` of the first that does not.
+/// The longest a settlement waits for a take to carry it before it is sent on its own.
+pub const SETTLE_WAIT: Duration = Duration::from_millis(100);
+
+/// The longest a settlement sent on its own may take (a failure only leaves the estimate
+/// charged).
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// First applies the settlements: moves each window `KEYS[j]`, `j > n` (with `n = ARGV[2]`), by
+/// `ARGV[2 + n + j]` µs, never back past now. Then takes `ARGV[2i+1]` units at `ARGV[2i+2]` µs
+/// each from window `KEYS[i]`, for every `i ≤ n`, or none: returns `{0, owed_us of each window
+/// after the take}` when all admit, else `{i, retry_after_us or -1, owed_us}` of the first that
+/// does not. `ARGV[1]` is a minute in µs. With `n = 0` it only settles.
 const TAKE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local minute = tonumber(ARGV[#ARGV])
-local news = {}
-for i, key in ipairs(KEYS) do
-  local cost = tonumber(ARGV[2 * i - 1]) * tonumber(ARGV[2 * i])
+local minute = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+for j = n + 1, #KEYS do
+  local key = KEYS[j]
   local tat = tonumber(redis.call('GET', key) or '0')
+  if tat < now then tat = now end
+  local new = tat + tonumber(ARGV[2 + n + j])
+  if new > now then
+    redis.call('SET', key, string.format('%d', new), 'PX', math.floor((new - now) / 1000) + 1000)
+  else
+    redis.call('DEL', key)
+  end
+end
+local news = {}
+for i = 1, n do
+  local cost = tonumber(ARGV[2 * i + 1]) * tonumber(ARGV[2 * i + 2])
+  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
   if tat < now then tat = now end
   local new = tat + cost
   if new - now > minute then
@@ -38,28 +66,11 @@ for i, key in ipairs(KEYS) do
   news[i] = new
 end
 local owed = {0}
-for i, key in ipairs(KEYS) do
-  redis.call('SET', key, string.format('%d', news[i]), 'PX', math.floor((news[i] - now) / 1000) + 1000)
+for i = 1, n do
+  redis.call('SET', KEYS[i], string.format('%d', news[i]), 'PX', math.floor((news[i] - now) / 1000) + 1000)
   owed[i + 1] = news[i] - now
 end
 return owed
-";
-
-/// Moves each window `KEYS[i]` by `ARGV[i]` µs (a settled estimate), never back past now.
-const ADJUST: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-for i, key in ipairs(KEYS) do
-  local tat = tonumber(redis.call('GET', key) or '0')
-  if tat < now then tat = now end
-  local new = tat + tonumber(ARGV[i])
-  if new > now then
-    redis.call('SET', key, string.format('%d', new), 'PX', math.floor((new - now) / 1000) + 1000)
-  else
-    redis.call('DEL', key)
-  end
-end
-return 0
 ";
 
 /// One window a request is charged to.
@@ -85,13 +96,40 @@ pub enum Taken {
     },
 }
 
+/// Which connection a caller uses: its own thread's on a single-threaded runtime (a serving
+/// thread: the connection's task runs beside the request), else the one every other caller
+/// shares. Bounded by the threads that run single-threaded runtimes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Lane {
+    Thread(ThreadId),
+    Shared,
+}
+
+fn lane() -> Lane {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread => {
+            Lane::Thread(std::thread::current().id())
+        }
+        _ => Lane::Shared,
+    }
+}
+
+/// Settlements waiting for a take to carry them.
+#[derive(Debug, Default)]
+struct Unsent {
+    /// µs to move each window (by its Redis key), summed.
+    moves: HashMap<String, i64>,
+    /// A task will send what is left after [`SETTLE_WAIT`].
+    flush_scheduled: bool,
+}
+
 /// The fleet's windows in Redis.
 pub struct SharedWindows {
     client: redis::Client,
     prefix: String,
-    conn: Mutex<Option<redis::aio::MultiplexedConnection>>,
+    connections: Mutex<HashMap<Lane, redis::aio::MultiplexedConnection>>,
     take: redis::Script,
-    adjust: redis::Script,
+    unsent: Mutex<Unsent>,
     reachable: AtomicBool,
 }
 
@@ -114,9 +152,9 @@ impl SharedWindows {
         Ok(SharedWindows {
             client,
             prefix: key_prefix.to_string(),
-            conn: Mutex::new(None),
+            connections: Mutex::new(HashMap::new()),
             take: redis::Script::new(TAKE),
-            adjust: redis::Script::new(ADJUST),
+            unsent: Mutex::new(Unsent::default()),
             reachable: AtomicBool::new(true),
         })
     }
@@ -125,16 +163,36 @@ impl SharedWindows {
         format!("{}:limit:{}:{id}", self.prefix, limit.as_str())
     }
 
-    async fn connection(&self) -> Option<redis::aio::MultiplexedConnection> {
-        let mut held = self.conn.lock().await;
-        if held.is_none() {
-            *held = self.client.get_multiplexed_async_connection().await.ok();
+    /// The lane's connection, opened on first use (its task runs on the caller's runtime).
+    async fn connection(&self, lane: Lane) -> Option<redis::aio::MultiplexedConnection> {
+        let held = self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&lane)
+            .cloned();
+        if held.is_some() {
+            return held;
         }
-        held.clone()
+        // The callers wait on their own timeouts: no timer of the connection's per command.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let opened = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .ok()?;
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(lane, opened.clone());
+        Some(opened)
     }
 
-    async fn forget_connection(&self) {
-        *self.conn.lock().await = None;
+    fn forget_connection(&self, lane: Lane) {
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&lane);
     }
 
     /// Logs a change between reachable and not, once per change.
@@ -152,22 +210,47 @@ impl SharedWindows {
         }
     }
 
-    /// Takes every charge or none; `None` when Redis did not answer within [`WAIT`].
+    /// The settlements not sent yet, taken to be sent now.
+    fn take_unsent(&self, flushing: bool) -> Vec<(String, i64)> {
+        let mut unsent = self.unsent.lock().unwrap_or_else(PoisonError::into_inner);
+        if flushing {
+            unsent.flush_scheduled = false;
+        }
+        unsent.moves.drain().filter(|(_, us)| *us != 0).collect()
+    }
+
+    /// The script call: the settlements first, then the charges.
+    fn invocation(
+        &self,
+        charges: &[Charge],
+        settle: &[(String, i64)],
+    ) -> redis::ScriptInvocation<'_> {
+        let mut inv = self.take.prepare_invoke();
+        inv.arg(MINUTE_US).arg(charges.len());
+        for c in charges {
+            inv.key(self.key(c.limit, &c.id))
+                .arg(c.units)
+                .arg(interval_us(c.per_minute));
+        }
+        for (key, us) in settle {
+            inv.key(key).arg(*us);
+        }
+        inv
+    }
+
+    /// Takes every charge or none (after applying the settlements waiting to be sent); `None`
+    /// when Redis did not answer within [`WAIT`].
     pub async fn take(&self, charges: &[Charge]) -> Option<Taken> {
         if charges.is_empty() {
             return Some(Taken::All {
                 owed_us: Vec::new(),
             });
         }
+        let lane = lane();
+        let settle = self.take_unsent(false);
+        let inv = self.invocation(charges, &settle);
         let asked = async {
-            let mut conn = self.connection().await?;
-            let mut inv = self.take.prepare_invoke();
-            for c in charges {
-                inv.key(self.key(c.limit, &c.id))
-                    .arg(c.units)
-                    .arg(interval_us(c.per_minute));
-            }
-            inv.arg(MINUTE_US);
+            let mut conn = self.connection(lane).await?;
             Some(inv.invoke_async::<Vec<i64>>(&mut conn).await)
         };
         match tokio::time::timeout(WAIT, asked).await {
@@ -187,7 +270,7 @@ impl SharedWindows {
             }
             Ok(Some(Err(e))) => {
                 self.note(false, &e.to_string());
-                self.forget_connection().await;
+                self.forget_connection(lane);
                 None
             }
             Ok(None) => {
@@ -196,25 +279,69 @@ impl SharedWindows {
             }
             Err(_) => {
                 self.note(false, "no answer within 50 ms");
-                self.forget_connection().await;
+                self.forget_connection(lane);
                 None
             }
         }
     }
 
-    /// Settles token estimates: moves each window by its units' difference (off the request
-    /// path; a failure only leaves the estimate charged).
-    pub async fn adjust(&self, moves: &[(Limit, String, i64, u64)]) {
-        let asked = async {
-            let mut conn = self.connection().await?;
-            let mut inv = self.adjust.prepare_invoke();
+    /// Settles token estimates: moves each window by its units' difference. Not sent now: the
+    /// next take carries it, or a task sends it after [`SETTLE_WAIT`] (outside a runtime only
+    /// the next take). A failure to send only leaves the estimate charged.
+    pub fn settle(self: &Arc<Self>, moves: &[(Limit, &str, i64, u64)]) {
+        if moves.is_empty() {
+            return;
+        }
+        let schedule = {
+            let mut unsent = self.unsent.lock().unwrap_or_else(PoisonError::into_inner);
             for (limit, id, delta, per_minute) in moves {
-                inv.key(self.key(*limit, id))
-                    .arg(delta.saturating_mul(interval_us(*per_minute)));
+                *unsent.moves.entry(self.key(*limit, id)).or_default() +=
+                    delta.saturating_mul(interval_us(*per_minute));
             }
-            inv.invoke_async::<i64>(&mut conn).await.ok()
+            let schedule = !unsent.flush_scheduled;
+            unsent.flush_scheduled = true;
+            schedule
         };
-        let _ = tokio::time::timeout(Duration::from_secs(1), asked).await;
+        if !schedule {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let windows = Arc::downgrade(self);
+                rt.spawn(async move {
+                    tokio::time::sleep(SETTLE_WAIT).await;
+                    if let Some(windows) = windows.upgrade() {
+                        windows.flush().await;
+                    }
+                });
+            }
+            Err(_) => {
+                self.unsent
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .flush_scheduled = false;
+            }
+        }
+    }
+
+    /// Sends the settlements no take has carried.
+    pub async fn flush(&self) {
+        let settle = self.take_unsent(true);
+        if settle.is_empty() {
+            return;
+        }
+        let lane = lane();
+        let inv = self.invocation(&[], &settle);
+        let asked = async {
+            let mut conn = self.connection(lane).await?;
+            inv.invoke_async::<Vec<i64>>(&mut conn).await.ok()
+        };
+        if !matches!(
+            tokio::time::timeout(SETTLE_TIMEOUT, asked).await,
+            Ok(Some(_))
+        ) {
+            self.forget_connection(lane);
+        }
     }
 }
 
@@ -272,6 +399,64 @@ mod tests {
             owed_us[0] > 1_000_000 && owed_us[0] <= 2_000_000,
             "{owed_us:?}"
         );
+    }
+
+    fn test_windows(name: &str) -> Arc<SharedWindows> {
+        let url = std::env::var("LAPTIME_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let prefix = format!(
+            "laptime-test-{name}-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        Arc::new(SharedWindows::new(&url, &prefix).unwrap())
+    }
+
+    fn tpm_charge(units: u64) -> Charge {
+        // Token tpm of 6,000 a minute: a token owes 10 ms.
+        Charge {
+            limit: Limit::ALL[6],
+            id: "key".into(),
+            units,
+            per_minute: 6_000,
+        }
+    }
+
+    fn owed(taken: Option<Taken>) -> i64 {
+        match taken {
+            Some(Taken::All { owed_us }) => owed_us[0],
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_settlement_rides_with_the_next_take() {
+        let w = test_windows("settle");
+        // 600 tokens owe 6 s; the request used 100, so 500 (5 s) come back.
+        assert_eq!(owed(w.take(&[tpm_charge(600)]).await), 6_000_000);
+        w.settle(&[(Limit::ALL[6], "key", -500, 6_000)]);
+        assert!(
+            !w.unsent.lock().unwrap().moves.is_empty(),
+            "not sent on its own"
+        );
+        // The next take of 100 tokens owes 1 s + 1 s (less the moments in between), not 7 s.
+        let after = owed(w.take(&[tpm_charge(100)]).await);
+        assert!(after > 1_000_000 && after <= 2_000_000, "{after}");
+        assert!(w.unsent.lock().unwrap().moves.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_settlement_no_take_carries_is_sent_on_its_own() {
+        let w = test_windows("flush");
+        assert_eq!(owed(w.take(&[tpm_charge(600)]).await), 6_000_000);
+        w.settle(&[(Limit::ALL[6], "key", -500, 6_000)]);
+        // What the task started by `settle` does after SETTLE_WAIT.
+        w.flush().await;
+        assert!(w.unsent.lock().unwrap().moves.is_empty());
+        // A take of nothing reads the window: 1 s left (less the moments in between).
+        let left = owed(w.take(&[tpm_charge(0)]).await);
+        assert!(left > 0 && left <= 1_000_000, "{left}");
     }
 
     #[test]
