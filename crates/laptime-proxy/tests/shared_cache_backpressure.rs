@@ -4,8 +4,6 @@
 //! (`laptime_shared_cache_dropped_total`), and once the waiting writes give up (1 s) the cache
 //! takes answers again. In a file of its own: the 16 MiB are the whole process'.
 
-#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -19,7 +19,8 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
-use super::records::{merge_into, values, COLUMNS};
+use super::records::{values, COLUMNS};
+use super::rollups::merge_into;
 use crate::rollups::aggregate;
 use crate::{Result, StoreError};
 
