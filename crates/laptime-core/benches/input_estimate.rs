@@ -1,5 +1,5 @@
 //! What admission's input-token estimate costs a request ([`laptime_core::estimate::input_tokens`]):
-//! a short chat, and bodies at and past the tokenized cap (2 KiB of text), where the
+//! a short chat, and bodies past the tokenized cap (256 bytes of text), where the
 //! rest is only counted and extrapolated, so the cost stops growing with the text.
 //!
 //! Run: `cargo bench -p laptime-core --bench input_estimate`.
@@ -27,13 +27,13 @@ fn chat(text_bytes: usize) -> Vec<u8> {
     .unwrap()
 }
 
-#[divan::bench(args = [16, 2_048, 4_096, 65_536, 1_048_576])]
+#[divan::bench(args = [16, 256, 640, 2_048, 65_536, 1_048_576])]
 fn input_tokens(b: divan::Bencher, text_bytes: usize) {
     let body = chat(text_bytes);
     b.bench(|| laptime_core::estimate::input_tokens(black_box(&body)));
 }
 
-#[divan::bench(args = [16, 2_048, 4_096, 65_536, 1_048_576])]
+#[divan::bench(args = [16, 256, 640, 2_048, 65_536, 1_048_576])]
 fn bytes_div_4(b: divan::Bencher, text_bytes: usize) {
     let body = chat(text_bytes);
     b.bench(|| laptime_core::cost::estimate_input_tokens(black_box(body.len())));

@@ -128,7 +128,9 @@ fn count(text: &str) -> u64 {
 }
 
 /// Input text tokenized at most per request; the tokens of text beyond it are extrapolated.
-pub const INPUT_TOKENIZED_BYTES: usize = 2 * 1024;
+/// Small because admission waits for it: the tokenizer costs about 20 ns a byte (see the
+/// `input_estimate` benchmark), and a few hundred bytes of text give the rate of the rest.
+pub const INPUT_TOKENIZED_BYTES: usize = 256;
 
 /// Keys whose string values are not text a model reads as tokens: names of things, ids, enum
 /// values, and base64 or URLs of media (priced by the provider apart from text).
@@ -189,6 +191,12 @@ impl InputText {
         let mut end = s.len().min(usize::try_from(room).unwrap_or(usize::MAX));
         while !s.is_char_boundary(end) {
             end -= 1;
+        }
+        if end < s.len() {
+            // Cut before a word, not inside one: a cut word would count as two tokens or more.
+            if let Some(space) = s[..end].rfind(char::is_whitespace).filter(|&i| i > 0) {
+                end = space;
+            }
         }
         self.tokenized_bytes += end as u64;
         self.tokens += count(&s[..end]);
@@ -393,14 +401,16 @@ mod tests {
         let body = format!(r#"{{"messages":[{{"role":"user","content":"{text}"}}]}}"#);
         let exact = whole(&text);
         let estimated = input_tokens(body.as_bytes());
-        // Uniform text extrapolates to within a percent of the exact count.
+        // Uniform text extrapolates to within 2 % of the exact count (the sample is about 60
+        // tokens).
         assert!(
-            estimated.abs_diff(exact) * 100 <= exact,
+            estimated.abs_diff(exact) * 50 <= exact,
             "estimated {estimated}, exact {exact}"
         );
         let mut t = InputText::default();
         t.push(&text);
-        assert_eq!(t.tokenized_bytes, INPUT_TOKENIZED_BYTES as u64);
+        assert!(t.tokenized_bytes <= INPUT_TOKENIZED_BYTES as u64);
+        assert!(t.tokenized_bytes >= INPUT_TOKENIZED_BYTES as u64 - sentence.len() as u64);
         assert_eq!(t.bytes, text.len() as u64);
         // A multi-byte character is never cut: the prefix ends on a boundary.
         let mut wide = InputText::default();
