@@ -600,8 +600,18 @@ impl Raw {
                         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                     )?)
                 })?;
-                let db = std::fs::metadata(store.path().ok_or("not a SQLite store")?)?.len();
-                Ok((rows, rollups, rollup_bytes, db as i64, -1))
+                // The pages in use as the connection sees them: the file alone leaves out what
+                // is still in the WAL, and counts free pages.
+                let db: i64 = store.with_conn(|c| {
+                    Ok(c.query_row(
+                        "SELECT (SELECT page_count FROM pragma_page_count())
+                            - (SELECT freelist_count FROM pragma_freelist_count()),
+                            (SELECT page_size FROM pragma_page_size())",
+                        [],
+                        |r| Ok(r.get::<_, i64>(0)? * r.get::<_, i64>(1)?),
+                    )?)
+                })?;
+                Ok((rows, rollups, rollup_bytes, db, -1))
             }
             Raw::Postgres(c) => {
                 let r = c

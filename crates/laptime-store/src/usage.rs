@@ -574,12 +574,26 @@ fn recent_sql(
     }
     let bound = push_filter(filter, Absent::Null, &mut sql, values.len(), '?');
     values.extend(bound.into_iter().map(sqlite_value));
+    if asks_unusual(filter) {
+        // Implied by the filter; stated so that the partial index of those rows is usable.
+        sql.push_str(" AND ");
+        sql.push_str(crate::schema::UNUSUAL);
+    }
     values.push(Value::Integer(i64::from(limit)));
     sql.push_str(&format!(
         " ORDER BY created_at_us DESC, rowid DESC LIMIT ?{}",
         values.len()
     ));
     (sql, values)
+}
+
+/// Whether only unusual requests ([`crate::schema::UNUSUAL`]) can match `filter`: it asks for
+/// a status other than 200, an outcome other than `completed` or a classification other than
+/// `ok` (an empty value asks for an absent one, which is not those either).
+fn asks_unusual(filter: &UsageFilter) -> bool {
+    filter.status.is_some_and(|s| s != 200)
+        || filter.outcome.as_deref().is_some_and(|o| o != "completed")
+        || filter.classification.as_deref().is_some_and(|c| c != "ok")
 }
 
 /// The newest records of a workspace that match `filter`, within `window` (`[from, to)`, unix
@@ -679,6 +693,11 @@ mod tests {
                 dialect: Some("chat".into()),
                 ..UsageFilter::default()
             },
+            UsageFilter {
+                outcome: Some("completed".into()),
+                status: Some(200),
+                ..UsageFilter::default()
+            },
         ];
         for filter in &filters {
             for window in [None, Some((1, 2))] {
@@ -699,6 +718,12 @@ mod tests {
                 );
                 assert!(
                     !plan.contains("TEMP B-TREE"),
+                    "{filter:?} {window:?}: {plan}"
+                );
+                // A filter only unusual requests match walks their partial index.
+                assert_eq!(
+                    plan.contains("requests_ws_unusual"),
+                    asks_unusual(filter),
                     "{filter:?} {window:?}: {plan}"
                 );
             }
