@@ -1101,7 +1101,7 @@ mod health_tests {
         assert!(rec.flush(Duration::from_secs(10)).await);
         // A table the batch writes into is gone: every try fails the same way.
         store
-            .with_conn(|c| Ok(c.execute_batch("DROP TABLE attempts")?))
+            .with_conn(|c| Ok(c.execute_batch("DROP TABLE rollups")?))
             .unwrap();
         assert!(rec.record(sample("second", "ws", 2)));
         assert!(rec.flush(Duration::from_secs(10)).await);

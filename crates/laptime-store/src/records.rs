@@ -1,4 +1,4 @@
-//! Request records and their attempts: one row per request, one row per upstream call.
+//! Request records: one row per request, its upstream calls (attempts) inside it.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -107,18 +107,13 @@ pub(crate) fn insert_rows(
                 max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
                 temperature, top_p, region, trace_id, upstream_dialect, instance,
                 cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by,
-                endpoint, bytes_in, bytes_out, key_index, estimated_output_tokens, in_band)
+                endpoint, bytes_in, bytes_out, key_index, estimated_output_tokens, in_band,
+                attempts)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
                 ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49,
-                ?50, ?51, ?52, ?53, ?54, ?55, ?56, ?57, ?58, ?59, ?60, ?61)
+                ?50, ?51, ?52, ?53, ?54, ?55, ?56, ?57, ?58, ?59, ?60, ?61, ?62)
              ON CONFLICT (request_id) DO NOTHING",
-        )?;
-        let mut att = tx.prepare_cached(
-            "INSERT OR REPLACE INTO attempts (request_id, idx, channel, role, won, status,
-                error_class, start_us, headers_us, first_byte_us, end_us, connected_us,
-                tunnel_us, tls_us, span_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )?;
         for r in records {
             if insert_row(&mut req, r)? == 0 {
@@ -127,30 +122,9 @@ pub(crate) fn insert_rows(
                 rebuild.extend(old.as_ref().and_then(RollupKey::of));
                 replaced.extend(old);
                 rebuild.extend(RollupKey::of(r));
-                tx.prepare_cached("DELETE FROM attempts WHERE request_id = ?1")?
-                    .execute([&r.request_id])?;
                 tx.prepare_cached("DELETE FROM requests WHERE request_id = ?1")?
                     .execute([&r.request_id])?;
                 insert_row(&mut req, r)?;
-            }
-            for (i, a) in r.attempts.iter().enumerate() {
-                att.execute(params![
-                    r.request_id,
-                    i as i64,
-                    a.channel,
-                    a.role.as_str(),
-                    a.won,
-                    a.status,
-                    a.error_class.map(|c| c.as_str()),
-                    us(a.start),
-                    us(a.headers),
-                    us(a.first_byte),
-                    us(a.end),
-                    us(a.connection.connected),
-                    us(a.connection.tunnel),
-                    us(a.connection.tls),
-                    a.span_id.map(hex::encode),
-                ])?;
             }
         }
     }
@@ -161,6 +135,7 @@ pub(crate) fn insert_rows(
 fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Result<usize> {
     let m = &r.marks;
     let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let attempts = encode_attempts(&r.attempts)?;
     Ok(stmt.execute(params![
         r.request_id,
         r.workspace_id,
@@ -223,6 +198,7 @@ fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Re
         r.exchange.key_index,
         tok(r.tokens.estimated_output),
         r.in_band.map(InBandCarrier::as_str),
+        attempts,
     ])?)
 }
 
@@ -249,7 +225,7 @@ pub(crate) const SELECT: &str =
     failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
     response_format, temperature, top_p, region, trace_id, upstream_dialect, instance,
     cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by, endpoint,
-    bytes_in, bytes_out, key_index, estimated_output_tokens, in_band
+    bytes_in, bytes_out, key_index, estimated_output_tokens, in_band, attempts
     FROM requests";
 
 fn corrupt(what: &str, v: &str) -> rusqlite::Error {
@@ -362,46 +338,114 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
             Some(c) => Some(InBandCarrier::parse(&c).ok_or_else(|| corrupt("in_band", &c))?),
             None => None,
         },
-        attempts: Vec::new(),
+        attempts: decode_attempts(row.get(61)?)?,
     })
 }
 
-pub(crate) fn load_attempts(conn: &Connection, record: &mut RequestRecord) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT channel, role, won, status, error_class, start_us, headers_us, first_byte_us,
-            end_us, connected_us, tunnel_us, tls_us, span_id FROM attempts WHERE request_id = ?1
-            ORDER BY idx",
-    )?;
-    let rows = stmt.query_map([&record.request_id], |row| {
-        let class: Option<String> = row.get(4)?;
-        let role: String = row.get(1)?;
-        let span_id: Option<String> = row.get(12)?;
-        Ok(Attempt {
-            channel: row.get(0)?,
-            role: AttemptRole::parse(&role).ok_or_else(|| corrupt("role", &role))?,
-            won: row.get(2)?,
-            status: row.get(3)?,
-            error_class: match class {
-                Some(c) => Some(ErrorClass::parse(&c).ok_or_else(|| corrupt("error_class", &c))?),
-                None => None,
-            },
-            start: dur(row.get(5)?),
-            headers: dur(row.get(6)?),
-            first_byte: dur(row.get(7)?),
-            end: dur(row.get(8)?),
-            connection: ConnectionMarks {
-                connected: dur(row.get(9)?),
-                tunnel: dur(row.get(10)?),
-                tls: dur(row.get(11)?),
-            },
-            span_id: match span_id {
-                Some(id) => Some(parse_span_id(&id).ok_or_else(|| corrupt("span_id", &id))?),
-                None => None,
-            },
+/// One attempt as stored in its request's `attempts` column: a JSON array of its fields in
+/// this order (channel, role, won as 0 or 1, status, error class, then the start, headers, first
+/// byte, end, connected, tunnel and TLS marks in microseconds, then the span id in hex). Kept
+/// in the row rather than a table of its own: an attempts table cost a row and an index entry
+/// per attempt (151 B a request) and one more insert per record.
+type StoredAttempt = (
+    String,
+    String,
+    u8,
+    Option<u16>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+);
+
+/// A record's attempts as stored; `None` when it has none.
+fn encode_attempts(attempts: &[Attempt]) -> Result<Option<String>> {
+    if attempts.is_empty() {
+        return Ok(None);
+    }
+    let stored: Vec<StoredAttempt> = attempts
+        .iter()
+        .map(|a| {
+            (
+                a.channel.clone(),
+                a.role.as_str().to_string(),
+                u8::from(a.won),
+                a.status,
+                a.error_class.map(|c| c.as_str().to_string()),
+                us(a.start),
+                us(a.headers),
+                us(a.first_byte),
+                us(a.end),
+                us(a.connection.connected),
+                us(a.connection.tunnel),
+                us(a.connection.tls),
+                a.span_id.map(hex::encode),
+            )
         })
-    })?;
-    record.attempts = rows.collect::<rusqlite::Result<_>>()?;
-    Ok(())
+        .collect();
+    serde_json::to_string(&stored)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt(format!("attempts: {e}")))
+}
+
+fn decode_attempts(stored: Option<String>) -> rusqlite::Result<Vec<Attempt>> {
+    let Some(text) = stored else {
+        return Ok(Vec::new());
+    };
+    let rows: Vec<StoredAttempt> =
+        serde_json::from_str(&text).map_err(|e| corrupt("attempts", &e.to_string()))?;
+    rows.into_iter()
+        .map(
+            |(
+                channel,
+                role,
+                won,
+                status,
+                class,
+                start,
+                headers,
+                first_byte,
+                end,
+                conn,
+                tunnel,
+                tls,
+                span,
+            )| {
+                Ok(Attempt {
+                    channel,
+                    role: AttemptRole::parse(&role).ok_or_else(|| corrupt("role", &role))?,
+                    won: won != 0,
+                    status,
+                    error_class: match class {
+                        Some(c) => {
+                            Some(ErrorClass::parse(&c).ok_or_else(|| corrupt("error_class", &c))?)
+                        }
+                        None => None,
+                    },
+                    start: dur(start),
+                    headers: dur(headers),
+                    first_byte: dur(first_byte),
+                    end: dur(end),
+                    connection: ConnectionMarks {
+                        connected: dur(conn),
+                        tunnel: dur(tunnel),
+                        tls: dur(tls),
+                    },
+                    span_id: match span {
+                        Some(id) => {
+                            Some(parse_span_id(&id).ok_or_else(|| corrupt("span_id", &id))?)
+                        }
+                        None => None,
+                    },
+                })
+            },
+        )
+        .collect()
 }
 
 /// The newest records of a workspace, newest first.
@@ -420,11 +464,7 @@ pub fn get(
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query_map(params![workspace_id, request_id], from_row)?;
     match rows.next() {
-        Some(r) => {
-            let mut r = r?;
-            load_attempts(conn, &mut r)?;
-            Ok(Some(r))
-        }
+        Some(r) => Ok(Some(r?)),
         None => Ok(None),
     }
 }
@@ -450,21 +490,19 @@ pub fn delete_older_than_batched(conn: &Connection, cutoff_us: i64, batch: usize
     loop {
         let started = tokio::time::Instant::now();
         let tx = write_transaction(conn)?;
-        let ids: Vec<(i64, String)> = tx
+        let rowids: Vec<i64> = tx
             .prepare_cached(
-                "SELECT rowid, request_id FROM requests WHERE created_at_us < ?1
+                "SELECT rowid FROM requests WHERE created_at_us < ?1
                  ORDER BY created_at_us LIMIT ?2",
             )?
-            .query_map(params![cutoff_us, batch], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .query_map(params![cutoff_us, batch], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
-        if ids.is_empty() {
+        if rowids.is_empty() {
             break;
         }
         {
-            let mut att = tx.prepare_cached("DELETE FROM attempts WHERE request_id = ?1")?;
             let mut req = tx.prepare_cached("DELETE FROM requests WHERE rowid = ?1")?;
-            for (rowid, id) in &ids {
-                att.execute([id])?;
+            for rowid in &rowids {
                 deleted += req.execute([rowid])?;
             }
         }
@@ -676,7 +714,13 @@ pub(crate) mod tests {
         let n = store.with_conn(|c| delete_older_than(c, 10)).unwrap();
         assert_eq!(n, 1);
         let left: i64 = store
-            .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))?))
+            .with_conn(|c| {
+                Ok(c.query_row(
+                    "SELECT sum(json_array_length(attempts)) FROM requests",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
             .unwrap();
         assert_eq!(left, 1);
     }

@@ -13,6 +13,9 @@ use crate::{rollups, Result};
 struct Migration {
     sql: &'static str,
     after: Option<fn(&Connection) -> Result<()>>,
+    /// Whether the store has what `sql` makes already (a migration taken back and run again,
+    /// as a test does, whose SQL cannot say `IF NOT EXISTS`): then `sql` is not run.
+    done: Option<fn(&Connection) -> Result<bool>>,
 }
 
 const MIGRATIONS: &[Migration] = &[
@@ -20,32 +23,38 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         sql: V1,
         after: None,
+        done: None,
     },
     // 2: per-minute rollups (backfilled from the rows), and the indexes the usage filters use.
     Migration {
         sql: V2,
         after: Some(rollups::backfill),
+        done: None,
     },
     // 3: the routing group a workspace (or a single token, overriding it) uses.
     Migration {
         sql: V3,
         after: None,
+        done: None,
     },
     // 4: the dialect of the channel that answered (translation when it differs from `dialect`).
     Migration {
         sql: V4,
         after: None,
+        done: None,
     },
     // 5: the gateway instance that served the request.
     Migration {
         sql: V5,
         after: None,
+        done: None,
     },
     // 6: cost, one-hour cache writes, the admission phase and the limit that refused; the
     // limits and budgets of workspaces and tokens, and what each spent per day and month.
     Migration {
         sql: V6,
         after: None,
+        done: None,
     },
     // 7: which endpoint a request called (embeddings, files, …), its bytes in and out and the
     // channel key index; the endpoint as a rollup dimension; the channel that holds each
@@ -54,35 +63,47 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         sql: V7,
         after: None,
+        done: None,
     },
     // 8: the comparison dimensions as rollup dimensions (effort class, tools present, the
     // max-output and input-token buckets, region), and output tokens the gateway estimated.
     Migration {
         sql: V8,
         after: None,
+        done: None,
     },
     // 9: each gateway instance's heartbeat (its requests in flight), for a fleet without Redis.
     Migration {
         sql: V9,
         after: None,
+        done: None,
     },
     // 10: which in-band carrier the client was sent (noted as sent, not derived), and each
     // attempt's span id (the parent id of the `traceparent` it sent upstream).
     Migration {
         sql: V10,
         after: None,
+        done: None,
     },
     // 11: the hour tier of the rollups (built from the minute tier), which usage reads whole
     // hours from.
     Migration {
         sql: V11,
         after: Some(rollups::backfill_hours),
+        done: None,
     },
     // 12: one partial index of the unusual requests in place of the status, outcome and
     // classification indexes.
     Migration {
         sql: V12,
         after: None,
+        done: None,
+    },
+    // 13: a request's attempts in its row (the attempts table folded into it).
+    Migration {
+        sql: V13,
+        after: None,
+        done: Some(attempts_folded),
     },
 ];
 
@@ -413,6 +434,28 @@ const V12: &str = r#"
         WHERE (status IS NOT 200 OR outcome IS NOT 'completed' OR classification IS NOT 'ok');
 "#;
 
+/// The attempts table folded into its requests: each request's attempts as a JSON array in
+/// idx order, one array of fields per attempt in the order `records::StoredAttempt` reads.
+const V13: &str = r#"
+    ALTER TABLE requests ADD COLUMN attempts TEXT;
+    UPDATE requests SET attempts = (
+        SELECT json_group_array(json_array(channel, role, won, status, error_class, start_us,
+            headers_us, first_byte_us, end_us, connected_us, tunnel_us, tls_us, span_id)
+            ORDER BY idx)
+        FROM attempts a WHERE a.request_id = requests.request_id)
+    WHERE request_id IN (SELECT request_id FROM attempts);
+    DROP TABLE attempts;
+"#;
+
+/// Whether the attempts are in the request rows already (V13 applied).
+fn attempts_folded(conn: &Connection) -> Result<bool> {
+    Ok(conn.query_row(
+        "SELECT count(*) > 0 FROM pragma_table_info('requests') WHERE name = 'attempts'",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
 /// The schema version this build writes.
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -441,6 +484,11 @@ fn migrate_to(conn: &mut Connection, target: usize) -> Result<()> {
         return Ok(());
     }
     for m in pending {
+        if let Some(done) = m.done {
+            if done(&tx)? {
+                continue;
+            }
+        }
         tx.execute_batch(m.sql)?;
     }
     for after in pending.iter().filter_map(|m| m.after) {
@@ -455,6 +503,16 @@ fn migrate_to(conn: &mut Connection, target: usize) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// An empty store at `version`: its migrations' SQL only (their Rust steps read rows with
+    /// today's reader, which needs today's columns; an empty store has nothing for them).
+    fn empty_at(conn: &Connection, version: usize) {
+        for m in &MIGRATIONS[..version] {
+            conn.execute_batch(m.sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", version as i64)
+            .unwrap();
+    }
+
     fn indexes(conn: &Connection) -> Vec<String> {
         let mut stmt = conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests' ORDER BY name")
@@ -467,7 +525,7 @@ mod tests {
     fn v12_replaces_the_status_outcome_and_classification_indexes_with_one_of_unusual_rows() {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = Connection::open(dir.path().join("t.db")).unwrap();
-        migrate_to(&mut conn, 11).unwrap();
+        empty_at(&conn, 11);
         let before = indexes(&conn);
         let replaced = [
             "requests_ws_status",
@@ -477,7 +535,7 @@ mod tests {
         for name in replaced {
             assert!(before.iter().any(|n| n == name), "{before:?}");
         }
-        migrate(&mut conn).unwrap();
+        migrate_to(&mut conn, 12).unwrap();
         let after = indexes(&conn);
         for name in replaced {
             assert!(!after.iter().any(|n| n == name), "{after:?}");
@@ -513,8 +571,9 @@ mod tests {
         assert_eq!(v, VERSION);
     }
 
-    /// Writes `rows` into a v1 store as a v1 gateway did: through today's writer into a scratch
-    /// store, then only the columns v1 has are copied over.
+    /// Writes `rows` into an older store as its gateway did: through today's writer into a
+    /// scratch store, then only the columns the older store has are copied over, the attempts
+    /// into the table they had before v13.
     fn write_as_v1(
         conn: &Connection,
         scratch: &std::path::Path,
@@ -524,31 +583,105 @@ mod tests {
         migrate(&mut s).unwrap();
         crate::records::insert_rows(&s, rows).unwrap();
         drop(s);
-        let columns: Vec<String> = conn
-            .prepare("SELECT name FROM pragma_table_info('requests')")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        let columns = columns.join(", ");
-        let attempt_columns: Vec<String> = conn
-            .prepare("SELECT name FROM pragma_table_info('attempts')")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        let attempt_columns = attempt_columns.join(", ");
+        let names = |table: &str| -> Vec<String> {
+            conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        let columns = names("requests").join(", ");
+        // Each attempts column from the fields of a stored attempt (`records::StoredAttempt`).
+        let fields = [
+            "channel",
+            "role",
+            "won",
+            "status",
+            "error_class",
+            "start_us",
+            "headers_us",
+            "first_byte_us",
+            "end_us",
+            "connected_us",
+            "tunnel_us",
+            "tls_us",
+            "span_id",
+        ];
+        let attempt_columns = names("attempts");
+        let values: Vec<String> = attempt_columns
+            .iter()
+            .map(|c| match c.as_str() {
+                "request_id" => "r.request_id".to_string(),
+                "idx" => "j.key".to_string(),
+                f => {
+                    let i = fields.iter().position(|x| *x == f).unwrap();
+                    format!("j.value ->> {i}")
+                }
+            })
+            .collect();
         conn.execute("ATTACH ?1 AS scratch", [scratch.to_str().unwrap()])
             .unwrap();
         conn.execute_batch(&format!(
             "INSERT INTO requests ({columns}) SELECT {columns} FROM scratch.requests;
-             INSERT INTO attempts ({attempt_columns})
-                SELECT {attempt_columns} FROM scratch.attempts;
-             DETACH scratch;"
+             INSERT INTO attempts ({}) SELECT {}
+                FROM scratch.requests r, json_each(r.attempts) j;
+             DETACH scratch;",
+            attempt_columns.join(", "),
+            values.join(", ")
         ))
         .unwrap();
+    }
+
+    #[test]
+    fn v13_moves_every_attempt_into_its_request_row_in_order() {
+        use crate::records::tests::sample;
+        use laptime_core::timeline::{Attempt, AttemptRole, ErrorClass};
+        use std::time::Duration;
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("t.db")).unwrap();
+        empty_at(&conn, 12);
+        let mut failed_over = sample("two", "ws", 2);
+        failed_over.attempts.insert(
+            0,
+            Attempt {
+                channel: "first".into(),
+                role: AttemptRole::Primary,
+                won: false,
+                status: Some(503),
+                error_class: Some(ErrorClass::UpstreamStatus5xx),
+                start: Some(Duration::from_micros(10)),
+                headers: Some(Duration::from_micros(900)),
+                first_byte: None,
+                end: Some(Duration::from_micros(950)),
+                span_id: Some([7; 8]),
+                ..failed_over.attempts[0].clone()
+            },
+        );
+        let mut none = sample("none", "ws", 3);
+        none.attempts.clear();
+        let rows = [sample("one", "ws", 1), failed_over, none];
+        write_as_v1(&conn, &dir.path().join("scratch.db"), &rows);
+        let stored: i64 = conn
+            .query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, 3);
+        migrate(&mut conn).unwrap();
+        for want in &rows {
+            let got = crate::records::get(&conn, "ws", &want.request_id)
+                .unwrap()
+                .unwrap();
+            assert_eq!(got.attempts, want.attempts, "{}", want.request_id);
+        }
+        let table: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'attempts'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(table, 0, "the attempts table is gone");
     }
 
     #[test]

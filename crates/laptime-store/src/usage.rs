@@ -18,7 +18,7 @@ use laptime_core::timeline::RequestRecord;
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection, Row};
 
-use crate::records::{from_row, load_attempts, SELECT};
+use crate::records::{from_row, SELECT};
 use crate::rollups::{ceil_hour, ceil_minute, floor_hour, floor_minute, Tier};
 use crate::{Result, StoreError};
 
@@ -608,12 +608,9 @@ pub fn recent_filtered(
 ) -> Result<Vec<RequestRecord>> {
     let (sql, values) = recent_sql(workspace_id, filter, window, limit);
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut out = stmt
+    let out = stmt
         .query_map(params_from_iter(values), from_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    for r in &mut out {
-        load_attempts(conn, r)?;
-    }
     Ok(out)
 }
 
