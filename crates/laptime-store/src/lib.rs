@@ -27,6 +27,7 @@
 
 pub mod access;
 pub mod affinity;
+mod attempts;
 pub mod auth;
 pub mod budgets;
 pub mod instances;

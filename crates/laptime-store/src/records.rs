@@ -8,8 +8,8 @@ use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::{Limit, Zone};
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge,
-    InBandCarrier, Marks, Outcome, RequestRecord, RequestShape,
+    DeadlineKind, ErrorClass, Exchange, Hedge, InBandCarrier, Marks, Outcome, RequestRecord,
+    RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -135,7 +135,7 @@ pub(crate) fn insert_rows(
 fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Result<usize> {
     let m = &r.marks;
     let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let attempts = encode_attempts(&r.attempts)?;
+    let attempts = (!r.attempts.is_empty()).then(|| crate::attempts::encode(&r.attempts));
     Ok(stmt.execute(params![
         r.request_id,
         r.workspace_id,
@@ -338,114 +338,17 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
             Some(c) => Some(InBandCarrier::parse(&c).ok_or_else(|| corrupt("in_band", &c))?),
             None => None,
         },
-        attempts: decode_attempts(row.get(61)?)?,
+        attempts: match row.get::<_, Option<String>>(61)? {
+            Some(stored) => crate::attempts::decode(&stored).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    61,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?,
+            None => Vec::new(),
+        },
     })
-}
-
-/// One attempt as stored in its request's `attempts` column: a JSON array of its fields in
-/// this order (channel, role, won as 0 or 1, status, error class, then the start, headers, first
-/// byte, end, connected, tunnel and TLS marks in microseconds, then the span id in hex). Kept
-/// in the row rather than a table of its own: an attempts table cost a row and an index entry
-/// per attempt (151 B a request) and one more insert per record.
-type StoredAttempt = (
-    String,
-    String,
-    u8,
-    Option<u16>,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<String>,
-);
-
-/// A record's attempts as stored; `None` when it has none.
-fn encode_attempts(attempts: &[Attempt]) -> Result<Option<String>> {
-    if attempts.is_empty() {
-        return Ok(None);
-    }
-    let stored: Vec<StoredAttempt> = attempts
-        .iter()
-        .map(|a| {
-            (
-                a.channel.clone(),
-                a.role.as_str().to_string(),
-                u8::from(a.won),
-                a.status,
-                a.error_class.map(|c| c.as_str().to_string()),
-                us(a.start),
-                us(a.headers),
-                us(a.first_byte),
-                us(a.end),
-                us(a.connection.connected),
-                us(a.connection.tunnel),
-                us(a.connection.tls),
-                a.span_id.map(hex::encode),
-            )
-        })
-        .collect();
-    serde_json::to_string(&stored)
-        .map(Some)
-        .map_err(|e| StoreError::Corrupt(format!("attempts: {e}")))
-}
-
-fn decode_attempts(stored: Option<String>) -> rusqlite::Result<Vec<Attempt>> {
-    let Some(text) = stored else {
-        return Ok(Vec::new());
-    };
-    let rows: Vec<StoredAttempt> =
-        serde_json::from_str(&text).map_err(|e| corrupt("attempts", &e.to_string()))?;
-    rows.into_iter()
-        .map(
-            |(
-                channel,
-                role,
-                won,
-                status,
-                class,
-                start,
-                headers,
-                first_byte,
-                end,
-                conn,
-                tunnel,
-                tls,
-                span,
-            )| {
-                Ok(Attempt {
-                    channel,
-                    role: AttemptRole::parse(&role).ok_or_else(|| corrupt("role", &role))?,
-                    won: won != 0,
-                    status,
-                    error_class: match class {
-                        Some(c) => {
-                            Some(ErrorClass::parse(&c).ok_or_else(|| corrupt("error_class", &c))?)
-                        }
-                        None => None,
-                    },
-                    start: dur(start),
-                    headers: dur(headers),
-                    first_byte: dur(first_byte),
-                    end: dur(end),
-                    connection: ConnectionMarks {
-                        connected: dur(conn),
-                        tunnel: dur(tunnel),
-                        tls: dur(tls),
-                    },
-                    span_id: match span {
-                        Some(id) => {
-                            Some(parse_span_id(&id).ok_or_else(|| corrupt("span_id", &id))?)
-                        }
-                        None => None,
-                    },
-                })
-            },
-        )
-        .collect()
 }
 
 /// The newest records of a workspace, newest first.
@@ -584,6 +487,7 @@ fn yield_lock(started: tokio::time::Instant) {
 pub(crate) mod tests {
     use super::*;
     use crate::Store;
+    use laptime_core::timeline::{Attempt, ConnectionMarks};
 
     pub(crate) fn sample(id: &str, ws: &str, created: i64) -> RequestRecord {
         let ms = |v: u64| Some(Duration::from_millis(v));

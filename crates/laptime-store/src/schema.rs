@@ -435,11 +435,12 @@ const V12: &str = r#"
 "#;
 
 /// The attempts table folded into its requests: each request's attempts as a JSON array in
-/// idx order, one array of fields per attempt in the order `records::StoredAttempt` reads.
+/// idx order, one array of fields per attempt as `attempts::StoredAttempt` reads them.
 const V13: &str = r#"
     ALTER TABLE requests ADD COLUMN attempts TEXT;
     UPDATE requests SET attempts = (
-        SELECT json_group_array(json_array(channel, role, won, status, error_class, start_us,
+        SELECT json_group_array(json_array(channel, role,
+            CASE WHEN won THEN json('true') ELSE json('false') END, status, error_class, start_us,
             headers_us, first_byte_us, end_us, connected_us, tunnel_us, tls_us, span_id)
             ORDER BY idx)
         FROM attempts a WHERE a.request_id = requests.request_id)
@@ -592,7 +593,7 @@ mod tests {
                 .unwrap()
         };
         let columns = names("requests").join(", ");
-        // Each attempts column from the fields of a stored attempt (`records::StoredAttempt`).
+        // Each attempts column from the fields of a stored attempt (`attempts::StoredAttempt`).
         let fields = [
             "channel",
             "role",

@@ -17,8 +17,8 @@ use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::{Limit, Zone};
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{
-    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge,
-    InBandCarrier, Marks, Outcome, RequestRecord, RequestShape,
+    DeadlineKind, ErrorClass, Exchange, Hedge, InBandCarrier, Marks, Outcome, RequestRecord,
+    RequestShape,
 };
 use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
@@ -292,7 +292,7 @@ pub(super) fn values(r: &RequestRecord) -> Result<[Val<'_>; 62]> {
         Val::Bool(r.cost.map(|c| c.estimated)),
         Val::Int(us(m.admission)),
         Val::Str(r.refused_by.map(Limit::as_str)),
-        Val::Text(Some(encode_attempts(&r.attempts))),
+        Val::Text(Some(crate::attempts::encode(&r.attempts))),
         word(r.exchange.endpoint.as_str()),
         Val::Int(tok(r.exchange.bytes_in)),
         Val::Int(tok(r.exchange.bytes_out)),
@@ -304,110 +304,6 @@ pub(super) fn values(r: &RequestRecord) -> Result<[Val<'_>; 62]> {
         Val::Int(tok(t.estimated_output)),
         Val::Str(r.in_band.map(InBandCarrier::as_str)),
     ])
-}
-
-/// One attempt as stored: `[channel, role, won, status, error_class, start_us, headers_us,
-/// first_byte_us, end_us, connected_us, tunnel_us, tls_us, span_id]`, the connection's three
-/// marks and the span id (16 hex digits) left off from the end while absent (most attempts reuse
-/// a pooled connection, and rows written before the marks existed have nine elements, before
-/// attempts had span ids at most twelve).
-type StoredAttempt = (
-    String,
-    String,
-    bool,
-    Option<u16>,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-);
-
-/// The elements of a [`StoredAttempt`], and the connection marks that may follow them.
-const STORED_HEAD: usize = 9;
-const CONNECTION_MARKS: usize = 3;
-/// The span id's place in the tail, after the connection marks.
-const SPAN_ID: usize = CONNECTION_MARKS;
-
-fn encode_attempts(attempts: &[Attempt]) -> String {
-    let rows: Vec<serde_json::Value> = attempts
-        .iter()
-        .map(|a| {
-            let head: StoredAttempt = (
-                a.channel.clone(),
-                a.role.as_str().to_string(),
-                a.won,
-                a.status,
-                a.error_class.map(|c| c.as_str().to_string()),
-                us(a.start),
-                us(a.headers),
-                us(a.first_byte),
-                us(a.end),
-            );
-            let mut row = match serde_json::to_value(head) {
-                Ok(serde_json::Value::Array(row)) => row,
-                _ => Vec::new(),
-            };
-            let c = &a.connection;
-            let mut tail: Vec<serde_json::Value> = [c.connected, c.tunnel, c.tls]
-                .into_iter()
-                .map(|m| serde_json::Value::from(us(m)))
-                .collect();
-            tail.push(serde_json::Value::from(a.span_id.map(hex::encode)));
-            while tail.last() == Some(&serde_json::Value::Null) {
-                tail.pop();
-            }
-            row.extend(tail);
-            serde_json::Value::Array(row)
-        })
-        .collect();
-    serde_json::to_string(&rows).unwrap_or_else(|_| "[]".into())
-}
-
-fn decode_attempts(s: &str) -> Result<Vec<Attempt>> {
-    let rows: Vec<Vec<serde_json::Value>> =
-        serde_json::from_str(s).map_err(|_| corrupt("attempts", s))?;
-    rows.into_iter()
-        .map(|mut row| {
-            let tail = row.split_off(STORED_HEAD.min(row.len()));
-            if tail.len() > CONNECTION_MARKS + 1 {
-                return Err(corrupt("attempts", s));
-            }
-            let (channel, role, won, status, class, start, headers, first_byte, end): StoredAttempt =
-                serde_json::from_value(serde_json::Value::Array(row))
-                    .map_err(|_| corrupt("attempts", s))?;
-            let mark = |i: usize| -> Result<Option<std::time::Duration>> {
-                match tail.get(i) {
-                    None | Some(serde_json::Value::Null) => Ok(None),
-                    Some(v) => v.as_i64().map(|u| dur(Some(u))).ok_or_else(|| corrupt("attempts", s)),
-                }
-            };
-            Ok(Attempt {
-                channel,
-                role: AttemptRole::parse(&role).ok_or_else(|| corrupt("role", &role))?,
-                won,
-                status,
-                error_class: parse_opt(class, "error_class", ErrorClass::parse)?,
-                start: dur(start),
-                headers: dur(headers),
-                first_byte: dur(first_byte),
-                end: dur(end),
-                connection: ConnectionMarks {
-                    connected: mark(0)?,
-                    tunnel: mark(1)?,
-                    tls: mark(2)?,
-                },
-                span_id: match tail.get(SPAN_ID) {
-                    None | Some(serde_json::Value::Null) => None,
-                    Some(v) => Some(
-                        v.as_str()
-                            .and_then(crate::records::parse_span_id)
-                            .ok_or_else(|| corrupt("attempts", s))?,
-                    ),
-                },
-            })
-        })
-        .collect()
 }
 
 fn parse_opt<T>(v: Option<String>, what: &str, parse: fn(&str) -> Option<T>) -> Result<Option<T>> {
@@ -499,7 +395,7 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
             estimated: cost_estimated.unwrap_or(false),
         }),
         refused_by: parse_opt(row.try_get(54)?, "refused_by", Limit::parse)?,
-        attempts: decode_attempts(&attempts)?,
+        attempts: crate::attempts::decode(&attempts)?,
         exchange: Exchange {
             endpoint: parse_req(row.try_get(56)?, "endpoint", Endpoint::parse)?,
             bytes_in: tokens(57)?,
