@@ -30,7 +30,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Config, NoTls};
 
 use crate::{Result, StoreError};
 
@@ -148,8 +148,10 @@ pub(crate) async fn pooled(pool: &Pool) -> Result<Object> {
 }
 
 /// Opens one connection on the current runtime; its I/O runs as a task of that runtime and
-/// ends when the client is dropped or the server closes it.
-pub(crate) async fn connect(config: &Config) -> Result<Client> {
+/// ends when the client is dropped or the server closes it. Only the test schemas use it (the
+/// stores go through their pools).
+#[cfg(any(test, feature = "test-support"))]
+pub(crate) async fn connect(config: &Config) -> Result<tokio_postgres::Client> {
     let (client, connection) = tokio::time::timeout(POOL_WAIT, config.connect(NoTls))
         .await
         .map_err(|_| StoreError::PoolTimeout(format!("connecting to {}", location(config))))??;
