@@ -23,12 +23,17 @@
 //! prompts, tool definitions), read in place and never kept. Its cost grows with the text, so
 //! at most [`INPUT_TOKENIZED_BYTES`] of it are tokenized and the rest is extrapolated at the
 //! rate measured on them.
+//!
+//! Both count through [`pieces`], which splits ASCII text without the tokenizer's regex and
+//! remembers the counts of pieces it has seen; the counts are the tokenizer's.
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use serde::Deserialize;
 use tiktoken_rs::CoreBPE;
+
+mod pieces;
 
 /// Held output text is counted once it reaches this many bytes.
 pub const HELD_BYTES: usize = 256;
@@ -122,7 +127,7 @@ impl OutputEstimate {
 /// a token, the rule the cost's input estimate uses.
 fn count(text: &str) -> u64 {
     match loaded() {
-        Some(bpe) => bpe.encode_ordinary(text).len() as u64,
+        Some(bpe) => pieces::count(bpe, text),
         None => crate::cost::estimate_input_tokens(text.len()),
     }
 }
