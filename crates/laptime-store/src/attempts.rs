@@ -7,11 +7,7 @@
 use laptime_core::timeline::{Attempt, AttemptRole, ConnectionMarks, ErrorClass};
 
 use crate::records::{dur, us};
-use crate::{Result, StoreError};
-
-fn corrupt(what: &str, v: &str) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {v}"))
-}
+use crate::{corrupt, Result};
 
 /// One attempt as stored: `[channel, role, won, status, error_class, start_us, headers_us,
 /// first_byte_us, end_us, connected_us, tunnel_us, tls_us, span_id]`, the connection's three

@@ -74,6 +74,11 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+/// A stored value this build cannot read, in either store.
+pub(crate) fn corrupt(what: &str, v: &str) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {v}"))
+}
+
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

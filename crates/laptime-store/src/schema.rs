@@ -575,7 +575,7 @@ mod tests {
     /// Writes `rows` into an older store as its gateway did: through today's writer into a
     /// scratch store, then only the columns the older store has are copied over, the attempts
     /// into the table they had before v13.
-    fn write_as_v1(
+    fn write_as_older(
         conn: &Connection,
         scratch: &std::path::Path,
         rows: &[laptime_core::timeline::RequestRecord],
@@ -663,7 +663,7 @@ mod tests {
         let mut none = sample("none", "ws", 3);
         none.attempts.clear();
         let rows = [sample("one", "ws", 1), failed_over, none];
-        write_as_v1(&conn, &dir.path().join("scratch.db"), &rows);
+        write_as_older(&conn, &dir.path().join("scratch.db"), &rows);
         let stored: i64 = conn
             .query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))
             .unwrap();
@@ -704,7 +704,7 @@ mod tests {
         let mut orphan = sample("orphan", "ws", 7);
         orphan.workspace_id = None;
         rows.push(orphan);
-        write_as_v1(&conn, &dir.path().join("scratch.db"), &rows);
+        write_as_older(&conn, &dir.path().join("scratch.db"), &rows);
         // A row from before most fields existed: only the columns v1 requires.
         conn.execute(
             "INSERT INTO requests (request_id, workspace_id, created_at_us, dialect, stream, status,

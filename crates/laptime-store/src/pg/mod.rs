@@ -204,11 +204,6 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
-/// A stored text value this build cannot read.
-pub(crate) fn corrupt(what: &str, v: &str) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {v}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

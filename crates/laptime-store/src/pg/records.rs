@@ -25,8 +25,8 @@ use laptime_core::Dialect;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::Row;
 
-use super::corrupt;
 use super::rollups::{merge_into, rebuild_keys};
+use crate::corrupt;
 use crate::records::{dur, nano, tok, untok, us};
 use crate::rollups::{aggregate, floor_minute, RollupKey};
 use crate::{Result, StoreError};

@@ -16,8 +16,8 @@ use laptime_core::rollup::Rollup;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::corrupt;
 use super::records::{from_row, select};
+use crate::corrupt;
 use crate::rollups::{aggregate, by_hour, floor_hour, RollupKey, Tier, HOUR_US, MINUTE_US};
 use crate::{Result, StoreError};
 
