@@ -684,45 +684,52 @@ pub fn over_limit(mut finisher: Finisher, refused: &crate::limits::Refused) -> R
 /// Google sends none. Each replaces a header of the same name (an upstream's describes the
 /// gateway's provider key, not the client); the others are left as they are.
 pub fn rate_limit_headers(dialect: Dialect, quotas: &crate::limits::Quotas, h: &mut HeaderMap) {
-    let now_us = crate::clock::now_unix_us();
-    for (what, quota) in [("requests", quotas.requests), ("tokens", quotas.tokens)] {
-        let Some(q) = quota else { continue };
-        let values = match dialect {
-            Dialect::Chat | Dialect::Responses => [
-                (format!("x-ratelimit-limit-{what}"), q.limit.to_string()),
-                (
-                    format!("x-ratelimit-remaining-{what}"),
-                    q.remaining.to_string(),
-                ),
-                (
-                    format!("x-ratelimit-reset-{what}"),
-                    openai_duration(q.reset),
-                ),
+    // Names per kind: limit, remaining, reset.
+    let names = match dialect {
+        Dialect::Chat | Dialect::Responses => [
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
             ],
-            Dialect::Messages => {
-                let reset_us =
-                    now_us.saturating_add(i64::try_from(q.reset.as_micros()).unwrap_or(0));
-                [
-                    (
-                        format!("anthropic-ratelimit-{what}-limit"),
-                        q.limit.to_string(),
-                    ),
-                    (
-                        format!("anthropic-ratelimit-{what}-remaining"),
-                        q.remaining.to_string(),
-                    ),
-                    (
-                        format!("anthropic-ratelimit-{what}-reset"),
-                        laptime_core::views::rfc3339(reset_us - reset_us % 1_000_000),
-                    ),
-                ]
-            }
-            Dialect::Gemini => continue,
+            [
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ],
+        ],
+        Dialect::Messages => [
+            [
+                "anthropic-ratelimit-requests-limit",
+                "anthropic-ratelimit-requests-remaining",
+                "anthropic-ratelimit-requests-reset",
+            ],
+            [
+                "anthropic-ratelimit-tokens-limit",
+                "anthropic-ratelimit-tokens-remaining",
+                "anthropic-ratelimit-tokens-reset",
+            ],
+        ],
+        Dialect::Gemini => return,
+    };
+    for ([limit, remaining, reset], quota) in
+        names.into_iter().zip([quotas.requests, quotas.tokens])
+    {
+        let Some(q) = quota else { continue };
+        let reset_value = if dialect == Dialect::Messages {
+            let reset_us = crate::clock::now_unix_us()
+                .saturating_add(i64::try_from(q.reset.as_micros()).unwrap_or(0));
+            laptime_core::views::rfc3339(reset_us - reset_us % 1_000_000)
+        } else {
+            openai_duration(q.reset)
         };
-        for (name, value) in values {
-            if let (Ok(n), Ok(v)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
-                h.insert(n, v);
-            }
+        h.insert(HeaderName::from_static(limit), HeaderValue::from(q.limit));
+        h.insert(
+            HeaderName::from_static(remaining),
+            HeaderValue::from(q.remaining),
+        );
+        if let Ok(v) = HeaderValue::try_from(reset_value) {
+            h.insert(HeaderName::from_static(reset), v);
         }
     }
 }
