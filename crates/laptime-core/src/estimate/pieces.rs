@@ -69,8 +69,9 @@ fn ascii(bpe: &CoreBPE, text: &[u8]) -> u64 {
         };
         let mut total = 0;
         let mut missing: [&[u8]; ONE_BY_ONE] = [&[]; ONE_BY_ONE];
-        let mut missed = 0;
+        let (mut seen, mut missed) = (0, 0);
         for p in pieces(text) {
+            seen += 1;
             match table.get(p) {
                 Some(&n) => total += u64::from(n),
                 None => {
@@ -86,7 +87,7 @@ fn ascii(bpe: &CoreBPE, text: &[u8]) -> u64 {
             // Learning reads every token back (a lookup in the tokenizer's large table each),
             // so it is done while the table is young or when most of the text is known: text
             // of never repeated strings (ids, encoded data) should not pay it every time.
-            if table.len() < TABLE_YOUNG || 2 * missed <= pieces(text).count() {
+            if table.len() < TABLE_YOUNG || 2 * missed <= seen {
                 learn_all(bpe, &mut table, text, &tokens);
             }
             return tokens.len() as u64;
