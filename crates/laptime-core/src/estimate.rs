@@ -13,7 +13,9 @@
 //!
 //! Counting never waits for the tokenizer: it loads once per process from a start-up task
 //! ([`warm`]); a stream in the moments before it has loaded holds at most [`HELD_BYTES`] × 4
-//! bytes, then counts about four bytes a token.
+//! bytes, then counts about four bytes a token. What it loads is the pre-tokenizer's pattern;
+//! the vocabulary is compiled in, compactly ([`bpe`], about 4 MB), and tiktoken-rs's own
+//! tokenizer (about 45 MB) is never built.
 //!
 //! An observer only carries an estimator when the stream needs one, so streams whose provider
 //! reports usage pay nothing.
@@ -31,8 +33,9 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use serde::Deserialize;
-use tiktoken_rs::CoreBPE;
 
+mod bpe;
+mod layout;
 mod pieces;
 
 /// Held output text is counted once it reaches this many bytes.
@@ -41,18 +44,35 @@ pub const HELD_BYTES: usize = 256;
 /// Held text with no whitespace to cut at is counted whole past this many bytes.
 const HELD_MAX: usize = 4 * HELD_BYTES;
 
-/// The tokenizer, loaded once per process by [`warm`] (about a hundred milliseconds; `None`
-/// when it cannot be loaded).
-static BPE: OnceLock<Option<CoreBPE>> = OnceLock::new();
+/// What counting needs of `o200k_base`: its vocabulary, and its pre-tokenizer's pattern for
+/// text that is not ASCII ([`pieces`] splits ASCII by hand).
+struct Tokenizer {
+    vocab: bpe::Vocab,
+    split: fancy_regex::Regex,
+}
+
+impl Tokenizer {
+    fn load() -> Option<Tokenizer> {
+        let split = fancy_regex::Regex::new(tiktoken_rs::O200K_BASE_PAT_STR).ok()?;
+        Some(Tokenizer {
+            vocab: bpe::O200K_BASE,
+            split,
+        })
+    }
+}
+
+/// The tokenizer, loaded once per process by [`warm`] (the pattern compiles in a few
+/// milliseconds; `None` when it cannot).
+static TOKENIZER: OnceLock<Option<Tokenizer>> = OnceLock::new();
 
 /// Loads the tokenizer (from a start-up task: a stream never waits for it). Whether it loaded.
 pub fn warm() -> bool {
-    BPE.get_or_init(|| tiktoken_rs::o200k_base().ok()).is_some()
+    TOKENIZER.get_or_init(Tokenizer::load).is_some()
 }
 
 /// The tokenizer if it is loaded; never waits for it.
-fn loaded() -> Option<&'static CoreBPE> {
-    BPE.get().and_then(Option::as_ref)
+fn loaded() -> Option<&'static Tokenizer> {
+    TOKENIZER.get().and_then(Option::as_ref)
 }
 
 /// Counts one stream's output tokens from its text deltas, holding at most a few hundred bytes.
@@ -127,7 +147,7 @@ impl OutputEstimate {
 /// a token, the rule the cost's input estimate uses.
 fn count(text: &str) -> u64 {
     match loaded() {
-        Some(bpe) => pieces::count(bpe, text),
+        Some(t) => pieces::count(t, text),
         None => crate::cost::estimate_input_tokens(text.len()),
     }
 }

@@ -74,8 +74,9 @@ impl Gateway {
         env: &dyn Fn(&str) -> Option<String>,
         memory: Option<crate::connect::MemoryConnect>,
     ) -> Result<Gateway, StartError> {
-        // The tokenizer that counts Chat streams sent without usage loads in the background
-        // (about 100 ms), so that no stream waits for it.
+        // The tokenizer that counts Chat streams sent without usage (and admission's input
+        // estimate) loads in the background (its pattern compiles in milliseconds), so that no
+        // stream waits for it.
         tokio::task::spawn_blocking(laptime_core::estimate::warm);
         // Spend is summed per day and month of the configured zone, by the recorder's writes.
         let store = store.with_budget_zone(config.budgets.zone().map_err(StartError)?);

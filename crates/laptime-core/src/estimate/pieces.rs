@@ -1,12 +1,11 @@
 //! Counting tokens without the tokenizer's regex: `o200k_base` splits text into pieces with a
 //! pattern that needs a backtracking engine (a lookahead), over 100 ns a piece and most of what
 //! an estimate costs. For ASCII text this module splits by hand exactly as that pattern does,
-//! and counts each piece from a small per-thread table of pieces seen before. Pieces not in the
-//! table go through the tokenizer: one by one when they are few, else with the whole text, from
-//! whose tokens the table learns them. Text that is not ASCII is cut where a piece surely starts
-//! (a space before an ASCII letter), and only the parts with other characters go to the
-//! tokenizer whole. The tests hold the pieces equal to the pattern's and the counts equal to the
-//! tokenizer's on prose, code, JSON and random text.
+//! and counts each piece from a small per-thread table of pieces seen before, or else with the
+//! byte-pair merge ([`super::bpe`]), learning it. Text that is not ASCII is cut where a piece
+//! surely starts (a space before an ASCII letter), and only the parts with other characters are
+//! split by the pattern. The tests hold the pieces equal to the pattern's and the counts equal
+//! to the tokenizer's on prose, code, JSON and random text.
 //!
 //! Written by hand because no crate exposes a count without the regex, and the table is a cache
 //! of a pure function: what it holds changes the time a count takes, never the count.
@@ -14,14 +13,12 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use tiktoken_rs::{CoreBPE, Rank};
+use super::bpe::Vocab;
+use super::Tokenizer;
 
 /// Pieces held per thread; the table is emptied when full (common words come back within a few
 /// requests, so a simple reset keeps it useful and bounded).
 const TABLE_PIECES: usize = 8192;
-
-/// While the table holds fewer pieces than this, it learns from any text.
-const TABLE_YOUNG: usize = TABLE_PIECES / 8;
 
 /// Pieces longer than this are counted every time, not held (they are rare and long ones would
 /// make the table's memory depend on what clients send).
@@ -31,13 +28,13 @@ thread_local! {
     static TABLE: RefCell<HashMap<Box<[u8]>, u32>> = RefCell::new(HashMap::new());
 }
 
-/// The tokens of `text` as `bpe` (`o200k_base`) encodes it.
-pub(super) fn count(bpe: &CoreBPE, text: &str) -> u64 {
+/// The tokens of `text` as `o200k_base` encodes it.
+pub(super) fn count(t: &Tokenizer, text: &str) -> u64 {
     let mut total = 0;
     let mut rest = text;
     while !rest.is_empty() {
         let Some(other) = rest.bytes().position(|b| !b.is_ascii()) else {
-            return total + ascii(bpe, rest.as_bytes());
+            return total + ascii(&t.vocab, rest.as_bytes());
         };
         // Cut around the other characters where pieces surely start, so each side splits alone
         // exactly as it does within the whole text.
@@ -49,53 +46,43 @@ pub(super) fn count(bpe: &CoreBPE, text: &str) -> u64 {
             .windows(2)
             .position(|w| w[0] == b' ' && w[1].is_ascii_alphabetic())
             .map_or(rest.len(), |i| other + i);
-        total += ascii(bpe, &rest.as_bytes()[..head]);
-        total += tokens(bpe, &rest.as_bytes()[head..tail]).len() as u64;
+        total += ascii(&t.vocab, &rest.as_bytes()[..head]);
+        total += split(t, rest.get(head..tail).unwrap_or_default());
         rest = rest.get(tail..).unwrap_or_default();
     }
     total
 }
 
-/// Text with at most this many pieces missing from the table has them tokenized one by one;
-/// with more, the text is tokenized at once (a call of its own costs about a microsecond, as
-/// much as ten pieces of a longer text) and the table learns the missing pieces from its tokens.
-const ONE_BY_ONE: usize = 2;
+/// The tokens of text split by the pattern itself; should the regex engine give up on a piece
+/// (a backtracking limit), the rest counts about four bytes a token.
+fn split(t: &Tokenizer, text: &str) -> u64 {
+    let (mut total, mut counted) = (0, 0);
+    for piece in t.split.find_iter(text) {
+        let Ok(p) = piece else {
+            return total + crate::cost::estimate_input_tokens(text.len() - counted);
+        };
+        total += t.vocab.count(p.as_str().as_bytes()) as u64;
+        counted = p.end();
+    }
+    total
+}
 
-/// The tokens of ASCII text: split here, each piece counted from the table.
-fn ascii(bpe: &CoreBPE, text: &[u8]) -> u64 {
+/// The tokens of ASCII text: split here, each piece counted from the table or merged.
+fn ascii(vocab: &Vocab, text: &[u8]) -> u64 {
     TABLE.with(|table| {
         let Ok(mut table) = table.try_borrow_mut() else {
-            return tokens(bpe, text).len() as u64;
+            return pieces(text).map(|p| vocab.count(p) as u64).sum();
         };
         let mut total = 0;
-        let mut missing: [&[u8]; ONE_BY_ONE] = [&[]; ONE_BY_ONE];
-        let (mut seen, mut missed) = (0, 0);
         for p in pieces(text) {
-            seen += 1;
-            match table.get(p) {
-                Some(&n) => total += u64::from(n),
+            total += match table.get(p) {
+                Some(&n) => u64::from(n),
                 None => {
-                    if let Some(slot) = missing.get_mut(missed) {
-                        *slot = p;
-                    }
-                    missed += 1;
+                    let n = vocab.count(p);
+                    learn(&mut table, p, n);
+                    n as u64
                 }
-            }
-        }
-        if missed > ONE_BY_ONE {
-            let tokens = tokens(bpe, text);
-            // Learning reads every token back (a lookup in the tokenizer's large table each),
-            // so it is done while the table is young or when most of the text is known: text
-            // of never repeated strings (ids, encoded data) should not pay it every time.
-            if table.len() < TABLE_YOUNG || 2 * missed <= seen {
-                learn_all(bpe, &mut table, text, &tokens);
-            }
-            return tokens.len() as u64;
-        }
-        for p in &missing[..missed] {
-            let n = tokens(bpe, p).len();
-            learn(&mut table, p, n);
-            total += n as u64;
+            };
         }
         total
     })
@@ -103,37 +90,13 @@ fn ascii(bpe: &CoreBPE, text: &[u8]) -> u64 {
 
 /// Holds a piece's count, unless the piece is too long to hold.
 fn learn(table: &mut HashMap<Box<[u8]>, u32>, piece: &[u8], tokens: usize) {
-    if piece.len() > TABLE_PIECE_BYTES || table.contains_key(piece) {
+    if piece.len() > TABLE_PIECE_BYTES {
         return;
     }
     if table.len() >= TABLE_PIECES {
         table.clear();
     }
     table.insert(piece.into(), u32::try_from(tokens).unwrap_or(u32::MAX));
-}
-
-/// Learns every piece of `text` from its tokens: a piece's tokens are those whose bytes it holds
-/// (the byte-pair merge never crosses pieces).
-fn learn_all(bpe: &CoreBPE, table: &mut HashMap<Box<[u8]>, u32>, text: &[u8], tokens: &[Rank]) {
-    let mut tokens = tokens.iter();
-    let (mut piece_end, mut covered) = (0, 0);
-    for p in pieces(text) {
-        piece_end += p.len();
-        let mut n = 0;
-        while covered < piece_end {
-            let Some(&token) = tokens.next() else { return };
-            covered += bpe.decode_bytes(&[token]).map_or(0, |b| b.len());
-            n += 1;
-        }
-        if covered != piece_end {
-            return;
-        }
-        learn(table, p, n);
-    }
-}
-
-fn tokens(bpe: &CoreBPE, text: &[u8]) -> Vec<Rank> {
-    bpe.encode_ordinary(std::str::from_utf8(text).unwrap_or_default())
 }
 
 /// The pieces of ASCII text, in order; together they are the whole text.
@@ -226,10 +189,18 @@ fn run(b: &[u8], class: impl Fn(&u8) -> bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::OnceLock;
+    use tiktoken_rs::CoreBPE;
 
-    fn bpe() -> &'static CoreBPE {
+    fn tokenizer() -> &'static Tokenizer {
         assert!(super::super::warm());
         super::super::loaded().unwrap()
+    }
+
+    /// tiktoken-rs's own tokenizer: what every count must equal.
+    fn oracle() -> &'static CoreBPE {
+        static BPE: OnceLock<CoreBPE> = OnceLock::new();
+        BPE.get_or_init(|| tiktoken_rs::o200k_base().unwrap())
     }
 
     /// The pieces of ASCII text are the pattern's, and any text counts as the tokenizer counts
@@ -243,10 +214,9 @@ mod tests {
                 .collect();
             assert_eq!(got, want);
         }
-        let bpe = bpe();
-        let want = bpe.encode_ordinary(text).len() as u64;
-        assert_eq!(count(bpe, text), want, "{text:?}");
-        assert_eq!(count(bpe, text), want, "{text:?} (from the table)");
+        let want = oracle().encode_ordinary(text).len() as u64;
+        assert_eq!(count(tokenizer(), text), want, "{text:?}");
+        assert_eq!(count(tokenizer(), text), want, "{text:?} (from the table)");
     }
 
     #[test]
@@ -291,26 +261,29 @@ mod tests {
     }
 
     #[test]
-    fn pieces_learned_from_a_whole_text_hold_their_own_counts() {
-        let bpe = bpe();
+    fn learned_pieces_hold_their_own_counts() {
         let text = "Unseen zyxwvut, qwertyuiop'll 12345 pneumonoultramicroscopic  \n\n  ):: x/\r\n";
         assert_same(text);
         let held = TABLE.with(|t| t.borrow().clone());
-        assert!(held.len() > ONE_BY_ONE, "{held:?}");
+        assert!(held.len() > 2, "{held:?}");
         for (piece, n) in held {
             let piece = std::str::from_utf8(&piece).unwrap();
-            assert_eq!(n as usize, bpe.encode_ordinary(piece).len(), "{piece:?}");
+            assert_eq!(
+                n as usize,
+                oracle().encode_ordinary(piece).len(),
+                "{piece:?}"
+            );
         }
     }
 
     #[test]
     fn the_table_stays_bounded() {
-        let bpe = bpe();
         let text: String = (0..3 * TABLE_PIECES).map(|i| format!(" w{i}x")).collect();
-        assert_eq!(count(bpe, &text), bpe.encode_ordinary(&text).len() as u64);
+        let want = oracle().encode_ordinary(&text).len() as u64;
+        assert_eq!(count(tokenizer(), &text), want);
         TABLE.with(|t| assert!(t.borrow().len() <= TABLE_PIECES));
         let long = "y".repeat(TABLE_PIECE_BYTES + 1);
-        count(bpe, &long);
+        count(tokenizer(), &long);
         TABLE.with(|t| assert!(!t.borrow().contains_key(long.as_bytes())));
     }
 }
