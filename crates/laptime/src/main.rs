@@ -452,7 +452,17 @@ fn out(text: &str) {
     let _ = writeln!(stdout, "{text}");
 }
 
+/// jemalloc rather than glibc's malloc: glibc kept what a burst of streams had freed (RSS stayed
+/// at its peak and grew with each burst), and cost more CPU per request (benchmarks/README.md,
+/// issue 16).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
+    // Its background thread gives freed pages back after about ten seconds, also when the
+    // gateway has gone idle and allocates nothing that would trigger it. Without the thread
+    // (should the platform refuse it) pages are still given back, only later.
+    let _ = tikv_jemalloc_ctl::background_thread::write(true);
     let cli = Cli::parse();
     logs::init(match &cli.command {
         Command::Serve { log_format, .. } => *log_format,
