@@ -44,20 +44,16 @@ pub const HELD_BYTES: usize = 256;
 /// Held text with no whitespace to cut at is counted whole past this many bytes.
 const HELD_MAX: usize = 4 * HELD_BYTES;
 
-/// What counting needs of `o200k_base`: its vocabulary, and its pre-tokenizer's pattern for
-/// text that is not ASCII ([`pieces`] splits ASCII by hand).
+/// What counting loads of `o200k_base`: its pre-tokenizer's pattern, for text that is not
+/// ASCII ([`pieces`] splits ASCII by hand; the vocabulary, [`bpe::O200K_BASE`], is compiled in).
 struct Tokenizer {
-    vocab: bpe::Vocab,
     split: fancy_regex::Regex,
 }
 
 impl Tokenizer {
     fn load() -> Option<Tokenizer> {
         let split = fancy_regex::Regex::new(tiktoken_rs::O200K_BASE_PAT_STR).ok()?;
-        Some(Tokenizer {
-            vocab: bpe::O200K_BASE,
-            split,
-        })
+        Some(Tokenizer { split })
     }
 }
 

@@ -14,7 +14,6 @@ use tiktoken_rs::Rank;
 use super::layout::slot_of;
 
 /// Every mergeable token of `o200k_base`, by rank and by bytes, in [`super::layout`]'s layout.
-#[derive(Debug, Clone, Copy)]
 pub(super) struct Vocab {
     bytes: &'static [u8],
     ends: &'static [u8],

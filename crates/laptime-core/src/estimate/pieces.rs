@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use super::bpe::Vocab;
+use super::bpe::O200K_BASE;
 use super::Tokenizer;
 
 /// Pieces held per thread; the table is emptied when full (common words come back within a few
@@ -34,7 +34,7 @@ pub(super) fn count(t: &Tokenizer, text: &str) -> u64 {
     let mut rest = text;
     while !rest.is_empty() {
         let Some(other) = rest.bytes().position(|b| !b.is_ascii()) else {
-            return total + ascii(&t.vocab, rest.as_bytes());
+            return total + ascii(rest.as_bytes());
         };
         // Cut around the other characters where pieces surely start, so each side splits alone
         // exactly as it does within the whole text.
@@ -46,7 +46,7 @@ pub(super) fn count(t: &Tokenizer, text: &str) -> u64 {
             .windows(2)
             .position(|w| w[0] == b' ' && w[1].is_ascii_alphabetic())
             .map_or(rest.len(), |i| other + i);
-        total += ascii(&t.vocab, &rest.as_bytes()[..head]);
+        total += ascii(&rest.as_bytes()[..head]);
         total += split(t, rest.get(head..tail).unwrap_or_default());
         rest = rest.get(tail..).unwrap_or_default();
     }
@@ -61,24 +61,24 @@ fn split(t: &Tokenizer, text: &str) -> u64 {
         let Ok(p) = piece else {
             return total + crate::cost::estimate_input_tokens(text.len() - counted);
         };
-        total += t.vocab.count(p.as_str().as_bytes()) as u64;
+        total += O200K_BASE.count(p.as_str().as_bytes()) as u64;
         counted = p.end();
     }
     total
 }
 
 /// The tokens of ASCII text: split here, each piece counted from the table or merged.
-fn ascii(vocab: &Vocab, text: &[u8]) -> u64 {
+fn ascii(text: &[u8]) -> u64 {
     TABLE.with(|table| {
         let Ok(mut table) = table.try_borrow_mut() else {
-            return pieces(text).map(|p| vocab.count(p) as u64).sum();
+            return pieces(text).map(|p| O200K_BASE.count(p) as u64).sum();
         };
         let mut total = 0;
         for p in pieces(text) {
             total += match table.get(p) {
                 Some(&n) => u64::from(n),
                 None => {
-                    let n = vocab.count(p);
+                    let n = O200K_BASE.count(p);
                     learn(&mut table, p, n);
                     n as u64
                 }
