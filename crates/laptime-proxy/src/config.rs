@@ -142,7 +142,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long in-flight streams may run on after SIGINT/SIGTERM before they are cut.
     pub drain_s: u64,
-    /// Records the recorder queue holds before it drops (and counts) new ones.
+    /// Records the recorder queue holds before it drops (and counts) new ones. By default
+    /// 20,000: a PostgreSQL batch of 8,192 records writes for up to ~550 ms, and the queue must
+    /// take in what arrives meanwhile at the recorder's full rate (about 23k–36k records/s).
     pub recorder_queue: usize,
     /// How often the in-flight registry is written to `inflight.journal` beside the store
     /// (only when it changed), so a restart after a crash records the requests that were in
@@ -182,7 +184,7 @@ impl Default for ServerConfig {
             header_read_timeout_ms: 20_000,
             max_connections: 0,
             drain_s: 30,
-            recorder_queue: 10_000,
+            recorder_queue: 20_000,
             inflight_snapshot_ms: 100,
             region: None,
             instance: None,

@@ -99,8 +99,10 @@ impl Gateway {
             None => (None, None),
         };
         // A queued record stays in the registry until it is written, and the writer may hold a
-        // batch of up to 4,096 beside a full queue.
-        let inflight_capacity = config.server.recorder_queue + 4096 + INFLIGHT_REQUESTS;
+        // batch beside a full queue.
+        let inflight_capacity = config.server.recorder_queue
+            + laptime_store::recorder::max_batch(&store)
+            + INFLIGHT_REQUESTS;
         // Beside the SQLite file; with a shared store, in this instance's own data dir.
         let journal_path = match store.path() {
             Some(db) => crate::inflight::journal_path(db),

@@ -1,7 +1,7 @@
 //! Load and time the usage API's data side on a fresh SQLite store, or on PostgreSQL.
 //!
 //! Run: `cargo run --release -p laptime-store --example usage_load -- --rows 1000000`
-//! (options: `--rows N`, `--queue N` recorder queue capacity, default 10,000 as in the gateway's
+//! (options: `--rows N`, `--queue N` recorder queue capacity, default 20,000 as in the gateway's
 //! config; `--runs N` timed runs per query, default 5; `--keep DIR` writes the store under DIR
 //! instead of a temp dir that is removed at the end; `--skip-load` with `--keep` (or with
 //! `--postgres`) only times the queries on a store loaded before; `--no-exact` leaves out step 3
@@ -71,7 +71,7 @@ struct Args {
 fn args() -> Result<Args, Box<dyn Error>> {
     let mut a = Args {
         rows: 1_000_000,
-        queue: 10_000,
+        queue: 20_000,
         runs: 5,
         keep: None,
         skip_load: false,

@@ -42,8 +42,9 @@ enum Msg {
 }
 
 /// A batch writing for longer than this is a stalled store: the longest healthy batch measured
-/// is ~560 ms (one that checkpoints, at 8192 records; [`MAX_BATCH`] keeps it near 350 ms), while
-/// a database locked by another process holds a batch for the whole busy timeout (5 s).
+/// is ~560 ms (a SQLite one that checkpoints, at 8192 records; [`SQLITE_MAX_BATCH`] keeps it
+/// near 350 ms), while a database locked by another process holds a batch for the whole busy
+/// timeout (5 s).
 pub const STALL_AFTER: Duration = Duration::from_secs(2);
 
 /// The queue counts as nearly full from this share of its capacity (per mille): past it, a
@@ -236,12 +237,29 @@ impl std::fmt::Debug for RecorderTask {
     }
 }
 
-/// The most records one transaction writes. Larger batches share each commit, each rollup
-/// upsert and each touched index page among more records (measured at 1M rows: 512 → 12k,
-/// 2048 → 19k, 4096 → 24k records/s). 8192 was faster still, but its longest batch (~560 ms)
-/// would fill the gateway's default 10,000-record queue at 20k records/s; 4096 stays near
-/// 350 ms.
-const MAX_BATCH: usize = 4096;
+/// The most records one SQLite transaction writes. Larger batches share each commit, each
+/// rollup upsert and each touched index page among more records (measured at 1M rows: 512 →
+/// 12k, 2048 → 19k, 4096 → 24k records/s). 8192 was faster still, but its longest batch
+/// (~560 ms, one that checkpoints) would fill a 10,000-record queue at 20k
+/// records/s; 4096 stays near 350 ms.
+const SQLITE_MAX_BATCH: usize = 4096;
+
+/// The most records one PostgreSQL transaction writes. Each batch rewrites the hour-tier
+/// rollups it touches and pays its round trips once, so half as many batches of twice the size
+/// write more per second (`usage_load --rows 1000000`, alternating builds: see the README's
+/// sizing section); its longest batch stays near 300 ms, 9,000 records at 30k records/s, within
+/// the default queue.
+const POSTGRES_MAX_BATCH: usize = 8192;
+
+/// The most records one batch of `store`'s recorder holds: what the writer may hold beside a
+/// full queue.
+pub fn max_batch(store: &Store) -> usize {
+    if store.postgres().is_some() {
+        POSTGRES_MAX_BATCH
+    } else {
+        SQLITE_MAX_BATCH
+    }
+}
 
 /// A failed batch is written again after this, doubling with each failure up to
 /// [`RETRY_MAX`]: the store is not hammered, and a lock held by another process (SQLite's busy
@@ -286,6 +304,7 @@ impl Recorder {
         on_written: Option<OnWritten>,
     ) -> Result<(Recorder, RecorderTask)> {
         let mut conn = Writer::open(store)?;
+        let max_batch = max_batch(store);
         let (tx, mut rx) = mpsc::channel::<Msg>(capacity.max(1));
         let stats = Arc::new(RecorderStats::default());
         let writer_stats = stats.clone();
@@ -297,7 +316,7 @@ impl Recorder {
             .name("laptime-recorder".into())
             .spawn(move || {
                 let _log = tracing::dispatcher::set_default(&dispatch);
-                let mut batch: Vec<RequestRecord> = Vec::with_capacity(MAX_BATCH);
+                let mut batch: Vec<RequestRecord> = Vec::with_capacity(max_batch);
                 let mut stop: Option<std::sync::mpsc::Sender<()>> = None;
                 let mut flushed: Vec<std::sync::mpsc::Sender<()>> = Vec::new();
                 let mut last_write: Option<Instant> = None;
@@ -316,7 +335,7 @@ impl Recorder {
                             Msg::Flush(ack) => flushed.push(ack),
                             Msg::Stop(ack) => stop = Some(ack),
                         }
-                        if batch.len() < MAX_BATCH && stop.is_none() && flushed.is_empty() {
+                        if batch.len() < max_batch && stop.is_none() && flushed.is_empty() {
                             next = rx.try_recv().ok();
                         }
                     }
@@ -334,7 +353,7 @@ impl Recorder {
                         std::thread::sleep(retry_wait(tries));
                         // What queued meanwhile joins the retry, so one commit writes it all
                         // when the store is back.
-                        top_up(&mut rx, &mut batch, &mut flushed, &mut stop);
+                        top_up(&mut rx, (&mut batch, max_batch), &mut flushed, &mut stop);
                     }
                     if let Some(told) = &on_written {
                         if !batch.is_empty() {
@@ -505,16 +524,16 @@ fn retry_wait(tries: u32) -> Duration {
         .min(RETRY_MAX)
 }
 
-/// Takes what queued behind a failing batch into it, up to [`MAX_BATCH`], and the flush and
+/// Takes what queued behind a failing batch into it, up to `max` records, and the flush and
 /// stop requests among it (acknowledged once the batch is done); a stop ends the top-up, so a
 /// shutdown is seen even while the store keeps failing.
 fn top_up(
     rx: &mut mpsc::Receiver<Msg>,
-    batch: &mut Vec<RequestRecord>,
+    (batch, max): (&mut Vec<RequestRecord>, usize),
     flushed: &mut Vec<std::sync::mpsc::Sender<()>>,
     stop: &mut Option<std::sync::mpsc::Sender<()>>,
 ) {
-    while batch.len() < MAX_BATCH && stop.is_none() {
+    while batch.len() < max && stop.is_none() {
         match rx.try_recv() {
             Ok(Msg::Record(r)) => batch.push(*r),
             Ok(Msg::Flush(ack)) => flushed.push(ack),

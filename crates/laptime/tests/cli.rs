@@ -776,7 +776,7 @@ fn check_config_prints_the_default_route_and_keeps_the_sim_for_a_server_only_fil
         "[routes.translation]\ndefault_max_tokens = 4096",
         "[thresholds]\nupstream_headers_ms = 2000.0",
         "[store]\nretention_days = 30\nretention_interval_s = 3600",
-        "recorder_queue = 10000",
+        "recorder_queue = 20000",
         "connect_timeout_ms = 10000",
         "observe = true",
     ] {
