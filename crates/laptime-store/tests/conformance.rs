@@ -1065,11 +1065,12 @@ async fn the_hour_tier_is_built_from_the_minutes_when_a_store_first_migrates_to_
                 let config: tokio_postgres::Config = url.parse().unwrap();
                 let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
                 tokio::spawn(conn);
+                // 7 made the hour tier: back to the version before it.
                 client
-                    .batch_execute(&format!(
+                    .batch_execute(
                         "DROP TABLE rollups_hourly;
-                         DELETE FROM laptime_schema WHERE version = {version}"
-                    ))
+                         DELETE FROM laptime_schema WHERE version >= 7",
+                    )
                     .await
                     .unwrap();
                 Store::open_postgres(&url).await.unwrap()
@@ -2140,6 +2141,30 @@ async fn a_store_migrated_by_a_newer_laptime_is_refused_with_what_to_do() {
         .unwrap();
     let refused = Store::open_postgres(schema.url()).await.unwrap_err();
     assert!(matches!(refused, StoreError::SchemaTooNew { found, .. } if found == newer));
+}
+
+/// Every batch rewrites the hour-tier rows it touches: on PostgreSQL the hour tier's pages keep
+/// half their room for those rewrites (HOT updates, pruned in place), the minute tier's, rarely
+/// rewritten, none.
+#[tokio::test]
+async fn the_postgres_hour_tier_keeps_room_on_its_pages_for_rewrites() {
+    let schema = PgSchema::create().await.unwrap();
+    let _pg = Store::open_postgres(schema.url()).await.unwrap();
+    let config: tokio_postgres::Config = schema.url().parse().unwrap();
+    let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let mut options = Vec::new();
+    for table in ["rollups_hourly", "rollups"] {
+        let row = client
+            .query_one(
+                "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass($1::text)",
+                &[&table],
+            )
+            .await
+            .unwrap();
+        options.push(row.get::<_, Vec<String>>(0));
+    }
+    assert_eq!(options, [vec!["fillfactor=50".to_string()], vec![]]);
 }
 
 /// Each instance's heartbeat is one row, replaced by its next one; a reader asks for the ones

@@ -49,6 +49,7 @@ const MIGRATIONS: &[Migration] = &[
         sql: V7,
         after: Some(After::BackfillHourRollups),
     },
+    sql(V8),
 ];
 
 /// The schema version this build writes.
@@ -273,6 +274,17 @@ const V7: &str = r#"
             input_bucket, region)
     );
     CREATE INDEX rollups_hourly_hour ON rollups_hourly (hour_us);
+"#;
+
+/// Half of each new page of the hour tier left free. Every batch rewrites the hour rows it
+/// touches; with room on their page those updates are HOT (no new index entries, and the page
+/// prunes its dead versions itself when next read), so the tier stays near its live size
+/// between vacuums. Measured with autovacuum off, 1 M requests: 78,652 of 86,713 hour-row
+/// updates HOT (18,981 before), 8,296 dead versions left (79,389), the table 60 MB (85 MB).
+/// The minute tier is not: its rows are rarely updated (7,000 of 400,000), and free room
+/// there made it 25 % larger.
+const V8: &str = r#"
+    ALTER TABLE rollups_hourly SET (fillfactor = 50);
 "#;
 
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";
