@@ -251,9 +251,15 @@ impl<'a> Reader<'a> {
         self.at += 1;
         let mut escaped = false;
         loop {
-            // Strings here are short (ids, names, a token of text): a plain loop is cheaper
-            // than setting up a vectorised search, and it checks for control characters in the
-            // same pass.
+            // Eight bytes at a time while none of them ends the run; the byte loop finds which
+            // one does. Strings here are short (ids, names, a token of text), too short for a
+            // vectorised search to pay for setting it up.
+            while let Some(word) = b.get(self.at..self.at + 8).and_then(word_of) {
+                if !plain(word) {
+                    break;
+                }
+                self.at += 8;
+            }
             while b
                 .get(self.at)
                 .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20)
@@ -288,6 +294,26 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Eight bytes as one word (`None` unless `bytes` holds exactly eight).
+fn word_of(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// Whether none of a word's eight bytes ends a string's plain run: a quote, a backslash or a
+/// control character. `x - 0x01…01 & !x & 0x80…80` is non-zero exactly when some byte of `x`
+/// is zero (a borrow can only mark bytes above a zero one), so each test is exact for "any".
+fn plain(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_in = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    // A byte below 0x20 borrows from its own top bit; bytes of 0x80 and up have it set in
+    // `word`, so `!word` clears them.
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    (zero_in(quote) | zero_in(backslash) | control) == 0
+}
+
 /// Whether a raw JSON value is a non-empty string (as [`crate::wire::nonempty_str`]).
 pub(super) fn nonempty(raw: Option<&str>) -> bool {
     raw.is_some_and(|text| text.starts_with('"') && text != "\"\"")
@@ -308,6 +334,33 @@ pub(crate) fn unquote(raw: &str, escaped: bool) -> Option<std::borrow::Cow<'_, s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A word is plain exactly when none of its bytes is a quote, a backslash or a control
+    /// character: every byte value at every position, and every pair of values at two
+    /// positions (a borrow from a lower byte must not hide or invent one above it).
+    #[test]
+    fn a_word_is_plain_exactly_when_no_byte_ends_the_run() {
+        let ends = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+        for at in 0..8 {
+            for c in 0..=255u8 {
+                let mut w = [b'a'; 8];
+                w[at] = c;
+                assert_eq!(plain(u64::from_le_bytes(w)), !ends(c), "byte {c:#x} at {at}");
+            }
+        }
+        for (lo, hi) in [(0, 1), (2, 3), (6, 7), (0, 7)] {
+            for a in 0..=255u8 {
+                for c in 0..=255u8 {
+                    let mut w = [b'a'; 8];
+                    w[lo] = a;
+                    w[hi] = c;
+                    let want = !ends(a) && !ends(c);
+                    assert_eq!(plain(u64::from_le_bytes(w)), want, "{a:#x}, {c:#x}");
+                }
+            }
+        }
+    }
+
 
     /// Whether the reader accepts `text` as an object, skipping every field.
     fn accepts(text: &str) -> bool {
