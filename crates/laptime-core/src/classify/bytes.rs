@@ -345,7 +345,11 @@ mod tests {
             for c in 0..=255u8 {
                 let mut w = [b'a'; 8];
                 w[at] = c;
-                assert_eq!(plain(u64::from_le_bytes(w)), !ends(c), "byte {c:#x} at {at}");
+                assert_eq!(
+                    plain(u64::from_le_bytes(w)),
+                    !ends(c),
+                    "byte {c:#x} at {at}"
+                );
             }
         }
         for (lo, hi) in [(0, 1), (2, 3), (6, 7), (0, 7)] {
@@ -360,7 +364,6 @@ mod tests {
             }
         }
     }
-
 
     /// Whether the reader accepts `text` as an object, skipping every field.
     fn accepts(text: &str) -> bool {
