@@ -240,15 +240,15 @@ impl std::fmt::Debug for RecorderTask {
 /// The most records one SQLite transaction writes. Larger batches share each commit, each
 /// rollup upsert and each touched index page among more records (measured at 1M rows: 512 →
 /// 12k, 2048 → 19k, 4096 → 24k records/s). 8192 was faster still, but its longest batch
-/// (~560 ms, one that checkpoints) would fill a 10,000-record queue at 20k
-/// records/s; 4096 stays near 350 ms.
+/// (~560 ms, one that checkpoints) would fill a 10,000-record queue at 20k records/s; 4096
+/// stays near 350 ms.
 const SQLITE_MAX_BATCH: usize = 4096;
 
 /// The most records one PostgreSQL transaction writes. Each batch rewrites the hour-tier
 /// rollups it touches and pays its round trips once, so half as many batches of twice the size
-/// write more per second (`usage_load --rows 1000000`, alternating builds: see the README's
-/// sizing section); its longest batch stays near 300 ms, 9,000 records at 30k records/s, within
-/// the default queue.
+/// write more per second (about 13 % in alternating `usage_load` runs: the README's sizing
+/// section). Its longest batch measured 410–640 ms (936 ms once in 10 M rows), which the
+/// default queue of 20,000 records takes in at 20k records/s.
 const POSTGRES_MAX_BATCH: usize = 8192;
 
 /// The most records one batch of `store`'s recorder holds: what the writer may hold beside a
