@@ -41,10 +41,11 @@ enum Msg {
     Stop(std::sync::mpsc::Sender<()>),
 }
 
-/// A batch writing for longer than this is a stalled store: the longest healthy batch measured
-/// is ~560 ms (a SQLite one that checkpoints, at 8192 records; [`SQLITE_MAX_BATCH`] keeps it
-/// near 350 ms), while a database locked by another process holds a batch for the whole busy
-/// timeout (5 s).
+/// A batch writing for longer than this is a stalled store: the longest healthy batches
+/// measured are ~560 ms for SQLite (one that checkpoints, at 8192 records; [`SQLITE_MAX_BATCH`]
+/// keeps it near 350 ms) and 0.94–1.07 s for PostgreSQL (once each in 10 M-row loads of
+/// [`POSTGRES_MAX_BATCH`]), while a database locked by another process holds a batch for the
+/// whole busy timeout (5 s).
 pub const STALL_AFTER: Duration = Duration::from_secs(2);
 
 /// The queue counts as nearly full from this share of its capacity (per mille): past it, a
