@@ -140,24 +140,24 @@ impl GroupDim {
     }
 
     /// The column in `rollups` (in both stores; the same in `requests` for the first ten, whose
-    /// filters compare it there too); also its position in [`ROLLUP_COLUMNS`].
-    pub(crate) fn column(self) -> (&'static str, usize) {
+    /// filters compare it there too).
+    pub(crate) fn column(self) -> &'static str {
         match self {
-            GroupDim::Model => ("model", 0),
-            GroupDim::Provider => ("provider", 1),
-            GroupDim::Channel => ("channel", 2),
-            GroupDim::Group => ("grp", 3),
-            GroupDim::Dialect => ("dialect", 4),
-            GroupDim::Stream => ("stream", 5),
-            GroupDim::Status => ("status", 6),
-            GroupDim::Outcome => ("outcome", 7),
-            GroupDim::Classification => ("classification", 8),
-            GroupDim::Endpoint => ("endpoint", 9),
-            GroupDim::ReasoningEffort => ("effort", 10),
-            GroupDim::ToolsPresent => ("tools", 11),
-            GroupDim::MaxOutputBucket => ("max_output_bucket", 12),
-            GroupDim::InputBucket => ("input_bucket", 13),
-            GroupDim::Region => ("region", 14),
+            GroupDim::Model => "model",
+            GroupDim::Provider => "provider",
+            GroupDim::Channel => "channel",
+            GroupDim::Group => "grp",
+            GroupDim::Dialect => "dialect",
+            GroupDim::Stream => "stream",
+            GroupDim::Status => "status",
+            GroupDim::Outcome => "outcome",
+            GroupDim::Classification => "classification",
+            GroupDim::Endpoint => "endpoint",
+            GroupDim::ReasoningEffort => "effort",
+            GroupDim::ToolsPresent => "tools",
+            GroupDim::MaxOutputBucket => "max_output_bucket",
+            GroupDim::InputBucket => "input_bucket",
+            GroupDim::Region => "region",
         }
     }
 }
@@ -228,7 +228,7 @@ pub(crate) fn push_filter(
     };
     for (dim, v) in text {
         let Some(v) = v else { continue };
-        let col = dim.column().0;
+        let col = dim.column();
         // An empty filter value asks for requests without the value, in either table.
         if v.is_empty() && matches!(absent, Absent::Null) {
             sql.push_str(&format!(" AND {col} IS NULL"));
@@ -252,12 +252,7 @@ pub(crate) fn push_filter(
         Absent::Empty => {
             for (dim, v) in compared {
                 if let Some(v) = v {
-                    bind(
-                        dim.column().0,
-                        FilterValue::Text(v.clone()),
-                        sql,
-                        &mut values,
-                    );
+                    bind(dim.column(), FilterValue::Text(v.clone()), sql, &mut values);
                 }
             }
             if let Some(t) = filter.tools_present {
@@ -366,18 +361,18 @@ impl<'a> Folding<'a> {
         }
     }
 
-    /// Adds one stored rollup; `fill` reads the row's value of a dimension into its slot
-    /// (`None` for absent).
+    /// Adds one stored rollup; `fill` reads the row's value of a dimension, at the column it
+    /// is given (see [`rollup_sql`]), into its slot (`None` for absent).
     pub(crate) fn add(
         &mut self,
         blob: &[u8],
-        mut fill: impl FnMut(GroupDim, &mut Option<String>) -> Result<()>,
+        mut fill: impl FnMut(usize, GroupDim, &mut Option<String>) -> Result<()>,
     ) -> Result<()> {
         if self.group_by.is_empty() {
             return self.total.merge_encoded(blob).map_err(corrupt_rollup);
         }
-        for (slot, dim) in self.key.iter_mut().zip(self.group_by) {
-            fill(*dim, slot)?;
+        for (k, (slot, dim)) in self.key.iter_mut().zip(self.group_by).enumerate() {
+            fill(ROLLUP_DATA + 1 + k, *dim, slot)?;
         }
         match self.groups.get_mut(&self.key) {
             Some(g) => g.merge_encoded(blob).map_err(corrupt_rollup)?,
@@ -423,17 +418,18 @@ pub(crate) fn put_value(slot: &mut Option<String>, v: &str) {
     }
 }
 
-/// The rollup columns [`dim_value`] reads, then the encoded rollup (the same in both tiers).
-pub(crate) const ROLLUP_COLUMNS: &str =
-    "model, provider, channel, grp, dialect, stream, status, outcome,
-    classification, endpoint, effort, tools, max_output_bucket, input_bucket, region, data";
+/// The position of the encoded rollup in the rows of [`rollup_sql`]; the grouping dimensions
+/// follow it, in their order.
+pub(crate) const ROLLUP_DATA: usize = 0;
 
-/// The position of the encoded rollup in [`ROLLUP_COLUMNS`].
-pub(crate) const ROLLUP_DATA: usize = 15;
-
-/// Reads a row's value of `dim` into `slot` (`None` for absent), reusing the slot's buffer.
-fn dim_value(row: &Row<'_>, dim: GroupDim, slot: &mut Option<String>) -> rusqlite::Result<()> {
-    let (_, i) = dim.column();
+/// Reads a row's value of `dim`, at column `i`, into `slot` (`None` for absent), reusing the
+/// slot's buffer.
+fn dim_value(
+    row: &Row<'_>,
+    i: usize,
+    dim: GroupDim,
+    slot: &mut Option<String>,
+) -> rusqlite::Result<()> {
     match dim {
         GroupDim::Stream => {
             let stream: bool = row.get(i)?;
@@ -490,13 +486,21 @@ pub(crate) fn spans(w: &UsageWindow) -> Vec<Span> {
 
 /// The statement reading the rollups of `spans` under `filter`: one `SELECT` per span joined by
 /// `UNION ALL`, so that one snapshot serves them all (the tiers as one transaction left them).
-/// Parameter 1 is the workspace, then each span's bounds in order, then the filter's values
-/// (returned; bound once, used by every span). `sigil` as for [`push_filter`].
+/// Each row is the encoded rollup, then the value of each of `group_by`: only those, since
+/// reading, sending and decoding the other dimensions of some 150,000 rows (a busy day) costs
+/// as much as merging them. Parameter 1 is the workspace, then each span's bounds in order,
+/// then the filter's values (returned; bound once, used by every span). `sigil` as for
+/// [`push_filter`].
 pub(crate) fn rollup_sql(
     spans: &[Span],
     filter: &UsageFilter,
+    group_by: &[GroupDim],
     sigil: char,
 ) -> (String, Vec<FilterValue>) {
+    let columns: String = std::iter::once("data")
+        .chain(group_by.iter().map(|d| d.column()))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut filtered = String::new();
     let values = push_filter(
         filter,
@@ -511,7 +515,7 @@ pub(crate) fn rollup_sql(
         .map(|(i, s)| {
             let start = s.tier.start_column();
             format!(
-                "SELECT {ROLLUP_COLUMNS} FROM {} WHERE workspace_id = {sigil}1 \
+                "SELECT {columns} FROM {} WHERE workspace_id = {sigil}1 \
                  AND {start} >= {sigil}{} AND {start} < {sigil}{}{filtered}",
                 s.tier.table(),
                 2 + 2 * i,
@@ -539,7 +543,7 @@ pub fn usage(
     if spans.is_empty() {
         return Ok(folding.finish(window));
     }
-    let (sql, bound) = rollup_sql(&spans, filter, '?');
+    let (sql, bound) = rollup_sql(&spans, filter, group_by, '?');
     let mut values = vec![Value::Text(workspace_id.to_string())];
     for s in &spans {
         values.push(Value::Integer(s.from_us));
@@ -553,7 +557,7 @@ pub fn usage(
             .get_ref(ROLLUP_DATA)?
             .as_blob()
             .map_err(|e| corrupt_rollup(e.to_string()))?;
-        folding.add(blob, |dim, slot| Ok(dim_value(row, dim, slot)?))?;
+        folding.add(blob, |i, dim, slot| Ok(dim_value(row, i, dim, slot)?))?;
     }
     Ok(folding.finish(window))
 }

@@ -25,8 +25,7 @@ fn bound(v: FilterValue) -> Box<dyn ToSql + Sync + Send> {
     }
 }
 
-fn dim_value(row: &Row, dim: GroupDim, slot: &mut Option<String>) -> Result<()> {
-    let (_, i) = dim.column();
+fn dim_value(row: &Row, i: usize, dim: GroupDim, slot: &mut Option<String>) -> Result<()> {
     match dim {
         GroupDim::Stream => {
             let stream: bool = row.try_get(i)?;
@@ -52,7 +51,7 @@ pub async fn usage(
     if spans.is_empty() {
         return Ok(folding.finish(window));
     }
-    let (sql, filters) = rollup_sql(&spans, filter, '$');
+    let (sql, filters) = rollup_sql(&spans, filter, group_by, '$');
     let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(workspace_id.to_string())];
     for s in &spans {
         values.push(Box::new(s.from_us));
@@ -67,7 +66,7 @@ pub async fn usage(
     let mut rows = std::pin::pin!(rows);
     while let Some(row) = rows.try_next().await? {
         let blob: &[u8] = row.try_get(ROLLUP_DATA)?;
-        folding.add(blob, |dim, slot| dim_value(&row, dim, slot))?;
+        folding.add(blob, |i, dim, slot| dim_value(&row, i, dim, slot))?;
     }
     Ok(folding.finish(window))
 }
