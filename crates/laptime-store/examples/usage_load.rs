@@ -446,21 +446,24 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let start = now - DAY_US + 1_000_000;
     let step = (DAY_US - 2_000_000) as f64 / a.rows.max(1) as f64;
 
+    let mut latencies = Vec::new();
     if !(a.skip_load && (a.keep.is_some() || a.postgres.is_some())) {
-        load(&a, &store, ws, start, step).await?;
+        latencies = load(&a, &store, ws, start, step).await?;
     }
-    query(&a, &store, &raw, ws).await?;
+    query(&a, &store, &raw, ws, latencies).await?;
     drop(tmp);
     Ok(())
 }
 
+/// Loads the store; returns each record's creation time and `handler_done` (µs) when the exact
+/// check needs them from here (PostgreSQL keeps `handler_done` packed, see `ranked`).
 async fn load(
     a: &Args,
     store: &Store,
     ws: &str,
     start: i64,
     step: f64,
-) -> Result<(), Box<dyn Error>> {
+) -> Result<Vec<(i64, i64)>, Box<dyn Error>> {
     println!(
         "usage_load: {} rows into {} (queue {}, {} recorder(s) at once, SQLite {})",
         a.rows,
@@ -475,6 +478,7 @@ async fn load(
     for n in 0..a.instances {
         let store = store.clone();
         let queue = a.queue;
+        let keep = a.exact && a.postgres.is_some();
         let ws = ws.to_string();
         // Instance n writes every instances-th record, so they interleave in time as a
         // balanced fleet's do.
@@ -485,14 +489,16 @@ async fn load(
                 .build()
                 .map_err(|e| e.to_string())?;
             rt.block_on(load_one(
-                &store, queue, n, first, count, every, &ws, start, step,
+                &store, queue, n, first, count, every, &ws, start, step, keep,
             ))
             .map_err(|e| e.to_string())
         }));
     }
     let mut written = 0;
+    let mut latencies = Vec::new();
     for (n, l) in loads.into_iter().enumerate() {
-        let l = l.join().map_err(|_| "a loader panicked")??;
+        let mut l = l.join().map_err(|_| "a loader panicked")??;
+        latencies.append(&mut l.latencies);
         println!(
             "recorder {n}: {} written, {} dropped, {} failed in {:.1} s = {:.0} records/s sustained \
              ({} batches, {:.0} records/batch, longest batch {:.0} ms; queue full {} times, {:.1} s waited)",
@@ -518,7 +524,7 @@ async fn load(
         total.as_secs_f64(),
         written as f64 / total.as_secs_f64()
     );
-    Ok(())
+    Ok(latencies)
 }
 
 struct Loaded {
@@ -530,6 +536,8 @@ struct Loaded {
     full: u64,
     waited: Duration,
     took: Duration,
+    /// `(created_at_us, handler_done_us)` of each record, when asked to keep them.
+    latencies: Vec<(i64, i64)>,
 }
 
 /// One recorder (one gateway's) pushing `count` records, the `first`-th and every `every`-th.
@@ -544,6 +552,7 @@ async fn load_one(
     ws: &str,
     start: i64,
     step: f64,
+    keep: bool,
 ) -> Result<Loaded, Box<dyn Error>> {
     let mut synth = Synth {
         rng: StdRng::seed_from_u64(7 + seed as u64),
@@ -553,9 +562,13 @@ async fn load_one(
     let mut full = 0_u64;
     let mut waited = Duration::ZERO;
     let started = Instant::now();
+    let mut latencies = Vec::new();
     for i in 0..count {
         let created = start + ((first + i * every) as f64 * step) as i64;
         let mut pending = Box::new(synth.record(ws, created));
+        if let Some(done) = pending.marks.handler_done.filter(|_| keep) {
+            latencies.push((created, done.as_micros() as i64));
+        }
         loop {
             match recorder.try_record(pending) {
                 Ok(()) => break,
@@ -582,6 +595,7 @@ async fn load_one(
         full,
         waited,
         took: started.elapsed(),
+        latencies,
     })
 }
 
@@ -712,39 +726,31 @@ impl Raw {
             Raw::Postgres(c) => c.query_one(&format!("{sql} $1"), &[&ws]).await?.get(0),
         })
     }
-
-    /// The handler_done of the `rank`-th fastest request of the window.
-    async fn ranked(
-        &self,
-        ws: &str,
-        (from, to): (i64, i64),
-        rank: i64,
-    ) -> Result<i64, Box<dyn Error>> {
-        let sql = |p: char| {
-            format!(
-                "SELECT handler_done_us FROM requests
-                 WHERE workspace_id = {p}1 AND created_at_us >= {p}2 AND created_at_us < {p}3
-                   AND handler_done_us IS NOT NULL
-                 ORDER BY handler_done_us LIMIT 1 OFFSET {p}4"
-            )
-        };
-        Ok(match self {
-            Raw::Sqlite(store) => store.with_conn(|c| {
-                Ok(
-                    c.query_row(&sql('?'), rusqlite::params![ws, from, to, rank], |r| {
-                        r.get(0)
-                    })?,
-                )
-            })?,
-            Raw::Postgres(c) => c
-                .query_one(&sql('$'), &[&ws, &from, &to, &rank])
-                .await?
-                .get(0),
-        })
-    }
 }
 
-async fn query(a: &Args, store: &Store, raw: &Raw, ws: &str) -> Result<(), Box<dyn Error>> {
+/// The handler_done of the `rank`-th fastest request of the window, from SQLite's rows.
+fn ranked(
+    store: &Store,
+    ws: &str,
+    (from, to): (i64, i64),
+    rank: i64,
+) -> Result<i64, Box<dyn Error>> {
+    let sql = "SELECT handler_done_us FROM requests
+         WHERE workspace_id = ?1 AND created_at_us >= ?2 AND created_at_us < ?3
+           AND handler_done_us IS NOT NULL
+         ORDER BY handler_done_us LIMIT 1 OFFSET ?4";
+    Ok(store.with_conn(|c| {
+        Ok(c.query_row(sql, rusqlite::params![ws, from, to, rank], |r| r.get(0))?)
+    })?)
+}
+
+async fn query(
+    a: &Args,
+    store: &Store,
+    raw: &Raw,
+    ws: &str,
+    mut latencies: Vec<(i64, i64)>,
+) -> Result<(), Box<dyn Error>> {
     let (rows, rollups, rollup_bytes, db_bytes, request_bytes) = raw.sizes().await?;
     println!(
         "store: {rows} rows, {rollups} rollup rows ({:.1} MB of rollups, {:.0} B each), database {:.0} MB ({:.2} GB per million rows){}",
@@ -867,10 +873,26 @@ async fn query(a: &Args, store: &Store, raw: &Raw, ws: &str) -> Result<(), Box<d
         return Ok(());
     }
     // The sketch against the rows: exact nearest-rank latency percentiles by sorting every row.
+    // PostgreSQL rows keep `handler_done` packed, where SQL cannot sort on it: there the
+    // values come from this run's load.
+    if matches!(raw, Raw::Postgres(_)) && latencies.is_empty() {
+        println!("\nexact check skipped: on PostgreSQL it needs this run's load");
+        return Ok(());
+    }
+    latencies.retain(|(created, _)| (u_window.0..u_window.1).contains(created));
+    latencies.sort_unstable_by_key(|(_, done)| *done);
     let mut exact = Vec::new();
     for q in [0.5, 0.95, 0.99] {
         let rank = laptime_core::rollup::nearest_rank(q, p.count) as i64 - 1;
-        exact.push(raw.ranked(ws, u_window, rank).await? as f64 / 1000.0);
+        let done = match raw {
+            Raw::Postgres(_) => usize::try_from(rank)
+                .ok()
+                .and_then(|r| latencies.get(r))
+                .map(|(_, done)| *done)
+                .ok_or("fewer loaded records than the sketch counts")?,
+            Raw::Sqlite(store) => ranked(store, ws, u_window, rank)?,
+        };
+        exact.push(done as f64 / 1000.0);
     }
     println!();
     for ((name, got), want) in [("p50", p.p50), ("p95", p.p95), ("p99", p.p99)]

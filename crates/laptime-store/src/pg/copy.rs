@@ -61,7 +61,7 @@ async fn copy_rows(tx: &Transaction<'_>, records: &[RequestRecord]) -> Result<()
     let Some(first) = records.first() else {
         return Ok(());
     };
-    let types: Vec<Type> = values(first)?.iter().map(|v| v.pg_type()).collect();
+    let types: Vec<Type> = values(first).iter().map(|v| v.pg_type()).collect();
     let sql = format!(
         "COPY requests ({}) FROM STDIN (FORMAT binary)",
         COLUMNS.join(", ")
@@ -69,7 +69,7 @@ async fn copy_rows(tx: &Transaction<'_>, records: &[RequestRecord]) -> Result<()
     let sink = tx.copy_in(&sql).await?;
     let mut writer = std::pin::pin!(BinaryCopyInWriter::new(sink, &types));
     for r in records {
-        let row = values(r)?;
+        let row = values(r);
         writer.as_mut().write_raw(row.iter()).await?;
     }
     writer.finish().await?;

@@ -27,15 +27,18 @@ use tokio_postgres::Row;
 
 use super::rollups::{merge_into, rebuild_keys};
 use crate::corrupt;
-use crate::records::{dur, nano, tok, untok, us};
+use crate::records::{dur, tok, untok};
 use crate::rollups::{aggregate, floor_minute, RollupKey};
 use crate::{Result, StoreError};
 
 /// One UTC day, in microseconds.
 pub const DAY_US: i64 = 86_400_000_000;
 
-/// The request columns, in the order [`values`] gives them and [`from_row`] reads them.
-pub(super) const COLUMNS: [&str; 62] = [
+/// The request columns [`from_row`] reads, in its order: every column rows have had, then the
+/// packed fields. Rows written before schema v9 hold each field in its column and no packed
+/// value; newer rows hold only [`COLUMNS`], and NULL in the others (a bit of the row's null
+/// map each).
+const READ_COLUMNS: [&str; 63] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -98,32 +101,60 @@ pub(super) const COLUMNS: [&str; 62] = [
     "key_index",
     "estimated_output_tokens",
     "in_band",
+    "packed",
+];
+
+/// The position of the packed fields in [`READ_COLUMNS`].
+const PACKED: usize = 62;
+
+/// The columns a row is written with, in the order [`values`] gives them: those a query
+/// filters, groups or sorts on (see [`crate::usage::push_filter`]) and the identity, then the
+/// other fields packed into one value ([`crate::packed`]).
+pub(super) const COLUMNS: [&str; 19] = [
+    "request_id",
+    "created_at_us",
+    "workspace_id",
+    "model",
+    "provider",
+    "channel",
+    "grp",
+    "dialect",
+    "stream",
+    "status",
+    "outcome",
+    "classification",
+    "endpoint",
+    "input_tokens",
+    "max_output_tokens",
+    "reasoning_effort",
+    "tool_count",
+    "region",
+    "packed",
 ];
 
 /// `SELECT <every column> FROM requests`.
 pub(crate) fn select() -> String {
-    format!("SELECT {} FROM requests", COLUMNS.join(", "))
+    format!("SELECT {} FROM requests", READ_COLUMNS.join(", "))
 }
 
 /// One value of a row, typed as its column; text borrowed from the record where it can be.
 pub(super) enum Val<'a> {
     Str(Option<&'a str>),
-    Text(Option<String>),
     Int(Option<i64>),
     Int4(Option<i32>),
     Bool(Option<bool>),
-    Float(Option<f64>),
+    Bytes(Option<Vec<u8>>),
 }
 
 impl Val<'_> {
     /// The column's type, for a binary COPY's header.
     pub(super) fn pg_type(&self) -> Type {
         match self {
-            Val::Str(_) | Val::Text(_) => Type::TEXT,
+            Val::Str(_) => Type::TEXT,
             Val::Int(_) => Type::INT8,
             Val::Int4(_) => Type::INT4,
             Val::Bool(_) => Type::BOOL,
-            Val::Float(_) => Type::FLOAT8,
+            Val::Bytes(_) => Type::BYTEA,
         }
     }
 }
@@ -137,11 +168,10 @@ impl ToSql for Val<'_> {
     ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
         match self {
             Val::Str(v) => v.to_sql_checked(ty, out),
-            Val::Text(v) => v.to_sql_checked(ty, out),
             Val::Int(v) => v.to_sql_checked(ty, out),
             Val::Int4(v) => v.to_sql_checked(ty, out),
             Val::Bool(v) => v.to_sql_checked(ty, out),
-            Val::Float(v) => v.to_sql_checked(ty, out),
+            Val::Bytes(v) => v.to_sql_checked(ty, out),
         }
     }
 
@@ -156,11 +186,10 @@ impl std::fmt::Debug for Val<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Val::Str(v) => write!(f, "{v:?}"),
-            Val::Text(v) => write!(f, "{v:?}"),
             Val::Int(v) => write!(f, "{v:?}"),
             Val::Int4(v) => write!(f, "{v:?}"),
             Val::Bool(v) => write!(f, "{v:?}"),
-            Val::Float(v) => write!(f, "{v:?}"),
+            Val::Bytes(v) => write!(f, "{:?}", v.as_ref().map(Vec::len)),
         }
     }
 }
@@ -171,28 +200,27 @@ enum Col {
     Int(Vec<Option<i64>>),
     Int4(Vec<Option<i32>>),
     Bool(Vec<Option<bool>>),
-    Float(Vec<Option<f64>>),
+    Bytes(Vec<Option<Vec<u8>>>),
 }
 
 impl Col {
     fn empty_like(v: &Val<'_>, capacity: usize) -> Col {
         match v {
-            Val::Str(_) | Val::Text(_) => Col::Text(Vec::with_capacity(capacity)),
+            Val::Str(_) => Col::Text(Vec::with_capacity(capacity)),
             Val::Int(_) => Col::Int(Vec::with_capacity(capacity)),
             Val::Int4(_) => Col::Int4(Vec::with_capacity(capacity)),
             Val::Bool(_) => Col::Bool(Vec::with_capacity(capacity)),
-            Val::Float(_) => Col::Float(Vec::with_capacity(capacity)),
+            Val::Bytes(_) => Col::Bytes(Vec::with_capacity(capacity)),
         }
     }
 
     fn push(&mut self, v: Val<'_>) {
         match (self, v) {
             (Col::Text(c), Val::Str(v)) => c.push(v.map(str::to_string)),
-            (Col::Text(c), Val::Text(v)) => c.push(v),
             (Col::Int(c), Val::Int(v)) => c.push(v),
             (Col::Int4(c), Val::Int4(v)) => c.push(v),
             (Col::Bool(c), Val::Bool(v)) => c.push(v),
-            (Col::Float(c), Val::Float(v)) => c.push(v),
+            (Col::Bytes(c), Val::Bytes(v)) => c.push(v),
             // `values` gives every row the same types; a mismatch cannot be built.
             _ => {}
         }
@@ -204,7 +232,7 @@ impl Col {
             Col::Int(_) => "int8[]",
             Col::Int4(_) => "int4[]",
             Col::Bool(_) => "bool[]",
-            Col::Float(_) => "float8[]",
+            Col::Bytes(_) => "bytea[]",
         }
     }
 
@@ -214,7 +242,7 @@ impl Col {
             Col::Int(c) => c,
             Col::Int4(c) => c,
             Col::Bool(c) => c,
-            Col::Float(c) => c,
+            Col::Bytes(c) => c,
         }
     }
 }
@@ -227,83 +255,29 @@ fn word(v: &str) -> Val<'_> {
     Val::Str(Some(v))
 }
 
-fn int(v: u32) -> Val<'static> {
-    Val::Int(Some(i64::from(v)))
-}
-
 /// A record's row, in [`COLUMNS`] order.
-pub(super) fn values(r: &RequestRecord) -> Result<[Val<'_>; 62]> {
-    let m = &r.marks;
-    let t = &r.tokens;
-    let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    Ok([
+pub(super) fn values(r: &RequestRecord) -> [Val<'_>; 19] {
+    [
         word(&r.request_id),
         Val::Int(Some(r.created_at_us)),
         text(&r.workspace_id),
-        text(&r.key_id),
         text(&r.model),
         text(&r.provider),
         text(&r.channel),
         text(&r.group),
         word(r.dialect.as_str()),
-        Val::Str(r.upstream_dialect.map(Dialect::as_str)),
         Val::Bool(Some(r.stream)),
         Val::Int4(Some(i32::from(r.status))),
         word(r.outcome.as_str()),
-        Val::Str(r.timeout_kind.map(DeadlineKind::as_str)),
-        Val::Str(r.error_class.map(ErrorClass::as_str)),
         word(r.classification.as_str()),
-        Val::Text(Some(flags)),
-        Val::Int(us(m.auth)),
-        Val::Int(us(m.body_read)),
-        Val::Int(us(m.distribution)),
-        Val::Int(us(m.upstream_start)),
-        Val::Int(us(m.upstream_headers)),
-        Val::Int(us(m.first_byte)),
-        Val::Int(us(m.first_event)),
-        Val::Int(us(m.first_effective)),
-        Val::Int(us(m.first_visible)),
-        Val::Int(us(m.last_effective)),
-        Val::Int(us(m.upstream_done)),
-        Val::Int(us(m.handler_done)),
-        Val::Int(tok(t.input)),
-        Val::Int(tok(t.output)),
-        Val::Int(tok(t.cache_read)),
-        Val::Int(tok(t.cache_write)),
-        Val::Int(tok(t.reasoning)),
-        int(r.event_count),
-        int(r.text_delta_count),
-        Val::Int(r.channel_inflight.map(i64::from)),
-        word(r.hedge.as_str()),
-        int(r.failover_count),
-        Val::Bool(Some(r.cached)),
+        word(r.exchange.endpoint.as_str()),
+        Val::Int(tok(r.tokens.input)),
         Val::Int(tok(r.shape.max_output_tokens)),
         text(&r.shape.reasoning_effort),
         Val::Int(r.shape.tool_count.map(i64::from)),
-        text(&r.shape.tool_choice),
-        text(&r.shape.response_format),
-        Val::Float(r.shape.temperature),
-        Val::Float(r.shape.top_p),
         text(&r.region),
-        text(&r.trace_id),
-        text(&r.instance),
-        Val::Int(tok(t.cache_write_1h)),
-        Val::Int(r.cost.map(|c| nano(c.nano_usd))),
-        Val::Bool(r.cost.map(|c| c.estimated)),
-        Val::Int(us(m.admission)),
-        Val::Str(r.refused_by.map(Limit::as_str)),
-        Val::Text(Some(crate::attempts::encode(&r.attempts))),
-        word(r.exchange.endpoint.as_str()),
-        Val::Int(tok(r.exchange.bytes_in)),
-        Val::Int(tok(r.exchange.bytes_out)),
-        Val::Int4(
-            r.exchange
-                .key_index
-                .map(|k| i32::try_from(k).unwrap_or(i32::MAX)),
-        ),
-        Val::Int(tok(t.estimated_output)),
-        Val::Str(r.in_band.map(InBandCarrier::as_str)),
-    ])
+        Val::Bytes(Some(crate::packed::encode(r))),
+    ]
 }
 
 fn parse_opt<T>(v: Option<String>, what: &str, parse: fn(&str) -> Option<T>) -> Result<Option<T>> {
@@ -323,6 +297,68 @@ fn count(v: i64) -> u32 {
 
 /// A row of [`select`] as the record it stores.
 pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
+    match row.try_get::<_, Option<&[u8]>>(PACKED)? {
+        Some(packed) => from_packed_row(row, packed),
+        None => from_columns(row),
+    }
+}
+
+/// A row written since schema v9: the columns of [`COLUMNS`] and the packed fields.
+fn from_packed_row(row: &Row, packed: &[u8]) -> Result<RequestRecord> {
+    let status: i32 = row.try_get(11)?;
+    let mut r = RequestRecord {
+        request_id: row.try_get(0)?,
+        created_at_us: row.try_get(1)?,
+        workspace_id: row.try_get(2)?,
+        key_id: None,
+        model: row.try_get(4)?,
+        provider: row.try_get(5)?,
+        channel: row.try_get(6)?,
+        group: row.try_get(7)?,
+        dialect: parse_req(row.try_get(8)?, "dialect", Dialect::parse)?,
+        upstream_dialect: None,
+        stream: row.try_get(10)?,
+        status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
+        outcome: parse_req(row.try_get(12)?, "outcome", Outcome::parse)?,
+        timeout_kind: None,
+        error_class: None,
+        classification: parse_req(row.try_get(15)?, "classification", Classification::parse)?,
+        flags: Vec::new(),
+        marks: Marks::default(),
+        tokens: Tokens {
+            input: untok(row.try_get(29)?),
+            ..Tokens::default()
+        },
+        event_count: 0,
+        text_delta_count: 0,
+        channel_inflight: None,
+        hedge: Hedge::None,
+        failover_count: 0,
+        cached: false,
+        shape: RequestShape {
+            max_output_tokens: untok(row.try_get(40)?),
+            reasoning_effort: row.try_get(41)?,
+            tool_count: row.try_get::<_, Option<i64>>(42)?.map(count),
+            ..RequestShape::default()
+        },
+        region: row.try_get(47)?,
+        trace_id: None,
+        instance: None,
+        cost: None,
+        refused_by: None,
+        attempts: Vec::new(),
+        exchange: Exchange {
+            endpoint: parse_req(row.try_get(56)?, "endpoint", Endpoint::parse)?,
+            ..Exchange::default()
+        },
+        in_band: None,
+    };
+    crate::packed::decode(packed, &mut r)?;
+    Ok(r)
+}
+
+/// A row written before schema v9: each field in its column.
+fn from_columns(row: &Row) -> Result<RequestRecord> {
     let mark = |i: usize| -> Result<Option<std::time::Duration>> { Ok(dur(row.try_get(i)?)) };
     let tokens = |i: usize| -> Result<Option<u64>> { Ok(untok(row.try_get(i)?)) };
     let flags: String = row.try_get(16)?;
@@ -505,12 +541,12 @@ async fn insert_rows(tx: &Transaction<'_>, records: &[RequestRecord]) -> Result<
     let Some(first) = records.first() else {
         return Ok(HashSet::new());
     };
-    let mut cols: Vec<Col> = values(first)?
+    let mut cols: Vec<Col> = values(first)
         .iter()
         .map(|v| Col::empty_like(v, records.len()))
         .collect();
     for r in records {
-        for (col, v) in cols.iter_mut().zip(values(r)?) {
+        for (col, v) in cols.iter_mut().zip(values(r)) {
             col.push(v);
         }
     }
@@ -741,6 +777,141 @@ pub async fn delete_older_than(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::packed::tests::{full, sparse};
+    use crate::records::{nano, us};
+
+    /// A record's row as builds before schema v9 wrote it: every field in its column.
+    fn legacy_values(r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync + Send>> {
+        let m = &r.marks;
+        let t = &r.tokens;
+        let s = |v: &Option<String>| -> Box<dyn ToSql + Sync + Send> { Box::new(v.clone()) };
+        let name = |v: Option<&'static str>| -> Box<dyn ToSql + Sync + Send> { Box::new(v) };
+        let int = |v: Option<i64>| -> Box<dyn ToSql + Sync + Send> { Box::new(v) };
+        let count = |v: u32| int(Some(i64::from(v)));
+        let flags: Vec<&str> = r.flags.iter().map(|f| f.as_str()).collect();
+        vec![
+            Box::new(r.request_id.clone()),
+            Box::new(r.created_at_us),
+            s(&r.workspace_id),
+            s(&r.key_id),
+            s(&r.model),
+            s(&r.provider),
+            s(&r.channel),
+            s(&r.group),
+            name(Some(r.dialect.as_str())),
+            name(r.upstream_dialect.map(Dialect::as_str)),
+            Box::new(r.stream),
+            Box::new(i32::from(r.status)),
+            name(Some(r.outcome.as_str())),
+            name(r.timeout_kind.map(DeadlineKind::as_str)),
+            name(r.error_class.map(ErrorClass::as_str)),
+            name(Some(r.classification.as_str())),
+            Box::new(serde_json::to_string(&flags).unwrap()),
+            int(us(m.auth)),
+            int(us(m.body_read)),
+            int(us(m.distribution)),
+            int(us(m.upstream_start)),
+            int(us(m.upstream_headers)),
+            int(us(m.first_byte)),
+            int(us(m.first_event)),
+            int(us(m.first_effective)),
+            int(us(m.first_visible)),
+            int(us(m.last_effective)),
+            int(us(m.upstream_done)),
+            int(us(m.handler_done)),
+            int(tok(t.input)),
+            int(tok(t.output)),
+            int(tok(t.cache_read)),
+            int(tok(t.cache_write)),
+            int(tok(t.reasoning)),
+            count(r.event_count),
+            count(r.text_delta_count),
+            int(r.channel_inflight.map(i64::from)),
+            name(Some(r.hedge.as_str())),
+            count(r.failover_count),
+            Box::new(r.cached),
+            int(tok(r.shape.max_output_tokens)),
+            s(&r.shape.reasoning_effort),
+            int(r.shape.tool_count.map(i64::from)),
+            s(&r.shape.tool_choice),
+            s(&r.shape.response_format),
+            Box::new(r.shape.temperature),
+            Box::new(r.shape.top_p),
+            s(&r.region),
+            s(&r.trace_id),
+            s(&r.instance),
+            int(tok(t.cache_write_1h)),
+            int(r.cost.map(|c| nano(c.nano_usd))),
+            Box::new(r.cost.map(|c| c.estimated)),
+            int(us(m.admission)),
+            name(r.refused_by.map(Limit::as_str)),
+            Box::new(crate::attempts::encode(&r.attempts)),
+            name(Some(r.exchange.endpoint.as_str())),
+            int(tok(r.exchange.bytes_in)),
+            int(tok(r.exchange.bytes_out)),
+            Box::new(r.exchange.key_index.map(|k| i32::try_from(k).unwrap())),
+            int(tok(t.estimated_output)),
+            name(r.in_band.map(InBandCarrier::as_str)),
+        ]
+    }
+
+    /// Rows written before v9 (each field in its column) and after (most fields packed) live
+    /// side by side in one table, and each reads back as the record it was written from.
+    #[tokio::test]
+    async fn rows_of_either_layout_read_back_as_written() {
+        let schema = crate::testing::PgSchema::create().await.unwrap();
+        let store = crate::Store::open_postgres(schema.url()).await.unwrap();
+        let mut old = full();
+        old.request_id = "req_old".into();
+        // The largest value both layouts hold.
+        old.tokens.estimated_output = Some(i64::MAX as u64);
+        let mut new = full();
+        new.request_id = "req_new".into();
+        let mut bare = sparse();
+        bare.request_id = "req_bare".into();
+        bare.workspace_id = old.workspace_id.clone();
+        bare.created_at_us = old.created_at_us;
+        // Makes the day's partition.
+        store
+            .insert_batch(vec![new.clone(), bare.clone()])
+            .await
+            .unwrap();
+        let config: tokio_postgres::Config = schema.url().parse().unwrap();
+        let client = crate::pg::connect(&config).await.unwrap();
+        let params = legacy_values(&old);
+        let placeholders: Vec<String> = (1..=params.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "INSERT INTO requests ({}) VALUES ({})",
+            READ_COLUMNS[..PACKED].join(", "),
+            placeholders.join(", ")
+        );
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| &**p as _).collect();
+        client.execute(&sql, &refs).await.unwrap();
+        let packed: Vec<Option<Vec<u8>>> = client
+            .query("SELECT packed FROM requests ORDER BY request_id", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(packed.iter().filter(|p| p.is_some()).count(), 2);
+        let ws = old.workspace_id.clone().unwrap();
+        for r in [&old, &new, &bare] {
+            let got = store.record(&ws, &r.request_id).await.unwrap();
+            assert_eq!(got.as_ref(), Some(r), "{}", r.request_id);
+        }
+        let recent = store
+            .recent(&ws, crate::usage::UsageFilter::default(), None, 10)
+            .await
+            .unwrap();
+        assert_eq!(recent.len(), 3);
+        for r in recent {
+            let want = [&old, &new, &bare]
+                .into_iter()
+                .find(|w| w.request_id == r.request_id);
+            assert_eq!(Some(&r), want);
+        }
+    }
 
     #[test]
     fn partition_names_read_back_as_their_day() {
