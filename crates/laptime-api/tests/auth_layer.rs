@@ -149,18 +149,16 @@ const PROXY_ROUTES: [(&str, bool); 3] = [
 async fn stored(store: &Store, request_id: &str) -> (String, u16, Option<String>, Option<i64>) {
     for _ in 0..300 {
         let id = request_id.to_string();
-        let row = store
-            .with_conn(move |c| {
-                Ok(c.query_row(
-                    "SELECT outcome, status, error_class, auth_us FROM requests WHERE request_id = ?1",
-                    [&id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .ok())
-            })
+        let record = store
+            .with_conn(move |c| laptime_store::records::stored(c, &id))
             .unwrap();
-        if let Some(row) = row {
-            return row;
+        if let Some(r) = record {
+            return (
+                r.outcome.as_str().to_string(),
+                r.status,
+                r.error_class.map(|c| c.as_str().to_string()),
+                r.marks.auth.map(|a| a.as_micros() as i64),
+            );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

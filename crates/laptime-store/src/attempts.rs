@@ -1,12 +1,15 @@
-//! A request's attempts as both stores keep them: inside the request's row, a JSON array with
-//! one positional array per attempt (no field names: a request is stored millions of times).
-//! PostgreSQL has kept them so from its first schema; SQLite since its v13, which folded its
+//! A request's attempts as rows written before the packed layout (PostgreSQL's v9, SQLite's
+//! v14; see [`crate::packed`]) keep them: inside the request's row, a JSON array with one
+//! positional array per attempt (no field names: a request is stored millions of times).
+//! PostgreSQL kept them so from its first schema; SQLite since its v13, which folded its
 //! `attempts` table (a row and a key entry per attempt, and an insert more per record) into
-//! the rows.
+//! the rows. Newer rows hold them packed; these are read, never written.
 
 use laptime_core::timeline::{Attempt, AttemptRole, ConnectionMarks, ErrorClass};
 
-use crate::records::{dur, us};
+use crate::records::dur;
+#[cfg(test)]
+use crate::records::us;
 use crate::{corrupt, Result};
 
 /// One attempt as stored: `[channel, role, won, status, error_class, start_us, headers_us,
@@ -32,7 +35,9 @@ const CONNECTION_MARKS: usize = 3;
 /// The span id's place in the tail, after the connection marks.
 const SPAN_ID: usize = CONNECTION_MARKS;
 
-/// A request's attempts as stored (`[]` for none).
+/// A request's attempts as stored (`[]` for none): as rows written before the packed layout
+/// hold them, which tests write to prove those rows still read back.
+#[cfg(test)]
 pub(crate) fn encode(attempts: &[Attempt]) -> String {
     let rows: Vec<serde_json::Value> = attempts
         .iter()

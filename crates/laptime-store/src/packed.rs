@@ -19,12 +19,14 @@
 use std::time::Duration;
 
 use laptime_core::cost::Cost;
+use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::Limit;
-use laptime_core::slow::Flag;
+use laptime_core::slow::{Classification, Flag};
 use laptime_core::timeline::{
-    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Hedge, InBandCarrier,
-    RequestRecord,
+    Attempt, AttemptRole, ConnectionMarks, DeadlineKind, ErrorClass, Exchange, Hedge,
+    InBandCarrier, Marks, Outcome, RequestRecord, RequestShape,
 };
+use laptime_core::usage::Tokens;
 use laptime_core::Dialect;
 
 use crate::{Result, StoreError};
@@ -184,14 +186,17 @@ pub(crate) fn encode(r: &RequestRecord) -> Vec<u8> {
     out
 }
 
-/// An attempt. Its channel is left out when it is the record's, and its four marks when they
-/// are the record's upstream marks (both so for the one attempt of most requests); its other
-/// marks are written from its start.
+/// An attempt. Its role is left out when it is the primary, its channel when it is the
+/// record's, and its four marks when they are the record's upstream marks (all three so for
+/// the one attempt of most requests); its other marks are written from its start.
 fn encode_attempt(a: &Attempt, r: &RequestRecord, out: &mut Vec<u8>) {
     let mut w = Writer::default();
     w.flag(a.won);
-    w.flag(a.role == AttemptRole::Failover);
-    w.flag(a.role == AttemptRole::Hedge);
+    w.text(
+        Some(a.role)
+            .filter(|r| *r != AttemptRole::Primary)
+            .map(AttemptRole::as_str),
+    );
     w.text(Some(a.channel.as_str()).filter(|c| r.channel.as_deref() != Some(c)));
     w.uint(a.status.map(u64::from));
     w.text(a.error_class.map(ErrorClass::as_str));
@@ -374,9 +379,85 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The fields a request's row keeps in columns: its identity and what queries filter, group or
+/// sort on (see [`crate::usage::push_filter`]). Both stores read them from their row.
+pub(crate) struct Columns {
+    pub request_id: String,
+    pub created_at_us: i64,
+    pub workspace_id: Option<String>,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub channel: Option<String>,
+    pub group: Option<String>,
+    pub dialect: Dialect,
+    pub stream: bool,
+    pub status: u16,
+    pub outcome: Outcome,
+    pub classification: Classification,
+    pub endpoint: Endpoint,
+    pub input_tokens: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+    pub reasoning_effort: Option<String>,
+    pub tool_count: Option<u32>,
+    pub region: Option<String>,
+}
+
+/// The record of a row: its columns `c` and its packed fields `packed`.
+pub(crate) fn record(c: Columns, packed: &[u8]) -> Result<RequestRecord> {
+    let mut r = RequestRecord {
+        request_id: c.request_id,
+        workspace_id: c.workspace_id,
+        key_id: None,
+        created_at_us: c.created_at_us,
+        model: c.model,
+        provider: c.provider,
+        channel: c.channel,
+        group: c.group,
+        dialect: c.dialect,
+        upstream_dialect: None,
+        stream: c.stream,
+        status: c.status,
+        outcome: c.outcome,
+        timeout_kind: None,
+        error_class: None,
+        classification: c.classification,
+        flags: Vec::new(),
+        marks: Marks::default(),
+        tokens: Tokens {
+            input: c.input_tokens,
+            ..Tokens::default()
+        },
+        event_count: 0,
+        text_delta_count: 0,
+        channel_inflight: None,
+        attempts: Vec::new(),
+        hedge: Hedge::None,
+        failover_count: 0,
+        cached: false,
+        shape: RequestShape {
+            max_output_tokens: c.max_output_tokens,
+            reasoning_effort: c.reasoning_effort,
+            tool_count: c.tool_count,
+            ..RequestShape::default()
+        },
+        region: c.region,
+        instance: None,
+        trace_id: None,
+        cost: None,
+        refused_by: None,
+        exchange: Exchange {
+            endpoint: c.endpoint,
+            ..Exchange::default()
+        },
+        in_band: None,
+    };
+    decode(packed, &mut r)?;
+    Ok(r)
+}
+
 /// Sets the packed fields of `r` from `b`, as [`encode`] wrote them; the other fields of `r`
 /// (its columns) are left as they are.
-pub(crate) fn decode(b: &[u8], r: &mut RequestRecord) -> Result<()> {
+fn decode(b: &[u8], r: &mut RequestRecord) -> Result<()> {
     let Some((&version, b)) = b.split_first() else {
         return Err(corrupt("empty"));
     };
@@ -467,12 +548,9 @@ pub(crate) fn decode(b: &[u8], r: &mut RequestRecord) -> Result<()> {
 fn decode_attempt(d: &mut Reader<'_>, r: &RequestRecord) -> Result<Attempt> {
     let mut a = Reader::new(&d.b[d.pos..])?;
     let won = a.flag();
-    let role = match (a.flag(), a.flag()) {
-        (false, false) => AttemptRole::Primary,
-        (true, false) => AttemptRole::Failover,
-        (false, true) => AttemptRole::Hedge,
-        (true, true) => return Err(corrupt("two roles")),
-    };
+    let role = a
+        .named("attempt role", AttemptRole::parse)?
+        .unwrap_or(AttemptRole::Primary);
     let channel = match a.owned()? {
         Some(c) => c,
         None => r.channel.clone().ok_or_else(|| corrupt("no channel"))?,
@@ -539,10 +617,7 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use laptime_core::endpoint::Endpoint;
-    use laptime_core::slow::{Classification, SlowStage};
-    use laptime_core::timeline::{Exchange, Marks, Outcome, RequestShape};
-    use laptime_core::usage::Tokens;
+    use laptime_core::slow::SlowStage;
     use rand::{Rng, SeedableRng};
 
     use super::*;
@@ -619,8 +694,11 @@ pub(crate) mod tests {
             event_count: 41,
             text_delta_count: 42,
             channel_inflight: Some(43),
+            // Every role; the last on the record's channel.
             attempts: vec![
                 attempt("c-backup", AttemptRole::Primary, false, 100),
+                attempt("c-hedge", AttemptRole::Hedge, false, 150),
+                attempt("c-third", AttemptRole::Continuation, false, 170),
                 attempt("c", AttemptRole::Failover, true, 200),
             ],
             hedge: Hedge::Hedge,
@@ -792,7 +870,8 @@ pub(crate) mod tests {
     fn a_typical_streamed_request_packs_into_under_a_hundred_bytes() {
         let mut r = full();
         r.flags.clear();
-        r.attempts.remove(0);
+        r.attempts.drain(..3);
+        r.attempts[0].role = AttemptRole::Primary;
         r.attempts[0].connection = ConnectionMarks::default();
         r.attempts[0].span_id = None;
         r.hedge = Hedge::None;

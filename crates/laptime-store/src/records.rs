@@ -20,6 +20,7 @@ use crate::rollups::{self, RollupKey};
 use crate::usage::{self, UsageFilter};
 use crate::{Result, StoreError};
 
+#[cfg(test)]
 pub(crate) fn us(d: Option<Duration>) -> Option<i64> {
     d.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
@@ -95,26 +96,7 @@ pub(crate) fn insert_rows(
     let mut rebuild: HashSet<RollupKey> = HashSet::new();
     let mut replaced = Vec::new();
     {
-        let mut req = tx.prepare_cached(
-            "INSERT INTO requests (
-                request_id, workspace_id, key_id, created_at_us, model, provider, channel, grp,
-                dialect, stream, status, outcome, timeout_kind, error_class, classification, flags,
-                auth_us, body_read_us, distribution_us, upstream_start_us, upstream_headers_us,
-                first_byte_us, first_event_us, first_effective_us, first_visible_us,
-                last_effective_us, upstream_done_us, handler_done_us,
-                input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
-                event_count, text_delta_count, channel_inflight, hedge, failover_count, cached,
-                max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
-                temperature, top_p, region, trace_id, upstream_dialect, instance,
-                cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by,
-                endpoint, bytes_in, bytes_out, key_index, estimated_output_tokens, in_band,
-                attempts)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
-                ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49,
-                ?50, ?51, ?52, ?53, ?54, ?55, ?56, ?57, ?58, ?59, ?60, ?61, ?62)
-             ON CONFLICT (request_id) DO NOTHING",
-        )?;
+        let mut req = tx.prepare_cached(INSERT)?;
         for r in records {
             if insert_row(&mut req, r)? == 0 {
                 // The id is taken: replace the old row, and rebuild both its rollup and ours.
@@ -131,15 +113,24 @@ pub(crate) fn insert_rows(
     Ok((rebuild, replaced))
 }
 
+/// A request's row since schema v14: the columns queries filter, group or sort on, the others
+/// packed into one value ([`crate::packed`]). The older columns that may not be NULL take the
+/// values that cost a row no bytes (0 and `''`: SQLite writes them in the row's header alone),
+/// and mean nothing beside the packed value.
+const INSERT: &str = "INSERT INTO requests (
+        request_id, workspace_id, created_at_us, model, provider, channel, grp, dialect, stream,
+        status, outcome, classification, endpoint, input_tokens, max_output_tokens,
+        reasoning_effort, tool_count, region, packed,
+        flags, event_count, text_delta_count, hedge, failover_count, cached)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+        ?19, '', 0, 0, '', 0, 0)
+     ON CONFLICT (request_id) DO NOTHING";
+
 /// Inserts one request row unless its id exists; returns the rows inserted (0 or 1).
 fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Result<usize> {
-    let m = &r.marks;
-    let flags = serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let attempts = (!r.attempts.is_empty()).then(|| crate::attempts::encode(&r.attempts));
     Ok(stmt.execute(params![
         r.request_id,
         r.workspace_id,
-        r.key_id,
         r.created_at_us,
         r.model,
         r.provider,
@@ -149,56 +140,14 @@ fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Re
         r.stream,
         r.status,
         r.outcome.as_str(),
-        r.timeout_kind.map(|k| k.as_str()),
-        r.error_class.map(|c| c.as_str()),
         r.classification.as_str(),
-        flags,
-        us(m.auth),
-        us(m.body_read),
-        us(m.distribution),
-        us(m.upstream_start),
-        us(m.upstream_headers),
-        us(m.first_byte),
-        us(m.first_event),
-        us(m.first_effective),
-        us(m.first_visible),
-        us(m.last_effective),
-        us(m.upstream_done),
-        us(m.handler_done),
+        r.exchange.endpoint.as_str(),
         tok(r.tokens.input),
-        tok(r.tokens.output),
-        tok(r.tokens.cache_read),
-        tok(r.tokens.cache_write),
-        tok(r.tokens.reasoning),
-        r.event_count,
-        r.text_delta_count,
-        r.channel_inflight,
-        r.hedge.as_str(),
-        r.failover_count,
-        r.cached,
         tok(r.shape.max_output_tokens),
         r.shape.reasoning_effort,
         r.shape.tool_count,
-        r.shape.tool_choice,
-        r.shape.response_format,
-        r.shape.temperature,
-        r.shape.top_p,
         r.region,
-        r.trace_id,
-        r.upstream_dialect.map(Dialect::as_str),
-        r.instance,
-        tok(r.tokens.cache_write_1h),
-        r.cost.map(|c| nano(c.nano_usd)),
-        r.cost.map(|c| c.estimated),
-        us(m.admission),
-        r.refused_by.map(|l| l.as_str()),
-        r.exchange.endpoint.as_str(),
-        tok(r.exchange.bytes_in),
-        tok(r.exchange.bytes_out),
-        r.exchange.key_index,
-        tok(r.tokens.estimated_output),
-        r.in_band.map(InBandCarrier::as_str),
-        attempts,
+        crate::packed::encode(r),
     ])?)
 }
 
@@ -208,13 +157,21 @@ pub(crate) fn parse_span_id(s: &str) -> Option<[u8; 8]> {
     hex::decode_to_slice(s, &mut id).ok().map(|()| id)
 }
 
-/// One stored row by id, in any workspace, without its attempts.
+/// One stored record by id, in any workspace: for tests that look at what a request without
+/// a workspace (refused before auth resolved one) left.
+#[cfg(any(test, feature = "test-support"))]
+pub fn stored(conn: &Connection, request_id: &str) -> Result<Option<RequestRecord>> {
+    get_row(conn, request_id)
+}
+
+/// One stored row by id, in any workspace.
 fn get_row(conn: &Connection, request_id: &str) -> Result<Option<RequestRecord>> {
     let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE request_id = ?1"))?;
     Ok(stmt.query_row([request_id], from_row).optional()?)
 }
 
-/// The columns [`from_row`] reads, in its order.
+/// The columns [`from_row`] reads, in its order: every column rows have had (rows written
+/// before schema v14 hold each field in its own), then the packed fields of newer rows.
 pub(crate) const SELECT: &str =
     "SELECT request_id, workspace_id, key_id, created_at_us, model, provider,
     channel, grp, dialect, stream, status, outcome, timeout_kind, error_class, classification,
@@ -225,7 +182,7 @@ pub(crate) const SELECT: &str =
     failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
     response_format, temperature, top_p, region, trace_id, upstream_dialect, instance,
     cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by, endpoint,
-    bytes_in, bytes_out, key_index, estimated_output_tokens, in_band, attempts
+    bytes_in, bytes_out, key_index, estimated_output_tokens, in_band, attempts, packed
     FROM requests";
 
 fn corrupt(what: &str, v: &str) -> rusqlite::Error {
@@ -237,6 +194,52 @@ fn corrupt(what: &str, v: &str) -> rusqlite::Error {
 }
 
 pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
+    match row.get_ref(62)?.as_blob_or_null()? {
+        Some(packed) => from_packed_row(row, packed),
+        None => from_columns(row),
+    }
+}
+
+/// Column `i` of `row`, a closed set's stored name.
+fn named<T>(
+    row: &Row<'_>,
+    i: usize,
+    what: &str,
+    parse: fn(&str) -> Option<T>,
+) -> rusqlite::Result<T> {
+    let v: String = row.get(i)?;
+    parse(&v).ok_or_else(|| corrupt(what, &v))
+}
+
+/// A row written since schema v14: the columns of [`INSERT`] and the packed fields.
+fn from_packed_row(row: &Row<'_>, packed: &[u8]) -> rusqlite::Result<RequestRecord> {
+    let columns = crate::packed::Columns {
+        request_id: row.get(0)?,
+        created_at_us: row.get(3)?,
+        workspace_id: row.get(1)?,
+        model: row.get(4)?,
+        provider: row.get(5)?,
+        channel: row.get(6)?,
+        group: row.get(7)?,
+        dialect: named(row, 8, "dialect", Dialect::parse)?,
+        stream: row.get(9)?,
+        status: row.get(10)?,
+        outcome: named(row, 11, "outcome", Outcome::parse)?,
+        classification: named(row, 14, "classification", Classification::parse)?,
+        endpoint: named(row, 55, "endpoint", Endpoint::parse)?,
+        input_tokens: untok(row.get(28)?),
+        max_output_tokens: untok(row.get(39)?),
+        reasoning_effort: row.get(40)?,
+        tool_count: row.get(41)?,
+        region: row.get(46)?,
+    };
+    crate::packed::record(columns, packed).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(62, rusqlite::types::Type::Blob, Box::new(e))
+    })
+}
+
+/// A row written before schema v14: each field in its column.
+fn from_columns(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let dialect: String = row.get(8)?;
     let outcome: String = row.get(11)?;
     let error_class: Option<String> = row.get(13)?;
@@ -489,6 +492,108 @@ pub(crate) mod tests {
     use crate::Store;
     use laptime_core::timeline::{Attempt, ConnectionMarks};
 
+    /// Writes `records` as builds before schema v14 did: every field in its own column.
+    pub(crate) fn insert_legacy_rows(tx: &Connection, records: &[RequestRecord]) {
+        let mut req = tx.prepare_cached(
+            "INSERT INTO requests (
+                request_id, workspace_id, key_id, created_at_us, model, provider, channel, grp,
+                dialect, stream, status, outcome, timeout_kind, error_class, classification, flags,
+                auth_us, body_read_us, distribution_us, upstream_start_us, upstream_headers_us,
+                first_byte_us, first_event_us, first_effective_us, first_visible_us,
+                last_effective_us, upstream_done_us, handler_done_us,
+                input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
+                event_count, text_delta_count, channel_inflight, hedge, failover_count, cached,
+                max_output_tokens, reasoning_effort, tool_count, tool_choice, response_format,
+                temperature, top_p, region, trace_id, upstream_dialect, instance,
+                cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by,
+                endpoint, bytes_in, bytes_out, key_index, estimated_output_tokens, in_band,
+                attempts)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
+                ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46, ?47, ?48, ?49,
+                ?50, ?51, ?52, ?53, ?54, ?55, ?56, ?57, ?58, ?59, ?60, ?61, ?62)
+             ON CONFLICT (request_id) DO NOTHING",
+        ).unwrap();
+        for r in records {
+            insert_legacy_row(&mut req, r).unwrap();
+        }
+    }
+
+    /// One row as builds before schema v14 wrote it.
+    fn insert_legacy_row(
+        stmt: &mut rusqlite::CachedStatement<'_>,
+        r: &RequestRecord,
+    ) -> Result<usize> {
+        let m = &r.marks;
+        let flags =
+            serde_json::to_string(&r.flags).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let attempts = (!r.attempts.is_empty()).then(|| crate::attempts::encode(&r.attempts));
+        Ok(stmt.execute(params![
+            r.request_id,
+            r.workspace_id,
+            r.key_id,
+            r.created_at_us,
+            r.model,
+            r.provider,
+            r.channel,
+            r.group,
+            r.dialect.as_str(),
+            r.stream,
+            r.status,
+            r.outcome.as_str(),
+            r.timeout_kind.map(|k| k.as_str()),
+            r.error_class.map(|c| c.as_str()),
+            r.classification.as_str(),
+            flags,
+            us(m.auth),
+            us(m.body_read),
+            us(m.distribution),
+            us(m.upstream_start),
+            us(m.upstream_headers),
+            us(m.first_byte),
+            us(m.first_event),
+            us(m.first_effective),
+            us(m.first_visible),
+            us(m.last_effective),
+            us(m.upstream_done),
+            us(m.handler_done),
+            tok(r.tokens.input),
+            tok(r.tokens.output),
+            tok(r.tokens.cache_read),
+            tok(r.tokens.cache_write),
+            tok(r.tokens.reasoning),
+            r.event_count,
+            r.text_delta_count,
+            r.channel_inflight,
+            r.hedge.as_str(),
+            r.failover_count,
+            r.cached,
+            tok(r.shape.max_output_tokens),
+            r.shape.reasoning_effort,
+            r.shape.tool_count,
+            r.shape.tool_choice,
+            r.shape.response_format,
+            r.shape.temperature,
+            r.shape.top_p,
+            r.region,
+            r.trace_id,
+            r.upstream_dialect.map(Dialect::as_str),
+            r.instance,
+            tok(r.tokens.cache_write_1h),
+            r.cost.map(|c| nano(c.nano_usd)),
+            r.cost.map(|c| c.estimated),
+            us(m.admission),
+            r.refused_by.map(|l| l.as_str()),
+            r.exchange.endpoint.as_str(),
+            tok(r.exchange.bytes_in),
+            tok(r.exchange.bytes_out),
+            r.exchange.key_index,
+            tok(r.tokens.estimated_output),
+            r.in_band.map(InBandCarrier::as_str),
+            attempts,
+        ])?)
+    }
+
     pub(crate) fn sample(id: &str, ws: &str, created: i64) -> RequestRecord {
         let ms = |v: u64| Some(Duration::from_millis(v));
         RequestRecord {
@@ -602,6 +707,49 @@ pub(crate) mod tests {
         assert_eq!(got[0].attempts.len(), 1);
     }
 
+    /// Rows written before v14 (each field in its column) and after (most fields packed) live
+    /// side by side in one table, and each reads back as the record it was written from.
+    #[test]
+    fn rows_of_either_layout_read_back_as_written() {
+        use crate::packed::tests::{full, sparse};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let mut old = full();
+        old.request_id = "req_old".into();
+        old.tokens.estimated_output = Some(i64::MAX as u64);
+        let mut new = full();
+        new.request_id = "req_new".into();
+        let mut bare = sparse();
+        bare.request_id = "req_bare".into();
+        bare.workspace_id.clone_from(&old.workspace_id);
+        let ws = old.workspace_id.clone().unwrap();
+        let all = [&old, &new, &bare];
+        store
+            .with_conn(|c| {
+                insert_legacy_rows(c, std::slice::from_ref(&old));
+                insert_batch(c, &[new.clone(), bare.clone()], &Zone::utc())?;
+                let packed: i64 = c.query_row(
+                    "SELECT count(*) FROM requests WHERE packed IS NOT NULL",
+                    [],
+                    |r| r.get(0),
+                )?;
+                assert_eq!(packed, 2);
+                for r in all {
+                    assert_eq!(get(c, &ws, &r.request_id)?.as_ref(), Some(r));
+                }
+                let recent = recent(c, &ws, 10)?;
+                assert_eq!(recent.len(), 3);
+                for r in &recent {
+                    assert_eq!(
+                        Some(r),
+                        all.into_iter().find(|w| w.request_id == r.request_id)
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+
     #[test]
     fn retention_deletes_old_rows_and_their_attempts() {
         let dir = tempfile::tempdir().unwrap();
@@ -617,16 +765,12 @@ pub(crate) mod tests {
             .unwrap();
         let n = store.with_conn(|c| delete_older_than(c, 10)).unwrap();
         assert_eq!(n, 1);
-        let left: i64 = store
-            .with_conn(|c| {
-                Ok(c.query_row(
-                    "SELECT sum(json_array_length(attempts)) FROM requests",
-                    [],
-                    |r| r.get(0),
-                )?)
-            })
+        let rows: i64 = store
+            .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))?))
             .unwrap();
-        assert_eq!(left, 1);
+        assert_eq!(rows, 1);
+        let kept = store.with_conn(|c| get(c, "ws", "new")).unwrap().unwrap();
+        assert_eq!(kept.attempts.len(), 1);
     }
 
     #[test]

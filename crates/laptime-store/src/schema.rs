@@ -105,6 +105,12 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
         done: Some(attempts_folded),
     },
+    // 14: the fields no query filters on packed into one value.
+    Migration {
+        sql: V14,
+        after: None,
+        done: Some(packed_added),
+    },
 ];
 
 const V1: &str = r#"
@@ -448,6 +454,22 @@ const V13: &str = r#"
     DROP TABLE attempts;
 "#;
 
+/// The fields of a request that no query filters, groups or sorts on, packed into one value
+/// ([`crate::packed`]) instead of a column each, as PostgreSQL's v9. Rows written before keep
+/// their columns and read as they did; nothing is rewritten.
+const V14: &str = r#"
+    ALTER TABLE requests ADD COLUMN packed BLOB;
+"#;
+
+/// Whether the packed column exists already (V14 applied).
+fn packed_added(conn: &Connection) -> Result<bool> {
+    Ok(conn.query_row(
+        "SELECT count(*) > 0 FROM pragma_table_info('requests') WHERE name = 'packed'",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
 /// Whether the attempts are in the request rows already (V13 applied).
 fn attempts_folded(conn: &Connection) -> Result<bool> {
     Ok(conn.query_row(
@@ -582,7 +604,7 @@ mod tests {
     ) {
         let mut s = Connection::open(scratch).unwrap();
         migrate(&mut s).unwrap();
-        crate::records::insert_rows(&s, rows).unwrap();
+        crate::records::tests::insert_legacy_rows(&s, rows);
         drop(s);
         let names = |table: &str| -> Vec<String> {
             conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))

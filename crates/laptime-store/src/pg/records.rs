@@ -306,55 +306,27 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
 /// A row written since schema v9: the columns of [`COLUMNS`] and the packed fields.
 fn from_packed_row(row: &Row, packed: &[u8]) -> Result<RequestRecord> {
     let status: i32 = row.try_get(11)?;
-    let mut r = RequestRecord {
+    let columns = crate::packed::Columns {
         request_id: row.try_get(0)?,
         created_at_us: row.try_get(1)?,
         workspace_id: row.try_get(2)?,
-        key_id: None,
         model: row.try_get(4)?,
         provider: row.try_get(5)?,
         channel: row.try_get(6)?,
         group: row.try_get(7)?,
         dialect: parse_req(row.try_get(8)?, "dialect", Dialect::parse)?,
-        upstream_dialect: None,
         stream: row.try_get(10)?,
         status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
         outcome: parse_req(row.try_get(12)?, "outcome", Outcome::parse)?,
-        timeout_kind: None,
-        error_class: None,
         classification: parse_req(row.try_get(15)?, "classification", Classification::parse)?,
-        flags: Vec::new(),
-        marks: Marks::default(),
-        tokens: Tokens {
-            input: untok(row.try_get(29)?),
-            ..Tokens::default()
-        },
-        event_count: 0,
-        text_delta_count: 0,
-        channel_inflight: None,
-        hedge: Hedge::None,
-        failover_count: 0,
-        cached: false,
-        shape: RequestShape {
-            max_output_tokens: untok(row.try_get(40)?),
-            reasoning_effort: row.try_get(41)?,
-            tool_count: row.try_get::<_, Option<i64>>(42)?.map(count),
-            ..RequestShape::default()
-        },
+        endpoint: parse_req(row.try_get(56)?, "endpoint", Endpoint::parse)?,
+        input_tokens: untok(row.try_get(29)?),
+        max_output_tokens: untok(row.try_get(40)?),
+        reasoning_effort: row.try_get(41)?,
+        tool_count: row.try_get::<_, Option<i64>>(42)?.map(count),
         region: row.try_get(47)?,
-        trace_id: None,
-        instance: None,
-        cost: None,
-        refused_by: None,
-        attempts: Vec::new(),
-        exchange: Exchange {
-            endpoint: parse_req(row.try_get(56)?, "endpoint", Endpoint::parse)?,
-            ..Exchange::default()
-        },
-        in_band: None,
     };
-    crate::packed::decode(packed, &mut r)?;
-    Ok(r)
+    crate::packed::record(columns, packed)
 }
 
 /// A row written before schema v9: each field in its column.
