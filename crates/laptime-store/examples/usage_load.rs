@@ -5,7 +5,7 @@
 //! config; `--runs N` timed runs per query, default 5; `--keep DIR` writes the store under DIR
 //! instead of a temp dir that is removed at the end; `--skip-load` with `--keep` (or with
 //! `--postgres`) only times the queries on a store loaded before; `--no-exact` leaves out step 3
-//! (sorting every row of a 10 M row store takes minutes); `--postgres URL` uses that
+//! (and keeping 16 bytes per record for it); `--postgres URL` uses that
 //! PostgreSQL store instead of SQLite, e.g. a schema of its own:
 //! `postgres://postgres@127.0.0.1/test?options=-c%20search_path%3Dload`; `--instances N` with
 //! `--postgres` loads through N recorders at once, as N gateways would).
@@ -17,7 +17,8 @@
 //!    filtered by model), `usage` over the last 1 h, and `recent_filtered` (limit 50) without and
 //!    with a filter on a rare outcome.
 //! 3. Checks the sketch: the 24 h latency p50, p95 and p99 against the exact nearest-rank values
-//!    found by sorting the rows.
+//!    found by sorting the latencies of the records this run loaded (the rows keep them packed,
+//!    where SQL cannot sort on them; skipped with `--skip-load`).
 //!
 //! Before the queries it prints the store's size, and the bytes of each table and index (of at
 //! least 1 MB) per request.
@@ -456,7 +457,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
 }
 
 /// Loads the store; returns each record's creation time and `handler_done` (µs) when the exact
-/// check needs them from here (PostgreSQL keeps `handler_done` packed, see `ranked`).
+/// check needs them (the rows keep `handler_done` packed).
 async fn load(
     a: &Args,
     store: &Store,
@@ -478,7 +479,7 @@ async fn load(
     for n in 0..a.instances {
         let store = store.clone();
         let queue = a.queue;
-        let keep = a.exact && a.postgres.is_some();
+        let keep = a.exact;
         let ws = ws.to_string();
         // Instance n writes every instances-th record, so they interleave in time as a
         // balanced fleet's do.
@@ -728,22 +729,6 @@ impl Raw {
     }
 }
 
-/// The handler_done of the `rank`-th fastest request of the window, from SQLite's rows.
-fn ranked(
-    store: &Store,
-    ws: &str,
-    (from, to): (i64, i64),
-    rank: i64,
-) -> Result<i64, Box<dyn Error>> {
-    let sql = "SELECT handler_done_us FROM requests
-         WHERE workspace_id = ?1 AND created_at_us >= ?2 AND created_at_us < ?3
-           AND handler_done_us IS NOT NULL
-         ORDER BY handler_done_us LIMIT 1 OFFSET ?4";
-    Ok(store.with_conn(|c| {
-        Ok(c.query_row(sql, rusqlite::params![ws, from, to, rank], |r| r.get(0))?)
-    })?)
-}
-
 async fn query(
     a: &Args,
     store: &Store,
@@ -872,11 +857,11 @@ async fn query(
     if !a.exact {
         return Ok(());
     }
-    // The sketch against the rows: exact nearest-rank latency percentiles by sorting every row.
-    // PostgreSQL rows keep `handler_done` packed, where SQL cannot sort on it: there the
-    // values come from this run's load.
-    if matches!(raw, Raw::Postgres(_)) && latencies.is_empty() {
-        println!("\nexact check skipped: on PostgreSQL it needs this run's load");
+    // The sketch against the rows: exact nearest-rank latency percentiles by sorting every
+    // record's. Rows keep `handler_done` packed, where SQL cannot sort on it, so the values
+    // come from this run's load.
+    if latencies.is_empty() {
+        println!("\nexact check skipped: it needs this run's load");
         return Ok(());
     }
     latencies.retain(|(created, _)| (u_window.0..u_window.1).contains(created));
@@ -884,14 +869,11 @@ async fn query(
     let mut exact = Vec::new();
     for q in [0.5, 0.95, 0.99] {
         let rank = laptime_core::rollup::nearest_rank(q, p.count) as i64 - 1;
-        let done = match raw {
-            Raw::Postgres(_) => usize::try_from(rank)
-                .ok()
-                .and_then(|r| latencies.get(r))
-                .map(|(_, done)| *done)
-                .ok_or("fewer loaded records than the sketch counts")?,
-            Raw::Sqlite(store) => ranked(store, ws, u_window, rank)?,
-        };
+        let done = usize::try_from(rank)
+            .ok()
+            .and_then(|r| latencies.get(r))
+            .map(|(_, done)| *done)
+            .ok_or("fewer loaded records than the sketch counts")?;
         exact.push(done as f64 / 1000.0);
     }
     println!();

@@ -302,6 +302,33 @@ async fn recent(store: &Store, ws: &str, f: &UsageFilter, limit: u32) -> Vec<Req
     store.recent(ws, f.clone(), None, limit).await.unwrap()
 }
 
+/// An answer of thousands of rollups (PostgreSQL's arrive in several messages, folded as they
+/// come) is the rollup of its rows, in total and per group.
+#[tokio::test]
+async fn usage_over_thousands_of_rollups_is_the_rollup_of_its_rows() {
+    let rows: Vec<RequestRecord> = corpus("ws", 3_000, 5)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            // A key of its own each, within 100 minutes.
+            r.model = Some(format!("m{}", i % 1_500));
+            r.created_at_us = BASE + i as i64 * 1_900_000;
+            r
+        })
+        .collect();
+    let all: Vec<&RequestRecord> = rows.iter().collect();
+    for b in backends_with(&rows, 500).await {
+        for group_by in [
+            &[][..],
+            &[GroupDim::Model],
+            &[GroupDim::Model, GroupDim::Stream],
+        ] {
+            let got = usage_of(&b.store, "ws", &UsageFilter::default(), group_by).await;
+            assert_summarises(&got, &all, group_by, b.name);
+        }
+    }
+}
+
 #[tokio::test]
 async fn usage_equals_a_rollup_of_the_matching_rows_under_every_filter_and_grouping() {
     let rows = corpus("ws", 600, 1);
