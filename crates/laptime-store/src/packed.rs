@@ -2,7 +2,8 @@
 //! one compact binary value instead of a column each. A PostgreSQL row pays a length byte or
 //! eight aligned bytes per column, and the attempts took a JSON array of about 70 bytes; most
 //! of these fields are small numbers or absent, which this writes as one presence bit each and
-//! a varint, so a request's row is about half as large.
+//! a varint: on the load of `usage_load`, PostgreSQL's row went from 543 to 323 bytes and
+//! SQLite's from 409 to 317.
 //!
 //! Written by hand: the layout is the store's own (no serde format gives absent-as-one-bit and
 //! varints without field names), and it is a few dozen lines each way.
