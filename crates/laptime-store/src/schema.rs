@@ -594,9 +594,9 @@ mod tests {
         assert_eq!(v, VERSION);
     }
 
-    /// Writes `rows` into an older store as its gateway did: through today's writer into a
-    /// scratch store, then only the columns the older store has are copied over, the attempts
-    /// into the table they had before v13.
+    /// Writes `rows` into an older store as its gateway did: through the column writer of
+    /// builds before v14 into a scratch store, then only the columns the older store has are
+    /// copied over, the attempts into the table they had before v13.
     fn write_as_older(
         conn: &Connection,
         scratch: &std::path::Path,
