@@ -30,6 +30,7 @@
 //!   buckets, effort class, tools present).
 //! - [`rollup`]: mergeable summaries of many records (counts, token sums, log-bucketed percentile
 //!   sketches) that the usage API answers from.
+//! - [`varint`]: the integer encoding of stored rollups and of a request's packed fields.
 //!
 //! Time enters this crate only as `Duration` offsets handed in by the edges, so every rule here is
 //! testable without a clock.
@@ -51,6 +52,7 @@ pub mod sse;
 pub mod timeline;
 pub mod translate;
 pub mod usage;
+pub mod varint;
 pub mod views;
 mod wire;
 

@@ -26,6 +26,7 @@
 use std::collections::BTreeMap;
 
 use crate::timeline::{Outcome, RequestRecord};
+use crate::varint::{self, put as put_varint, unzigzag, zigzag, VarintError};
 use crate::views::{latency_ms, ttft_ms, upstream_ms, TimingView};
 
 /// Every reported percentile is within 1 % (relative) of the exact nearest-rank value.
@@ -793,22 +794,6 @@ impl Rollup {
 
 // === encoding helpers ===
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
 struct Reader<'a> {
     b: &'a [u8],
     pos: usize,
@@ -826,22 +811,10 @@ impl<'a> Reader<'a> {
     }
 
     fn varint(&mut self) -> Result<u64, String> {
-        // Most counts and bucket steps fit one byte.
-        if let Some(&b) = self.b.get(self.pos) {
-            if b < 0x80 {
-                self.pos += 1;
-                return Ok(u64::from(b));
-            }
-        }
-        let mut v = 0_u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.u8()?;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("rollup: varint too long".into())
+        varint::read(self.b, &mut self.pos).map_err(|e| match e {
+            VarintError::Truncated => "rollup: truncated".into(),
+            VarintError::TooLong => "rollup: varint too long".into(),
+        })
     }
 
     fn bytes(&mut self, len: u64) -> Result<&'a [u8], String> {

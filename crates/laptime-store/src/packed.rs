@@ -28,6 +28,7 @@ use laptime_core::timeline::{
     InBandCarrier, Marks, Outcome, RequestRecord, RequestShape,
 };
 use laptime_core::usage::Tokens;
+use laptime_core::varint::{self, put as put_varint, unzigzag, zigzag, VarintError};
 use laptime_core::Dialect;
 
 use crate::{Result, StoreError};
@@ -74,7 +75,7 @@ impl Writer {
     /// A mark, as its distance from the last one written (marks mostly follow each other by
     /// less than a second: one to three bytes instead of three or four).
     fn mark(&mut self, v: Option<Duration>) {
-        let v = v.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let v = v.map(micros);
         if self.field(v.is_some()) {
             let v = v.unwrap_or_default();
             put_varint(&mut self.body, zigzag(v.wrapping_sub(self.mark) as i64));
@@ -216,15 +217,18 @@ fn encode_attempt(a: &Attempt, r: &RequestRecord, out: &mut Vec<u8>) {
             w.mark(mark);
         }
     }
-    w.mark = a
-        .start
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    w.mark = a.start.map_or(0, micros);
     let c = &a.connection;
     for mark in [c.connected, c.tunnel, c.tls] {
         w.mark(mark);
     }
     w.raw(a.span_id.as_ref().map(|s| s.as_slice()));
     w.finish(out);
+}
+
+/// A mark in whole microseconds, as the stores keep marks.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The 16 bytes of a trace id written as 32 lowercase hex digits (as the gateway makes them),
@@ -270,16 +274,10 @@ impl<'a> Reader<'a> {
     }
 
     fn varint(&mut self) -> Result<u64> {
-        let mut v = 0_u64;
-        for shift in (0..64).step_by(7) {
-            let byte = *self.b.get(self.pos).ok_or_else(|| corrupt("truncated"))?;
-            self.pos += 1;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(corrupt("varint too long"))
+        varint::read(self.b, &mut self.pos).map_err(|e| match e {
+            VarintError::Truncated => corrupt("truncated"),
+            VarintError::TooLong => corrupt("varint too long"),
+        })
     }
 
     fn bytes(&mut self, len: usize) -> Result<&'a [u8]> {
@@ -572,7 +570,7 @@ fn decode_attempt(d: &mut Reader<'_>, r: &RequestRecord) -> Result<Attempt> {
     } else {
         [a.mark()?, a.mark()?, a.mark()?, a.mark()?]
     };
-    a.mark = start.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    a.mark = start.map_or(0, micros);
     let connection = ConnectionMarks {
         connected: a.mark()?,
         tunnel: a.mark()?,
@@ -593,22 +591,6 @@ fn decode_attempt(d: &mut Reader<'_>, r: &RequestRecord) -> Result<Attempt> {
     };
     d.pos += a.pos;
     Ok(attempt)
-}
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
