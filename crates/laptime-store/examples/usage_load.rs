@@ -600,7 +600,7 @@ async fn load_one(
     })
 }
 
-/// What the example reads beside the store's interface: sizes, the newest row, exact ranks.
+/// What the example reads beside the store's interface: sizes and the newest row.
 enum Raw {
     Sqlite(Store),
     Postgres(tokio_postgres::Client),
