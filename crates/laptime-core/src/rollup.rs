@@ -865,6 +865,7 @@ impl<'a> Reader<'a> {
         Ok(v)
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64, String> {
         varint::read(self.b, &mut self.pos).map_err(|e| match e {
             VarintError::Truncated => "rollup: truncated".into(),
@@ -892,6 +893,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A float as `floats` wrote it (see [`put_float`]).
+    #[inline(always)]
     fn float(&mut self, floats: Floats) -> Result<f64, String> {
         if floats == Floats::Raw {
             return self.f64();
