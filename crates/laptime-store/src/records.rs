@@ -419,23 +419,62 @@ pub fn delete_older_than_batched(conn: &Connection, cutoff_us: i64, batch: usize
     Ok(deleted)
 }
 
-/// Deletes the rollups of every minute before `minute_cutoff`, in both tiers, a transaction per
-/// unit: as many whole hours as hold at most `batch` minute rows (at least one hour, whatever
-/// it holds, so that no hour row is ever left merging minutes that are gone), then the part of
-/// the hour holding the cutoff, whose hour rows are rebuilt from the minutes it keeps. Each
-/// transaction leaves the tiers agreeing, so a usage answer is the same whichever one served it.
+/// Deletes the rollups of every minute before `minute_cutoff`, in both tiers, one workspace
+/// at a time: the tiers are keyed by workspace first and have no index by time alone (v15).
 fn delete_rollups_before(conn: &Connection, minute_cutoff: i64, batch: i64) -> Result<()> {
+    let mut after = None;
+    while let Some(ws) = next_rollup_workspace(conn, after.as_deref())? {
+        delete_workspace_rollups_before(conn, &ws, minute_cutoff, batch)?;
+        after = Some(ws);
+    }
+    Ok(())
+}
+
+/// The least workspace after `after` (the least of all when `None`) that either tier holds
+/// rows of: a step down each tier's key, however many rows a workspace has.
+fn next_rollup_workspace(conn: &Connection, after: Option<&str>) -> Result<Option<String>> {
+    let next = match after {
+        None => conn
+            .prepare_cached(
+                "SELECT min(w) FROM (SELECT min(workspace_id) AS w FROM rollups
+                 UNION ALL SELECT min(workspace_id) FROM rollups_hourly)",
+            )?
+            .query_row([], |r| r.get(0))?,
+        Some(after) => conn
+            .prepare_cached(
+                "SELECT min(w) FROM (SELECT min(workspace_id) AS w FROM rollups
+                    WHERE workspace_id > ?1
+                 UNION ALL SELECT min(workspace_id) FROM rollups_hourly WHERE workspace_id > ?1)",
+            )?
+            .query_row([after], |r| r.get(0))?,
+    };
+    Ok(next)
+}
+
+/// [`delete_rollups_before`] for one workspace, a transaction per unit: as many whole hours as
+/// hold at most `batch` minute rows (at least one hour, whatever it holds, so that no hour row
+/// is ever left merging minutes that are gone), then the part of the hour holding the cutoff,
+/// whose hour rows are rebuilt from the minutes it keeps. Each transaction leaves the
+/// workspace's tiers agreeing, so a usage answer is the same whichever one served it.
+fn delete_workspace_rollups_before(
+    conn: &Connection,
+    ws: &str,
+    minute_cutoff: i64,
+    batch: i64,
+) -> Result<()> {
     loop {
         let started = tokio::time::Instant::now();
         let tx = write_transaction(conn)?;
         let oldest: Option<i64> = tx
-            .prepare_cached("SELECT min(minute_us) FROM rollups")?
-            .query_row([], |r| r.get(0))?;
+            .prepare_cached("SELECT min(minute_us) FROM rollups WHERE workspace_id = ?1")?
+            .query_row([ws], |r| r.get(0))?;
         let Some(oldest) = oldest.filter(|m| *m < minute_cutoff) else {
             // Hour rows whose minutes are all gone already (none while every deletion runs
             // here, but cheap to be sure of).
-            tx.prepare_cached("DELETE FROM rollups_hourly WHERE hour_us < ?1")?
-                .execute([rollups::floor_hour(minute_cutoff)])?;
+            tx.prepare_cached(
+                "DELETE FROM rollups_hourly WHERE workspace_id = ?1 AND hour_us < ?2",
+            )?
+            .execute(params![ws, rollups::floor_hour(minute_cutoff)])?;
             tx.commit()?;
             break;
         };
@@ -443,10 +482,10 @@ fn delete_rollups_before(conn: &Connection, minute_cutoff: i64, batch: i64) -> R
         // after the oldest hour and at or before the minute after it.
         let through: Option<i64> = tx
             .prepare_cached(
-                "SELECT minute_us FROM rollups WHERE minute_us < ?1
-                 ORDER BY minute_us LIMIT 1 OFFSET ?2",
+                "SELECT minute_us FROM rollups WHERE workspace_id = ?1 AND minute_us < ?2
+                 ORDER BY minute_us LIMIT 1 OFFSET ?3",
             )?
-            .query_row(params![minute_cutoff, batch - 1], |r| r.get(0))
+            .query_row(params![ws, minute_cutoff, batch - 1], |r| r.get(0))
             .optional()?;
         let first_hour_end = rollups::floor_hour(oldest).saturating_add(rollups::HOUR_US);
         let end = match through {
@@ -456,13 +495,13 @@ fn delete_rollups_before(conn: &Connection, minute_cutoff: i64, batch: i64) -> R
             None => minute_cutoff,
         }
         .min(minute_cutoff);
-        tx.prepare_cached("DELETE FROM rollups WHERE minute_us < ?1")?
-            .execute([end])?;
+        tx.prepare_cached("DELETE FROM rollups WHERE workspace_id = ?1 AND minute_us < ?2")?
+            .execute(params![ws, end])?;
         let cut_hour = rollups::floor_hour(end);
-        tx.prepare_cached("DELETE FROM rollups_hourly WHERE hour_us < ?1")?
-            .execute([cut_hour])?;
+        tx.prepare_cached("DELETE FROM rollups_hourly WHERE workspace_id = ?1 AND hour_us < ?2")?
+            .execute(params![ws, cut_hour])?;
         if cut_hour < end {
-            rollups::rebuild_hour_rows(&tx, cut_hour)?;
+            rollups::rebuild_hour_rows(&tx, ws, cut_hour)?;
         }
         tx.commit()?;
         yield_lock(started);

@@ -360,16 +360,16 @@ fn rebuild_hour(conn: &Connection, k: &RollupKey) -> Result<()> {
     }
 }
 
-/// Recomputes every hour row of `hour_us` (all workspaces) from the minute rows left in it:
+/// Recomputes the hour rows of workspace `ws` in `hour_us` from the minute rows left in it:
 /// retention's step after deleting the minutes before its cutoff inside that hour.
-pub(crate) fn rebuild_hour_rows(conn: &Connection, hour_us: i64) -> Result<()> {
+pub(crate) fn rebuild_hour_rows(conn: &Connection, ws: &str, hour_us: i64) -> Result<()> {
     let mut merged: HashMap<RollupKey, Rollup> = HashMap::new();
     {
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT workspace_id, minute_us, {DIM_COLUMNS}, data FROM rollups
-             WHERE minute_us >= ?1 AND minute_us < ?2"
+             WHERE workspace_id = ?1 AND minute_us >= ?2 AND minute_us < ?3"
         ))?;
-        let mut rows = stmt.query(params![hour_us, hour_us.saturating_add(HOUR_US)])?;
+        let mut rows = stmt.query(params![ws, hour_us, hour_us.saturating_add(HOUR_US)])?;
         while let Some(row) = rows.next()? {
             let key = RollupKey::from_row(row)?.hour();
             let blob = row
@@ -384,8 +384,8 @@ pub(crate) fn rebuild_hour_rows(conn: &Connection, hour_us: i64) -> Result<()> {
             }
         }
     }
-    conn.prepare_cached("DELETE FROM rollups_hourly WHERE hour_us = ?1")?
-        .execute([hour_us])?;
+    conn.prepare_cached("DELETE FROM rollups_hourly WHERE workspace_id = ?1 AND hour_us = ?2")?
+        .execute(params![ws, hour_us])?;
     for (k, r) in &merged {
         store(conn, Tier::Hour, k, r)?;
     }

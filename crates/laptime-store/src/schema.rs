@@ -111,6 +111,12 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
         done: Some(packed_added),
     },
+    // 15: no index of the rollup tiers by time alone.
+    Migration {
+        sql: V15,
+        after: None,
+        done: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -461,6 +467,16 @@ const V14: &str = r#"
     ALTER TABLE requests ADD COLUMN packed BLOB;
 "#;
 
+/// The rollup tiers' indexes by time alone dropped. Both tiers are keyed by workspace, then
+/// time, and every `usage` reads one workspace; only retention walked the tiers by time across
+/// workspaces, and it now goes one workspace at a time (`records::delete_rollups_before`). In
+/// a table without rowid each entry of such an index repeats the whole key: the minute one was
+/// 60 B per request of a 1 M load, a quarter of the minute tier.
+const V15: &str = r#"
+    DROP INDEX IF EXISTS rollups_minute;
+    DROP INDEX IF EXISTS rollups_hourly_hour;
+"#;
+
 /// Whether the packed column exists already (V14 applied).
 fn packed_added(conn: &Connection) -> Result<bool> {
     Ok(conn.query_row(
@@ -537,11 +553,37 @@ mod tests {
     }
 
     fn indexes(conn: &Connection) -> Vec<String> {
+        indexes_of(conn, "requests")
+    }
+
+    fn indexes_of(conn: &Connection, table: &str) -> Vec<String> {
         let mut stmt = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests' ORDER BY name")
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?1 ORDER BY name")
             .unwrap();
-        let names = stmt.query_map([], |r| r.get(0)).unwrap();
+        let names = stmt.query_map([table], |r| r.get(0)).unwrap();
         names.collect::<rusqlite::Result<_>>().unwrap()
+    }
+
+    #[test]
+    fn v15_leaves_the_rollup_tiers_no_index_beside_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("t.db")).unwrap();
+        empty_at(&conn, 14);
+        assert_eq!(indexes_of(&conn, "rollups"), ["rollups_minute"]);
+        assert_eq!(indexes_of(&conn, "rollups_hourly"), ["rollups_hourly_hour"]);
+        migrate(&mut conn).unwrap();
+        assert!(indexes_of(&conn, "rollups").is_empty());
+        assert!(indexes_of(&conn, "rollups_hourly").is_empty());
+        // Retention's per-workspace reads walk the key, not the table.
+        for sql in [
+            "SELECT min(minute_us) FROM rollups WHERE workspace_id = 'w'",
+            "SELECT min(workspace_id) FROM rollups_hourly WHERE workspace_id > 'w'",
+        ] {
+            let plan: String = conn
+                .query_row(&format!("EXPLAIN QUERY PLAN {sql}"), [], |r| r.get(3))
+                .unwrap();
+            assert!(plan.contains("PRIMARY KEY"), "{sql}: {plan}");
+        }
     }
 
     #[test]

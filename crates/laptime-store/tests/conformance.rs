@@ -1340,6 +1340,59 @@ async fn recent_is_newest_first_within_the_window_and_filter() {
 }
 
 #[tokio::test]
+async fn retention_cuts_the_rollups_of_every_workspace_at_the_cutoff() {
+    // Four workspaces over three hours, each with rows on both sides of a cutoff inside the
+    // second hour; one workspace ends before the cutoff, so retention removes all of it.
+    let mut rows = Vec::new();
+    for (k, ws) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        let n = if ws == "d" { 60 } else { 240 };
+        rows.extend(corpus(ws, n, 20 + k as u64).into_iter().map(|mut r| {
+            r.created_at_us = H0 + (r.created_at_us - BASE) * 6 + k as i64;
+            r
+        }));
+    }
+    let cutoff = H0 + HOUR + 17 * MIN + 5_000_000;
+    let kept_from = H0 + HOUR + 17 * MIN;
+    for b in backends_with(&rows, 100).await {
+        let name = b.name;
+        b.store.delete_older_than(cutoff, 30).await.unwrap();
+        for ws in ["a", "b", "c", "d"] {
+            let mine: Vec<&RequestRecord> = rows
+                .iter()
+                .filter(|r| r.workspace_id.as_deref() == Some(ws))
+                .collect();
+            for (from, to) in [
+                (0, H0 + 4 * HOUR),
+                (H0 + HOUR, H0 + 2 * HOUR),
+                (0, H0 + HOUR),
+            ] {
+                let got = b
+                    .store
+                    .usage(
+                        ws,
+                        (from, to),
+                        UsageFilter::default(),
+                        vec![GroupDim::Model],
+                    )
+                    .await
+                    .unwrap();
+                let want: Vec<&RequestRecord> = mine
+                    .iter()
+                    .copied()
+                    .filter(|r| r.created_at_us >= kept_from.max(from) && r.created_at_us < to)
+                    .collect();
+                assert_eq!(
+                    want.is_empty(),
+                    ws == "d" || to <= kept_from,
+                    "{name} {ws} {from}..{to}"
+                );
+                assert_summarises(&got, &want, &[GroupDim::Model], &format!("{name} {ws}"));
+            }
+        }
+    }
+}
+
+#[tokio::test]
 async fn retention_deletes_rows_and_whole_minutes_of_rollups_in_batches() {
     let rows = corpus("ws", 120, 5); // about 14 minutes
     for b in backends_with(&rows, 25).await {
