@@ -8,7 +8,8 @@
 //! (and keeping 16 bytes per record for it); `--postgres URL` uses that
 //! PostgreSQL store instead of SQLite, e.g. a schema of its own:
 //! `postgres://postgres@127.0.0.1/test?options=-c%20search_path%3Dload`; `--instances N` with
-//! `--postgres` loads through N recorders at once, as N gateways would).
+//! `--postgres` loads through N recorders at once, as N gateways would; `--retention` times,
+//! after the queries, the deletion of the load's oldest hour).
 //!
 //! 1. Pushes N synthetic records, spread evenly over the last 24 h in time order, through the
 //!    real `Recorder` as fast as it accepts them. A full queue is waited out and retried (never
@@ -67,6 +68,7 @@ struct Args {
     postgres: Option<String>,
     instances: usize,
     exact: bool,
+    retention: bool,
 }
 
 fn args() -> Result<Args, Box<dyn Error>> {
@@ -79,6 +81,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
         postgres: None,
         instances: 1,
         exact: true,
+        retention: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -92,6 +95,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
             "--postgres" => a.postgres = Some(value()?),
             "--instances" => a.instances = value()?.parse::<usize>()?.max(1),
             "--no-exact" => a.exact = false,
+            "--retention" => a.retention = true,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -452,6 +456,15 @@ async fn main() -> Result<(), Box<dyn Error>> {
         latencies = load(&a, &store, ws, start, step).await?;
     }
     query(&a, &store, &raw, ws, latencies).await?;
+    if a.retention {
+        // The oldest hour of the load, as a daily retention run would delete it.
+        let started = Instant::now();
+        let deleted = store.delete_older_than(start + HOUR_US, 4_096).await?;
+        println!(
+            "retention of the oldest hour: {deleted} requests and their rollups in {:.0} ms",
+            ms(started.elapsed())
+        );
+    }
     drop(tmp);
     Ok(())
 }
