@@ -63,7 +63,10 @@ async fn a_store_locked_for_15_s_under_load_loses_no_record_and_stores_each_once
             .store
             .with_conn(|c| {
                 let mut q = c.prepare("SELECT request_id FROM requests")?;
-                let rows = q.query_map([], |r| r.get::<_, String>(0))?;
+                // As stored: a gateway-made id as its 16 bytes.
+                let rows = q.query_map([], |r| {
+                    Ok(laptime_store::stored_id::id_of(r.get_ref(0)?).unwrap_or_default())
+                })?;
                 Ok(rows.collect::<Result<Vec<_>, _>>()?)
             })
             .unwrap();

@@ -438,7 +438,7 @@ async fn bad_input_gets_the_dialects_error_shape_and_a_row() {
                 .with_conn(move |c| {
                     Ok(c.query_row(
                         "SELECT outcome, status FROM requests WHERE request_id = ?1",
-                        [&id2],
+                        [laptime_store::stored_id::key(&id2)],
                         |r| Ok((r.get::<_, String>(0)?, r.get::<_, u16>(1)?)),
                     )
                     .ok())
@@ -656,7 +656,7 @@ async fn a_stream_still_open_when_the_drain_time_ends_is_told_in_band_and_record
             .with_conn(|c| {
                 Ok(c.query_row(
                     "SELECT outcome FROM requests WHERE request_id = ?1",
-                    [&id],
+                    [laptime_store::stored_id::key(&id)],
                     |r| r.get(0),
                 )?)
             })

@@ -542,7 +542,7 @@ async fn the_retention_job_deletes_rows_older_than_the_window_and_keeps_the_rest
         .with_conn(move |c| {
             c.execute(
                 "UPDATE requests SET created_at_us = created_at_us - 31 * 86400000000 WHERE request_id = ?1",
-                [&old],
+                [laptime_store::stored_id::key(&old)],
             )?;
             Ok(())
         })
@@ -552,7 +552,7 @@ async fn the_retention_job_deletes_rows_older_than_the_window_and_keeps_the_rest
             .with_conn(move |c| {
                 Ok(c.query_row(
                     "SELECT count(*) FROM requests WHERE request_id = ?1",
-                    [&id],
+                    [laptime_store::stored_id::key(&id)],
                     |r| r.get::<_, i64>(0),
                 )?)
             })

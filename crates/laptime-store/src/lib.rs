@@ -39,6 +39,7 @@ pub mod recorder;
 pub mod records;
 pub mod rollups;
 pub mod schema;
+pub mod stored_id;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod usage;

@@ -821,7 +821,7 @@ mod tests {
                     .with_conn(|c| {
                         Ok(c.query_row(
                             "SELECT count(*) FROM requests WHERE request_id = ?1",
-                            [&r.request_id],
+                            [crate::stored_id::key(&r.request_id)],
                             |row| row.get(0),
                         )?)
                     })

@@ -17,6 +17,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, Transact
 
 use crate::budgets;
 use crate::rollups::{self, RollupKey};
+use crate::stored_id;
 use crate::usage::{self, UsageFilter};
 use crate::{Result, StoreError};
 
@@ -69,10 +70,15 @@ pub fn insert_absent(
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut fresh: Vec<RequestRecord> = Vec::with_capacity(records.len());
     {
-        let mut stored = tx.prepare_cached("SELECT 1 FROM requests WHERE request_id = ?1")?;
+        let mut stored = tx.prepare_cached(&format!(
+            "SELECT 1 FROM requests WHERE {}",
+            stored_id::lookup(1)
+        ))?;
         let mut seen = HashSet::new();
         for r in records {
-            if seen.insert(r.request_id.as_str()) && !stored.exists([&r.request_id])? {
+            if seen.insert(r.request_id.as_str())
+                && !stored.exists(stored_id::params_of(&r.request_id))?
+            {
                 fresh.push(r.clone());
             }
         }
@@ -96,16 +102,29 @@ pub(crate) fn insert_rows(
     let mut rebuild: HashSet<RollupKey> = HashSet::new();
     let mut replaced = Vec::new();
     {
+        let moved_ms: Option<i64> = tx
+            .prepare_cached(&format!(
+                "SELECT max(text_ids_before_ms) FROM {}",
+                stored_id::TEXT_IDS_BEFORE
+            ))?
+            .query_row([], |r| r.get(0))?;
         let mut req = tx.prepare_cached(INSERT)?;
+        let mut text = tx.prepare_cached("SELECT 1 FROM requests WHERE request_id = ?1")?;
         for r in records {
-            if insert_row(&mut req, r)? == 0 {
+            // A row written before v15 holds the id as text, which the insert cannot see.
+            let older =
+                stored_id::may_be_text(&r.request_id, moved_ms) && text.exists([&r.request_id])?;
+            if older || insert_row(&mut req, r)? == 0 {
                 // The id is taken: replace the old row, and rebuild both its rollup and ours.
                 let old = get_row(tx, &r.request_id)?;
                 rebuild.extend(old.as_ref().and_then(RollupKey::of));
                 replaced.extend(old);
                 rebuild.extend(RollupKey::of(r));
-                tx.prepare_cached("DELETE FROM requests WHERE request_id = ?1")?
-                    .execute([&r.request_id])?;
+                tx.prepare_cached(&format!(
+                    "DELETE FROM requests WHERE {}",
+                    stored_id::lookup(1)
+                ))?
+                .execute(stored_id::params_of(&r.request_id))?;
                 insert_row(&mut req, r)?;
             }
         }
@@ -129,7 +148,7 @@ const INSERT: &str = "INSERT INTO requests (
 /// Inserts one request row unless its id exists; returns the rows inserted (0 or 1).
 fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Result<usize> {
     Ok(stmt.execute(params![
-        r.request_id,
+        stored_id::key(&r.request_id),
         r.workspace_id,
         r.created_at_us,
         r.model,
@@ -166,8 +185,10 @@ pub fn stored(conn: &Connection, request_id: &str) -> Result<Option<RequestRecor
 
 /// One stored row by id, in any workspace.
 fn get_row(conn: &Connection, request_id: &str) -> Result<Option<RequestRecord>> {
-    let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE request_id = ?1"))?;
-    Ok(stmt.query_row([request_id], from_row).optional()?)
+    let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE {}", stored_id::lookup(1)))?;
+    Ok(stmt
+        .query_row(stored_id::params_of(request_id), from_row)
+        .optional()?)
 }
 
 /// The columns [`from_row`] reads, in its order: every column rows have had (rows written
@@ -200,6 +221,18 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     }
 }
 
+/// Column 0 of `row`, the request id in either of its stored forms ([`stored_id`]).
+fn request_id(row: &Row<'_>) -> rusqlite::Result<String> {
+    let v = row.get_ref(0)?;
+    stored_id::id_of(v).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            v.data_type(),
+            Box::new(StoreError::Corrupt("request id".into())),
+        )
+    })
+}
+
 /// Column `i` of `row`, a closed set's stored name.
 fn named<T>(
     row: &Row<'_>,
@@ -214,7 +247,7 @@ fn named<T>(
 /// A row written since schema v14: the columns of [`INSERT`] and the packed fields.
 fn from_packed_row(row: &Row<'_>, packed: &[u8]) -> rusqlite::Result<RequestRecord> {
     let columns = crate::packed::Columns {
-        request_id: row.get(0)?,
+        request_id: request_id(row)?,
         created_at_us: row.get(3)?,
         workspace_id: row.get(1)?,
         model: row.get(4)?,
@@ -254,7 +287,7 @@ fn from_columns(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let endpoint: String = row.get(55)?;
     let in_band: Option<String> = row.get(60)?;
     Ok(RequestRecord {
-        request_id: row.get(0)?,
+        request_id: request_id(row)?,
         workspace_id: row.get(1)?,
         key_id: row.get(2)?,
         created_at_us: row.get(3)?,
@@ -366,9 +399,13 @@ pub fn get(
     workspace_id: &str,
     request_id: &str,
 ) -> Result<Option<RequestRecord>> {
-    let sql = format!("{SELECT} WHERE workspace_id = ?1 AND request_id = ?2");
+    let sql = format!(
+        "{SELECT} WHERE workspace_id = ?1 AND {}",
+        stored_id::lookup(2)
+    );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query_map(params![workspace_id, request_id], from_row)?;
+    let [key, text] = stored_id::params_of(request_id);
+    let mut rows = stmt.query_map(params![workspace_id, key, text], from_row)?;
     match rows.next() {
         Some(r) => Ok(Some(r?)),
         None => Ok(None),
@@ -784,6 +821,63 @@ pub(crate) mod tests {
                         all.into_iter().find(|w| w.request_id == r.request_id)
                     );
                 }
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// The wall clock in unix milliseconds.
+    pub(crate) fn now_ms() -> i64 {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        i64::try_from(since.as_millis()).unwrap()
+    }
+
+    #[test]
+    fn a_gateway_id_is_found_once_whether_its_row_holds_it_as_text_or_as_bytes() {
+        use crate::packed::tests::full;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        // Written as text before v15, and as bytes since.
+        let mut old = full();
+        old.request_id = "req_0190f3a2b4c5d6e7f8091a2b3c4d5e6f".into();
+        // The most the older columns held.
+        old.tokens.estimated_output = Some(i64::MAX as u64);
+        let mut new = full();
+        new.request_id = "req_0190f3a2b4c5d6e7f8091a2b3c4d5e70".into();
+        let ws = old.workspace_id.clone().unwrap();
+        store
+            .with_conn(|c| {
+                insert_legacy_rows(c, std::slice::from_ref(&old));
+                // The store moves to bytes after the older row, as v15 does on a store with rows.
+                c.execute_batch(crate::schema::V15)?;
+                insert_batch(c, std::slice::from_ref(&new), &Zone::utc())?;
+                let types: Vec<String> = c
+                    .prepare("SELECT typeof(request_id) FROM requests ORDER BY rowid")?
+                    .query_map([], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                assert_eq!(types, ["text", "blob"]);
+                for r in [&old, &new] {
+                    assert_eq!(get(c, &ws, &r.request_id)?.as_ref(), Some(r));
+                    assert_eq!(stored(c, &r.request_id)?.as_ref(), Some(r));
+                }
+                // A replay of either is not written again.
+                let written = insert_absent(c, &[old.clone(), new.clone()], &Zone::utc())?;
+                assert!(written.is_empty(), "{written:?}");
+                // Written again, the old row is replaced (not doubled), now as bytes.
+                let mut again = old.clone();
+                again.status = 599;
+                insert_batch(c, std::slice::from_ref(&again), &Zone::utc())?;
+                let rows: Vec<(String, i64)> = c
+                    .prepare("SELECT typeof(request_id), status FROM requests ORDER BY rowid")?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()?;
+                assert_eq!(
+                    rows,
+                    [("blob".into(), i64::from(new.status)), ("blob".into(), 599)]
+                );
+                assert_eq!(get(c, &ws, &old.request_id)?, Some(again));
                 Ok(())
             })
             .unwrap();

@@ -111,7 +111,9 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
         done: Some(packed_added),
     },
-    // 15: no index of the rollup tiers by time alone.
+    // 15: no index of the rollup tiers by time alone; the ids the gateway makes stored as
+    // their 16 bytes (`crate::stored_id`; older builds read every id as text, and the version
+    // keeps them from opening the store).
     Migration {
         sql: V15,
         after: None,
@@ -472,9 +474,17 @@ const V14: &str = r#"
 /// workspaces, and it now goes one workspace at a time (`records::delete_rollups_before`). In
 /// a table without rowid each entry of such an index repeats the whole key: the minute one was
 /// 60 B per request of a 1 M load, a quarter of the minute tier.
-const V15: &str = r#"
+///
+/// Since v15 the ids the gateway makes are stored as their 16 bytes (`crate::stored_id`):
+/// `id_forms` keeps when a store that had rows moved, so that a write looks for an older text
+/// row only for ids made before then.
+pub(crate) const V15: &str = r#"
     DROP INDEX IF EXISTS rollups_minute;
     DROP INDEX IF EXISTS rollups_hourly_hour;
+    CREATE TABLE IF NOT EXISTS id_forms (text_ids_before_ms INTEGER NOT NULL);
+    INSERT INTO id_forms
+        SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
+        WHERE EXISTS (SELECT 1 FROM requests) AND NOT EXISTS (SELECT 1 FROM id_forms);
 "#;
 
 /// Whether the packed column exists already (V14 applied).
@@ -622,6 +632,39 @@ mod tests {
             )
             .unwrap();
         assert!(sql.ends_with(&format!("WHERE {UNUSUAL}")), "{sql}");
+    }
+
+    #[test]
+    fn v15_notes_when_a_store_with_rows_moved_to_byte_ids_and_not_for_an_empty_one() {
+        use crate::records::tests::sample;
+        let moved = |conn: &Connection| -> Vec<i64> {
+            let mut stmt = conn
+                .prepare("SELECT text_ids_before_ms FROM id_forms")
+                .unwrap();
+            let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+            rows.collect::<rusqlite::Result<_>>().unwrap()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut empty = Connection::open(dir.path().join("empty.db")).unwrap();
+        empty_at(&empty, 14);
+        migrate(&mut empty).unwrap();
+        assert!(moved(&empty).is_empty());
+
+        let mut used = Connection::open(dir.path().join("used.db")).unwrap();
+        empty_at(&used, 14);
+        crate::records::tests::insert_legacy_rows(&used, &[sample("a", "ws", 1)]);
+        let before = crate::records::tests::now_ms();
+        migrate(&mut used).unwrap();
+        let after = crate::records::tests::now_ms();
+        let got = moved(&used);
+        assert_eq!(got.len(), 1);
+        assert!(
+            (before - 1..=after + 1).contains(&got[0]),
+            "{got:?} not in {before}..{after}"
+        );
+        // Run again (as a test that takes a migration back does), it keeps the first time.
+        used.execute_batch(V15).unwrap();
+        assert_eq!(moved(&used), got);
     }
 
     #[test]
