@@ -102,12 +102,7 @@ pub(crate) fn insert_rows(
     let mut rebuild: HashSet<RollupKey> = HashSet::new();
     let mut replaced = Vec::new();
     {
-        let moved_ms: Option<i64> = tx
-            .prepare_cached(&format!(
-                "SELECT max(text_ids_before_ms) FROM {}",
-                stored_id::TEXT_IDS_BEFORE
-            ))?
-            .query_row([], |r| r.get(0))?;
+        let moved_ms = stored_id::moved_ms(tx)?;
         let mut req = tx.prepare_cached(INSERT)?;
         let mut text = tx.prepare_cached("SELECT 1 FROM requests WHERE request_id = ?1")?;
         for r in records {

@@ -7,6 +7,7 @@
 //! ([`LOOKUP`]): the older rows stay as written until retention removes them.
 
 use rusqlite::types::{Value, ValueRef};
+use rusqlite::Connection;
 
 /// The prefix of the ids the gateway makes.
 const PREFIX: &str = "req_";
@@ -17,9 +18,12 @@ pub(crate) fn lookup(n: usize) -> String {
     format!("request_id IN (?{n}, ?{})", n + 1)
 }
 
-/// The table v15 makes: when the store had rows, the unix millisecond it moved to bytes
-/// (`text_ids_before_ms`), so no gateway id made later can have a row holding it as text.
-pub(crate) const TEXT_IDS_BEFORE: &str = "id_forms";
+/// When the store moved to bytes (unix ms), if it had rows then: v15 notes it in `id_forms`.
+/// No gateway id made later can have a row holding it as text.
+pub(crate) fn moved_ms(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT max(text_ids_before_ms) FROM id_forms")?
+        .query_row([], |r| r.get(0))
+}
 
 /// Whether a row may hold `id` as text although it is written as bytes now: the id was made
 /// before `moved_ms` (with a minute's room for the two clocks that tell it).
