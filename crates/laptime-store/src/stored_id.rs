@@ -4,7 +4,10 @@
 //!
 //! A text and a blob never compare equal in SQLite, so a row written before v15 (its id as
 //! text) and a newer one are told apart by the value's type, and a lookup asks for both forms
-//! ([`LOOKUP`]): the older rows stay as written until retention removes them.
+//! ([`lookup`]): the older rows stay as written until retention removes them. The unique index
+//! cannot see that a new row's bytes and an older row's text are one id either, so a write
+//! looks for the text too, but only for ids made before the store moved to bytes
+//! ([`may_be_text`]): an id carries the millisecond it was made in its first six bytes.
 
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::Connection;
