@@ -51,6 +51,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     sql(V8),
     sql(V9),
+    sql(V10),
 ];
 
 /// The schema version this build writes.
@@ -303,6 +304,14 @@ const V9: &str = r#"
     ALTER TABLE requests ALTER COLUMN failover_count DROP NOT NULL;
     ALTER TABLE requests ALTER COLUMN cached DROP NOT NULL;
     ALTER TABLE requests ALTER COLUMN attempts DROP NOT NULL;
+"#;
+
+/// No table changes: from this version on, instances write rollups in the encoding's version 5
+/// (a sketch's floats as whole microseconds, `laptime_core::rollup`), which older builds
+/// cannot decode, so the version keeps them from starting on a store that may hold such rows.
+const V10: &str = r#"
+    COMMENT ON TABLE rollups IS 'data: laptime rollup encoding, version 5 since schema 10';
+    COMMENT ON TABLE rollups_hourly IS 'data: laptime rollup encoding, version 5 since schema 10';
 "#;
 
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";
