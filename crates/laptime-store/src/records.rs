@@ -428,22 +428,16 @@ pub fn delete_older_than_batched(conn: &Connection, cutoff_us: i64, batch: usize
     loop {
         let started = tokio::time::Instant::now();
         let tx = write_transaction(conn)?;
-        let rowids: Vec<i64> = tx
+        let went = tx
             .prepare_cached(
-                "SELECT rowid FROM requests WHERE created_at_us < ?1
-                 ORDER BY created_at_us LIMIT ?2",
+                "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests
+                    WHERE created_at_us < ?1 ORDER BY created_at_us LIMIT ?2)",
             )?
-            .query_map(params![cutoff_us, batch], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        if rowids.is_empty() {
+            .execute(params![cutoff_us, batch])?;
+        if went == 0 {
             break;
         }
-        {
-            let mut req = tx.prepare_cached("DELETE FROM requests WHERE rowid = ?1")?;
-            for rowid in &rowids {
-                deleted += req.execute([rowid])?;
-            }
-        }
+        deleted += went;
         tx.commit()?;
         yield_lock(started);
     }
