@@ -111,7 +111,7 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
         done: Some(packed_added),
     },
-    // 15: no index of the rollup tiers by time alone; the ids the gateway makes stored as
+    // 15: no index by time alone (rollup tiers, requests); the ids the gateway makes stored as
     // their 16 bytes (`crate::stored_id`; older builds read every id as text, and the version
     // keeps them from opening the store).
     Migration {
@@ -469,11 +469,12 @@ const V14: &str = r#"
     ALTER TABLE requests ADD COLUMN packed BLOB;
 "#;
 
-/// The rollup tiers' indexes by time alone dropped. Both tiers are keyed by workspace, then
-/// time, and every `usage` reads one workspace; only retention walked the tiers by time across
-/// workspaces, and it now goes one workspace at a time (`records::delete_rollups_before`). In
-/// a table without rowid each entry of such an index repeats the whole key: the minute one was
-/// 60 B per request of a 1 M load, a quarter of the minute tier.
+/// The indexes by time alone dropped, of the rollup tiers and of the requests. Every `usage`
+/// and every log read is of one workspace, through an index or key that starts with it; only
+/// retention walked by time across workspaces, and it now goes one workspace at a time
+/// (`records::delete_older_than_batched`). In a table without rowid each entry of such an index
+/// repeats the whole key: the minute tier's was 60 B per request of a 1 M load, a quarter of
+/// the tier; the requests' was 19 B.
 ///
 /// Since v15 the ids the gateway makes are stored as their 16 bytes (`crate::stored_id`):
 /// `id_forms` keeps when a store that had rows moved, so that a write looks for an older text
@@ -481,6 +482,7 @@ const V14: &str = r#"
 pub(crate) const V15: &str = r#"
     DROP INDEX IF EXISTS rollups_minute;
     DROP INDEX IF EXISTS rollups_hourly_hour;
+    DROP INDEX IF EXISTS requests_created;
     CREATE TABLE IF NOT EXISTS id_forms (text_ids_before_ms INTEGER NOT NULL);
     INSERT INTO id_forms
         SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
@@ -575,7 +577,7 @@ mod tests {
     }
 
     #[test]
-    fn v15_leaves_the_rollup_tiers_no_index_beside_their_key() {
+    fn v15_leaves_no_index_by_time_alone_and_retention_walks_the_workspace_keys() {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = Connection::open(dir.path().join("t.db")).unwrap();
         empty_at(&conn, 14);
@@ -584,15 +586,31 @@ mod tests {
         migrate(&mut conn).unwrap();
         assert!(indexes_of(&conn, "rollups").is_empty());
         assert!(indexes_of(&conn, "rollups_hourly").is_empty());
-        // Retention's per-workspace reads walk the key, not the table.
-        for sql in [
-            "SELECT min(minute_us) FROM rollups WHERE workspace_id = 'w'",
-            "SELECT min(workspace_id) FROM rollups_hourly WHERE workspace_id > 'w'",
+        assert!(!indexes(&conn).contains(&"requests_created".to_string()));
+        // Retention's per-workspace reads walk a key or index, not the table.
+        for (sql, via) in [
+            (
+                "SELECT min(minute_us) FROM rollups WHERE workspace_id = 'w'",
+                "PRIMARY KEY",
+            ),
+            (
+                "SELECT min(workspace_id) FROM rollups_hourly WHERE workspace_id > 'w'",
+                "PRIMARY KEY",
+            ),
+            (
+                "SELECT min(workspace_id) FROM requests WHERE workspace_id > 'w'",
+                "requests_workspace_created",
+            ),
+            (
+                "SELECT rowid FROM requests WHERE workspace_id IS NULL AND created_at_us < 5
+                 ORDER BY created_at_us LIMIT 10",
+                "requests_workspace_created (workspace_id=? AND created_at_us<?)",
+            ),
         ] {
             let plan: String = conn
                 .query_row(&format!("EXPLAIN QUERY PLAN {sql}"), [], |r| r.get(3))
                 .unwrap();
-            assert!(plan.contains("PRIMARY KEY"), "{sql}: {plan}");
+            assert!(plan.contains(via), "{sql}: {plan}");
         }
     }
 

@@ -1342,7 +1342,8 @@ async fn recent_is_newest_first_within_the_window_and_filter() {
 #[tokio::test]
 async fn retention_cuts_the_rollups_of_every_workspace_at_the_cutoff() {
     // Four workspaces over three hours, each with rows on both sides of a cutoff inside the
-    // second hour; one workspace ends before the cutoff, so retention removes all of it.
+    // second hour; one workspace ends before the cutoff, so retention removes all of it. The
+    // count of requests deleted covers those without a workspace too.
     let mut rows = Vec::new();
     for (k, ws) in ["a", "b", "c", "d"].into_iter().enumerate() {
         let n = if ws == "d" { 60 } else { 240 };
@@ -1353,9 +1354,22 @@ async fn retention_cuts_the_rollups_of_every_workspace_at_the_cutoff() {
     }
     let cutoff = H0 + HOUR + 17 * MIN + 5_000_000;
     let kept_from = H0 + HOUR + 17 * MIN;
+    // Requests refused before a workspace was known: one on either side of the cutoff.
+    for (i, at) in [cutoff - 1, cutoff].into_iter().enumerate() {
+        let mut r = plain(&format!("anon-{i}"), "x", at, Some("gpt-4o"));
+        r.workspace_id = None;
+        rows.push(r);
+    }
     for b in backends_with(&rows, 100).await {
         let name = b.name;
-        b.store.delete_older_than(cutoff, 30).await.unwrap();
+        let deleted = b.store.delete_older_than(cutoff, 30).await.unwrap();
+        let old = rows.iter().filter(|r| r.created_at_us < cutoff).count();
+        assert_eq!(deleted, old, "{name}");
+        assert_eq!(
+            b.store.delete_older_than(cutoff, 30).await.unwrap(),
+            0,
+            "{name}"
+        );
         for ws in ["a", "b", "c", "d"] {
             let mine: Vec<&RequestRecord> = rows
                 .iter()
