@@ -428,22 +428,12 @@ pub const RETENTION_BATCH: usize = 1000;
 pub fn delete_older_than_batched(conn: &Connection, cutoff_us: i64, batch: usize) -> Result<usize> {
     let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
     let mut deleted = 0;
-    let mut after: Option<String> = None;
-    loop {
-        let ws: Option<String> = match &after {
-            None => conn
-                .prepare_cached("SELECT min(workspace_id) FROM requests")?
-                .query_row([], |r| r.get(0))?,
-            Some(after) => conn
-                .prepare_cached("SELECT min(workspace_id) FROM requests WHERE workspace_id > ?1")?
-                .query_row([after], |r| r.get(0))?,
-        };
-        deleted += delete_requests_before(conn, ws.as_deref(), cutoff_us, batch)?;
-        match ws {
-            Some(ws) => after = Some(ws),
-            None => break,
-        }
+    let mut after = None;
+    while let Some(ws) = next_workspace(conn, &["requests"], after.as_deref())? {
+        deleted += delete_requests_before(conn, Some(&ws), cutoff_us, batch)?;
+        after = Some(ws);
     }
+    deleted += delete_requests_before(conn, None, cutoff_us, batch)?;
     delete_rollups_before(conn, rollups::floor_minute(cutoff_us), batch)?;
     Ok(deleted)
 }
@@ -480,32 +470,32 @@ fn delete_requests_before(
 /// at a time: the tiers are keyed by workspace first and have no index by time alone (v15).
 fn delete_rollups_before(conn: &Connection, minute_cutoff: i64, batch: i64) -> Result<()> {
     let mut after = None;
-    while let Some(ws) = next_rollup_workspace(conn, after.as_deref())? {
+    while let Some(ws) = next_workspace(conn, &["rollups", "rollups_hourly"], after.as_deref())? {
         delete_workspace_rollups_before(conn, &ws, minute_cutoff, batch)?;
         after = Some(ws);
     }
     Ok(())
 }
 
-/// The least workspace after `after` (the least of all when `None`) that either tier holds
-/// rows of: a step down each tier's key, however many rows a workspace has.
-fn next_rollup_workspace(conn: &Connection, after: Option<&str>) -> Result<Option<String>> {
-    let next = match after {
-        None => conn
-            .prepare_cached(
-                "SELECT min(w) FROM (SELECT min(workspace_id) AS w FROM rollups
-                 UNION ALL SELECT min(workspace_id) FROM rollups_hourly)",
-            )?
-            .query_row([], |r| r.get(0))?,
-        Some(after) => conn
-            .prepare_cached(
-                "SELECT min(w) FROM (SELECT min(workspace_id) AS w FROM rollups
-                    WHERE workspace_id > ?1
-                 UNION ALL SELECT min(workspace_id) FROM rollups_hourly WHERE workspace_id > ?1)",
-            )?
-            .query_row([after], |r| r.get(0))?,
+/// The least workspace after `after` (the least of all when `None`) that any of `tables` holds
+/// rows of: one step down each table's index or key that starts with the workspace, however
+/// many rows a workspace has. Requests without a workspace are not among them.
+fn next_workspace(
+    conn: &Connection,
+    tables: &[&str],
+    after: Option<&str>,
+) -> Result<Option<String>> {
+    // Text sorts after NULL and every number, and '' before any other text.
+    let (op, from) = match after {
+        Some(after) => (">", after),
+        None => (">=", ""),
     };
-    Ok(next)
+    let mins: Vec<String> = tables
+        .iter()
+        .map(|t| format!("SELECT min(workspace_id) AS w FROM {t} WHERE workspace_id {op} ?1"))
+        .collect();
+    let sql = format!("SELECT min(w) FROM ({})", mins.join(" UNION ALL "));
+    Ok(conn.prepare_cached(&sql)?.query_row([from], |r| r.get(0))?)
 }
 
 /// [`delete_rollups_before`] for one workspace, a transaction per unit: as many whole hours as
