@@ -282,10 +282,11 @@ const MIN_WRITE_INTERVAL: Duration = Duration::from_millis(5);
 /// A batch smaller than this after [`MIN_WRITE_INTERVAL`] waits on, up to
 /// [`SMALL_BATCH_LINGER`] after the last transaction, so that one commit serves more records.
 /// Measured on the gateway (`benchmarks/compare-builds`): one request at a time (about 3,000
-/// a second) cost 22-27 % less CPU per request with 20 ms between transactions than with
-/// 5 ms, and paced streams 13-15 % less; but fast streams at 32 connections (12,000 a second,
-/// batches of ~60 already) cost 3-5 % more, as their finished entries stayed in the in-flight
-/// registry long enough for its journal to write them. So only small batches wait.
+/// a second) cost 22-26 % less CPU per request with 20 ms between transactions than with
+/// 5 ms, and paced streams 12-15 % less; but fast streams at 32 connections (12,000 a second,
+/// about 60 records per 5 ms already) cost 1.5-5 % more in each of four rounds. Not profiled;
+/// a likely cause is that their finished entries then stay in the in-flight registry long
+/// enough for its journal to write them. So only small batches wait.
 const SMALL_BATCH: usize = 32;
 
 /// How long after the last transaction a small batch may wait.
