@@ -270,12 +270,10 @@ impl Inflight {
     /// Every entry now, for the journal and the read-back. Each shard is locked in turn, long
     /// enough to copy its entries' pointers (records are shared, not copied).
     pub fn snapshot(&self) -> Vec<Entry> {
-        let mut out = Vec::with_capacity(self.len());
-        for shard in self.shards.iter() {
-            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            out.extend(shard.values().map(|t| t.entry.clone()));
-        }
-        out
+        self.numbered_snapshot()
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect()
     }
 
     /// [`Inflight::snapshot`] with each entry's change number, for the journal writer.
