@@ -15,8 +15,8 @@
 //!    real `Recorder` as fast as it accepts them. A full queue is waited out and retried (never
 //!    dropped); how often it was full is reported, and drops must be zero.
 //! 2. Times, as the median of the runs: `usage` over the last 24 h (ungrouped, grouped by model,
-//!    filtered by model), `usage` over the last 1 h, and `recent_filtered` (limit 50) without and
-//!    with a filter on a rare outcome.
+//!    filtered by model), `usage` over the last 1 h, and `recent_filtered` (limit 50) without a
+//!    filter, with one on a rare outcome and with one on a model.
 //! 3. Checks the sketch: the 24 h latency p50, p95 and p99 against the exact nearest-rank values
 //!    found by sorting the latencies of the records this run loaded (the rows keep them packed,
 //!    where SQL cannot sort on them; skipped with `--skip-load`).
@@ -863,6 +863,15 @@ async fn query(
     .await?;
     row(
         "recent_filtered, limit 50, outcome=timeout",
+        (m, lo, hi),
+        format!("{} rows", r.len()),
+    );
+    let (m, lo, hi, r) = time(a.runs, || {
+        store.recent(ws, opus.clone(), Some((now - DAY_US, now)), 50)
+    })
+    .await?;
+    row(
+        "recent_filtered, limit 50, model=claude-opus-4",
         (m, lo, hi),
         format!("{} rows", r.len()),
     );

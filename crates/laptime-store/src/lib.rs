@@ -33,6 +33,7 @@ pub mod budgets;
 pub mod instances;
 pub mod limits;
 pub mod manage;
+mod names;
 mod packed;
 pub mod pg;
 pub mod recorder;

@@ -16,6 +16,7 @@ use laptime_core::Dialect;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
 use crate::budgets;
+use crate::names::{self, named, Codes};
 use crate::rollups::{self, RollupKey};
 use crate::stored_id;
 use crate::usage::{self, UsageFilter};
@@ -103,13 +104,14 @@ pub(crate) fn insert_rows(
     let mut replaced = Vec::new();
     {
         let moved_ms = stored_id::moved_ms(tx)?;
+        let codes = Codes::of(tx, records)?;
         let mut req = tx.prepare_cached(INSERT)?;
         let mut text = tx.prepare_cached("SELECT 1 FROM requests WHERE request_id = ?1")?;
         for r in records {
             // A row written before v15 holds the id as text, which the insert cannot see.
             let older =
                 stored_id::may_be_text(&r.request_id, moved_ms) && text.exists([&r.request_id])?;
-            if older || insert_row(&mut req, r)? == 0 {
+            if older || insert_row(&mut req, &codes, r)? == 0 {
                 // The id is taken: replace the old row, and rebuild both its rollup and ours.
                 let old = get_row(tx, &r.request_id)?;
                 rebuild.extend(old.as_ref().and_then(RollupKey::of));
@@ -120,7 +122,7 @@ pub(crate) fn insert_rows(
                     stored_id::lookup(1)
                 ))?
                 .execute(stored_id::params_of(&r.request_id))?;
-                insert_row(&mut req, r)?;
+                insert_row(&mut req, &codes, r)?;
             }
         }
     }
@@ -130,7 +132,7 @@ pub(crate) fn insert_rows(
 /// A request's row since schema v14: the columns queries filter, group or sort on, the others
 /// packed into one value ([`crate::packed`]). The older columns that may not be NULL take the
 /// values that cost a row no bytes (0 and `''`: SQLite writes them in the row's header alone),
-/// and mean nothing beside the packed value.
+/// and mean nothing beside the packed value. Since v16 the names are codes ([`crate::names`]).
 const INSERT: &str = "INSERT INTO requests (
         request_id, workspace_id, created_at_us, model, provider, channel, grp, dialect, stream,
         status, outcome, classification, endpoint, input_tokens, max_output_tokens,
@@ -140,27 +142,34 @@ const INSERT: &str = "INSERT INTO requests (
         ?19, '', 0, 0, '', 0, 0)
      ON CONFLICT (request_id) DO NOTHING";
 
-/// Inserts one request row unless its id exists; returns the rows inserted (0 or 1).
-fn insert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &RequestRecord) -> Result<usize> {
+/// Inserts one request row unless its id exists, its names as `codes` has them; returns the
+/// rows inserted (0 or 1).
+fn insert_row(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    codes: &Codes,
+    r: &RequestRecord,
+) -> Result<usize> {
+    let [model, provider, channel, group, dialect, endpoint, region] =
+        names::names_of(r).map(|name| codes.value(name, r.created_at_us));
     Ok(stmt.execute(params![
         stored_id::key(&r.request_id),
         r.workspace_id,
         r.created_at_us,
-        r.model,
-        r.provider,
-        r.channel,
-        r.group,
-        r.dialect.as_str(),
+        model,
+        provider,
+        channel,
+        group,
+        dialect,
         r.stream,
         r.status,
         r.outcome.as_str(),
         r.classification.as_str(),
-        r.exchange.endpoint.as_str(),
+        endpoint,
         tok(r.tokens.input),
         tok(r.shape.max_output_tokens),
         r.shape.reasoning_effort,
         r.shape.tool_count,
-        r.region,
+        region,
         crate::packed::encode(r),
     ])?)
 }
@@ -188,18 +197,33 @@ fn get_row(conn: &Connection, request_id: &str) -> Result<Option<RequestRecord>>
 
 /// The columns [`from_row`] reads, in its order: every column rows have had (rows written
 /// before schema v14 hold each field in its own), then the packed fields of newer rows.
-pub(crate) const SELECT: &str =
-    "SELECT request_id, workspace_id, key_id, created_at_us, model, provider,
-    channel, grp, dialect, stream, status, outcome, timeout_kind, error_class, classification,
+/// The coded columns read back as their names ([`crate::names`]).
+pub(crate) const SELECT: &str = concat!(
+    "SELECT request_id, workspace_id, key_id, created_at_us, ",
+    named!("model"),
+    ", ",
+    named!("provider"),
+    ", ",
+    named!("channel"),
+    ", ",
+    named!("grp"),
+    ", ",
+    named!("dialect"),
+    ", stream, status, outcome, timeout_kind, error_class, classification,
     flags, auth_us, body_read_us, distribution_us, upstream_start_us, upstream_headers_us,
     first_byte_us, first_event_us, first_effective_us, first_visible_us, last_effective_us,
     upstream_done_us, handler_done_us, input_tokens, output_tokens, cache_read_tokens,
     cache_write_tokens, reasoning_tokens, event_count, text_delta_count, channel_inflight, hedge,
     failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
-    response_format, temperature, top_p, region, trace_id, upstream_dialect, instance,
-    cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by, endpoint,
+    response_format, temperature, top_p, ",
+    named!("region"),
+    ", trace_id, upstream_dialect, instance,
+    cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by, ",
+    named!("endpoint"),
+    ",
     bytes_in, bytes_out, key_index, estimated_output_tokens, in_band, attempts, packed
-    FROM requests";
+    FROM requests"
+);
 
 fn corrupt(what: &str, v: &str) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(

@@ -119,6 +119,14 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
         done: None,
     },
+    // 16: a request's model, provider, channel, group, dialect, endpoint and region stored as
+    // codes of the `names` table (`crate::names`; older builds read them as text, and the
+    // version keeps them from opening the store).
+    Migration {
+        sql: V16,
+        after: None,
+        done: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -489,6 +497,19 @@ pub(crate) const V15: &str = r#"
         WHERE EXISTS (SELECT 1 FROM requests) AND NOT EXISTS (SELECT 1 FROM id_forms);
 "#;
 
+/// The names table ([`crate::names`]), and the moment from which rows hold codes when the store
+/// had rows before it: the older rows keep their text until retention removes them.
+pub(crate) const V16: &str = r#"
+    CREATE TABLE IF NOT EXISTS names (
+        code BLOB PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS name_forms (text_before_us INTEGER NOT NULL);
+    INSERT INTO name_forms
+        SELECT CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)
+        WHERE EXISTS (SELECT 1 FROM requests) AND NOT EXISTS (SELECT 1 FROM name_forms);
+"#;
+
 /// Whether the packed column exists already (V14 applied).
 fn packed_added(conn: &Connection) -> Result<bool> {
     Ok(conn.query_row(
@@ -683,6 +704,44 @@ mod tests {
         // Run again (as a test that takes a migration back does), it keeps the first time.
         used.execute_batch(V15).unwrap();
         assert_eq!(moved(&used), got);
+    }
+
+    #[test]
+    fn v16_notes_when_a_store_with_rows_moved_to_coded_names_and_its_rows_read_as_before() {
+        use crate::records::tests::{insert_legacy_rows, now_ms, sample};
+        let moment = |conn: &Connection| -> Vec<i64> {
+            let mut stmt = conn
+                .prepare("SELECT text_before_us FROM name_forms")
+                .unwrap();
+            let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+            rows.collect::<rusqlite::Result<_>>().unwrap()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut empty = Connection::open(dir.path().join("empty.db")).unwrap();
+        empty_at(&empty, 15);
+        migrate(&mut empty).unwrap();
+        assert!(moment(&empty).is_empty());
+
+        let mut used = Connection::open(dir.path().join("used.db")).unwrap();
+        empty_at(&used, 15);
+        let old = sample("a", "ws", 1);
+        insert_legacy_rows(&used, std::slice::from_ref(&old));
+        let before = now_ms() * 1000;
+        migrate(&mut used).unwrap();
+        let after = now_ms() * 1000;
+        let got = moment(&used);
+        assert_eq!(got.len(), 1);
+        assert!(
+            (before - 1000..=after + 1000).contains(&got[0]),
+            "{got:?} not in {before}..{after}"
+        );
+        assert_eq!(
+            crate::records::get(&used, "ws", "a").unwrap().as_ref(),
+            Some(&old)
+        );
+        // Run again (as a test that takes a migration back does), it keeps the first moment.
+        used.execute_batch(V16).unwrap();
+        assert_eq!(moment(&used), got);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use laptime_core::timeline::RequestRecord;
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection, Row};
 
+use crate::names;
 use crate::records::{from_row, SELECT};
 use crate::rollups::{ceil_hour, ceil_minute, floor_hour, floor_minute, Tier};
 use crate::{Result, StoreError};
@@ -185,6 +186,17 @@ pub struct UsageResult {
     pub groups: Vec<(GroupKey, Rollup)>,
 }
 
+/// How the table a filter runs against stores the names it compares.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum NameForm {
+    /// As text in their columns: the rollups, and request rows written before the forms below.
+    Text,
+    /// SQLite's request rows since v16: a code each, or text ([`crate::names`]).
+    SqliteCodes,
+    /// PostgreSQL's request rows since v11: text, or a set's ([`crate::pg::names`]).
+    PgSets,
+}
+
 /// How absent text is stored in the table a filter runs against.
 #[derive(Clone, Copy)]
 pub(crate) enum Absent {
@@ -203,13 +215,14 @@ pub(crate) enum FilterValue {
 
 /// Appends ` AND column = <sigil>n` for every field the filter sets, numbering parameters after
 /// the `before` already bound; returns the values, in order. `sigil` is `?` for SQLite and `$`
-/// for PostgreSQL.
+/// for PostgreSQL. `form`: how the table stores the names compared.
 pub(crate) fn push_filter(
     filter: &UsageFilter,
     absent: Absent,
     sql: &mut String,
     before: usize,
     sigil: char,
+    form: NameForm,
 ) -> Vec<FilterValue> {
     let mut values = Vec::new();
     let text = [
@@ -222,16 +235,30 @@ pub(crate) fn push_filter(
         (GroupDim::Classification, &filter.classification),
         (GroupDim::Endpoint, &filter.endpoint),
     ];
+    // A name of a PostgreSQL row may be in its set; NULL stays NULL in SQLite's codes.
+    let null = |col: &str| match form {
+        NameForm::PgSets if crate::pg::names::in_set(col) => crate::pg::names::is_null(col),
+        _ => format!(" AND {col} IS NULL"),
+    };
     let bind = |col: &str, v: FilterValue, sql: &mut String, values: &mut Vec<FilterValue>| {
         values.push(v);
-        sql.push_str(&format!(" AND {col} = {sigil}{}", before + values.len()));
+        let n = before + values.len();
+        match form {
+            NameForm::SqliteCodes if names::COLUMNS.contains(&col) => {
+                sql.push_str(&names::coded_equals(col, n))
+            }
+            NameForm::PgSets if crate::pg::names::in_set(col) => {
+                sql.push_str(&crate::pg::names::equals(col, &format!("{sigil}{n}")))
+            }
+            _ => sql.push_str(&format!(" AND {col} = {sigil}{n}")),
+        }
     };
     for (dim, v) in text {
         let Some(v) = v else { continue };
         let col = dim.column();
         // An empty filter value asks for requests without the value, in either table.
         if v.is_empty() && matches!(absent, Absent::Null) {
-            sql.push_str(&format!(" AND {col} IS NULL"));
+            sql.push_str(&null(col));
             continue;
         }
         bind(col, FilterValue::Text(v.clone()), sql, &mut values);
@@ -264,6 +291,7 @@ pub(crate) fn push_filter(
                 let Some(v) = v else { continue };
                 match row_condition(dim, v) {
                     RowCondition::Sql(cond) => sql.push_str(&cond),
+                    RowCondition::Null(col) => sql.push_str(&null(col)),
                     RowCondition::Equals(col) => {
                         bind(col, FilterValue::Text(v.clone()), sql, &mut values)
                     }
@@ -286,6 +314,8 @@ enum RowCondition {
     Sql(String),
     /// The value is compared as it is to this column.
     Equals(&'static str),
+    /// The column holds no value.
+    Null(&'static str),
 }
 
 fn row_condition(dim: GroupDim, v: &str) -> RowCondition {
@@ -301,7 +331,7 @@ fn row_condition(dim: GroupDim, v: &str) -> RowCondition {
         GroupDim::MaxOutputBucket => bucket_of("max_output_tokens"),
         GroupDim::InputBucket => bucket_of("input_tokens"),
         GroupDim::ReasoningEffort => RowCondition::Sql(effort_condition(v)),
-        GroupDim::Region if v.is_empty() => RowCondition::Sql(" AND region IS NULL".into()),
+        GroupDim::Region if v.is_empty() => RowCondition::Null("region"),
         _ => RowCondition::Equals("region"),
     }
 }
@@ -508,6 +538,7 @@ pub(crate) fn rollup_sql(
         &mut filtered,
         1 + 2 * spans.len(),
         sigil,
+        NameForm::Text,
     );
     let parts: Vec<String> = spans
         .iter()
@@ -562,11 +593,12 @@ pub fn usage(
     Ok(folding.finish(window))
 }
 
-/// The query of [`recent_filtered`] and its parameters.
+/// The query of [`recent_filtered`] and its parameters; `form` as for [`push_filter`].
 fn recent_sql(
     workspace_id: &str,
     filter: &UsageFilter,
     window: Option<(i64, i64)>,
+    form: NameForm,
     limit: u32,
 ) -> (String, Vec<Value>) {
     let mut sql = format!("{SELECT} WHERE workspace_id = ?1");
@@ -576,7 +608,7 @@ fn recent_sql(
         values.push(Value::Integer(to));
         sql.push_str(" AND created_at_us >= ?2 AND created_at_us < ?3");
     }
-    let bound = push_filter(filter, Absent::Null, &mut sql, values.len(), '?');
+    let bound = push_filter(filter, Absent::Null, &mut sql, values.len(), '?', form);
     values.extend(bound.into_iter().map(sqlite_value));
     if asks_unusual(filter) {
         // Implied by the filter; stated so that the partial index of those rows is usable.
@@ -610,12 +642,54 @@ pub fn recent_filtered(
     window: Option<(i64, i64)>,
     limit: u32,
 ) -> Result<Vec<RequestRecord>> {
-    let (sql, values) = recent_sql(workspace_id, filter, window, limit);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let out = stmt
-        .query_map(params_from_iter(values), from_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut out = Vec::new();
+    for (window, form) in name_forms(filter, window, names::text_before_us(conn)?) {
+        let left = limit.saturating_sub(u32::try_from(out.len()).unwrap_or(u32::MAX));
+        if left == 0 {
+            break;
+        }
+        let (sql, values) = recent_sql(workspace_id, filter, window, form, left);
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params_from_iter(values), from_row)?;
+        for row in rows {
+            out.push(row?);
+        }
+    }
     Ok(out)
+}
+
+/// The reads of a filtered log read, newest first, each with its window and the form it
+/// compares names in: rows created from `text_before_us` on hold codes and older ones
+/// text ([`crate::names`]), so a filter on a name reads the two parts apart, each down its
+/// index; without such a filter or such a moment, one read.
+fn name_forms(
+    filter: &UsageFilter,
+    window: Option<(i64, i64)>,
+    text_before_us: Option<i64>,
+) -> Vec<(Option<(i64, i64)>, NameForm)> {
+    let names_filtered = [
+        &filter.model,
+        &filter.provider,
+        &filter.channel,
+        &filter.group,
+        &filter.dialect,
+        &filter.endpoint,
+        &filter.region,
+    ]
+    .iter()
+    .any(|v| v.is_some());
+    let Some(moment) = text_before_us.filter(|_| names_filtered) else {
+        return vec![(window, NameForm::SqliteCodes)];
+    };
+    let (from, to) = window.unwrap_or((i64::MIN, i64::MAX));
+    let mut reads = Vec::with_capacity(2);
+    if from.max(moment) < to {
+        reads.push((Some((from.max(moment), to)), NameForm::SqliteCodes));
+    }
+    if from < to.min(moment) {
+        reads.push((Some((from, to.min(moment))), NameForm::Text));
+    }
+    reads
 }
 
 #[cfg(test)]
@@ -699,10 +773,19 @@ mod tests {
                 status: Some(200),
                 ..UsageFilter::default()
             },
+            UsageFilter {
+                group: Some("g".into()),
+                endpoint: Some("generation".into()),
+                region: Some("r".into()),
+                ..UsageFilter::default()
+            },
         ];
         for filter in &filters {
-            for window in [None, Some((1, 2))] {
-                let (sql, values) = recent_sql("ws", filter, window, 50);
+            for (window, form) in [None, Some((1, 2))]
+                .into_iter()
+                .flat_map(|w| [(w, NameForm::SqliteCodes), (w, NameForm::Text)])
+            {
+                let (sql, values) = recent_sql("ws", filter, window, form, 50);
                 let plan: Vec<String> = store
                     .with_conn(|c| {
                         let mut stmt = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
@@ -715,17 +798,17 @@ mod tests {
                 let plan = plan.join(" | ");
                 assert!(
                     plan.contains("USING INDEX"),
-                    "{filter:?} {window:?}: {plan}"
+                    "{filter:?} {window:?} {form:?}: {plan}"
                 );
                 assert!(
                     !plan.contains("TEMP B-TREE"),
-                    "{filter:?} {window:?}: {plan}"
+                    "{filter:?} {window:?} {form:?}: {plan}"
                 );
                 // A filter only unusual requests match walks their partial index.
                 assert_eq!(
                     plan.contains("requests_ws_unusual"),
                     asks_unusual(filter),
-                    "{filter:?} {window:?}: {plan}"
+                    "{filter:?} {window:?} {form:?}: {plan}"
                 );
             }
         }

@@ -19,6 +19,7 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
+use super::names::NameSets;
 use super::records::{values, COLUMNS};
 use super::rollups::merge_into;
 use crate::rollups::aggregate;
@@ -38,10 +39,11 @@ pub(super) enum Copied {
 pub(super) async fn write(
     c: &mut ClientWrapper,
     records: &[RequestRecord],
+    sets: &NameSets,
     zone: &Zone,
 ) -> Result<Copied> {
     let tx = c.transaction().await?;
-    match copy_rows(&tx, records).await {
+    match copy_rows(&tx, records, sets).await {
         Ok(()) => {}
         Err(StoreError::Postgres(e)) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
             tx.rollback().await?;
@@ -57,11 +59,11 @@ pub(super) async fn write(
 
 /// Streams the rows of `records` to the server as one binary `COPY` (the server inserts while
 /// the next rows are encoded); `seq` is left to its default, as on the replacing path.
-async fn copy_rows(tx: &Transaction<'_>, records: &[RequestRecord]) -> Result<()> {
+async fn copy_rows(tx: &Transaction<'_>, records: &[RequestRecord], sets: &NameSets) -> Result<()> {
     let Some(first) = records.first() else {
         return Ok(());
     };
-    let types: Vec<Type> = values(first).iter().map(|v| v.pg_type()).collect();
+    let types: Vec<Type> = values(first, sets).iter().map(|v| v.pg_type()).collect();
     let sql = format!(
         "COPY requests ({}) FROM STDIN (FORMAT binary)",
         COLUMNS.join(", ")
@@ -69,7 +71,7 @@ async fn copy_rows(tx: &Transaction<'_>, records: &[RequestRecord]) -> Result<()
     let sink = tx.copy_in(&sql).await?;
     let mut writer = std::pin::pin!(BinaryCopyInWriter::new(sink, &types));
     for r in records {
-        let row = values(r);
+        let row = values(r, sets);
         writer.as_mut().write_raw(row.iter()).await?;
     }
     writer.finish().await?;

@@ -21,6 +21,7 @@ pub mod budgets;
 mod copy;
 pub mod instances;
 pub mod limits;
+pub(crate) mod names;
 pub mod records;
 pub mod rollups;
 pub mod schema;

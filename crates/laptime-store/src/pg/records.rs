@@ -25,6 +25,7 @@ use laptime_core::Dialect;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::Row;
 
+use super::names::{self, NameSets};
 use super::rollups::{merge_into, rebuild_keys};
 use crate::corrupt;
 use crate::records::{dur, tok, untok};
@@ -110,7 +111,7 @@ const PACKED: usize = 62;
 /// The columns a row is written with, in the order [`values`] gives them: those a query
 /// filters, groups or sorts on (see [`crate::usage::push_filter`]) and the identity, then the
 /// other fields packed into one value ([`crate::packed`]).
-pub(super) const COLUMNS: [&str; 19] = [
+pub(super) const COLUMNS: [&str; 20] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -130,12 +131,21 @@ pub(super) const COLUMNS: [&str; 19] = [
     "tool_count",
     "region",
     "packed",
+    "name_set",
 ];
 
-/// `SELECT <every column> FROM requests`.
+/// `SELECT <every column> FROM requests`, then the names of the set a row refers to
+/// ([`super::names`], read by [`from_row`]).
 pub(crate) fn select() -> String {
-    format!("SELECT {} FROM requests", READ_COLUMNS.join(", "))
+    format!(
+        "SELECT {}, {} FROM requests",
+        READ_COLUMNS.join(", "),
+        names::SET_NAMES
+    )
 }
+
+/// The position of the set's names in the rows of [`select`].
+const SET_NAMES: usize = READ_COLUMNS.len();
 
 /// One value of a row, typed as its column; text borrowed from the record where it can be.
 pub(super) enum Val<'a> {
@@ -255,28 +265,33 @@ fn word(v: &str) -> Val<'_> {
     Val::Str(Some(v))
 }
 
-/// A record's row, in [`COLUMNS`] order.
-pub(super) fn values(r: &RequestRecord) -> [Val<'_>; 19] {
+/// A record's row, in [`COLUMNS`] order: its names as text, or NULL beside the set of `sets`
+/// that holds them.
+pub(super) fn values<'a>(r: &'a RequestRecord, sets: &NameSets) -> [Val<'a>; 20] {
+    let set = sets.of_record(r);
+    let [model, provider, channel, group, dialect, endpoint, region] =
+        crate::names::names_of(r).map(|n| Val::Str(n.filter(|_| set.is_none())));
     [
         word(&r.request_id),
         Val::Int(Some(r.created_at_us)),
         text(&r.workspace_id),
-        text(&r.model),
-        text(&r.provider),
-        text(&r.channel),
-        text(&r.group),
-        word(r.dialect.as_str()),
+        model,
+        provider,
+        channel,
+        group,
+        dialect,
         Val::Bool(Some(r.stream)),
         Val::Int4(Some(i32::from(r.status))),
         word(r.outcome.as_str()),
         word(r.classification.as_str()),
-        word(r.exchange.endpoint.as_str()),
+        endpoint,
         Val::Int(tok(r.tokens.input)),
         Val::Int(tok(r.shape.max_output_tokens)),
         text(&r.shape.reasoning_effort),
         Val::Int(r.shape.tool_count.map(i64::from)),
-        text(&r.region),
+        region,
         Val::Bytes(Some(crate::packed::encode(r))),
+        Val::Int4(set),
     ]
 }
 
@@ -306,25 +321,36 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
 /// A row written since schema v9: the columns of [`COLUMNS`] and the packed fields.
 fn from_packed_row(row: &Row, packed: &[u8]) -> Result<RequestRecord> {
     let status: i32 = row.try_get(11)?;
+    let set: Option<Vec<Option<String>>> = row.try_get(SET_NAMES)?;
+    // A name is the row's, or its set's (in the order of `crate::names::COLUMNS`).
+    let name = |i: usize, k: usize| -> Result<Option<String>> {
+        Ok(match &set {
+            Some(names) => names.get(k).cloned().flatten(),
+            None => row.try_get(i)?,
+        })
+    };
+    let required = |i: usize, k: usize, what: &str| -> Result<String> {
+        name(i, k)?.ok_or_else(|| corrupt(what, "NULL"))
+    };
     let columns = crate::packed::Columns {
         request_id: row.try_get(0)?,
         created_at_us: row.try_get(1)?,
         workspace_id: row.try_get(2)?,
-        model: row.try_get(4)?,
-        provider: row.try_get(5)?,
-        channel: row.try_get(6)?,
-        group: row.try_get(7)?,
-        dialect: parse_req(row.try_get(8)?, "dialect", Dialect::parse)?,
+        model: name(4, 0)?,
+        provider: name(5, 1)?,
+        channel: name(6, 2)?,
+        group: name(7, 3)?,
+        dialect: parse_req(required(8, 4, "dialect")?, "dialect", Dialect::parse)?,
         stream: row.try_get(10)?,
         status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
         outcome: parse_req(row.try_get(12)?, "outcome", Outcome::parse)?,
         classification: parse_req(row.try_get(15)?, "classification", Classification::parse)?,
-        endpoint: parse_req(row.try_get(56)?, "endpoint", Endpoint::parse)?,
+        endpoint: parse_req(required(56, 5, "endpoint")?, "endpoint", Endpoint::parse)?,
         input_tokens: untok(row.try_get(29)?),
         max_output_tokens: untok(row.try_get(40)?),
         reasoning_effort: row.try_get(41)?,
         tool_count: row.try_get::<_, Option<i64>>(42)?.map(count),
-        region: row.try_get(47)?,
+        region: name(47, 6)?,
     };
     crate::packed::record(columns, packed)
 }
@@ -509,16 +535,20 @@ pub async fn ensure_partitions(
 
 /// Inserts the rows of `records` whose `(request_id, created_at_us)` is not stored; returns
 /// the ids inserted.
-async fn insert_rows(tx: &Transaction<'_>, records: &[RequestRecord]) -> Result<HashSet<String>> {
+async fn insert_rows(
+    tx: &Transaction<'_>,
+    records: &[RequestRecord],
+    sets: &NameSets,
+) -> Result<HashSet<String>> {
     let Some(first) = records.first() else {
         return Ok(HashSet::new());
     };
-    let mut cols: Vec<Col> = values(first)
+    let mut cols: Vec<Col> = values(first, sets)
         .iter()
         .map(|v| Col::empty_like(v, records.len()))
         .collect();
     for r in records {
-        for (col, v) in cols.iter_mut().zip(values(r)) {
+        for (col, v) in cols.iter_mut().zip(values(r, sets)) {
             col.push(v);
         }
     }
@@ -548,7 +578,8 @@ pub async fn insert_batch(
     zone: &Zone,
 ) -> Result<()> {
     ensure_partitions(c, known, records).await?;
-    let written = write_batch(c, records, zone).await;
+    let sets = NameSets::of(c, records).await?;
+    let written = write_batch(c, records, &sets, zone).await;
     known.forget_if_missing(written)
 }
 
@@ -557,11 +588,12 @@ pub async fn insert_batch(
 async fn write_batch(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
+    sets: &NameSets,
     zone: &Zone,
 ) -> Result<()> {
-    match super::copy::write(c, records, zone).await? {
+    match super::copy::write(c, records, sets, zone).await? {
         super::copy::Copied::Written => Ok(()),
-        super::copy::Copied::Stored => write_replacing(c, records, zone).await,
+        super::copy::Copied::Stored => write_replacing(c, records, sets, zone).await,
     }
 }
 
@@ -570,10 +602,11 @@ async fn write_batch(
 async fn write_replacing(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
+    sets: &NameSets,
     zone: &Zone,
 ) -> Result<()> {
     let tx = c.transaction().await?;
-    let (records, inserted) = dedup_and_insert(&tx, records).await?;
+    let (records, inserted) = dedup_and_insert(&tx, records, sets).await?;
     let mut rebuild: HashSet<RollupKey> = HashSet::new();
     let mut olds = Vec::new();
     let (fresh, taken): (Vec<&RequestRecord>, Vec<&RequestRecord>) = records
@@ -591,7 +624,7 @@ async fn write_replacing(
         .await?;
     }
     let replaced: Vec<RequestRecord> = taken.into_iter().cloned().collect();
-    insert_rows(&tx, &replaced).await?;
+    insert_rows(&tx, &replaced, sets).await?;
     let mut delta = aggregate(fresh);
     delta.retain(|k, _| !rebuild.contains(k));
     merge_into(&tx, delta).await?;
@@ -606,6 +639,7 @@ async fn write_replacing(
 async fn dedup_and_insert(
     tx: &Transaction<'_>,
     records: &[RequestRecord],
+    sets: &NameSets,
 ) -> Result<(Vec<RequestRecord>, HashSet<String>)> {
     let mut last: HashMap<(&str, i64), usize> = HashMap::new();
     for (i, r) in records.iter().enumerate() {
@@ -620,7 +654,7 @@ async fn dedup_and_insert(
             .filter_map(|i| records.get(i).cloned())
             .collect()
     };
-    let inserted = insert_rows(tx, &unique).await?;
+    let inserted = insert_rows(tx, &unique, sets).await?;
     Ok((unique, inserted))
 }
 
@@ -633,13 +667,15 @@ pub async fn insert_absent(
     zone: &Zone,
 ) -> Result<Vec<String>> {
     ensure_partitions(c, known, records).await?;
-    let written = write_absent(c, records, zone).await;
+    let sets = NameSets::of(c, records).await?;
+    let written = write_absent(c, records, &sets, zone).await;
     known.forget_if_missing(written)
 }
 
 async fn write_absent(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
+    sets: &NameSets,
     zone: &Zone,
 ) -> Result<Vec<String>> {
     let tx = c.transaction().await?;
@@ -649,7 +685,7 @@ async fn write_absent(
         .filter(|r| seen.insert((r.request_id.as_str(), r.created_at_us)))
         .cloned()
         .collect();
-    let inserted = insert_rows(&tx, &first).await?;
+    let inserted = insert_rows(&tx, &first, sets).await?;
     let fresh: Vec<RequestRecord> = first
         .into_iter()
         .filter(|r| inserted.contains(&r.request_id))

@@ -52,6 +52,7 @@ const MIGRATIONS: &[Migration] = &[
     sql(V8),
     sql(V9),
     sql(V10),
+    sql(V11),
 ];
 
 /// The schema version this build writes.
@@ -312,6 +313,26 @@ const V9: &str = r#"
 const V10: &str = r#"
     COMMENT ON TABLE rollups IS 'data: laptime rollup encoding, version 5 since schema 10';
     COMMENT ON TABLE rollups_hourly IS 'data: laptime rollup encoding, version 5 since schema 10';
+"#;
+
+/// A request's names (model, provider, channel, group, dialect, endpoint, region) as one set
+/// of `name_sets`, which a new row refers to instead of holding them ([`super::names`]). Older
+/// rows keep their text; `name_set` is NULL there.
+const V11: &str = r#"
+    CREATE TABLE IF NOT EXISTS name_sets (
+        id INTEGER GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        s_model TEXT,
+        s_provider TEXT,
+        s_channel TEXT,
+        s_grp TEXT,
+        s_dialect TEXT,
+        s_endpoint TEXT,
+        s_region TEXT
+    );
+    ALTER TABLE requests ADD COLUMN IF NOT EXISTS name_set INTEGER;
+    ALTER TABLE requests ALTER COLUMN dialect DROP NOT NULL;
+    ALTER TABLE requests ALTER COLUMN endpoint DROP NOT NULL;
 "#;
 
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";

@@ -12,7 +12,7 @@ use tokio_postgres::Row;
 use super::records::{from_row, select};
 use crate::usage::{
     push_filter, put_value, rollup_sql, spans, window, Absent, FilterValue, Folding, GroupDim,
-    UsageFilter, UsageResult, ROLLUP_DATA,
+    NameForm, UsageFilter, UsageResult, ROLLUP_DATA,
 };
 use crate::{Result, StoreError};
 
@@ -87,7 +87,14 @@ pub async fn recent_filtered(
         values.push(Box::new(to));
         sql.push_str(" AND created_at_us >= $2 AND created_at_us < $3");
     }
-    let filters = push_filter(filter, Absent::Null, &mut sql, values.len(), '$');
+    let filters = push_filter(
+        filter,
+        Absent::Null,
+        &mut sql,
+        values.len(),
+        '$',
+        NameForm::PgSets,
+    );
     values.extend(filters.into_iter().map(bound));
     values.push(Box::new(i64::from(limit)));
     sql.push_str(&format!(

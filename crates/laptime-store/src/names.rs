@@ -1,0 +1,351 @@
+//! How SQLite stores a request's names (schema v16 on): the model, provider, channel, routing
+//! group, dialect, endpoint and region of a row hold a code of one or two bytes, and the
+//! `names` table holds each name once. A name repeats in every row of its requests and in the
+//! model and channel indexes; a code costs 2 bytes of row where `claude-sonnet-4` cost 16.
+//!
+//! The columns are `TEXT`: SQLite would turn an integer into its digits there, while a blob
+//! stays a blob, so a code is a blob and a name is text, told apart by type. A text never
+//! equals a blob, so reading resolves a blob through `names` and keeps a text as it is
+//! ([`SELECT`]'s columns), and a filter compares the column with the name's code when it has
+//! one ([`coded_equals`]).
+//!
+//! Rows written before v16 hold text. A store that had rows then notes the moment
+//! (`name_forms`); rows created before it are written as text still (a replayed journal's
+//! records), rows created from it on with codes, so that a filter knows which form to ask for
+//! by the time it reads ([`text_before_us`]). A name gets a code the first time a row names it
+//! and keeps it; the table takes at most [`CAP`] names of at most [`MAX_NAME`] bytes, since
+//! model names come from clients: a name it cannot take is stored as text in every row, so a
+//! name is only ever stored one way from the moment on.
+
+use std::collections::HashMap;
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OptionalExtension};
+
+use laptime_core::timeline::RequestRecord;
+
+/// The most names the table takes: every code fits in two bytes.
+pub(crate) const CAP: i64 = 0xFFFF;
+
+/// The longest name that gets a code; a longer one is stored as text.
+pub(crate) const MAX_NAME: usize = 64;
+
+/// The columns whose names are coded, as `requests` names them.
+pub(crate) const COLUMNS: [&str; 7] = [
+    "model", "provider", "channel", "grp", "dialect", "endpoint", "region",
+];
+
+/// A coded column read back as its name: the name of its code, or the text it holds.
+macro_rules! named {
+    ($col:literal) => {
+        concat!(
+            "COALESCE((SELECT name FROM names WHERE code = requests.",
+            $col,
+            "), requests.",
+            $col,
+            ")"
+        )
+    };
+}
+pub(crate) use named;
+
+/// The `WHERE` term that compares coded `col` with the name bound as `?{n}`: its code when the
+/// name has one, else the name (stored as text then, see the module doc).
+pub(crate) fn coded_equals(col: &str, n: usize) -> String {
+    format!(" AND {col} = COALESCE((SELECT code FROM names WHERE name = ?{n}), ?{n})")
+}
+
+/// From when rows hold codes (unix µs), if the store had rows before v16; rows created earlier
+/// hold names as text.
+pub(crate) fn text_before_us(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT max(text_before_us) FROM name_forms")?
+        .query_row([], |r| r.get(0))
+}
+
+/// Whether the row of a request created at `created_at_us` holds codes.
+fn coded_at(text_before_us: Option<i64>, created_at_us: i64) -> bool {
+    text_before_us.is_none_or(|t| created_at_us >= t)
+}
+
+/// The code of the `n`th name: `n` in big-endian bytes without leading zeros.
+fn code_of(n: i64) -> Vec<u8> {
+    let bytes = n.to_be_bytes();
+    let skip = bytes.iter().take_while(|b| **b == 0).count();
+    bytes[skip..].to_vec()
+}
+
+/// The codes of the names a batch of records writes, found or given within its transaction.
+pub(crate) struct Codes {
+    text_before_us: Option<i64>,
+    /// Each name seen, with its code (`None`: stored as text, the table being full).
+    codes: HashMap<String, Option<Vec<u8>>>,
+}
+
+impl Codes {
+    /// Finds the code of every name `records` write as codes, giving one to each new name the
+    /// table can take.
+    pub(crate) fn of(tx: &Connection, records: &[RequestRecord]) -> rusqlite::Result<Self> {
+        let text_before_us = text_before_us(tx)?;
+        let mut codes = HashMap::new();
+        let mut find = tx.prepare_cached("SELECT code FROM names WHERE name = ?1")?;
+        let mut add = tx.prepare_cached("INSERT INTO names (code, name) VALUES (?1, ?2)")?;
+        let mut count: Option<i64> = None;
+        for r in records {
+            if !coded_at(text_before_us, r.created_at_us) {
+                continue;
+            }
+            for name in names_of(r).into_iter().flatten() {
+                if name.len() > MAX_NAME || codes.contains_key(name) {
+                    continue;
+                }
+                if let Some(code) = find.query_row([name], |r| r.get(0)).optional()? {
+                    codes.insert(name.to_string(), Some(code));
+                    continue;
+                }
+                let n = match count {
+                    Some(n) => n,
+                    None => tx.query_row("SELECT count(*) FROM names", [], |r| r.get(0))?,
+                };
+                count = Some(n.min(CAP));
+                if n >= CAP {
+                    codes.insert(name.to_string(), None);
+                    continue;
+                }
+                let code = code_of(n + 1);
+                add.execute(rusqlite::params![code, name])?;
+                codes.insert(name.to_string(), Some(code));
+                count = Some(n + 1);
+            }
+        }
+        Ok(Self {
+            text_before_us,
+            codes,
+        })
+    }
+
+    /// What the row of a request created at `created_at_us` stores for `name`.
+    pub(crate) fn value<'a>(
+        &'a self,
+        name: Option<&'a str>,
+        created_at_us: i64,
+    ) -> ToSqlOutput<'a> {
+        let Some(name) = name else {
+            return ToSqlOutput::Borrowed(ValueRef::Null);
+        };
+        match self.codes.get(name) {
+            Some(Some(code)) if coded_at(self.text_before_us, created_at_us) => {
+                ToSqlOutput::Borrowed(ValueRef::Blob(code))
+            }
+            _ => ToSqlOutput::Borrowed(ValueRef::Text(name.as_bytes())),
+        }
+    }
+}
+
+/// The names of `r` in the order of [`COLUMNS`].
+pub(crate) fn names_of(r: &RequestRecord) -> [Option<&str>; 7] {
+    [
+        r.model.as_deref(),
+        r.provider.as_deref(),
+        r.channel.as_deref(),
+        r.group.as_deref(),
+        Some(r.dialect.as_str()),
+        Some(r.exchange.endpoint.as_str()),
+        r.region.as_deref(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::tests::sample;
+    use crate::records::{get, insert_batch};
+    use crate::usage::{recent_filtered, UsageFilter};
+    use crate::Store;
+    use laptime_core::limit::Zone;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    fn write(store: &Store, records: &[RequestRecord]) {
+        store
+            .with_conn(|c| insert_batch(c, records, &Zone::utc()))
+            .unwrap();
+    }
+
+    /// The stored type of each coded column of the row of `id`, in the order of [`COLUMNS`].
+    fn forms(store: &Store, id: &str) -> Vec<String> {
+        let sql = format!(
+            "SELECT {} FROM requests WHERE request_id IN (?1, ?2)",
+            COLUMNS.map(|c| format!("typeof({c})")).join(", ")
+        );
+        store
+            .with_conn(|c| {
+                Ok(c.query_row(&sql, crate::stored_id::params_of(id), |r| {
+                    (0..COLUMNS.len()).map(|i| r.get(i)).collect()
+                })?)
+            })
+            .unwrap()
+    }
+
+    fn ids(records: &[RequestRecord]) -> Vec<&str> {
+        records.iter().map(|r| r.request_id.as_str()).collect()
+    }
+
+    fn named(id: &str, created: i64, model: &str) -> RequestRecord {
+        let mut r = sample(id, "ws", created);
+        r.model = Some(model.into());
+        r.region = Some("eu-west".into());
+        r
+    }
+
+    #[test]
+    fn a_rows_names_are_codes_and_read_back_as_the_names() {
+        let (_dir, store) = store();
+        let mut bare = sample("b", "ws", 2);
+        (bare.provider, bare.channel, bare.group, bare.region) = (None, None, None, None);
+        let records = [named("a", 1, "m-1"), bare, named("c", 3, "m-2")];
+        write(&store, &records);
+        assert_eq!(forms(&store, "a"), ["blob"; 7]);
+        assert_eq!(
+            forms(&store, "b"),
+            ["blob", "null", "null", "null", "blob", "blob", "null"]
+        );
+        for r in &records {
+            let back = store.with_conn(|c| get(c, "ws", &r.request_id)).unwrap();
+            assert_eq!(back.as_ref(), Some(r));
+        }
+        // Each name once: m-1, m-2, sim-fast, sim, default, messages, generation, eu-west.
+        let names: i64 = store
+            .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM names", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(names, 8);
+        let code: Vec<u8> = store
+            .with_conn(|c| {
+                Ok(
+                    c.query_row("SELECT code FROM names WHERE name = 'm-1'", [], |r| {
+                        r.get(0)
+                    })?,
+                )
+            })
+            .unwrap();
+        assert_eq!(code.len(), 1);
+    }
+
+    #[test]
+    fn rows_before_the_moment_keep_text_and_filters_find_both_forms_newest_first() {
+        let (_dir, store) = store();
+        store
+            .with_conn(|c| Ok(c.execute("INSERT INTO name_forms VALUES (100)", [])?))
+            .unwrap();
+        let records: Vec<RequestRecord> = (0..8)
+            .map(|i| {
+                let model = if i % 2 == 0 { "even" } else { "odd" };
+                named(&format!("r{i}"), 40 + i * 20, model)
+            })
+            .collect();
+        write(&store, &records);
+        // Created at 40, 60, 80: text; from 100 on: codes.
+        for r in &records {
+            let want = if r.created_at_us < 100 {
+                "text"
+            } else {
+                "blob"
+            };
+            assert_eq!(forms(&store, &r.request_id), [want; 7], "{}", r.request_id);
+            let back = store.with_conn(|c| get(c, "ws", &r.request_id)).unwrap();
+            assert_eq!(back.as_ref(), Some(r));
+        }
+        let read = |filter: UsageFilter, window, limit| {
+            let got = store
+                .with_conn(|c| recent_filtered(c, "ws", &filter, window, limit))
+                .unwrap();
+            ids(&got).into_iter().map(String::from).collect::<Vec<_>>()
+        };
+        let even = || UsageFilter {
+            model: Some("even".into()),
+            region: Some("eu-west".into()),
+            ..UsageFilter::default()
+        };
+        assert_eq!(read(even(), None, 50), ["r6", "r4", "r2", "r0"]);
+        assert_eq!(read(even(), None, 3), ["r6", "r4", "r2"]);
+        assert_eq!(read(even(), None, 2), ["r6", "r4"]);
+        assert_eq!(read(even(), Some((0, 100)), 50), ["r2", "r0"]);
+        assert_eq!(read(even(), Some((100, 1_000)), 50), ["r6", "r4"]);
+        assert_eq!(read(even(), Some((60, 130)), 50), ["r4", "r2"]);
+        let odd_messages = UsageFilter {
+            model: Some("odd".into()),
+            dialect: Some("messages".into()),
+            endpoint: Some("generation".into()),
+            channel: Some("sim".into()),
+            provider: Some("sim".into()),
+            group: Some("default".into()),
+            ..UsageFilter::default()
+        };
+        assert_eq!(read(odd_messages, None, 50), ["r7", "r5", "r3", "r1"]);
+        let unknown = UsageFilter {
+            model: Some("none".into()),
+            ..UsageFilter::default()
+        };
+        assert!(read(unknown, None, 50).is_empty());
+        assert_eq!(
+            read(UsageFilter::default(), None, 50),
+            ["r7", "r6", "r5", "r4", "r3", "r2", "r1", "r0"]
+        );
+    }
+
+    #[test]
+    fn a_name_the_table_cannot_take_is_text_in_every_row_and_is_found() {
+        let (_dir, store) = store();
+        let long = "l".repeat(MAX_NAME + 1);
+        write(&store, &[named("long", 1, &long)]);
+        assert_eq!(forms(&store, "long")[0], "text");
+        // Fill the table up to its cap.
+        store
+            .with_conn(|c| {
+                let tx = c.transaction()?;
+                let n: i64 = tx.query_row("SELECT count(*) FROM names", [], |r| r.get(0))?;
+                let mut add = tx.prepare("INSERT INTO names (code, name) VALUES (?1, ?2)")?;
+                for i in n + 1..=CAP {
+                    add.execute(rusqlite::params![code_of(i), format!("fill-{i}")])?;
+                }
+                drop(add);
+                tx.commit()?;
+                Ok(())
+            })
+            .unwrap();
+        write(
+            &store,
+            &[named("late", 2, "late-model"), named("known", 3, "fill-7")],
+        );
+        assert_eq!(forms(&store, "late")[0], "text");
+        assert_eq!(forms(&store, "known")[0], "blob");
+        let by_model = |model: &str| {
+            let filter = UsageFilter {
+                model: Some(model.into()),
+                ..UsageFilter::default()
+            };
+            let got = store
+                .with_conn(|c| recent_filtered(c, "ws", &filter, None, 50))
+                .unwrap();
+            ids(&got).into_iter().map(String::from).collect::<Vec<_>>()
+        };
+        assert_eq!(by_model("late-model"), ["late"]);
+        assert_eq!(by_model("fill-7"), ["known"]);
+        assert_eq!(by_model(&long), ["long"]);
+        let back = store.with_conn(|c| get(c, "ws", "late")).unwrap();
+        assert_eq!(back.and_then(|r| r.model).as_deref(), Some("late-model"));
+    }
+
+    #[test]
+    fn codes_are_the_shortest_big_endian_bytes_and_never_repeat() {
+        assert_eq!(code_of(1), [1]);
+        assert_eq!(code_of(255), [255]);
+        assert_eq!(code_of(256), [1, 0]);
+        assert_eq!(code_of(CAP), [0xFF, 0xFF]);
+        let all: std::collections::HashSet<Vec<u8>> = (1..=CAP).map(code_of).collect();
+        assert_eq!(all.len() as i64, CAP);
+    }
+}
