@@ -6,7 +6,7 @@
 //! The columns are `TEXT`: SQLite would turn an integer into its digits there, while a blob
 //! stays a blob, so a code is a blob and a name is text, told apart by type. A text never
 //! equals a blob, so reading resolves a blob through `names` and keeps a text as it is
-//! ([`SELECT`]'s columns), and a filter compares the column with the name's code when it has
+//! ([`crate::records::SELECT`]'s columns), and a filter compares the column with the name's code when it has
 //! one ([`coded_equals`]).
 //!
 //! Rows written before v16 hold text. A store that had rows then notes the moment
@@ -106,8 +106,8 @@ impl Codes {
                     Some(n) => n,
                     None => tx.query_row("SELECT count(*) FROM names", [], |r| r.get(0))?,
                 };
-                count = Some(n.min(CAP));
                 if n >= CAP {
+                    count = Some(n);
                     codes.insert(name.to_string(), None);
                     continue;
                 }
