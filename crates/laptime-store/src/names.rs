@@ -86,40 +86,25 @@ impl Codes {
     /// table can take.
     pub(crate) fn of(tx: &Connection, records: &[RequestRecord]) -> rusqlite::Result<Self> {
         let text_before_us = text_before_us(tx)?;
-        let mut codes = HashMap::new();
-        let mut find = tx.prepare_cached("SELECT code FROM names WHERE name = ?1")?;
-        let mut add = tx.prepare_cached("INSERT INTO names (code, name) VALUES (?1, ?2)")?;
-        let mut count: Option<i64> = None;
-        for r in records {
-            if !coded_at(text_before_us, r.created_at_us) {
-                continue;
-            }
-            for name in names_of(r).into_iter().flatten() {
-                if name.len() > MAX_NAME || codes.contains_key(name) {
-                    continue;
-                }
-                if let Some(code) = find.query_row([name], |r| r.get(0)).optional()? {
-                    codes.insert(name.to_string(), Some(code));
-                    continue;
-                }
-                let n = match count {
-                    Some(n) => n,
-                    None => tx.query_row("SELECT count(*) FROM names", [], |r| r.get(0))?,
-                };
-                if n >= CAP {
-                    count = Some(n);
-                    codes.insert(name.to_string(), None);
-                    continue;
-                }
-                let code = code_of(n + 1);
-                add.execute(rusqlite::params![code, name])?;
-                codes.insert(name.to_string(), Some(code));
-                count = Some(n + 1);
-            }
-        }
+        let names = records
+            .iter()
+            .filter(|r| coded_at(text_before_us, r.created_at_us))
+            .flat_map(|r| names_of(r).into_iter().flatten());
         Ok(Self {
             text_before_us,
-            codes,
+            codes: find_or_add(tx, names)?,
+        })
+    }
+
+    /// Finds the code of each of `names` (rollup keys' names: coded whenever the table can take
+    /// them, see [`crate::rollups`]), giving one to each new name the table can take.
+    pub(crate) fn of_names<'n>(
+        tx: &Connection,
+        names: impl IntoIterator<Item = &'n str>,
+    ) -> rusqlite::Result<Self> {
+        Ok(Self {
+            text_before_us: None,
+            codes: find_or_add(tx, names)?,
         })
     }
 
@@ -129,16 +114,64 @@ impl Codes {
         name: Option<&'a str>,
         created_at_us: i64,
     ) -> ToSqlOutput<'a> {
-        let Some(name) = name else {
-            return ToSqlOutput::Borrowed(ValueRef::Null);
-        };
+        match name {
+            Some(name) if coded_at(self.text_before_us, created_at_us) => self.stored(name),
+            Some(name) => ToSqlOutput::Borrowed(ValueRef::Text(name.as_bytes())),
+            None => ToSqlOutput::Borrowed(ValueRef::Null),
+        }
+    }
+
+    /// What a column stores for `name`: its code when it has one, else the name as text (`""`,
+    /// a rollup key's absent value, among them).
+    pub(crate) fn stored<'a>(&'a self, name: &'a str) -> ToSqlOutput<'a> {
         match self.codes.get(name) {
-            Some(Some(code)) if coded_at(self.text_before_us, created_at_us) => {
-                ToSqlOutput::Borrowed(ValueRef::Blob(code))
-            }
+            Some(Some(code)) => ToSqlOutput::Borrowed(ValueRef::Blob(code)),
             _ => ToSqlOutput::Borrowed(ValueRef::Text(name.as_bytes())),
         }
     }
+}
+
+/// Each of `names` with its code, found in the table or added to it (`None`: stored as text,
+/// the name too long or the table full). `""` (a rollup key's absent value) is not given one:
+/// as text it costs no byte; it keeps one an earlier build gave it, so that it is stored one way.
+fn find_or_add<'n>(
+    tx: &Connection,
+    names: impl IntoIterator<Item = &'n str>,
+) -> rusqlite::Result<HashMap<String, Option<Vec<u8>>>> {
+    let mut codes = HashMap::new();
+    let mut find = tx.prepare_cached("SELECT code FROM names WHERE name = ?1")?;
+    let mut add = tx.prepare_cached("INSERT INTO names (code, name) VALUES (?1, ?2)")?;
+    let mut count: Option<i64> = None;
+    for name in names {
+        if name.len() > MAX_NAME || codes.contains_key(name) {
+            continue;
+        }
+        let found: Option<Vec<u8>> = find.query_row([name], |r| r.get(0)).optional()?;
+        if found.is_some() || name.is_empty() {
+            codes.insert(name.to_string(), found);
+            continue;
+        }
+        let n = match count {
+            Some(n) => n,
+            None => tx.query_row("SELECT count(*) FROM names", [], |r| r.get(0))?,
+        };
+        if n >= CAP {
+            count = Some(n);
+            codes.insert(name.to_string(), None);
+            continue;
+        }
+        let code = code_of(n + 1);
+        add.execute(rusqlite::params![code, name])?;
+        codes.insert(name.to_string(), Some(code));
+        count = Some(n + 1);
+    }
+    Ok(codes)
+}
+
+/// `table.col` read back as its name: the name of its code, or the text it holds ([`named`]
+/// for any table).
+pub(crate) fn resolved(table: &str, col: &str) -> String {
+    format!("COALESCE((SELECT name FROM names WHERE code = {table}.{col}), {table}.{col})")
 }
 
 /// The names of `r` in the order of [`COLUMNS`].
@@ -217,9 +250,17 @@ mod tests {
             let back = store.with_conn(|c| get(c, "ws", &r.request_id)).unwrap();
             assert_eq!(back.as_ref(), Some(r));
         }
-        // Each name once: m-1, m-2, sim-fast, sim, default, messages, generation, eu-west.
+        // Each name once (the rollups' names besides): m-1, m-2, sim-fast, sim, default,
+        // messages, generation, eu-west.
         let names: i64 = store
-            .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM names", [], |r| r.get(0))?))
+            .with_conn(|c| {
+                Ok(c.query_row(
+                    "SELECT count(*) FROM names WHERE name IN ('m-1', 'm-2', 'sim-fast', 'sim',
+                        'default', 'messages', 'generation', 'eu-west')",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
             .unwrap();
         assert_eq!(names, 8);
         let code: Vec<u8> = store
@@ -318,7 +359,10 @@ mod tests {
             .unwrap();
         write(
             &store,
-            &[named("late", 2, "late-model"), named("known", 3, "fill-7")],
+            &[
+                named("late", 2, "late-model"),
+                named("known", 3, &format!("fill-{CAP}")),
+            ],
         );
         assert_eq!(forms(&store, "late")[0], "text");
         assert_eq!(forms(&store, "known")[0], "blob");
@@ -333,8 +377,19 @@ mod tests {
             ids(&got).into_iter().map(String::from).collect::<Vec<_>>()
         };
         assert_eq!(by_model("late-model"), ["late"]);
-        assert_eq!(by_model("fill-7"), ["known"]);
+        assert_eq!(by_model(&format!("fill-{CAP}")), ["known"]);
         assert_eq!(by_model(&long), ["long"]);
+        // The rollups store each name the same way and find it the same way.
+        for model in ["late-model", &format!("fill-{CAP}"), long.as_str()] {
+            let filter = UsageFilter {
+                model: Some(model.into()),
+                ..UsageFilter::default()
+            };
+            let got = store
+                .with_conn(|c| crate::usage::usage(c, "ws", 0, 60_000_000, &filter, &[]))
+                .unwrap();
+            assert_eq!(got.total.requests, 1, "{model}");
+        }
         let back = store.with_conn(|c| get(c, "ws", "late")).unwrap();
         assert_eq!(back.and_then(|r| r.model).as_deref(), Some("late-model"));
     }

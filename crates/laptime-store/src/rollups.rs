@@ -23,14 +23,21 @@
 //!
 //! Absent text dimensions are stored as `''` so that the primary key works (SQLite treats NULLs
 //! as distinct); they read back as `None`.
+//!
+//! Since SQLite schema v17 the text dimensions hold the codes of [`crate::names`] as the
+//! request rows do (written so, and read back as names in SQL): a minute row's names were most
+//! of its key, repeated in every row of every minute. The workspace stays text, as retention
+//! walks the tiers by it.
 
 use std::collections::{HashMap, HashSet};
 
 use laptime_core::compare::{Comparison, EffortClass, TokenBucket};
 use laptime_core::rollup::Rollup;
 use laptime_core::timeline::RequestRecord;
-use rusqlite::{params, Connection, OptionalExtension, ToSql};
+use rusqlite::types::ToSqlOutput;
+use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::names::{self, Codes};
 use crate::records::{self, SELECT};
 use crate::{Result, StoreError};
 
@@ -152,6 +159,53 @@ impl RollupKey {
             ..self.clone()
         }
     }
+
+    /// The names of [`CODED`], in its order.
+    fn names(&self) -> [&str; 13] {
+        [
+            &self.model,
+            &self.provider,
+            &self.channel,
+            &self.grp,
+            &self.dialect,
+            &self.outcome,
+            &self.classification,
+            &self.endpoint,
+            &self.effort,
+            &self.tools,
+            &self.max_output_bucket,
+            &self.input_bucket,
+            &self.region,
+        ]
+    }
+}
+
+/// The dimensions stored as codes ([`crate::names`]): all but the stream flag and the status.
+pub(crate) const CODED: [&str; 13] = [
+    "model",
+    "provider",
+    "channel",
+    "grp",
+    "dialect",
+    "outcome",
+    "classification",
+    "endpoint",
+    "effort",
+    "tools",
+    "max_output_bucket",
+    "input_bucket",
+    "region",
+];
+
+/// The codes of every name of `keys`, found or given in the write transaction.
+pub(crate) fn codes_of<'k>(
+    conn: &Connection,
+    keys: impl IntoIterator<Item = &'k RollupKey>,
+) -> Result<Codes> {
+    Ok(Codes::of_names(
+        conn,
+        keys.into_iter().flat_map(RollupKey::names),
+    )?)
 }
 
 /// Minute rollups merged into the rollups of their hours, by hour key.
@@ -197,31 +251,33 @@ fn key_where(tier: Tier) -> String {
 }
 
 impl RollupKey {
-    /// The key as the `?1`…`?17` parameters of [`key_where`] and of the upsert.
-    fn params(&self) -> [&dyn ToSql; 17] {
+    /// The key as stored, the `?1`…`?17` parameters of [`key_where`] and of the upsert; its
+    /// names as `codes` gives them.
+    fn params<'a>(&'a self, codes: &'a Codes) -> [ToSqlOutput<'a>; 17] {
+        let name = |n: &'a String| codes.stored(n);
         [
-            &self.workspace_id,
-            &self.start_us,
-            &self.model,
-            &self.provider,
-            &self.channel,
-            &self.grp,
-            &self.dialect,
-            &self.stream,
-            &self.status,
-            &self.outcome,
-            &self.classification,
-            &self.endpoint,
-            &self.effort,
-            &self.tools,
-            &self.max_output_bucket,
-            &self.input_bucket,
-            &self.region,
+            ToSqlOutput::from(self.workspace_id.as_str()),
+            ToSqlOutput::from(self.start_us),
+            name(&self.model),
+            name(&self.provider),
+            name(&self.channel),
+            name(&self.grp),
+            name(&self.dialect),
+            ToSqlOutput::from(self.stream),
+            ToSqlOutput::from(self.status),
+            name(&self.outcome),
+            name(&self.classification),
+            name(&self.endpoint),
+            name(&self.effort),
+            name(&self.tools),
+            name(&self.max_output_bucket),
+            name(&self.input_bucket),
+            name(&self.region),
         ]
     }
 
     /// A key from a row whose first 17 columns are the workspace, the start and
-    /// [`DIM_COLUMNS`].
+    /// [`dim_names`] of the minute tier.
     fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RollupKey> {
         Ok(RollupKey {
             workspace_id: row.get(0)?,
@@ -249,18 +305,32 @@ fn corrupt(e: String) -> StoreError {
     StoreError::Corrupt(format!("rollup: {e}"))
 }
 
+/// [`DIM_COLUMNS`] of `table` read back as names.
+fn dim_names(table: &str) -> String {
+    DIM_COLUMNS
+        .split(", ")
+        .map(|col| match CODED.contains(&col) {
+            true => names::resolved(table, col),
+            false => col.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The stored (encoded) rollup of one key, if any.
-fn stored(conn: &Connection, tier: Tier, k: &RollupKey) -> Result<Option<Vec<u8>>> {
+fn stored(conn: &Connection, tier: Tier, k: &RollupKey, codes: &Codes) -> Result<Option<Vec<u8>>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT data FROM {} WHERE {}",
         tier.table(),
         key_where(tier)
     ))?;
-    Ok(stmt.query_row(k.params(), |row| row.get(0)).optional()?)
+    Ok(stmt
+        .query_row(k.params(codes), |row| row.get(0))
+        .optional()?)
 }
 
 /// Writes (inserts or overwrites) the rollup of one key.
-fn store(conn: &Connection, tier: Tier, k: &RollupKey, r: &Rollup) -> Result<()> {
+fn store(conn: &Connection, tier: Tier, k: &RollupKey, r: &Rollup, codes: &Codes) -> Result<()> {
     let (table, start) = (tier.table(), tier.start_column());
     let mut stmt = conn.prepare_cached(&format!(
         "INSERT INTO {table} (workspace_id, {start}, {DIM_COLUMNS}, data)
@@ -268,42 +338,49 @@ fn store(conn: &Connection, tier: Tier, k: &RollupKey, r: &Rollup) -> Result<()>
          ON CONFLICT (workspace_id, {start}, {DIM_COLUMNS}) DO UPDATE SET data = excluded.data"
     ))?;
     let data = r.encode();
-    let mut params = k.params().to_vec();
-    params.push(&data);
-    stmt.execute(&*params)?;
+    let mut params = k.params(codes).to_vec();
+    params.push(ToSqlOutput::from(data.as_slice()));
+    stmt.execute(rusqlite::params_from_iter(params))?;
     Ok(())
 }
 
-fn remove(conn: &Connection, tier: Tier, k: &RollupKey) -> Result<()> {
+fn remove(conn: &Connection, tier: Tier, k: &RollupKey, codes: &Codes) -> Result<()> {
     let mut stmt = conn.prepare_cached(&format!(
         "DELETE FROM {} WHERE {}",
         tier.table(),
         key_where(tier)
     ))?;
-    stmt.execute(k.params())?;
+    stmt.execute(k.params(codes))?;
     Ok(())
 }
 
 /// Folds `delta` (minute rollups) into the stored rollups of both tiers: read, merge, write,
 /// one row per key. Call inside the transaction that wrote the rows.
 pub(crate) fn merge_into(conn: &Connection, delta: HashMap<RollupKey, Rollup>) -> Result<()> {
+    let codes = codes_of(conn, delta.keys())?;
     let hours = by_hour(&delta);
-    merge_tier(conn, Tier::Minute, delta)?;
-    merge_tier(conn, Tier::Hour, hours)
+    merge_tier(conn, Tier::Minute, delta, &codes)?;
+    merge_tier(conn, Tier::Hour, hours, &codes)
 }
 
-fn merge_tier(conn: &Connection, tier: Tier, delta: HashMap<RollupKey, Rollup>) -> Result<()> {
+fn merge_tier(
+    conn: &Connection,
+    tier: Tier,
+    delta: HashMap<RollupKey, Rollup>,
+    codes: &Codes,
+) -> Result<()> {
     for (k, mut rollup) in delta {
-        if let Some(have) = stored(conn, tier, &k)? {
+        if let Some(have) = stored(conn, tier, &k, codes)? {
             rollup.merge_encoded(&have).map_err(corrupt)?;
         }
-        store(conn, tier, &k, &rollup)?;
+        store(conn, tier, &k, &rollup, codes)?;
     }
     Ok(())
 }
 
 /// Recomputes the rollups of `keys` from the rows (used when a row was replaced).
 pub(crate) fn rebuild(conn: &Connection, keys: &HashSet<RollupKey>) -> Result<()> {
+    let codes = codes_of(conn, keys)?;
     let minutes: HashSet<(&str, i64)> = keys
         .iter()
         .map(|k| (k.workspace_id.as_str(), k.start_us))
@@ -324,25 +401,25 @@ pub(crate) fn rebuild(conn: &Connection, keys: &HashSet<RollupKey>) -> Result<()
             .filter(|k| k.workspace_id == ws && k.start_us == minute)
         {
             match fresh.remove(k) {
-                Some(r) => store(conn, Tier::Minute, k, &r)?,
-                None => remove(conn, Tier::Minute, k)?,
+                Some(r) => store(conn, Tier::Minute, k, &r, &codes)?,
+                None => remove(conn, Tier::Minute, k, &codes)?,
             }
         }
     }
     let hours: HashSet<RollupKey> = keys.iter().map(RollupKey::hour).collect();
     for k in &hours {
-        rebuild_hour(conn, k)?;
+        rebuild_hour(conn, k, &codes)?;
     }
     Ok(())
 }
 
 /// Recomputes one hour row from its key's minute rows (removed when it has none).
-fn rebuild_hour(conn: &Connection, k: &RollupKey) -> Result<()> {
+fn rebuild_hour(conn: &Connection, k: &RollupKey, codes: &Codes) -> Result<()> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT data FROM rollups WHERE workspace_id = ?1 AND minute_us >= ?2
             AND minute_us < ?2 + {HOUR_US} AND {DIMS_WHERE}"
     ))?;
-    let mut rows = stmt.query(k.params())?;
+    let mut rows = stmt.query(k.params(codes))?;
     let mut merged: Option<Rollup> = None;
     while let Some(row) = rows.next()? {
         let blob = row
@@ -355,8 +432,8 @@ fn rebuild_hour(conn: &Connection, k: &RollupKey) -> Result<()> {
         }
     }
     match merged {
-        Some(r) => store(conn, Tier::Hour, k, &r),
-        None => remove(conn, Tier::Hour, k),
+        Some(r) => store(conn, Tier::Hour, k, &r, codes),
+        None => remove(conn, Tier::Hour, k, codes),
     }
 }
 
@@ -366,8 +443,9 @@ pub(crate) fn rebuild_hour_rows(conn: &Connection, ws: &str, hour_us: i64) -> Re
     let mut merged: HashMap<RollupKey, Rollup> = HashMap::new();
     {
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT workspace_id, minute_us, {DIM_COLUMNS}, data FROM rollups
-             WHERE workspace_id = ?1 AND minute_us >= ?2 AND minute_us < ?3"
+            "SELECT workspace_id, minute_us, {}, data FROM rollups
+             WHERE workspace_id = ?1 AND minute_us >= ?2 AND minute_us < ?3",
+            dim_names("rollups")
         ))?;
         let mut rows = stmt.query(params![ws, hour_us, hour_us.saturating_add(HOUR_US)])?;
         while let Some(row) = rows.next()? {
@@ -386,8 +464,9 @@ pub(crate) fn rebuild_hour_rows(conn: &Connection, ws: &str, hour_us: i64) -> Re
     }
     conn.prepare_cached("DELETE FROM rollups_hourly WHERE workspace_id = ?1 AND hour_us = ?2")?
         .execute(params![ws, hour_us])?;
+    let codes = codes_of(conn, merged.keys())?;
     for (k, r) in &merged {
-        store(conn, Tier::Hour, k, r)?;
+        store(conn, Tier::Hour, k, r, &codes)?;
     }
     Ok(())
 }
@@ -399,8 +478,9 @@ pub(crate) fn rebuild_hour_rows(conn: &Connection, ws: &str, hour_us: i64) -> Re
 pub(crate) fn backfill_hours(conn: &Connection) -> Result<()> {
     conn.execute("DELETE FROM rollups_hourly", [])?;
     let mut stmt = conn.prepare(&format!(
-        "SELECT workspace_id, minute_us, {DIM_COLUMNS}, data FROM rollups
-         ORDER BY workspace_id, minute_us"
+        "SELECT workspace_id, minute_us, {}, data FROM rollups
+         ORDER BY workspace_id, minute_us",
+        dim_names("rollups")
     ))?;
     let mut rows = stmt.query([])?;
     let mut current: Option<(String, i64)> = None;
@@ -409,9 +489,7 @@ pub(crate) fn backfill_hours(conn: &Connection) -> Result<()> {
         let key = RollupKey::from_row(row)?.hour();
         let here = (key.workspace_id.clone(), key.start_us);
         if current.as_ref() != Some(&here) {
-            for (k, r) in pending.drain() {
-                store(conn, Tier::Hour, &k, &r)?;
-            }
+            store_hours(conn, &mut pending)?;
             current = Some(here);
         }
         let blob = row
@@ -425,8 +503,44 @@ pub(crate) fn backfill_hours(conn: &Connection) -> Result<()> {
             }
         }
     }
+    store_hours(conn, &mut pending)
+}
+
+/// Writes the hour rows of `pending`, leaving it empty.
+fn store_hours(conn: &Connection, pending: &mut HashMap<RollupKey, Rollup>) -> Result<()> {
+    let codes = codes_of(conn, pending.keys())?;
     for (k, r) in pending.drain() {
-        store(conn, Tier::Hour, &k, &r)?;
+        store(conn, Tier::Hour, &k, &r, &codes)?;
+    }
+    Ok(())
+}
+
+/// Stores the names of the rollups written as text before v17 as their codes, in both tiers
+/// (the migration to v17; the other Rust steps, run before it, write codes already). A name
+/// the table cannot take stays text, as when it is written.
+pub(crate) fn code_names(conn: &Connection) -> Result<()> {
+    for tier in [Tier::Minute, Tier::Hour] {
+        let table = tier.table();
+        let mut texts: HashSet<String> = HashSet::new();
+        for col in CODED {
+            let mut stmt = conn.prepare(&format!(
+                "SELECT DISTINCT {col} FROM {table} WHERE typeof({col}) = 'text' AND {col} <> ''"
+            ))?;
+            for name in stmt.query_map([], |r| r.get::<_, String>(0))? {
+                texts.insert(name?);
+            }
+        }
+        if texts.is_empty() {
+            continue;
+        }
+        Codes::of_names(conn, texts.iter().map(String::as_str))?;
+        let set: Vec<String> = CODED
+            .iter()
+            .map(|col| {
+                format!("{col} = COALESCE((SELECT code FROM names WHERE name = {col}), {col})")
+            })
+            .collect();
+        conn.execute(&format!("UPDATE {table} SET {}", set.join(", ")), [])?;
     }
     Ok(())
 }
@@ -469,4 +583,171 @@ pub(crate) fn backfill(conn: &Connection) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::tests::sample;
+    use crate::usage::{usage, GroupDim, UsageFilter, UsageResult};
+    use laptime_core::limit::Zone;
+    use laptime_core::timeline::Outcome;
+
+    /// Requests over two hours and a half: two models, one region, a failed one.
+    fn requests() -> Vec<RequestRecord> {
+        (0..150)
+            .map(|i| {
+                let mut r = sample(&format!("r{i}"), "ws", i * MINUTE_US + 7);
+                r.model = Some(if i % 3 == 0 { "m-one" } else { "m-two" }.into());
+                r.region = (i % 2 == 0).then(|| "eu-west".into());
+                if i % 10 == 0 {
+                    (r.status, r.outcome) = (502, Outcome::UpstreamError);
+                }
+                r
+            })
+            .collect()
+    }
+
+    fn stored_store() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("t.db")).unwrap();
+        crate::schema::migrate(&mut conn).unwrap();
+        records::insert_batch(&mut conn, &requests(), &Zone::utc()).unwrap();
+        (dir, conn)
+    }
+
+    /// The rows of both tiers holding a name (not `''`) as text, and those holding a code.
+    fn forms(conn: &Connection) -> (i64, i64) {
+        let (mut text, mut coded) = (0, 0);
+        for table in ["rollups", "rollups_hourly"] {
+            for col in CODED {
+                let (t, c): (i64, i64) = conn
+                    .query_row(
+                        &format!(
+                            "SELECT count(*) FILTER (WHERE typeof({col}) = 'text' AND {col} <> ''),
+                                count(*) FILTER (WHERE typeof({col}) = 'blob') FROM {table}"
+                        ),
+                        [],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .unwrap();
+                (text, coded) = (text + t, coded + c);
+            }
+        }
+        (text, coded)
+    }
+
+    /// Usage answers over windows that read either tier or both, filtered and grouped by coded
+    /// dimensions.
+    fn answers(conn: &Connection) -> Vec<UsageResult> {
+        let by = [GroupDim::Model, GroupDim::Outcome, GroupDim::Region];
+        let eu = UsageFilter {
+            region: Some("eu-west".into()),
+            ..UsageFilter::default()
+        };
+        let model = UsageFilter {
+            model: Some("m-one".into()),
+            outcome: Some("completed".into()),
+            ..UsageFilter::default()
+        };
+        let mut out = Vec::new();
+        for (from, to) in [(0, 150 * MINUTE_US), (5 * MINUTE_US, 70 * MINUTE_US)] {
+            for (filter, group) in [
+                (&UsageFilter::default(), &by[..]),
+                (&eu, &by[..2]),
+                (&model, &[][..]),
+            ] {
+                out.push(usage(conn, "ws", from, to, filter, group).unwrap());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn rollup_names_are_stored_as_codes_and_usage_filters_and_groups_by_the_names() {
+        let (_dir, conn) = stored_store();
+        let (text, coded) = forms(&conn);
+        assert_eq!(text, 0);
+        assert!(coded > 0);
+        let all = usage(
+            &conn,
+            "ws",
+            0,
+            150 * MINUTE_US,
+            &UsageFilter::default(),
+            &[GroupDim::Model],
+        )
+        .unwrap();
+        let groups: Vec<(Option<String>, u64)> = all
+            .groups
+            .iter()
+            .map(|(k, r)| (k[0].1.clone(), r.requests))
+            .collect();
+        assert_eq!(
+            groups,
+            [(Some("m-two".into()), 100), (Some("m-one".into()), 50)]
+        );
+        let answers = answers(&conn);
+        // m-one and completed: i % 3 == 0 and i % 10 != 0 over 0..150 and 5..70.
+        assert_eq!(answers[2].total.requests, 45);
+        assert_eq!(answers[5].total.requests, 20);
+        // eu-west, grouped by model and outcome: the even minutes, 75 and 32.
+        assert_eq!(answers[1].total.requests, 75);
+        assert_eq!(answers[4].total.requests, 32);
+        assert!(answers[1]
+            .groups
+            .iter()
+            .all(|(k, _)| k[0].1.is_some() && k[1].1.is_some()));
+    }
+
+    #[test]
+    fn migration_17_codes_the_rollups_written_as_text_and_usage_answers_the_same() {
+        let (_dir, mut conn) = stored_store();
+        let before = answers(&conn);
+        // The store as a build before v17 left it: every name in the rollups as its text.
+        for table in ["rollups", "rollups_hourly"] {
+            let set: Vec<String> = CODED
+                .iter()
+                .map(|c| format!("{c} = {}", names::resolved(table, c)))
+                .collect();
+            conn.execute(&format!("UPDATE {table} SET {}", set.join(", ")), [])
+                .unwrap();
+        }
+        conn.pragma_update(None, "user_version", 16).unwrap();
+        let (text, coded) = forms(&conn);
+        assert!(text > 0);
+        assert_eq!(coded, 0);
+        crate::schema::migrate(&mut conn).unwrap();
+        let (text, coded) = forms(&conn);
+        assert_eq!(text, 0);
+        assert!(coded > 0);
+        // The same answers, up to the last bits of float sums (rows merge in another order).
+        let after = answers(&conn);
+        assert_eq!(after.len(), before.len());
+        for (i, (a, b)) in after.iter().zip(&before).enumerate() {
+            assert_eq!(a.window, b.window);
+            assert!(a.total.agrees_with(&b.total), "answer {i}");
+            let keys = |r: &UsageResult| r.groups.iter().map(|g| g.0.clone()).collect::<Vec<_>>();
+            assert_eq!(keys(a), keys(b), "answer {i}");
+            for (g, h) in a.groups.iter().zip(&b.groups) {
+                assert!(g.1.agrees_with(&h.1), "answer {i} {:?}", g.0);
+            }
+        }
+        // New requests merge into the coded rows rather than beside them.
+        let rows = |conn: &Connection| -> (i64, i64) {
+            conn.query_row(
+                "SELECT (SELECT count(*) FROM rollups), (SELECT count(*) FROM rollups_hourly)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+        };
+        let had = rows(&conn);
+        // The key of r3: m-one, no region, completed.
+        let mut again = sample("again", "ws", 3 * MINUTE_US + 8);
+        again.model = Some("m-one".into());
+        again.region = None;
+        records::insert_batch(&mut conn, &[again], &Zone::utc()).unwrap();
+        assert_eq!(rows(&conn), had);
+    }
 }

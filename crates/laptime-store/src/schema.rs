@@ -127,6 +127,14 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
         done: None,
     },
+    // 17: the rollups' names (every text dimension but the workspace) stored as codes of the
+    // `names` table (`crate::rollups`; older builds read them as text, and the version keeps
+    // them from opening the store).
+    Migration {
+        sql: "",
+        after: Some(rollups::code_names),
+        done: None,
+    },
 ];
 
 const V1: &str = r#"

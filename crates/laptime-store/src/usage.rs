@@ -189,10 +189,14 @@ pub struct UsageResult {
 /// How the table a filter runs against stores the names it compares.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum NameForm {
-    /// As text in their columns: the rollups, and request rows written before the forms below.
+    /// As text in their columns: PostgreSQL's rollups, and request rows written before the
+    /// forms below.
     Text,
     /// SQLite's request rows since v16: a code each, or text ([`crate::names`]).
     SqliteCodes,
+    /// SQLite's rollups since v17: every text dimension a code, or text
+    /// ([`crate::rollups::CODED`]).
+    SqliteRollups,
     /// PostgreSQL's request rows since v11: text, or a set's ([`crate::pg::names`]).
     PgSets,
 }
@@ -245,6 +249,9 @@ pub(crate) fn push_filter(
         let n = before + values.len();
         match form {
             NameForm::SqliteCodes if names::COLUMNS.contains(&col) => {
+                sql.push_str(&names::coded_equals(col, n))
+            }
+            NameForm::SqliteRollups if crate::rollups::CODED.contains(&col) => {
                 sql.push_str(&names::coded_equals(col, n))
             }
             NameForm::PgSets if crate::pg::names::in_set(col) => {
@@ -519,18 +526,26 @@ pub(crate) fn spans(w: &UsageWindow) -> Vec<Span> {
 /// Each row is the encoded rollup, then the value of each of `group_by`: only those, since
 /// reading, sending and decoding the other dimensions took about a third of a 24 h `usage` over
 /// 1 M requests on PostgreSQL. Parameter 1 is the workspace, then each span's bounds in order,
-/// then the filter's values (returned; bound once, used by every span). `sigil` as for
-/// [`push_filter`].
+/// then the filter's values (returned; bound once, used by every span). `sigil` and `form` as
+/// for [`push_filter`]; coded names are read back as names.
 pub(crate) fn rollup_sql(
     spans: &[Span],
     filter: &UsageFilter,
     group_by: &[GroupDim],
     sigil: char,
+    form: NameForm,
 ) -> (String, Vec<FilterValue>) {
-    let columns: String = std::iter::once("data")
-        .chain(group_by.iter().map(|d| d.column()))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let columns = |table: &str| -> String {
+        std::iter::once("data".to_string())
+            .chain(group_by.iter().map(|d| match d.column() {
+                col if form == NameForm::SqliteRollups && crate::rollups::CODED.contains(&col) => {
+                    names::resolved(table, col)
+                }
+                col => col.to_string(),
+            }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let mut filtered = String::new();
     let values = push_filter(
         filter,
@@ -538,7 +553,7 @@ pub(crate) fn rollup_sql(
         &mut filtered,
         1 + 2 * spans.len(),
         sigil,
-        NameForm::Text,
+        form,
     );
     let parts: Vec<String> = spans
         .iter()
@@ -546,8 +561,9 @@ pub(crate) fn rollup_sql(
         .map(|(i, s)| {
             let start = s.tier.start_column();
             format!(
-                "SELECT {columns} FROM {} WHERE workspace_id = {sigil}1 \
+                "SELECT {} FROM {} WHERE workspace_id = {sigil}1 \
                  AND {start} >= {sigil}{} AND {start} < {sigil}{}{filtered}",
+                columns(s.tier.table()),
                 s.tier.table(),
                 2 + 2 * i,
                 3 + 2 * i
@@ -574,7 +590,7 @@ pub fn usage(
     if spans.is_empty() {
         return Ok(folding.finish(window));
     }
-    let (sql, bound) = rollup_sql(&spans, filter, group_by, '?');
+    let (sql, bound) = rollup_sql(&spans, filter, group_by, '?', NameForm::SqliteRollups);
     let mut values = vec![Value::Text(workspace_id.to_string())];
     for s in &spans {
         values.push(Value::Integer(s.from_us));
