@@ -197,6 +197,9 @@ pub(crate) enum NameForm {
     /// SQLite's rollups since v17: every text dimension a code, or text
     /// ([`crate::rollups::CODED`]).
     SqliteRollups,
+    /// PostgreSQL's rollups since v12: the dimensions as text in the key row each refers to,
+    /// joined in ([`crate::pg::rollups::KeyIds`]).
+    PgRollupKeys,
     /// PostgreSQL's request rows since v11: text, or a set's ([`crate::pg::names`]).
     PgSets,
 }
@@ -560,11 +563,17 @@ pub(crate) fn rollup_sql(
         .enumerate()
         .map(|(i, s)| {
             let start = s.tier.start_column();
+            let table = s.tier.table();
+            let from = match form {
+                NameForm::PgRollupKeys => {
+                    format!("{table} JOIN rollup_keys ON rollup_keys.id = {table}.key_id")
+                }
+                _ => table.to_string(),
+            };
             format!(
-                "SELECT {} FROM {} WHERE workspace_id = {sigil}1 \
+                "SELECT {} FROM {from} WHERE workspace_id = {sigil}1 \
                  AND {start} >= {sigil}{} AND {start} < {sigil}{}{filtered}",
-                columns(s.tier.table()),
-                s.tier.table(),
+                columns(table),
                 2 + 2 * i,
                 3 + 2 * i
             )

@@ -1063,8 +1063,9 @@ async fn a_window_across_the_retention_cutoff_counts_only_the_minutes_kept_in_ei
 }
 
 /// A store from before the hour tier gets it built from its minute rollups when it is opened by
-/// this build: the migration is taken back (the table dropped, the version lowered) and run
-/// again.
+/// this build: the migration is taken back (the table dropped, the version lowered; on
+/// PostgreSQL the minute rows' dimensions back in their text) and run again, with the later
+/// ones (SQLite's v17 and PostgreSQL's v12 store the dimensions otherwise).
 #[tokio::test]
 async fn the_hour_tier_is_built_from_the_minutes_when_a_store_first_migrates_to_it() {
     let rows: Vec<RequestRecord> = corpus("ws", 300, 13)
@@ -1092,12 +1093,22 @@ async fn the_hour_tier_is_built_from_the_minutes_when_a_store_first_migrates_to_
                 let config: tokio_postgres::Config = url.parse().unwrap();
                 let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
                 tokio::spawn(conn);
-                // 7 made the hour tier: back to the version before it.
+                // 7 made the hour tier: back to the version before it, whose minute rows held
+                // their dimensions' text (12 moved them to `rollup_keys`), so that migrating
+                // again takes both steps.
+                let dims = "model, provider, channel, grp, dialect, stream, status, outcome, \
+                    classification, endpoint, effort, tools, max_output_bucket, input_bucket, \
+                    region";
                 client
-                    .batch_execute(
-                        "DROP TABLE rollups_hourly;
-                         DELETE FROM laptime_schema WHERE version >= 7",
-                    )
+                    .batch_execute(&format!(
+                        "CREATE TABLE rollups_text AS SELECT r.workspace_id, r.minute_us, {dims},
+                            r.data FROM rollups r JOIN rollup_keys k ON k.id = r.key_id;
+                         DROP TABLE rollups, rollups_hourly, rollup_keys;
+                         ALTER TABLE rollups_text RENAME TO rollups;
+                         ALTER TABLE rollups ADD PRIMARY KEY (workspace_id, minute_us, {dims});
+                         CREATE INDEX rollups_minute ON rollups (minute_us);
+                         DELETE FROM laptime_schema WHERE version >= 7"
+                    ))
                     .await
                     .unwrap();
                 Store::open_postgres(&url).await.unwrap()

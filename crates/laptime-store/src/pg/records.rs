@@ -579,6 +579,7 @@ pub async fn insert_batch(
 ) -> Result<()> {
     ensure_partitions(c, known, records).await?;
     let sets = NameSets::of(c, records).await?;
+    super::rollups::add_keys(&**c, records).await?;
     let written = write_batch(c, records, &sets, zone).await;
     known.forget_if_missing(written)
 }
@@ -668,6 +669,7 @@ pub async fn insert_absent(
 ) -> Result<Vec<String>> {
     ensure_partitions(c, known, records).await?;
     let sets = NameSets::of(c, records).await?;
+    super::rollups::add_keys(&**c, records).await?;
     let written = write_absent(c, records, &sets, zone).await;
     known.forget_if_missing(written)
 }

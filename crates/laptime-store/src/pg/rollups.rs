@@ -5,26 +5,33 @@
 //! migration that adds it.
 //!
 //! Rollups are read-merge-written as in SQLite, but by many instances at once: new keys are
-//! inserted outright, existing ones are locked (`FOR UPDATE`, in key order, the minute tier
-//! before the hour tier) before they are merged, so two instances folding into one minute never
-//! lose each other's requests and never deadlock on each other.
+//! inserted outright, existing ones are locked (`FOR UPDATE`, in the order of their places, the
+//! minute tier before the hour tier) before they are merged, so two instances folding into one
+//! minute never lose each other's requests and never deadlock on each other.
+//!
+//! Since schema v12 a row holds its key's fifteen dimensions as the id of one row of
+//! `rollup_keys` ([`KeyIds`]): its place is (workspace, start, key id), and readers join the
+//! dimensions back.
 
 use std::collections::{HashMap, HashSet};
 
-use deadpool_postgres::{GenericClient, Transaction};
+use deadpool_postgres::Transaction;
 use laptime_core::rollup::Rollup;
+use laptime_core::timeline::RequestRecord;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use super::records::{from_row, select};
 use crate::corrupt;
-use crate::rollups::{aggregate, by_hour, floor_hour, RollupKey, Tier, HOUR_US, MINUTE_US};
+use crate::rollups::{
+    aggregate, by_hour, floor_hour, RollupKey, Tier, DIM_COLUMNS, HOUR_US, MINUTE_US,
+};
 use crate::{Result, StoreError};
 
-/// The key columns of rollup rows, as `UNNEST` parameters `$1`…`$17`.
-struct KeyCols {
-    workspace_id: Vec<String>,
-    start_us: Vec<i64>,
+/// The dimensions of rollup keys, as `UNNEST` parameters `$1`…`$15` in
+/// [`crate::rollups::DIM_COLUMNS`] order.
+struct DimCols {
     model: Vec<String>,
     provider: Vec<String>,
     channel: Vec<String>,
@@ -42,24 +49,13 @@ struct KeyCols {
     region: Vec<String>,
 }
 
-/// The key columns of `tier`, in [`RollupKey`] order.
-fn key_columns(tier: Tier) -> String {
-    format!(
-        "workspace_id, {}, {}",
-        tier.start_column(),
-        crate::rollups::DIM_COLUMNS
-    )
-}
+const DIM_UNNEST: &str = "UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+    $6::bool[], $7::int4[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], \
+    $13::text[], $14::text[], $15::text[])";
 
-const KEY_UNNEST: &str = "UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-    $6::text[], $7::text[], $8::bool[], $9::int4[], $10::text[], $11::text[], $12::text[], \
-    $13::text[], $14::text[], $15::text[], $16::text[], $17::text[]";
-
-impl KeyCols {
-    fn of<'a>(keys: impl IntoIterator<Item = &'a RollupKey>) -> KeyCols {
-        let mut c = KeyCols {
-            workspace_id: Vec::new(),
-            start_us: Vec::new(),
+impl DimCols {
+    fn of<'a>(keys: impl IntoIterator<Item = &'a RollupKey>) -> DimCols {
+        let mut c = DimCols {
             model: Vec::new(),
             provider: Vec::new(),
             channel: Vec::new(),
@@ -77,8 +73,6 @@ impl KeyCols {
             region: Vec::new(),
         };
         for k in keys {
-            c.workspace_id.push(k.workspace_id.clone());
-            c.start_us.push(k.start_us);
             c.model.push(k.model.clone());
             c.provider.push(k.provider.clone());
             c.channel.push(k.channel.clone());
@@ -100,8 +94,6 @@ impl KeyCols {
 
     fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         vec![
-            &self.workspace_id,
-            &self.start_us,
             &self.model,
             &self.provider,
             &self.channel,
@@ -121,27 +113,173 @@ impl KeyCols {
     }
 }
 
-/// A rollup row's key, read from its first 17 columns (in [`key_columns`] order).
+/// A key's dimensions alone (no workspace, no start): what a row of `rollup_keys` holds.
+fn dims(k: &RollupKey) -> RollupKey {
+    RollupKey {
+        workspace_id: String::new(),
+        start_us: 0,
+        ..k.clone()
+    }
+}
+
+/// The ids of rollup keys' dimensions in `rollup_keys` (schema v12): a rollup row holds its
+/// workspace, its start and this id, 4 bytes for the 15 dimensions' text, in the row and in its
+/// primary key. A deployment has few such sets (its models times channels, outcomes, …), each
+/// in at least one rollup row, so the table is never larger than the rollups.
+pub(crate) struct KeyIds {
+    ids: HashMap<RollupKey, i32>,
+}
+
+impl KeyIds {
+    /// Finds the id of the dimensions of each of `keys`, adding those missing. Added in one
+    /// order by every instance, so two adding at once never wait on each other in a cycle; a
+    /// set another instance is adding is waited for, and found by the second look.
+    pub(crate) async fn of<'a>(
+        c: &impl GenericClient,
+        keys: impl IntoIterator<Item = &'a RollupKey>,
+    ) -> Result<KeyIds> {
+        let mut wanted: Vec<RollupKey> = keys
+            .into_iter()
+            .map(dims)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        wanted.sort();
+        let mut ids = KeyIds {
+            ids: HashMap::new(),
+        };
+        if wanted.is_empty() {
+            return Ok(ids);
+        }
+        let find = format!(
+            "SELECT id, {DIM_COLUMNS} FROM rollup_keys WHERE ({DIM_COLUMNS}) IN
+                (SELECT * FROM {DIM_UNNEST})"
+        );
+        ids.take(&c.query(&find, &DimCols::of(&wanted).params()).await?)?;
+        for sql in [
+            format!(
+                "INSERT INTO rollup_keys ({DIM_COLUMNS}) SELECT * FROM {DIM_UNNEST}
+                 ON CONFLICT DO NOTHING RETURNING id, {DIM_COLUMNS}"
+            ),
+            find,
+        ] {
+            let missing: Vec<&RollupKey> =
+                wanted.iter().filter(|k| !ids.ids.contains_key(k)).collect();
+            if missing.is_empty() {
+                return Ok(ids);
+            }
+            ids.take(&c.query(&sql, &DimCols::of(missing).params()).await?)?;
+        }
+        match wanted.iter().all(|k| ids.ids.contains_key(k)) {
+            true => Ok(ids),
+            false => Err(StoreError::Corrupt(
+                "a rollup key added is not found".to_string(),
+            )),
+        }
+    }
+
+    fn take(&mut self, rows: &[Row]) -> Result<()> {
+        for row in rows {
+            self.ids.insert(dims_of(row, 1)?, row.try_get(0)?);
+        }
+        Ok(())
+    }
+
+    /// The id of `k`'s dimensions, which [`KeyIds::of`] found.
+    fn id(&self, k: &RollupKey) -> Result<i32> {
+        self.ids
+            .get(&dims(k))
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt("a rollup key without its id".to_string()))
+    }
+
+    /// Where `k`'s row is: its workspace, start and key id.
+    fn place(&self, k: &RollupKey) -> Result<Place> {
+        Ok((k.workspace_id.clone(), k.start_us, self.id(k)?))
+    }
+}
+
+/// A rollup row's primary key: workspace, start of its minute or hour, key id.
+type Place = (String, i64, i32);
+
+/// The columns of [`Place`] in `tier`.
+fn place_columns(tier: Tier) -> String {
+    format!("workspace_id, {}, key_id", tier.start_column())
+}
+
+/// Places as `UNNEST` parameters `$1`…`$3`.
+struct PlaceCols {
+    workspace_id: Vec<String>,
+    start_us: Vec<i64>,
+    key_id: Vec<i32>,
+}
+
+const PLACE_UNNEST: &str = "UNNEST($1::text[], $2::int8[], $3::int4[])";
+
+impl PlaceCols {
+    fn of<'a>(places: impl IntoIterator<Item = &'a Place>) -> PlaceCols {
+        let mut c = PlaceCols {
+            workspace_id: Vec::new(),
+            start_us: Vec::new(),
+            key_id: Vec::new(),
+        };
+        for (ws, start, id) in places {
+            c.workspace_id.push(ws.clone());
+            c.start_us.push(*start);
+            c.key_id.push(*id);
+        }
+        c
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.workspace_id, &self.start_us, &self.key_id]
+    }
+}
+
+fn place_of(row: &Row) -> Result<Place> {
+    Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
+}
+
+/// The rows of `tier` with their keys' dimensions: the first 17 columns the key ([`key_of`]),
+/// the 18th the encoded rollup.
+fn keyed_select(tier: Tier) -> String {
+    let (table, start) = (tier.table(), tier.start_column());
+    format!(
+        "SELECT {table}.workspace_id, {table}.{start}, {DIM_COLUMNS}, {table}.data FROM {table}
+         JOIN rollup_keys ON rollup_keys.id = {table}.key_id"
+    )
+}
+
+/// A key's dimensions, read from 15 columns from `at` (in [`DIM_COLUMNS`] order).
+fn dims_of(row: &Row, at: usize) -> Result<RollupKey> {
+    let status: i32 = row.try_get(at + 6)?;
+    Ok(RollupKey {
+        workspace_id: String::new(),
+        start_us: 0,
+        model: row.try_get(at)?,
+        provider: row.try_get(at + 1)?,
+        channel: row.try_get(at + 2)?,
+        grp: row.try_get(at + 3)?,
+        dialect: row.try_get(at + 4)?,
+        stream: row.try_get(at + 5)?,
+        status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
+        outcome: row.try_get(at + 7)?,
+        classification: row.try_get(at + 8)?,
+        endpoint: row.try_get(at + 9)?,
+        effort: row.try_get(at + 10)?,
+        tools: row.try_get(at + 11)?,
+        max_output_bucket: row.try_get(at + 12)?,
+        input_bucket: row.try_get(at + 13)?,
+        region: row.try_get(at + 14)?,
+    })
+}
+
+/// A rollup row's key, read from the first 17 columns of [`keyed_select`].
 fn key_of(row: &Row) -> Result<RollupKey> {
-    let status: i32 = row.try_get(8)?;
     Ok(RollupKey {
         workspace_id: row.try_get(0)?,
         start_us: row.try_get(1)?,
-        model: row.try_get(2)?,
-        provider: row.try_get(3)?,
-        channel: row.try_get(4)?,
-        grp: row.try_get(5)?,
-        dialect: row.try_get(6)?,
-        stream: row.try_get(7)?,
-        status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
-        outcome: row.try_get(9)?,
-        classification: row.try_get(10)?,
-        endpoint: row.try_get(11)?,
-        effort: row.try_get(12)?,
-        tools: row.try_get(13)?,
-        max_output_bucket: row.try_get(14)?,
-        input_bucket: row.try_get(15)?,
-        region: row.try_get(16)?,
+        ..dims_of(row, 2)?
     })
 }
 
@@ -149,28 +287,40 @@ fn corrupt_rollup(e: String) -> StoreError {
     StoreError::Corrupt(format!("rollup: {e}"))
 }
 
-/// Writes `(key, encoded rollup)` rows of `tier`: inserts, or with a `DO UPDATE` conflict
-/// overwrites existing keys; returns the keys written.
+/// Writes `(place, encoded rollup)` rows of `tier`: inserts, or with a `DO UPDATE` conflict
+/// overwrites existing places; returns the places written.
 async fn write_rollups<D: AsRef<[u8]>>(
     tx: &Transaction<'_>,
     tier: Tier,
-    rows: &[(&RollupKey, D)],
+    rows: &[(Place, D)],
     conflict: &str,
-) -> Result<Vec<Row>> {
+) -> Result<Vec<Place>> {
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let keys = KeyCols::of(rows.iter().map(|(k, _)| *k));
+    let places = PlaceCols::of(rows.iter().map(|(p, _)| p));
     let data: Vec<&[u8]> = rows.iter().map(|(_, d)| d.as_ref()).collect();
-    let mut params = keys.params();
+    let mut params = places.params();
     params.push(&data);
-    let (table, columns) = (tier.table(), key_columns(tier));
+    let (table, columns) = (tier.table(), place_columns(tier));
     let sql = format!(
-        "INSERT INTO {table} ({columns}, data) SELECT * FROM {KEY_UNNEST}, $18::bytea[])
+        "INSERT INTO {table} ({columns}, data) SELECT * FROM UNNEST($1::text[], $2::int8[],
+            $3::int4[], $4::bytea[])
          ON CONFLICT ({columns}) {conflict} RETURNING {columns}"
     );
     let stmt = tx.prepare_cached(&sql).await?;
-    Ok(tx.query(&stmt, &params).await?)
+    tx.query(&stmt, &params)
+        .await?
+        .iter()
+        .map(place_of)
+        .collect()
+}
+
+/// Adds the rollup keys `records` will be folded under, before the transaction that folds
+/// them, so that it finds them all and never waits on another instance adding one.
+pub(crate) async fn add_keys(c: &impl GenericClient, records: &[RequestRecord]) -> Result<()> {
+    let keys: Vec<RollupKey> = records.iter().filter_map(RollupKey::of).collect();
+    KeyIds::of(c, &keys).await.map(drop)
 }
 
 /// Folds `delta` (minute rollups) into the stored rollups of both tiers, inside the transaction
@@ -179,94 +329,128 @@ pub(crate) async fn merge_into(
     tx: &Transaction<'_>,
     delta: HashMap<RollupKey, Rollup>,
 ) -> Result<()> {
+    let ids = KeyIds::of(&**tx, delta.keys()).await?;
     let hours = by_hour(&delta);
-    merge_tier(tx, Tier::Minute, delta).await?;
-    merge_tier(tx, Tier::Hour, hours).await
+    merge_tier(tx, Tier::Minute, delta, &ids).await?;
+    merge_tier(tx, Tier::Hour, hours, &ids).await
+}
+
+/// `rollups` by their place, in place order: the order every instance locks rows in.
+fn placed(
+    rollups: impl IntoIterator<Item = (RollupKey, Rollup)>,
+    ids: &KeyIds,
+) -> Result<Vec<(Place, Rollup)>> {
+    let mut out = rollups
+        .into_iter()
+        .map(|(k, r)| Ok((ids.place(&k)?, r)))
+        .collect::<Result<Vec<_>>>()?;
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }
 
 async fn merge_tier(
     tx: &Transaction<'_>,
     tier: Tier,
     delta: HashMap<RollupKey, Rollup>,
+    ids: &KeyIds,
 ) -> Result<()> {
     if delta.is_empty() {
         return Ok(());
     }
-    let mut delta: Vec<(RollupKey, Rollup)> = delta.into_iter().collect();
-    delta.sort_by(|a, b| a.0.cmp(&b.0));
+    let delta = placed(delta, ids)?;
     // Keys no instance has written yet: inserted as they are.
-    let encoded: Vec<(&RollupKey, Vec<u8>)> = delta.iter().map(|(k, r)| (k, r.encode())).collect();
-    let inserted: HashSet<RollupKey> = write_rollups(tx, tier, &encoded, "DO NOTHING")
+    let encoded: Vec<(Place, Vec<u8>)> =
+        delta.iter().map(|(p, r)| (p.clone(), r.encode())).collect();
+    let inserted: HashSet<Place> = write_rollups(tx, tier, &encoded, "DO NOTHING")
         .await?
-        .iter()
-        .map(key_of)
-        .collect::<Result<_>>()?;
-    let mut rest: HashMap<RollupKey, Rollup> = delta
         .into_iter()
-        .filter(|(k, _)| !inserted.contains(k))
+        .collect();
+    let mut rest: Vec<(Place, Rollup)> = delta
+        .into_iter()
+        .filter(|(p, _)| !inserted.contains(p))
         .collect();
     if rest.is_empty() {
         return Ok(());
     }
-    // The others: locked in key order (instances folding into one minute queue, never
+    // The others: locked in place order (instances folding into one minute queue, never
     // deadlock on each other), merged with what is stored, written back.
-    let keys = KeyCols::of(rest.keys());
-    let (table, columns) = (tier.table(), key_columns(tier));
+    let places = PlaceCols::of(rest.iter().map(|(p, _)| p));
+    let (table, columns) = (tier.table(), place_columns(tier));
     let sql = format!(
         "SELECT {columns}, data FROM {table} WHERE ({columns}) IN
-            (SELECT * FROM {KEY_UNNEST}))
-         ORDER BY {columns} FOR UPDATE"
+            (SELECT * FROM {PLACE_UNNEST}) ORDER BY {columns} FOR UPDATE"
     );
     let stmt = tx.prepare_cached(&sql).await?;
-    for row in tx.query(&stmt, &keys.params()).await? {
-        let key = key_of(&row)?;
-        let stored: &[u8] = row.try_get(17)?;
-        if let Some(r) = rest.get_mut(&key) {
-            r.merge_encoded(stored).map_err(corrupt_rollup)?;
+    let mut stored: HashMap<Place, Vec<u8>> = HashMap::new();
+    for row in tx.query(&stmt, &places.params()).await? {
+        stored.insert(place_of(&row)?, row.try_get(3)?);
+    }
+    for (p, r) in &mut rest {
+        if let Some(have) = stored.get(p) {
+            r.merge_encoded(have).map_err(corrupt_rollup)?;
         }
     }
-    let merged: Vec<(&RollupKey, Vec<u8>)> = rest.iter().map(|(k, r)| (k, r.encode())).collect();
+    let merged: Vec<(Place, Vec<u8>)> = rest.into_iter().map(|(p, r)| (p, r.encode())).collect();
     write_rollups(tx, tier, &merged, "DO UPDATE SET data = excluded.data").await?;
     Ok(())
 }
 
-/// Locks the rows of `keys` in `tier` (made empty where missing), in key order, so that a
-/// concurrent fold waits and then merges into the rebuilt value.
-async fn lock_keys(tx: &Transaction<'_>, tier: Tier, sorted: &[&RollupKey]) -> Result<()> {
+/// Locks the rows of `sorted` places in `tier` (made empty where missing), in place order, so
+/// that a concurrent fold waits and then merges into the rebuilt value.
+async fn lock_places(tx: &Transaction<'_>, tier: Tier, sorted: &[Place]) -> Result<()> {
     let empty = Rollup::new().encode();
-    let placeholders: Vec<(&RollupKey, Vec<u8>)> =
-        sorted.iter().map(|k| (*k, empty.clone())).collect();
+    let placeholders: Vec<(Place, &[u8])> = sorted
+        .iter()
+        .map(|p| (p.clone(), empty.as_slice()))
+        .collect();
     write_rollups(tx, tier, &placeholders, "DO NOTHING").await?;
-    let locked = KeyCols::of(sorted.iter().copied());
-    let (table, columns) = (tier.table(), key_columns(tier));
+    let locked = PlaceCols::of(sorted);
+    let (table, columns) = (tier.table(), place_columns(tier));
     let lock = format!(
-        "SELECT 1 FROM {table} WHERE ({columns}) IN (SELECT * FROM {KEY_UNNEST}))
+        "SELECT 1 FROM {table} WHERE ({columns}) IN (SELECT * FROM {PLACE_UNNEST})
          ORDER BY {columns} FOR UPDATE"
     );
     tx.query(&lock, &locked.params()).await?;
     Ok(())
 }
 
-/// Writes the rebuilt rollups of `sorted` keys in `tier`: those in `fresh` overwritten, the
-/// others (nothing left to roll up) deleted.
+/// The places of `keys`, sorted, and each key by its place.
+fn places_of<'a>(
+    keys: impl IntoIterator<Item = &'a RollupKey>,
+    ids: &KeyIds,
+) -> Result<(Vec<Place>, HashMap<Place, &'a RollupKey>)> {
+    let by_place = keys
+        .into_iter()
+        .map(|k| Ok((ids.place(k)?, k)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    let mut sorted: Vec<Place> = by_place.keys().cloned().collect();
+    sorted.sort();
+    Ok((sorted, by_place))
+}
+
+/// Writes the rebuilt rollups of the `sorted` places in `tier`: those whose key is in `fresh`
+/// overwritten, the others (nothing left to roll up) deleted.
 async fn write_rebuilt(
     tx: &Transaction<'_>,
     tier: Tier,
-    sorted: Vec<&RollupKey>,
+    sorted: Vec<Place>,
+    keys: &HashMap<Place, &RollupKey>,
     fresh: &HashMap<RollupKey, Rollup>,
 ) -> Result<()> {
-    let (keep, gone): (Vec<&RollupKey>, Vec<&RollupKey>) =
-        sorted.into_iter().partition(|k| fresh.contains_key(*k));
-    let rebuilt: Vec<(&RollupKey, Vec<u8>)> = keep
-        .into_iter()
-        .filter_map(|k| fresh.get(k).map(|r| (k, r.encode())))
-        .collect();
+    let mut rebuilt: Vec<(Place, Vec<u8>)> = Vec::new();
+    let mut gone: Vec<Place> = Vec::new();
+    for p in sorted {
+        match keys.get(&p).and_then(|k| fresh.get(*k)) {
+            Some(r) => rebuilt.push((p, r.encode())),
+            None => gone.push(p),
+        }
+    }
     write_rollups(tx, tier, &rebuilt, "DO UPDATE SET data = excluded.data").await?;
     if !gone.is_empty() {
-        let gone = KeyCols::of(gone);
-        let (table, columns) = (tier.table(), key_columns(tier));
+        let gone = PlaceCols::of(&gone);
+        let (table, columns) = (tier.table(), place_columns(tier));
         let delete =
-            format!("DELETE FROM {table} WHERE ({columns}) IN (SELECT * FROM {KEY_UNNEST}))");
+            format!("DELETE FROM {table} WHERE ({columns}) IN (SELECT * FROM {PLACE_UNNEST})");
         tx.execute(&delete, &gone.params()).await?;
     }
     Ok(())
@@ -279,9 +463,9 @@ pub(crate) async fn rebuild_keys(tx: &Transaction<'_>, keys: &HashSet<RollupKey>
     if keys.is_empty() {
         return Ok(());
     }
-    let mut sorted: Vec<&RollupKey> = keys.iter().collect();
-    sorted.sort();
-    lock_keys(tx, Tier::Minute, &sorted).await?;
+    let ids = KeyIds::of(&**tx, keys).await?;
+    let (sorted, by_place) = places_of(keys, &ids)?;
+    lock_places(tx, Tier::Minute, &sorted).await?;
     let minutes: HashSet<(&str, i64)> = keys
         .iter()
         .map(|k| (k.workspace_id.as_str(), k.start_us))
@@ -302,19 +486,17 @@ pub(crate) async fn rebuild_keys(tx: &Transaction<'_>, keys: &HashSet<RollupKey>
                 .filter(|r| RollupKey::of(r).is_some_and(|k| keys.contains(&k))),
         ));
     }
-    write_rebuilt(tx, Tier::Minute, sorted, &fresh).await?;
-
+    write_rebuilt(tx, Tier::Minute, sorted, &by_place, &fresh).await?;
     let hour_keys: HashSet<RollupKey> = keys.iter().map(RollupKey::hour).collect();
-    let mut hours: Vec<&RollupKey> = hour_keys.iter().collect();
-    hours.sort();
-    lock_keys(tx, Tier::Hour, &hours).await?;
-    let minute_columns = key_columns(Tier::Minute);
+    let (hours, hour_by_place) = places_of(&hour_keys, &ids)?;
+    lock_places(tx, Tier::Hour, &hours).await?;
     let of_hour = format!(
-        "SELECT {minute_columns}, data FROM rollups
-         WHERE workspace_id = $1 AND minute_us >= $2 AND minute_us < $2 + {HOUR_US}"
+        "{} WHERE rollups.workspace_id = $1 AND rollups.minute_us >= $2
+            AND rollups.minute_us < $2 + {HOUR_US}",
+        keyed_select(Tier::Minute)
     );
     let mut merged: HashMap<RollupKey, Rollup> = HashMap::new();
-    let hour_starts: HashSet<(&str, i64)> = hours
+    let hour_starts: HashSet<(&str, i64)> = hour_keys
         .iter()
         .map(|k| (k.workspace_id.as_str(), k.start_us))
         .collect();
@@ -328,7 +510,7 @@ pub(crate) async fn rebuild_keys(tx: &Transaction<'_>, keys: &HashSet<RollupKey>
             fold(&mut merged, key, blob)?;
         }
     }
-    write_rebuilt(tx, Tier::Hour, hours, &merged).await
+    write_rebuilt(tx, Tier::Hour, hours, &hour_by_place, &merged).await
 }
 
 /// Merges an encoded rollup into `into`'s rollup of `key`.
@@ -405,12 +587,11 @@ pub(crate) async fn delete_before(
 
 /// Recomputes every hour row of `hour_us` (all workspaces) from the minute rows left in it.
 async fn rebuild_hour_rows(tx: &Transaction<'_>, hour_us: i64) -> Result<()> {
-    let minute_columns = key_columns(Tier::Minute);
     let rows = tx
         .query(
             &format!(
-                "SELECT {minute_columns}, data FROM rollups
-                 WHERE minute_us >= $1 AND minute_us < $2"
+                "{} WHERE rollups.minute_us >= $1 AND rollups.minute_us < $2",
+                keyed_select(Tier::Minute)
             ),
             &[&hour_us, &hour_us.saturating_add(HOUR_US)],
         )
@@ -432,12 +613,13 @@ async fn write_all(
     tier: Tier,
     rollups: HashMap<RollupKey, Rollup>,
 ) -> Result<()> {
-    let mut rows: Vec<(RollupKey, Vec<u8>)> =
-        rollups.into_iter().map(|(k, r)| (k, r.encode())).collect();
-    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let ids = KeyIds::of(&**tx, rollups.keys()).await?;
+    let rows: Vec<(Place, Vec<u8>)> = placed(rollups, &ids)?
+        .into_iter()
+        .map(|(p, r)| (p, r.encode()))
+        .collect();
     for chunk in rows.chunks(4096) {
-        let refs: Vec<(&RollupKey, &[u8])> = chunk.iter().map(|(k, d)| (k, d.as_slice())).collect();
-        write_rollups(tx, tier, &refs, "DO UPDATE SET data = excluded.data").await?;
+        write_rollups(tx, tier, chunk, "DO UPDATE SET data = excluded.data").await?;
     }
     Ok(())
 }
@@ -448,10 +630,10 @@ async fn write_all(
 /// bounded by one hour's keys.
 pub(crate) async fn backfill_hours(tx: &Transaction<'_>) -> Result<()> {
     tx.batch_execute("DELETE FROM rollups_hourly").await?;
-    let minute_columns = key_columns(Tier::Minute);
     let stmt = tx
         .prepare(&format!(
-            "SELECT {minute_columns}, data FROM rollups ORDER BY workspace_id, minute_us"
+            "{} ORDER BY rollups.workspace_id, rollups.minute_us",
+            keyed_select(Tier::Minute)
         ))
         .await?;
     let portal = tx.bind(&stmt, &[]).await?;
@@ -474,4 +656,90 @@ pub(crate) async fn backfill_hours(tx: &Transaction<'_>) -> Result<()> {
         }
     }
     write_all(tx, Tier::Hour, pending).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::tests::sample;
+    use crate::usage::{GroupDim, UsageFilter};
+    use crate::Store;
+
+    fn requests(prefix: &str, models: &[&str]) -> Vec<RequestRecord> {
+        let day = 20_000 * super::super::records::DAY_US;
+        (0..120)
+            .map(|i| {
+                let mut r = sample(&format!("{prefix}{i}"), "ws", day + i * MINUTE_US / 2);
+                r.model = Some(models[i as usize % models.len()].to_string());
+                r
+            })
+            .collect()
+    }
+
+    /// Rollup rows hold a key id in place of their dimensions; instances adding the same new
+    /// keys at once share one row per key, and usage reads the dimensions back.
+    #[tokio::test]
+    async fn rollup_rows_refer_to_one_key_row_per_dimensions_shared_by_instances() {
+        let schema = crate::testing::PgSchema::create().await.unwrap();
+        let a = Store::open_postgres(schema.url()).await.unwrap();
+        let b = Store::open_postgres(schema.url()).await.unwrap();
+        let (ra, rb) = (
+            requests("a", &["m-1", "m-2"]),
+            requests("b", &["m-2", "m-3"]),
+        );
+        let (wa, wb) = tokio::join!(a.insert_batch(ra.clone()), b.insert_batch(rb.clone()));
+        wa.unwrap();
+        wb.unwrap();
+        let config: tokio_postgres::Config = schema.url().parse().unwrap();
+        let client = crate::pg::connect(&config).await.unwrap();
+        let count = |sql: &'static str| {
+            let client = &client;
+            async move { client.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+        };
+        // One key row per distinct dimensions (the models; the rest is alike), none repeated.
+        assert_eq!(count("SELECT count(*) FROM rollup_keys").await, 3);
+        let columns: Vec<String> = client
+            .query(
+                "SELECT column_name::text FROM information_schema.columns
+                 WHERE table_schema = current_schema() AND table_name = 'rollups'
+                 ORDER BY ordinal_position",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(columns, ["workspace_id", "minute_us", "key_id", "data"]);
+        assert_eq!(
+            count("SELECT count(*) FROM rollups WHERE key_id NOT IN (SELECT id FROM rollup_keys)")
+                .await,
+            0
+        );
+        let day = 20_000 * super::super::records::DAY_US;
+        let window = (day, day + 2 * HOUR_US);
+        let all = a
+            .usage("ws", window, UsageFilter::default(), vec![GroupDim::Model])
+            .await
+            .unwrap();
+        let groups: Vec<(Option<String>, u64)> = all
+            .groups
+            .iter()
+            .map(|(k, r)| (k[0].1.clone(), r.requests))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                (Some("m-2".into()), 120),
+                (Some("m-1".into()), 60),
+                (Some("m-3".into()), 60)
+            ]
+        );
+        let one = UsageFilter {
+            model: Some("m-3".into()),
+            ..UsageFilter::default()
+        };
+        let got = b.usage("ws", window, one, vec![]).await.unwrap();
+        assert_eq!(got.total.requests, 60);
+    }
 }

@@ -53,6 +53,7 @@ const MIGRATIONS: &[Migration] = &[
     sql(V9),
     sql(V10),
     sql(V11),
+    sql(V12),
 ];
 
 /// The schema version this build writes.
@@ -333,6 +334,73 @@ const V11: &str = r#"
     ALTER TABLE requests ADD COLUMN IF NOT EXISTS name_set INTEGER;
     ALTER TABLE requests ALTER COLUMN dialect DROP NOT NULL;
     ALTER TABLE requests ALTER COLUMN endpoint DROP NOT NULL;
+"#;
+
+/// Each rollup row's fifteen dimensions as the id of one row of `rollup_keys`
+/// ([`super::rollups::KeyIds`]): a row's place is (workspace, start, key id), in the table and
+/// in its primary key, where the text of the fifteen was most of both. Both tiers are rebuilt
+/// here, with their indexes, storage setting and comment; their rows are bounded by minutes
+/// and keys, not by requests.
+const V12: &str = r#"
+    CREATE TABLE rollup_keys (
+        id INTEGER GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        grp TEXT NOT NULL,
+        dialect TEXT NOT NULL,
+        stream BOOLEAN NOT NULL,
+        status INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        classification TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        effort TEXT NOT NULL,
+        tools TEXT NOT NULL,
+        max_output_bucket TEXT NOT NULL,
+        input_bucket TEXT NOT NULL,
+        region TEXT NOT NULL,
+        UNIQUE (model, provider, channel, grp, dialect, stream, status, outcome,
+            classification, endpoint, effort, tools, max_output_bucket, input_bucket, region)
+    );
+    INSERT INTO rollup_keys (model, provider, channel, grp, dialect, stream, status, outcome,
+            classification, endpoint, effort, tools, max_output_bucket, input_bucket, region)
+        SELECT model, provider, channel, grp, dialect, stream, status, outcome, classification,
+            endpoint, effort, tools, max_output_bucket, input_bucket, region FROM rollups
+        UNION SELECT model, provider, channel, grp, dialect, stream, status, outcome,
+            classification, endpoint, effort, tools, max_output_bucket, input_bucket, region
+            FROM rollups_hourly ORDER BY 1, 2, 3;
+    CREATE TABLE rollups_by_key (
+        workspace_id TEXT NOT NULL,
+        minute_us BIGINT NOT NULL,
+        key_id INTEGER NOT NULL,
+        data BYTEA NOT NULL,
+        PRIMARY KEY (workspace_id, minute_us, key_id)
+    );
+    INSERT INTO rollups_by_key
+        SELECT r.workspace_id, r.minute_us, k.id, r.data FROM rollups r JOIN rollup_keys k
+        USING (model, provider, channel, grp, dialect, stream, status, outcome,
+            classification, endpoint, effort, tools, max_output_bucket, input_bucket, region);
+    DROP TABLE rollups;
+    ALTER TABLE rollups_by_key RENAME TO rollups;
+    ALTER INDEX rollups_by_key_pkey RENAME TO rollups_pkey;
+    CREATE INDEX rollups_minute ON rollups (minute_us);
+    CREATE TABLE rollups_hourly_by_key (
+        workspace_id TEXT NOT NULL,
+        hour_us BIGINT NOT NULL,
+        key_id INTEGER NOT NULL,
+        data BYTEA NOT NULL,
+        PRIMARY KEY (workspace_id, hour_us, key_id)
+    ) WITH (fillfactor = 50);
+    INSERT INTO rollups_hourly_by_key
+        SELECT r.workspace_id, r.hour_us, k.id, r.data FROM rollups_hourly r JOIN rollup_keys k
+        USING (model, provider, channel, grp, dialect, stream, status, outcome,
+            classification, endpoint, effort, tools, max_output_bucket, input_bucket, region);
+    DROP TABLE rollups_hourly;
+    ALTER TABLE rollups_hourly_by_key RENAME TO rollups_hourly;
+    ALTER INDEX rollups_hourly_by_key_pkey RENAME TO rollups_hourly_pkey;
+    CREATE INDEX rollups_hourly_hour ON rollups_hourly (hour_us);
+    COMMENT ON TABLE rollups IS 'data: laptime rollup encoding, version 5 since schema 10';
+    COMMENT ON TABLE rollups_hourly IS 'data: laptime rollup encoding, version 5 since schema 10';
 "#;
 
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";

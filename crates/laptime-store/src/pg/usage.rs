@@ -51,7 +51,7 @@ pub async fn usage(
     if spans.is_empty() {
         return Ok(folding.finish(window));
     }
-    let (sql, filters) = rollup_sql(&spans, filter, group_by, '$', NameForm::Text);
+    let (sql, filters) = rollup_sql(&spans, filter, group_by, '$', NameForm::PgRollupKeys);
     let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(workspace_id.to_string())];
     for s in &spans {
         values.push(Box::new(s.from_us));
