@@ -189,7 +189,7 @@ pub struct UsageResult {
 /// How the table a filter runs against stores the names it compares.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum NameForm {
-    /// As text in their columns: PostgreSQL's rollups, and request rows written before the
+    /// As text in their columns: PostgreSQL's rollup keys, and request rows written before the
     /// forms below.
     Text,
     /// SQLite's request rows since v16: a code each, or text ([`crate::names`]).
@@ -197,9 +197,6 @@ pub(crate) enum NameForm {
     /// SQLite's rollups since v17: every text dimension a code, or text
     /// ([`crate::rollups::CODED`]).
     SqliteRollups,
-    /// PostgreSQL's rollups since v12: the dimensions as text in the key row each refers to,
-    /// joined in ([`crate::pg::rollups::KeyIds`]).
-    PgRollupKeys,
     /// PostgreSQL's request rows since v11: text, or a set's ([`crate::pg::names`]).
     PgSets,
 }
@@ -524,26 +521,22 @@ pub(crate) fn spans(w: &UsageWindow) -> Vec<Span> {
     out
 }
 
-/// The statement reading the rollups of `spans` under `filter`: one `SELECT` per span joined by
-/// `UNION ALL`, so that one snapshot serves them all (the tiers as one transaction left them).
-/// Each row is the encoded rollup, then the value of each of `group_by`: only those, since
-/// reading, sending and decoding the other dimensions took about a third of a 24 h `usage` over
-/// 1 M requests on PostgreSQL. Parameter 1 is the workspace, then each span's bounds in order,
-/// then the filter's values (returned; bound once, used by every span). `sigil` and `form` as
-/// for [`push_filter`]; coded names are read back as names.
-pub(crate) fn rollup_sql(
+/// The statement reading the rollups of `spans` under `filter` (SQLite's; PostgreSQL's is
+/// [`crate::pg::usage`]'s): one `SELECT` per span joined by `UNION ALL`, so that one snapshot
+/// serves them all (the tiers as one transaction left them). Each row is the encoded rollup,
+/// then the value of each of `group_by` (a coded name read back as the name): only those, since
+/// reading and decoding the other dimensions took about a third of a 24 h `usage` over 1 M
+/// requests. Parameter 1 is the workspace, then each span's bounds in order, then the filter's
+/// values (returned; bound once, used by every span).
+fn rollup_sql(
     spans: &[Span],
     filter: &UsageFilter,
     group_by: &[GroupDim],
-    sigil: char,
-    form: NameForm,
 ) -> (String, Vec<FilterValue>) {
     let columns = |table: &str| -> String {
         std::iter::once("data".to_string())
             .chain(group_by.iter().map(|d| match d.column() {
-                col if form == NameForm::SqliteRollups && crate::rollups::CODED.contains(&col) => {
-                    names::resolved(table, col)
-                }
+                col if crate::rollups::CODED.contains(&col) => names::resolved(table, col),
                 col => col.to_string(),
             }))
             .collect::<Vec<_>>()
@@ -555,8 +548,8 @@ pub(crate) fn rollup_sql(
         Absent::Empty,
         &mut filtered,
         1 + 2 * spans.len(),
-        sigil,
-        form,
+        '?',
+        NameForm::SqliteRollups,
     );
     let parts: Vec<String> = spans
         .iter()
@@ -564,15 +557,9 @@ pub(crate) fn rollup_sql(
         .map(|(i, s)| {
             let start = s.tier.start_column();
             let table = s.tier.table();
-            let from = match form {
-                NameForm::PgRollupKeys => {
-                    format!("{table} JOIN rollup_keys ON rollup_keys.id = {table}.key_id")
-                }
-                _ => table.to_string(),
-            };
             format!(
-                "SELECT {} FROM {from} WHERE workspace_id = {sigil}1 \
-                 AND {start} >= {sigil}{} AND {start} < {sigil}{}{filtered}",
+                "SELECT {} FROM {table} WHERE workspace_id = ?1 \
+                 AND {start} >= ?{} AND {start} < ?{}{filtered}",
                 columns(table),
                 2 + 2 * i,
                 3 + 2 * i
@@ -599,7 +586,7 @@ pub fn usage(
     if spans.is_empty() {
         return Ok(folding.finish(window));
     }
-    let (sql, bound) = rollup_sql(&spans, filter, group_by, '?', NameForm::SqliteRollups);
+    let (sql, bound) = rollup_sql(&spans, filter, group_by);
     let mut values = vec![Value::Text(workspace_id.to_string())];
     for s in &spans {
         values.push(Value::Integer(s.from_us));
