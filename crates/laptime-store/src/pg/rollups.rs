@@ -739,7 +739,32 @@ mod tests {
             model: Some("m-3".into()),
             ..UsageFilter::default()
         };
-        let got = b.usage("ws", window, one, vec![]).await.unwrap();
+        let got = b.usage("ws", window, one.clone(), vec![]).await.unwrap();
         assert_eq!(got.total.requests, 60);
+        // Past the keys a grouping reads at once, it reads those of the window's rows.
+        client
+            .batch_execute(
+                "INSERT INTO rollup_keys (model, provider, channel, grp, dialect, stream, status,
+                    outcome, classification, endpoint, effort, tools, max_output_bucket,
+                    input_bucket, region)
+                 SELECT 'unused-' || g, '', '', '', '', false, 200, '', '', '', '', '', '', '', ''
+                 FROM generate_series(1, 16384) g",
+            )
+            .await
+            .unwrap();
+        let again = a
+            .usage("ws", window, UsageFilter::default(), vec![GroupDim::Model])
+            .await
+            .unwrap();
+        assert_eq!(again.groups.len(), 3);
+        for ((k, r), (k2, r2)) in again.groups.iter().zip(&all.groups) {
+            assert_eq!((k, r.requests), (k2, r2.requests));
+        }
+        let by_model = b
+            .usage("ws", window, one, vec![GroupDim::Model])
+            .await
+            .unwrap();
+        assert_eq!(by_model.groups.len(), 1);
+        assert_eq!(by_model.groups[0].1.requests, 60);
     }
 }
