@@ -678,13 +678,8 @@ mod tests {
             &[GroupDim::Model],
         )
         .unwrap();
-        let groups: Vec<(Option<String>, u64)> = all
-            .groups
-            .iter()
-            .map(|(k, r)| (k[0].1.clone(), r.requests))
-            .collect();
         assert_eq!(
-            groups,
+            all.first_dim_counts(),
             [(Some("m-two".into()), 100), (Some("m-one".into()), 50)]
         );
         let answers = answers(&conn);

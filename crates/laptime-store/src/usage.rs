@@ -186,6 +186,17 @@ pub struct UsageResult {
     pub groups: Vec<(GroupKey, Rollup)>,
 }
 
+#[cfg(test)]
+impl UsageResult {
+    /// Each group's first dimension with its requests, in the answer's order.
+    pub(crate) fn first_dim_counts(&self) -> Vec<(Option<String>, u64)> {
+        self.groups
+            .iter()
+            .map(|(k, r)| (k.first().and_then(|d| d.1.clone()), r.requests))
+            .collect()
+    }
+}
+
 /// How the table a filter runs against stores the names it compares.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum NameForm {
