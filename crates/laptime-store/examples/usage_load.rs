@@ -9,7 +9,9 @@
 //! PostgreSQL store instead of SQLite, e.g. a schema of its own:
 //! `postgres://postgres@127.0.0.1/test?options=-c%20search_path%3Dload`; `--instances N` with
 //! `--postgres` loads through N recorders at once, as N gateways would; `--retention` times,
-//! after the queries, the deletion of the load's oldest hour).
+//! after the queries, the deletion of the load's oldest hour; `--workspace ID` the workspace of
+//! every record, default `ws_load`, where the gateway makes ids of 19 characters, `ws_` and 16
+//! hex digits, which every request row, its indexes and the rollups hold).
 //!
 //! 1. Pushes N synthetic records, spread evenly over the last 24 h in time order, through the
 //!    real `Recorder` as fast as it accepts them. A full queue is waited out and retried (never
@@ -69,6 +71,7 @@ struct Args {
     instances: usize,
     exact: bool,
     retention: bool,
+    workspace: String,
 }
 
 fn args() -> Result<Args, Box<dyn Error>> {
@@ -82,6 +85,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
         instances: 1,
         exact: true,
         retention: false,
+        workspace: "ws_load".to_string(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -96,6 +100,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
             "--instances" => a.instances = value()?.parse::<usize>()?.max(1),
             "--no-exact" => a.exact = false,
             "--retention" => a.retention = true,
+            "--workspace" => a.workspace = value()?,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -442,7 +447,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "store opened (migrations included) in {:.1} s",
         opening.elapsed().as_secs_f64()
     );
-    let ws = "ws_load";
+    let ws = a.workspace.as_str();
     // The store takes wall times as arguments; the example reads the clock itself.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
