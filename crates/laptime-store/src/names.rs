@@ -16,6 +16,10 @@
 //! and keeps it; the table takes at most [`CAP`] names of at most [`MAX_NAME`] bytes, since
 //! model names come from clients: a name it cannot take is stored as text in every row, so a
 //! name is only ever stored one way from the moment on.
+//!
+//! Since v17 the rollups' text dimensions hold codes of the same table ([`crate::rollups`]),
+//! found or given by [`Codes::of_names`]; rollups written before were coded by the migration,
+//! so they need no moment.
 
 use std::collections::HashMap;
 

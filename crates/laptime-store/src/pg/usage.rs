@@ -265,3 +265,51 @@ pub async fn recent_filtered(
         .collect::<Result<Vec<_>>>()
         .map_err(|e: StoreError| e)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::tests::sample;
+    use crate::rollups::MINUTE_US;
+    use laptime_core::limit::Zone;
+
+    /// A row whose key was written after the keys were read (between the two statements of a
+    /// grouped read) is folded under its key's dimensions once its key is read; a key that is
+    /// not stored is an error, never a row left out.
+    #[tokio::test]
+    async fn rows_whose_key_came_late_are_folded_under_their_key() {
+        let schema = crate::testing::PgSchema::create().await.unwrap();
+        let pg = super::super::Pg::connect(schema.url()).await.unwrap();
+        let day = 20_000 * super::super::records::DAY_US;
+        let mut r = sample("late", "ws", day + MINUTE_US);
+        r.model = Some("m-late".into());
+        pg.insert_batch(&[r], &Zone::utc()).await.unwrap();
+        let c = pg.client().await.unwrap();
+        let row = c
+            .query_one("SELECT key_id, data FROM rollups", &[])
+            .await
+            .unwrap();
+        let (id, blob): (i32, Vec<u8>) = (row.get(0), row.get(1));
+
+        let by = [GroupDim::Model];
+        let mut folding = Folding::new(&by);
+        fold_late(
+            &c,
+            &mut folding,
+            &by,
+            HashMap::new(),
+            vec![(id, blob.clone())],
+        )
+        .await
+        .unwrap();
+        let got = folding.finish(window(day, day + 2 * MINUTE_US));
+        assert_eq!(got.first_dim_counts(), [(Some("m-late".to_string()), 1)]);
+
+        let mut folding = Folding::new(&by);
+        let missing = fold_late(&c, &mut folding, &by, HashMap::new(), vec![(id + 1, blob)]).await;
+        assert!(
+            matches!(missing, Err(StoreError::Corrupt(_))),
+            "{missing:?}"
+        );
+    }
+}
