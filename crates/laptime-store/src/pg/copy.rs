@@ -21,7 +21,7 @@ use tokio_postgres::types::Type;
 
 use super::names::NameSets;
 use super::records::{values, COLUMNS};
-use super::rollups::merge_into;
+use super::rollups::{merge_into, KeyIds};
 use crate::rollups::aggregate;
 use crate::{Result, StoreError};
 
@@ -40,6 +40,7 @@ pub(super) async fn write(
     c: &mut ClientWrapper,
     records: &[RequestRecord],
     sets: &NameSets,
+    keys: &KeyIds,
     zone: &Zone,
 ) -> Result<Copied> {
     let tx = c.transaction().await?;
@@ -51,7 +52,7 @@ pub(super) async fn write(
         }
         Err(e) => return Err(e),
     }
-    merge_into(&tx, aggregate(records)).await?;
+    merge_into(&tx, aggregate(records), keys).await?;
     super::budgets::apply(&tx, &crate::budgets::delta(records, &[], zone)).await?;
     tx.commit().await?;
     Ok(Copied::Written)

@@ -26,7 +26,7 @@ use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::Row;
 
 use super::names::{self, NameSets};
-use super::rollups::{merge_into, rebuild_keys};
+use super::rollups::{key_ids, merge_into, rebuild_keys, KeyIds};
 use crate::corrupt;
 use crate::records::{dur, tok, untok};
 use crate::rollups::{aggregate, floor_minute, RollupKey};
@@ -579,8 +579,8 @@ pub async fn insert_batch(
 ) -> Result<()> {
     ensure_partitions(c, known, records).await?;
     let sets = NameSets::of(c, records).await?;
-    super::rollups::add_keys(&**c, records).await?;
-    let written = write_batch(c, records, &sets, zone).await;
+    let keys = key_ids(&**c, records).await?;
+    let written = write_batch(c, records, &sets, &keys, zone).await;
     known.forget_if_missing(written)
 }
 
@@ -590,11 +590,12 @@ async fn write_batch(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
     sets: &NameSets,
+    keys: &KeyIds,
     zone: &Zone,
 ) -> Result<()> {
-    match super::copy::write(c, records, sets, zone).await? {
+    match super::copy::write(c, records, sets, keys, zone).await? {
         super::copy::Copied::Written => Ok(()),
-        super::copy::Copied::Stored => write_replacing(c, records, sets, zone).await,
+        super::copy::Copied::Stored => write_replacing(c, records, sets, keys, zone).await,
     }
 }
 
@@ -604,6 +605,7 @@ async fn write_replacing(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
     sets: &NameSets,
+    keys: &KeyIds,
     zone: &Zone,
 ) -> Result<()> {
     let tx = c.transaction().await?;
@@ -628,7 +630,7 @@ async fn write_replacing(
     insert_rows(&tx, &replaced, sets).await?;
     let mut delta = aggregate(fresh);
     delta.retain(|k, _| !rebuild.contains(k));
-    merge_into(&tx, delta).await?;
+    merge_into(&tx, delta, keys).await?;
     rebuild_keys(&tx, &rebuild).await?;
     super::budgets::apply(&tx, &crate::budgets::delta(&records, &olds, zone)).await?;
     tx.commit().await?;
@@ -669,8 +671,8 @@ pub async fn insert_absent(
 ) -> Result<Vec<String>> {
     ensure_partitions(c, known, records).await?;
     let sets = NameSets::of(c, records).await?;
-    super::rollups::add_keys(&**c, records).await?;
-    let written = write_absent(c, records, &sets, zone).await;
+    let keys = key_ids(&**c, records).await?;
+    let written = write_absent(c, records, &sets, &keys, zone).await;
     known.forget_if_missing(written)
 }
 
@@ -678,6 +680,7 @@ async fn write_absent(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
     sets: &NameSets,
+    keys: &KeyIds,
     zone: &Zone,
 ) -> Result<Vec<String>> {
     let tx = c.transaction().await?;
@@ -692,7 +695,7 @@ async fn write_absent(
         .into_iter()
         .filter(|r| inserted.contains(&r.request_id))
         .collect();
-    merge_into(&tx, aggregate(&fresh)).await?;
+    merge_into(&tx, aggregate(&fresh), keys).await?;
     super::budgets::apply(&tx, &crate::budgets::delta(&fresh, &[], zone)).await?;
     tx.commit().await?;
     Ok(fresh.into_iter().map(|r| r.request_id).collect())

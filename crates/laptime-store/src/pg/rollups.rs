@@ -316,23 +316,23 @@ async fn write_rollups<D: AsRef<[u8]>>(
         .collect()
 }
 
-/// Adds the rollup keys `records` will be folded under, before the transaction that folds
-/// them, so that it finds them all and never waits on another instance adding one.
-pub(crate) async fn add_keys(c: &impl GenericClient, records: &[RequestRecord]) -> Result<()> {
+/// The ids of the rollup keys `records` will be folded under, added where missing before the
+/// transaction that folds them, so that it never waits on another instance adding one.
+pub(crate) async fn key_ids(c: &impl GenericClient, records: &[RequestRecord]) -> Result<KeyIds> {
     let keys: Vec<RollupKey> = records.iter().filter_map(RollupKey::of).collect();
-    KeyIds::of(c, &keys).await.map(drop)
+    KeyIds::of(c, &keys).await
 }
 
-/// Folds `delta` (minute rollups) into the stored rollups of both tiers, inside the transaction
-/// that wrote its rows.
+/// Folds `delta` (minute rollups of records whose keys `ids` holds, [`key_ids`]) into the
+/// stored rollups of both tiers, inside the transaction that wrote its rows.
 pub(crate) async fn merge_into(
     tx: &Transaction<'_>,
     delta: HashMap<RollupKey, Rollup>,
+    ids: &KeyIds,
 ) -> Result<()> {
-    let ids = KeyIds::of(&**tx, delta.keys()).await?;
     let hours = by_hour(&delta);
-    merge_tier(tx, Tier::Minute, delta, &ids).await?;
-    merge_tier(tx, Tier::Hour, hours, &ids).await
+    merge_tier(tx, Tier::Minute, delta, ids).await?;
+    merge_tier(tx, Tier::Hour, hours, ids).await
 }
 
 /// `rollups` by their place, in place order: the order every instance locks rows in.
