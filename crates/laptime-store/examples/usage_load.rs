@@ -18,7 +18,8 @@
 //!    dropped); how often it was full is reported, and drops must be zero.
 //! 2. Times, as the median of the runs: `usage` over the last 24 h (ungrouped, grouped by model,
 //!    filtered by model), `usage` over the last 1 h, and `recent_filtered` (limit 50) without a
-//!    filter, with one on a rare outcome and with one on a model.
+//!    filter, with one on a rare outcome, with one on a model and with one on a model no request
+//!    names (every row of the window looked at).
 //! 3. Checks the sketch: the 24 h latency p50, p95 and p99 against the exact nearest-rank values
 //!    found by sorting the latencies of the records this run loaded (the rows keep them packed,
 //!    where SQL cannot sort on them; skipped with `--skip-load`).
@@ -795,6 +796,12 @@ async fn query(
         outcome: Some("timeout".into()),
         ..UsageFilter::default()
     };
+    // No request of the load names it: the filtered log read's worst case, every row of the
+    // window looked at for none.
+    let unused = UsageFilter {
+        model: Some("model-not-used".into()),
+        ..UsageFilter::default()
+    };
     println!();
     println!(
         "| query (median of {} runs)                 |  median ms |    min ms |    max ms | answer",
@@ -877,6 +884,15 @@ async fn query(
     .await?;
     row(
         "recent_filtered, limit 50, model=claude-opus-4",
+        (m, lo, hi),
+        format!("{} rows", r.len()),
+    );
+    let (m, lo, hi, r) = time(a.runs, || {
+        store.recent(ws, unused.clone(), Some((now - DAY_US, now)), 50)
+    })
+    .await?;
+    row(
+        "recent_filtered, limit 50, a model not used",
         (m, lo, hi),
         format!("{} rows", r.len()),
     );

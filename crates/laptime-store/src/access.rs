@@ -337,8 +337,20 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<RequestRecord>> {
         if let Backend::Postgres(pg) = &self.backend {
-            let c = pg.client().await?;
-            return pg::usage::recent_filtered(&c, workspace_id, &filter, window, limit).await;
+            let mut c = pg.client().await?;
+            if filter == UsageFilter::default() {
+                return pg::usage::recent_filtered(&c, workspace_id, &filter, window, limit).await;
+            }
+            let tx = c
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let rows =
+                pg::usage::recent_filtered(&tx, workspace_id, &filter, window, limit).await?;
+            tx.commit().await?;
+            return Ok(rows);
         }
         let ws = workspace_id.to_string();
         self.blocking(move |c| usage::recent_filtered(c, &ws, &filter, window, limit))

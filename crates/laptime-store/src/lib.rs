@@ -5,7 +5,8 @@
 //! - [`rollups`]: per-minute rollups (counts, tokens, percentile sketches) kept beside the rows,
 //!   and their per-hour merges, written in the same transaction.
 //! - [`usage`]: the usage API's reads: a window's rollup (whole hours from the hour tier),
-//!   grouped and filtered, and its newest requests.
+//!   grouped and filtered, and its newest requests; [`guide`]: a filtered log read finds its
+//!   rows through the minutes whose rollups match.
 //! - [`auth`]: workspaces and hashed bearer tokens; [`manage`]: listing and revoking them.
 //! - [`affinity`]: which channel holds each provider object (file, batch, stored response) a
 //!   workspace created.
@@ -30,6 +31,7 @@ pub mod affinity;
 mod attempts;
 pub mod auth;
 pub mod budgets;
+mod guide;
 pub mod instances;
 pub mod limits;
 pub mod manage;

@@ -172,6 +172,33 @@ fn find_or_add<'n>(
     Ok(codes)
 }
 
+/// Whether some name of `names` (column, value) can be in no row and no rollup: it has no code
+/// although it could have one (not too long, the table not full), so nothing ever stored it.
+/// Names are never removed from the table, and every rollup's names have codes (v17) but for
+/// those the table could not take.
+pub(crate) fn any_never_stored<'n>(
+    conn: &Connection,
+    names: impl IntoIterator<Item = &'n str>,
+) -> rusqlite::Result<bool> {
+    let mut find = conn.prepare_cached("SELECT 1 FROM names WHERE name = ?1")?;
+    let mut full: Option<bool> = None;
+    for name in names {
+        if name.is_empty() || name.len() > MAX_NAME || find.exists([name])? {
+            continue;
+        }
+        let full = match full {
+            Some(f) => f,
+            None => *full.insert(
+                conn.query_row("SELECT count(*) FROM names", [], |r| r.get::<_, i64>(0))? >= CAP,
+            ),
+        };
+        if !full {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// `table.col` read back as its name: the name of its code, or the text it holds ([`named`]
 /// for any table).
 pub(crate) fn resolved(table: &str, col: &str) -> String {

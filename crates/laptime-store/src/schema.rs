@@ -135,6 +135,13 @@ const MIGRATIONS: &[Migration] = &[
         after: Some(rollups::code_names),
         done: None,
     },
+    // 18: no request index by model or by channel: a filtered log read finds its rows through
+    // the rollups (`crate::guide`).
+    Migration {
+        sql: V18,
+        after: None,
+        done: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -505,6 +512,15 @@ pub(crate) const V15: &str = r#"
         WHERE EXISTS (SELECT 1 FROM requests) AND NOT EXISTS (SELECT 1 FROM id_forms);
 "#;
 
+/// The request indexes by model and by channel dropped (59 B a request of a 1 M load): a
+/// filtered log read walks the minutes whose rollups match its filter, and in each the
+/// workspace's time index ([`crate::guide`]), as PostgreSQL's always did without such indexes.
+/// The unusual rows keep their partial index (4 B a request), which finds them within a minute.
+pub(crate) const V18: &str = r#"
+    DROP INDEX IF EXISTS requests_ws_model;
+    DROP INDEX IF EXISTS requests_ws_channel;
+"#;
+
 /// The names table ([`crate::names`]), and the moment from which rows hold codes when the store
 /// had rows before it: the older rows keep their text until retention removes them.
 pub(crate) const V16: &str = r#"
@@ -641,6 +657,25 @@ mod tests {
                 .unwrap();
             assert!(plan.contains(via), "{sql}: {plan}");
         }
+    }
+
+    #[test]
+    fn v18_leaves_the_requests_one_index_by_workspace_and_time_and_one_of_unusual_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("t.db")).unwrap();
+        empty_at(&conn, 17);
+        for index in ["requests_ws_model", "requests_ws_channel"] {
+            assert!(indexes_of(&conn, "requests").contains(&index.to_string()));
+        }
+        migrate(&mut conn).unwrap();
+        assert_eq!(
+            indexes_of(&conn, "requests"),
+            [
+                "requests_workspace_created",
+                "requests_ws_unusual",
+                "sqlite_autoindex_requests_1"
+            ]
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! minute tier (a range scan of each tier's primary key per span, in one statement), so its
 //! cost grows with hours × keys plus at most 2 × 60 minutes × keys, never with requests. Each
 //! hour row is the merge of its minute rows, so the answer is the one the minutes alone give.
-//! [`recent_filtered`] walks an index newest first and stops at the limit.
+//! [`recent_filtered`] walks an index newest first and stops at the limit; under a filter, only
+//! through the minutes whose rollups match it ([`crate::guide`]).
 //!
 //! All SQL is built from fixed fragments with bound parameters; filter values never become SQL.
 
@@ -18,9 +19,9 @@ use laptime_core::timeline::RequestRecord;
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{params_from_iter, Connection, OptionalExtension, Row};
 
-use crate::names;
 use crate::records::{from_row, SELECT};
-use crate::rollups::{ceil_hour, ceil_minute, floor_hour, floor_minute, Tier};
+use crate::rollups::{ceil_hour, ceil_minute, floor_hour, floor_minute, Tier, HOUR_US};
+use crate::{guide, names};
 use crate::{Result, StoreError};
 
 /// Which requests count. Every field set must match; `Default` matches everything.
@@ -48,6 +49,20 @@ pub struct UsageFilter {
 }
 
 impl UsageFilter {
+    /// The filters on the names that SQLite stores as codes, in [`crate::names::COLUMNS`]
+    /// order.
+    pub(crate) fn names(&self) -> [&Option<String>; 7] {
+        [
+            &self.model,
+            &self.provider,
+            &self.channel,
+            &self.group,
+            &self.dialect,
+            &self.endpoint,
+            &self.region,
+        ]
+    }
+
     /// The filters set, as (dimension name, value) in [`GroupDim::ALL`] order; `None` for a
     /// filter that asks for requests without the value. Empty: every request.
     pub fn in_force(&self) -> Vec<(GroupDim, Option<String>)> {
@@ -688,7 +703,9 @@ fn asks_unusual(filter: &UsageFilter) -> bool {
 
 /// The newest records of a workspace that match `filter`, within `window` (`[from, to)`, unix
 /// microseconds) when given; newest first, with their attempts. Reads rows as
-/// [`crate::records::recent`] does.
+/// [`crate::records::recent`] does. A filter's rows are found through the minutes whose
+/// rollups match it ([`crate::guide`]), all in one read transaction, so the minutes and the
+/// rows are of one moment.
 pub fn recent_filtered(
     conn: &Connection,
     workspace_id: &str,
@@ -697,6 +714,97 @@ pub fn recent_filtered(
     limit: u32,
 ) -> Result<Vec<RequestRecord>> {
     let mut out = Vec::new();
+    if limit == 0 {
+        return Ok(out);
+    }
+    if *filter == UsageFilter::default() {
+        recent_rows(conn, workspace_id, filter, window, limit, &mut out)?;
+        return Ok(out);
+    }
+    let tx = conn.unchecked_transaction()?;
+    if names::any_never_stored(
+        &tx,
+        filter.names().into_iter().flatten().map(String::as_str),
+    )? {
+        return Ok(out);
+    }
+    let window = window.unwrap_or((i64::MIN, i64::MAX));
+    let (first, end) = guide::minute_bounds(window);
+    let mut values = vec![
+        Value::Text(workspace_id.to_string()),
+        Value::Integer(floor_hour(first)),
+        Value::Integer(end),
+    ];
+    let newest: Option<i64> = tx
+        .prepare_cached(&format!("{NEWEST_HOUR} ?2 AND hour_us < ?3"))?
+        .query_row(params_from_iter(&values), |r| r.get(0))?;
+    let Some(newest) = newest else {
+        return Ok(out);
+    };
+    let (hours_sql, bound) = matching_starts_sql(Tier::Hour, filter);
+    let (minutes_sql, _) = matching_starts_sql(Tier::Minute, filter);
+    values.extend(bound.into_iter().map(sqlite_value));
+    let mut hours_stmt = tx.prepare_cached(&hours_sql)?;
+    let mut minutes_stmt = tx.prepare_cached(&minutes_sql)?;
+    let mut starts = |stmt: &mut rusqlite::CachedStatement<'_>, (a, b): (i64, i64)| {
+        (values[1], values[2]) = (Value::Integer(a), Value::Integer(b));
+        stmt.query_map(params_from_iter(&values), |r| r.get::<_, i64>(0))?
+            .collect::<rusqlite::Result<Vec<i64>>>()
+    };
+    for slice in guide::hour_slices((first, end.min(newest + HOUR_US))) {
+        for hour in starts(&mut hours_stmt, slice)? {
+            for minutes in guide::minute_slices(hour, (first, end)) {
+                for run in guide::runs(&starts(&mut minutes_stmt, minutes)?, window) {
+                    let left = limit.saturating_sub(u32::try_from(out.len()).unwrap_or(u32::MAX));
+                    recent_rows(&tx, workspace_id, filter, Some(run), left, &mut out)?;
+                    if out.len() >= limit as usize {
+                        return Ok(out);
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The start of the newest hour of a workspace's hour tier in a range: parameter 1 the
+/// workspace, then the range's bounds (`>= ?2 AND < ?3`, or PostgreSQL's `$`).
+pub(crate) const NEWEST_HOUR: &str =
+    "SELECT max(hour_us) FROM rollups_hourly WHERE workspace_id = ?1 AND hour_us >=";
+
+/// The statement of the starts (newest first) of the rollups of `tier` that match `filter`
+/// ([`crate::guide`]), and the filter's values: parameter 1 is the workspace, 2 and 3 the
+/// bounds of the starts (`[from, to)`), then the filter's values.
+fn matching_starts_sql(tier: Tier, filter: &UsageFilter) -> (String, Vec<FilterValue>) {
+    let start = tier.start_column();
+    let mut sql = format!(
+        "SELECT DISTINCT {start} FROM {} WHERE workspace_id = ?1 \
+         AND {start} >= ?2 AND {start} < ?3",
+        tier.table()
+    );
+    let bound = push_filter(
+        filter,
+        Absent::Empty,
+        &mut sql,
+        3,
+        '?',
+        NameForm::SqliteRollups,
+    );
+    sql.push_str(&format!(" ORDER BY {start} DESC"));
+    (sql, bound)
+}
+
+/// Appends the newest records of a workspace matching `filter` within `window` to `out`, at
+/// most `limit`, walking the workspace's time index (or the index of unusual rows).
+fn recent_rows(
+    conn: &Connection,
+    workspace_id: &str,
+    filter: &UsageFilter,
+    window: Option<(i64, i64)>,
+    limit: u32,
+    out: &mut Vec<RequestRecord>,
+) -> Result<()> {
+    let limit = limit.saturating_add(u32::try_from(out.len()).unwrap_or(u32::MAX));
     for (window, form) in name_forms(filter, window, names::text_before_us(conn)?) {
         let left = limit.saturating_sub(u32::try_from(out.len()).unwrap_or(u32::MAX));
         if left == 0 {
@@ -709,7 +817,7 @@ pub fn recent_filtered(
             out.push(row?);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The reads of a filtered log read, newest first, each with its window and the form it
@@ -721,17 +829,7 @@ fn name_forms(
     window: Option<(i64, i64)>,
     text_before_us: Option<i64>,
 ) -> Vec<(Option<(i64, i64)>, NameForm)> {
-    let names_filtered = [
-        &filter.model,
-        &filter.provider,
-        &filter.channel,
-        &filter.group,
-        &filter.dialect,
-        &filter.endpoint,
-        &filter.region,
-    ]
-    .iter()
-    .any(|v| v.is_some());
+    let names_filtered = filter.names().iter().any(|v| v.is_some());
     let Some(moment) = text_before_us.filter(|_| names_filtered) else {
         return vec![(window, NameForm::SqliteCodes)];
     };

@@ -1296,6 +1296,103 @@ async fn a_replay_writes_only_the_records_not_stored_and_never_replaces_one() {
     }
 }
 
+/// A filtered log read finds its rows through the minutes whose rollups match: rare rows
+/// spread over a week (one run of minutes, minutes apart, hours apart, days apart), common
+/// rows in every minute of the newest hours, a filter no row matches, windows that cut
+/// minutes and hours; every answer is the brute-force newest-first list.
+#[tokio::test]
+async fn a_filtered_log_read_finds_rare_rows_hours_and_days_back() {
+    let mut rows = Vec::new();
+    let mut at = |id: String, created: i64, model: &str| {
+        rows.push(plain(&id, "ws", created, Some(model)));
+    };
+    // Rare: three in consecutive minutes, then one an hour for a day, then one a day.
+    let end = BASE + 7 * 24 * HOUR;
+    for i in 0..3 {
+        at(format!("run-{i}"), end - 30 * MIN - i * MIN + 11, "rare");
+    }
+    for h in 1..26 {
+        at(format!("hourly-{h}"), end - h * HOUR - 17 * MIN + h, "rare");
+    }
+    for d in 2..7 {
+        at(format!("daily-{d}"), end - d * 24 * HOUR + 3 * MIN, "rare");
+    }
+    // Common: a few every minute of the last three hours.
+    for m in 0..180 {
+        for k in 0..3 {
+            at(
+                format!("common-{m}-{k}"),
+                end - m * MIN - k * 7_000_000 - 1,
+                "common",
+            );
+        }
+    }
+    rows.sort_by_key(|r| r.created_at_us);
+    for b in backends_with(&rows, 200).await {
+        let name = b.name;
+        let newest = |model: &str, window: (i64, i64), limit: usize| {
+            let mut v: Vec<&RequestRecord> = rows
+                .iter()
+                .filter(|r| r.model.as_deref() == Some(model))
+                .filter(|r| (window.0..window.1).contains(&r.created_at_us))
+                .collect();
+            v.sort_by_key(|r| std::cmp::Reverse(r.created_at_us));
+            v.into_iter()
+                .take(limit)
+                .map(|r| r.request_id.clone())
+                .collect::<Vec<_>>()
+        };
+        let read = |model: &str, window: Option<(i64, i64)>, limit: u32| {
+            let filter = UsageFilter {
+                model: Some(model.into()),
+                ..UsageFilter::default()
+            };
+            let store = &b.store;
+            async move {
+                let got = store.recent("ws", filter, window, limit).await.unwrap();
+                got.into_iter().map(|r| r.request_id).collect::<Vec<_>>()
+            }
+        };
+        let open = (i64::MIN, i64::MAX);
+        let all_rare = newest("rare", open, 1000);
+        assert_eq!(all_rare.len(), 33);
+        assert_eq!(read("rare", None, 1000).await, all_rare, "{name}");
+        assert_eq!(read("rare", None, 5).await, all_rare[..5], "{name}");
+        assert_eq!(read("rare", None, 31).await, all_rare[..31], "{name}");
+        for window in [
+            (end - 26 * HOUR - 5, end - 31 * MIN + 20),
+            (end - 3 * 24 * HOUR + 3 * MIN + 1, end - HOUR),
+            (end - 30 * MIN, end),
+            (BASE, BASE + HOUR),
+        ] {
+            for limit in [1, 4, 50] {
+                assert_eq!(
+                    read("rare", Some(window), limit).await,
+                    newest("rare", window, limit as usize),
+                    "{name} {window:?} {limit}"
+                );
+            }
+        }
+        assert_eq!(
+            read("common", None, 50).await,
+            newest("common", open, 50),
+            "{name}"
+        );
+        let cut = (end - 100 * MIN - 3_000_000, end - 20 * MIN - 9_000_000);
+        assert_eq!(
+            read("common", Some(cut), 400).await,
+            newest("common", cut, 400),
+            "{name}"
+        );
+        assert_eq!(
+            read("absent", None, 50).await,
+            Vec::<String>::new(),
+            "{name}"
+        );
+        assert_eq!(read("rare", None, 0).await, Vec::<String>::new(), "{name}");
+    }
+}
+
 #[tokio::test]
 async fn recent_is_newest_first_within_the_window_and_filter() {
     let mut rows = corpus("ws", 300, 4);

@@ -12,11 +12,12 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::records::{from_row, select};
+use crate::rollups::{floor_hour, Tier, HOUR_US};
 use crate::usage::{
     push_filter, put_value, spans, window, Absent, FilterValue, Folding, GroupDim, NameForm, Span,
     UsageFilter, UsageResult, ROLLUP_DATA,
 };
-use crate::{Result, StoreError};
+use crate::{guide, Result, StoreError};
 
 /// A filter value as PostgreSQL binds it (`stream` is a boolean, `status` an integer).
 fn bound(v: FilterValue) -> Box<dyn ToSql + Sync + Send> {
@@ -228,7 +229,9 @@ pub async fn usage(
 }
 
 /// As [`crate::usage::recent_filtered`]: newest first (ties in the newest-written order),
-/// attempts included.
+/// attempts included; under a filter, through the minutes whose rollups match it
+/// ([`crate::guide`]). `c` should be a repeatable-read transaction then, so that the keys, the
+/// minutes and the rows are of one moment.
 pub async fn recent_filtered(
     c: &impl GenericClient,
     workspace_id: &str,
@@ -236,6 +239,80 @@ pub async fn recent_filtered(
     window: Option<(i64, i64)>,
     limit: u32,
 ) -> Result<Vec<RequestRecord>> {
+    let mut out = Vec::new();
+    if limit == 0 {
+        return Ok(out);
+    }
+    let Some(keys) = matching_keys(c, filter).await? else {
+        recent_rows(c, workspace_id, filter, window, limit, &mut out).await?;
+        return Ok(out);
+    };
+    if keys.is_empty() {
+        return Ok(out);
+    }
+    let window = window.unwrap_or((i64::MIN, i64::MAX));
+    let (first, end) = guide::minute_bounds(window);
+    let newest: Option<i64> = c
+        .query_one(
+            &format!(
+                "{} $2 AND hour_us < $3",
+                crate::usage::NEWEST_HOUR.replace('?', "$")
+            ),
+            &[&workspace_id, &floor_hour(first), &end],
+        )
+        .await?
+        .try_get(0)?;
+    let Some(newest) = newest else {
+        return Ok(out);
+    };
+    let starts_sql = |tier: Tier| {
+        let span = [Span {
+            tier,
+            from_us: first,
+            to_us: end,
+        }];
+        let start = tier.start_column();
+        format!(
+            "{} ORDER BY {start} DESC",
+            rollup_sql(&span, &format!("DISTINCT {start}"), "", Some(&keys))
+        )
+    };
+    let hours_stmt = statement(c, &starts_sql(Tier::Hour), Some(&keys)).await?;
+    let minutes_stmt = statement(c, &starts_sql(Tier::Minute), Some(&keys)).await?;
+    let starts = |stmt, (a, b): (i64, i64)| async move {
+        c.query(stmt, &[&workspace_id, &a, &b])
+            .await?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<std::result::Result<Vec<i64>, _>>()
+            .map_err(StoreError::from)
+    };
+    for slice in guide::hour_slices((first, end.min(newest + HOUR_US))) {
+        for hour in starts(&hours_stmt, slice).await? {
+            for minutes in guide::minute_slices(hour, (first, end)) {
+                for run in guide::runs(&starts(&minutes_stmt, minutes).await?, window) {
+                    let left = limit.saturating_sub(u32::try_from(out.len()).unwrap_or(u32::MAX));
+                    recent_rows(c, workspace_id, filter, Some(run), left, &mut out).await?;
+                    if out.len() >= limit as usize {
+                        return Ok(out);
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Appends the newest records of a workspace matching `filter` within `window` to `out`, at
+/// most `limit`, walking the workspace's index newest first.
+async fn recent_rows(
+    c: &impl GenericClient,
+    workspace_id: &str,
+    filter: &UsageFilter,
+    window: Option<(i64, i64)>,
+    limit: u32,
+    out: &mut Vec<RequestRecord>,
+) -> Result<()> {
     let mut sql = format!("{} WHERE workspace_id = $1", select());
     let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(workspace_id.to_string())];
     if let Some((from, to)) = window {
@@ -259,11 +336,10 @@ pub async fn recent_filtered(
     ));
     let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as _).collect();
     let stmt = c.prepare_cached(&sql).await?;
-    let rows = c.query(&stmt, &params).await?;
-    rows.iter()
-        .map(from_row)
-        .collect::<Result<Vec<_>>>()
-        .map_err(|e: StoreError| e)
+    for row in c.query(&stmt, &params).await? {
+        out.push(from_row(&row)?);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
