@@ -18,8 +18,8 @@
 //!    dropped); how often it was full is reported, and drops must be zero.
 //! 2. Times, as the median of the runs: `usage` over the last 24 h (ungrouped, grouped by model,
 //!    filtered by model), `usage` over the last 1 h, and `recent_filtered` (limit 50) without a
-//!    filter, with one on a rare outcome, with one on a model and with one on a model no request
-//!    names (every row of the window looked at).
+//!    filter, with one on a rare outcome, with one on a model, with one on a model no request
+//!    names, with one that few requests match and with one of known names that none matches.
 //! 3. Checks the sketch: the 24 h latency p50, p95 and p99 against the exact nearest-rank values
 //!    found by sorting the latencies of the records this run loaded (the rows keep them packed,
 //!    where SQL cannot sort on them; skipped with `--skip-load`).
@@ -802,6 +802,19 @@ async fn query(
         model: Some("model-not-used".into()),
         ..UsageFilter::default()
     };
+    // Names every store holds, together on a few rows (one in 400,000) or on none: the walk
+    // through the rollups of the whole window.
+    let rare = UsageFilter {
+        model: Some("claude-opus-4".into()),
+        channel: Some("anthropic-backup".into()),
+        outcome: Some("timeout".into()),
+        ..UsageFilter::default()
+    };
+    let no_row = UsageFilter {
+        model: Some("claude-opus-4".into()),
+        provider: Some("openai".into()),
+        ..UsageFilter::default()
+    };
     println!();
     println!(
         "| query (median of {} runs)                 |  median ms |    min ms |    max ms | answer",
@@ -896,6 +909,22 @@ async fn query(
         (m, lo, hi),
         format!("{} rows", r.len()),
     );
+    for (filter, what) in [
+        (
+            &rare,
+            "recent_filtered, limit 50, rare (model, channel, timeout)",
+        ),
+        (
+            &no_row,
+            "recent_filtered, limit 50, no row (model, provider)",
+        ),
+    ] {
+        let (m, lo, hi, r) = time(a.runs, || {
+            store.recent(ws, filter.clone(), Some((now - DAY_US, now)), 50)
+        })
+        .await?;
+        row(what, (m, lo, hi), format!("{} rows", r.len()));
+    }
 
     if !a.exact {
         return Ok(());

@@ -3,6 +3,8 @@
 //! its key, written in the transaction that writes the row and deleted only after it. So the
 //! minutes whose rollups match a filter are the only ones that can hold matching rows, and a
 //! read walks those minutes newest first, reading the rows of each run of consecutive ones.
+//! It first looks at the window's newest rows alone ([`probe`]), where a common filter's matches
+//! are.
 //!
 //! Without it, a filter that matches few rows walks every row of the workspace's window down
 //! the time index (a model no request used: 350 ms for 1 M requests on PostgreSQL, which has
@@ -10,6 +12,28 @@
 //! channel, 59 B a request).
 
 use crate::rollups::{floor_hour, floor_minute, HOUR_US, MINUTE_US};
+
+/// How many of a window's newest rows a filtered read looks at before it walks the rollups: a
+/// common filter's newest matches are among them (one model of twenty: some 100), so it costs
+/// one short scan of the time index, as before the walk.
+pub(crate) const PROBE_ROWS: i64 = 2048;
+
+/// The part of `window` the newest [`PROBE_ROWS`] rows are in, and the part left to walk
+/// (`None`: the window has no more rows), given the time of its `PROBE_ROWS`-th newest row
+/// (`None` when it has fewer). Rows at that very time may lie on either side of it, so they
+/// are all left to the walk: each row is read by exactly one of the two.
+pub(crate) fn probe(
+    (from, to): (i64, i64),
+    boundary: Option<i64>,
+) -> ((i64, i64), Option<(i64, i64)>) {
+    match boundary {
+        Some(at) => (
+            (at.saturating_add(1), to),
+            Some((from, at.saturating_add(1))),
+        ),
+        None => ((from, to), None),
+    }
+}
 
 /// The bounds of the rollup starts a window's rows can be under, `[first, end)`: the window's
 /// open ends kept far enough from the integer's ends that rounding cannot overflow.
@@ -129,6 +153,13 @@ mod tests {
             minute_slices(h, (h + 55 * m, i64::MAX)),
             [(h + 55 * m, h + 60 * m)]
         );
+    }
+
+    #[test]
+    fn the_probe_and_the_walk_split_the_window_at_the_boundary_row_time() {
+        assert_eq!(probe((10, 100), None), ((10, 100), None));
+        assert_eq!(probe((10, 100), Some(40)), ((41, 100), Some((10, 41))));
+        assert_eq!(probe((10, 100), Some(99)), ((100, 100), Some((10, 100))));
     }
 
     #[test]

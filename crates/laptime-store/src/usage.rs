@@ -717,7 +717,9 @@ pub fn recent_filtered(
     if limit == 0 {
         return Ok(out);
     }
-    if *filter == UsageFilter::default() {
+    // No filter, or one the index of unusual rows serves: down that index.
+    let names_filtered = filter.names().iter().any(|v| v.is_some());
+    if *filter == UsageFilter::default() || (asks_unusual(filter) && !names_filtered) {
         recent_rows(conn, workspace_id, filter, window, limit, &mut out)?;
         return Ok(out);
     }
@@ -729,6 +731,38 @@ pub fn recent_filtered(
         return Ok(out);
     }
     let window = window.unwrap_or((i64::MIN, i64::MAX));
+    let boundary: Option<i64> = tx
+        .prepare_cached(
+            "SELECT created_at_us FROM requests WHERE workspace_id = ?1 \
+             AND created_at_us >= ?2 AND created_at_us < ?3 \
+             ORDER BY created_at_us DESC, rowid DESC LIMIT 1 OFFSET ?4",
+        )?
+        .query_row(
+            rusqlite::params![workspace_id, window.0, window.1, guide::PROBE_ROWS - 1],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let (probed, rest) = guide::probe(window, boundary);
+    recent_rows(&tx, workspace_id, filter, Some(probed), limit, &mut out)?;
+    match rest {
+        Some(rest) if out.len() < limit as usize => {
+            walk(&tx, workspace_id, filter, rest, limit, &mut out)?;
+            Ok(out)
+        }
+        _ => Ok(out),
+    }
+}
+
+/// Appends to `out` the newest records of a workspace that match `filter` within `window`,
+/// until it holds `limit`, through the minutes whose rollups match ([`crate::guide`]).
+fn walk(
+    tx: &Connection,
+    workspace_id: &str,
+    filter: &UsageFilter,
+    window: (i64, i64),
+    limit: u32,
+    out: &mut Vec<RequestRecord>,
+) -> Result<()> {
     let (first, end) = guide::minute_bounds(window);
     let mut values = vec![
         Value::Text(workspace_id.to_string()),
@@ -739,7 +773,7 @@ pub fn recent_filtered(
         .prepare_cached(&format!("{NEWEST_HOUR} ?2 AND hour_us < ?3"))?
         .query_row(params_from_iter(&values), |r| r.get(0))?;
     let Some(newest) = newest else {
-        return Ok(out);
+        return Ok(());
     };
     let (hours_sql, bound) = matching_starts_sql(Tier::Hour, filter);
     let (minutes_sql, _) = matching_starts_sql(Tier::Minute, filter);
@@ -756,15 +790,15 @@ pub fn recent_filtered(
             for minutes in guide::minute_slices(hour, (first, end)) {
                 for run in guide::runs(&starts(&mut minutes_stmt, minutes)?, window) {
                     let left = limit.saturating_sub(u32::try_from(out.len()).unwrap_or(u32::MAX));
-                    recent_rows(&tx, workspace_id, filter, Some(run), left, &mut out)?;
+                    recent_rows(tx, workspace_id, filter, Some(run), left, out)?;
                     if out.len() >= limit as usize {
-                        return Ok(out);
+                        return Ok(());
                     }
                 }
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The start of the newest hour of a workspace's hour tier in a range: parameter 1 the

@@ -1296,7 +1296,8 @@ async fn a_replay_writes_only_the_records_not_stored_and_never_replaces_one() {
     }
 }
 
-/// A filtered log read finds its rows through the minutes whose rollups match: rare rows
+/// A filtered log read finds its rows among the newest rows, then through the minutes whose
+/// rollups match: rare rows
 /// spread over a week (one run of minutes, minutes apart, hours apart, days apart), common
 /// rows in every minute of the newest hours, a filter no row matches, windows that cut
 /// minutes and hours; every answer is the brute-force newest-first list.
@@ -1317,12 +1318,15 @@ async fn a_filtered_log_read_finds_rare_rows_hours_and_days_back() {
     for d in 2..7 {
         at(format!("daily-{d}"), end - d * 24 * HOUR + 3 * MIN, "rare");
     }
-    // Common: a few every minute of the last three hours.
+    // Common: fifteen every minute of the last three hours, more than the read looks at before
+    // it walks the rollups (`PROBE_ROWS`), so that the older rare rows are found by the walk;
+    // in pairs at one time, so that rows at the time where the first look stops are on its
+    // either side (the one written last is the newer).
     for m in 0..180 {
-        for k in 0..3 {
+        for k in 0..15 {
             at(
                 format!("common-{m}-{k}"),
-                end - m * MIN - k * 7_000_000 - 1,
+                end - m * MIN - (k / 2) * 3_000_000 - 1,
                 "common",
             );
         }
@@ -1331,15 +1335,16 @@ async fn a_filtered_log_read_finds_rare_rows_hours_and_days_back() {
     for b in backends_with(&rows, 200).await {
         let name = b.name;
         let newest = |model: &str, window: (i64, i64), limit: usize| {
-            let mut v: Vec<&RequestRecord> = rows
+            let mut v: Vec<(usize, &RequestRecord)> = rows
                 .iter()
-                .filter(|r| r.model.as_deref() == Some(model))
-                .filter(|r| (window.0..window.1).contains(&r.created_at_us))
+                .enumerate()
+                .filter(|(_, r)| r.model.as_deref() == Some(model))
+                .filter(|(_, r)| (window.0..window.1).contains(&r.created_at_us))
                 .collect();
-            v.sort_by_key(|r| std::cmp::Reverse(r.created_at_us));
+            v.sort_by_key(|(i, r)| std::cmp::Reverse((r.created_at_us, *i)));
             v.into_iter()
                 .take(limit)
-                .map(|r| r.request_id.clone())
+                .map(|(_, r)| r.request_id.clone())
                 .collect::<Vec<_>>()
         };
         let read = |model: &str, window: Option<(i64, i64)>, limit: u32| {
@@ -1373,15 +1378,17 @@ async fn a_filtered_log_read_finds_rare_rows_hours_and_days_back() {
                 );
             }
         }
-        assert_eq!(
-            read("common", None, 50).await,
-            newest("common", open, 50),
-            "{name}"
-        );
+        for limit in [50, 2047, 2048, 2049, 2100] {
+            assert_eq!(
+                read("common", None, limit).await,
+                newest("common", open, limit as usize),
+                "{name} {limit}"
+            );
+        }
         let cut = (end - 100 * MIN - 3_000_000, end - 20 * MIN - 9_000_000);
         assert_eq!(
-            read("common", Some(cut), 400).await,
-            newest("common", cut, 400),
+            read("common", Some(cut), 1400).await,
+            newest("common", cut, 1400),
             "{name}"
         );
         assert_eq!(

@@ -251,6 +251,44 @@ pub async fn recent_filtered(
         return Ok(out);
     }
     let window = window.unwrap_or((i64::MIN, i64::MAX));
+    let boundary: Option<i64> = c
+        .query_opt(
+            "SELECT created_at_us FROM requests WHERE workspace_id = $1 \
+             AND created_at_us >= $2 AND created_at_us < $3 \
+             ORDER BY created_at_us DESC, seq DESC LIMIT 1 OFFSET $4",
+            &[
+                &workspace_id,
+                &window.0,
+                &window.1,
+                &(guide::PROBE_ROWS - 1),
+            ],
+        )
+        .await?
+        .map(|r| r.try_get(0))
+        .transpose()?;
+    let (probed, rest) = guide::probe(window, boundary);
+    recent_rows(c, workspace_id, filter, Some(probed), limit, &mut out).await?;
+    match rest {
+        Some(rest) if out.len() < limit as usize => {
+            walk(c, workspace_id, &keys, filter, rest, limit, &mut out).await?;
+            Ok(out)
+        }
+        _ => Ok(out),
+    }
+}
+
+/// Appends to `out` the newest records of a workspace that match `filter` (whose rollup keys
+/// are `keys`) within `window`, until it holds `limit`, through the minutes whose rollups match
+/// ([`crate::guide`]).
+async fn walk(
+    c: &impl GenericClient,
+    workspace_id: &str,
+    keys: &[i32],
+    filter: &UsageFilter,
+    window: (i64, i64),
+    limit: u32,
+    out: &mut Vec<RequestRecord>,
+) -> Result<()> {
     let (first, end) = guide::minute_bounds(window);
     let newest: Option<i64> = c
         .query_one(
@@ -263,7 +301,7 @@ pub async fn recent_filtered(
         .await?
         .try_get(0)?;
     let Some(newest) = newest else {
-        return Ok(out);
+        return Ok(());
     };
     let starts_sql = |tier: Tier| {
         let span = [Span {
@@ -274,11 +312,11 @@ pub async fn recent_filtered(
         let start = tier.start_column();
         format!(
             "{} ORDER BY {start} DESC",
-            rollup_sql(&span, &format!("DISTINCT {start}"), "", Some(&keys))
+            rollup_sql(&span, &format!("DISTINCT {start}"), "", Some(keys))
         )
     };
-    let hours_stmt = statement(c, &starts_sql(Tier::Hour), Some(&keys)).await?;
-    let minutes_stmt = statement(c, &starts_sql(Tier::Minute), Some(&keys)).await?;
+    let hours_stmt = statement(c, &starts_sql(Tier::Hour), Some(keys)).await?;
+    let minutes_stmt = statement(c, &starts_sql(Tier::Minute), Some(keys)).await?;
     let starts = |stmt, (a, b): (i64, i64)| async move {
         c.query(stmt, &[&workspace_id, &a, &b])
             .await?
@@ -292,15 +330,15 @@ pub async fn recent_filtered(
             for minutes in guide::minute_slices(hour, (first, end)) {
                 for run in guide::runs(&starts(&minutes_stmt, minutes).await?, window) {
                     let left = limit.saturating_sub(u32::try_from(out.len()).unwrap_or(u32::MAX));
-                    recent_rows(c, workspace_id, filter, Some(run), left, &mut out).await?;
+                    recent_rows(c, workspace_id, filter, Some(run), left, out).await?;
                     if out.len() >= limit as usize {
-                        return Ok(out);
+                        return Ok(());
                     }
                 }
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Appends the newest records of a workspace matching `filter` within `window` to `out`, at
