@@ -730,27 +730,41 @@ pub fn recent_filtered(
     )? {
         return Ok(out);
     }
-    let window = window.unwrap_or((i64::MIN, i64::MAX));
-    let boundary: Option<i64> = tx
-        .prepare_cached(
-            "SELECT created_at_us FROM requests WHERE workspace_id = ?1 \
-             AND created_at_us >= ?2 AND created_at_us < ?3 \
-             ORDER BY created_at_us DESC, rowid DESC LIMIT 1 OFFSET ?4",
-        )?
-        .query_row(
-            rusqlite::params![workspace_id, window.0, window.1, guide::PROBE_ROWS - 1],
-            |r| r.get(0),
-        )
-        .optional()?;
-    let (probed, rest) = guide::probe(window, boundary);
-    recent_rows(&tx, workspace_id, filter, Some(probed), limit, &mut out)?;
-    match rest {
-        Some(rest) if out.len() < limit as usize => {
-            walk(&tx, workspace_id, filter, rest, limit, &mut out)?;
-            Ok(out)
-        }
-        _ => Ok(out),
+    let mut rest = Some(window.unwrap_or((i64::MIN, i64::MAX)));
+    let mut rows = Some(guide::PROBE_ROWS);
+    while let (Some(window), Some(look)) = (rest, rows) {
+        let boundary: Option<i64> = tx
+            .prepare_cached(
+                "SELECT created_at_us FROM requests WHERE workspace_id = ?1 \
+                 AND created_at_us >= ?2 AND created_at_us < ?3 \
+                 ORDER BY created_at_us DESC, rowid DESC LIMIT 1 OFFSET ?4",
+            )?
+            .query_row(
+                rusqlite::params![workspace_id, window.0, window.1, look - 1],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let (probed, left) = guide::probe(window, boundary);
+        let before = out.len();
+        recent_rows(
+            &tx,
+            workspace_id,
+            filter,
+            Some(probed),
+            limit - before as u32,
+            &mut out,
+        )?;
+        rest = left.filter(|_| out.len() < limit as usize);
+        rows = guide::next_probe(
+            look,
+            (out.len() - before) as i64,
+            limit as i64 - out.len() as i64,
+        );
     }
+    if let Some(rest) = rest {
+        walk(&tx, workspace_id, filter, rest, limit, &mut out)?;
+    }
+    Ok(out)
 }
 
 /// Appends to `out` the newest records of a workspace that match `filter` within `window`,

@@ -250,31 +250,41 @@ pub async fn recent_filtered(
     if keys.is_empty() {
         return Ok(out);
     }
-    let window = window.unwrap_or((i64::MIN, i64::MAX));
-    let boundary: Option<i64> = c
-        .query_opt(
-            "SELECT created_at_us FROM requests WHERE workspace_id = $1 \
-             AND created_at_us >= $2 AND created_at_us < $3 \
-             ORDER BY created_at_us DESC, seq DESC LIMIT 1 OFFSET $4",
-            &[
-                &workspace_id,
-                &window.0,
-                &window.1,
-                &(guide::PROBE_ROWS - 1),
-            ],
+    let mut rest = Some(window.unwrap_or((i64::MIN, i64::MAX)));
+    let mut rows = Some(guide::PROBE_ROWS);
+    while let (Some(window), Some(look)) = (rest, rows) {
+        let boundary: Option<i64> = c
+            .query_opt(
+                "SELECT created_at_us FROM requests WHERE workspace_id = $1 \
+                 AND created_at_us >= $2 AND created_at_us < $3 \
+                 ORDER BY created_at_us DESC, seq DESC LIMIT 1 OFFSET $4",
+                &[&workspace_id, &window.0, &window.1, &(look - 1)],
+            )
+            .await?
+            .map(|r| r.try_get(0))
+            .transpose()?;
+        let (probed, left) = guide::probe(window, boundary);
+        let before = out.len();
+        recent_rows(
+            c,
+            workspace_id,
+            filter,
+            Some(probed),
+            limit - before as u32,
+            &mut out,
         )
-        .await?
-        .map(|r| r.try_get(0))
-        .transpose()?;
-    let (probed, rest) = guide::probe(window, boundary);
-    recent_rows(c, workspace_id, filter, Some(probed), limit, &mut out).await?;
-    match rest {
-        Some(rest) if out.len() < limit as usize => {
-            walk(c, workspace_id, &keys, filter, rest, limit, &mut out).await?;
-            Ok(out)
-        }
-        _ => Ok(out),
+        .await?;
+        rest = left.filter(|_| out.len() < limit as usize);
+        rows = guide::next_probe(
+            look,
+            (out.len() - before) as i64,
+            limit as i64 - out.len() as i64,
+        );
     }
+    if let Some(rest) = rest {
+        walk(c, workspace_id, &keys, filter, rest, limit, &mut out).await?;
+    }
+    Ok(out)
 }
 
 /// Appends to `out` the newest records of a workspace that match `filter` (whose rollup keys
