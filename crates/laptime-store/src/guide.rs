@@ -36,8 +36,8 @@ pub(crate) fn next_probe(rows: i64, found: i64, left: i64) -> Option<i64> {
 
 /// The part of `window` its newest rows of a look are in, and the part left (`None`: the
 /// window has no more rows), given the time of the look's last row (`None` when the window
-/// has fewer rows than the look takes). Rows at that very time may lie on either side of it, so they
-/// are all left to the walk: each row is read by exactly one of the two.
+/// has fewer rows than the look takes). Rows at that very time may lie on either side of it,
+/// so they are all left to the part after: each row is read by exactly one of the two.
 pub(crate) fn probe(
     (from, to): (i64, i64),
     boundary: Option<i64>,
@@ -60,10 +60,10 @@ pub(crate) fn minute_bounds((from, to): (i64, i64)) -> (i64, i64) {
 /// The slices of hour starts a read asks the hour tier about, newest first, covering the hours
 /// of the minute starts `[first, end)`: the newest hour alone and the one before it alone,
 /// since a common filter needs no more (the newest is often just begun), then four times as
-/// many hours each slice, so a rare filter takes a few statements
-/// however far back its rows are. Every statement reads at most its slice's rows, whatever plan
-/// the server makes, where a `LIMIT` over the whole window was planned (on PostgreSQL without
-/// statistics) as a read of every row of the window.
+/// many hours each slice, so a rare filter takes a few statements however far back its rows
+/// are. Every statement reads at most its slice's rows, whatever plan the server makes, where
+/// a `LIMIT` over the whole window was planned (on PostgreSQL without statistics) as a read of
+/// every row of the window.
 pub(crate) fn hour_slices((first, end): (i64, i64)) -> Vec<(i64, i64)> {
     let first = floor_hour(first);
     let mut out = Vec::new();
@@ -87,6 +87,9 @@ pub(crate) fn hour_slices((first, end): (i64, i64)) -> Vec<(i64, i64)> {
 /// the rest.
 pub(crate) fn minute_slices(hour: i64, (first, end): (i64, i64)) -> Vec<(i64, i64)> {
     let (from, to) = (hour.max(first), (hour + HOUR_US).min(end));
+    if from >= to {
+        return Vec::new();
+    }
     let split = (hour + HOUR_US - 8 * MINUTE_US).clamp(from, to);
     [(split, to), (from, split)]
         .into_iter()
@@ -169,6 +172,8 @@ mod tests {
             minute_slices(h, (h + 55 * m, i64::MAX)),
             [(h + 55 * m, h + 60 * m)]
         );
+        // A window that ends before it starts has no minutes.
+        assert_eq!(minute_slices(h, (h + 2 * m, h + m)), []);
     }
 
     #[test]

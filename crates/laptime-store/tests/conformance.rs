@@ -1397,6 +1397,12 @@ async fn a_filtered_log_read_finds_rare_rows_hours_and_days_back() {
             "{name}"
         );
         assert_eq!(read("rare", None, 0).await, Vec::<String>::new(), "{name}");
+        let backwards = (end - 20 * MIN, end - 26 * HOUR);
+        assert_eq!(
+            read("rare", Some(backwards), 50).await,
+            Vec::<String>::new(),
+            "{name}"
+        );
     }
 }
 
