@@ -784,7 +784,7 @@ fn walk(
         Value::Integer(end),
     ];
     let newest: Option<i64> = tx
-        .prepare_cached(&format!("{NEWEST_HOUR} ?2 AND hour_us < ?3"))?
+        .prepare_cached(&newest_hour_sql('?'))?
         .query_row(params_from_iter(&values), |r| r.get(0))?;
     let Some(newest) = newest else {
         return Ok(());
@@ -815,10 +815,14 @@ fn walk(
     Ok(())
 }
 
-/// The start of the newest hour of a workspace's hour tier in a range: parameter 1 the
-/// workspace, then the range's bounds (`>= ?2 AND < ?3`, or PostgreSQL's `$`).
-pub(crate) const NEWEST_HOUR: &str =
-    "SELECT max(hour_us) FROM rollups_hourly WHERE workspace_id = ?1 AND hour_us >=";
+/// The statement of the start of the newest hour of a workspace's hour tier in a range:
+/// parameter 1 the workspace, then the range's bounds, each written `{sigil}{n}`.
+pub(crate) fn newest_hour_sql(sigil: char) -> String {
+    format!(
+        "SELECT max(hour_us) FROM rollups_hourly WHERE workspace_id = {sigil}1 \
+         AND hour_us >= {sigil}2 AND hour_us < {sigil}3"
+    )
+}
 
 /// The statement of the starts (newest first) of the rollups of `tier` that match `filter`
 /// ([`crate::guide`]), and the filter's values: parameter 1 is the workspace, 2 and 3 the

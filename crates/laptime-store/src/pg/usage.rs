@@ -302,10 +302,7 @@ async fn walk(
     let (first, end) = guide::minute_bounds(window);
     let newest: Option<i64> = c
         .query_one(
-            &format!(
-                "{} $2 AND hour_us < $3",
-                crate::usage::NEWEST_HOUR.replace('?', "$")
-            ),
+            &crate::usage::newest_hour_sql('$'),
             &[&workspace_id, &floor_hour(first), &end],
         )
         .await?
