@@ -882,34 +882,10 @@ async fn query(
         (m, lo, hi),
         format!("{} rows", r.len()),
     );
-    let (m, lo, hi, r) = time(a.runs, || {
-        store.recent(ws, timeouts.clone(), Some((now - DAY_US, now)), 50)
-    })
-    .await?;
-    row(
-        "recent_filtered, limit 50, outcome=timeout",
-        (m, lo, hi),
-        format!("{} rows", r.len()),
-    );
-    let (m, lo, hi, r) = time(a.runs, || {
-        store.recent(ws, opus.clone(), Some((now - DAY_US, now)), 50)
-    })
-    .await?;
-    row(
-        "recent_filtered, limit 50, model=claude-opus-4",
-        (m, lo, hi),
-        format!("{} rows", r.len()),
-    );
-    let (m, lo, hi, r) = time(a.runs, || {
-        store.recent(ws, unused.clone(), Some((now - DAY_US, now)), 50)
-    })
-    .await?;
-    row(
-        "recent_filtered, limit 50, a model not used",
-        (m, lo, hi),
-        format!("{} rows", r.len()),
-    );
     for (filter, what) in [
+        (&timeouts, "recent_filtered, limit 50, outcome=timeout"),
+        (&opus, "recent_filtered, limit 50, model=claude-opus-4"),
+        (&unused, "recent_filtered, limit 50, a model not used"),
         (
             &rare,
             "recent_filtered, limit 50, rare (model, channel, timeout)",
