@@ -172,8 +172,8 @@ fn find_or_add<'n>(
     Ok(codes)
 }
 
-/// Whether some name of `names` (column, value) can be in no row and no rollup: it has no code
-/// although it could have one (not too long, the table not full), so nothing ever stored it.
+/// Whether one of `names` can be in no row and no rollup: it has no code although it could
+/// have one (not too long, the table not full), so nothing ever stored it.
 /// Names are never removed from the table, and every rollup's names have codes (v17) but for
 /// those the table could not take.
 pub(crate) fn any_never_stored<'n>(

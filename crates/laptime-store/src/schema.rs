@@ -512,15 +512,6 @@ pub(crate) const V15: &str = r#"
         WHERE EXISTS (SELECT 1 FROM requests) AND NOT EXISTS (SELECT 1 FROM id_forms);
 "#;
 
-/// The request indexes by model and by channel dropped (59 B a request of a 1 M load): a
-/// filtered log read walks the minutes whose rollups match its filter, and in each the
-/// workspace's time index ([`crate::guide`]), as PostgreSQL's always did without such indexes.
-/// The unusual rows keep their partial index (4 B a request), which finds them within a minute.
-pub(crate) const V18: &str = r#"
-    DROP INDEX IF EXISTS requests_ws_model;
-    DROP INDEX IF EXISTS requests_ws_channel;
-"#;
-
 /// The names table ([`crate::names`]), and the moment from which rows hold codes when the store
 /// had rows before it: the older rows keep their text until retention removes them.
 pub(crate) const V16: &str = r#"
@@ -532,6 +523,16 @@ pub(crate) const V16: &str = r#"
     INSERT INTO name_forms
         SELECT CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)
         WHERE EXISTS (SELECT 1 FROM requests) AND NOT EXISTS (SELECT 1 FROM name_forms);
+"#;
+
+/// The request indexes by model and by channel dropped (59 B a request of a 1 M load): a
+/// filtered log read walks the minutes whose rollups match its filter, and in each the
+/// workspace's time index ([`crate::guide`]), as PostgreSQL's always did without such indexes.
+/// The unusual rows keep their partial index (4 B a request): a filter that only they can match
+/// and that names nothing is still read down it.
+pub(crate) const V18: &str = r#"
+    DROP INDEX IF EXISTS requests_ws_model;
+    DROP INDEX IF EXISTS requests_ws_channel;
 "#;
 
 /// Whether the packed column exists already (V14 applied).
