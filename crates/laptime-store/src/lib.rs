@@ -46,6 +46,7 @@ pub mod stored_id;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod usage;
+mod wide;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -3,15 +3,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use laptime_core::cost::Cost;
 use laptime_core::endpoint::Endpoint;
-use laptime_core::limit::{Limit, Zone};
+use laptime_core::limit::Zone;
 use laptime_core::slow::Classification;
-use laptime_core::timeline::{
-    DeadlineKind, ErrorClass, Exchange, Hedge, InBandCarrier, Marks, Outcome, RequestRecord,
-    RequestShape,
-};
-use laptime_core::usage::Tokens;
+use laptime_core::timeline::{Outcome, RequestRecord};
 use laptime_core::Dialect;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
@@ -105,7 +100,7 @@ pub(crate) fn insert_rows(
     {
         let moved_ms = stored_id::moved_ms(tx)?;
         let codes = Codes::of(tx, records)?;
-        let mut req = tx.prepare_cached(INSERT)?;
+        let mut req = tx.prepare_cached(&insert_sql("requests"))?;
         let mut text = tx.prepare_cached("SELECT 1 FROM requests WHERE request_id = ?1")?;
         for r in records {
             // A row written before v15 holds the id as text, which the insert cannot see.
@@ -129,22 +124,25 @@ pub(crate) fn insert_rows(
     Ok((rebuild, replaced))
 }
 
-/// A request's row since schema v14: the columns queries filter, group or sort on, the others
-/// packed into one value ([`crate::packed`]). The older columns that may not be NULL take the
-/// values that cost a row no bytes (0 and `''`: SQLite writes them in the row's header alone),
-/// and mean nothing beside the packed value. Since v16 the names are codes ([`crate::names`]).
-const INSERT: &str = "INSERT INTO requests (
-        request_id, workspace_id, created_at_us, model, provider, channel, grp, dialect, stream,
-        status, outcome, classification, endpoint, input_tokens, max_output_tokens,
-        reasoning_effort, tool_count, region, packed,
-        flags, event_count, text_delta_count, hedge, failover_count, cached)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-        ?19, '', 0, 0, '', 0, 0)
-     ON CONFLICT (request_id) DO NOTHING";
+/// A request's row since schema v19 (v14 packed the fields no query filters, groups or sorts
+/// on; v19 dropped the columns that held them before): the columns queries use, then the packed
+/// fields ([`crate::packed`]). The names are codes ([`crate::names`]), the ids the gateway makes
+/// their bytes ([`stored_id`]).
+pub(crate) const COLUMNS: &str = "request_id, workspace_id, created_at_us, model, provider, \
+    channel, grp, dialect, stream, status, outcome, classification, endpoint, input_tokens, \
+    max_output_tokens, reasoning_effort, tool_count, region, packed";
+
+/// The statement that writes a row of [`COLUMNS`] into `table` unless its id is there.
+pub(crate) fn insert_sql(table: &str) -> String {
+    format!(
+        "INSERT INTO {table} ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, \
+         ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) ON CONFLICT (request_id) DO NOTHING"
+    )
+}
 
 /// Inserts one request row unless its id exists, its names as `codes` has them; returns the
 /// rows inserted (0 or 1).
-fn insert_row(
+pub(crate) fn insert_row(
     stmt: &mut rusqlite::CachedStatement<'_>,
     codes: &Codes,
     r: &RequestRecord,
@@ -195,11 +193,10 @@ fn get_row(conn: &Connection, request_id: &str) -> Result<Option<RequestRecord>>
         .optional()?)
 }
 
-/// The columns [`from_row`] reads, in its order: every column rows have had (rows written
-/// before schema v14 hold each field in its own), then the packed fields of newer rows.
-/// The coded columns read back as their names ([`crate::names`]).
+/// The columns [`from_row`] reads, in the order of [`COLUMNS`]; the coded columns read back
+/// as their names ([`crate::names`]).
 pub(crate) const SELECT: &str = concat!(
-    "SELECT request_id, workspace_id, key_id, created_at_us, ",
+    "SELECT request_id, workspace_id, created_at_us, ",
     named!("model"),
     ", ",
     named!("provider"),
@@ -209,23 +206,14 @@ pub(crate) const SELECT: &str = concat!(
     named!("grp"),
     ", ",
     named!("dialect"),
-    ", stream, status, outcome, timeout_kind, error_class, classification,
-    flags, auth_us, body_read_us, distribution_us, upstream_start_us, upstream_headers_us,
-    first_byte_us, first_event_us, first_effective_us, first_visible_us, last_effective_us,
-    upstream_done_us, handler_done_us, input_tokens, output_tokens, cache_read_tokens,
-    cache_write_tokens, reasoning_tokens, event_count, text_delta_count, channel_inflight, hedge,
-    failover_count, cached, max_output_tokens, reasoning_effort, tool_count, tool_choice,
-    response_format, temperature, top_p, ",
-    named!("region"),
-    ", trace_id, upstream_dialect, instance,
-    cache_write_1h_tokens, cost_nano_usd, cost_estimated, admission_us, refused_by, ",
+    ", stream, status, outcome, classification, ",
     named!("endpoint"),
-    ",
-    bytes_in, bytes_out, key_index, estimated_output_tokens, in_band, attempts, packed
-    FROM requests"
+    ", input_tokens, max_output_tokens, reasoning_effort, tool_count, ",
+    named!("region"),
+    ", packed FROM requests"
 );
 
-fn corrupt(what: &str, v: &str) -> rusqlite::Error {
+pub(crate) fn corrupt(what: &str, v: &str) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
         0,
         rusqlite::types::Type::Text,
@@ -233,15 +221,8 @@ fn corrupt(what: &str, v: &str) -> rusqlite::Error {
     )
 }
 
-pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
-    match row.get_ref(62)?.as_blob_or_null()? {
-        Some(packed) => from_packed_row(row, packed),
-        None => from_columns(row),
-    }
-}
-
 /// Column 0 of `row`, the request id in either of its stored forms ([`stored_id`]).
-fn request_id(row: &Row<'_>) -> rusqlite::Result<String> {
+pub(crate) fn request_id(row: &Row<'_>) -> rusqlite::Result<String> {
     let v = row.get_ref(0)?;
     stored_id::id_of(v).ok_or_else(|| {
         rusqlite::Error::FromSqlConversionFailure(
@@ -253,7 +234,7 @@ fn request_id(row: &Row<'_>) -> rusqlite::Result<String> {
 }
 
 /// Column `i` of `row`, a closed set's stored name.
-fn named<T>(
+pub(crate) fn named<T>(
     row: &Row<'_>,
     i: usize,
     what: &str,
@@ -263,146 +244,31 @@ fn named<T>(
     parse(&v).ok_or_else(|| corrupt(what, &v))
 }
 
-/// A row written since schema v14: the columns of [`INSERT`] and the packed fields.
-fn from_packed_row(row: &Row<'_>, packed: &[u8]) -> rusqlite::Result<RequestRecord> {
+/// A record from a row of [`SELECT`].
+pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let columns = crate::packed::Columns {
         request_id: request_id(row)?,
-        created_at_us: row.get(3)?,
         workspace_id: row.get(1)?,
-        model: row.get(4)?,
-        provider: row.get(5)?,
-        channel: row.get(6)?,
-        group: row.get(7)?,
-        dialect: named(row, 8, "dialect", Dialect::parse)?,
-        stream: row.get(9)?,
-        status: row.get(10)?,
-        outcome: named(row, 11, "outcome", Outcome::parse)?,
-        classification: named(row, 14, "classification", Classification::parse)?,
-        endpoint: named(row, 55, "endpoint", Endpoint::parse)?,
-        input_tokens: untok(row.get(28)?),
-        max_output_tokens: untok(row.get(39)?),
-        reasoning_effort: row.get(40)?,
-        tool_count: row.get(41)?,
-        region: row.get(46)?,
+        created_at_us: row.get(2)?,
+        model: row.get(3)?,
+        provider: row.get(4)?,
+        channel: row.get(5)?,
+        group: row.get(6)?,
+        dialect: named(row, 7, "dialect", Dialect::parse)?,
+        stream: row.get(8)?,
+        status: row.get(9)?,
+        outcome: named(row, 10, "outcome", Outcome::parse)?,
+        classification: named(row, 11, "classification", Classification::parse)?,
+        endpoint: named(row, 12, "endpoint", Endpoint::parse)?,
+        input_tokens: untok(row.get(13)?),
+        max_output_tokens: untok(row.get(14)?),
+        reasoning_effort: row.get(15)?,
+        tool_count: row.get(16)?,
+        region: row.get(17)?,
     };
+    let packed = row.get_ref(18)?.as_blob()?;
     crate::packed::record(columns, packed).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(62, rusqlite::types::Type::Blob, Box::new(e))
-    })
-}
-
-/// A row written before schema v14: each field in its column.
-fn from_columns(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
-    let dialect: String = row.get(8)?;
-    let outcome: String = row.get(11)?;
-    let error_class: Option<String> = row.get(13)?;
-    let timeout_kind: Option<String> = row.get(12)?;
-    let classification: String = row.get(14)?;
-    let flags: String = row.get(15)?;
-    let hedge: String = row.get(36)?;
-    let upstream_dialect: Option<String> = row.get(48)?;
-    let cost_nano: Option<i64> = row.get(51)?;
-    let cost_estimated: Option<bool> = row.get(52)?;
-    let refused_by: Option<String> = row.get(54)?;
-    let endpoint: String = row.get(55)?;
-    let in_band: Option<String> = row.get(60)?;
-    Ok(RequestRecord {
-        request_id: request_id(row)?,
-        workspace_id: row.get(1)?,
-        key_id: row.get(2)?,
-        created_at_us: row.get(3)?,
-        model: row.get(4)?,
-        provider: row.get(5)?,
-        channel: row.get(6)?,
-        group: row.get(7)?,
-        dialect: Dialect::parse(&dialect).ok_or_else(|| corrupt("dialect", &dialect))?,
-        upstream_dialect: match upstream_dialect {
-            Some(d) => Some(Dialect::parse(&d).ok_or_else(|| corrupt("upstream_dialect", &d))?),
-            None => None,
-        },
-        stream: row.get(9)?,
-        status: row.get(10)?,
-        outcome: Outcome::parse(&outcome).ok_or_else(|| corrupt("outcome", &outcome))?,
-        timeout_kind: match timeout_kind {
-            Some(k) => Some(DeadlineKind::parse(&k).ok_or_else(|| corrupt("timeout_kind", &k))?),
-            None => None,
-        },
-        error_class: match error_class {
-            Some(c) => Some(ErrorClass::parse(&c).ok_or_else(|| corrupt("error_class", &c))?),
-            None => None,
-        },
-        classification: Classification::parse(&classification)
-            .ok_or_else(|| corrupt("classification", &classification))?,
-        flags: serde_json::from_str(&flags).map_err(|_| corrupt("flags", &flags))?,
-        marks: Marks {
-            auth: dur(row.get(16)?),
-            admission: dur(row.get(53)?),
-            body_read: dur(row.get(17)?),
-            distribution: dur(row.get(18)?),
-            upstream_start: dur(row.get(19)?),
-            upstream_headers: dur(row.get(20)?),
-            first_byte: dur(row.get(21)?),
-            first_event: dur(row.get(22)?),
-            first_effective: dur(row.get(23)?),
-            first_visible: dur(row.get(24)?),
-            last_effective: dur(row.get(25)?),
-            upstream_done: dur(row.get(26)?),
-            handler_done: dur(row.get(27)?),
-        },
-        tokens: Tokens {
-            input: untok(row.get(28)?),
-            output: untok(row.get(29)?),
-            cache_read: untok(row.get(30)?),
-            cache_write: untok(row.get(31)?),
-            cache_write_1h: untok(row.get(50)?),
-            reasoning: untok(row.get(32)?),
-            estimated_output: untok(row.get(59)?),
-        },
-        event_count: row.get(33)?,
-        text_delta_count: row.get(34)?,
-        channel_inflight: row.get(35)?,
-        hedge: Hedge::parse(&hedge).ok_or_else(|| corrupt("hedge", &hedge))?,
-        failover_count: row.get(37)?,
-        cached: row.get(38)?,
-        shape: RequestShape {
-            max_output_tokens: untok(row.get(39)?),
-            reasoning_effort: row.get(40)?,
-            tool_count: row.get(41)?,
-            tool_choice: row.get(42)?,
-            response_format: row.get(43)?,
-            temperature: row.get(44)?,
-            top_p: row.get(45)?,
-        },
-        region: row.get(46)?,
-        trace_id: row.get(47)?,
-        instance: row.get(49)?,
-        cost: cost_nano.map(|n| Cost {
-            nano_usd: u64::try_from(n).unwrap_or(0),
-            estimated: cost_estimated.unwrap_or(false),
-        }),
-        refused_by: match refused_by {
-            Some(l) => Some(Limit::parse(&l).ok_or_else(|| corrupt("refused_by", &l))?),
-            None => None,
-        },
-        exchange: Exchange {
-            endpoint: Endpoint::parse(&endpoint).ok_or_else(|| corrupt("endpoint", &endpoint))?,
-            bytes_in: untok(row.get(56)?),
-            bytes_out: untok(row.get(57)?),
-            key_index: row.get(58)?,
-        },
-        in_band: match in_band {
-            Some(c) => Some(InBandCarrier::parse(&c).ok_or_else(|| corrupt("in_band", &c))?),
-            None => None,
-        },
-        attempts: match row.get::<_, Option<String>>(61)? {
-            Some(stored) => crate::attempts::decode(&stored).map_err(|e| {
-                rusqlite::Error::FromSqlConversionFailure(
-                    61,
-                    rusqlite::types::Type::Text,
-                    Box::new(e),
-                )
-            })?,
-            None => Vec::new(),
-        },
+        rusqlite::Error::FromSqlConversionFailure(18, rusqlite::types::Type::Blob, Box::new(e))
     })
 }
 
@@ -600,7 +466,10 @@ fn yield_lock(started: tokio::time::Instant) {
 pub(crate) mod tests {
     use super::*;
     use crate::Store;
-    use laptime_core::timeline::{Attempt, ConnectionMarks};
+    use laptime_core::timeline::{
+        Attempt, ConnectionMarks, Exchange, Hedge, InBandCarrier, Marks, RequestShape,
+    };
+    use laptime_core::usage::Tokens;
 
     /// Writes `records` as builds before schema v14 did: every field in its own column.
     pub(crate) fn insert_legacy_rows(tx: &Connection, records: &[RequestRecord]) {
@@ -817,104 +686,12 @@ pub(crate) mod tests {
         assert_eq!(got[0].attempts.len(), 1);
     }
 
-    /// Rows written before v14 (each field in its column) and after (most fields packed) live
-    /// side by side in one table, and each reads back as the record it was written from.
-    #[test]
-    fn rows_of_either_layout_read_back_as_written() {
-        use crate::packed::tests::{full, sparse};
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_dir(dir.path()).unwrap();
-        let mut old = full();
-        old.request_id = "req_old".into();
-        old.tokens.estimated_output = Some(i64::MAX as u64);
-        let mut new = full();
-        new.request_id = "req_new".into();
-        let mut bare = sparse();
-        bare.request_id = "req_bare".into();
-        bare.workspace_id.clone_from(&old.workspace_id);
-        let ws = old.workspace_id.clone().unwrap();
-        let all = [&old, &new, &bare];
-        store
-            .with_conn(|c| {
-                insert_legacy_rows(c, std::slice::from_ref(&old));
-                insert_batch(c, &[new.clone(), bare.clone()], &Zone::utc())?;
-                let packed: i64 = c.query_row(
-                    "SELECT count(*) FROM requests WHERE packed IS NOT NULL",
-                    [],
-                    |r| r.get(0),
-                )?;
-                assert_eq!(packed, 2);
-                for r in all {
-                    assert_eq!(get(c, &ws, &r.request_id)?.as_ref(), Some(r));
-                }
-                let recent = recent(c, &ws, 10)?;
-                assert_eq!(recent.len(), 3);
-                for r in &recent {
-                    assert_eq!(
-                        Some(r),
-                        all.into_iter().find(|w| w.request_id == r.request_id)
-                    );
-                }
-                Ok(())
-            })
-            .unwrap();
-    }
-
     /// The wall clock in unix milliseconds.
     pub(crate) fn now_ms() -> i64 {
         let since = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap();
         i64::try_from(since.as_millis()).unwrap()
-    }
-
-    #[test]
-    fn a_gateway_id_is_found_once_whether_its_row_holds_it_as_text_or_as_bytes() {
-        use crate::packed::tests::full;
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_dir(dir.path()).unwrap();
-        // Written as text before v15, and as bytes since.
-        let mut old = full();
-        old.request_id = "req_0190f3a2b4c5d6e7f8091a2b3c4d5e6f".into();
-        // The most the older columns held.
-        old.tokens.estimated_output = Some(i64::MAX as u64);
-        let mut new = full();
-        new.request_id = "req_0190f3a2b4c5d6e7f8091a2b3c4d5e70".into();
-        let ws = old.workspace_id.clone().unwrap();
-        store
-            .with_conn(|c| {
-                insert_legacy_rows(c, std::slice::from_ref(&old));
-                // The store moves to bytes after the older row, as v15 does on a store with rows.
-                c.execute_batch(crate::schema::V15)?;
-                insert_batch(c, std::slice::from_ref(&new), &Zone::utc())?;
-                let types: Vec<String> = c
-                    .prepare("SELECT typeof(request_id) FROM requests ORDER BY rowid")?
-                    .query_map([], |r| r.get(0))?
-                    .collect::<rusqlite::Result<_>>()?;
-                assert_eq!(types, ["text", "blob"]);
-                for r in [&old, &new] {
-                    assert_eq!(get(c, &ws, &r.request_id)?.as_ref(), Some(r));
-                    assert_eq!(stored(c, &r.request_id)?.as_ref(), Some(r));
-                }
-                // A replay of either is not written again.
-                let written = insert_absent(c, &[old.clone(), new.clone()], &Zone::utc())?;
-                assert!(written.is_empty(), "{written:?}");
-                // Written again, the old row is replaced (not doubled), now as bytes.
-                let mut again = old.clone();
-                again.status = 599;
-                insert_batch(c, std::slice::from_ref(&again), &Zone::utc())?;
-                let rows: Vec<(String, i64)> = c
-                    .prepare("SELECT typeof(request_id), status FROM requests ORDER BY rowid")?
-                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<rusqlite::Result<_>>()?;
-                assert_eq!(
-                    rows,
-                    [("blob".into(), i64::from(new.status)), ("blob".into(), 599)]
-                );
-                assert_eq!(get(c, &ws, &old.request_id)?, Some(again));
-                Ok(())
-            })
-            .unwrap();
     }
 
     #[test]

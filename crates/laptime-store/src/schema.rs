@@ -12,6 +12,9 @@ use crate::{rollups, Result};
 
 struct Migration {
     sql: &'static str,
+    /// Rust run after `sql`, in order with the other migrations' SQL: it sees the columns of
+    /// the migrations before it, which today's reader may not read.
+    step: Option<fn(&Connection) -> Result<()>>,
     after: Option<fn(&Connection) -> Result<()>>,
     /// Whether the store has what `sql` makes already (a migration taken back and run again,
     /// as a test does, whose SQL cannot say `IF NOT EXISTS`): then `sql` is not run.
@@ -22,30 +25,35 @@ const MIGRATIONS: &[Migration] = &[
     // 1: workspaces, tokens, requests, attempts.
     Migration {
         sql: V1,
+        step: None,
         after: None,
         done: None,
     },
     // 2: per-minute rollups (backfilled from the rows), and the indexes the usage filters use.
     Migration {
         sql: V2,
+        step: None,
         after: Some(rollups::backfill),
         done: None,
     },
     // 3: the routing group a workspace (or a single token, overriding it) uses.
     Migration {
         sql: V3,
+        step: None,
         after: None,
         done: None,
     },
     // 4: the dialect of the channel that answered (translation when it differs from `dialect`).
     Migration {
         sql: V4,
+        step: None,
         after: None,
         done: None,
     },
     // 5: the gateway instance that served the request.
     Migration {
         sql: V5,
+        step: None,
         after: None,
         done: None,
     },
@@ -53,6 +61,7 @@ const MIGRATIONS: &[Migration] = &[
     // limits and budgets of workspaces and tokens, and what each spent per day and month.
     Migration {
         sql: V6,
+        step: None,
         after: None,
         done: None,
     },
@@ -62,6 +71,7 @@ const MIGRATIONS: &[Migration] = &[
     // and when an attempt's new upstream connection was connected, tunnelled and through TLS.
     Migration {
         sql: V7,
+        step: None,
         after: None,
         done: None,
     },
@@ -69,12 +79,14 @@ const MIGRATIONS: &[Migration] = &[
     // max-output and input-token buckets, region), and output tokens the gateway estimated.
     Migration {
         sql: V8,
+        step: None,
         after: None,
         done: None,
     },
     // 9: each gateway instance's heartbeat (its requests in flight), for a fleet without Redis.
     Migration {
         sql: V9,
+        step: None,
         after: None,
         done: None,
     },
@@ -82,6 +94,7 @@ const MIGRATIONS: &[Migration] = &[
     // attempt's span id (the parent id of the `traceparent` it sent upstream).
     Migration {
         sql: V10,
+        step: None,
         after: None,
         done: None,
     },
@@ -89,6 +102,7 @@ const MIGRATIONS: &[Migration] = &[
     // hours from.
     Migration {
         sql: V11,
+        step: None,
         after: Some(rollups::backfill_hours),
         done: None,
     },
@@ -96,18 +110,21 @@ const MIGRATIONS: &[Migration] = &[
     // classification indexes.
     Migration {
         sql: V12,
+        step: None,
         after: None,
         done: None,
     },
     // 13: a request's attempts in its row (the attempts table folded into it).
     Migration {
         sql: V13,
+        step: None,
         after: None,
         done: Some(attempts_folded),
     },
     // 14: the fields no query filters on packed into one value.
     Migration {
         sql: V14,
+        step: None,
         after: None,
         done: Some(packed_added),
     },
@@ -116,6 +133,7 @@ const MIGRATIONS: &[Migration] = &[
     // keeps them from opening the store).
     Migration {
         sql: V15,
+        step: None,
         after: None,
         done: None,
     },
@@ -124,6 +142,7 @@ const MIGRATIONS: &[Migration] = &[
     // version keeps them from opening the store).
     Migration {
         sql: V16,
+        step: None,
         after: None,
         done: None,
     },
@@ -132,6 +151,7 @@ const MIGRATIONS: &[Migration] = &[
     // them from opening the store).
     Migration {
         sql: "",
+        step: None,
         after: Some(rollups::code_names),
         done: None,
     },
@@ -139,8 +159,18 @@ const MIGRATIONS: &[Migration] = &[
     // the rollups (`crate::guide`).
     Migration {
         sql: V18,
+        step: None,
         after: None,
         done: None,
+    },
+    // 19: the requests rewritten with the columns queries use and the packed fields alone
+    // (`crate::wide`; older builds read columns that are gone, and the version keeps them from
+    // opening the store).
+    Migration {
+        sql: "",
+        step: Some(crate::wide::rewrite),
+        after: None,
+        done: Some(requests_lean),
     },
 ];
 
@@ -535,6 +565,48 @@ pub(crate) const V18: &str = r#"
     DROP INDEX IF EXISTS requests_ws_channel;
 "#;
 
+/// The columns of `requests` since v19, in the order of [`crate::records::COLUMNS`]. The names
+/// are `TEXT`, as since v1: a code is a blob, which that affinity leaves as it is
+/// ([`crate::names`]); so is a gateway id ([`crate::stored_id`]).
+pub(crate) const REQUESTS_V19: &str = "
+    request_id TEXT PRIMARY KEY,
+    workspace_id TEXT,
+    created_at_us INTEGER NOT NULL,
+    model TEXT,
+    provider TEXT,
+    channel TEXT,
+    grp TEXT,
+    dialect TEXT NOT NULL,
+    stream INTEGER NOT NULL,
+    status INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    classification TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    input_tokens INTEGER,
+    max_output_tokens INTEGER,
+    reasoning_effort TEXT,
+    tool_count INTEGER,
+    region TEXT,
+    packed BLOB NOT NULL";
+
+/// The indexes of `requests` since v18: by workspace and time, and of the unusual rows.
+pub(crate) fn requests_indexes() -> String {
+    format!(
+        "CREATE INDEX requests_workspace_created ON requests(workspace_id, created_at_us);
+         CREATE INDEX requests_ws_unusual ON requests(workspace_id, created_at_us)
+            WHERE {UNUSUAL};"
+    )
+}
+
+/// Whether the requests have only the columns of v19 already.
+fn requests_lean(conn: &Connection) -> Result<bool> {
+    Ok(conn.query_row(
+        "SELECT count(*) = 0 FROM pragma_table_info('requests') WHERE name = 'flags'",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
 /// Whether the packed column exists already (V14 applied).
 fn packed_added(conn: &Connection) -> Result<bool> {
     Ok(conn.query_row(
@@ -544,10 +616,12 @@ fn packed_added(conn: &Connection) -> Result<bool> {
     )?)
 }
 
-/// Whether the attempts are in the request rows already (V13 applied).
+/// Whether the attempts are in the request rows already (V13 applied): in the column V13 added,
+/// or packed (V14 added the column, which V19 kept alone).
 fn attempts_folded(conn: &Connection) -> Result<bool> {
     Ok(conn.query_row(
-        "SELECT count(*) > 0 FROM pragma_table_info('requests') WHERE name = 'attempts'",
+        "SELECT count(*) > 0 FROM pragma_table_info('requests')
+         WHERE name IN ('attempts', 'packed')",
         [],
         |r| r.get(0),
     )?)
@@ -565,7 +639,7 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
 /// The version is read inside a write transaction: processes opening one new database at once
 /// queue on SQLite's write lock (within the busy timeout), and each one after the first finds
 /// the migrations applied; read before it, all of them would apply version 1.
-fn migrate_to(conn: &mut Connection, target: usize) -> Result<()> {
+pub(crate) fn migrate_to(conn: &mut Connection, target: usize) -> Result<()> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let current: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if current > VERSION {
@@ -587,6 +661,9 @@ fn migrate_to(conn: &mut Connection, target: usize) -> Result<()> {
             }
         }
         tx.execute_batch(m.sql)?;
+        if let Some(step) = m.step {
+            step(&tx)?;
+        }
     }
     for after in pending.iter().filter_map(|m| m.after) {
         after(&tx)?;
@@ -597,14 +674,18 @@ fn migrate_to(conn: &mut Connection, target: usize) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// An empty store at `version`: its migrations' SQL only (their Rust steps read rows with
-    /// today's reader, which needs today's columns; an empty store has nothing for them).
-    fn empty_at(conn: &Connection, version: usize) {
+    /// An empty store at `version`: its migrations' SQL and in-order steps only (their `after`
+    /// steps read rows with today's reader, which needs today's columns; an empty store has
+    /// nothing for them).
+    pub(crate) fn empty_at(conn: &Connection, version: usize) {
         for m in &MIGRATIONS[..version] {
             conn.execute_batch(m.sql).unwrap();
+            if let Some(step) = m.step {
+                step(conn).unwrap();
+            }
         }
         conn.pragma_update(None, "user_version", version as i64)
             .unwrap();
@@ -730,14 +811,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut empty = Connection::open(dir.path().join("empty.db")).unwrap();
         empty_at(&empty, 14);
-        migrate(&mut empty).unwrap();
+        migrate_to(&mut empty, 15).unwrap();
         assert!(moved(&empty).is_empty());
 
         let mut used = Connection::open(dir.path().join("used.db")).unwrap();
         empty_at(&used, 14);
         crate::records::tests::insert_legacy_rows(&used, &[sample("a", "ws", 1)]);
         let before = crate::records::tests::now_ms();
-        migrate(&mut used).unwrap();
+        migrate_to(&mut used, 15).unwrap();
         let after = crate::records::tests::now_ms();
         let got = moved(&used);
         assert_eq!(got.len(), 1);
@@ -763,7 +844,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut empty = Connection::open(dir.path().join("empty.db")).unwrap();
         empty_at(&empty, 15);
-        migrate(&mut empty).unwrap();
+        migrate_to(&mut empty, 16).unwrap();
         assert!(moment(&empty).is_empty());
 
         let mut used = Connection::open(dir.path().join("used.db")).unwrap();
@@ -771,7 +852,7 @@ mod tests {
         let old = sample("a", "ws", 1);
         insert_legacy_rows(&used, std::slice::from_ref(&old));
         let before = now_ms() * 1000;
-        migrate(&mut used).unwrap();
+        migrate_to(&mut used, 16).unwrap();
         let after = now_ms() * 1000;
         let got = moment(&used);
         assert_eq!(got.len(), 1);
@@ -779,13 +860,16 @@ mod tests {
             (before - 1000..=after + 1000).contains(&got[0]),
             "{got:?} not in {before}..{after}"
         );
+        // Run again (as a test that takes a migration back does), it keeps the first moment.
+        used.execute_batch(V16).unwrap();
+        assert_eq!(moment(&used), got);
+        // Until v19 rewrites the older rows with codes and clears it (`crate::wide`).
+        migrate(&mut used).unwrap();
         assert_eq!(
             crate::records::get(&used, "ws", "a").unwrap().as_ref(),
             Some(&old)
         );
-        // Run again (as a test that takes a migration back does), it keeps the first moment.
-        used.execute_batch(V16).unwrap();
-        assert_eq!(moment(&used), got);
+        assert!(moment(&used).is_empty());
     }
 
     #[test]
@@ -809,7 +893,7 @@ mod tests {
         rows: &[laptime_core::timeline::RequestRecord],
     ) {
         let mut s = Connection::open(scratch).unwrap();
-        migrate(&mut s).unwrap();
+        migrate_to(&mut s, 18).unwrap();
         crate::records::tests::insert_legacy_rows(&s, rows);
         drop(s);
         let names = |table: &str| -> Vec<String> {
