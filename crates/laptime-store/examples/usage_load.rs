@@ -740,9 +740,11 @@ impl Raw {
     async fn newest(&self, ws: &str) -> Result<Option<i64>, Box<dyn Error>> {
         let sql = "SELECT max(created_at_us) FROM requests WHERE workspace_id = ";
         Ok(match self {
-            Raw::Sqlite(store) => {
-                store.with_conn(|c| Ok(c.query_row(&format!("{sql} ?1"), [ws], |r| r.get(0))?))?
-            }
+            // SQLite's rows hold the workspace's code from its names table.
+            Raw::Sqlite(store) => store.with_conn(|c| {
+                let stored = "COALESCE((SELECT code FROM names WHERE name = ?1), ?1)";
+                Ok(c.query_row(&format!("{sql} {stored}"), [ws], |r| r.get(0))?)
+            })?,
             Raw::Postgres(c) => c.query_one(&format!("{sql} $1"), &[&ws]).await?.get(0),
         })
     }

@@ -20,10 +20,16 @@
 //! Since v17 the rollups' text dimensions hold codes of the same table ([`crate::rollups`]),
 //! found or given by [`Codes::of_names`]; rollups written before were coded by the migration,
 //! so they need no moment.
+//!
+//! Since v19 a row's workspace is a code too (`ws_` and 16 hex digits cost 20 bytes of the row
+//! and 20 of its index by workspace). v19 rewrote every row with codes and cleared the moment
+//! ([`crate::wide`]), so a workspace is coded whenever its row was created, and a read asks
+//! for the one form a workspace is stored in ([`stored`]). The rollups keep the workspace as
+//! text: they are keyed by it first, and a workspace's share of their bytes is small.
 
 use std::collections::HashMap;
 
-use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension};
 
 use laptime_core::timeline::RequestRecord;
@@ -93,7 +99,8 @@ impl Codes {
         let names = records
             .iter()
             .filter(|r| coded_at(text_before_us, r.created_at_us))
-            .flat_map(|r| names_of(r).into_iter().flatten());
+            .flat_map(|r| names_of(r).into_iter().flatten())
+            .chain(records.iter().filter_map(|r| r.workspace_id.as_deref()));
         Ok(Self {
             text_before_us,
             codes: find_or_add(tx, names)?,
@@ -125,6 +132,15 @@ impl Codes {
         }
     }
 
+    /// What a row stores for its workspace: coded whenever the row was created (see the module
+    /// doc).
+    pub(crate) fn workspace<'a>(&'a self, ws: Option<&'a str>) -> ToSqlOutput<'a> {
+        match ws {
+            Some(ws) => self.stored(ws),
+            None => ToSqlOutput::Borrowed(ValueRef::Null),
+        }
+    }
+
     /// What a column stores for `name`: its code when it has one, else the name as text (`""`,
     /// a rollup key's absent value, among them).
     pub(crate) fn stored<'a>(&'a self, name: &'a str) -> ToSqlOutput<'a> {
@@ -133,6 +149,16 @@ impl Codes {
             _ => ToSqlOutput::Borrowed(ValueRef::Text(name.as_bytes())),
         }
     }
+}
+
+/// What a coded column holds for `name`: its code, or the name itself when it has none (too
+/// long, or the table full when it came): a name is stored one way only.
+pub(crate) fn stored(conn: &Connection, name: &str) -> rusqlite::Result<Value> {
+    let code: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT code FROM names WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .optional()?;
+    Ok(code.map_or_else(|| Value::Text(name.to_string()), Value::Blob))
 }
 
 /// Each of `names` with its code, found in the table or added to it (`None`: stored as text,
@@ -273,6 +299,14 @@ mod tests {
         let records = [named("a", 1, "m-1"), bare, named("c", 3, "m-2")];
         write(&store, &records);
         assert_eq!(forms(&store, "a"), ["blob"; 7]);
+        let ws_forms: Vec<String> = store
+            .with_conn(|c| {
+                let mut stmt = c.prepare("SELECT DISTINCT typeof(workspace_id) FROM requests")?;
+                let forms = stmt.query_map([], |r| r.get(0))?;
+                Ok(forms.collect::<rusqlite::Result<_>>()?)
+            })
+            .unwrap();
+        assert_eq!(ws_forms, ["blob"]);
         assert_eq!(
             forms(&store, "b"),
             ["blob", "null", "null", "null", "blob", "blob", "null"]
@@ -423,6 +457,41 @@ mod tests {
         }
         let back = store.with_conn(|c| get(c, "ws", "late")).unwrap();
         assert_eq!(back.and_then(|r| r.model).as_deref(), Some("late-model"));
+
+        // A workspace that comes when the table is full is text in its rows, and found,
+        // filtered and retained as the coded one is.
+        let late_ws = sample("late-ws", "ws-late", 4);
+        write(&store, std::slice::from_ref(&late_ws));
+        let ws_form = |id: &str| -> String {
+            store
+                .with_conn(|c| {
+                    Ok(c.query_row(
+                        "SELECT typeof(workspace_id) FROM requests WHERE request_id = ?1",
+                        [id],
+                        |r| r.get(0),
+                    )?)
+                })
+                .unwrap()
+        };
+        assert_eq!(
+            (ws_form("late-ws"), ws_form("late")),
+            ("text".into(), "blob".into())
+        );
+        let back = store.with_conn(|c| get(c, "ws-late", "late-ws")).unwrap();
+        assert_eq!(back.as_ref(), Some(&late_ws));
+        assert_eq!(by_model("sim-fast"), Vec::<String>::new());
+        let late_recent = store
+            .with_conn(|c| crate::records::recent(c, "ws-late", 10))
+            .unwrap();
+        assert_eq!(ids(&late_recent), ["late-ws"]);
+        let gone = store
+            .with_conn(|c| crate::records::delete_older_than(c, 1_000))
+            .unwrap();
+        assert_eq!(gone, 4);
+        let left: i64 = store
+            .with_conn(|c| Ok(c.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(left, 0);
     }
 
     #[test]

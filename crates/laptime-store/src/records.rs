@@ -8,6 +8,7 @@ use laptime_core::limit::Zone;
 use laptime_core::slow::Classification;
 use laptime_core::timeline::{Outcome, RequestRecord};
 use laptime_core::Dialect;
+use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
 use crate::budgets;
@@ -151,7 +152,7 @@ pub(crate) fn insert_row(
         names::names_of(r).map(|name| codes.value(name, r.created_at_us));
     Ok(stmt.execute(params![
         stored_id::key(&r.request_id),
-        r.workspace_id,
+        codes.workspace(r.workspace_id.as_deref()),
         r.created_at_us,
         model,
         provider,
@@ -196,7 +197,9 @@ fn get_row(conn: &Connection, request_id: &str) -> Result<Option<RequestRecord>>
 /// The columns [`from_row`] reads, in the order of [`COLUMNS`]; the coded columns read back
 /// as their names ([`crate::names`]).
 pub(crate) const SELECT: &str = concat!(
-    "SELECT request_id, workspace_id, created_at_us, ",
+    "SELECT request_id, ",
+    named!("workspace_id"),
+    ", created_at_us, ",
     named!("model"),
     ", ",
     named!("provider"),
@@ -290,7 +293,8 @@ pub fn get(
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let [key, text] = stored_id::params_of(request_id);
-    let mut rows = stmt.query_map(params![workspace_id, key, text], from_row)?;
+    let ws = names::stored(conn, workspace_id)?;
+    let mut rows = stmt.query_map(params![ws, key, text], from_row)?;
     match rows.next() {
         Some(r) => Ok(Some(r?)),
         None => Ok(None),
@@ -319,7 +323,7 @@ pub fn delete_older_than_batched(conn: &Connection, cutoff_us: i64, batch: usize
     let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
     let mut deleted = 0;
     let mut after = None;
-    while let Some(ws) = next_workspace(conn, &["requests"], after.as_deref())? {
+    while let Some(ws) = next_workspace(conn, &["requests"], after.as_ref())? {
         deleted += delete_requests_before(conn, Some(&ws), cutoff_us, batch)?;
         after = Some(ws);
     }
@@ -328,11 +332,11 @@ pub fn delete_older_than_batched(conn: &Connection, cutoff_us: i64, batch: usize
     Ok(deleted)
 }
 
-/// Deletes the requests of workspace `ws` (`None`: those without one) older than `cutoff_us`,
-/// `batch` rows a transaction, the oldest first; returns how many went.
+/// Deletes the requests of workspace `ws` as stored (`None`: those without one) older than
+/// `cutoff_us`, `batch` rows a transaction, the oldest first; returns how many went.
 fn delete_requests_before(
     conn: &Connection,
-    ws: Option<&str>,
+    ws: Option<&Value>,
     cutoff_us: i64,
     batch: i64,
 ) -> Result<usize> {
@@ -360,32 +364,41 @@ fn delete_requests_before(
 /// at a time: the tiers are keyed by workspace first and have no index by time alone (v15).
 fn delete_rollups_before(conn: &Connection, minute_cutoff: i64, batch: i64) -> Result<()> {
     let mut after = None;
-    while let Some(ws) = next_workspace(conn, &["rollups", "rollups_hourly"], after.as_deref())? {
-        delete_workspace_rollups_before(conn, &ws, minute_cutoff, batch)?;
+    while let Some(ws) = next_workspace(conn, &["rollups", "rollups_hourly"], after.as_ref())? {
+        // The rollups hold the workspace as text ([`crate::names`]).
+        if let Value::Text(name) = &ws {
+            delete_workspace_rollups_before(conn, name, minute_cutoff, batch)?;
+        }
         after = Some(ws);
     }
     Ok(())
 }
 
-/// The least workspace after `after` (the least of all when `None`) that any of `tables` holds
-/// rows of: one step down each table's index or key that starts with the workspace, however
-/// many rows a workspace has. Requests without a workspace are not among them.
+/// The least workspace, as stored, after `after` (the least of all when `None`) that any of
+/// `tables` holds rows of: one step down each table's index or key that starts with the
+/// workspace, however many rows a workspace has. Requests without a workspace are not among
+/// them.
 fn next_workspace(
     conn: &Connection,
     tables: &[&str],
-    after: Option<&str>,
-) -> Result<Option<String>> {
-    // Text sorts after NULL and every number, and '' before any other text.
+    after: Option<&Value>,
+) -> Result<Option<Value>> {
+    // Text sorts after NULL and every number, '' before any other text, and a blob (a code)
+    // after every text.
+    let empty = Value::Text(String::new());
     let (op, from) = match after {
         Some(after) => (">", after),
-        None => (">=", ""),
+        None => (">=", &empty),
     };
     let mins: Vec<String> = tables
         .iter()
         .map(|t| format!("SELECT min(workspace_id) AS w FROM {t} WHERE workspace_id {op} ?1"))
         .collect();
     let sql = format!("SELECT min(w) FROM ({})", mins.join(" UNION ALL "));
-    Ok(conn.prepare_cached(&sql)?.query_row([from], |r| r.get(0))?)
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([from], |r| r.get::<_, Option<Value>>(0))?
+        .filter(|v| *v != Value::Null))
 }
 
 /// [`delete_rollups_before`] for one workspace, a transaction per unit: as many whole hours as

@@ -389,8 +389,12 @@ pub(crate) fn rebuild(conn: &Connection, keys: &HashSet<RollupKey>) -> Result<()
         "{SELECT} WHERE workspace_id = ?1 AND created_at_us >= ?2 AND created_at_us < ?3"
     ))?;
     for (ws, minute) in minutes {
+        let stored = names::stored(conn, ws)?;
         let rows = stmt
-            .query_map(params![ws, minute, minute + MINUTE_US], records::from_row)?
+            .query_map(
+                params![stored, minute, minute + MINUTE_US],
+                records::from_row,
+            )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         let mut fresh = aggregate(
             rows.iter()

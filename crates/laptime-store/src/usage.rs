@@ -664,14 +664,14 @@ pub fn usage(
 
 /// The query of [`recent_filtered`] and its parameters; `form` as for [`push_filter`].
 fn recent_sql(
-    workspace_id: &str,
+    ws: &Value,
     filter: &UsageFilter,
     window: Option<(i64, i64)>,
     form: NameForm,
     limit: u32,
 ) -> (String, Vec<Value>) {
     let mut sql = format!("{SELECT} WHERE workspace_id = ?1");
-    let mut values = vec![Value::Text(workspace_id.to_string())];
+    let mut values = vec![ws.clone()];
     if let Some((from, to)) = window {
         values.push(Value::Integer(from));
         values.push(Value::Integer(to));
@@ -717,10 +717,11 @@ pub fn recent_filtered(
     if limit == 0 {
         return Ok(out);
     }
+    let ws = names::stored(conn, workspace_id)?;
     // No filter, or one the index of unusual rows serves: down that index.
     let names_filtered = filter.names().iter().any(|v| v.is_some());
     if *filter == UsageFilter::default() || (asks_unusual(filter) && !names_filtered) {
-        recent_rows(conn, workspace_id, filter, window, limit, &mut out)?;
+        recent_rows(conn, &ws, filter, window, limit, &mut out)?;
         return Ok(out);
     }
     let tx = conn.unchecked_transaction()?;
@@ -739,16 +740,15 @@ pub fn recent_filtered(
                  AND created_at_us >= ?2 AND created_at_us < ?3 \
                  ORDER BY created_at_us DESC, rowid DESC LIMIT 1 OFFSET ?4",
             )?
-            .query_row(
-                rusqlite::params![workspace_id, window.0, window.1, look - 1],
-                |r| r.get(0),
-            )
+            .query_row(rusqlite::params![ws, window.0, window.1, look - 1], |r| {
+                r.get(0)
+            })
             .optional()?;
         let (probed, left) = guide::probe(window, boundary);
         let before = out.len();
         recent_rows(
             &tx,
-            workspace_id,
+            &ws,
             filter,
             Some(probed),
             limit - before as u32,
@@ -762,16 +762,17 @@ pub fn recent_filtered(
         );
     }
     if let Some(rest) = rest {
-        walk(&tx, workspace_id, filter, rest, limit, &mut out)?;
+        walk(&tx, (workspace_id, &ws), filter, rest, limit, &mut out)?;
     }
     Ok(out)
 }
 
-/// Appends to `out` the newest records of a workspace that match `filter` within `window`,
-/// until it holds `limit`, through the minutes whose rollups match ([`crate::guide`]).
+/// Appends to `out` the newest records of a workspace (its id, and as rows store it) that
+/// match `filter` within `window`, until it holds `limit`, through the minutes whose rollups
+/// match ([`crate::guide`]).
 fn walk(
     tx: &Connection,
-    workspace_id: &str,
+    (workspace_id, ws): (&str, &Value),
     filter: &UsageFilter,
     window: (i64, i64),
     limit: u32,
@@ -804,7 +805,7 @@ fn walk(
             for minutes in guide::minute_slices(hour, (first, end)) {
                 for run in guide::runs(&starts(&mut minutes_stmt, minutes)?, window) {
                     let left = limit.saturating_sub(u32::try_from(out.len()).unwrap_or(u32::MAX));
-                    recent_rows(tx, workspace_id, filter, Some(run), left, out)?;
+                    recent_rows(tx, ws, filter, Some(run), left, out)?;
                     if out.len() >= limit as usize {
                         return Ok(());
                     }
@@ -846,11 +847,12 @@ fn matching_starts_sql(tier: Tier, filter: &UsageFilter) -> (String, Vec<FilterV
     (sql, bound)
 }
 
-/// Appends the newest records of a workspace matching `filter` within `window` to `out`, at
-/// most `limit`, walking the workspace's time index (or the index of unusual rows).
+/// Appends the newest records of a workspace (`ws` as rows store it) matching `filter` within
+/// `window` to `out`, at most `limit`, walking the workspace's time index (or the index of
+/// unusual rows).
 fn recent_rows(
     conn: &Connection,
-    workspace_id: &str,
+    ws: &Value,
     filter: &UsageFilter,
     window: Option<(i64, i64)>,
     limit: u32,
@@ -862,7 +864,7 @@ fn recent_rows(
         if left == 0 {
             break;
         }
-        let (sql, values) = recent_sql(workspace_id, filter, window, form, left);
+        let (sql, values) = recent_sql(ws, filter, window, form, left);
         let mut stmt = conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(params_from_iter(values), from_row)?;
         for row in rows {
@@ -989,7 +991,8 @@ mod tests {
                 .into_iter()
                 .flat_map(|w| [(w, NameForm::SqliteCodes), (w, NameForm::Text)])
             {
-                let (sql, values) = recent_sql("ws", filter, window, form, 50);
+                let ws = Value::Blob(vec![1]);
+                let (sql, values) = recent_sql(&ws, filter, window, form, 50);
                 let plan: Vec<String> = store
                     .with_conn(|c| {
                         let mut stmt = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;

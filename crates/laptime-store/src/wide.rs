@@ -274,6 +274,12 @@ mod tests {
         for r in records {
             insert_row(&mut write, &codes, r).unwrap();
         }
+        // Those builds stored the workspace as text.
+        conn.execute_batch(
+            "UPDATE requests SET workspace_id = (SELECT name FROM names WHERE code = workspace_id)
+             WHERE typeof(workspace_id) = 'blob'",
+        )
+        .unwrap();
     }
 
     fn column_types(conn: &Connection, col: &str) -> Vec<String> {
@@ -327,6 +333,9 @@ mod tests {
         insert_v18_rows(&conn, &newer);
         assert_eq!(column_types(&conn, "request_id")[..2], ["text", "blob"]);
         assert_eq!(column_types(&conn, "model")[..3], ["text", "text", "null"]);
+        assert!(column_types(&conn, "workspace_id")
+            .iter()
+            .all(|t| t == "text"));
 
         migrate(&mut conn).unwrap();
         let all: Vec<&RequestRecord> = [&columns, &packed_text].into_iter().chain(&newer).collect();
@@ -350,9 +359,10 @@ mod tests {
             .unwrap();
         let want: Vec<&str> = crate::records::COLUMNS.split(", ").map(str::trim).collect();
         assert_eq!(names, want);
-        // Every gateway id is bytes and every name a code, and nothing says otherwise.
+        // Every gateway id is bytes and every name and workspace a code, and nothing says
+        // otherwise.
         assert_eq!(column_types(&conn, "request_id")[..2], ["blob", "blob"]);
-        for col in crate::names::COLUMNS {
+        for col in crate::names::COLUMNS.into_iter().chain(["workspace_id"]) {
             let types = column_types(&conn, col);
             assert!(
                 types.iter().all(|t| t == "blob" || t == "null"),
