@@ -11,7 +11,8 @@
 //! `--postgres` loads through N recorders at once, as N gateways would; `--retention` times,
 //! after the queries, the deletion of the load's oldest hour; `--workspace ID` the workspace of
 //! every record, default `ws_load`, where the gateway makes ids of 19 characters, `ws_` and 16
-//! hex digits, which every request row, its indexes and the rollups hold).
+//! hex digits, which every request row, its indexes and the rollups hold; `--key ID` the key id
+//! of every record, default `key_load`, where the gateway makes `key_` and 16 hex digits).
 //!
 //! 1. Pushes N synthetic records, spread evenly over the last 24 h in time order, through the
 //!    real `Recorder` as fast as it accepts them. A full queue is waited out and retried (never
@@ -73,6 +74,7 @@ struct Args {
     exact: bool,
     retention: bool,
     workspace: String,
+    key: String,
 }
 
 fn args() -> Result<Args, Box<dyn Error>> {
@@ -87,6 +89,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
         exact: true,
         retention: false,
         workspace: "ws_load".to_string(),
+        key: "key_load".to_string(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -102,6 +105,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
             "--no-exact" => a.exact = false,
             "--retention" => a.retention = true,
             "--workspace" => a.workspace = value()?,
+            "--key" => a.key = value()?,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -125,6 +129,7 @@ const MODELS: [(&str, &str, f64, f64, f64); 8] = [
 struct Synth {
     rng: StdRng,
     thresholds: Thresholds,
+    key_id: String,
 }
 
 impl Synth {
@@ -358,7 +363,7 @@ impl Synth {
         RequestRecord {
             request_id: format!("req_{}", hex::encode(id)),
             workspace_id: Some(ws.to_string()),
-            key_id: Some("key_load".into()),
+            key_id: Some(self.key_id.clone()),
             created_at_us,
             model: Some(model.to_string()),
             provider: (outcome != Outcome::Rejected).then(|| provider.to_string()),
@@ -499,7 +504,7 @@ async fn load(
         let store = store.clone();
         let queue = a.queue;
         let keep = a.exact;
-        let ws = ws.to_string();
+        let (ws, key) = (ws.to_string(), a.key.clone());
         // Instance n writes every instances-th record, so they interleave in time as a
         // balanced fleet's do.
         let (first, count, every) = (n as u64, per, a.instances as u64);
@@ -509,7 +514,16 @@ async fn load(
                 .build()
                 .map_err(|e| e.to_string())?;
             rt.block_on(load_one(
-                &store, queue, n, first, count, every, &ws, start, step, keep,
+                &store,
+                queue,
+                n,
+                first,
+                count,
+                every,
+                (&ws, &key),
+                start,
+                step,
+                keep,
             ))
             .map_err(|e| e.to_string())
         }));
@@ -569,7 +583,7 @@ async fn load_one(
     first: u64,
     count: u64,
     every: u64,
-    ws: &str,
+    (ws, key_id): (&str, &str),
     start: i64,
     step: f64,
     keep: bool,
@@ -577,6 +591,7 @@ async fn load_one(
     let mut synth = Synth {
         rng: StdRng::seed_from_u64(7 + seed as u64),
         thresholds: Thresholds::default(),
+        key_id: key_id.to_string(),
     };
     let (recorder, task) = Recorder::start(store, queue)?;
     let mut full = 0_u64;

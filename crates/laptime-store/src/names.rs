@@ -21,11 +21,12 @@
 //! found or given by [`Codes::of_names`]; rollups written before were coded by the migration,
 //! so they need no moment.
 //!
-//! Since v19 a row's workspace is a code too (`ws_` and 16 hex digits cost 20 bytes of the row
-//! and 20 of its index by workspace). v19 rewrote every row with codes and cleared the moment
-//! ([`crate::wide`]), so a workspace is coded whenever its row was created, and a read asks
-//! for the one form a workspace is stored in ([`stored`]). The rollups keep the workspace as
-//! text: they are keyed by it first, and a workspace's share of their bytes is small.
+//! Since v19 a row's workspace, key id and instance are codes too (`ws_` and 16 hex digits cost
+//! 20 bytes of the row and 20 of its index by workspace; `key_` and 16 hex digits, 21 of the
+//! row). v19 rewrote every row with codes and cleared the moment ([`crate::wide`]), so these are
+//! coded whenever their row was created, and a read asks for the one form a workspace is
+//! stored in ([`stored`]). The rollups keep the workspace as text: they are keyed by it first,
+//! and a workspace's share of their bytes is small.
 
 use std::collections::HashMap;
 
@@ -100,7 +101,11 @@ impl Codes {
             .iter()
             .filter(|r| coded_at(text_before_us, r.created_at_us))
             .flat_map(|r| names_of(r).into_iter().flatten())
-            .chain(records.iter().filter_map(|r| r.workspace_id.as_deref()));
+            .chain(records.iter().flat_map(|r| {
+                [&r.workspace_id, &r.key_id, &r.instance]
+                    .into_iter()
+                    .filter_map(|n| n.as_deref())
+            }));
         Ok(Self {
             text_before_us,
             codes: find_or_add(tx, names)?,
@@ -132,11 +137,11 @@ impl Codes {
         }
     }
 
-    /// What a row stores for its workspace: coded whenever the row was created (see the module
-    /// doc).
-    pub(crate) fn workspace<'a>(&'a self, ws: Option<&'a str>) -> ToSqlOutput<'a> {
-        match ws {
-            Some(ws) => self.stored(ws),
+    /// What a row stores for its workspace, key id or instance: coded whenever the row was
+    /// created (see the module doc).
+    pub(crate) fn always<'a>(&'a self, name: Option<&'a str>) -> ToSqlOutput<'a> {
+        match name {
+            Some(name) => self.stored(name),
             None => ToSqlOutput::Borrowed(ValueRef::Null),
         }
     }

@@ -110,6 +110,24 @@ impl Writer {
 
 /// The packed fields of `r`.
 pub(crate) fn encode(r: &RequestRecord) -> Vec<u8> {
+    encode_fields(r, Keep::All)
+}
+
+/// The packed fields of `r` but its key id and instance, which SQLite's row keeps as codes of
+/// its names table (they repeat in every request of a key or an instance); they read back as
+/// absent here.
+pub(crate) fn encode_without_key_and_instance(r: &RequestRecord) -> Vec<u8> {
+    encode_fields(r, Keep::AllButKeyAndInstance)
+}
+
+/// Which fields [`encode_fields`] writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    All,
+    AllButKeyAndInstance,
+}
+
+fn encode_fields(r: &RequestRecord, keep: Keep) -> Vec<u8> {
     let mut w = Writer::default();
     let m = &r.marks;
     let t = &r.tokens;
@@ -167,8 +185,9 @@ pub(crate) fn encode(r: &RequestRecord) -> Vec<u8> {
     let trace_bytes = trace.and_then(trace_bytes);
     w.raw(trace_bytes.as_ref().map(|b| b.as_slice()));
     w.text(trace.filter(|_| trace_bytes.is_none()));
-    w.text(r.instance.as_deref());
-    w.text(r.key_id.as_deref());
+    let ids = keep == Keep::All;
+    w.text(r.instance.as_deref().filter(|_| ids));
+    w.text(r.key_id.as_deref().filter(|_| ids));
     w.uint(r.cost.map(|c| c.nano_usd));
     w.flag(r.cost.is_some_and(|c| c.estimated));
     w.text(r.refused_by.map(Limit::as_str));
@@ -750,6 +769,25 @@ pub(crate) mod tests {
         let mut back = scrambled(r);
         decode(&encode(r), &mut back).unwrap();
         back
+    }
+
+    /// SQLite's packed value leaves the key id and the instance to its columns: they decode as
+    /// absent, and every other field as written.
+    #[test]
+    fn the_value_without_key_and_instance_decodes_them_absent_and_the_rest_as_written() {
+        let r = full();
+        assert!(r.key_id.is_some() && r.instance.is_some());
+        let apart = encode_without_key_and_instance(&r);
+        assert!(apart.len() < encode(&r).len());
+        let mut back = scrambled(&r);
+        decode(&apart, &mut back).unwrap();
+        assert_eq!((back.key_id.take(), back.instance.take()), (None, None));
+        let want = RequestRecord {
+            key_id: None,
+            instance: None,
+            ..r
+        };
+        assert_eq!(back, want);
     }
 
     /// A record with every optional field absent.

@@ -126,18 +126,19 @@ pub(crate) fn insert_rows(
 }
 
 /// A request's row since schema v19 (v14 packed the fields no query filters, groups or sorts
-/// on; v19 dropped the columns that held them before): the columns queries use, then the packed
-/// fields ([`crate::packed`]). The names are codes ([`crate::names`]), the ids the gateway makes
-/// their bytes ([`stored_id`]).
+/// on; v19 dropped the columns that held them before): the columns queries use, the key id and
+/// the instance, then the packed fields ([`crate::packed`]). The names, the workspace, the key
+/// id and the instance are codes ([`crate::names`]), the ids the gateway makes their bytes
+/// ([`stored_id`]).
 pub(crate) const COLUMNS: &str = "request_id, workspace_id, created_at_us, model, provider, \
     channel, grp, dialect, stream, status, outcome, classification, endpoint, input_tokens, \
-    max_output_tokens, reasoning_effort, tool_count, region, packed";
+    max_output_tokens, reasoning_effort, tool_count, region, key_id, instance, packed";
 
 /// The statement that writes a row of [`COLUMNS`] into `table` unless its id is there.
 pub(crate) fn insert_sql(table: &str) -> String {
     format!(
         "INSERT INTO {table} ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, \
-         ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) ON CONFLICT (request_id) DO NOTHING"
+         ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) ON CONFLICT (request_id) DO NOTHING"
     )
 }
 
@@ -152,7 +153,7 @@ pub(crate) fn insert_row(
         names::names_of(r).map(|name| codes.value(name, r.created_at_us));
     Ok(stmt.execute(params![
         stored_id::key(&r.request_id),
-        codes.workspace(r.workspace_id.as_deref()),
+        codes.always(r.workspace_id.as_deref()),
         r.created_at_us,
         model,
         provider,
@@ -169,7 +170,9 @@ pub(crate) fn insert_row(
         r.shape.reasoning_effort,
         r.shape.tool_count,
         region,
-        crate::packed::encode(r),
+        codes.always(r.key_id.as_deref()),
+        codes.always(r.instance.as_deref()),
+        crate::packed::encode_without_key_and_instance(r),
     ])?)
 }
 
@@ -213,6 +216,10 @@ pub(crate) const SELECT: &str = concat!(
     named!("endpoint"),
     ", input_tokens, max_output_tokens, reasoning_effort, tool_count, ",
     named!("region"),
+    ", ",
+    named!("key_id"),
+    ", ",
+    named!("instance"),
     ", packed FROM requests"
 );
 
@@ -269,10 +276,13 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         tool_count: row.get(16)?,
         region: row.get(17)?,
     };
-    let packed = row.get_ref(18)?.as_blob()?;
-    crate::packed::record(columns, packed).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(18, rusqlite::types::Type::Blob, Box::new(e))
-    })
+    let packed = row.get_ref(20)?.as_blob()?;
+    let mut r = crate::packed::record(columns, packed).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(20, rusqlite::types::Type::Blob, Box::new(e))
+    })?;
+    // Not in the packed value ([`crate::packed::encode_without_key_and_instance`]).
+    (r.key_id, r.instance) = (row.get(18)?, row.get(19)?);
+    Ok(r)
 }
 
 /// The newest records of a workspace, newest first.

@@ -587,6 +587,8 @@ pub(crate) const REQUESTS_V19: &str = "
     reasoning_effort TEXT,
     tool_count INTEGER,
     region TEXT,
+    key_id TEXT,
+    instance TEXT,
     packed BLOB NOT NULL";
 
 /// The indexes of `requests` since v18: by workspace and time, and of the unusual rows.

@@ -267,19 +267,31 @@ mod tests {
                 "INSERT INTO requests ({}, flags, event_count, text_delta_count, hedge,
                     failover_count, cached)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                    ?17, ?18, ?19, '', 0, 0, '', 0, 0)",
+                    ?17, ?18, ?19, ?20, ?21, '', 0, 0, '', 0, 0)",
                 crate::records::COLUMNS
             ))
             .unwrap();
         for r in records {
             insert_row(&mut write, &codes, r).unwrap();
         }
-        // Those builds stored the workspace as text.
+        // Those builds stored the workspace as text, and the key id and instance packed.
         conn.execute_batch(
             "UPDATE requests SET workspace_id = (SELECT name FROM names WHERE code = workspace_id)
              WHERE typeof(workspace_id) = 'blob'",
         )
         .unwrap();
+        let mut pack = conn
+            .prepare(&format!(
+                "UPDATE requests SET key_id = NULL, instance = NULL, packed = ?1
+                 WHERE {}",
+                crate::stored_id::lookup(2)
+            ))
+            .unwrap();
+        for r in records {
+            let [key, text] = crate::stored_id::params_of(&r.request_id);
+            let packed = crate::packed::encode(r);
+            pack.execute(rusqlite::params![packed, key, text]).unwrap();
+        }
     }
 
     fn column_types(conn: &Connection, col: &str) -> Vec<String> {
@@ -362,7 +374,10 @@ mod tests {
         // Every gateway id is bytes and every name and workspace a code, and nothing says
         // otherwise.
         assert_eq!(column_types(&conn, "request_id")[..2], ["blob", "blob"]);
-        for col in crate::names::COLUMNS.into_iter().chain(["workspace_id"]) {
+        for col in crate::names::COLUMNS
+            .into_iter()
+            .chain(["workspace_id", "key_id", "instance"])
+        {
             let types = column_types(&conn, col);
             assert!(
                 types.iter().all(|t| t == "blob" || t == "null"),
