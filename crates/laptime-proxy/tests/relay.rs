@@ -436,12 +436,8 @@ async fn bad_input_gets_the_dialects_error_shape_and_a_row() {
             found = h
                 .store
                 .with_conn(move |c| {
-                    Ok(c.query_row(
-                        "SELECT outcome, status FROM requests WHERE request_id = ?1",
-                        [laptime_store::stored_id::key(&id2)],
-                        |r| Ok((r.get::<_, String>(0)?, r.get::<_, u16>(1)?)),
-                    )
-                    .ok())
+                    Ok(laptime_store::records::stored(c, &id2)?
+                        .map(|r| (r.outcome.as_str().to_string(), r.status)))
                 })
                 .unwrap();
             if found.is_some() {
@@ -652,15 +648,10 @@ async fn a_stream_still_open_when_the_drain_time_ends_is_told_in_band_and_record
     }
     stopping.await.unwrap();
     for id in ids {
-        let outcome: String = store
-            .with_conn(|c| {
-                Ok(c.query_row(
-                    "SELECT outcome FROM requests WHERE request_id = ?1",
-                    [laptime_store::stored_id::key(&id)],
-                    |r| r.get(0),
-                )?)
-            })
-            .unwrap();
-        assert_eq!(outcome, "gateway_shutdown", "{id}");
+        let outcome = store
+            .with_conn(|c| laptime_store::records::stored(c, &id))
+            .unwrap()
+            .map(|r| r.outcome.as_str());
+        assert_eq!(outcome, Some("gateway_shutdown"), "{id}");
     }
 }

@@ -31,6 +31,7 @@ pub mod affinity;
 mod attempts;
 pub mod auth;
 pub mod budgets;
+mod closed;
 mod guide;
 pub mod instances;
 pub mod limits;

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use laptime_core::endpoint::Endpoint;
 use laptime_core::limit::Zone;
-use laptime_core::slow::Classification;
-use laptime_core::timeline::{Outcome, RequestRecord};
+use laptime_core::timeline::RequestRecord;
 use laptime_core::Dialect;
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
@@ -128,8 +127,8 @@ pub(crate) fn insert_rows(
 /// A request's row since schema v19 (v14 packed the fields no query filters, groups or sorts
 /// on; v19 dropped the columns that held them before): the columns queries use, the key id and
 /// the instance, then the packed fields ([`crate::packed`]). The names, the workspace, the key
-/// id and the instance are codes ([`crate::names`]), the ids the gateway makes their bytes
-/// ([`stored_id`]).
+/// id and the instance are codes ([`crate::names`]), the outcome and the classification
+/// numbers ([`crate::closed`]), the ids the gateway makes their bytes ([`stored_id`]).
 pub(crate) const COLUMNS: &str = "request_id, workspace_id, created_at_us, model, provider, \
     channel, grp, dialect, stream, status, outcome, classification, endpoint, input_tokens, \
     max_output_tokens, reasoning_effort, tool_count, region, key_id, instance, packed";
@@ -162,8 +161,8 @@ pub(crate) fn insert_row(
         dialect,
         r.stream,
         r.status,
-        r.outcome.as_str(),
-        r.classification.as_str(),
+        crate::closed::outcome_code(r.outcome),
+        crate::closed::classification_code(r.classification),
         endpoint,
         tok(r.tokens.input),
         tok(r.shape.max_output_tokens),
@@ -254,6 +253,17 @@ pub(crate) fn named<T>(
     parse(&v).ok_or_else(|| corrupt(what, &v))
 }
 
+/// Column `i` of `row`, a closed set's stored number ([`crate::closed`]).
+fn numbered<T>(
+    row: &Row<'_>,
+    i: usize,
+    what: &str,
+    parse: fn(i64) -> Option<T>,
+) -> rusqlite::Result<T> {
+    let v: i64 = row.get(i)?;
+    parse(v).ok_or_else(|| corrupt(what, &v.to_string()))
+}
+
 /// A record from a row of [`SELECT`].
 pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
     let columns = crate::packed::Columns {
@@ -267,8 +277,8 @@ pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<RequestRecord> {
         dialect: named(row, 7, "dialect", Dialect::parse)?,
         stream: row.get(8)?,
         status: row.get(9)?,
-        outcome: named(row, 10, "outcome", Outcome::parse)?,
-        classification: named(row, 11, "classification", Classification::parse)?,
+        outcome: numbered(row, 10, "outcome", crate::closed::outcome_of)?,
+        classification: numbered(row, 11, "classification", crate::closed::classification_of)?,
         endpoint: named(row, 12, "endpoint", Endpoint::parse)?,
         input_tokens: untok(row.get(13)?),
         max_output_tokens: untok(row.get(14)?),
@@ -490,7 +500,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::Store;
     use laptime_core::timeline::{
-        Attempt, ConnectionMarks, Exchange, Hedge, InBandCarrier, Marks, RequestShape,
+        Attempt, ConnectionMarks, Exchange, Hedge, InBandCarrier, Marks, Outcome, RequestShape,
     };
     use laptime_core::usage::Tokens;
 

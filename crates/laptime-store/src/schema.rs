@@ -484,6 +484,12 @@ const V11: &str = r#"
 /// this very expression (SQLite proves a partial index usable term by term), so
 /// [`crate::usage`] adds it to such filters.
 pub(crate) const UNUSUAL: &str =
+    "(status IS NOT 200 OR outcome IS NOT 0 OR classification IS NOT 0)";
+
+/// [`UNUSUAL`] as v12 to v18 stated it, with the outcome's and the classification's names
+/// (numbers since v19, [`crate::closed`]).
+#[cfg(test)]
+const UNUSUAL_V12: &str =
     "(status IS NOT 200 OR outcome IS NOT 'completed' OR classification IS NOT 'ok')";
 
 /// Three indexes (status, outcome, classification), each an entry per request, gave the
@@ -579,8 +585,8 @@ pub(crate) const REQUESTS_V19: &str = "
     dialect TEXT NOT NULL,
     stream INTEGER NOT NULL,
     status INTEGER NOT NULL,
-    outcome TEXT NOT NULL,
-    classification TEXT NOT NULL,
+    outcome INTEGER NOT NULL,
+    classification INTEGER NOT NULL,
     endpoint TEXT NOT NULL,
     input_tokens INTEGER,
     max_output_tokens INTEGER,
@@ -797,7 +803,7 @@ pub(crate) mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert!(sql.ends_with(&format!("WHERE {UNUSUAL}")), "{sql}");
+        assert!(sql.ends_with(&format!("WHERE {UNUSUAL_V12}")), "{sql}");
     }
 
     #[test]

@@ -241,6 +241,8 @@ pub(crate) enum FilterValue {
     Text(String),
     Stream(bool),
     Status(u16),
+    /// A closed set's number in SQLite's request rows ([`crate::closed`]).
+    Number(i64),
 }
 
 /// Appends ` AND column = <sigil>n` for every field the filter sets, numbering parameters after
@@ -294,7 +296,16 @@ pub(crate) fn push_filter(
             sql.push_str(&null(col));
             continue;
         }
-        bind(col, FilterValue::Text(v.clone()), sql, &mut values);
+        let value = match form {
+            NameForm::SqliteCodes => crate::closed::filter_code(col, v).map(FilterValue::Number),
+            _ => None,
+        };
+        bind(
+            col,
+            value.unwrap_or_else(|| FilterValue::Text(v.clone())),
+            sql,
+            &mut values,
+        );
     }
     if let Some(s) = filter.stream {
         bind("stream", FilterValue::Stream(s), sql, &mut values);
@@ -398,6 +409,7 @@ fn sqlite_value(v: FilterValue) -> Value {
         FilterValue::Text(t) => Value::Text(t),
         FilterValue::Stream(s) => Value::Integer(i64::from(s)),
         FilterValue::Status(s) => Value::Integer(i64::from(s)),
+        FilterValue::Number(n) => Value::Integer(n),
     }
 }
 

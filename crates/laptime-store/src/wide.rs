@@ -274,7 +274,8 @@ mod tests {
         for r in records {
             insert_row(&mut write, &codes, r).unwrap();
         }
-        // Those builds stored the workspace as text, and the key id and instance packed.
+        // Those builds stored the workspace, the outcome and the classification as text, and
+        // the key id and instance packed.
         conn.execute_batch(
             "UPDATE requests SET workspace_id = (SELECT name FROM names WHERE code = workspace_id)
              WHERE typeof(workspace_id) = 'blob'",
@@ -282,15 +283,18 @@ mod tests {
         .unwrap();
         let mut pack = conn
             .prepare(&format!(
-                "UPDATE requests SET key_id = NULL, instance = NULL, packed = ?1
+                "UPDATE requests SET key_id = NULL, instance = NULL, packed = ?1, outcome = ?2,
+                    classification = ?3
                  WHERE {}",
-                crate::stored_id::lookup(2)
+                crate::stored_id::lookup(4)
             ))
             .unwrap();
         for r in records {
             let [key, text] = crate::stored_id::params_of(&r.request_id);
             let packed = crate::packed::encode(r);
-            pack.execute(rusqlite::params![packed, key, text]).unwrap();
+            let (outcome, class) = (r.outcome.as_str(), r.classification.as_str());
+            pack.execute(rusqlite::params![packed, outcome, class, key, text])
+                .unwrap();
         }
     }
 

@@ -25,6 +25,7 @@ fn bound(v: FilterValue) -> Box<dyn ToSql + Sync + Send> {
         FilterValue::Text(t) => Box::new(t),
         FilterValue::Stream(s) => Box::new(s),
         FilterValue::Status(s) => Box::new(i32::from(s)),
+        FilterValue::Number(n) => Box::new(n),
     }
 }
 
