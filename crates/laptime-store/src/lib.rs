@@ -322,9 +322,9 @@ const WAL_AUTOCHECKPOINT_BYTES: i64 = 81_920_000;
 /// mode cannot change it). SQLite's default, 4 KiB, left a third of the minute rollups' pages
 /// empty: their rows (about 300 B) grow as each batch merges into them and split pages that
 /// have no room. On `usage_load`'s 10 M requests (gateway-shaped ids, schema v19) the store
-/// was 3,012 MB with 4 KiB pages, 2,894 MB with 8 KiB and 2,756 MB with 16 KiB, the minute
+/// was 3,012 MB with 4 KiB pages, 2,894 MB with 8 KiB and 2,754 MB with 16 KiB, the minute
 /// tier 78, 67 and 57 B a request, and every read was faster (`usage` over 24 h 235, 218 and
-/// 203 ms).
+/// 190 ms).
 const PAGE_SIZE: i64 = 16_384;
 
 /// How long a connection waits for another one's lock before it answers busy.

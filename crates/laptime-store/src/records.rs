@@ -103,7 +103,8 @@ pub(crate) fn insert_rows(
         let mut req = tx.prepare_cached(&insert_sql("requests"))?;
         let mut text = tx.prepare_cached("SELECT 1 FROM requests WHERE request_id = ?1")?;
         for r in records {
-            // A row written before v15 holds the id as text, which the insert cannot see.
+            // A row written before v15 held the id as text, which the insert cannot see (v19
+            // rewrote those rows with bytes and cleared `id_forms`, so this finds none since).
             let older =
                 stored_id::may_be_text(&r.request_id, moved_ms) && text.exists([&r.request_id])?;
             if older || insert_row(&mut req, &codes, r)? == 0 {

@@ -4,7 +4,9 @@
 //!
 //! A migration may carry Rust code (migration 2 backfills the rollups of existing rows). All
 //! pending migrations run in one transaction: every pending SQL step first, then the Rust steps,
-//! so that Rust code reads rows with today's reader against today's columns.
+//! so that Rust code reads rows with today's reader against today's columns. A `step` is the
+//! exception: it runs in order with the SQL (migration 19 rewrites the request rows, reading
+//! them with the columns they had; see [`crate::wide`]).
 
 use rusqlite::Connection;
 
@@ -482,7 +484,8 @@ const V11: &str = r#"
 /// outcome other than `completed` or a classification other than `ok` reads, through the
 /// partial index `requests_ws_unusual`. A query uses that index only when its `WHERE` holds
 /// this very expression (SQLite proves a partial index usable term by term), so
-/// [`crate::usage`] adds it to such filters.
+/// [`crate::usage`] adds it to such filters. Since v19 the outcome and the classification are
+/// numbers, 0 for `completed` and `ok` ([`crate::closed`]).
 pub(crate) const UNUSUAL: &str =
     "(status IS NOT 200 OR outcome IS NOT 0 OR classification IS NOT 0)";
 

@@ -3,10 +3,11 @@
 //!
 //! Until v14 every field had a column; v14 packed the fields no query uses into one value and
 //! left the other columns NULL, 0 or `''` on newer rows. SQLite gives every column of a row a
-//! byte of its header, NULL or not, and does not leave trailing NULLs out. A table cannot drop a column
-//! that older rows still need, so v19 writes every row anew: the older rows packed as newer
-//! ones are, every name a code, every gateway id its bytes, so that no row is stored the older
-//! way any more (the moments `id_forms` and `name_forms` kept are cleared with them).
+//! byte of its header, NULL or not, and does not leave trailing NULLs out. A table cannot drop
+//! a column that older rows still need, so v19 writes every row anew as today's writer does:
+//! the older rows packed, every name, workspace, key id and instance a code, the outcome and
+//! the classification numbers, every gateway id its bytes. No row is stored an older way any
+//! more, so the moments `id_forms` and `name_forms` kept are cleared.
 
 use rusqlite::{Connection, Row};
 
