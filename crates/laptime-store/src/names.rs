@@ -6,27 +6,23 @@
 //! The columns are `TEXT`: SQLite would turn an integer into its digits there, while a blob
 //! stays a blob, so a code is a blob and a name is text, told apart by type. A text never
 //! equals a blob, so reading resolves a blob through `names` and keeps a text as it is
-//! ([`crate::records::SELECT`]'s columns), and a filter compares the column with the name's code when it has
-//! one ([`coded_equals`]).
+//! ([`crate::records::SELECT`]'s columns), and a filter compares the column with the name's
+//! code when it has one ([`coded_equals`]).
 //!
-//! Rows written before v16 hold text. A store that had rows then notes the moment
-//! (`name_forms`); rows created before it are written as text still (a replayed journal's
-//! records), rows created from it on with codes, so that a filter knows which form to ask for
-//! by the time it reads ([`text_before_us`]). A name gets a code the first time a row names it
-//! and keeps it; the table takes at most [`CAP`] names of at most [`MAX_NAME`] bytes, since
-//! model names come from clients: a name it cannot take is stored as text in every row, so a
-//! name is only ever stored one way from the moment on.
+//! A name gets a code the first time a row names it and keeps it; the table takes at most
+//! [`CAP`] names of at most [`MAX_NAME`] bytes, since model names come from clients: a name it
+//! cannot take is stored as text in every row, so a name is only ever stored one way.
 //!
 //! Since v17 the rollups' text dimensions hold codes of the same table ([`crate::rollups`]),
-//! found or given by [`Codes::of_names`]; rollups written before were coded by the migration,
-//! so they need no moment.
+//! found or given by [`Codes::of_names`]; rollups written before were coded by the migration.
 //!
 //! Since v19 a row's workspace, key id and instance are codes too (`ws_` and 16 hex digits cost
 //! 20 bytes of the row and 20 of its index by workspace; `key_` and 16 hex digits, 21 of the
-//! row). v19 rewrote every row with codes and cleared the moment ([`crate::wide`]), so these are
-//! coded whenever their row was created, and a read asks for the one form a workspace is
-//! stored in ([`stored`]). The rollups keep the workspace as text: they are keyed by it first,
-//! and a workspace's share of their bytes is small.
+//! row), and a read asks for the one form a workspace is stored in ([`stored`]). The rollups
+//! keep the workspace as text: they are keyed by it first, and a workspace's share of their
+//! bytes is small. Rows written from v16 to v18 held text when they were created before the
+//! store moved to codes (a moment `name_forms` kept); v19 rewrote every row with codes and
+//! cleared it ([`crate::wide`]).
 
 use std::collections::HashMap;
 
@@ -66,18 +62,6 @@ pub(crate) fn coded_equals(col: &str, n: usize) -> String {
     format!(" AND {col} = COALESCE((SELECT code FROM names WHERE name = ?{n}), ?{n})")
 }
 
-/// From when rows hold codes (unix µs), if the store had rows before v16; rows created earlier
-/// hold names as text.
-pub(crate) fn text_before_us(conn: &Connection) -> rusqlite::Result<Option<i64>> {
-    conn.prepare_cached("SELECT max(text_before_us) FROM name_forms")?
-        .query_row([], |r| r.get(0))
-}
-
-/// Whether the row of a request created at `created_at_us` holds codes.
-fn coded_at(text_before_us: Option<i64>, created_at_us: i64) -> bool {
-    text_before_us.is_none_or(|t| created_at_us >= t)
-}
-
 /// The code of the `n`th name: `n` in big-endian bytes without leading zeros.
 fn code_of(n: i64) -> Vec<u8> {
     let bytes = n.to_be_bytes();
@@ -87,27 +71,22 @@ fn code_of(n: i64) -> Vec<u8> {
 
 /// The codes of the names a batch of records writes, found or given within its transaction.
 pub(crate) struct Codes {
-    text_before_us: Option<i64>,
     /// Each name seen, with its code (`None`: stored as text, the table being full).
     codes: HashMap<String, Option<Vec<u8>>>,
 }
 
 impl Codes {
-    /// Finds the code of every name `records` write as codes, giving one to each new name the
-    /// table can take.
+    /// Finds the code of every name `records` write (their workspaces, key ids and instances
+    /// among them), giving one to each new name the table can take.
     pub(crate) fn of(tx: &Connection, records: &[RequestRecord]) -> rusqlite::Result<Self> {
-        let text_before_us = text_before_us(tx)?;
-        let names = records
-            .iter()
-            .filter(|r| coded_at(text_before_us, r.created_at_us))
-            .flat_map(|r| names_of(r).into_iter().flatten())
-            .chain(records.iter().flat_map(|r| {
+        let names = records.iter().flat_map(|r| {
+            names_of(r).into_iter().flatten().chain(
                 [&r.workspace_id, &r.key_id, &r.instance]
                     .into_iter()
-                    .filter_map(|n| n.as_deref())
-            }));
+                    .filter_map(|n| n.as_deref()),
+            )
+        });
         Ok(Self {
-            text_before_us,
             codes: find_or_add(tx, names)?,
         })
     }
@@ -119,27 +98,13 @@ impl Codes {
         names: impl IntoIterator<Item = &'n str>,
     ) -> rusqlite::Result<Self> {
         Ok(Self {
-            text_before_us: None,
             codes: find_or_add(tx, names)?,
         })
     }
 
-    /// What the row of a request created at `created_at_us` stores for `name`.
-    pub(crate) fn value<'a>(
-        &'a self,
-        name: Option<&'a str>,
-        created_at_us: i64,
-    ) -> ToSqlOutput<'a> {
-        match name {
-            Some(name) if coded_at(self.text_before_us, created_at_us) => self.stored(name),
-            Some(name) => ToSqlOutput::Borrowed(ValueRef::Text(name.as_bytes())),
-            None => ToSqlOutput::Borrowed(ValueRef::Null),
-        }
-    }
-
-    /// What a row stores for its workspace, key id or instance: coded whenever the row was
-    /// created (see the module doc).
-    pub(crate) fn always<'a>(&'a self, name: Option<&'a str>) -> ToSqlOutput<'a> {
+    /// What a row stores for `name` (one of its names, its workspace, key id or instance):
+    /// NULL for none.
+    pub(crate) fn value<'a>(&'a self, name: Option<&'a str>) -> ToSqlOutput<'a> {
         match name {
             Some(name) => self.stored(name),
             None => ToSqlOutput::Borrowed(ValueRef::Null),
@@ -273,12 +238,12 @@ mod tests {
     /// The stored type of each coded column of the row of `id`, in the order of [`COLUMNS`].
     fn forms(store: &Store, id: &str) -> Vec<String> {
         let sql = format!(
-            "SELECT {} FROM requests WHERE request_id IN (?1, ?2)",
+            "SELECT {} FROM requests WHERE request_id = ?1",
             COLUMNS.map(|c| format!("typeof({c})")).join(", ")
         );
         store
             .with_conn(|c| {
-                Ok(c.query_row(&sql, crate::stored_id::params_of(id), |r| {
+                Ok(c.query_row(&sql, [crate::stored_id::key(id)], |r| {
                     (0..COLUMNS.len()).map(|i| r.get(i)).collect()
                 })?)
             })
@@ -345,8 +310,11 @@ mod tests {
         assert_eq!(code.len(), 1);
     }
 
+    /// A moment left in `name_forms` (re-running v16, as a test that takes migrations back
+    /// does, notes one) changes nothing since v19: every row holds codes, whenever it was
+    /// created, and filters find them newest first.
     #[test]
-    fn rows_before_the_moment_keep_text_and_filters_find_both_forms_newest_first() {
+    fn every_row_holds_codes_whenever_it_was_created_and_filters_find_them_newest_first() {
         let (_dir, store) = store();
         store
             .with_conn(|c| Ok(c.execute("INSERT INTO name_forms VALUES (100)", [])?))
@@ -358,14 +326,13 @@ mod tests {
             })
             .collect();
         write(&store, &records);
-        // Created at 40, 60, 80: text; from 100 on: codes.
         for r in &records {
-            let want = if r.created_at_us < 100 {
-                "text"
-            } else {
-                "blob"
-            };
-            assert_eq!(forms(&store, &r.request_id), [want; 7], "{}", r.request_id);
+            assert_eq!(
+                forms(&store, &r.request_id),
+                ["blob"; 7],
+                "{}",
+                r.request_id
+            );
             let back = store.with_conn(|c| get(c, "ws", &r.request_id)).unwrap();
             assert_eq!(back.as_ref(), Some(r));
         }

@@ -66,14 +66,11 @@ pub fn insert_absent(
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut fresh: Vec<RequestRecord> = Vec::with_capacity(records.len());
     {
-        let mut stored = tx.prepare_cached(&format!(
-            "SELECT 1 FROM requests WHERE {}",
-            stored_id::lookup(1)
-        ))?;
+        let mut stored = tx.prepare_cached("SELECT 1 FROM requests WHERE request_id = ?1")?;
         let mut seen = HashSet::new();
         for r in records {
             if seen.insert(r.request_id.as_str())
-                && !stored.exists(stored_id::params_of(&r.request_id))?
+                && !stored.exists([stored_id::key(&r.request_id)])?
             {
                 fresh.push(r.clone());
             }
@@ -98,26 +95,17 @@ pub(crate) fn insert_rows(
     let mut rebuild: HashSet<RollupKey> = HashSet::new();
     let mut replaced = Vec::new();
     {
-        let moved_ms = stored_id::moved_ms(tx)?;
         let codes = Codes::of(tx, records)?;
         let mut req = tx.prepare_cached(&insert_sql("requests"))?;
-        let mut text = tx.prepare_cached("SELECT 1 FROM requests WHERE request_id = ?1")?;
         for r in records {
-            // A row written before v15 held the id as text, which the insert cannot see (v19
-            // rewrote those rows with bytes and cleared `id_forms`, so this finds none since).
-            let older =
-                stored_id::may_be_text(&r.request_id, moved_ms) && text.exists([&r.request_id])?;
-            if older || insert_row(&mut req, &codes, r)? == 0 {
+            if insert_row(&mut req, &codes, r)? == 0 {
                 // The id is taken: replace the old row, and rebuild both its rollup and ours.
                 let old = get_row(tx, &r.request_id)?;
                 rebuild.extend(old.as_ref().and_then(RollupKey::of));
                 replaced.extend(old);
                 rebuild.extend(RollupKey::of(r));
-                tx.prepare_cached(&format!(
-                    "DELETE FROM requests WHERE {}",
-                    stored_id::lookup(1)
-                ))?
-                .execute(stored_id::params_of(&r.request_id))?;
+                tx.prepare_cached("DELETE FROM requests WHERE request_id = ?1")?
+                    .execute([stored_id::key(&r.request_id)])?;
                 insert_row(&mut req, &codes, r)?;
             }
         }
@@ -150,10 +138,10 @@ pub(crate) fn insert_row(
     r: &RequestRecord,
 ) -> Result<usize> {
     let [model, provider, channel, group, dialect, endpoint, region] =
-        names::names_of(r).map(|name| codes.value(name, r.created_at_us));
+        names::names_of(r).map(|name| codes.value(name));
     Ok(stmt.execute(params![
         stored_id::key(&r.request_id),
-        codes.always(r.workspace_id.as_deref()),
+        codes.value(r.workspace_id.as_deref()),
         r.created_at_us,
         model,
         provider,
@@ -170,8 +158,8 @@ pub(crate) fn insert_row(
         r.shape.reasoning_effort,
         r.shape.tool_count,
         region,
-        codes.always(r.key_id.as_deref()),
-        codes.always(r.instance.as_deref()),
+        codes.value(r.key_id.as_deref()),
+        codes.value(r.instance.as_deref()),
         crate::packed::encode_without_key_and_instance(r),
     ])?)
 }
@@ -191,9 +179,9 @@ pub fn stored(conn: &Connection, request_id: &str) -> Result<Option<RequestRecor
 
 /// One stored row by id, in any workspace.
 fn get_row(conn: &Connection, request_id: &str) -> Result<Option<RequestRecord>> {
-    let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE {}", stored_id::lookup(1)))?;
+    let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE request_id = ?1"))?;
     Ok(stmt
-        .query_row(stored_id::params_of(request_id), from_row)
+        .query_row([stored_id::key(request_id)], from_row)
         .optional()?)
 }
 
@@ -308,14 +296,11 @@ pub fn get(
     workspace_id: &str,
     request_id: &str,
 ) -> Result<Option<RequestRecord>> {
-    let sql = format!(
-        "{SELECT} WHERE workspace_id = ?1 AND {}",
-        stored_id::lookup(2)
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let [key, text] = stored_id::params_of(request_id);
+    let mut stmt = conn.prepare_cached(&format!(
+        "{SELECT} WHERE workspace_id = ?1 AND request_id = ?2"
+    ))?;
     let ws = names::stored(conn, workspace_id)?;
-    let mut rows = stmt.query_map(params![ws, key, text], from_row)?;
+    let mut rows = stmt.query_map(params![ws, stored_id::key(request_id)], from_row)?;
     match rows.next() {
         Some(r) => Ok(Some(r?)),
         None => Ok(None),

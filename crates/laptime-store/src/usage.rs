@@ -215,8 +215,7 @@ impl UsageResult {
 /// How the table a filter runs against stores the names it compares.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum NameForm {
-    /// As text in their columns: PostgreSQL's rollup keys, and request rows written before the
-    /// forms below.
+    /// As text in their columns: PostgreSQL's rollup keys.
     Text,
     /// SQLite's request rows since v16: a code each, or text ([`crate::names`]).
     SqliteCodes,
@@ -674,12 +673,11 @@ pub fn usage(
     Ok(folding.finish(window))
 }
 
-/// The query of [`recent_filtered`] and its parameters; `form` as for [`push_filter`].
+/// The query of [`recent_filtered`] and its parameters.
 fn recent_sql(
     ws: &Value,
     filter: &UsageFilter,
     window: Option<(i64, i64)>,
-    form: NameForm,
     limit: u32,
 ) -> (String, Vec<Value>) {
     let mut sql = format!("{SELECT} WHERE workspace_id = ?1");
@@ -689,7 +687,14 @@ fn recent_sql(
         values.push(Value::Integer(to));
         sql.push_str(" AND created_at_us >= ?2 AND created_at_us < ?3");
     }
-    let bound = push_filter(filter, Absent::Null, &mut sql, values.len(), '?', form);
+    let bound = push_filter(
+        filter,
+        Absent::Null,
+        &mut sql,
+        values.len(),
+        '?',
+        NameForm::SqliteCodes,
+    );
     values.extend(bound.into_iter().map(sqlite_value));
     if asks_unusual(filter) {
         // Implied by the filter; stated so that the partial index of those rows is usable.
@@ -870,44 +875,13 @@ fn recent_rows(
     limit: u32,
     out: &mut Vec<RequestRecord>,
 ) -> Result<()> {
-    let limit = limit.saturating_add(u32::try_from(out.len()).unwrap_or(u32::MAX));
-    for (window, form) in name_forms(filter, window, names::text_before_us(conn)?) {
-        let left = limit.saturating_sub(u32::try_from(out.len()).unwrap_or(u32::MAX));
-        if left == 0 {
-            break;
-        }
-        let (sql, values) = recent_sql(ws, filter, window, form, left);
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params_from_iter(values), from_row)?;
-        for row in rows {
-            out.push(row?);
-        }
+    let (sql, values) = recent_sql(ws, filter, window, limit);
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params_from_iter(values), from_row)?;
+    for row in rows {
+        out.push(row?);
     }
     Ok(())
-}
-
-/// The reads of a filtered log read, newest first, each with its window and the form it
-/// compares names in: rows created from `text_before_us` on hold codes and older ones
-/// text ([`crate::names`]), so a filter on a name reads the two parts apart, each down its
-/// index; without such a filter or such a moment, one read.
-fn name_forms(
-    filter: &UsageFilter,
-    window: Option<(i64, i64)>,
-    text_before_us: Option<i64>,
-) -> Vec<(Option<(i64, i64)>, NameForm)> {
-    let names_filtered = filter.names().iter().any(|v| v.is_some());
-    let Some(moment) = text_before_us.filter(|_| names_filtered) else {
-        return vec![(window, NameForm::SqliteCodes)];
-    };
-    let (from, to) = window.unwrap_or((i64::MIN, i64::MAX));
-    let mut reads = Vec::with_capacity(2);
-    if from.max(moment) < to {
-        reads.push((Some((from.max(moment), to)), NameForm::SqliteCodes));
-    }
-    if from < to.min(moment) {
-        reads.push((Some((from, to.min(moment))), NameForm::Text));
-    }
-    reads
 }
 
 #[cfg(test)]
@@ -999,12 +973,9 @@ mod tests {
             },
         ];
         for filter in &filters {
-            for (window, form) in [None, Some((1, 2))]
-                .into_iter()
-                .flat_map(|w| [(w, NameForm::SqliteCodes), (w, NameForm::Text)])
-            {
+            for window in [None, Some((1, 2))] {
                 let ws = Value::Blob(vec![1]);
-                let (sql, values) = recent_sql(&ws, filter, window, form, 50);
+                let (sql, values) = recent_sql(&ws, filter, window, 50);
                 let plan: Vec<String> = store
                     .with_conn(|c| {
                         let mut stmt = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
@@ -1017,17 +988,17 @@ mod tests {
                 let plan = plan.join(" | ");
                 assert!(
                     plan.contains("USING INDEX"),
-                    "{filter:?} {window:?} {form:?}: {plan}"
+                    "{filter:?} {window:?}: {plan}"
                 );
                 assert!(
                     !plan.contains("TEMP B-TREE"),
-                    "{filter:?} {window:?} {form:?}: {plan}"
+                    "{filter:?} {window:?}: {plan}"
                 );
                 // A filter only unusual requests match walks their partial index.
                 assert_eq!(
                     plan.contains("requests_ws_unusual"),
                     asks_unusual(filter),
-                    "{filter:?} {window:?} {form:?}: {plan}"
+                    "{filter:?} {window:?}: {plan}"
                 );
             }
         }

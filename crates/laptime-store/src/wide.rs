@@ -260,8 +260,9 @@ mod tests {
     use laptime_core::limit::Zone;
 
     /// Writes `records` as builds of v14 to v18 did: the packed row with the older columns that
-    /// may not be NULL at their empty values.
-    fn insert_v18_rows(conn: &Connection, records: &[RequestRecord]) {
+    /// may not be NULL at their empty values; with `text_names`, the names as text, as those
+    /// builds wrote a request created before the store moved to codes.
+    fn insert_v18_rows(conn: &Connection, records: &[RequestRecord], text_names: bool) {
         let codes = Codes::of(conn, records).unwrap();
         let mut write = conn
             .prepare_cached(&format!(
@@ -283,19 +284,28 @@ mod tests {
         )
         .unwrap();
         let mut pack = conn
-            .prepare(&format!(
+            .prepare(
                 "UPDATE requests SET key_id = NULL, instance = NULL, packed = ?1, outcome = ?2,
                     classification = ?3
-                 WHERE {}",
-                crate::stored_id::lookup(4)
-            ))
+                 WHERE request_id = ?4",
+            )
             .unwrap();
         for r in records {
-            let [key, text] = crate::stored_id::params_of(&r.request_id);
+            let key = crate::stored_id::key(&r.request_id);
             let packed = crate::packed::encode(r);
             let (outcome, class) = (r.outcome.as_str(), r.classification.as_str());
-            pack.execute(rusqlite::params![packed, outcome, class, key, text])
+            pack.execute(rusqlite::params![packed, outcome, class, &key])
                 .unwrap();
+            for col in crate::names::COLUMNS.iter().filter(|_| text_names) {
+                conn.execute(
+                    &format!(
+                        "UPDATE requests SET {col} = (SELECT name FROM names WHERE code = {col})
+                         WHERE request_id = ?1 AND typeof({col}) = 'blob'"
+                    ),
+                    [&key],
+                )
+                .unwrap();
+            }
         }
     }
 
@@ -334,7 +344,7 @@ mod tests {
         // v15 and v16 note the moments after which rows hold bytes and codes; a row created
         // before the second is written with its names as text still.
         migrate_to(&mut conn, 18).unwrap();
-        insert_v18_rows(&conn, std::slice::from_ref(&packed_text));
+        insert_v18_rows(&conn, std::slice::from_ref(&packed_text), true);
         assert_eq!(count(&conn, "SELECT count(*) FROM id_forms"), 1);
         assert_eq!(count(&conn, "SELECT count(*) FROM name_forms"), 1);
         let mut bare = sparse();
@@ -347,7 +357,7 @@ mod tests {
             sample("tie_second", &ws, tie),
         );
         let newer = [bare, first, second];
-        insert_v18_rows(&conn, &newer);
+        insert_v18_rows(&conn, &newer, false);
         assert_eq!(column_types(&conn, "request_id")[..2], ["text", "blob"]);
         assert_eq!(column_types(&conn, "model")[..3], ["text", "text", "null"]);
         assert!(column_types(&conn, "workspace_id")
@@ -425,7 +435,7 @@ mod tests {
         let rows: Vec<RequestRecord> = (0..STEP * 2 + 3)
             .map(|i| sample(&format!("r{i}"), "ws", i as i64))
             .collect();
-        insert_v18_rows(&conn, &rows);
+        insert_v18_rows(&conn, &rows, false);
         migrate(&mut conn).unwrap();
         let got = recent(&conn, "ws", rows.len() as u32).unwrap();
         let want: Vec<RequestRecord> = rows.into_iter().rev().collect();
