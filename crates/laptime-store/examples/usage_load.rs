@@ -760,7 +760,13 @@ impl Raw {
                 let stored = "COALESCE((SELECT code FROM names WHERE name = ?1), ?1)";
                 Ok(c.query_row(&format!("{sql} {stored}"), [ws], |r| r.get(0))?)
             })?,
-            Raw::Postgres(c) => c.query_one(&format!("{sql} $1"), &[&ws]).await?.get(0),
+            // PostgreSQL's too, from its own names table.
+            Raw::Postgres(c) => {
+                let stored = "(SELECT id FROM names WHERE value = $1)";
+                c.query_one(&format!("{sql} {stored}"), &[&ws])
+                    .await?
+                    .get(0)
+            }
         })
     }
 }

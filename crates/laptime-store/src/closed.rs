@@ -1,7 +1,8 @@
-//! The numbers SQLite's request rows hold for a request's outcome and classification (schema
-//! v19 on). Their names took 9 and 2 bytes of nearly every row (`completed`, `ok`); as numbers
-//! the usual ones are 0, which SQLite stores in the row's header alone. The numbers are fixed
-//! here, one per value, and never reused: a new value takes the next.
+//! The numbers the request rows hold for a request's outcome and classification (SQLite's from
+//! schema v19, PostgreSQL's from v13, as a `smallint`). Their names took 9 and 2 bytes of nearly
+//! every row (`completed`, `ok`); as numbers the usual ones are 0, which SQLite stores in the
+//! row's header alone. The numbers are fixed here, one per value, and never reused: a new value
+//! takes the next.
 
 use laptime_core::slow::{Classification, SlowStage};
 use laptime_core::timeline::Outcome;
@@ -49,7 +50,7 @@ pub(crate) fn classification_of(code: i64) -> Option<Classification> {
     all_classifications().find(|c| classification_code(*c) == code)
 }
 
-fn all_classifications() -> impl Iterator<Item = Classification> {
+pub(crate) fn all_classifications() -> impl Iterator<Item = Classification> {
     [Classification::Ok, Classification::Failed]
         .into_iter()
         .chain(SlowStage::ALL.map(Classification::Slow))

@@ -108,13 +108,15 @@ impl Writer {
     }
 }
 
-/// The packed fields of `r`.
+/// The packed fields of `r`, as rows were written before the stores kept the key id and the
+/// instance as codes (SQLite before v19, PostgreSQL before v13); tests write such rows.
+#[cfg(test)]
 pub(crate) fn encode(r: &RequestRecord) -> Vec<u8> {
     encode_fields(r, Keep::All)
 }
 
-/// The packed fields of `r` but its key id and instance, which SQLite's row keeps as codes of
-/// its names table (they repeat in every request of a key or an instance); they read back as
+/// The packed fields of `r` but its key id and instance, which both stores' rows keep as codes
+/// of a names table (they repeat in every request of a key or an instance); they read back as
 /// absent here.
 pub(crate) fn encode_without_key_and_instance(r: &RequestRecord) -> Vec<u8> {
     encode_fields(r, Keep::AllButKeyAndInstance)

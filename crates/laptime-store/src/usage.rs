@@ -222,7 +222,8 @@ pub(crate) enum NameForm {
     /// SQLite's rollups since v17: every text dimension a code, or text
     /// ([`crate::rollups::CODED`]).
     SqliteRollups,
-    /// PostgreSQL's request rows since v11: text, or a set's ([`crate::pg::names`]).
+    /// PostgreSQL's request rows since v11: text, or a set's ([`crate::pg::names`]); from v13
+    /// outcome and classification as numbers ([`crate::closed`]).
     PgSets,
 }
 
@@ -240,7 +241,7 @@ pub(crate) enum FilterValue {
     Text(String),
     Stream(bool),
     Status(u16),
-    /// A closed set's number in SQLite's request rows ([`crate::closed`]).
+    /// A closed set's number in the request rows ([`crate::closed`]).
     Number(i64),
 }
 
@@ -296,7 +297,9 @@ pub(crate) fn push_filter(
             continue;
         }
         let value = match form {
-            NameForm::SqliteCodes => crate::closed::filter_code(col, v).map(FilterValue::Number),
+            NameForm::SqliteCodes | NameForm::PgSets => {
+                crate::closed::filter_code(col, v).map(FilterValue::Number)
+            }
             _ => None,
         };
         bind(

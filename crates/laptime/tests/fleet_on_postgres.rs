@@ -344,13 +344,15 @@ async fn a_store_outage_of_five_seconds_under_200_requests_per_second_loses_noth
             )
             .await
             .unwrap();
+        // The store holds each id as bytes (`stored_id::pg_key`).
+        let id = |r: &tokio_postgres::Row| laptime_store::stored_id::pg_id_of(r.get(0)).unwrap();
         let twice: Vec<String> = rows
             .iter()
             .filter(|r| r.get::<_, i64>(1) > 1)
-            .map(|r| r.get(0))
+            .map(id)
             .collect();
         assert!(twice.is_empty(), "stored more than once: {twice:?}");
-        let stored: std::collections::HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+        let stored: std::collections::HashSet<String> = rows.iter().map(id).collect();
         let missing = want.iter().filter(|id| !stored.contains(**id)).count();
         if missing == 0 {
             // The one request before the load, and every one of it.

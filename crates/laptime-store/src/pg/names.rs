@@ -14,6 +14,12 @@
 //! A batch finds its sets with one query, and adds those missing with one more, in a statement
 //! of their own before the batch's transaction: a set is never changed or removed, so one added
 //! for a batch that then fails costs nothing.
+//!
+//! From schema v13 a request's workspace, key id and instance are codes too: the id of one row
+//! of `names`, which the row holds instead of their text (about 20 bytes each, repeated in every
+//! request of a workspace, key or instance). They are found and added as sets are, and every
+//! such text has one, always: workspaces and keys are made by administrators and instances by
+//! starting the gateway, so the table grows with them, never with traffic.
 
 use std::collections::HashMap;
 
@@ -59,10 +65,12 @@ pub(crate) fn in_set(col: &str) -> bool {
     COLUMNS.contains(&col)
 }
 
-/// The set ids of a batch's names, by their key.
+/// The set ids of a batch's names, by their key, and the codes of its workspaces, key ids and
+/// instances, by their text.
 #[derive(Debug, Default)]
 pub(crate) struct NameSets {
     ids: HashMap<String, i32>,
+    codes: HashMap<String, i32>,
 }
 
 /// The key of a request's names: the seven as a JSON array, which no two sets share.
@@ -78,6 +86,12 @@ impl NameSets {
     /// Finds the set of every request of `records`, adding the sets missing while the table
     /// has room.
     pub(crate) async fn of(c: &tokio_postgres::Client, records: &[RequestRecord]) -> Result<Self> {
+        let mut sets = NameSets::sets_of(c, records).await?;
+        sets.codes = codes_of(c, records).await?;
+        Ok(sets)
+    }
+
+    async fn sets_of(c: &tokio_postgres::Client, records: &[RequestRecord]) -> Result<Self> {
         let mut wanted: HashMap<String, [Option<&str>; 7]> = HashMap::new();
         for r in records {
             if let Some(key) = key_of(r) {
@@ -149,6 +163,71 @@ impl NameSets {
     pub(crate) fn of_record(&self, r: &RequestRecord) -> Option<i32> {
         key_of(r).and_then(|k| self.ids.get(&k).copied())
     }
+
+    /// The code of a workspace, key id or instance of the batch (`None` for none).
+    pub(crate) fn code(&self, text: Option<&str>) -> Option<i32> {
+        text.and_then(|t| self.codes.get(t).copied())
+    }
+}
+
+/// The texts a request's row holds as codes: its workspace, key id and instance.
+fn coded(r: &RequestRecord) -> [Option<&str>; 3] {
+    [
+        r.workspace_id.as_deref(),
+        r.key_id.as_deref(),
+        r.instance.as_deref(),
+    ]
+}
+
+/// The code of every text of `records` that [`coded`] gives, adding those `names` lacks.
+async fn codes_of(
+    c: &tokio_postgres::Client,
+    records: &[RequestRecord],
+) -> Result<HashMap<String, i32>> {
+    let mut wanted: Vec<&str> = records.iter().flat_map(coded).flatten().collect();
+    // Sorted, so that two instances adding at once never wait on each other in a cycle.
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut codes = HashMap::with_capacity(wanted.len());
+    if wanted.is_empty() {
+        return Ok(codes);
+    }
+    let find = "SELECT id, value FROM names WHERE value = ANY($1)";
+    take_codes(&mut codes, &c.query(find, &[&wanted]).await?)?;
+    let missing: Vec<&str> = wanted
+        .into_iter()
+        .filter(|t| !codes.contains_key(*t))
+        .collect();
+    if missing.is_empty() {
+        return Ok(codes);
+    }
+    let add = "INSERT INTO names (value) SELECT * FROM UNNEST($1::text[]) ORDER BY 1
+               ON CONFLICT (value) DO NOTHING RETURNING id, value";
+    take_codes(&mut codes, &c.query(add, &[&missing]).await?)?;
+    // A text another instance added in the same moment was not returned above.
+    take_codes(&mut codes, &c.query(find, &[&missing]).await?)?;
+    match missing.iter().find(|t| !codes.contains_key(**t)) {
+        Some(t) => Err(crate::corrupt("name without a code", t)),
+        None => Ok(codes),
+    }
+}
+
+fn take_codes(codes: &mut HashMap<String, i32>, rows: &[tokio_postgres::Row]) -> Result<()> {
+    for row in rows {
+        codes.insert(row.try_get(1)?, row.try_get(0)?);
+    }
+    Ok(())
+}
+
+/// The text of the code a row's column `col` holds, as a read's column: `names` is read once
+/// per row, as [`SET_NAMES`] is.
+pub(super) fn text_of(col: &str) -> String {
+    format!("(SELECT value FROM names WHERE id = requests.{col})")
+}
+
+/// The `WHERE` term for a coded column equal to the text of the parameter `value`.
+pub(crate) fn code_equals(col: &str, value: &str) -> String {
+    format!(" AND requests.{col} = (SELECT id FROM names WHERE value = {value})")
 }
 
 #[cfg(test)]
@@ -190,7 +269,8 @@ mod tests {
         let stored = forms(
             client
                 .query(
-                    "SELECT request_id, name_set, model FROM requests ORDER BY request_id",
+                    "SELECT convert_from(request_id, 'UTF8'), name_set, model FROM requests
+                     ORDER BY request_id",
                     &[],
                 )
                 .await
@@ -227,7 +307,7 @@ mod tests {
             .unwrap();
         let row = client
             .query_one(
-                "SELECT name_set, model FROM requests WHERE request_id = 'e'",
+                "SELECT name_set, model FROM requests WHERE request_id = convert_to('e', 'UTF8')",
                 &[],
             )
             .await
@@ -235,7 +315,10 @@ mod tests {
         assert_eq!(row.get::<_, Option<i32>>(0), None);
         assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("m-3"));
         let row = client
-            .query_one("SELECT name_set FROM requests WHERE request_id = 'f'", &[])
+            .query_one(
+                "SELECT name_set FROM requests WHERE request_id = convert_to('f', 'UTF8')",
+                &[],
+            )
             .await
             .unwrap();
         assert_eq!(row.get::<_, Option<i32>>(0), set(0));

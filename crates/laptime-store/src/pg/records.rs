@@ -111,7 +111,7 @@ const PACKED: usize = 62;
 /// The columns a row is written with, in the order [`values`] gives them: those a query
 /// filters, groups or sorts on (see [`crate::usage::push_filter`]) and the identity, then the
 /// other fields packed into one value ([`crate::packed`]).
-pub(super) const COLUMNS: [&str; 20] = [
+pub(super) const COLUMNS: [&str; 22] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -132,26 +132,42 @@ pub(super) const COLUMNS: [&str; 20] = [
     "region",
     "packed",
     "name_set",
+    "key_code",
+    "instance_code",
 ];
 
-/// `SELECT <every column> FROM requests`, then the names of the set a row refers to
-/// ([`super::names`], read by [`from_row`]).
+/// `SELECT <every column> FROM requests` (the workspace as its text), then the names of the set
+/// a row refers to and the texts of its key and instance codes ([`super::names`], read by
+/// [`from_row`]).
 pub(crate) fn select() -> String {
+    let columns: Vec<String> = READ_COLUMNS
+        .iter()
+        .map(|c| match *c {
+            "workspace_id" => names::text_of(c),
+            c => c.to_string(),
+        })
+        .collect();
     format!(
-        "SELECT {}, {} FROM requests",
-        READ_COLUMNS.join(", "),
-        names::SET_NAMES
+        "SELECT {}, {}, {}, {} FROM requests",
+        columns.join(", "),
+        names::SET_NAMES,
+        names::text_of("key_code"),
+        names::text_of("instance_code"),
     )
 }
 
-/// The position of the set's names in the rows of [`select`].
+/// The position of the set's names in the rows of [`select`], then of the key's and the
+/// instance's texts.
 const SET_NAMES: usize = READ_COLUMNS.len();
+const KEY_CODE: usize = SET_NAMES + 1;
+const INSTANCE_CODE: usize = SET_NAMES + 2;
 
 /// One value of a row, typed as its column; text borrowed from the record where it can be.
 pub(super) enum Val<'a> {
     Str(Option<&'a str>),
     Int(Option<i64>),
     Int4(Option<i32>),
+    Int2(Option<i16>),
     Bool(Option<bool>),
     Bytes(Option<Vec<u8>>),
 }
@@ -163,6 +179,7 @@ impl Val<'_> {
             Val::Str(_) => Type::TEXT,
             Val::Int(_) => Type::INT8,
             Val::Int4(_) => Type::INT4,
+            Val::Int2(_) => Type::INT2,
             Val::Bool(_) => Type::BOOL,
             Val::Bytes(_) => Type::BYTEA,
         }
@@ -180,6 +197,7 @@ impl ToSql for Val<'_> {
             Val::Str(v) => v.to_sql_checked(ty, out),
             Val::Int(v) => v.to_sql_checked(ty, out),
             Val::Int4(v) => v.to_sql_checked(ty, out),
+            Val::Int2(v) => v.to_sql_checked(ty, out),
             Val::Bool(v) => v.to_sql_checked(ty, out),
             Val::Bytes(v) => v.to_sql_checked(ty, out),
         }
@@ -198,6 +216,7 @@ impl std::fmt::Debug for Val<'_> {
             Val::Str(v) => write!(f, "{v:?}"),
             Val::Int(v) => write!(f, "{v:?}"),
             Val::Int4(v) => write!(f, "{v:?}"),
+            Val::Int2(v) => write!(f, "{v:?}"),
             Val::Bool(v) => write!(f, "{v:?}"),
             Val::Bytes(v) => write!(f, "{:?}", v.as_ref().map(Vec::len)),
         }
@@ -209,6 +228,7 @@ enum Col {
     Text(Vec<Option<String>>),
     Int(Vec<Option<i64>>),
     Int4(Vec<Option<i32>>),
+    Int2(Vec<Option<i16>>),
     Bool(Vec<Option<bool>>),
     Bytes(Vec<Option<Vec<u8>>>),
 }
@@ -219,6 +239,7 @@ impl Col {
             Val::Str(_) => Col::Text(Vec::with_capacity(capacity)),
             Val::Int(_) => Col::Int(Vec::with_capacity(capacity)),
             Val::Int4(_) => Col::Int4(Vec::with_capacity(capacity)),
+            Val::Int2(_) => Col::Int2(Vec::with_capacity(capacity)),
             Val::Bool(_) => Col::Bool(Vec::with_capacity(capacity)),
             Val::Bytes(_) => Col::Bytes(Vec::with_capacity(capacity)),
         }
@@ -229,6 +250,7 @@ impl Col {
             (Col::Text(c), Val::Str(v)) => c.push(v.map(str::to_string)),
             (Col::Int(c), Val::Int(v)) => c.push(v),
             (Col::Int4(c), Val::Int4(v)) => c.push(v),
+            (Col::Int2(c), Val::Int2(v)) => c.push(v),
             (Col::Bool(c), Val::Bool(v)) => c.push(v),
             (Col::Bytes(c), Val::Bytes(v)) => c.push(v),
             // `values` gives every row the same types; a mismatch cannot be built.
@@ -241,6 +263,7 @@ impl Col {
             Col::Text(_) => "text[]",
             Col::Int(_) => "int8[]",
             Col::Int4(_) => "int4[]",
+            Col::Int2(_) => "int2[]",
             Col::Bool(_) => "bool[]",
             Col::Bytes(_) => "bytea[]",
         }
@@ -251,6 +274,7 @@ impl Col {
             Col::Text(c) => c,
             Col::Int(c) => c,
             Col::Int4(c) => c,
+            Col::Int2(c) => c,
             Col::Bool(c) => c,
             Col::Bytes(c) => c,
         }
@@ -261,20 +285,21 @@ fn text(v: &Option<String>) -> Val<'_> {
     Val::Str(v.as_deref())
 }
 
-fn word(v: &str) -> Val<'_> {
-    Val::Str(Some(v))
+/// A closed set's number ([`crate::closed`]) as its `smallint` column holds it.
+fn small(n: i64) -> Val<'static> {
+    Val::Int2(Some(i16::try_from(n).unwrap_or(i16::MAX)))
 }
 
 /// A record's row, in [`COLUMNS`] order: its names as text, or NULL beside the set of `sets`
-/// that holds them.
-pub(super) fn values<'a>(r: &'a RequestRecord, sets: &NameSets) -> [Val<'a>; 20] {
+/// that holds them; its workspace, key id and instance as codes of `sets`.
+pub(super) fn values<'a>(r: &'a RequestRecord, sets: &NameSets) -> [Val<'a>; 22] {
     let set = sets.of_record(r);
     let [model, provider, channel, group, dialect, endpoint, region] =
         crate::names::names_of(r).map(|n| Val::Str(n.filter(|_| set.is_none())));
     [
-        word(&r.request_id),
+        Val::Bytes(Some(crate::stored_id::pg_key(&r.request_id))),
         Val::Int(Some(r.created_at_us)),
-        text(&r.workspace_id),
+        Val::Int4(sets.code(r.workspace_id.as_deref())),
         model,
         provider,
         channel,
@@ -282,16 +307,18 @@ pub(super) fn values<'a>(r: &'a RequestRecord, sets: &NameSets) -> [Val<'a>; 20]
         dialect,
         Val::Bool(Some(r.stream)),
         Val::Int4(Some(i32::from(r.status))),
-        word(r.outcome.as_str()),
-        word(r.classification.as_str()),
+        small(crate::closed::outcome_code(r.outcome)),
+        small(crate::closed::classification_code(r.classification)),
         endpoint,
         Val::Int(tok(r.tokens.input)),
         Val::Int(tok(r.shape.max_output_tokens)),
         text(&r.shape.reasoning_effort),
         Val::Int(r.shape.tool_count.map(i64::from)),
         region,
-        Val::Bytes(Some(crate::packed::encode(r))),
+        Val::Bytes(Some(crate::packed::encode_without_key_and_instance(r))),
         Val::Int4(set),
+        Val::Int4(sets.code(r.key_id.as_deref())),
+        Val::Int4(sets.code(r.instance.as_deref())),
     ]
 }
 
@@ -306,6 +333,23 @@ fn parse_req<T>(v: String, what: &str, parse: fn(&str) -> Option<T>) -> Result<T
     parse(&v).ok_or_else(|| corrupt(what, &v))
 }
 
+/// The request id a row holds in column `i`.
+fn id_at(row: &Row, i: usize) -> Result<String> {
+    let v: &[u8] = row.try_get(i)?;
+    crate::stored_id::pg_id_of(v).ok_or_else(|| corrupt("request_id", &hex::encode(v)))
+}
+
+fn outcome_at(row: &Row, i: usize) -> Result<Outcome> {
+    let n: i16 = row.try_get(i)?;
+    crate::closed::outcome_of(i64::from(n)).ok_or_else(|| corrupt("outcome", &n.to_string()))
+}
+
+fn classification_at(row: &Row, i: usize) -> Result<Classification> {
+    let n: i16 = row.try_get(i)?;
+    crate::closed::classification_of(i64::from(n))
+        .ok_or_else(|| corrupt("classification", &n.to_string()))
+}
+
 fn count(v: i64) -> u32 {
     u32::try_from(v.max(0)).unwrap_or(u32::MAX)
 }
@@ -318,7 +362,8 @@ pub(crate) fn from_row(row: &Row) -> Result<RequestRecord> {
     }
 }
 
-/// A row written since schema v9: the columns of [`COLUMNS`] and the packed fields.
+/// A row written since schema v9: the columns of [`COLUMNS`] and the packed fields, which hold
+/// the key id and instance of a row written before v13.
 fn from_packed_row(row: &Row, packed: &[u8]) -> Result<RequestRecord> {
     let status: i32 = row.try_get(11)?;
     let set: Option<Vec<Option<String>>> = row.try_get(SET_NAMES)?;
@@ -333,7 +378,7 @@ fn from_packed_row(row: &Row, packed: &[u8]) -> Result<RequestRecord> {
         name(i, k)?.ok_or_else(|| corrupt(what, "NULL"))
     };
     let columns = crate::packed::Columns {
-        request_id: row.try_get(0)?,
+        request_id: id_at(row, 0)?,
         created_at_us: row.try_get(1)?,
         workspace_id: row.try_get(2)?,
         model: name(4, 0)?,
@@ -343,8 +388,8 @@ fn from_packed_row(row: &Row, packed: &[u8]) -> Result<RequestRecord> {
         dialect: parse_req(required(8, 4, "dialect")?, "dialect", Dialect::parse)?,
         stream: row.try_get(10)?,
         status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
-        outcome: parse_req(row.try_get(12)?, "outcome", Outcome::parse)?,
-        classification: parse_req(row.try_get(15)?, "classification", Classification::parse)?,
+        outcome: outcome_at(row, 12)?,
+        classification: classification_at(row, 15)?,
         endpoint: parse_req(required(56, 5, "endpoint")?, "endpoint", Endpoint::parse)?,
         input_tokens: untok(row.try_get(29)?),
         max_output_tokens: untok(row.try_get(40)?),
@@ -352,7 +397,12 @@ fn from_packed_row(row: &Row, packed: &[u8]) -> Result<RequestRecord> {
         tool_count: row.try_get::<_, Option<i64>>(42)?.map(count),
         region: name(47, 6)?,
     };
-    crate::packed::record(columns, packed)
+    let mut r = crate::packed::record(columns, packed)?;
+    r.key_id = row.try_get::<_, Option<String>>(KEY_CODE)?.or(r.key_id);
+    r.instance = row
+        .try_get::<_, Option<String>>(INSTANCE_CODE)?
+        .or(r.instance);
+    Ok(r)
 }
 
 /// A row written before schema v9: each field in its column.
@@ -365,7 +415,7 @@ fn from_columns(row: &Row) -> Result<RequestRecord> {
     let cost_nano: Option<i64> = row.try_get(51)?;
     let cost_estimated: Option<bool> = row.try_get(52)?;
     Ok(RequestRecord {
-        request_id: row.try_get(0)?,
+        request_id: id_at(row, 0)?,
         created_at_us: row.try_get(1)?,
         workspace_id: row.try_get(2)?,
         key_id: row.try_get(3)?,
@@ -377,10 +427,10 @@ fn from_columns(row: &Row) -> Result<RequestRecord> {
         upstream_dialect: parse_opt(row.try_get(9)?, "upstream_dialect", Dialect::parse)?,
         stream: row.try_get(10)?,
         status: u16::try_from(status).map_err(|_| corrupt("status", &status.to_string()))?,
-        outcome: parse_req(row.try_get(12)?, "outcome", Outcome::parse)?,
+        outcome: outcome_at(row, 12)?,
         timeout_kind: parse_opt(row.try_get(13)?, "timeout_kind", DeadlineKind::parse)?,
         error_class: parse_opt(row.try_get(14)?, "error_class", ErrorClass::parse)?,
-        classification: parse_req(row.try_get(15)?, "classification", Classification::parse)?,
+        classification: classification_at(row, 15)?,
         flags: serde_json::from_str(&flags).map_err(|_| corrupt("flags", &flags))?,
         marks: Marks {
             auth: mark(17)?,
@@ -566,7 +616,7 @@ async fn insert_rows(
     let params: Vec<&(dyn ToSql + Sync)> = cols.iter().map(Col::param).collect();
     let stmt = tx.prepare_cached(&sql).await?;
     let rows = tx.query(&stmt, &params).await?;
-    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+    rows.iter().map(|r| id_at(r, 0)).collect()
 }
 
 /// Writes records with their rollups in one transaction; a record whose request is stored
@@ -622,7 +672,7 @@ async fn write_replacing(
         rebuild.extend(RollupKey::of(r));
         tx.execute(
             "DELETE FROM requests WHERE request_id = $1 AND created_at_us = $2",
-            &[&r.request_id, &r.created_at_us],
+            &[&crate::stored_id::pg_key(&r.request_id), &r.created_at_us],
         )
         .await?;
     }
@@ -708,7 +758,8 @@ async fn stored_row(
 ) -> Result<Option<RequestRecord>> {
     let sql = format!("{} WHERE request_id = $1 AND created_at_us = $2", select());
     let stmt = c.prepare_cached(&sql).await?;
-    match c.query_opt(&stmt, &[&request_id, &created_at_us]).await? {
+    let id = crate::stored_id::pg_key(request_id);
+    match c.query_opt(&stmt, &[&id, &created_at_us]).await? {
         Some(row) => Ok(Some(from_row(&row)?)),
         None => Ok(None),
     }
@@ -721,11 +772,13 @@ pub async fn get(
     request_id: &str,
 ) -> Result<Option<RequestRecord>> {
     let sql = format!(
-        "{} WHERE workspace_id = $1 AND request_id = $2 ORDER BY created_at_us DESC LIMIT 1",
-        select()
+        "{} WHERE request_id = $2{} ORDER BY created_at_us DESC LIMIT 1",
+        select(),
+        names::code_equals("workspace_id", "$1")
     );
     let stmt = c.prepare_cached(&sql).await?;
-    match c.query_opt(&stmt, &[&workspace_id, &request_id]).await? {
+    let id = crate::stored_id::pg_key(request_id);
+    match c.query_opt(&stmt, &[&workspace_id, &id]).await? {
         Some(row) => Ok(Some(from_row(&row)?)),
         None => Ok(None),
     }
@@ -868,62 +921,208 @@ mod tests {
         ]
     }
 
-    /// Rows written before v9 (each field in its column) and after (most fields packed) live
-    /// side by side in one table, and each reads back as the record it was written from.
-    #[tokio::test]
-    async fn rows_of_either_layout_read_back_as_written() {
-        let schema = crate::testing::PgSchema::create().await.unwrap();
-        let store = crate::Store::open_postgres(schema.url()).await.unwrap();
-        let mut old = full();
-        old.request_id = "req_old".into();
-        // The largest value both layouts hold.
-        old.tokens.estimated_output = Some(i64::MAX as u64);
-        let mut new = full();
-        new.request_id = "req_new".into();
-        let mut bare = sparse();
-        bare.request_id = "req_bare".into();
-        bare.workspace_id = old.workspace_id.clone();
-        bare.created_at_us = old.created_at_us;
-        // Makes the day's partition.
-        store
-            .insert_batch(vec![new.clone(), bare.clone()])
-            .await
-            .unwrap();
-        let config: tokio_postgres::Config = schema.url().parse().unwrap();
-        let client = crate::pg::connect(&config).await.unwrap();
-        let params = legacy_values(&old);
+    /// A record's row as builds from v9 to v12 wrote it: the id, workspace, outcome and
+    /// classification as text, the key id and instance in the packed value, and the names as
+    /// text or as the set `set`.
+    fn v12_values(r: &RequestRecord, set: Option<i32>) -> Vec<Box<dyn ToSql + Sync + Send>> {
+        let [model, provider, channel, group, dialect, endpoint, region] =
+            crate::names::names_of(r).map(|n| -> Box<dyn ToSql + Sync + Send> {
+                Box::new(n.filter(|_| set.is_none()).map(str::to_string))
+            });
+        vec![
+            Box::new(r.request_id.clone()),
+            Box::new(r.created_at_us),
+            Box::new(r.workspace_id.clone()),
+            model,
+            provider,
+            channel,
+            group,
+            dialect,
+            Box::new(r.stream),
+            Box::new(i32::from(r.status)),
+            Box::new(r.outcome.as_str()),
+            Box::new(r.classification.as_str()),
+            endpoint,
+            Box::new(tok(r.tokens.input)),
+            Box::new(tok(r.shape.max_output_tokens)),
+            Box::new(r.shape.reasoning_effort.clone()),
+            Box::new(r.shape.tool_count.map(i64::from)),
+            region,
+            Box::new(crate::packed::encode(r)),
+            Box::new(set),
+        ]
+    }
+
+    async fn insert_raw(
+        c: &tokio_postgres::Client,
+        columns: &[&str],
+        params: Vec<Box<dyn ToSql + Sync + Send>>,
+    ) {
         let placeholders: Vec<String> = (1..=params.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
             "INSERT INTO requests ({}) VALUES ({})",
-            READ_COLUMNS[..PACKED].join(", "),
+            columns.join(", "),
             placeholders.join(", ")
         );
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| &**p as _).collect();
-        client.execute(&sql, &refs).await.unwrap();
-        let packed: Vec<Option<Vec<u8>>> = client
-            .query("SELECT packed FROM requests ORDER BY request_id", &[])
+        c.execute(&sql, &refs).await.unwrap();
+    }
+
+    /// v13 rewrites rows of every earlier layout (pre-v9 columns; packed with text names;
+    /// packed with a name set) into its forms, each reads back as written and in its order,
+    /// filters compare numbers, and rows written since hold their key and instance as codes.
+    #[tokio::test]
+    async fn v13_rewrites_rows_of_every_older_layout_and_each_reads_back_as_written() {
+        let schema = crate::testing::PgSchema::create().await.unwrap();
+        let config: tokio_postgres::Config = schema.url().parse().unwrap();
+        let pool = super::super::pool(&config, 1).unwrap();
+        let mut c = super::super::pooled(&pool).await.unwrap();
+        super::super::schema::migrate_to(&mut c, 12).await.unwrap();
+        let made = "req_0190f3a2b4c5d6e7f8091a2b3c4d5e6f";
+        let with = |id: &str, at: i64, outcome: Outcome| {
+            let mut r = full();
+            r.request_id = id.into();
+            r.created_at_us += at;
+            r.outcome = outcome;
+            r
+        };
+        let mut columns = with("req_columns", 1, Outcome::Timeout);
+        // The largest value both layouts hold.
+        columns.tokens.estimated_output = Some(i64::MAX as u64);
+        let text = with(made, 2, Outcome::Completed);
+        let set = with("req_set", 3, Outcome::RateLimited);
+        let tie = [
+            with("req_tie_a", 4, Outcome::Timeout),
+            with("req_tie_b", 4, Outcome::Completed),
+        ];
+        let mut bare = sparse();
+        bare.request_id = "req_bare".into();
+        bare.workspace_id = Some("ws".into());
+        bare.created_at_us = columns.created_at_us + 5;
+        let mut anonymous = sparse();
+        anonymous.request_id = "req_anonymous".into();
+        anonymous.created_at_us = bare.created_at_us;
+        let all = [&columns, &text, &set, &tie[0], &tie[1], &bare, &anonymous];
+        let every: Vec<RequestRecord> = all.iter().map(|r| (*r).clone()).collect();
+        ensure_partitions(&mut c, &mut Partitions::default(), &every)
+            .await
+            .unwrap();
+        insert_raw(&c, &READ_COLUMNS[..PACKED], legacy_values(&columns)).await;
+        let set_id: i32 = c
+            .query_one(
+                "INSERT INTO name_sets (key, s_model, s_provider, s_channel, s_grp, s_dialect,
+                    s_endpoint, s_region) VALUES ('k', $1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                &crate::names::names_of(&set)
+                    .map(|n| n.map(str::to_string))
+                    .iter()
+                    .map(|n| n as _)
+                    .collect::<Vec<&(dyn ToSql + Sync)>>(),
+            )
+            .await
+            .unwrap()
+            .get(0);
+        insert_raw(&c, &COLUMNS[..20], v12_values(&set, Some(set_id))).await;
+        for r in [&text, &tie[0], &tie[1], &bare, &anonymous] {
+            insert_raw(&c, &COLUMNS[..20], v12_values(r, None)).await;
+        }
+        drop(c);
+
+        let store = crate::Store::open_postgres(schema.url()).await.unwrap();
+        let client = crate::pg::connect(&config).await.unwrap();
+        let types: Vec<(String, String)> = client
+            .query(
+                "SELECT column_name::text, data_type::text FROM information_schema.columns
+                 WHERE table_schema = current_schema() AND table_name = 'requests'
+                   AND column_name IN ('request_id', 'workspace_id', 'outcome',
+                       'classification', 'key_code', 'instance_code')
+                 ORDER BY 1",
+                &[],
+            )
             .await
             .unwrap()
             .iter()
-            .map(|row| row.get(0))
+            .map(|r| (r.get(0), r.get(1)))
             .collect();
-        assert_eq!(packed.iter().filter(|p| p.is_some()).count(), 2);
-        let ws = old.workspace_id.clone().unwrap();
-        for r in [&old, &new, &bare] {
-            let got = store.record(&ws, &r.request_id).await.unwrap();
-            assert_eq!(got.as_ref(), Some(r), "{}", r.request_id);
+        let want = [
+            ("classification", "smallint"),
+            ("instance_code", "integer"),
+            ("key_code", "integer"),
+            ("outcome", "smallint"),
+            ("request_id", "bytea"),
+            ("workspace_id", "integer"),
+        ];
+        assert_eq!(types, want.map(|(a, b)| (a.to_string(), b.to_string())));
+        let gateway: Vec<u8> = client
+            .query_one(
+                "SELECT request_id FROM requests WHERE created_at_us = $1",
+                &[&text.created_at_us],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(gateway, crate::stored_id::pg_key(made));
+        assert_eq!((gateway.len(), gateway[0]), (17, 0));
+        let no_workspace: i64 = client
+            .query_one(
+                "SELECT count(*) FROM requests WHERE workspace_id IS NULL",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(no_workspace, 1);
+
+        for r in all.iter().filter(|r| r.workspace_id.is_some()) {
+            let got = store.record("ws", &r.request_id).await.unwrap();
+            assert_eq!(got.as_ref(), Some(*r), "{}", r.request_id);
         }
-        let recent = store
-            .recent(&ws, crate::usage::UsageFilter::default(), None, 10)
+        let ids = |outcome: Option<&str>| {
+            let store = &store;
+            let filter = crate::usage::UsageFilter {
+                outcome: outcome.map(str::to_string),
+                ..crate::usage::UsageFilter::default()
+            };
+            async move {
+                let got = store.recent("ws", filter, None, 10).await.unwrap();
+                got.into_iter().map(|r| r.request_id).collect::<Vec<_>>()
+            }
+        };
+        let newest_first = [
+            "req_bare",
+            "req_tie_b",
+            "req_tie_a",
+            "req_set",
+            made,
+            "req_columns",
+        ];
+        assert_eq!(ids(None).await, newest_first);
+
+        let fresh = with("req_fresh", 6, Outcome::Timeout);
+        store.insert_batch(vec![fresh.clone()]).await.unwrap();
+        assert_eq!(
+            store.record("ws", "req_fresh").await.unwrap(),
+            Some(fresh.clone())
+        );
+        let row = client
+            .query_one(
+                "SELECT (SELECT value FROM names WHERE id = key_code),
+                    (SELECT value FROM names WHERE id = instance_code), length(packed)
+                 FROM requests WHERE request_id = $1",
+                &[&crate::stored_id::pg_key("req_fresh")],
+            )
             .await
             .unwrap();
-        assert_eq!(recent.len(), 3);
-        for r in recent {
-            let want = [&old, &new, &bare]
-                .into_iter()
-                .find(|w| w.request_id == r.request_id);
-            assert_eq!(Some(&r), want);
-        }
+        assert_eq!(row.get::<_, Option<String>>(0), fresh.key_id);
+        assert_eq!(row.get::<_, Option<String>>(1), fresh.instance);
+        let packed_len: i32 = row.get(2);
+        assert!(usize::try_from(packed_len).unwrap() < crate::packed::encode(&fresh).len());
+        // A filtered read walks the minutes whose rollups have the value: the rows above were
+        // written without rollups, and are found in the minute of this one.
+        assert_eq!(
+            ids(Some("timeout")).await,
+            ["req_fresh", "req_tie_a", "req_columns"]
+        );
+        assert_eq!(ids(Some("no such outcome")).await, Vec::<String>::new());
     }
 
     #[test]

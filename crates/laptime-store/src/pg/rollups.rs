@@ -471,8 +471,9 @@ pub(crate) async fn rebuild_keys(tx: &Transaction<'_>, keys: &HashSet<RollupKey>
         .map(|k| (k.workspace_id.as_str(), k.start_us))
         .collect();
     let sql = format!(
-        "{} WHERE workspace_id = $1 AND created_at_us >= $2 AND created_at_us < $3",
-        select()
+        "{} WHERE created_at_us >= $2 AND created_at_us < $3{}",
+        select(),
+        super::names::code_equals("workspace_id", "$1")
     );
     let mut fresh: HashMap<RollupKey, Rollup> = HashMap::new();
     for (ws, minute) in minutes {

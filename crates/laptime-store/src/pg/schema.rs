@@ -11,11 +11,28 @@ use deadpool_postgres::{ClientWrapper, Transaction};
 
 use crate::{Result, StoreError};
 
-/// One migration: its SQL, then what Rust code it runs after every pending migration's SQL (so
-/// that the code reads and writes today's tables).
+/// One migration: its SQL, the Rust step it runs right after that SQL (in order with the other
+/// migrations' SQL), then what Rust code it runs after every pending migration's SQL (so that
+/// the code reads and writes today's tables).
 struct Migration {
     sql: &'static str,
+    step: Option<Step>,
     after: Option<After>,
+}
+
+/// The Rust steps a migration takes in order with the SQL.
+#[derive(Clone, Copy)]
+enum Step {
+    /// v13: request ids as bytes, workspaces as codes, outcomes and classifications as numbers.
+    LeanRequests,
+}
+
+impl Step {
+    async fn run(self, tx: &Transaction<'_>) -> Result<()> {
+        match self {
+            Step::LeanRequests => lean_requests(tx).await,
+        }
+    }
 }
 
 /// The Rust steps a migration can take.
@@ -34,7 +51,11 @@ impl After {
 }
 
 const fn sql(sql: &'static str) -> Migration {
-    Migration { sql, after: None }
+    Migration {
+        sql,
+        step: None,
+        after: None,
+    }
 }
 
 /// Each migration, in order; version N is `MIGRATIONS[N - 1]`.
@@ -47,6 +68,7 @@ const MIGRATIONS: &[Migration] = &[
     sql(V6),
     Migration {
         sql: V7,
+        step: None,
         after: Some(After::BackfillHourRollups),
     },
     sql(V8),
@@ -54,6 +76,11 @@ const MIGRATIONS: &[Migration] = &[
     sql(V10),
     sql(V11),
     sql(V12),
+    Migration {
+        sql: V13,
+        step: Some(Step::LeanRequests),
+        after: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -403,6 +430,96 @@ const V12: &str = r#"
     COMMENT ON TABLE rollups_hourly IS 'data: laptime rollup encoding, version 5 since schema 10';
 "#;
 
+/// Every request row leaner by about 60 bytes, its primary key and workspace index by about
+/// 20 each, older rows rewritten alike by [`lean_requests`]:
+/// - the id as bytes ([`crate::stored_id::pg_key`]): 17 bytes for an id the gateway made,
+///   instead of 36;
+/// - the workspace as a code of `names` ([`super::names`]), 4 bytes instead of about 20;
+/// - the outcome and classification as the numbers of [`crate::closed`];
+/// - the key id and instance as codes in `key_code` and `instance_code`, out of the packed
+///   value. Older rows keep them in their packed value (or pre-v9 columns), where moving them
+///   would need every packed value decoded; a reader takes either.
+const V13: &str = r#"
+    CREATE TABLE IF NOT EXISTS names (
+        id INTEGER GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        value TEXT NOT NULL UNIQUE
+    );
+    ALTER TABLE requests ADD COLUMN IF NOT EXISTS key_code INTEGER,
+        ADD COLUMN IF NOT EXISTS instance_code INTEGER;
+"#;
+
+/// The SQL that rewrites every request row into v13's forms: one `ALTER TABLE`, so one rewrite
+/// of each partition and one rebuild of each index. The numbers come from [`crate::closed`], so
+/// that they are the ones new rows get. A column is changed only while it holds text: a test
+/// that takes versions back and migrates again finds them changed (empty SQL).
+async fn lean_requests(tx: &Transaction<'_>) -> Result<()> {
+    let text: Vec<String> = tx
+        .query(
+            "SELECT column_name::text FROM information_schema.columns
+             WHERE table_schema = current_schema() AND table_name = 'requests'
+               AND data_type = 'text'",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<std::result::Result<_, _>>()?;
+    let text = |col: &str| text.iter().any(|t| t == col);
+    let mut changes = Vec::new();
+    let mut sql = String::new();
+    if text("request_id") {
+        sql.push_str(
+            r"CREATE OR REPLACE FUNCTION pg_temp.laptime_id(t text) RETURNS bytea
+                LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN t ~ '^req_[0-9a-f]{32}$'
+                    THEN '\x00'::bytea || decode(substr(t, 5), 'hex')
+                    ELSE convert_to(t, 'UTF8') END $$;",
+        );
+        changes.push(
+            "ALTER COLUMN request_id TYPE bytea USING pg_temp.laptime_id(request_id)".to_string(),
+        );
+    }
+    if text("workspace_id") {
+        sql.push_str(
+            "INSERT INTO names (value) SELECT DISTINCT workspace_id FROM requests
+                WHERE workspace_id IS NOT NULL ORDER BY 1 ON CONFLICT (value) DO NOTHING;
+             CREATE OR REPLACE FUNCTION pg_temp.laptime_code(t text) RETURNS integer
+                LANGUAGE sql STABLE AS $$ SELECT id FROM names WHERE value = t $$;",
+        );
+        changes.push(
+            "ALTER COLUMN workspace_id TYPE integer USING pg_temp.laptime_code(workspace_id)"
+                .to_string(),
+        );
+    }
+    if text("outcome") {
+        let pairs = laptime_core::timeline::Outcome::ALL
+            .into_iter()
+            .map(|o| (o.as_str(), crate::closed::outcome_code(o)));
+        changes.push(to_number("outcome", pairs));
+    }
+    if text("classification") {
+        let pairs = crate::closed::all_classifications()
+            .map(|c| (c.as_str(), crate::closed::classification_code(c)));
+        changes.push(to_number("classification", pairs));
+    }
+    if changes.is_empty() {
+        return Ok(());
+    }
+    sql.push_str(&format!("ALTER TABLE requests {};", changes.join(", ")));
+    tx.batch_execute(&sql).await?;
+    Ok(())
+}
+
+/// The change of column `col` from the names of a closed set to their numbers.
+fn to_number<'a>(col: &str, pairs: impl Iterator<Item = (&'a str, i64)>) -> String {
+    let arms: Vec<String> = pairs
+        .map(|(name, n)| format!("WHEN '{name}' THEN {n}"))
+        .collect();
+    format!(
+        "ALTER COLUMN {col} TYPE smallint USING CASE {col} {} END",
+        arms.join(" ")
+    )
+}
+
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('laptime migrate ' || current_schema()))";
 
 /// The newest applied version (0 for an empty database).
@@ -425,7 +542,7 @@ pub async fn migrate(client: &mut ClientWrapper) -> Result<Vec<i64>> {
     migrate_to(client, VERSION).await
 }
 
-async fn migrate_to(client: &mut ClientWrapper, target: i64) -> Result<Vec<i64>> {
+pub(crate) async fn migrate_to(client: &mut ClientWrapper, target: i64) -> Result<Vec<i64>> {
     let tx = client.transaction().await?;
     tx.batch_execute(LOCK).await?;
     tx.batch_execute(
@@ -456,6 +573,9 @@ async fn migrate_to(client: &mut ClientWrapper, target: i64) -> Result<Vec<i64>>
             break;
         };
         tx.batch_execute(m.sql).await?;
+        if let Some(step) = m.step {
+            step.run(&tx).await?;
+        }
         tx.execute(
             "INSERT INTO laptime_schema (version) VALUES ($1)",
             &[&version],

@@ -25,7 +25,8 @@ fn bound(v: FilterValue) -> Box<dyn ToSql + Sync + Send> {
         FilterValue::Text(t) => Box::new(t),
         FilterValue::Stream(s) => Box::new(s),
         FilterValue::Status(s) => Box::new(i32::from(s)),
-        FilterValue::Number(n) => Box::new(n),
+        // A closed set's number, in a `smallint` column.
+        FilterValue::Number(n) => Box::new(i16::try_from(n).unwrap_or(-1)),
     }
 }
 
@@ -256,7 +257,8 @@ pub async fn recent_filtered(
     while let (Some(window), Some(look)) = (rest, rows) {
         let boundary: Option<i64> = c
             .query_opt(
-                "SELECT created_at_us FROM requests WHERE workspace_id = $1 \
+                "SELECT created_at_us FROM requests \
+                 WHERE workspace_id = (SELECT id FROM names WHERE value = $1) \
                  AND created_at_us >= $2 AND created_at_us < $3 \
                  ORDER BY created_at_us DESC, seq DESC LIMIT 1 OFFSET $4",
                 &[&workspace_id, &window.0, &window.1, &(look - 1)],
@@ -359,7 +361,11 @@ async fn recent_rows(
     limit: u32,
     out: &mut Vec<RequestRecord>,
 ) -> Result<()> {
-    let mut sql = format!("{} WHERE workspace_id = $1", select());
+    let mut sql = format!(
+        "{} WHERE true{}",
+        select(),
+        super::names::code_equals("workspace_id", "$1")
+    );
     let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(workspace_id.to_string())];
     if let Some((from, to)) = window {
         values.push(Box::new(from));
