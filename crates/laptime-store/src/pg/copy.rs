@@ -11,6 +11,8 @@
 //! conflict check (and the `RETURNING` list) that the common case, a batch of new requests,
 //! does not need.
 
+use std::collections::HashMap;
+
 use deadpool_postgres::ClientWrapper;
 use deadpool_postgres::Transaction;
 use laptime_core::limit::Zone;
@@ -22,8 +24,9 @@ use tokio_postgres::types::Type;
 use super::names::NameSets;
 use super::records::{values, COLUMNS};
 use super::rollups::{merge_into, KeyIds};
-use crate::rollups::aggregate;
+use crate::rollups::RollupKey;
 use crate::{Result, StoreError};
+use laptime_core::rollup::Rollup;
 
 /// What the fast path did with a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,13 +37,15 @@ pub(super) enum Copied {
     Stored,
 }
 
-/// Writes `records` (each request new to the store) with their rollups and spend in one
-/// transaction; [`Copied::Stored`] when one is not new.
+/// Writes `records` (each request new to the store) with their rollups (`delta`, made by
+/// [`crate::rollups::aggregate`]) and spend in one transaction; [`Copied::Stored`] when one is
+/// not new.
 pub(super) async fn write(
     c: &mut ClientWrapper,
     records: &[RequestRecord],
     sets: &NameSets,
     keys: &KeyIds,
+    delta: HashMap<RollupKey, Rollup>,
     zone: &Zone,
 ) -> Result<Copied> {
     let tx = c.transaction().await?;
@@ -52,7 +57,7 @@ pub(super) async fn write(
         }
         Err(e) => return Err(e),
     }
-    merge_into(&tx, aggregate(records), keys).await?;
+    merge_into(&tx, delta, keys).await?;
     super::budgets::apply(&tx, &crate::budgets::delta(records, &[], zone)).await?;
     tx.commit().await?;
     Ok(Copied::Written)

@@ -629,21 +629,24 @@ pub async fn insert_batch(
 ) -> Result<()> {
     ensure_partitions(c, known, records).await?;
     let sets = NameSets::of(c, records).await?;
-    let keys = key_ids(&**c, records).await?;
-    let written = write_batch(c, records, &sets, &keys, zone).await;
+    // The batch's rollups, made once: their keys are the ones to find ids for.
+    let delta = aggregate(records);
+    let keys = KeyIds::of(&**c, delta.keys()).await?;
+    let written = write_batch(c, records, &sets, &keys, delta, zone).await;
     known.forget_if_missing(written)
 }
 
-/// The fast path first ([`super::copy`]); the replacing path when a request of the batch is
-/// stored already or repeats in it.
+/// The fast path first ([`super::copy`]), folding `delta` (the rollups of `records`); the
+/// replacing path when a request of the batch is stored already or repeats in it.
 async fn write_batch(
     c: &mut deadpool_postgres::ClientWrapper,
     records: &[RequestRecord],
     sets: &NameSets,
     keys: &KeyIds,
+    delta: HashMap<RollupKey, laptime_core::rollup::Rollup>,
     zone: &Zone,
 ) -> Result<()> {
-    match super::copy::write(c, records, sets, keys, zone).await? {
+    match super::copy::write(c, records, sets, keys, delta, zone).await? {
         super::copy::Copied::Written => Ok(()),
         super::copy::Copied::Stored => write_replacing(c, records, sets, keys, zone).await,
     }
