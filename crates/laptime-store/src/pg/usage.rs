@@ -254,15 +254,14 @@ pub async fn recent_filtered(
     }
     let mut rest = Some(window.unwrap_or((i64::MIN, i64::MAX)));
     let mut rows = Some(guide::PROBE_ROWS);
+    let probe = format!(
+        "SELECT created_at_us FROM requests WHERE created_at_us >= $2 AND created_at_us < $3{} \
+         ORDER BY created_at_us DESC, seq DESC LIMIT 1 OFFSET $4",
+        super::names::code_equals("workspace_id", "$1")
+    );
     while let (Some(window), Some(look)) = (rest, rows) {
         let boundary: Option<i64> = c
-            .query_opt(
-                "SELECT created_at_us FROM requests \
-                 WHERE workspace_id = (SELECT id FROM names WHERE value = $1) \
-                 AND created_at_us >= $2 AND created_at_us < $3 \
-                 ORDER BY created_at_us DESC, seq DESC LIMIT 1 OFFSET $4",
-                &[&workspace_id, &window.0, &window.1, &(look - 1)],
-            )
+            .query_opt(&probe, &[&workspace_id, &window.0, &window.1, &(look - 1)])
             .await?
             .map(|r| r.try_get(0))
             .transpose()?;
