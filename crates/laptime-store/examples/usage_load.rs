@@ -8,7 +8,9 @@
 //! (and keeping 16 bytes per record for it); `--postgres URL` uses that
 //! PostgreSQL store instead of SQLite, e.g. a schema of its own:
 //! `postgres://postgres@127.0.0.1/test?options=-c%20search_path%3Dload`; `--instances N` with
-//! `--postgres` loads through N recorders at once, as N gateways would; `--retention` times,
+//! `--postgres` loads through N recorders at once, as N gateways would; `--rate N` sends N
+//! records a second in all, each created at the moment it is sent (as a gateway's are), instead
+//! of the last 24 h as fast as the recorder takes them; `--retention` times,
 //! after the queries, the deletion of the load's oldest hour; `--workspace ID` the workspace of
 //! every record, default `ws_load`, where the gateway makes ids of 19 characters, `ws_` and 16
 //! hex digits, which every request row, its indexes and the rollups hold; `--key ID` the key id
@@ -75,6 +77,8 @@ struct Args {
     retention: bool,
     workspace: String,
     key: String,
+    /// Records per second in real time (`--rate`), or `None` for the 24 h as fast as taken.
+    rate: Option<f64>,
 }
 
 fn args() -> Result<Args, Box<dyn Error>> {
@@ -90,6 +94,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
         retention: false,
         workspace: "ws_load".to_string(),
         key: "key_load".to_string(),
+        rate: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -106,6 +111,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
             "--retention" => a.retention = true,
             "--workspace" => a.workspace = value()?,
             "--key" => a.key = value()?,
+            "--rate" => a.rate = Some(value()?.parse::<f64>()?).filter(|r| *r > 0.0),
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -454,17 +460,23 @@ async fn main() -> Result<(), Box<dyn Error>> {
         opening.elapsed().as_secs_f64()
     );
     let ws = a.workspace.as_str();
-    // The store takes wall times as arguments; the example reads the clock itself.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    let now = wall_now_us();
     // Every row inside the last 24 h, in time order, the newest a second ago.
     let start = now - DAY_US + 1_000_000;
     let step = (DAY_US - 2_000_000) as f64 / a.rows.max(1) as f64;
 
     let mut latencies = Vec::new();
     if !(a.skip_load && (a.keep.is_some() || a.postgres.is_some())) {
+        let wal = raw.wal_position().await?;
         latencies = load(&a, &store, ws, start, step).await?;
+        if let (Some(before), Some(after)) = (wal, raw.wal_position().await?) {
+            let bytes = after - before;
+            println!(
+                "WAL written during the load: {:.1} MB, {:.0} B per record",
+                bytes as f64 / 1e6,
+                bytes as f64 / a.rows.max(1) as f64
+            );
+        }
     }
     query(&a, &store, &raw, ws, latencies).await?;
     if a.retention {
@@ -478,6 +490,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
     }
     drop(tmp);
     Ok(())
+}
+
+/// The wall clock in microseconds since the Unix epoch: the store takes wall times as
+/// arguments, so the example reads the clock itself.
+fn wall_now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// Loads the store; returns each record's creation time and `handler_done` (µs) when the exact
@@ -504,6 +524,7 @@ async fn load(
         let store = store.clone();
         let queue = a.queue;
         let keep = a.exact;
+        let rate = a.rate.map(|r| r / a.instances as f64);
         let (ws, key) = (ws.to_string(), a.key.clone());
         // Instance n writes every instances-th record, so they interleave in time as a
         // balanced fleet's do.
@@ -521,8 +542,7 @@ async fn load(
                 count,
                 every,
                 (&ws, &key),
-                start,
-                step,
+                (start, step, rate),
                 keep,
             ))
             .map_err(|e| e.to_string())
@@ -574,7 +594,9 @@ struct Loaded {
     latencies: Vec<(i64, i64)>,
 }
 
-/// One recorder (one gateway's) pushing `count` records, the `first`-th and every `every`-th.
+/// One recorder (one gateway's) pushing `count` records, the `first`-th and every `every`-th
+/// of those spread from `start` by `step`; or, with a `rate`, that many a second, each created
+/// when it is sent.
 #[expect(clippy::too_many_arguments, reason = "a load tool's knobs")]
 async fn load_one(
     store: &Store,
@@ -584,8 +606,7 @@ async fn load_one(
     count: u64,
     every: u64,
     (ws, key_id): (&str, &str),
-    start: i64,
-    step: f64,
+    (start, step, rate): (i64, f64, Option<f64>),
     keep: bool,
 ) -> Result<Loaded, Box<dyn Error>> {
     let mut synth = Synth {
@@ -599,7 +620,13 @@ async fn load_one(
     let started = Instant::now();
     let mut latencies = Vec::new();
     for i in 0..count {
-        let created = start + ((first + i * every) as f64 * step) as i64;
+        let created = match rate {
+            Some(rate) => {
+                tokio::time::sleep_until(started + Duration::from_secs_f64(i as f64 / rate)).await;
+                wall_now_us()
+            }
+            None => start + ((first + i * every) as f64 * step) as i64,
+        };
         let mut pending = Box::new(synth.record(ws, created));
         if let Some(done) = pending.marks.handler_done.filter(|_| keep) {
             latencies.push((created, done.as_micros() as i64));
@@ -641,6 +668,18 @@ enum Raw {
 }
 
 impl Raw {
+    /// PostgreSQL's current WAL position in bytes (`None` for SQLite, whose WAL is reused).
+    async fn wal_position(&self) -> Result<Option<i64>, Box<dyn Error>> {
+        Ok(match self {
+            Raw::Sqlite(_) => None,
+            Raw::Postgres(c) => Some(
+                c.query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8", &[])
+                    .await?
+                    .get(0),
+            ),
+        })
+    }
+
     /// (rows, rollup rows, rollup bytes, store bytes, request bytes with their indexes)
     async fn sizes(&self) -> Result<(i64, i64, i64, i64, i64), Box<dyn Error>> {
         match self {
