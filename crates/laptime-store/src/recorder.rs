@@ -344,12 +344,13 @@ const SMALL_BATCH: usize = 32;
 const SMALL_BATCH_LINGER: Duration = Duration::from_millis(20);
 
 /// How long after the last transaction a PostgreSQL batch that is not full waits. Each batch
-/// rewrites every rollup row it touches, minute and hour, and PostgreSQL keeps each rewritten
-/// row's old version until a vacuum: at 1,000 records a second in real time (`usage_load
-/// --rate 1000`, 120 s), batches of 20 every 20 ms wrote 3,041 B of WAL per record and left the
-/// hour tier at 405 B per request (2,831 live rows in 48.6 MB); batches every 250 ms wrote 1,770
-/// B and 105 B. Records reach the store, and the usage API, at most this much later; the
-/// request path does not wait either way.
+/// rewrites every minute rollup row it touches (and, before schema v14, every hour row), and
+/// PostgreSQL keeps each rewritten row's old version until a vacuum: at 1,000 records a second
+/// in real time (`usage_load --rate 1000`, 120 s, v13), batches of 20 every 20 ms wrote 3,041 B
+/// of WAL per record and left the minute tier at 195 B per request and the hour tier at 405 B
+/// (2,831 live rows in 48.6 MB); batches every 250 ms wrote 1,770 B, and 135 B and 105 B.
+/// Records reach the store, and the usage API, at most this much later; the request path does
+/// not wait either way.
 const POSTGRES_LINGER: Duration = Duration::from_millis(250);
 
 /// How often a waiting batch looks at the queue: a flush or a stop ends the wait, and a full
@@ -637,8 +638,16 @@ enum Writer {
         pool: deadpool_postgres::Pool,
         partitions: crate::pg::records::Partitions,
         zone: laptime_core::limit::Zone,
+        /// The hour before which the hour tier was whole when last read: a fold is due once
+        /// [`FOLD_AFTER`] has passed since the end of that hour.
+        folded_before: i64,
     },
 }
+
+/// How long after an hour ends the writer folds it into the hour tier
+/// ([`crate::pg::rollups::fold_closed_hours`]): requests still running then (a long stream)
+/// are folded into it by their own batch, as every late record is.
+const FOLD_AFTER: Duration = Duration::from_secs(5 * 60);
 
 impl Writer {
     fn open(store: &Store) -> Result<Writer> {
@@ -655,6 +664,7 @@ impl Writer {
             pool: pg.writer_pool()?,
             partitions: crate::pg::records::Partitions::default(),
             zone: store.budget_zone().clone(),
+            folded_before: i64::MIN,
         })
     }
 
@@ -666,10 +676,36 @@ impl Writer {
                 pool,
                 partitions,
                 zone,
+                folded_before,
             } => runtime.block_on(async {
                 let mut c = crate::pg::pooled(pool).await?;
-                crate::pg::records::insert_batch(&mut c, partitions, batch, zone).await
+                crate::pg::records::insert_batch(&mut c, partitions, batch, zone).await?;
+                fold_closed_hours(&mut c, folded_before).await;
+                Ok(())
             }),
+        }
+    }
+}
+
+/// Folds the next closed hour into the hour tier when one is due, after a batch is written. A
+/// failure leaves the batch written and the fold to the first batch of the next hour (said
+/// once): readers take the hour's minutes meanwhile, so nothing is wrong, only slower to read.
+async fn fold_closed_hours(c: &mut deadpool_postgres::ClientWrapper, folded_before: &mut i64) {
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    let due = crate::rollups::floor_hour(now_us.saturating_sub(FOLD_AFTER.as_micros() as i64));
+    if due <= *folded_before {
+        return;
+    }
+    match crate::pg::rollups::fold_closed_hours(c, due).await {
+        Ok(folded) => *folded_before = folded,
+        Err(e) => {
+            *folded_before = due;
+            tracing::warn!(
+                error = %e,
+                "folding a closed hour into the hour tier failed; the next hour tries again"
+            );
         }
     }
 }

@@ -12,6 +12,13 @@
 //! Since schema v12 a row holds its key's fifteen dimensions as the id of one row of
 //! `rollup_keys` ([`KeyIds`]): its place is (workspace, start, key id), and readers take the
 //! dimensions from there.
+//!
+//! Since schema v14 an hour is folded into the hour tier once, when it has closed
+//! ([`fold_closed_hours`]), not by every batch: PostgreSQL keeps the old version of every row it
+//! rewrites and logs the new one in full, and an hour row (1–2.4 KB) rewritten by each batch of
+//! its hour made most of the WAL and the dead space of a real-time load. `hour_folds` holds the
+//! hour before which the tier is whole: batches fold their late records into those hours as
+//! before, and readers take the minute tier from it on ([`FOLDED_BEFORE`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -323,16 +330,73 @@ pub(crate) async fn key_ids(c: &impl GenericClient, records: &[RequestRecord]) -
     KeyIds::of(c, &keys).await
 }
 
+/// The hour before which the hour tier is whole, as an SQL expression: readers take the hour
+/// rows before it and the minute rows from it on, in one statement (one snapshot of both).
+pub(crate) const FOLDED_BEFORE: &str = "(SELECT folded_before_us FROM hour_folds)";
+
+/// The hour before which the hour tier is whole, share-locked until `tx` ends: a fold of the
+/// hours after it ([`fold_closed_hours`]) waits for `tx`, and `tx` for a fold under way.
+async fn folded_before(tx: &Transaction<'_>) -> Result<i64> {
+    let row = tx
+        .query_one("SELECT folded_before_us FROM hour_folds FOR SHARE", &[])
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
 /// Folds `delta` (minute rollups of records whose keys `ids` holds, [`key_ids`]) into the
-/// stored rollups of both tiers, inside the transaction that wrote its rows.
+/// stored rollups, inside the transaction that wrote its rows: into the minute tier, and into
+/// the hour tier where the hour is folded already (a late record's).
 pub(crate) async fn merge_into(
     tx: &Transaction<'_>,
     delta: HashMap<RollupKey, Rollup>,
     ids: &KeyIds,
 ) -> Result<()> {
-    let hours = by_hour(&delta);
+    let folded = folded_before(tx).await?;
+    let hours = by_hour(delta.iter().filter(|(k, _)| k.start_us < folded));
     merge_tier(tx, Tier::Minute, delta, ids).await?;
     merge_tier(tx, Tier::Hour, hours, ids).await
+}
+
+/// Folds into the hour tier the next closed hour after those folded (all of them, at most one
+/// with minute rows: a call's work stays one hour's rollups), if it starts before `before_us`;
+/// returns the hour before which the tier is whole now. Any instance may call it: the first
+/// takes `hour_folds` for update, waiting for the batches under way (they share-lock it), and
+/// the others then find the work done.
+pub(crate) async fn fold_closed_hours(
+    c: &mut deadpool_postgres::ClientWrapper,
+    before_us: i64,
+) -> Result<i64> {
+    let before_us = floor_hour(before_us);
+    let tx = c.transaction().await?;
+    let folded: i64 = tx
+        .query_one("SELECT folded_before_us FROM hour_folds FOR UPDATE", &[])
+        .await?
+        .try_get(0)?;
+    if folded >= before_us {
+        tx.commit().await?;
+        return Ok(folded);
+    }
+    let next: Option<i64> = tx
+        .query_one(
+            "SELECT min(minute_us) FROM rollups WHERE minute_us >= $1 AND minute_us < $2",
+            &[&folded, &before_us],
+        )
+        .await?
+        .try_get(0)?;
+    let now_folded = match next {
+        Some(minute) => {
+            rebuild_hour_rows(&tx, floor_hour(minute)).await?;
+            floor_hour(minute) + HOUR_US
+        }
+        None => before_us,
+    };
+    tx.execute(
+        "UPDATE hour_folds SET folded_before_us = $1",
+        &[&now_folded],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(now_folded)
 }
 
 /// `rollups` by their place, in place order: the order every instance locks rows in.
@@ -488,7 +552,13 @@ pub(crate) async fn rebuild_keys(tx: &Transaction<'_>, keys: &HashSet<RollupKey>
         ));
     }
     write_rebuilt(tx, Tier::Minute, sorted, &by_place, &fresh).await?;
-    let hour_keys: HashSet<RollupKey> = keys.iter().map(RollupKey::hour).collect();
+    // Hours not folded yet are read from the minutes just rebuilt.
+    let folded = folded_before(tx).await?;
+    let hour_keys: HashSet<RollupKey> = keys
+        .iter()
+        .map(RollupKey::hour)
+        .filter(|k| k.start_us < folded)
+        .collect();
     let (hours, hour_by_place) = places_of(&hour_keys, &ids)?;
     lock_places(tx, Tier::Hour, &hours).await?;
     let of_hour = format!(
@@ -579,7 +649,12 @@ pub(crate) async fn delete_before(
             &[&cut_hour],
         )
         .await?;
-        if cut_hour < end {
+        // An hour not folded yet has no rows to rebuild: its fold reads the minutes left.
+        let folded: i64 = tx
+            .query_one("SELECT folded_before_us FROM hour_folds", &[])
+            .await?
+            .try_get(0)?;
+        if cut_hour < end && cut_hour < folded {
             rebuild_hour_rows(&tx, cut_hour).await?;
         }
         tx.commit().await?;
@@ -665,6 +740,7 @@ mod tests {
     use crate::records::tests::sample;
     use crate::usage::{GroupDim, UsageFilter};
     use crate::Store;
+    use laptime_core::rollup::Metric;
 
     fn requests(prefix: &str, models: &[&str]) -> Vec<RequestRecord> {
         let day = 20_000 * super::super::records::DAY_US;
@@ -675,6 +751,161 @@ mod tests {
                 r
             })
             .collect()
+    }
+
+    /// An hour is folded into the hour tier once, when a writer finds it closed; until then
+    /// `usage` and the filtered log read its minutes, and give the same answers before and
+    /// after. A late record of a folded hour goes into its hour row at once.
+    #[tokio::test]
+    async fn hours_are_folded_once_closed_and_every_read_agrees_before_and_after() {
+        let schema = crate::testing::PgSchema::create().await.unwrap();
+        let store = Store::open_postgres(schema.url()).await.unwrap();
+        let pg = store.postgres().unwrap().clone();
+        let day = 20_000 * super::super::records::DAY_US;
+        let mut c = pg.client().await.unwrap();
+        // Every hour from `day` on is still to fold, as if the store were written in real time.
+        c.execute("UPDATE hour_folds SET folded_before_us = $1", &[&day])
+            .await
+            .unwrap();
+        // 120 requests in the first hour; none in the second; in the third 3,000 of another
+        // model, more than the filtered log's first looks take, so that it walks the rollups
+        // to find the first hour's.
+        let mut records = requests("a", &["m-1", "m-2"]);
+        records.extend((0..3_000).map(|i| {
+            let mut r = sample(&format!("c{i}"), "ws", day + 2 * HOUR_US + i * 1_200_000);
+            r.model = Some("m-3".into());
+            r
+        }));
+        store.insert_batch(records).await.unwrap();
+        let q = pg.client().await.unwrap();
+        let count = |sql: &'static str| {
+            let q = &q;
+            async move { q.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+        };
+        assert_eq!(count("SELECT count(*) FROM rollups_hourly").await, 0);
+
+        let window = (day, day + 3 * HOUR_US);
+        let model = |m: &str| UsageFilter {
+            model: Some(m.into()),
+            ..UsageFilter::default()
+        };
+        let reads = || async {
+            let usage = store
+                .usage("ws", window, UsageFilter::default(), vec![GroupDim::Model])
+                .await
+                .unwrap();
+            let total = (
+                usage.total.requests,
+                usage.total.sketch(Metric::LatencyMs).count(),
+            );
+            let mut groups = usage.first_dim_counts();
+            groups.sort();
+            let recent: Vec<String> = store
+                .recent("ws", model("m-1"), Some(window), 200)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.request_id)
+                .collect();
+            let newest = store
+                .recent("ws", model("m-3"), Some(window), 5)
+                .await
+                .unwrap();
+            (total, groups, recent, newest.len())
+        };
+        let before = reads().await;
+        assert_eq!(before.0, (3_120, 3_120));
+        assert_eq!(
+            before.1,
+            [
+                (Some("m-1".to_string()), 60),
+                (Some("m-2".to_string()), 60),
+                (Some("m-3".to_string()), 3_000)
+            ]
+        );
+        assert_eq!(before.2.len(), 60);
+        assert_eq!(before.3, 5);
+
+        // A call folds the first hour with minutes; the next passes the empty second hour and
+        // folds the third; then there is nothing before the bound to fold.
+        let bound = day + 4 * HOUR_US;
+        assert_eq!(
+            fold_closed_hours(&mut c, bound).await.unwrap(),
+            day + HOUR_US
+        );
+        assert_eq!(count("SELECT count(*) FROM rollups_hourly").await, 2);
+        assert_eq!(reads().await, before);
+        assert_eq!(
+            fold_closed_hours(&mut c, bound).await.unwrap(),
+            day + 3 * HOUR_US
+        );
+        assert_eq!(fold_closed_hours(&mut c, bound).await.unwrap(), bound);
+        assert_eq!(fold_closed_hours(&mut c, bound).await.unwrap(), bound);
+        assert_eq!(count("SELECT count(*) FROM rollups_hourly").await, 3);
+        // Read from the hour rows now (the whole window is of folded hours): the same.
+        assert_eq!(reads().await, before);
+
+        // A late request of the folded first hour goes straight into its hour row.
+        let mut late = sample("late", "ws", day + 10 * MINUTE_US);
+        late.model = Some("m-1".into());
+        store.insert_batch(vec![late]).await.unwrap();
+        assert_eq!(count("SELECT count(*) FROM rollups_hourly").await, 3);
+        let after = reads().await;
+        assert_eq!(after.0, (3_121, 3_121));
+        assert_eq!(after.2.len(), 61);
+    }
+
+    /// Retention that cuts an hour not folded yet leaves it to its fold, which folds the
+    /// minutes left; an hour folded already has its rows rebuilt from them at once.
+    #[tokio::test]
+    async fn retention_inside_an_hour_not_folded_yet_leaves_the_fold_its_remaining_minutes() {
+        let schema = crate::testing::PgSchema::create().await.unwrap();
+        let store = Store::open_postgres(schema.url()).await.unwrap();
+        let pg = store.postgres().unwrap().clone();
+        let day = 20_000 * super::super::records::DAY_US;
+        let mut c = pg.client().await.unwrap();
+        c.execute(
+            "UPDATE hour_folds SET folded_before_us = $1",
+            &[&(day + HOUR_US)],
+        )
+        .await
+        .unwrap();
+        // 120 requests, one each 30 s, in each of the first two hours: the first is folded
+        // (its rows are written at once), the second not yet.
+        let mut records = requests("a", &["m-1"]);
+        records.extend(requests("b", &["m-1"]).into_iter().map(|mut r| {
+            r.created_at_us += HOUR_US;
+            r
+        }));
+        store.insert_batch(records).await.unwrap();
+        let total = |from: i64| {
+            let store = &store;
+            async move {
+                let window = (from, day + 2 * HOUR_US);
+                let u = store.usage("ws", window, UsageFilter::default(), vec![]);
+                u.await.unwrap().total.requests
+            }
+        };
+        assert_eq!(total(day).await, 240);
+        // Cut at 30 minutes into the second hour: the first hour goes, half the second stays.
+        let deleted = store
+            .delete_older_than(day + HOUR_US + 30 * MINUTE_US, 1_000)
+            .await
+            .unwrap();
+        assert_eq!(deleted, 180);
+        assert_eq!(total(day).await, 60);
+        assert_eq!(
+            fold_closed_hours(&mut c, day + 2 * HOUR_US).await.unwrap(),
+            day + 2 * HOUR_US
+        );
+        let hour_rows: i64 = c
+            .query_one("SELECT count(*) FROM rollups_hourly", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(hour_rows, 1);
+        assert_eq!(total(day).await, 60);
+        assert_eq!(total(day + HOUR_US).await, 60);
     }
 
     /// Rollup rows hold a key id in place of their dimensions; instances adding the same new

@@ -81,6 +81,7 @@ const MIGRATIONS: &[Migration] = &[
         step: Some(Step::LeanRequests),
         after: None,
     },
+    sql(V14),
 ];
 
 /// The schema version this build writes.
@@ -446,6 +447,24 @@ const V13: &str = r#"
     );
     ALTER TABLE requests ADD COLUMN IF NOT EXISTS key_code INTEGER,
         ADD COLUMN IF NOT EXISTS instance_code INTEGER;
+"#;
+
+/// Hours folded into the hour tier once, when they close ([`super::rollups::fold_closed_hours`]),
+/// instead of every batch rewriting the hour rows it touches: `folded_before_us` is the hour
+/// before which the hour tier is whole (kept by the batches of late records), from which on
+/// readers take the minute tier. Every hour before the server's current one is whole, so the
+/// mark starts there; the current hour's rows are left to its fold, which writes them anew (a
+/// store taken back to an older version and migrated again keeps its mark). The hour tier
+/// keeps v8's room for rewrites: records written long after their hour (an import, a recorder
+/// catching up) still rewrite its rows.
+const V14: &str = r#"
+    CREATE TABLE IF NOT EXISTS hour_folds (
+        only_row BOOLEAN PRIMARY KEY DEFAULT true CHECK (only_row),
+        folded_before_us BIGINT NOT NULL
+    );
+    INSERT INTO hour_folds (folded_before_us)
+        SELECT floor(extract(epoch FROM now()) / 3600)::int8 * 3600000000
+        WHERE NOT EXISTS (SELECT 1 FROM hour_folds);
 "#;
 
 /// The SQL that rewrites every request row into v13's forms: one `ALTER TABLE`, so one rewrite

@@ -12,6 +12,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::records::{from_row, select};
+use super::rollups::FOLDED_BEFORE;
 use crate::rollups::{floor_hour, Tier, HOUR_US};
 use crate::usage::{
     push_filter, put_value, spans, window, Absent, FilterValue, Folding, GroupDim, NameForm, Span,
@@ -65,13 +66,20 @@ async fn matching_keys(c: &impl GenericClient, filter: &UsageFilter) -> Result<O
 
 /// The statement reading `columns` of the rollups of `spans` (as [`crate::usage`]'s for SQLite:
 /// parameter 1 the workspace, then each span's bounds), one `SELECT` per span joined by `join`
-/// (`UNION ALL` for one snapshot of every row, `UNION` for distinct values).
+/// (`UNION ALL` for one snapshot of every row, `UNION` for distinct values). `columns` names
+/// them for the table read; an hour span reads the hour tier before [`FOLDED_BEFORE`] and the
+/// minute tier from it on (the hours not folded yet), in the same statement.
 ///
 /// Rows of the `keys` a filter matches are picked by a constant array, which the server hashes
 /// once. `+ 0` keeps it out of the primary key's index condition, where a scan of the span per
 /// key (422 keys for one model's day) took 0.3 s; a semi-join with `rollup_keys` was planned
 /// so too whenever the tables' statistics were missing.
-fn rollup_sql(spans: &[Span], columns: &str, join: &str, keys: Option<&[i32]>) -> String {
+fn rollup_sql(
+    spans: &[Span],
+    columns: impl Fn(Tier) -> String,
+    join: &str,
+    keys: Option<&[i32]>,
+) -> String {
     let filtered = match keys {
         Some(ids) => {
             let ids: Vec<String> = ids.iter().map(i32::to_string).collect();
@@ -79,20 +87,35 @@ fn rollup_sql(spans: &[Span], columns: &str, join: &str, keys: Option<&[i32]>) -
         }
         None => String::new(),
     };
-    let parts: Vec<String> = spans
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let start = s.tier.start_column();
-            format!(
-                "SELECT {columns} FROM {} WHERE workspace_id = $1 AND {start} >= ${} \
-                 AND {start} < ${}{filtered}",
-                s.tier.table(),
-                2 + 2 * i,
-                3 + 2 * i
-            )
-        })
-        .collect();
+    let select = |tier: Tier, i: usize, folded: &str| {
+        let start = tier.start_column();
+        format!(
+            "SELECT {} FROM {} WHERE workspace_id = $1 AND {start} >= ${} \
+             AND {start} < ${}{folded}{filtered}",
+            columns(tier),
+            tier.table(),
+            2 + 2 * i,
+            3 + 2 * i
+        )
+    };
+    let mut parts = Vec::new();
+    for (i, s) in spans.iter().enumerate() {
+        match s.tier {
+            Tier::Minute => parts.push(select(Tier::Minute, i, "")),
+            Tier::Hour => {
+                parts.push(select(
+                    Tier::Hour,
+                    i,
+                    &format!(" AND hour_us < {FOLDED_BEFORE}"),
+                ));
+                parts.push(select(
+                    Tier::Minute,
+                    i,
+                    &format!(" AND minute_us >= {FOLDED_BEFORE}"),
+                ));
+            }
+        }
+    }
     parts.join(join)
 }
 
@@ -137,7 +160,7 @@ async fn group_keys(
     if rows.len() as i64 > ALL_KEYS {
         let sql = format!(
             "SELECT id, {columns} FROM rollup_keys WHERE id IN ({})",
-            rollup_sql(spans, "key_id", " UNION ", keys)
+            rollup_sql(spans, |_| "key_id".into(), " UNION ", keys)
         );
         rows = c.query(&statement(c, &sql, keys).await?, params).await?;
     }
@@ -208,7 +231,8 @@ pub async fn usage(
     };
     let columns = if grouped { "data, key_id" } else { "data" };
     let mut late: Vec<(i32, Vec<u8>)> = Vec::new();
-    let stmt = statement(c, &rollup_sql(&spans, columns, " UNION ALL ", keys), keys).await?;
+    let sql = rollup_sql(&spans, |_| columns.into(), " UNION ALL ", keys);
+    let stmt = statement(c, &sql, keys).await?;
     // Folded as they arrive: the server reads and sends the next rows (a day of a busy
     // workspace is some 150,000 rollups) while this one is merged, rather than after.
     let rows = c.query_raw(&stmt, params.iter().copied()).await?;
@@ -228,6 +252,18 @@ pub async fn usage(
     }
     fold_late(c, &mut folding, group_by, dims, late).await?;
     Ok(folding.finish(window))
+}
+
+/// The newest hour start in `[$2, $3)` with a rollup of workspace `$1`: of the hour tier
+/// before [`FOLDED_BEFORE`], of the minute tier from it on.
+fn newest_hour_sql() -> String {
+    format!(
+        "SELECT GREATEST(
+            (SELECT max(hour_us) FROM rollups_hourly WHERE workspace_id = $1
+                AND hour_us >= $2 AND hour_us < $3 AND hour_us < {FOLDED_BEFORE}),
+            (SELECT max(minute_us) / {HOUR_US} * {HOUR_US} FROM rollups WHERE workspace_id = $1
+                AND minute_us >= $2 AND minute_us < $3 AND minute_us >= {FOLDED_BEFORE}))"
+    )
 }
 
 /// As [`crate::usage::recent_filtered`]: newest first (ties in the newest-written order),
@@ -304,7 +340,7 @@ async fn walk(
     let (first, end) = guide::minute_bounds(window);
     let newest: Option<i64> = c
         .query_one(
-            &crate::usage::newest_hour_sql('$'),
+            &newest_hour_sql(),
             &[&workspace_id, &floor_hour(first), &end],
         )
         .await?
@@ -312,16 +348,22 @@ async fn walk(
     let Some(newest) = newest else {
         return Ok(());
     };
+    // The hours with a matching rollup (those not folded yet through their minutes), and the
+    // minutes with one.
     let starts_sql = |tier: Tier| {
         let span = [Span {
             tier,
             from_us: first,
             to_us: end,
         }];
-        let start = tier.start_column();
+        let columns = |table: Tier| match (tier, table) {
+            (Tier::Minute, _) => "DISTINCT minute_us AS start".to_string(),
+            (Tier::Hour, Tier::Hour) => "hour_us AS start".to_string(),
+            (Tier::Hour, Tier::Minute) => format!("minute_us - minute_us % {HOUR_US} AS start"),
+        };
         format!(
-            "{} ORDER BY {start} DESC",
-            rollup_sql(&span, &format!("DISTINCT {start}"), "", Some(keys))
+            "{} ORDER BY start DESC",
+            rollup_sql(&span, columns, " UNION ", Some(keys))
         )
     };
     let hours_stmt = statement(c, &starts_sql(Tier::Hour), Some(keys)).await?;
