@@ -457,6 +457,13 @@ const V13: &str = r#"
 /// store taken back to an older version and migrated again keeps its mark). The hour tier
 /// keeps v8's room for rewrites: records written long after their hour (an import, a recorder
 /// catching up) still rewrite its rows.
+///
+/// The minute tier's new pages keep 15 % free: in real time a minute row is rewritten by every
+/// batch of its minute, and with room on its page the rewrite is HOT (no index entry, the old
+/// version pruned in place). `usage_load --rate 1000`, 120 s, autovacuum off: the minute tier
+/// 128 B per request with full pages, 68 B with 15 % free (70 % full: 50 B; 96 % of its
+/// updates HOT). Loads spread over a day, each minute written by about one batch, pay for the
+/// room: at 1 M requests 110 B, 129 B and 156 B.
 const V14: &str = r#"
     CREATE TABLE IF NOT EXISTS hour_folds (
         only_row BOOLEAN PRIMARY KEY DEFAULT true CHECK (only_row),
@@ -465,6 +472,7 @@ const V14: &str = r#"
     INSERT INTO hour_folds (folded_before_us)
         SELECT floor(extract(epoch FROM now()) / 3600)::int8 * 3600000000
         WHERE NOT EXISTS (SELECT 1 FROM hour_folds);
+    ALTER TABLE rollups SET (fillfactor = 85);
 "#;
 
 /// The SQL that rewrites every request row into v13's forms: one `ALTER TABLE`, so one rewrite
