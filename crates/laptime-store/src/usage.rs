@@ -805,7 +805,7 @@ fn walk(
         Value::Integer(end),
     ];
     let newest: Option<i64> = tx
-        .prepare_cached(&newest_hour_sql('?'))?
+        .prepare_cached(NEWEST_HOUR_SQL)?
         .query_row(params_from_iter(&values), |r| r.get(0))?;
     let Some(newest) = newest else {
         return Ok(());
@@ -837,13 +837,10 @@ fn walk(
 }
 
 /// The statement of the start of the newest hour of a workspace's hour tier in a range:
-/// parameter 1 the workspace, then the range's bounds, each written `{sigil}{n}`.
-pub(crate) fn newest_hour_sql(sigil: char) -> String {
-    format!(
-        "SELECT max(hour_us) FROM rollups_hourly WHERE workspace_id = {sigil}1 \
-         AND hour_us >= {sigil}2 AND hour_us < {sigil}3"
-    )
-}
+/// parameter 1 the workspace, then the range's bounds (PostgreSQL's, whose hours are folded
+/// when they close, is [`crate::pg::usage`]'s).
+const NEWEST_HOUR_SQL: &str = "SELECT max(hour_us) FROM rollups_hourly WHERE workspace_id = ?1 \
+    AND hour_us >= ?2 AND hour_us < ?3";
 
 /// The statement of the starts (newest first) of the rollups of `tier` that match `filter`
 /// ([`crate::guide`]), and the filter's values: parameter 1 is the workspace, 2 and 3 the
