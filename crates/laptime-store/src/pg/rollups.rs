@@ -753,20 +753,28 @@ mod tests {
             .collect()
     }
 
+    /// A new store whose hour tier is whole before `at` only, and a connection to it.
+    async fn store_whole_before(
+        at: i64,
+    ) -> (crate::testing::PgSchema, Store, deadpool_postgres::Object) {
+        let schema = crate::testing::PgSchema::create().await.unwrap();
+        let store = Store::open_postgres(schema.url()).await.unwrap();
+        let c = store.postgres().unwrap().client().await.unwrap();
+        c.execute("UPDATE hour_folds SET folded_before_us = $1", &[&at])
+            .await
+            .unwrap();
+        (schema, store, c)
+    }
+
     /// An hour is folded into the hour tier once, when a writer finds it closed; until then
     /// `usage` and the filtered log read its minutes, and give the same answers before and
     /// after. A late record of a folded hour goes into its hour row at once.
     #[tokio::test]
     async fn hours_are_folded_once_closed_and_every_read_agrees_before_and_after() {
-        let schema = crate::testing::PgSchema::create().await.unwrap();
-        let store = Store::open_postgres(schema.url()).await.unwrap();
-        let pg = store.postgres().unwrap().clone();
         let day = 20_000 * super::super::records::DAY_US;
-        let mut c = pg.client().await.unwrap();
         // Every hour from `day` on is still to fold, as if the store were written in real time.
-        c.execute("UPDATE hour_folds SET folded_before_us = $1", &[&day])
-            .await
-            .unwrap();
+        let (_schema, store, mut c) = store_whole_before(day).await;
+        let pg = store.postgres().unwrap().clone();
         // 120 requests in the first hour; none in the second; in the third 3,000 of another
         // model, more than the filtered log's first looks take, so that it walks the rollups
         // to find the first hour's.
@@ -859,17 +867,8 @@ mod tests {
     /// minutes left; an hour folded already has its rows rebuilt from them at once.
     #[tokio::test]
     async fn retention_inside_an_hour_not_folded_yet_leaves_the_fold_its_remaining_minutes() {
-        let schema = crate::testing::PgSchema::create().await.unwrap();
-        let store = Store::open_postgres(schema.url()).await.unwrap();
-        let pg = store.postgres().unwrap().clone();
         let day = 20_000 * super::super::records::DAY_US;
-        let mut c = pg.client().await.unwrap();
-        c.execute(
-            "UPDATE hour_folds SET folded_before_us = $1",
-            &[&(day + HOUR_US)],
-        )
-        .await
-        .unwrap();
+        let (_schema, store, mut c) = store_whole_before(day + HOUR_US).await;
         // 120 requests, one each 30 s, in each of the first two hours: the first is folded
         // (its rows are written at once), the second not yet.
         let mut records = requests("a", &["m-1"]);
