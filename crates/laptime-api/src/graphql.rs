@@ -177,7 +177,7 @@ impl Query {
     ) -> Result<Option<RequestEvent>> {
         let ws = readable_workspace(ctx, &workspace_id).await?;
         let app = app(ctx)?;
-        let row = stored(crate::reports::request_record(app, &ws, &request_id).await)?;
+        let row = stored(app.store.record(&ws, &request_id).await)?;
         Ok(row.map(|r| RequestEvent::new(&r, &reading(&app.live().config))))
     }
 

@@ -13,21 +13,6 @@ use laptime_core::views::{
 use laptime_store::usage::{GroupDim, UsageFilter, UsageResult};
 use serde::{Deserialize, Serialize};
 
-/// One request of a workspace by id, as both APIs read it: the finished record this process
-/// still holds for the recorder (so that a read right after the answer finds it before its
-/// batch commits, up to 250 ms on PostgreSQL), else the store's. The registry is asked first
-/// because it forgets a record only once the store has it.
-pub async fn request_record(
-    app: &laptime_proxy::App,
-    workspace_id: &str,
-    request_id: &str,
-) -> laptime_store::Result<Option<RequestRecord>> {
-    if let Some(r) = app.inflight.finished(workspace_id, request_id) {
-        return Ok(Some(RequestRecord::clone(&r)));
-    }
-    app.store.record(workspace_id, request_id).await
-}
-
 /// How percentiles are computed, as every usage answer states it.
 pub fn percentile_method() -> String {
     format!(

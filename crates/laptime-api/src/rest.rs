@@ -310,7 +310,7 @@ pub async fn one(
 ) -> Result<Response, ApiError> {
     require(&p, Scope::Read)?;
     let app = s.app;
-    match read(crate::reports::request_record(&app, &p.workspace_id, &id).await)? {
+    match read(app.store.record(&p.workspace_id, &id).await)? {
         Some(r) => Ok(Json(RequestLogView::new(&r, &reading(&app.live().config))).into_response()),
         // Another workspace's id answers exactly like an id that does not exist.
         None => Err(api_error(StatusCode::NOT_FOUND, "no such request")),

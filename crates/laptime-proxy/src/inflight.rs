@@ -303,17 +303,6 @@ impl Inflight {
         running
     }
 
-    /// The record of a finished request of `workspace_id` whose batch the store has not
-    /// committed yet: what the store will hold, for a read by id that comes before the commit.
-    pub fn finished(&self, workspace_id: &str, request_id: &str) -> Option<Arc<RequestRecord>> {
-        match self.shard(request_id).get(request_id).map(|t| &t.entry) {
-            Some(Entry::Finished(r)) if r.workspace_id.as_deref() == Some(workspace_id) => {
-                Some(r.clone())
-            }
-            _ => None,
-        }
-    }
-
     /// The entries of one workspace, oldest first.
     pub fn of_workspace(&self, workspace_id: &str) -> Vec<Entry> {
         let mut out = Vec::new();
