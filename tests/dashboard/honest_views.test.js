@@ -66,9 +66,14 @@ async function streamed(body) {
   return { id: res.headers.get('x-laptime-request-id'), text };
 }
 
+// Waits for this request's own page: a page that already shows another request keeps its
+// timeline until the new one is read, so the timeline alone is no sign the new page is drawn.
 async function openDetail(page, id) {
   await page.evaluate(i => { location.hash = '#/request/' + i; }, id);
-  await page.waitForSelector('#timeline svg');
+  await page.waitForFunction(i => {
+    const title = document.querySelector('h1 code');
+    return title && title.textContent === i && document.querySelector('#timeline svg');
+  }, id);
 }
 
 describe('the dashboard does not mislead', () => {
