@@ -1,9 +1,9 @@
-//! Client connections: accepting on a serving thread, the cap on open connections, the head
-//! timeout, and graceful shutdown.
+//! Client connections: accepting on a serving thread, telling HTTP/1 from h2c, the cap on open
+//! connections, the head timeout, and graceful shutdown.
 //!
-//! A connection is held only while it is useful. Its head must arrive within the head timeout
-//! (hyper's, which runs from accept and again from the end of each answer, so it also closes a
-//! kept-alive connection left idle that long). At the cap, a new connection closes the oldest
+//! A connection is held only while it is useful. Its first bytes must arrive within the head
+//! timeout, and so must its head (hyper's timeout, which runs again from the end of each
+//! answer, so it also closes a kept-alive connection left idle that long). At the cap, a new connection closes the oldest
 //! idle one (no request in flight), so idle connections can never lock real requests out;
 //! only when every open connection is busy is the new one refused. The cap leaves file
 //! descriptors for the upstream connection each busy client connection may need.
@@ -185,14 +185,139 @@ impl Body for Answering {
     }
 }
 
-/// How client connections are served: HTTP/1.1 and h2c, with the head timeout.
-pub fn builder(head_timeout: Duration) -> auto::Builder<TokioExecutor> {
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(head_timeout);
-    b.http2().timer(TokioTimer::new());
-    b
+/// How client connections are served: HTTP/1.1 and h2c (prior knowledge), with the head
+/// timeout. One builder per protocol: [`sniff`] tells which a connection speaks before either
+/// serves it.
+#[derive(Debug)]
+pub struct Protocols {
+    http1: auto::Builder<TokioExecutor>,
+    http2: auto::Builder<TokioExecutor>,
+    head_timeout: Duration,
+}
+
+pub fn builder(head_timeout: Duration) -> Protocols {
+    let configured = || {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        b.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(head_timeout);
+        b.http2().timer(TokioTimer::new());
+        b
+    };
+    Protocols {
+        http1: configured().http1_only(),
+        http2: configured().http2_only(),
+        head_timeout,
+    }
+}
+
+/// The first bytes of an h2c connection (RFC 9113, 3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The protocol a new connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// Reads a new connection's first bytes until they differ from h2c's preface (HTTP/1: for a
+/// request, at its first or second byte) or are the whole of it; `None` when the client closes
+/// first. The bytes read are given back in front of the connection ([`Replayed`]).
+async fn sniff<T>(mut io: T) -> std::io::Result<Option<(Protocol, Replayed<T>)>>
+where
+    T: tokio::io::AsyncRead + Unpin,
+{
+    use tokio::io::AsyncReadExt;
+    let mut seen = [0u8; H2_PREFACE.len()];
+    let mut len = 0;
+    let protocol = loop {
+        if len == seen.len() {
+            break Protocol::Http2;
+        }
+        let got = io.read(&mut seen[len..]).await?;
+        if got == 0 {
+            return Ok(None);
+        }
+        len += got;
+        if seen[..len] != H2_PREFACE[..len] {
+            break Protocol::Http1;
+        }
+    };
+    let replayed = Replayed {
+        seen,
+        len,
+        at: 0,
+        io,
+    };
+    Ok(Some((protocol, replayed)))
+}
+
+/// A connection with the bytes [`sniff`] read put back in front.
+///
+/// hyper-util's own detection (`auto::Builder` without a fixed protocol) puts them back with a
+/// reader that returns them alone: hyper's first read of every HTTP/1 connection then held 24
+/// bytes, not the head, and to read the rest hyper grew its read buffer from 8 to 16 KiB, kept
+/// for the connection's life (heaptrack: 16 MB of 1,000 open streams). Here the read that
+/// returns them also takes what the socket already holds, so the head arrives whole.
+#[derive(Debug)]
+struct Replayed<T> {
+    seen: [u8; H2_PREFACE.len()],
+    len: usize,
+    at: usize,
+    io: T,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Replayed<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.at == this.len {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        let take = (this.len - this.at).min(buf.remaining());
+        buf.put_slice(&this.seen[this.at..this.at + take]);
+        this.at += take;
+        if this.at == this.len && buf.remaining() > 0 {
+            // Pending: nothing more has come yet (the waker is registered, which costs at most
+            // one early wake-up). An error is not lost: the next read meets the socket again.
+            let _ = Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Replayed<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 /// Accepts connections from `listener` and serves each with `router` until `stop`; then the
@@ -201,7 +326,7 @@ pub async fn accept_until_stopped(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     connections: Arc<Connections>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    protocols: Arc<Protocols>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut serving = tokio::task::JoinSet::new();
@@ -222,7 +347,7 @@ pub async fn accept_until_stopped(
                     let conn = serve_connection(
                         tcp,
                         router.clone(),
-                        builder.clone(),
+                        protocols.clone(),
                         admitted,
                         for_connections.clone(),
                     );
@@ -241,7 +366,7 @@ pub async fn accept_until_stopped(
 async fn serve_connection<T>(
     io: T,
     router: axum::Router,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    protocols: Arc<Protocols>,
     admitted: Admitted,
     mut stop: watch::Receiver<bool>,
 ) where
@@ -256,7 +381,27 @@ async fn serve_connection<T>(
             Ok::<_, std::convert::Infallible>(response.map(|body| Answering { body, _busy: busy }))
         }
     });
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    // Nothing is in flight before the protocol is known: an eviction or a stop closes the
+    // connection at once, and a client that sends nothing is closed at the head timeout.
+    let sniffed = tokio::select! {
+        sniffed = tokio::time::timeout(protocols.head_timeout, sniff(io)) => sniffed,
+        _ = admitted.slot.close.notified() => return,
+        _ = stop.wait_for(|s| *s) => return,
+    };
+    let (protocol, io) = match sniffed {
+        Ok(Ok(Some(sniffed))) => sniffed,
+        // Closed before a request, or silent past the head timeout.
+        Ok(Ok(None)) | Err(_) => return,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "client connection failed before its first request");
+            return;
+        }
+    };
+    let builder = match protocol {
+        Protocol::Http1 => &protocols.http1,
+        Protocol::Http2 => &protocols.http2,
+    };
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     let mut conn = pin!(conn);
     let mut closing = false;
     loop {
@@ -361,8 +506,8 @@ mod tests {
         let admitted = connections.admit().unwrap();
         let (client, server) = tokio::io::duplex(1 << 16);
         let (stop_tx, stop) = watch::channel(false);
-        let builder = Arc::new(builder(Duration::from_secs(2)));
-        tokio::spawn(serve_connection(server, router, builder, admitted, stop));
+        let protocols = Arc::new(builder(Duration::from_secs(2)));
+        tokio::spawn(serve_connection(server, router, protocols, admitted, stop));
         (client, connections, stop_tx)
     }
 
@@ -436,6 +581,72 @@ mod tests {
         );
         tokio::task::yield_now().await;
         assert_eq!(connections.open(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_sends_nothing_is_closed_at_the_head_timeout() {
+        let (mut client, connections, _stop) = served();
+        let start = Instant::now();
+        let got = read_to_close(&mut client).await;
+        assert_eq!(got, "");
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_secs(2) && waited < Duration::from_millis(2100),
+            "{waited:?}"
+        );
+        tokio::task::yield_now().await;
+        assert_eq!(connections.open(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_protocol_is_told_by_the_first_bytes_that_differ_from_the_h2_preface() {
+        for (sent, protocol) in [
+            (&b"GET / HTTP/1.1\r\n"[..], Some(Protocol::Http1)),
+            (
+                b"POST /v1/chat/completions HTTP/1.1\r\n",
+                Some(Protocol::Http1),
+            ),
+            (
+                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0",
+                Some(Protocol::Http2),
+            ),
+            (b"PRI * HTTP/2", None),
+            (b"", None),
+        ] {
+            let (mut client, server) = tokio::io::duplex(1 << 10);
+            client.write_all(sent).await.unwrap();
+            drop(client);
+            let sniffed = sniff(server).await.unwrap();
+            assert_eq!(sniffed.map(|(p, _)| p), protocol, "{sent:?}");
+        }
+    }
+
+    /// hyper's first read gets the whole head, not the bytes sniffed alone: with those alone it
+    /// grew its read buffer to 16 KiB for every connection.
+    #[tokio::test]
+    async fn the_first_read_after_sniffing_holds_the_bytes_read_and_all_that_has_come() {
+        let head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+        let (mut client, server) = tokio::io::duplex(1 << 10);
+        client.write_all(head).await.unwrap();
+        let (_, mut io) = sniff(server).await.unwrap().unwrap();
+        let mut buf = vec![0u8; 8192];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], &head[..]);
+        // Later reads come from the connection, and so do writes.
+        client.write_all(b"next").await.unwrap();
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"next");
+        io.write_all(b"answer").await.unwrap();
+        let mut got = [0u8; 6];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"answer");
+        // A buffer smaller than the sniffed bytes takes them over several reads.
+        let (mut client, server) = tokio::io::duplex(1 << 10);
+        client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let (_, mut io) = sniff(server).await.unwrap().unwrap();
+        let mut small = [0u8; 2];
+        io.read_exact(&mut small).await.unwrap();
+        assert_eq!(&small, b"GE");
     }
 
     trait NowOrNever {

@@ -357,7 +357,7 @@ struct Serving {
     listener: std::net::TcpListener,
     router: axum::Router,
     connections: Arc<crate::listen::Connections>,
-    builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
+    builder: Arc<crate::listen::Protocols>,
 }
 
 /// At shutdown: how long the spans still queued have to reach the OTLP receiver.
