@@ -3,10 +3,11 @@
 //!
 //! A connection is held only while it is useful. Its first bytes must arrive within the head
 //! timeout, and so must its head (hyper's timeout, which runs again from the end of each
-//! answer, so it also closes a kept-alive connection left idle that long). At the cap, a new connection closes the oldest
-//! idle one (no request in flight), so idle connections can never lock real requests out;
-//! only when every open connection is busy is the new one refused. The cap leaves file
-//! descriptors for the upstream connection each busy client connection may need.
+//! answer, so it also closes a kept-alive connection left idle that long). At the cap, a new
+//! connection closes the oldest idle one (no request in flight), so idle connections can never
+//! lock real requests out; only when every open connection is busy is the new one refused.
+//! The cap leaves file descriptors for the upstream connection each busy client connection may
+//! need.
 //!
 //! Written over hyper-util's connection builder rather than `axum::serve`, which has none of
 //! these bounds.
@@ -195,6 +196,7 @@ pub struct Protocols {
     head_timeout: Duration,
 }
 
+/// Both protocols' builders, with `head_timeout` for HTTP/1 heads and for first bytes.
 pub fn builder(head_timeout: Duration) -> Protocols {
     let configured = || {
         let mut b = auto::Builder::new(TokioExecutor::new());
