@@ -200,6 +200,11 @@ class Gateway:
         models = '["sim-fast"]\ndialect = "' + pin + '"' if pin else '["*"]'
         channels = ("\n[[channels]]\nname = \"sim\"\nprovider = \"sim\"\n"
                     f"base_url = \"{upstream}\"\nmodels = {models}\n")
+        # BENCH_UPSTREAM_HTTP=http2: the channel speaks HTTP/2 to the sim (h2c, every answer
+        # of a serving thread over one connection); http1 / auto (the default) as configured.
+        http = os.environ.get("BENCH_UPSTREAM_HTTP")
+        if http:
+            channels += f'http_version = "{http}"\n'
         # BENCH_SECOND_CHANNEL=1: a second, lower-tier channel on the same sim, so every
         # request has a failover candidate (and a stream one that could continue it).
         if os.environ.get("BENCH_SECOND_CHANNEL") == "1":
@@ -562,6 +567,7 @@ def work_dir(args, group: str) -> Path:
 def write_result(args, group: str, figures: dict, notes: list[str] | None = None,
                  extra: dict | None = None, state: dict | None = None) -> Path:
     doc = {"group": group, "rep": args.rep, "machine": state or machine_state(),
+           "upstream_http": os.environ.get("BENCH_UPSTREAM_HTTP", "auto"),
            "machine_after": machine_state(), "figures": figures, "notes": notes or []}
     if extra:
         doc.update(extra)

@@ -596,6 +596,11 @@ pub fn client_along(profile: Arc<Profile>, connect_timeout: Duration) -> HttpCli
     // Without a timer the pool never evicts: idle upstream connections (and their descriptors)
     // would stay for good after a burst.
     builder.pool_timer(hyper_util::rt::TokioTimer::new());
+    // HTTP/2 only: the pool then opens one connection per upstream at a time (hyper-util
+    // waits for a connecting HTTP/2 one instead of opening another), which every answer shares.
+    if profile.http == crate::config::UpstreamHttp::Http2 {
+        builder.http2_only(true);
+    }
     builder.build(Connector::Net(EgressConnector::new(
         profile,
         connect_timeout,

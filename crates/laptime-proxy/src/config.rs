@@ -450,6 +450,30 @@ pub struct ChannelConfig {
     /// client did not ask for usage).
     #[serde(default = "default_true", skip_serializing_if = "is_true")]
     pub usage_in_stream: bool,
+    /// The HTTP version of the channel's connections ([`UpstreamHttp`]).
+    #[serde(default, skip_serializing_if = "UpstreamHttp::is_auto")]
+    pub http_version: UpstreamHttp,
+}
+
+/// Which HTTP a channel speaks to its upstream.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamHttp {
+    /// Over TLS, what the server picks of HTTP/2 and HTTP/1.1 (ALPN); plain `http://` is
+    /// HTTP/1.1.
+    #[default]
+    Auto,
+    /// HTTP/1.1 only: one connection per answer in flight.
+    Http1,
+    /// HTTP/2 only: over TLS offered alone, over plain `http://` with prior knowledge (h2c).
+    /// Every answer to one upstream on a serving thread shares one connection.
+    Http2,
+}
+
+impl UpstreamHttp {
+    fn is_auto(&self) -> bool {
+        *self == UpstreamHttp::Auto
+    }
 }
 
 fn default_true() -> bool {
@@ -493,6 +517,7 @@ impl Default for ChannelConfig {
             client_cert_file: None,
             client_key_file: None,
             usage_in_stream: true,
+            http_version: UpstreamHttp::Auto,
         }
     }
 }
@@ -1374,6 +1399,25 @@ mod tests {
             "{bad}"
         );
         assert!(bad.contains("after"), "{bad}");
+    }
+
+    #[test]
+    fn a_channels_http_version_is_read_and_an_unknown_one_named_with_its_line() {
+        let text = "[[channels]]\nname = \"v\"\nprovider = \"openai\"\n\
+                    base_url = \"https://v.example/v1\"\nmodels = [\"m\"]\n";
+        let cfg = Config::from_toml(&format!("{text}http_version = \"http2\"\n"), "h.toml");
+        assert_eq!(cfg.unwrap().channels[0].http_version, UpstreamHttp::Http2);
+        let auto = Config::from_toml(text, "h.toml").unwrap();
+        assert_eq!(auto.channels[0].http_version, UpstreamHttp::Auto);
+        let bad = Config::from_toml(&format!("{text}http_version = \"http3\"\n"), "h.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("h.toml:6"), "{bad}");
+        assert!(bad.contains("channels[0].http_version"), "{bad}");
+        assert!(
+            bad.contains("unknown variant `http3`, expected one of `auto`, `http1`, `http2`"),
+            "{bad}"
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::RootCertStore;
 
-use crate::config::ChannelConfig;
+use crate::config::{ChannelConfig, UpstreamHttp};
 
 /// An HTTP proxy: where the TCP connection goes, and the credentials it is given.
 #[derive(Clone, PartialEq, Eq)]
@@ -191,6 +191,8 @@ pub struct Profile {
     /// tests, never share a pool by accident).
     pub id: usize,
     pub proxy: Option<Proxy>,
+    /// The HTTP its connections speak; its TLS offers only what this allows.
+    pub http: UpstreamHttp,
     tls: Arc<rustls::ClientConfig>,
     files: TlsFiles,
 }
@@ -200,6 +202,7 @@ impl std::fmt::Debug for Profile {
         f.debug_struct("Profile")
             .field("id", &self.id)
             .field("proxy", &self.proxy)
+            .field("http", &self.http)
             .field("files", &self.files)
             .finish_non_exhaustive()
     }
@@ -211,7 +214,12 @@ impl Profile {
         Ok(Profile {
             id: next_id(),
             proxy: None,
-            tls: Arc::new(client_config(RootCertStore::empty(), None)?),
+            http: UpstreamHttp::Auto,
+            tls: Arc::new(client_config(
+                RootCertStore::empty(),
+                None,
+                UpstreamHttp::Auto,
+            )?),
             files: TlsFiles::default(),
         })
     }
@@ -255,13 +263,17 @@ impl Egress {
                 client_cert_file: c.client_cert_file.clone(),
                 client_key_file: c.client_key_file.clone(),
             };
-            if proxy.is_none() && files == TlsFiles::default() {
+            let http = c.http_version;
+            if let Err(why) = http_through(c, http, proxy.as_ref()) {
+                errs.push(format!("{key}.http_version: {why}"));
+            }
+            if proxy.is_none() && files == TlsFiles::default() && http == UpstreamHttp::Auto {
                 of_channel.push(None);
                 continue;
             }
             if let Some(p) = profiles
                 .iter()
-                .find(|p| p.proxy == proxy && p.files == files)
+                .find(|p| p.proxy == proxy && p.files == files && p.http == http)
             {
                 of_channel.push(Some(p.clone()));
                 continue;
@@ -277,6 +289,7 @@ impl Egress {
             let profile = Arc::new(Profile {
                 id: next_id(),
                 proxy,
+                http,
                 tls: Arc::new(tls),
                 files,
             });
@@ -406,7 +419,7 @@ fn channel_tls(c: &ChannelConfig, key: &str) -> Result<rustls::ClientConfig, Vec
     if !errs.is_empty() {
         return Err(errs);
     }
-    client_config(roots, client).map_err(|why| vec![format!("{key}: {why}")])
+    client_config(roots, client, c.http_version).map_err(|why| vec![format!("{key}: {why}")])
 }
 
 /// The certificates of a PEM file (one or more).
@@ -432,11 +445,34 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     })
 }
 
+/// Whether a channel can speak `http` the way its connections go: h2c cannot go through an
+/// HTTP proxy, which forwards plain requests one by one (an https upstream is tunnelled, so
+/// HTTP/2 goes end to end inside its TLS).
+fn http_through(
+    c: &ChannelConfig,
+    http: UpstreamHttp,
+    proxy: Option<&Proxy>,
+) -> Result<(), &'static str> {
+    let plain = c
+        .base_url
+        .as_deref()
+        .is_some_and(|u| u.starts_with("http://"));
+    if http == UpstreamHttp::Http2 && plain && proxy.is_some() {
+        return Err(
+            "\"http2\" over a plain http:// base_url (h2c) cannot go through the \
+             channel's HTTP proxy; use an https:// upstream, \"auto\", or proxy_url = \"\"",
+        );
+    }
+    Ok(())
+}
+
 /// A client TLS configuration trusting the bundled webpki roots, the operating system's store
-/// and `extra`, with a client certificate when given. HTTP/2 and HTTP/1.1 are offered (ALPN).
+/// and `extra`, with a client certificate when given, offering (ALPN) what `http` allows:
+/// HTTP/2 then HTTP/1.1, or one of them.
 fn client_config(
     mut roots: RootCertStore,
     client: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    http: UpstreamHttp,
 ) -> Result<rustls::ClientConfig, String> {
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     roots.add_parsable_certificates(native_roots().iter().cloned());
@@ -451,7 +487,11 @@ fn client_config(
         })?,
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = match http {
+        UpstreamHttp::Auto => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        UpstreamHttp::Http1 => vec![b"http/1.1".to_vec()],
+        UpstreamHttp::Http2 => vec![b"h2".to_vec()],
+    };
     Ok(config)
 }
 
@@ -584,5 +624,68 @@ mod tests {
         p.proxy = Some(Proxy::parse("http://u:pw@proxy:3128").unwrap());
         assert!(p.forwards(&uri("http://m:80/v1")));
         assert!(!p.forwards(&uri("https://m/v1")));
+    }
+
+    fn with_http(name: &str, base: &str, http: UpstreamHttp) -> ChannelConfig {
+        ChannelConfig {
+            name: name.into(),
+            base_url: Some(base.into()),
+            http_version: http,
+            ..ChannelConfig::default()
+        }
+    }
+
+    #[test]
+    fn each_http_version_gets_a_way_out_of_its_own_offering_only_what_it_allows() {
+        let channels = [
+            with_http("a", "https://a.example", UpstreamHttp::Auto),
+            with_http("b", "https://b.example", UpstreamHttp::Http1),
+            with_http("c", "http://c.example", UpstreamHttp::Http2),
+            with_http("d", "https://d.example", UpstreamHttp::Http2),
+        ];
+        let egress = Egress::build(&channels, &|_| None).unwrap();
+        assert!(
+            egress.of_channel(0).is_none(),
+            "auto is the default way out"
+        );
+        let alpn = |i: usize| {
+            let p = egress.of_channel(i).unwrap();
+            (p.http, p.tls().alpn_protocols.clone())
+        };
+        assert_eq!(alpn(1), (UpstreamHttp::Http1, vec![b"http/1.1".to_vec()]));
+        assert_eq!(alpn(2), (UpstreamHttp::Http2, vec![b"h2".to_vec()]));
+        // One way out per distinct setting: c and d share theirs.
+        assert_eq!(egress.len(), 3);
+        assert_eq!(
+            egress.of_channel(2).unwrap().id,
+            egress.of_channel(3).unwrap().id
+        );
+        let default = egress.default_profile();
+        assert_eq!(
+            default.tls().alpn_protocols,
+            [b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+    }
+
+    #[test]
+    fn h2c_through_an_http_proxy_is_refused_naming_the_key() {
+        let mut plain = with_http("p", "http://model.internal:8000", UpstreamHttp::Http2);
+        plain.proxy_url = Some("http://u:hunter2@proxy:3128".into());
+        let errs = Egress::build(&[plain.clone()], &|_| None)
+            .unwrap_err()
+            .join("\n");
+        assert!(errs.contains("channels[0].http_version"), "{errs}");
+        assert!(errs.contains("h2c"), "{errs}");
+        assert!(!errs.contains("hunter2"), "{errs}");
+        // The environment's proxy as well; an https upstream is tunnelled, so it may.
+        plain.proxy_url = None;
+        let env = env_of(&[("HTTP_PROXY", "http://proxy:3128")]);
+        assert!(Egress::build(&[plain.clone()], &env).is_err());
+        let mut tunnelled = with_http("t", "https://model.example", UpstreamHttp::Http2);
+        tunnelled.proxy_url = Some("http://proxy:3128".into());
+        assert!(Egress::build(&[tunnelled], &|_| None).is_ok());
+        // Direct, h2c is fine.
+        plain.proxy_url = Some(String::new());
+        assert!(Egress::build(&[plain], &env).is_ok());
     }
 }

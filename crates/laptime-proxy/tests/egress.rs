@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use laptime_proxy::config::{ChannelConfig, Models};
+use laptime_proxy::config::{ChannelConfig, Models, UpstreamHttp};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -72,13 +72,26 @@ impl Pki {
 }
 
 /// A TLS-terminating front on 127.0.0.1 relaying each connection to `upstream`; it counts the
-/// handshakes it completed.
+/// handshakes it completed and keeps the protocol each agreed on (ALPN; `None` when none was).
 struct TlsFront {
     port: u16,
     handshakes: Arc<AtomicUsize>,
+    agreed: Arc<Mutex<Vec<Option<String>>>>,
 }
 
+/// What the fronts of most tests offer: HTTP/1.1 only.
+const HTTP1: &[&[u8]] = &[b"http/1.1"];
+
 async fn tls_front(pki: &Pki, upstream: SocketAddr, client_certificates: bool) -> TlsFront {
+    tls_front_offering(pki, upstream, client_certificates, HTTP1).await
+}
+
+async fn tls_front_offering(
+    pki: &Pki,
+    upstream: SocketAddr,
+    client_certificates: bool,
+    alpn: &[&[u8]],
+) -> TlsFront {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -98,26 +111,34 @@ async fn tls_front(pki: &Pki, upstream: SocketAddr, client_certificates: bool) -
     let mut config = builder
         .with_single_cert(vec![pki.server.0.clone()], key)
         .unwrap();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let handshakes = Arc::new(AtomicUsize::new(0));
-    let counted = handshakes.clone();
+    let agreed = Arc::new(Mutex::new(Vec::new()));
+    let (counted, noted) = (handshakes.clone(), agreed.clone());
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, counted) = (acceptor.clone(), counted.clone());
+            let (acceptor, counted, noted) = (acceptor.clone(), counted.clone(), noted.clone());
             tokio::spawn(async move {
                 let Ok(mut tls) = acceptor.accept(tcp).await else {
                     return;
                 };
                 counted.fetch_add(1, Ordering::SeqCst);
+                let protocol = tls.get_ref().1.alpn_protocol();
+                let protocol = protocol.map(|p| String::from_utf8_lossy(p).into_owned());
+                noted.lock().unwrap().push(protocol);
                 let mut up = TcpStream::connect(upstream).await.unwrap();
                 let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
             });
         }
     });
-    TlsFront { port, handshakes }
+    TlsFront {
+        port,
+        handshakes,
+        agreed,
+    }
 }
 
 /// An HTTP proxy on 127.0.0.1: CONNECT tunnels and absolute-form requests, each refused with
@@ -226,10 +247,14 @@ async fn closed_port() -> u16 {
 
 /// A sim of the test's own, for the TLS front to relay to.
 async fn own_sim() -> SocketAddr {
-    let (addr, _) = laptime_sim::spawn_local(laptime_sim::Sim::new())
-        .await
-        .unwrap();
-    addr
+    counted_sim().await.0
+}
+
+/// A sim of the test's own, and its counters.
+async fn counted_sim() -> (SocketAddr, laptime_sim::Sim) {
+    let sim = laptime_sim::Sim::new();
+    let (addr, _) = laptime_sim::spawn_local(sim.clone()).await.unwrap();
+    (addr, sim)
 }
 
 /// A channel on `base` serving each of `models` as the sim's `sim-fast`.
@@ -578,5 +603,136 @@ async fn a_proxy_that_refuses_or_is_down_fails_the_attempt_as_the_proxys_and_ano
     assert_eq!(row["error_class"], "proxy_auth", "{row:#}");
     assert_eq!(row["fault"], "gateway");
     assert_eq!(row["attempts"].as_array().unwrap().len(), 1);
+    h.stop().await;
+}
+
+/// Answers every one of `models` a streamed Chat request at once; the rows of all of them.
+async fn answered_at_once(h: &Harness, models: &[&str]) -> Vec<Value> {
+    let calls = models.iter().map(|m| answered_row(h, m));
+    futures_util::future::join_all(calls).await
+}
+
+/// A complete streamed timeline: headers, first event, first output and first text, the
+/// upstream's end, in order.
+fn whole_timeline(row: &Value) {
+    let timing = &row["other"]["timing"];
+    for k in [
+        "upstream_headers_ms",
+        "first_sse_event_ms",
+        "first_response_ms",
+        "first_text_delta_ms",
+        "upstream_done_ms",
+    ] {
+        assert!(timing[k].as_f64().is_some(), "{k} absent in {row:#}");
+    }
+    in_order(
+        timing,
+        &[
+            "first_sse_event_ms",
+            "first_response_ms",
+            "first_text_delta_ms",
+            "upstream_done_ms",
+            "total_handler_ms",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn an_http2_channel_carries_its_answers_over_one_h2c_connection_with_whole_timelines() {
+    let (addr, sim) = counted_sim().await;
+    let base = format!("http://{addr}");
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        let mut h2 = serving("h2c", &base, &["over-h2"]);
+        h2.http_version = UpstreamHttp::Http2;
+        cfg.channels = vec![h2, serving("plain", &base, &["over-http1"])];
+    })
+    .await;
+
+    let rows = answered_at_once(&h, &["over-h2"; 8]).await;
+    for row in &rows {
+        whole_timeline(row);
+        assert_eq!(row["attempts"][0]["channel"], "h2c", "{row:#}");
+    }
+    let stats = sim.stats();
+    assert_eq!((stats.requests, stats.http2_requests), (8, 8), "{stats:?}");
+    assert_eq!(stats.open_connections, 1, "eight answers, one connection");
+    // A non-streamed answer over the same connection.
+    let r = h
+        .post("/v1/chat/completions", &body_for("chat", "over-h2", false))
+        .await;
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let v: Value = r.json().await.unwrap();
+    assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+    assert_eq!(h.row(&id).await["outcome"], "completed");
+    assert_eq!(sim.stats().http2_requests, 9);
+    assert_eq!(sim.stats().open_connections, 1);
+
+    // The channel left at "auto" on plain http:// speaks HTTP/1.1.
+    for row in answered_at_once(&h, &["over-http1"; 2]).await {
+        whole_timeline(&row);
+    }
+    let stats = sim.stats();
+    assert_eq!((stats.requests, stats.http2_requests), (11, 9), "{stats:?}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn over_tls_each_http_version_offers_what_it_allows_and_the_upstream_agrees() {
+    let pki = Pki::new();
+    let (addr, sim) = counted_sim().await;
+    let both = tls_front_offering(&pki, addr, false, &[b"h2", b"http/1.1"]).await;
+    let http1_only = tls_front(&pki, addr, false).await;
+    let ca = pki.file("ca.pem");
+    let on = |name: &str, port: u16, model: &str, http: UpstreamHttp| {
+        let mut c = serving(name, &format!("https://localhost:{port}"), &[model]);
+        c.ca_file = Some(ca.clone());
+        c.http_version = http;
+        c
+    };
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        cfg.channels = vec![
+            on("auto", both.port, "auto", UpstreamHttp::Auto),
+            on("http1", both.port, "http1", UpstreamHttp::Http1),
+            on("http2", both.port, "http2", UpstreamHttp::Http2),
+            on(
+                "http2-to-http1",
+                http1_only.port,
+                "refused",
+                UpstreamHttp::Http2,
+            ),
+        ];
+    })
+    .await;
+
+    for (model, agreed, http2) in [
+        ("auto", "h2", 1),
+        ("http1", "http/1.1", 1),
+        ("http2", "h2", 2),
+    ] {
+        let row = answered_row(&h, model).await;
+        whole_timeline(&row);
+        in_order(
+            &row["attempts"][0],
+            &["start_ms", "connected_ms", "tls_ms", "headers_ms"],
+        );
+        let last = both.agreed.lock().unwrap().last().cloned().flatten();
+        assert_eq!(last.as_deref(), Some(agreed), "{model}");
+        assert_eq!(sim.stats().http2_requests, http2, "{model}");
+    }
+
+    // An upstream that speaks only HTTP/1.1 refuses a channel that offers only HTTP/2: the
+    // handshake fails, the upstream's fault.
+    let (status, body, id) = chat(&h, "refused").await;
+    assert_eq!(status, 502, "{body}");
+    let row = h.row(&id).await;
+    assert_eq!(row["attempts"][0]["error_class"], "tls", "{row:#}");
+    assert_eq!(row["attempts"][0]["fault"], "upstream");
+    assert_eq!(http1_only.handshakes.load(Ordering::SeqCst), 0);
     h.stop().await;
 }

@@ -83,7 +83,7 @@ pub(crate) async fn handle(
 
     let (mut response, digest) = match &route {
         Route::Endpoint(endpoint) if endpoint.streams_body() => {
-            sim.count_request();
+            sim.count_request(parts.version);
             streamed(&req, endpoint, body).await
         }
         _ => whole(&req, &route, body, error_dialect).await,
@@ -124,12 +124,12 @@ async fn whole(
     let response = match body {
         _ if route.is_sim_own() => sim_own(req.sim, route),
         Err(e) => {
-            req.sim.count_request();
+            req.sim.count_request(req.parts.version);
             let error = ApiError::invalid_request(format!("could not read the request body: {e}"));
             reply::error(&error, error_dialect)
         }
         Ok(bytes) => {
-            req.sim.count_request();
+            req.sim.count_request(req.parts.version);
             collected(req, route, &bytes, &digest, error_dialect).await
         }
     };

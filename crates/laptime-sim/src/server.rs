@@ -64,6 +64,7 @@ pub struct Sim {
 #[derive(Default)]
 struct Shared {
     requests: AtomicU64,
+    http2_requests: AtomicU64,
     streams_completed: AtomicU64,
     streams_dropped: AtomicU64,
     open_connections: AtomicU64,
@@ -78,6 +79,9 @@ struct Shared {
 pub struct SimStats {
     /// Requests to the provider endpoints (everything but `/sim/*`).
     pub requests: u64,
+    /// Of those, the ones that came over HTTP/2 (TLS with ALPN, or h2c).
+    #[serde(default)]
+    pub http2_requests: u64,
     /// Scripted answers (streamed or not) whose schedule played to its end, including a
     /// scripted close or reset.
     pub streams_completed: u64,
@@ -145,6 +149,7 @@ impl Sim {
         let n = |v: usize| v as u64;
         SimStats {
             requests: s.requests.load(Ordering::Relaxed),
+            http2_requests: s.http2_requests.load(Ordering::Relaxed),
             streams_completed: s.streams_completed.load(Ordering::Relaxed),
             streams_dropped: s.streams_dropped.load(Ordering::Relaxed),
             open_connections: s.open_connections.load(Ordering::Relaxed),
@@ -182,9 +187,12 @@ impl Sim {
         format!("simreq_{n:016x}")
     }
 
-    /// Counts a request to a provider endpoint.
-    pub(crate) fn count_request(&self) {
+    /// Counts a request to a provider endpoint that came over `version`.
+    pub(crate) fn count_request(&self, version: http::Version) {
         self.shared.requests.fetch_add(1, Ordering::Relaxed);
+        if version == http::Version::HTTP_2 {
+            self.shared.http2_requests.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn objects(&self) -> &Objects {
@@ -341,6 +349,11 @@ fn with_duplicate(stream: TcpStream) -> io::Result<(TcpStream, std::net::TcpStre
     Ok((TcpStream::from_std(std)?, dup))
 }
 
+/// The streams an HTTP/2 client may have open at once on one connection. Providers set their
+/// own (often 100–256); the sim allows more so that a benchmark's burst over a few connections
+/// measures the client, not a queue of the fake's making.
+const H2_MAX_STREAMS: u32 = 4096;
+
 async fn connection(stream: TcpStream, sim: Sim, stop: watch::Receiver<bool>, _open: OpenGuard) {
     // SSE frames are small; without NODELAY a frame can wait ~40 ms for a delayed ACK.
     if let Err(e) = stream.set_nodelay(true) {
@@ -364,7 +377,8 @@ async fn connection(stream: TcpStream, sim: Sim, stop: watch::Receiver<bool>, _o
             crate::handle::handle(sim.clone(), ctl.clone(), stop.clone(), req)
         })
     };
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(H2_MAX_STREAMS);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let mut stop = stop;
@@ -499,6 +513,7 @@ impl Playback {
 pub(crate) fn stats_json(s: SimStats) -> String {
     obj! {
         "requests": s.requests,
+        "http2_requests": s.http2_requests,
         "streams_completed": s.streams_completed,
         "streams_dropped": s.streams_dropped,
         "open_connections": s.open_connections,

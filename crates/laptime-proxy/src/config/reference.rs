@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use super::{
     CacheConfig, ChannelConfig, Config, HedgeAfter, HedgeConfig, PriceConfig, RouteConfig,
+    UpstreamHttp,
 };
 
 const REFERENCE: &str = include_str!("../../../../docs/config.md");
@@ -44,6 +45,7 @@ fn filled() -> Config {
         client_key_file: Some("key.pem".into()),
         // Written only when it is not the default.
         usage_in_stream: false,
+        http_version: UpstreamHttp::Http2,
         ..ChannelConfig::default()
     }];
     let mut route = RouteConfig {

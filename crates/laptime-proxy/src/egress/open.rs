@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use super::tunnel::{self, TunnelError};
 use super::Profile;
+use crate::config::UpstreamHttp;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -182,7 +183,9 @@ impl Steps {
                 io: Transport::Plain(tcp),
                 opened: self.opened,
                 forward_proxy: proxy.is_some(),
-                h2: false,
+                // h2c is spoken with prior knowledge, and never through a proxy (refused when
+                // the config is read).
+                h2: self.profile.http == UpstreamHttp::Http2,
             });
         }
         let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']'))
@@ -195,7 +198,11 @@ impl Steps {
             Err(_) => return Err(self.fail(Step::Tls, true, None)),
         };
         self.opened.tls = Some(Instant::now());
-        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        // A server that answers no ALPN to an offer of HTTP/2 alone is spoken to as asked.
+        let h2 = match tls.get_ref().1.alpn_protocol() {
+            Some(p) => p == b"h2",
+            None => self.profile.http == UpstreamHttp::Http2,
+        };
         Ok(Stream {
             io: Transport::Tls(tls),
             opened: self.opened,
