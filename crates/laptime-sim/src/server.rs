@@ -350,8 +350,8 @@ fn with_duplicate(stream: TcpStream) -> io::Result<(TcpStream, std::net::TcpStre
 }
 
 /// The streams an HTTP/2 client may have open at once on one connection. Providers set their
-/// own (often 100–256); the sim allows more so that a benchmark's burst over a few connections
-/// measures the client, not a queue of the fake's making.
+/// own; the sim allows many, so that a benchmark's burst over a few connections measures the
+/// client, not a queue of the fake's making.
 const H2_MAX_STREAMS: u32 = 4096;
 
 async fn connection(stream: TcpStream, sim: Sim, stop: watch::Receiver<bool>, _open: OpenGuard) {
