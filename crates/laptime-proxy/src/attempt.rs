@@ -189,6 +189,70 @@ impl std::fmt::Debug for Answer {
     }
 }
 
+/// What an attempt on `route` calls: the endpoint's method and URL, or the model call's.
+fn upstream_call(ctx: &AttemptCtx<'_>, route: &Route) -> UpstreamCall {
+    let channel = &route.channel;
+    match ctx.endpoint {
+        Some(e) => UpstreamCall {
+            method: e.method.clone(),
+            url: channel.endpoint_url(&e.target_for(&route.upstream_model), &route.upstream_model),
+            dialect: route.upstream,
+            content_type: ContentType::Client,
+        },
+        None => UpstreamCall {
+            method: Method::POST,
+            url: channel.url(route.upstream, &route.upstream_model, ctx.stream),
+            dialect: route.upstream,
+            content_type: ContentType::Json,
+        },
+    }
+}
+
+/// How many times an attempt sends its request again after an HTTP/2 upstream refused it
+/// unprocessed.
+const REFUSED_RESENDS: usize = 2;
+
+type Sent = Result<
+    Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
+    tokio::time::error::Elapsed,
+>;
+
+/// Sends `request` until `deadline` for its head, and sends it again (a copy from `again`;
+/// none for a streamed upload) when an HTTP/2 upstream refused its stream unprocessed
+/// (`REFUSED_STREAM`, RFC 9113 section 8.7). That happens on a new connection whose first
+/// streams went out before the upstream's limit of concurrent streams was known: the request
+/// was never seen, so it is the same attempt, not a failure of the channel (which would fail
+/// over after a back-off).
+async fn send(
+    client: &HttpClient,
+    request: Request<OutBody>,
+    again: impl Fn() -> Option<Request<OutBody>>,
+    deadline: Instant,
+) -> Sent {
+    let mut sent = tokio::time::timeout_at(deadline, client.request(request)).await;
+    for _ in 0..REFUSED_RESENDS {
+        let refused = matches!(&sent, Ok(Err(e)) if refused_stream(e));
+        let Some(request) = again().filter(|_| refused) else {
+            break;
+        };
+        tracing::debug!("upstream refused an HTTP/2 stream unprocessed; sending it again");
+        sent = tokio::time::timeout_at(deadline, client.request(request)).await;
+    }
+    sent
+}
+
+/// Whether `e` is an HTTP/2 stream the upstream refused before processing it.
+fn refused_stream(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// Sends one attempt on `route` and waits for its head. `start` is its dispatch and `origin` the
 /// request's upstream start (a hedge counts from the primary's dispatch), both from t0;
 /// `span_id` is the attempt's own span, the parent id of the `traceparent` it sends.
@@ -205,31 +269,35 @@ pub async fn dispatch(
     let key_index = route
         .key_index
         .or_else(|| channel.keys.pick(crate::clock::now_unix_us()));
-    let call = match ctx.endpoint {
-        Some(e) => UpstreamCall {
-            method: e.method.clone(),
-            url: channel.endpoint_url(&e.target_for(&route.upstream_model), &route.upstream_model),
-            dialect: route.upstream,
-            content_type: ContentType::Client,
-        },
-        None => UpstreamCall {
-            method: Method::POST,
-            url: channel.url(route.upstream, &route.upstream_model, ctx.stream),
-            dialect: route.upstream,
-            content_type: ContentType::Json,
-        },
+    let traceparent = ctx.trace.traceparent_for(span_id);
+    // A whole body can be sent again (a streamed upload cannot): see `send`.
+    let resend = match &body {
+        OutBody::Full(b) => Some(b.clone()),
+        OutBody::Upload(_) => None,
     };
     let request = build_request(
         (&channel, key_index),
-        call,
+        upstream_call(ctx, route),
         body,
         ctx.client_headers,
-        &ctx.trace.traceparent_for(span_id),
+        &traceparent,
     )
     .map_err(|e| AttemptError {
         key_index,
         ..AttemptError::before_head(e.class, None, ctx.now())
     })?;
+    let again = || {
+        let body = OutBody::Full(resend.clone()?);
+        let call = upstream_call(ctx, route);
+        build_request(
+            (&channel, key_index),
+            call,
+            body,
+            ctx.client_headers,
+            &traceparent,
+        )
+        .ok()
+    };
     let (guard, inflight) = channel.enter();
     let connect_ms = ctx
         .timeouts
@@ -242,7 +310,7 @@ pub async fn dispatch(
         .as_deref()
         .is_some_and(|p| p.forwards(request.uri()));
     let dispatched = Instant::now();
-    let sent = tokio::time::timeout(headers_deadline, client.request(request)).await;
+    let sent = send(&client, request, again, dispatched + headers_deadline).await;
     let headers_at = ctx.now();
     let response = match sent {
         Ok(Ok(r)) => r,
@@ -790,6 +858,42 @@ mod tests {
     use super::*;
     use crate::config::{ChannelConfig, Models};
     use bytes::Bytes;
+
+    /// An error whose source is `inner`, as hyper wraps the HTTP/2 error it got.
+    #[derive(Debug)]
+    struct Wrapped(h2::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("wrapped")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn only_a_stream_refused_unprocessed_is_sent_again() {
+        let refused = Wrapped(h2::Error::from(h2::Reason::REFUSED_STREAM));
+        assert!(refused_stream(&refused));
+        assert!(refused_stream(&h2::Error::from(h2::Reason::REFUSED_STREAM)));
+        // A stream reset otherwise may have been processed: never sent twice.
+        for reason in [
+            h2::Reason::CANCEL,
+            h2::Reason::INTERNAL_ERROR,
+            h2::Reason::NO_ERROR,
+        ] {
+            assert!(
+                !refused_stream(&Wrapped(h2::Error::from(reason))),
+                "{reason:?}"
+            );
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(!refused_stream(&io));
+    }
 
     fn channel(provider: Provider) -> Channel {
         let cfg = ChannelConfig {

@@ -736,3 +736,34 @@ async fn over_tls_each_http_version_offers_what_it_allows_and_the_upstream_agree
     assert_eq!(http1_only.handshakes.load(Ordering::SeqCst), 0);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn streams_an_http2_upstream_refuses_unprocessed_are_sent_again_within_their_attempt() {
+    // One stream at a time per connection: a new connection's first streams go out before
+    // the upstream's limit is known, and the upstream refuses those over it.
+    let sim = laptime_sim::Sim::with_h2_max_streams(1);
+    let (addr, _) = laptime_sim::spawn_local(sim.clone()).await.unwrap();
+    let base = format!("http://{addr}");
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        let mut h2 = serving("h2c", &base, &["limited"]);
+        h2.http_version = UpstreamHttp::Http2;
+        cfg.channels = vec![h2];
+    })
+    .await;
+
+    let rows = answered_at_once(&h, &["limited"; 16]).await;
+    for row in &rows {
+        let attempts = row["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 1, "one attempt, no failover: {row:#}");
+        assert!(attempts[0]["error_class"].is_null(), "{row:#}");
+        whole_timeline(row);
+    }
+    let stats = sim.stats();
+    assert_eq!(
+        (stats.requests, stats.http2_requests),
+        (16, 16),
+        "{stats:?}"
+    );
+    h.stop().await;
+}

@@ -72,6 +72,9 @@ struct Shared {
     log: Mutex<VecDeque<SimRequest>>,
     lateness: Lateness,
     objects: Objects,
+    /// The streams an HTTP/2 client may have open at once on one connection; `None`:
+    /// [`H2_MAX_STREAMS`].
+    h2_max_streams: Option<u32>,
 }
 
 /// The counters `GET /sim/stats` returns.
@@ -139,6 +142,17 @@ pub struct SimRequest {
 impl Sim {
     pub fn new() -> Self {
         Sim::default()
+    }
+
+    /// A sim whose HTTP/2 connections take at most `n` streams at once (a provider's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`); streams over it are refused (`REFUSED_STREAM`).
+    pub fn with_h2_max_streams(n: u32) -> Self {
+        Sim {
+            shared: Arc::new(Shared {
+                h2_max_streams: Some(n),
+                ..Shared::default()
+            }),
+        }
     }
 
     /// A snapshot of the counters.
@@ -378,7 +392,8 @@ async fn connection(stream: TcpStream, sim: Sim, stop: watch::Receiver<bool>, _o
         })
     };
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder.http2().max_concurrent_streams(H2_MAX_STREAMS);
+    let streams = sim.shared.h2_max_streams.unwrap_or(H2_MAX_STREAMS);
+    builder.http2().max_concurrent_streams(streams);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let mut stop = stop;
