@@ -256,14 +256,14 @@ impl Gateway {
         let (cut_tx, cut_rx) = tokio::sync::watch::channel(false);
         let mut serving = Vec::with_capacity(threads);
         let head_timeout = Duration::from_millis(server.header_read_timeout_ms);
-        let builder = Arc::new(crate::listen::builder(head_timeout));
+        let protocols = Arc::new(crate::listen::builder(head_timeout));
         for i in 0..threads {
             let (done_tx, done_rx) = tokio::sync::oneshot::channel();
             let thread = Serving {
                 listener: listener.try_clone()?,
                 router: router.clone(),
                 connections: self.app.connections.clone(),
-                builder: builder.clone(),
+                protocols: protocols.clone(),
             };
             let (stop, cut) = (stop_rx.clone(), cut_rx.clone());
             std::thread::Builder::new()
@@ -357,7 +357,7 @@ struct Serving {
     listener: std::net::TcpListener,
     router: axum::Router,
     connections: Arc<crate::listen::Connections>,
-    builder: Arc<crate::listen::Protocols>,
+    protocols: Arc<crate::listen::Protocols>,
 }
 
 /// At shutdown: how long the spans still queued have to reach the OTLP receiver.
@@ -385,7 +385,7 @@ fn serve_thread(
             listener,
             serving.router,
             serving.connections,
-            serving.builder,
+            serving.protocols,
             stop,
         );
         tokio::select! {
