@@ -231,8 +231,10 @@ async fn send(
 ) -> Sent {
     let mut sent = tokio::time::timeout_at(deadline, client.request(request)).await;
     for _ in 0..REFUSED_RESENDS {
-        let refused = matches!(&sent, Ok(Err(e)) if refused_stream(e));
-        let Some(request) = again().filter(|_| refused) else {
+        if !matches!(&sent, Ok(Err(e)) if refused_stream(e)) {
+            break;
+        }
+        let Some(request) = again() else {
             break;
         };
         tracing::debug!("upstream refused an HTTP/2 stream unprocessed; sending it again");
