@@ -245,14 +245,21 @@ async fn send(
 
 /// Whether `e` is an HTTP/2 stream the upstream refused before processing it.
 fn refused_stream(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(e);
-    while let Some(s) = source {
-        if let Some(h2) = s.downcast_ref::<h2::Error>() {
-            return h2.reason() == Some(h2::Reason::REFUSED_STREAM);
-        }
-        source = s.source();
-    }
-    false
+    causes(e)
+        .find_map(|s| s.downcast_ref::<h2::Error>())
+        .is_some_and(|h2| h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+}
+
+/// `e` and the errors under it. An io::Error's `source()` skips the error it wraps (the TLS
+/// connector nests io::Error(Other) → io::Error(InvalidData) → rustls::Error), so it is
+/// followed through `get_ref`.
+fn causes<'e>(
+    e: &'e (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'e (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |s| match s.downcast_ref::<std::io::Error>() {
+        Some(io) if io.get_ref().is_some() => io.get_ref().map(|i| i as _),
+        _ => s.source(),
+    })
 }
 
 /// Sends one attempt on `route` and waits for its head. `start` is its dispatch and `origin` the
@@ -498,14 +505,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 fn find_egress_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e EgressError> {
-    let mut source = Some(e);
-    while let Some(s) = source {
-        if let Some(g) = s.downcast_ref::<EgressError>() {
-            return Some(g);
-        }
-        source = s.source();
-    }
-    None
+    causes(e).find_map(|s| s.downcast_ref::<EgressError>())
 }
 
 impl Answer {
@@ -830,23 +830,14 @@ pub fn classify_error(e: &hyper_util::client::legacy::Error) -> ErrorClass {
     if let Some(g) = find_egress_error(e) {
         return g.class;
     }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
+    for s in causes(e) {
         if s.downcast_ref::<rustls::Error>().is_some() {
             return ErrorClass::Tls;
         }
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::TimedOut {
-                return ErrorClass::ConnectTimeout;
-            }
-            // An io::Error's `source()` skips the error it wraps (the TLS connector nests
-            // io::Error(Other) → io::Error(InvalidData) → rustls::Error), so follow `get_ref`.
-            if let Some(inner) = io.get_ref() {
-                source = Some(inner);
-                continue;
-            }
+        let io = s.downcast_ref::<std::io::Error>();
+        if io.is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return ErrorClass::ConnectTimeout;
         }
-        source = s.source();
     }
     if e.is_connect() {
         ErrorClass::ConnectFailed

@@ -264,7 +264,7 @@ impl Egress {
                 client_key_file: c.client_key_file.clone(),
             };
             let http = c.http_version;
-            if let Err(why) = http_through(c, http, proxy.as_ref()) {
+            if let Err(why) = http_through(c, proxy.as_ref()) {
                 errs.push(format!("{key}.http_version: {why}"));
             }
             if proxy.is_none() && files == TlsFiles::default() && http == UpstreamHttp::Auto {
@@ -445,19 +445,15 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     })
 }
 
-/// Whether a channel can speak `http` the way its connections go: h2c cannot go through an
-/// HTTP proxy, which forwards plain requests one by one (an https upstream is tunnelled, so
-/// HTTP/2 goes end to end inside its TLS).
-fn http_through(
-    c: &ChannelConfig,
-    http: UpstreamHttp,
-    proxy: Option<&Proxy>,
-) -> Result<(), &'static str> {
+/// Whether a channel can speak its `http_version` the way its connections go: h2c cannot go
+/// through an HTTP proxy, which forwards plain requests one by one (an https upstream is
+/// tunnelled, so HTTP/2 goes end to end inside its TLS).
+fn http_through(c: &ChannelConfig, proxy: Option<&Proxy>) -> Result<(), &'static str> {
     let plain = c
         .base_url
         .as_deref()
         .is_some_and(|u| u.starts_with("http://"));
-    if http == UpstreamHttp::Http2 && plain && proxy.is_some() {
+    if c.http_version == UpstreamHttp::Http2 && plain && proxy.is_some() {
         return Err(
             "\"http2\" over a plain http:// base_url (h2c) cannot go through the \
              channel's HTTP proxy; use an https:// upstream, \"auto\", or proxy_url = \"\"",
