@@ -1,12 +1,12 @@
 //! Attempt: one upstream call, the only place one is made. [`dispatch`] builds the upstream
 //! request from operator configuration only (URL, key) plus the client's body bytes, sends it
-//! over a pooled HTTP/1.1 or HTTP/2 client (the channel's way out, [`crate::egress`]: its proxy,
-//! rustls with its trust and client certificate; `TCP_NODELAY`, redirects never followed)
-//! within the headers deadline, and decides what the head means: the circuit,
-//! `Retry-After` and status handling live here and nowhere else. Every failure is one
-//! [`AttemptError`]: its class (whose fault, retryable), which deadline, and when. An attempt
-//! that opened a new connection keeps when its TCP connect, proxy tunnel and TLS handshake were
-//! done (`ConnectionMarks`), failed or not.
+//! over a pooled HTTP/1.1 or HTTP/2 client (HTTP/2 over [`crate::lanes`]; the channel's way
+//! out, [`crate::egress`]: its proxy, rustls with its trust and client certificate;
+//! `TCP_NODELAY`, redirects never followed) within the headers deadline, and decides what the
+//! head means: the circuit, `Retry-After` and status handling live here and nowhere else.
+//! Every failure is one [`AttemptError`]: its class (whose fault, retryable), which deadline,
+//! and when. An attempt that opened a new connection keeps when its TCP connect, proxy tunnel
+//! and TLS handshake were done (`ConnectionMarks`), failed or not.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +25,7 @@ use crate::drive::{InlineExecutor, UpstreamBody};
 use crate::egress::open::{EgressConnector, EgressError, Opened};
 use crate::egress::Profile;
 use crate::ingress::SpanIds;
+use crate::lanes::{StreamLimit, StreamSlot, Upstream};
 use crate::model_health::ModelHealth;
 use crate::observe::{ObservedBody, StreamDeadlines, Until, WholeRead};
 use crate::outbody::OutBody;
@@ -217,19 +218,21 @@ type Sent = Result<
     tokio::time::error::Elapsed,
 >;
 
-/// Sends `request` until `deadline` for its head, and sends it again (a copy from `again`;
-/// none for a streamed upload) when an HTTP/2 upstream refused its stream unprocessed
-/// (`REFUSED_STREAM`, RFC 9113 section 8.7). That happens on a new connection whose first
-/// streams went out before the upstream's limit of concurrent streams was known: the request
-/// was never seen, so it is the same attempt, not a failure of the channel (which would fail
-/// over after a back-off).
+/// Sends `request` until `deadline` for its head, over a client `pick` gives (with the stream it
+/// holds on its lane, kept until the answer's body ends), and sends it again (a copy from
+/// `again`; none for a streamed upload, over a client picked anew) when an HTTP/2 upstream
+/// refused its stream unprocessed (`REFUSED_STREAM`, RFC 9113 section 8.7). That happens on a
+/// new connection whose first streams went out before the upstream's limit of concurrent
+/// streams was known: the request was never seen, so it is the same attempt, not a failure of
+/// the channel (which would fail over after a back-off).
 async fn send(
-    client: &HttpClient,
+    pick: impl Fn() -> Upstream,
     request: Request<OutBody>,
     again: impl Fn() -> Option<Request<OutBody>>,
     deadline: Instant,
-) -> Sent {
-    let mut sent = tokio::time::timeout_at(deadline, client.request(request)).await;
+) -> (Sent, Option<StreamSlot>) {
+    let mut upstream = pick();
+    let mut sent = tokio::time::timeout_at(deadline, upstream.client.request(request)).await;
     for _ in 0..REFUSED_RESENDS {
         if !matches!(&sent, Ok(Err(e)) if refused_stream(e)) {
             break;
@@ -238,9 +241,12 @@ async fn send(
             break;
         };
         tracing::debug!("upstream refused an HTTP/2 stream unprocessed; sending it again");
-        sent = tokio::time::timeout_at(deadline, client.request(request)).await;
+        // The refused stream is over; the lane now knows the upstream's limit.
+        drop(upstream);
+        upstream = pick();
+        sent = tokio::time::timeout_at(deadline, upstream.client.request(request)).await;
     }
-    sent
+    (sent, upstream.slot)
 }
 
 /// Whether `e` is an HTTP/2 stream the upstream refused before processing it.
@@ -312,14 +318,18 @@ pub async fn dispatch(
         .timeouts
         .connect_ms
         .unwrap_or(ctx.live.config.server.connect_timeout_ms);
-    let client = ctx.app.client_for(connect_ms, channel.egress.as_ref());
+    let uri = request.uri().clone();
+    let pick = || {
+        ctx.app
+            .upstream_for(connect_ms, channel.egress.as_ref(), &uri)
+    };
     let headers_deadline = Duration::from_millis(ctx.timeouts.headers_ms);
     let forwarded = channel
         .egress
         .as_deref()
         .is_some_and(|p| p.forwards(request.uri()));
     let dispatched = Instant::now();
-    let sent = send(&client, request, again, dispatched + headers_deadline).await;
+    let (sent, slot) = send(pick, request, again, dispatched + headers_deadline).await;
     let headers_at = ctx.now();
     let response = match sent {
         Ok(Ok(r)) => r,
@@ -408,7 +418,7 @@ pub async fn dispatch(
         });
     }
     let (parts, incoming) = response.into_parts();
-    let incoming = UpstreamBody::new(incoming, &parts.extensions);
+    let incoming = UpstreamBody::new(incoming, &parts.extensions).holding(slot);
     let body = if streamed {
         // Marks are classified in the upstream's dialect, so they mean the same whatever the
         // client speaks.
@@ -662,19 +672,30 @@ pub fn client(connect_timeout: Duration) -> Result<HttpClient, GatewayError> {
 
 /// The pooled upstream client of one way out ([`crate::egress::Profile`]).
 pub fn client_along(profile: Arc<Profile>, connect_timeout: Duration) -> HttpClient {
+    net_client(EgressConnector::new(profile, connect_timeout))
+}
+
+/// The client of one lane ([`crate::lanes`]): its connections tell `limit` their upstream's
+/// limit of streams.
+pub fn lane_client(
+    profile: Arc<Profile>,
+    connect_timeout: Duration,
+    limit: Arc<StreamLimit>,
+) -> HttpClient {
+    net_client(EgressConnector::new(profile, connect_timeout).telling(limit))
+}
+
+fn net_client(connector: EgressConnector) -> HttpClient {
     let mut builder = pool_builder();
     // Without a timer the pool never evicts: idle upstream connections (and their descriptors)
     // would stay for good after a burst.
     builder.pool_timer(hyper_util::rt::TokioTimer::new());
     // HTTP/2 only: the pool then opens one connection per upstream at a time (hyper-util
     // waits for a connecting HTTP/2 one instead of opening another), which every answer shares.
-    if profile.http == crate::config::UpstreamHttp::Http2 {
+    if connector.profile().http == crate::config::UpstreamHttp::Http2 {
         builder.http2_only(true);
     }
-    builder.build(Connector::Net(EgressConnector::new(
-        profile,
-        connect_timeout,
-    )))
+    builder.build(Connector::Net(connector))
 }
 
 /// A client whose connections are in-process pipes opened by `open` (tests under paused time,

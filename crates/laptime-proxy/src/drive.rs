@@ -28,6 +28,8 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connected;
 
+use crate::lanes::StreamSlot;
+
 type ConnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// One upstream connection's future, and who polls it.
@@ -142,6 +144,8 @@ where
 pub struct UpstreamBody {
     inner: Incoming,
     driver: Option<Arc<Driver>>,
+    /// The answer's stream on its lane, given back when the body ends.
+    slot: Option<StreamSlot>,
 }
 
 impl UpstreamBody {
@@ -151,10 +155,21 @@ impl UpstreamBody {
         if let Some(d) = &driver {
             d.claim();
         }
-        UpstreamBody { inner, driver }
+        UpstreamBody {
+            inner,
+            driver,
+            slot: None,
+        }
+    }
+
+    /// The body, holding its stream on a lane ([`crate::lanes`]) until it ends.
+    pub fn holding(mut self, slot: Option<StreamSlot>) -> Self {
+        self.slot = slot;
+        self
     }
 
     fn release(&mut self) {
+        self.slot = None;
         if let Some(d) = self.driver.take() {
             d.release();
         }
@@ -185,7 +200,8 @@ impl Body for UpstreamBody {
         }
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            // The answer is over: the keeper takes the connection back to the pool.
+            // The answer is over: the keeper takes the connection back to the pool, and the
+            // lane counts its stream as done.
             this.release();
         }
         polled

@@ -11,6 +11,7 @@
 //! a proxy password or a private key in a message: URLs are shown through [`redacted`].
 
 pub mod open;
+pub mod settings;
 mod tunnel;
 
 use std::path::{Path, PathBuf};

@@ -43,6 +43,7 @@ pub mod endpoints;
 pub mod heartbeat;
 pub mod inflight;
 pub mod ingress;
+pub mod lanes;
 pub mod limits;
 pub mod listen;
 pub mod live;
@@ -89,7 +90,7 @@ pub struct App {
     /// The ways out built at start (a file or proxy problem stops the start): the default one
     /// is what channels without a proxy or files of their own use; each channel holds its own
     /// (rebuilt, files read again, by a reload). Each serving thread has its own clients along
-    /// them, see [`App::client_for`].
+    /// them, see [`App::upstream_for`].
     pub egress: egress::Egress,
     /// In-process upstreams instead of the network, for tests under paused time: every attempt
     /// uses this client.
@@ -145,7 +146,46 @@ thread_local! {
 /// pool, instead of staying for the life of the thread.
 struct CachedClient {
     profile: std::sync::Weak<egress::Profile>,
+    /// The client's own copy of the profile, so that holding the client does not keep the
+    /// snapshot's profile alive.
+    own: std::sync::Arc<egress::Profile>,
+    timeout: std::time::Duration,
     client: HttpClient,
+    /// The lanes to each upstream that may answer over HTTP/2, by scheme and authority.
+    lanes: std::collections::HashMap<(bool, http::uri::Authority), lanes::Lanes>,
+}
+
+impl CachedClient {
+    fn new(profile: &std::sync::Arc<egress::Profile>, timeout: std::time::Duration) -> Self {
+        let own = std::sync::Arc::new(egress::Profile::clone(profile));
+        CachedClient {
+            profile: std::sync::Arc::downgrade(profile),
+            client: attempt::client_along(own.clone(), timeout),
+            own,
+            timeout,
+            lanes: std::collections::HashMap::new(),
+        }
+    }
+
+    fn upstream(&mut self, uri: &http::Uri) -> lanes::Upstream {
+        let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let multiplexed = match self.own.http {
+            config::UpstreamHttp::Http2 => true,
+            config::UpstreamHttp::Auto => https,
+            config::UpstreamHttp::Http1 => false,
+        };
+        match uri.authority().filter(|_| multiplexed) {
+            Some(authority) => self
+                .lanes
+                .entry((https, authority.clone()))
+                .or_insert_with(|| lanes::Lanes::new(self.own.clone(), self.timeout))
+                .pick(),
+            None => lanes::Upstream {
+                client: self.client.clone(),
+                slot: None,
+            },
+        }
+    }
 }
 
 /// Drops the entries whose profile no snapshot holds any more.
@@ -154,34 +194,33 @@ fn forget_replaced(clients: &mut std::collections::HashMap<(u64, usize), CachedC
 }
 
 impl App {
-    /// This thread's client with the connect timeout `ms` (the route's `timeouts.connect_ms`,
-    /// else the server's), along the channel's way out (`None`: the default). Cheap: a client
-    /// is a handle to its pool.
-    pub fn client_for(
+    /// This thread's client for a request to `uri` with the connect timeout `ms` (the route's
+    /// `timeouts.connect_ms`, else the server's), along the channel's way out (`None`: the
+    /// default), with the stream it holds on its lane when the upstream may answer over HTTP/2.
+    /// Cheap: a client is a handle to its pool.
+    pub fn upstream_for(
         &self,
         ms: u64,
         egress: Option<&std::sync::Arc<egress::Profile>>,
-    ) -> HttpClient {
+        uri: &http::Uri,
+    ) -> lanes::Upstream {
         if let Some(c) = &self.memory_upstream {
-            return c.clone();
+            return lanes::Upstream {
+                client: c.clone(),
+                slot: None,
+            };
         }
         let profile = egress.unwrap_or(self.egress.default_profile());
         CLIENTS.with(|clients| {
             let mut clients = clients.borrow_mut();
-            if let Some(c) = clients.get(&(ms, profile.id)) {
-                return c.client.clone();
+            if let Some(c) = clients.get_mut(&(ms, profile.id)) {
+                return c.upstream(uri);
             }
             forget_replaced(&mut clients);
-            // The client gets its own copy of the profile, so that holding the client does not
-            // keep the snapshot's profile alive.
-            let own = std::sync::Arc::new(egress::Profile::clone(profile));
-            let client = attempt::client_along(own, std::time::Duration::from_millis(ms));
-            let cached = CachedClient {
-                profile: std::sync::Arc::downgrade(profile),
-                client: client.clone(),
-            };
+            let mut cached = CachedClient::new(profile, std::time::Duration::from_millis(ms));
+            let upstream = cached.upstream(uri);
             clients.insert((ms, profile.id), cached);
-            client
+            upstream
         })
     }
 
@@ -207,11 +246,7 @@ mod tests {
         let replaced = Arc::new(egress::Profile::direct().unwrap());
         let mut clients = HashMap::new();
         for p in [&kept, &replaced] {
-            let own = Arc::new(egress::Profile::clone(p));
-            let cached = CachedClient {
-                profile: Arc::downgrade(p),
-                client: attempt::client_along(own, std::time::Duration::from_secs(1)),
-            };
+            let cached = CachedClient::new(p, std::time::Duration::from_secs(1));
             clients.insert((1000, p.id), cached);
         }
         forget_replaced(&mut clients);
@@ -222,5 +257,44 @@ mod tests {
         forget_replaced(&mut clients);
         assert!(clients.contains_key(&(1000, kept.id)));
         assert!(!clients.contains_key(&(1000, replaced_id)));
+    }
+
+    #[tokio::test]
+    async fn lanes_count_the_streams_of_upstreams_that_may_answer_over_http2_only() {
+        let uri = |u: &str| u.parse::<http::Uri>().unwrap();
+        let mut auto = CachedClient::new(
+            &Arc::new(egress::Profile::direct().unwrap()),
+            std::time::Duration::from_secs(1),
+        );
+        assert!(auto
+            .upstream(&uri("http://127.0.0.1:8080/v1"))
+            .slot
+            .is_none());
+        let held = [
+            auto.upstream(&uri("https://a.example/v1")),
+            auto.upstream(&uri("https://a.example/v2")),
+            auto.upstream(&uri("https://b.example/v1")),
+        ];
+        assert!(held.iter().all(|u| u.slot.is_some()));
+        let streams =
+            |c: &CachedClient, host: &str| c.lanes[&(true, host.parse().unwrap())].streams();
+        assert_eq!(streams(&auto, "a.example"), [2]);
+        assert_eq!(streams(&auto, "b.example"), [1]);
+        drop(held);
+        assert_eq!(streams(&auto, "a.example"), [0]);
+
+        for (http, plain, tls) in [
+            (config::UpstreamHttp::Http2, true, true),
+            (config::UpstreamHttp::Http1, false, false),
+        ] {
+            let mut profile = egress::Profile::direct().unwrap();
+            profile.http = http;
+            let mut c = CachedClient::new(&Arc::new(profile), std::time::Duration::from_secs(1));
+            assert_eq!(
+                c.upstream(&uri("http://127.0.0.1:8080/")).slot.is_some(),
+                plain
+            );
+            assert_eq!(c.upstream(&uri("https://a.example/")).slot.is_some(), tls);
+        }
     }
 }

@@ -767,3 +767,38 @@ async fn streams_an_http2_upstream_refuses_unprocessed_are_sent_again_within_the
     );
     h.stop().await;
 }
+
+#[tokio::test]
+async fn past_an_http2_upstreams_stream_limit_answers_go_over_another_connection_not_wait() {
+    // Two streams per connection, answers that take 320 ms: a third answer on a connection
+    // would wait for one of them, and the wait would look like the upstream's time to answer.
+    let sim = laptime_sim::Sim::with_h2_max_streams(2);
+    let (addr, _) = laptime_sim::spawn_local(sim.clone()).await.unwrap();
+    let base = format!("http://{addr}");
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        let mut h2 = channel("h2c", &base, &[]);
+        h2.models = Models::Map([("paced".to_string(), "sim-long".to_string())].into());
+        h2.http_version = UpstreamHttp::Http2;
+        cfg.channels = vec![h2];
+    })
+    .await;
+
+    // The first answer's connection tells the gateway the limit.
+    whole_timeline(&answered_row(&h, "paced").await);
+    let rows = answered_at_once(&h, &["paced"; 6]).await;
+    for row in &rows {
+        whole_timeline(row);
+        let headers = row["other"]["timing"]["upstream_headers_ms"]
+            .as_f64()
+            .unwrap();
+        assert!(
+            headers < 150.0,
+            "an answer waited for a stream ({headers} ms to headers): {row:#}"
+        );
+    }
+    let stats = sim.stats();
+    assert_eq!((stats.requests, stats.http2_requests), (7, 7), "{stats:?}");
+    assert_eq!(stats.open_connections, 3, "six streams, two per connection");
+    h.stop().await;
+}

@@ -26,9 +26,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::settings::FrameScan;
 use super::tunnel::{self, TunnelError};
 use super::Profile;
 use crate::config::UpstreamHttp;
+use crate::lanes::StreamLimit;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -105,6 +107,8 @@ pub struct EgressConnector {
     tcp: HttpConnector,
     profile: Arc<Profile>,
     timeout: Duration,
+    /// A lane's: told its connections' limit of concurrent streams.
+    limit: Option<Arc<StreamLimit>>,
 }
 
 impl EgressConnector {
@@ -117,7 +121,19 @@ impl EgressConnector {
             tcp,
             profile,
             timeout: connect_timeout,
+            limit: None,
         }
+    }
+
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// A lane's connector: each connection tells `limit` how many streams its upstream
+    /// allows (HTTP/2), or that it has no such limit (HTTP/1.1).
+    pub fn telling(mut self, limit: Arc<StreamLimit>) -> Self {
+        self.limit = Some(limit);
+        self
     }
 
     /// Opens a connection to `dst` (an http or https URL).
@@ -129,7 +145,18 @@ impl EgressConnector {
             deadline: began + self.timeout,
             opened: Opened::began(began),
         };
-        steps.run(dst)
+        let limit = self.limit.clone();
+        async move {
+            let mut stream = steps.run(dst).await?;
+            if let Some(limit) = limit {
+                if stream.h2 {
+                    stream.watch = Some((FrameScan::default(), limit));
+                } else {
+                    limit.not_multiplexed();
+                }
+            }
+            Ok(stream)
+        }
     }
 }
 
@@ -186,6 +213,7 @@ impl Steps {
                 // h2c is spoken with prior knowledge, and never through a proxy (refused when
                 // the config is read).
                 h2: self.profile.http == UpstreamHttp::Http2,
+                watch: None,
             });
         }
         let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']'))
@@ -208,6 +236,7 @@ impl Steps {
             opened: self.opened,
             forward_proxy: false,
             h2,
+            watch: None,
         })
     }
 
@@ -308,6 +337,8 @@ pub struct Stream {
     forward_proxy: bool,
     /// TLS negotiated HTTP/2 (ALPN).
     h2: bool,
+    /// On a lane's HTTP/2 connection: the server's frames, read for its limit of streams.
+    watch: Option<(FrameScan, Arc<StreamLimit>)>,
 }
 
 #[expect(
@@ -339,10 +370,18 @@ impl AsyncRead for Stream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = match &mut this.io {
             Transport::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Transport::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        };
+        if let Some((scan, limit)) = &mut this.watch {
+            if let Some(streams) = scan.feed(&buf.filled()[before..]) {
+                limit.announce(streams);
+            }
         }
+        polled
     }
 }
 
