@@ -47,6 +47,10 @@ impl StreamLimit {
         self.0.store(UNLIMITED, Ordering::Relaxed);
     }
 
+    fn unlimited(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == UNLIMITED
+    }
+
     fn streams(&self) -> usize {
         match self.0.load(Ordering::Relaxed) {
             0 => ASSUMED_STREAMS,
@@ -102,6 +106,7 @@ impl Lanes {
 
     /// The first lane with room (a new one when none has), its stream counted.
     pub fn pick(&mut self) -> Upstream {
+        self.forget_spare_http1_lanes();
         let lane = match self.lanes.iter().position(Lane::room) {
             Some(i) => &self.lanes[i],
             None if self.lanes.len() < MAX_LANES => {
@@ -131,6 +136,27 @@ impl Lanes {
         Upstream {
             client: lane.client.clone(),
             slot: Some(StreamSlot(lane.streams.clone())),
+        }
+    }
+
+    /// Once a connection came up HTTP/1.1 (`auto` over TLS, an upstream whose ALPN picks it),
+    /// one pool serves the upstream, first in line: the lanes a burst opened before that was
+    /// known are dropped once idle, and their idle connections close with them.
+    fn forget_spare_http1_lanes(&mut self) {
+        let Some(http1) = self.lanes.iter().position(|l| l.limit.unlimited()) else {
+            return;
+        };
+        if self.lanes.len() == 1 {
+            return;
+        }
+        let mut i = 0;
+        self.lanes.retain(|l| {
+            let keep = i == http1 || l.streams.load(Ordering::Relaxed) > 0;
+            i += 1;
+            keep
+        });
+        if let Some(first) = self.lanes.iter().position(|l| l.limit.unlimited()) {
+            self.lanes.swap(0, first);
         }
     }
 
@@ -182,6 +208,24 @@ mod tests {
         let held: Vec<Upstream> = (0..500).map(|_| lanes.pick()).collect();
         assert_eq!(lanes.streams(), [501]);
         drop((first, held));
+
+        // A burst opened lanes before the first connection came up HTTP/1.1: from then on the
+        // HTTP/1.1 lane takes everything, and the others go once idle.
+        let mut lanes = self::lanes();
+        let mut held: Vec<Upstream> = (0..ASSUMED_STREAMS + 50).map(|_| lanes.pick()).collect();
+        assert_eq!(lanes.streams(), [ASSUMED_STREAMS, 50]);
+        lanes.lanes[1].limit.not_multiplexed();
+        held.truncate(ASSUMED_STREAMS - 1);
+        held.push(lanes.pick());
+        assert_eq!(
+            lanes.streams(),
+            [1, ASSUMED_STREAMS - 1],
+            "the HTTP/1.1 lane first"
+        );
+        held.clear();
+        held.push(lanes.pick());
+        assert_eq!(lanes.streams(), [1], "the idle lane is gone");
+        drop(held);
 
         // An upstream that allows one stream (it said 0): new lanes start from what it said.
         let mut lanes = self::lanes();
