@@ -90,24 +90,32 @@ impl Lane {
 
 /// One upstream's lanes on one serving thread.
 pub struct Lanes {
+    /// `host:port`, for the log.
+    upstream: String,
     profile: Arc<Profile>,
     connect_timeout: Duration,
     lanes: Vec<Lane>,
+    /// Every lane is full and no more may open: said once in the log until a lane has room.
+    full: bool,
 }
 
 impl Lanes {
-    pub fn new(profile: Arc<Profile>, connect_timeout: Duration) -> Self {
+    pub fn new(upstream: String, profile: Arc<Profile>, connect_timeout: Duration) -> Self {
         Lanes {
+            upstream,
             profile,
             connect_timeout,
             lanes: Vec::new(),
+            full: false,
         }
     }
 
     /// The first lane with room (a new one when none has), its stream counted.
     pub fn pick(&mut self) -> Upstream {
         self.forget_spare_http1_lanes();
-        let lane = match self.lanes.iter().position(Lane::room) {
+        let room = self.lanes.iter().position(Lane::room);
+        self.say_when_full(room.is_none() && self.lanes.len() >= MAX_LANES);
+        let lane = match room {
             Some(i) => &self.lanes[i],
             None if self.lanes.len() < MAX_LANES => {
                 // A new connection to the same upstream most likely gets the same limit.
@@ -136,6 +144,25 @@ impl Lanes {
         Upstream {
             client: lane.client.clone(),
             slot: Some(StreamSlot(lane.streams.clone())),
+        }
+    }
+
+    /// Past the bound, a request waits in a lane for a stream, and that wait counts as the
+    /// upstream's time to headers: the log says when that starts and ends.
+    fn say_when_full(&mut self, full: bool) {
+        if full == self.full {
+            return;
+        }
+        self.full = full;
+        if full {
+            tracing::warn!(
+                upstream = %self.upstream,
+                lanes = MAX_LANES,
+                "every HTTP/2 connection to an upstream is at its limit of streams: requests \
+                 wait for a stream, and the wait counts as the upstream's time to headers"
+            );
+        } else {
+            tracing::info!(upstream = %self.upstream, "an HTTP/2 connection to the upstream has room again");
         }
     }
 
@@ -175,7 +202,7 @@ mod tests {
 
     fn lanes() -> Lanes {
         let profile = Arc::new(Profile::direct().unwrap());
-        Lanes::new(profile, Duration::from_secs(1))
+        Lanes::new("a.example:443".to_string(), profile, Duration::from_secs(1))
     }
 
     #[tokio::test]
@@ -239,6 +266,10 @@ mod tests {
             streams.iter().all(|&s| s <= 2),
             "past it, the least busy: {streams:?}"
         );
+        assert!(lanes.full, "said in the log");
         drop((first, held));
+        let again = lanes.pick();
+        assert!(!lanes.full, "room again");
+        drop(again);
     }
 }

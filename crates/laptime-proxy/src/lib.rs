@@ -178,7 +178,12 @@ impl CachedClient {
             Some(authority) => self
                 .lanes
                 .entry((https, authority.clone()))
-                .or_insert_with(|| lanes::Lanes::new(self.own.clone(), self.timeout))
+                .or_insert_with(|| {
+                    // The host and port only: an authority may hold credentials.
+                    let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+                    let upstream = format!("{}:{port}", authority.host());
+                    lanes::Lanes::new(upstream, self.own.clone(), self.timeout)
+                })
                 .pick(),
             None => lanes::Upstream {
                 client: self.client.clone(),
