@@ -25,7 +25,7 @@ use crate::drive::{InlineExecutor, UpstreamBody};
 use crate::egress::open::{EgressConnector, EgressError, Opened};
 use crate::egress::Profile;
 use crate::ingress::SpanIds;
-use crate::lanes::{StreamLimit, StreamSlot, Upstream};
+use crate::lanes::{LaneState, StreamSlot, Upstream};
 use crate::model_health::ModelHealth;
 use crate::observe::{ObservedBody, StreamDeadlines, Until, WholeRead};
 use crate::outbody::OutBody;
@@ -225,28 +225,35 @@ type Sent = Result<
 /// new connection whose first streams went out before the upstream's limit of concurrent
 /// streams was known: the request was never seen, so it is the same attempt, not a failure of
 /// the channel (which would fail over after a back-off).
-async fn send(
-    pick: impl Fn() -> Upstream,
+async fn send<F: std::future::Future<Output = Upstream>>(
+    pick: impl Fn() -> F,
     request: Request<OutBody>,
     again: impl Fn() -> Option<Request<OutBody>>,
     deadline: Instant,
 ) -> (Sent, Option<StreamSlot>) {
-    let mut upstream = pick();
-    let mut sent = tokio::time::timeout_at(deadline, upstream.client.request(request)).await;
-    for _ in 0..REFUSED_RESENDS {
-        if !matches!(&sent, Ok(Err(e)) if refused_stream(e)) {
-            break;
+    let mut slot = None;
+    let sending = async {
+        let mut request = request;
+        let mut resends = 0;
+        loop {
+            let upstream = pick().await;
+            // A refused stream is over: its slot goes as the next one is taken.
+            slot = upstream.slot;
+            let sent = upstream.client.request(request).await;
+            let refused = matches!(&sent, Err(e) if refused_stream(e));
+            let copy = (refused && resends < REFUSED_RESENDS)
+                .then(&again)
+                .flatten();
+            let Some(copy) = copy else {
+                return sent;
+            };
+            tracing::debug!("upstream refused an HTTP/2 stream unprocessed; sending it again");
+            resends += 1;
+            request = copy;
         }
-        let Some(request) = again() else {
-            break;
-        };
-        tracing::debug!("upstream refused an HTTP/2 stream unprocessed; sending it again");
-        // The refused stream is over; the lane now knows the upstream's limit.
-        drop(upstream);
-        upstream = pick();
-        sent = tokio::time::timeout_at(deadline, upstream.client.request(request)).await;
-    }
-    (sent, upstream.slot)
+    };
+    let sent = tokio::time::timeout_at(deadline, sending).await;
+    (sent, slot)
 }
 
 /// Whether `e` is an HTTP/2 stream the upstream refused before processing it.
@@ -675,14 +682,14 @@ pub fn client_along(profile: Arc<Profile>, connect_timeout: Duration) -> HttpCli
     net_client(EgressConnector::new(profile, connect_timeout))
 }
 
-/// The client of one lane ([`crate::lanes`]): its connections tell `limit` their upstream's
+/// The client of one lane ([`crate::lanes`]): its connections tell `lane` their upstream's
 /// limit of streams.
 pub fn lane_client(
     profile: Arc<Profile>,
     connect_timeout: Duration,
-    limit: Arc<StreamLimit>,
+    lane: Arc<LaneState>,
 ) -> HttpClient {
-    net_client(EgressConnector::new(profile, connect_timeout).telling(limit))
+    net_client(EgressConnector::new(profile, connect_timeout).telling(lane))
 }
 
 fn net_client(connector: EgressConnector) -> HttpClient {

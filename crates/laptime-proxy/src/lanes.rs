@@ -5,21 +5,26 @@
 //! upstream's time to answer. So each lane is a pool of its own (one connection, whose limit
 //! [`crate::egress::settings`] reads off the wire), its streams are counted from dispatch until
 //! the answer's body ends, and a request goes to the first lane with room, a new lane when none
-//! has. Until a connection's limit is known its lane takes what the upstream's other
-//! connections announced, else [`ASSUMED_STREAMS`], the least a server should allow; a lane
-//! whose connection turned out to be HTTP/1.1 has no limit (its pool opens a connection per
-//! request, as before). Lanes stay once opened (an idle one's connection closes with the pool's
-//! idle timeout), so their number is bounded by the peak of streams in flight.
+//! has. A new lane takes the limit the upstream's other connections announced; the first one
+//! carries one request (the one opening its connection) until the upstream has said its
+//! settings, and the others wait for that word, as they would for the connection itself (an
+//! upstream that sets no limit is taken to allow [`ASSUMED_STREAMS`], the least a server
+//! should). A lane whose connection came up HTTP/1.1 has no limit (its pool opens a connection
+//! per request, as before). Lanes stay once opened (an idle one's connection closes with the
+//! pool's idle timeout), so their number is bounded by the peak of streams in flight.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use crate::attempt::{self, HttpClient};
+use crate::egress::settings::Said;
 use crate::egress::Profile;
 
-/// Streams a lane takes before its connection's limit is known: RFC 9113 section 6.5.2 asks
-/// servers to allow no fewer than 100.
+/// Streams a lane takes when its upstream sets no limit: RFC 9113 section 6.5.2 asks servers
+/// to allow no fewer than 100.
 pub const ASSUMED_STREAMS: usize = 100;
 
 /// Lanes per upstream and serving thread, a bound on the connections a burst can make the
@@ -27,45 +32,110 @@ pub const ASSUMED_STREAMS: usize = 100;
 /// lane (and may wait in it).
 pub const MAX_LANES: usize = 256;
 
-/// What a lane knows of its connection's limit of concurrent streams.
-#[derive(Debug, Default)]
-pub struct StreamLimit(AtomicUsize);
-
-/// Stored for a connection that is not multiplexed.
+/// The limit stored before the connection has said one.
+const UNKNOWN: usize = 0;
+/// The limit stored for a connection that is not multiplexed.
 const UNLIMITED: usize = usize::MAX;
 
-impl StreamLimit {
-    /// The upstream's `SETTINGS_MAX_CONCURRENT_STREAMS`. Zero (no new streams for now) is
-    /// taken as one: a lane that took none would never learn when the upstream allows more.
-    pub fn announce(&self, streams: u32) {
-        let n = usize::try_from(streams).unwrap_or(UNLIMITED).max(1);
-        self.0.store(n, Ordering::Relaxed);
+/// One lane's streams in flight and its connection's limit, shared with the connection (which
+/// tells the limit) and the answers (which end their streams).
+#[derive(Debug, Default)]
+pub struct LaneState {
+    streams: AtomicUsize,
+    limit: AtomicUsize,
+    /// Counts every change a waiting request cares about (a limit said, a stream ended), so
+    /// that one that looked before a change and waits after it does not miss it.
+    changes: AtomicU64,
+    changed: Notify,
+}
+
+impl LaneState {
+    fn with_limit(limit: usize) -> Self {
+        LaneState {
+            limit: AtomicUsize::new(limit),
+            ..LaneState::default()
+        }
+    }
+
+    /// What the upstream's SETTINGS said. A limit of zero (no new streams for now) is taken as
+    /// one: a lane that took none would never learn when the upstream allows more.
+    pub fn said(&self, said: Said) {
+        match said.max_streams {
+            Some(n) => {
+                let n = usize::try_from(n).unwrap_or(UNLIMITED - 1).max(1);
+                self.limit.store(n, Ordering::Relaxed);
+            }
+            None => {
+                let _ = self.limit.compare_exchange(
+                    UNKNOWN,
+                    ASSUMED_STREAMS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        self.changed();
     }
 
     /// The connection speaks HTTP/1.1: every request gets a connection of its own.
     pub fn not_multiplexed(&self) {
-        self.0.store(UNLIMITED, Ordering::Relaxed);
+        self.limit.store(UNLIMITED, Ordering::Relaxed);
+        self.changed();
     }
 
-    fn unlimited(&self) -> bool {
-        self.0.load(Ordering::Relaxed) == UNLIMITED
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
+        self.changed.notify_waiters();
+    }
+
+    fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
     }
 
     fn streams(&self) -> usize {
-        match self.0.load(Ordering::Relaxed) {
-            0 => ASSUMED_STREAMS,
-            n => n,
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    /// Whether one more stream may go now; `None` while the connection has not said its limit
+    /// and already carries the request opening it.
+    fn room(&self) -> Option<bool> {
+        match self.limit() {
+            UNKNOWN if self.streams() > 0 => None,
+            UNKNOWN => Some(true),
+            limit => Some(self.streams() < limit),
+        }
+    }
+
+    /// Waits until something changed since `seen` (a value of `changes`).
+    async fn changed_since(&self, seen: u64) {
+        let notified = self.changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.changes.load(Ordering::Acquire) == seen {
+            notified.await;
         }
     }
 }
 
 /// One stream counted on its lane until dropped.
 #[derive(Debug)]
-pub struct StreamSlot(Arc<AtomicUsize>);
+pub struct StreamSlot(Arc<LaneState>);
+
+impl StreamSlot {
+    fn take(lane: &Arc<LaneState>) -> Self {
+        lane.streams.fetch_add(1, Ordering::Relaxed);
+        StreamSlot(lane.clone())
+    }
+}
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.streams.fetch_sub(1, Ordering::Relaxed);
+        if self.0.limit() == UNKNOWN {
+            // The request opening the connection failed before the upstream said anything:
+            // a waiting request opens it now.
+            self.0.changed();
+        }
     }
 }
 
@@ -76,16 +146,32 @@ pub struct Upstream {
     pub slot: Option<StreamSlot>,
 }
 
-struct Lane {
-    client: HttpClient,
-    limit: Arc<StreamLimit>,
-    streams: Arc<AtomicUsize>,
+/// What [`Lanes::pick`] gives: a client to send on, or a lane whose connection is opening.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a pick is used at once and never stored; boxing the client would allocate for every request"
+)]
+pub enum Pick {
+    Go(Upstream),
+    /// Pick again once the lane's state moved on from `seen` ([`Wait::changed`]).
+    Wait(Wait),
 }
 
-impl Lane {
-    fn room(&self) -> bool {
-        self.streams.load(Ordering::Relaxed) < self.limit.streams()
+/// A lane to wait on: its connection has not said its limit yet.
+pub struct Wait {
+    lane: Arc<LaneState>,
+    seen: u64,
+}
+
+impl Wait {
+    pub async fn changed(self) {
+        self.lane.changed_since(self.seen).await;
     }
+}
+
+struct Lane {
+    client: HttpClient,
+    state: Arc<LaneState>,
 }
 
 /// One upstream's lanes on one serving thread.
@@ -110,41 +196,49 @@ impl Lanes {
         }
     }
 
-    /// The first lane with room (a new one when none has), its stream counted.
-    pub fn pick(&mut self) -> Upstream {
+    /// The first lane with room, its stream counted; else a lane whose connection is still
+    /// to say its limit, to wait on; else a new lane; past the bound, the least busy.
+    pub fn pick(&mut self) -> Pick {
         self.forget_spare_http1_lanes();
-        let room = self.lanes.iter().position(Lane::room);
-        self.say_when_full(room.is_none() && self.lanes.len() >= MAX_LANES);
-        let lane = match room {
-            Some(i) => &self.lanes[i],
-            None if self.lanes.len() < MAX_LANES => {
-                // A new connection to the same upstream most likely gets the same limit.
-                let known = self.lanes.iter().rev();
-                let known = known
-                    .map(|l| l.limit.0.load(Ordering::Relaxed))
-                    .find(|&n| n != 0)
-                    .unwrap_or(0);
-                let limit = Arc::new(StreamLimit(AtomicUsize::new(known)));
-                let client =
-                    attempt::lane_client(self.profile.clone(), self.connect_timeout, limit.clone());
-                self.lanes.push(Lane {
-                    client,
-                    limit,
-                    streams: Arc::new(AtomicUsize::new(0)),
-                });
-                &self.lanes[self.lanes.len() - 1]
+        let mut opening = None;
+        for (i, lane) in self.lanes.iter().enumerate() {
+            match lane.state.room() {
+                Some(true) => {
+                    self.say_when_full(false);
+                    return self.go(i);
+                }
+                Some(false) => {}
+                None => opening = opening.or(Some(i)),
             }
-            None => self
-                .lanes
-                .iter()
-                .min_by_key(|l| l.streams.load(Ordering::Relaxed))
-                .unwrap_or(&self.lanes[0]),
-        };
-        lane.streams.fetch_add(1, Ordering::Relaxed);
-        Upstream {
-            client: lane.client.clone(),
-            slot: Some(StreamSlot(lane.streams.clone())),
         }
+        if let Some(i) = opening {
+            let lane = &self.lanes[i].state;
+            return Pick::Wait(Wait {
+                lane: lane.clone(),
+                seen: lane.changes.load(Ordering::Acquire),
+            });
+        }
+        if self.lanes.len() < MAX_LANES {
+            // A new connection to the same upstream most likely gets the same limit.
+            let mut limits = self.lanes.iter().rev().map(|l| l.state.limit());
+            let known = limits.find(|&n| n != UNKNOWN).unwrap_or(UNKNOWN);
+            let state = Arc::new(LaneState::with_limit(known));
+            let client =
+                attempt::lane_client(self.profile.clone(), self.connect_timeout, state.clone());
+            self.lanes.push(Lane { client, state });
+            return self.go(self.lanes.len() - 1);
+        }
+        self.say_when_full(true);
+        let least_busy = (0..self.lanes.len()).min_by_key(|&i| self.lanes[i].state.streams());
+        self.go(least_busy.unwrap_or(0))
+    }
+
+    fn go(&self, i: usize) -> Pick {
+        let lane = &self.lanes[i];
+        Pick::Go(Upstream {
+            client: lane.client.clone(),
+            slot: Some(StreamSlot::take(&lane.state)),
+        })
     }
 
     /// Past the bound, a request waits in a lane for a stream, and that wait counts as the
@@ -170,7 +264,7 @@ impl Lanes {
     /// one pool serves the upstream, first in line: the lanes a burst opened before that was
     /// known are dropped once idle, and their idle connections close with them.
     fn forget_spare_http1_lanes(&mut self) {
-        let Some(http1) = self.lanes.iter().position(|l| l.limit.unlimited()) else {
+        let Some(http1) = self.lanes.iter().position(|l| l.state.limit() == UNLIMITED) else {
             return;
         };
         if self.lanes.len() == 1 {
@@ -178,21 +272,18 @@ impl Lanes {
         }
         let mut i = 0;
         self.lanes.retain(|l| {
-            let keep = i == http1 || l.streams.load(Ordering::Relaxed) > 0;
+            let keep = i == http1 || l.state.streams() > 0;
             i += 1;
             keep
         });
-        if let Some(first) = self.lanes.iter().position(|l| l.limit.unlimited()) {
+        if let Some(first) = self.lanes.iter().position(|l| l.state.limit() == UNLIMITED) {
             self.lanes.swap(0, first);
         }
     }
 
     /// Streams in flight on each lane.
     pub fn streams(&self) -> Vec<usize> {
-        self.lanes
-            .iter()
-            .map(|l| l.streams.load(Ordering::Relaxed))
-            .collect()
+        self.lanes.iter().map(|l| l.state.streams()).collect()
     }
 }
 
@@ -205,60 +296,116 @@ mod tests {
         Lanes::new("a.example:443".to_string(), profile, Duration::from_secs(1))
     }
 
-    #[tokio::test]
-    async fn a_lane_fills_to_its_limit_before_the_next_opens_and_frees_as_streams_end() {
-        let mut lanes = lanes();
-        let mut held: Vec<Upstream> = (0..ASSUMED_STREAMS).map(|_| lanes.pick()).collect();
-        assert_eq!(lanes.streams(), [ASSUMED_STREAMS], "the limit assumed");
-        held.push(lanes.pick());
-        assert_eq!(lanes.streams(), [ASSUMED_STREAMS, 1]);
+    fn go(lanes: &mut Lanes) -> Upstream {
+        match lanes.pick() {
+            Pick::Go(upstream) => upstream,
+            Pick::Wait(_) => panic!("waits: {:?}", lanes.streams()),
+        }
+    }
 
-        // The first connection's upstream allows 2: new streams go to the second lane.
-        lanes.lanes[0].limit.announce(2);
-        held.truncate(3);
-        assert_eq!(lanes.streams(), [3, 0]);
-        held.push(lanes.pick());
-        assert_eq!(lanes.streams(), [3, 1]);
+    fn wait(lanes: &mut Lanes) -> Wait {
+        match lanes.pick() {
+            Pick::Go(_) => panic!("goes: {:?}", lanes.streams()),
+            Pick::Wait(wait) => wait,
+        }
+    }
+
+    fn limit(n: u32) -> Said {
+        Said {
+            max_streams: Some(n),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_connection_carries_one_request_until_the_upstream_says_its_limit() {
+        let mut lanes = lanes();
+        let opener = go(&mut lanes);
+        let waiting = tokio::spawn(wait(&mut lanes).changed());
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "waits for the connection's word");
+        lanes.lanes[0].state.said(limit(2));
+        waiting.await.unwrap();
+
+        let mut held = vec![opener, go(&mut lanes)];
+        assert_eq!(lanes.streams(), [2]);
+        held.push(go(&mut lanes));
+        assert_eq!(
+            lanes.streams(),
+            [2, 1],
+            "a new lane, open at once with the limit said"
+        );
+        held.push(go(&mut lanes));
+        held.push(go(&mut lanes));
+        assert_eq!(lanes.streams(), [2, 2, 1]);
         held.remove(0);
-        held.remove(0);
-        held.push(lanes.pick());
-        assert_eq!(lanes.streams(), [2, 1], "room again on the first lane");
+        held.push(go(&mut lanes));
+        assert_eq!(lanes.streams(), [2, 2, 1], "room again on the first lane");
         drop(held);
-        assert_eq!(lanes.streams(), [0, 0]);
+        assert_eq!(lanes.streams(), [0, 0, 0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_sees_a_change_made_between_its_look_and_its_wait() {
+        let mut lanes = lanes();
+        let opener = go(&mut lanes);
+        let waiting = wait(&mut lanes);
+        lanes.lanes[0].state.said(Said { max_streams: None });
+        // Paused time: a wait that missed the change would run into the timeout at once.
+        let woke = tokio::time::timeout(Duration::from_secs(60), waiting.changed()).await;
+        assert!(woke.is_ok(), "the change was missed");
+        let held: Vec<Upstream> = (1..ASSUMED_STREAMS).map(|_| go(&mut lanes)).collect();
+        assert_eq!(
+            lanes.streams(),
+            [ASSUMED_STREAMS],
+            "no limit said: the assumed one"
+        );
+        drop((opener, held));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn when_the_request_opening_a_connection_ends_unanswered_a_waiting_one_opens_it() {
+        let mut lanes = lanes();
+        let opener = go(&mut lanes);
+        let waiting = tokio::spawn(wait(&mut lanes).changed());
+        tokio::task::yield_now().await;
+        drop(opener);
+        waiting.await.unwrap();
+        let next = go(&mut lanes);
+        assert_eq!(lanes.streams(), [1]);
+        drop(next);
     }
 
     #[tokio::test]
     async fn an_http1_lane_takes_every_request_and_lanes_stop_at_their_bound() {
         let mut lanes = lanes();
-        let first = lanes.pick();
-        lanes.lanes[0].limit.not_multiplexed();
-        let held: Vec<Upstream> = (0..500).map(|_| lanes.pick()).collect();
+        let first = go(&mut lanes);
+        lanes.lanes[0].state.not_multiplexed();
+        let held: Vec<Upstream> = (0..500).map(|_| go(&mut lanes)).collect();
         assert_eq!(lanes.streams(), [501]);
         drop((first, held));
 
-        // A burst opened lanes before the first connection came up HTTP/1.1: from then on the
-        // HTTP/1.1 lane takes everything, and the others go once idle.
+        // Lanes of an HTTP/2 upstream whose new connection came up HTTP/1.1: from then on that
+        // lane takes everything, and the others go once idle.
         let mut lanes = self::lanes();
-        let mut held: Vec<Upstream> = (0..ASSUMED_STREAMS + 50).map(|_| lanes.pick()).collect();
-        assert_eq!(lanes.streams(), [ASSUMED_STREAMS, 50]);
-        lanes.lanes[1].limit.not_multiplexed();
-        held.truncate(ASSUMED_STREAMS - 1);
-        held.push(lanes.pick());
-        assert_eq!(
-            lanes.streams(),
-            [1, ASSUMED_STREAMS - 1],
-            "the HTTP/1.1 lane first"
-        );
+        let first = go(&mut lanes);
+        lanes.lanes[0].state.said(limit(100));
+        let mut held: Vec<Upstream> = (1..150).map(|_| go(&mut lanes)).collect();
+        held.push(first);
+        assert_eq!(lanes.streams(), [100, 50]);
+        lanes.lanes[1].state.not_multiplexed();
+        held.truncate(99);
+        held.push(go(&mut lanes));
+        assert_eq!(lanes.streams(), [1, 99], "the HTTP/1.1 lane first");
         held.clear();
-        held.push(lanes.pick());
+        held.push(go(&mut lanes));
         assert_eq!(lanes.streams(), [1], "the idle lane is gone");
         drop(held);
 
         // An upstream that allows one stream (it said 0): new lanes start from what it said.
         let mut lanes = self::lanes();
-        let first = lanes.pick();
-        lanes.lanes[0].limit.announce(0);
-        let held: Vec<Upstream> = (0..MAX_LANES + 3).map(|_| lanes.pick()).collect();
+        let first = go(&mut lanes);
+        lanes.lanes[0].state.said(limit(0));
+        let held: Vec<Upstream> = (0..MAX_LANES + 3).map(|_| go(&mut lanes)).collect();
         let streams = lanes.streams();
         assert_eq!(streams.len(), MAX_LANES, "no lane past the bound");
         assert_eq!(streams.iter().sum::<usize>(), MAX_LANES + 4);
@@ -268,7 +415,7 @@ mod tests {
         );
         assert!(lanes.full, "said in the log");
         drop((first, held));
-        let again = lanes.pick();
+        let again = go(&mut lanes);
         assert!(!lanes.full, "room again");
         drop(again);
     }

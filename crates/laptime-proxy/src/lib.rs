@@ -167,7 +167,7 @@ impl CachedClient {
         }
     }
 
-    fn upstream(&mut self, uri: &http::Uri) -> lanes::Upstream {
+    fn upstream(&mut self, uri: &http::Uri) -> lanes::Pick {
         let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
         let multiplexed = match self.own.http {
             config::UpstreamHttp::Http2 => true,
@@ -185,10 +185,10 @@ impl CachedClient {
                     lanes::Lanes::new(upstream, self.own.clone(), self.timeout)
                 })
                 .pick(),
-            None => lanes::Upstream {
+            None => lanes::Pick::Go(lanes::Upstream {
                 client: self.client.clone(),
                 slot: None,
-            },
+            }),
         }
     }
 }
@@ -201,19 +201,34 @@ fn forget_replaced(clients: &mut std::collections::HashMap<(u64, usize), CachedC
 impl App {
     /// This thread's client for a request to `uri` with the connect timeout `ms` (the route's
     /// `timeouts.connect_ms`, else the server's), along the channel's way out (`None`: the
-    /// default), with the stream it holds on its lane when the upstream may answer over HTTP/2.
-    /// Cheap: a client is a handle to its pool.
-    pub fn upstream_for(
+    /// default), with the stream it holds on its lane when the upstream may answer over HTTP/2
+    /// (after waiting for a new connection to say how many streams it takes, see
+    /// [`lanes`]). Cheap: a client is a handle to its pool.
+    pub async fn upstream_for(
         &self,
         ms: u64,
         egress: Option<&std::sync::Arc<egress::Profile>>,
         uri: &http::Uri,
     ) -> lanes::Upstream {
+        loop {
+            match self.pick_upstream(ms, egress, uri) {
+                lanes::Pick::Go(upstream) => return upstream,
+                lanes::Pick::Wait(lane) => lane.changed().await,
+            }
+        }
+    }
+
+    fn pick_upstream(
+        &self,
+        ms: u64,
+        egress: Option<&std::sync::Arc<egress::Profile>>,
+        uri: &http::Uri,
+    ) -> lanes::Pick {
         if let Some(c) = &self.memory_upstream {
-            return lanes::Upstream {
+            return lanes::Pick::Go(lanes::Upstream {
                 client: c.clone(),
                 slot: None,
-            };
+            });
         }
         let profile = egress.unwrap_or(self.egress.default_profile());
         CLIENTS.with(|clients| {
@@ -267,23 +282,23 @@ mod tests {
     #[tokio::test]
     async fn lanes_count_the_streams_of_upstreams_that_may_answer_over_http2_only() {
         let uri = |u: &str| u.parse::<http::Uri>().unwrap();
+        let go = |c: &mut CachedClient, u: &str| match c.upstream(&uri(u)) {
+            lanes::Pick::Go(upstream) => upstream,
+            lanes::Pick::Wait(_) => panic!("{u} waits"),
+        };
         let mut auto = CachedClient::new(
             &Arc::new(egress::Profile::direct().unwrap()),
             std::time::Duration::from_secs(1),
         );
-        assert!(auto
-            .upstream(&uri("http://127.0.0.1:8080/v1"))
-            .slot
-            .is_none());
+        assert!(go(&mut auto, "http://127.0.0.1:8080/v1").slot.is_none());
         let held = [
-            auto.upstream(&uri("https://a.example/v1")),
-            auto.upstream(&uri("https://a.example/v2")),
-            auto.upstream(&uri("https://b.example/v1")),
+            go(&mut auto, "https://a.example/v1"),
+            go(&mut auto, "https://b.example/v1"),
         ];
         assert!(held.iter().all(|u| u.slot.is_some()));
         let streams =
             |c: &CachedClient, host: &str| c.lanes[&(true, host.parse().unwrap())].streams();
-        assert_eq!(streams(&auto, "a.example"), [2]);
+        assert_eq!(streams(&auto, "a.example"), [1]);
         assert_eq!(streams(&auto, "b.example"), [1]);
         drop(held);
         assert_eq!(streams(&auto, "a.example"), [0]);
@@ -295,11 +310,8 @@ mod tests {
             let mut profile = egress::Profile::direct().unwrap();
             profile.http = http;
             let mut c = CachedClient::new(&Arc::new(profile), std::time::Duration::from_secs(1));
-            assert_eq!(
-                c.upstream(&uri("http://127.0.0.1:8080/")).slot.is_some(),
-                plain
-            );
-            assert_eq!(c.upstream(&uri("https://a.example/")).slot.is_some(), tls);
+            assert_eq!(go(&mut c, "http://127.0.0.1:8080/").slot.is_some(), plain);
+            assert_eq!(go(&mut c, "https://a.example/").slot.is_some(), tls);
         }
     }
 }

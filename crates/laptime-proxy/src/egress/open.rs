@@ -30,7 +30,7 @@ use super::settings::FrameScan;
 use super::tunnel::{self, TunnelError};
 use super::Profile;
 use crate::config::UpstreamHttp;
-use crate::lanes::StreamLimit;
+use crate::lanes::LaneState;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -108,7 +108,7 @@ pub struct EgressConnector {
     profile: Arc<Profile>,
     timeout: Duration,
     /// A lane's: told its connections' limit of concurrent streams.
-    limit: Option<Arc<StreamLimit>>,
+    lane: Option<Arc<LaneState>>,
 }
 
 impl EgressConnector {
@@ -121,7 +121,7 @@ impl EgressConnector {
             tcp,
             profile,
             timeout: connect_timeout,
-            limit: None,
+            lane: None,
         }
     }
 
@@ -129,10 +129,10 @@ impl EgressConnector {
         &self.profile
     }
 
-    /// A lane's connector: each connection tells `limit` how many streams its upstream
+    /// A lane's connector: each connection tells `lane` how many streams its upstream
     /// allows (HTTP/2), or that it has no such limit (HTTP/1.1).
-    pub fn telling(mut self, limit: Arc<StreamLimit>) -> Self {
-        self.limit = Some(limit);
+    pub fn telling(mut self, lane: Arc<LaneState>) -> Self {
+        self.lane = Some(lane);
         self
     }
 
@@ -145,14 +145,14 @@ impl EgressConnector {
             deadline: began + self.timeout,
             opened: Opened::began(began),
         };
-        let limit = self.limit.clone();
+        let lane = self.lane.clone();
         async move {
             let mut stream = steps.run(dst).await?;
-            if let Some(limit) = limit {
+            if let Some(lane) = lane {
                 if stream.h2 {
-                    stream.watch = Some((FrameScan::default(), limit));
+                    stream.watch = Some((FrameScan::default(), lane));
                 } else {
-                    limit.not_multiplexed();
+                    lane.not_multiplexed();
                 }
             }
             Ok(stream)
@@ -338,7 +338,7 @@ pub struct Stream {
     /// TLS negotiated HTTP/2 (ALPN).
     h2: bool,
     /// On a lane's HTTP/2 connection: the server's frames, read for its limit of streams.
-    watch: Option<(FrameScan, Arc<StreamLimit>)>,
+    watch: Option<(FrameScan, Arc<LaneState>)>,
 }
 
 #[expect(
@@ -376,9 +376,9 @@ impl AsyncRead for Stream {
             Transport::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Transport::Tls(s) => Pin::new(s).poll_read(cx, buf),
         };
-        if let Some((scan, limit)) = &mut this.watch {
-            if let Some(streams) = scan.feed(&buf.filled()[before..]) {
-                limit.announce(streams);
+        if let Some((scan, lane)) = &mut this.watch {
+            if let Some(said) = scan.feed(&buf.filled()[before..]) {
+                lane.said(said);
             }
         }
         polled
