@@ -221,10 +221,10 @@ type Sent = Result<
 /// Sends `request` until `deadline` for its head, over a client `pick` gives (with the stream it
 /// holds on its lane, kept until the answer's body ends), and sends it again (a copy from
 /// `again`; none for a streamed upload, over a client picked anew) when an HTTP/2 upstream
-/// refused its stream unprocessed (`REFUSED_STREAM`, RFC 9113 section 8.7). That happens on a
-/// new connection whose first streams went out before the upstream's limit of concurrent
-/// streams was known: the request was never seen, so it is the same attempt, not a failure of
-/// the channel (which would fail over after a back-off).
+/// refused its stream unprocessed (`REFUSED_STREAM`, RFC 9113 section 8.7: after lowering its
+/// limit of concurrent streams, say, or while it sheds load): the request was never seen, so
+/// it is the same attempt, not a failure of the channel (which would fail over after a
+/// back-off). The wait for a lane (a new connection's settings) is part of the head's wait.
 async fn send<F: std::future::Future<Output = Upstream>>(
     pick: impl Fn() -> F,
     request: Request<OutBody>,

@@ -737,21 +737,29 @@ async fn over_tls_each_http_version_offers_what_it_allows_and_the_upstream_agree
     h.stop().await;
 }
 
+/// A sim taking `streams` HTTP/2 streams at a time per connection, and a one-thread gateway
+/// whose h2c channel to it serves `limited` as the sim's `model`.
+async fn h2c_taking(streams: u32, model: &str) -> (Harness, laptime_sim::Sim) {
+    let sim = laptime_sim::Sim::with_h2_max_streams(streams);
+    let (addr, _) = laptime_sim::spawn_local(sim.clone()).await.unwrap();
+    let base = format!("http://{addr}");
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        let mut h2 = channel("h2c", &base, &[]);
+        h2.models = Models::Map([("limited".to_string(), model.to_string())].into());
+        h2.http_version = UpstreamHttp::Http2;
+        cfg.channels = vec![h2];
+    })
+    .await;
+    (h, sim)
+}
+
 #[tokio::test]
 async fn an_http2_upstream_taking_one_stream_at_a_time_gets_a_connection_per_answer() {
     // One stream at a time per connection. The gateway waits for a new connection's settings
     // before sending more than one stream on it, so none goes past the limit (an upstream
     // refuses those: a refused one would be sent again within its attempt).
-    let sim = laptime_sim::Sim::with_h2_max_streams(1);
-    let (addr, _) = laptime_sim::spawn_local(sim.clone()).await.unwrap();
-    let base = format!("http://{addr}");
-    let h = start_with(|cfg, _| {
-        cfg.server.threads = 1;
-        let mut h2 = serving("h2c", &base, &["limited"]);
-        h2.http_version = UpstreamHttp::Http2;
-        cfg.channels = vec![h2];
-    })
-    .await;
+    let (h, sim) = h2c_taking(1, "sim-fast").await;
 
     let rows = answered_at_once(&h, &["limited"; 16]).await;
     for row in &rows {
@@ -774,20 +782,10 @@ async fn an_http2_upstream_taking_one_stream_at_a_time_gets_a_connection_per_ans
 async fn past_an_http2_upstreams_stream_limit_answers_go_over_another_connection_not_wait() {
     // Two streams per connection, answers that take 320 ms: a third answer on a connection
     // would wait for one of them, and the wait would look like the upstream's time to answer.
-    let sim = laptime_sim::Sim::with_h2_max_streams(2);
-    let (addr, _) = laptime_sim::spawn_local(sim.clone()).await.unwrap();
-    let base = format!("http://{addr}");
-    let h = start_with(|cfg, _| {
-        cfg.server.threads = 1;
-        let mut h2 = channel("h2c", &base, &[]);
-        h2.models = Models::Map([("paced".to_string(), "sim-long".to_string())].into());
-        h2.http_version = UpstreamHttp::Http2;
-        cfg.channels = vec![h2];
-    })
-    .await;
+    let (h, sim) = h2c_taking(2, "sim-long").await;
 
     // At once on a new gateway: the first connection's settings are waited for.
-    let rows = answered_at_once(&h, &["paced"; 6]).await;
+    let rows = answered_at_once(&h, &["limited"; 6]).await;
     for row in &rows {
         whole_timeline(row);
         let headers = row["other"]["timing"]["upstream_headers_ms"]
