@@ -5,15 +5,16 @@
 //! upstream's time to answer. So each lane is a pool of its own (one connection, whose limit
 //! [`crate::egress::settings`] reads off the wire), its streams are counted from dispatch until
 //! the answer's body ends, and a request goes to the first lane with room, a new lane when none
-//! has. A new lane takes the limit the upstream's other connections announced; the first one
-//! carries one request (the one opening its connection) until the upstream has said its
-//! settings, and the others wait for that word, as they would for the connection itself (an
-//! upstream that sets no limit is taken to allow [`ASSUMED_STREAMS`], the least a server
-//! should). A lane whose connection came up HTTP/1.1 has no limit (its pool opens a connection
-//! per request, as before). Lanes stay once opened (an idle one's connection closes with the
-//! pool's idle timeout), so their number is bounded by the peak of streams in flight.
+//! has. A lane carries one request (the one opening its connection) until its connection is up
+//! (the upstream said its settings); others wait for it, as many as the limit the upstream
+//! announced on its other connections leaves room for (any number while none is known), so a
+//! burst opens the connections it needs at once, each used as soon as it can be. An upstream
+//! that sets no limit is taken to allow [`ASSUMED_STREAMS`], the least a server should. A lane
+//! whose connection came up HTTP/1.1 has no limit (its pool opens a connection per request, as
+//! before). Lanes stay once opened (an idle one's connection closes with the pool's idle
+//! timeout), so their number is bounded by the peak of streams in flight.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,11 +43,25 @@ const UNLIMITED: usize = usize::MAX;
 #[derive(Debug, Default)]
 pub struct LaneState {
     streams: AtomicUsize,
+    /// Requests waiting for the lane's connection to come up, each counted against its limit.
+    waiting: AtomicUsize,
     limit: AtomicUsize,
-    /// Counts every change a waiting request cares about (a limit said, a stream ended), so
-    /// that one that looked before a change and waits after it does not miss it.
+    /// The connection has said its settings (or came up HTTP/1.1).
+    up: AtomicBool,
+    /// Counts every change a waiting request cares about (the connection up, a stream ended
+    /// before it was), so that one that looked before a change and waits after it does not
+    /// miss it.
     changes: AtomicU64,
     changed: Notify,
+}
+
+/// What a lane can do for one more request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    Go,
+    /// Its connection is coming up, and it will have room for this request then.
+    Wait,
+    Full,
 }
 
 impl LaneState {
@@ -74,12 +89,14 @@ impl LaneState {
                 );
             }
         }
+        self.up.store(true, Ordering::Relaxed);
         self.changed();
     }
 
     /// The connection speaks HTTP/1.1: every request gets a connection of its own.
     pub fn not_multiplexed(&self) {
         self.limit.store(UNLIMITED, Ordering::Relaxed);
+        self.up.store(true, Ordering::Relaxed);
         self.changed();
     }
 
@@ -96,13 +113,30 @@ impl LaneState {
         self.streams.load(Ordering::Relaxed)
     }
 
-    /// Whether one more stream may go now; `None` while the connection has not said its limit
-    /// and already carries the request opening it.
-    fn room(&self) -> Option<bool> {
-        match self.limit() {
-            UNKNOWN if self.streams() > 0 => None,
-            UNKNOWN => Some(true),
-            limit => Some(self.streams() < limit),
+    fn up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Until its connection is up a lane carries one request, the one opening it; others wait
+    /// for it as long as the limit its upstream announced elsewhere leaves them room (or
+    /// without bound while no limit is known at all).
+    fn room(&self) -> Room {
+        let (streams, limit) = (self.streams(), self.limit());
+        if self.up() {
+            return if streams < limit {
+                Room::Go
+            } else {
+                Room::Full
+            };
+        }
+        if streams == 0 {
+            return Room::Go;
+        }
+        let waiting = self.waiting.load(Ordering::Relaxed);
+        if limit == UNKNOWN || streams + waiting < limit {
+            Room::Wait
+        } else {
+            Room::Full
         }
     }
 
@@ -131,7 +165,7 @@ impl StreamSlot {
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.0.streams.fetch_sub(1, Ordering::Relaxed);
-        if self.0.limit() == UNKNOWN {
+        if !self.0.up() {
             // The request opening the connection failed before the upstream said anything:
             // a waiting request opens it now.
             self.0.changed();
@@ -157,15 +191,30 @@ pub enum Pick {
     Wait(Wait),
 }
 
-/// A lane to wait on: its connection has not said its limit yet.
+/// A lane to wait on: its connection is coming up. Counted against the lane's limit while it
+/// lasts.
 pub struct Wait {
     lane: Arc<LaneState>,
     seen: u64,
 }
 
 impl Wait {
+    fn on(lane: &Arc<LaneState>) -> Self {
+        lane.waiting.fetch_add(1, Ordering::Relaxed);
+        Wait {
+            lane: lane.clone(),
+            seen: lane.changes.load(Ordering::Acquire),
+        }
+    }
+
     pub async fn changed(self) {
         self.lane.changed_since(self.seen).await;
+    }
+}
+
+impl Drop for Wait {
+    fn drop(&mut self) {
+        self.lane.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -196,27 +245,23 @@ impl Lanes {
         }
     }
 
-    /// The first lane with room, its stream counted; else a lane whose connection is still
-    /// to say its limit, to wait on; else a new lane; past the bound, the least busy.
+    /// The first lane with room, its stream counted; else a lane whose connection is coming up
+    /// with room for one more, to wait on; else a new lane; past the bound, the least busy.
     pub fn pick(&mut self) -> Pick {
         self.forget_spare_http1_lanes();
         let mut opening = None;
         for (i, lane) in self.lanes.iter().enumerate() {
             match lane.state.room() {
-                Some(true) => {
+                Room::Go => {
                     self.say_when_full(false);
                     return self.go(i);
                 }
-                Some(false) => {}
-                None => opening = opening.or(Some(i)),
+                Room::Wait => opening = opening.or(Some(i)),
+                Room::Full => {}
             }
         }
         if let Some(i) = opening {
-            let lane = &self.lanes[i].state;
-            return Pick::Wait(Wait {
-                lane: lane.clone(),
-                seen: lane.changes.load(Ordering::Acquire),
-            });
+            return Pick::Wait(Wait::on(&self.lanes[i].state));
         }
         if self.lanes.len() < MAX_LANES {
             // A new connection to the same upstream most likely gets the same limit.
@@ -317,24 +362,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_first_connection_carries_one_request_until_the_upstream_says_its_limit() {
+    async fn a_lane_carries_one_request_until_its_connection_is_up_and_waiters_count_on_its_limit()
+    {
         let mut lanes = lanes();
         let opener = go(&mut lanes);
         let waiting = tokio::spawn(wait(&mut lanes).changed());
         tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "waits for the connection's word");
+        assert!(!waiting.is_finished(), "waits for the connection");
         lanes.lanes[0].state.said(limit(2));
         waiting.await.unwrap();
 
         let mut held = vec![opener, go(&mut lanes)];
         assert_eq!(lanes.streams(), [2]);
+        // Full: a new lane opens, with the limit said; one more request waits for it, the
+        // next would be past its limit, so another lane opens.
+        held.push(go(&mut lanes));
+        assert_eq!(lanes.streams(), [2, 1]);
+        let second = wait(&mut lanes);
         held.push(go(&mut lanes));
         assert_eq!(
             lanes.streams(),
-            [2, 1],
-            "a new lane, open at once with the limit said"
+            [2, 1, 1],
+            "three connections for five requests"
         );
-        held.push(go(&mut lanes));
+        lanes.lanes[1].state.said(limit(2));
+        second.changed().await;
         held.push(go(&mut lanes));
         assert_eq!(lanes.streams(), [2, 2, 1]);
         held.remove(0);
@@ -389,7 +441,9 @@ mod tests {
         let mut lanes = self::lanes();
         let first = go(&mut lanes);
         lanes.lanes[0].state.said(limit(100));
-        let mut held: Vec<Upstream> = (1..150).map(|_| go(&mut lanes)).collect();
+        let mut held: Vec<Upstream> = (1..101).map(|_| go(&mut lanes)).collect();
+        lanes.lanes[1].state.said(limit(100));
+        held.extend((0..49).map(|_| go(&mut lanes)));
         held.push(first);
         assert_eq!(lanes.streams(), [100, 50]);
         lanes.lanes[1].state.not_multiplexed();

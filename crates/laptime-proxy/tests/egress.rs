@@ -801,3 +801,47 @@ async fn past_an_http2_upstreams_stream_limit_answers_go_over_another_connection
     assert_eq!(stats.open_connections, 3, "six streams, two per connection");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn over_tls_an_auto_channel_reads_the_upstreams_stream_limit_and_never_sends_past_it() {
+    // The sim takes 2 streams per connection behind a TLS front that agrees h2: the limit
+    // is read from inside TLS, and 6 answers at once go over 3 connections, none waiting.
+    let pki = Pki::new();
+    let sim = laptime_sim::Sim::with_h2_max_streams(2);
+    let (addr, _) = laptime_sim::spawn_local(sim.clone()).await.unwrap();
+    let front = tls_front_offering(&pki, addr, false, &[b"h2", b"http/1.1"]).await;
+    let base = format!("https://localhost:{}", front.port);
+    let ca = pki.file("ca.pem");
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        let mut c = channel("tls", &base, &[]);
+        c.models = Models::Map([("limited".to_string(), "sim-long".to_string())].into());
+        c.ca_file = Some(ca.clone());
+        cfg.channels = vec![c];
+    })
+    .await;
+
+    let rows = answered_at_once(&h, &["limited"; 6]).await;
+    for row in &rows {
+        whole_timeline(row);
+        let headers = row["other"]["timing"]["upstream_headers_ms"]
+            .as_f64()
+            .unwrap();
+        assert!(
+            headers < 150.0,
+            "waited for a stream ({headers} ms): {row:#}"
+        );
+    }
+    assert_eq!(sim.stats().http2_requests, 6);
+    assert_eq!(
+        front.handshakes.load(Ordering::SeqCst),
+        3,
+        "two streams each"
+    );
+    let agreed = front.agreed.lock().unwrap().clone();
+    assert!(
+        agreed.iter().all(|p| p.as_deref() == Some("h2")),
+        "{agreed:?}"
+    );
+    h.stop().await;
+}
