@@ -698,7 +698,8 @@ fn net_client(connector: EgressConnector) -> HttpClient {
     // would stay for good after a burst.
     builder.pool_timer(hyper_util::rt::TokioTimer::new());
     // HTTP/2 only: the pool then opens one connection per upstream at a time (hyper-util
-    // waits for a connecting HTTP/2 one instead of opening another), which every answer shares.
+    // waits for a connecting HTTP/2 one instead of opening another), which every answer on the
+    // lane shares.
     if connector.profile().http == crate::config::UpstreamHttp::Http2 {
         builder.http2_only(true);
     }

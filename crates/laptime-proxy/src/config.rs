@@ -466,7 +466,8 @@ pub enum UpstreamHttp {
     /// HTTP/1.1 only: one connection per answer in flight.
     Http1,
     /// HTTP/2 only: over TLS offered alone, over plain `http://` with prior knowledge (h2c).
-    /// Every answer to one upstream on a serving thread shares one connection.
+    /// The answers to one upstream on a serving thread share as few connections as its limit
+    /// of concurrent streams allows ([`crate::lanes`]).
     Http2,
 }
 
