@@ -845,3 +845,75 @@ async fn over_tls_an_auto_channel_reads_the_upstreams_stream_limit_and_never_sen
     );
     h.stop().await;
 }
+
+/// An h2c upstream that refuses its first `refuse` streams unprocessed (`REFUSED_STREAM`) and
+/// answers each later one with a whole Chat completion; it counts the streams it saw.
+async fn refusing_h2c(refuse: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+    const ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counted = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut conn = h2::server::handshake(tcp).await.unwrap();
+                while let Some(Ok((_, mut respond))) = conn.accept().await {
+                    if counted.fetch_add(1, Ordering::SeqCst) < refuse {
+                        respond.send_reset(h2::Reason::REFUSED_STREAM);
+                        continue;
+                    }
+                    let head = http::Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(())
+                        .unwrap();
+                    let mut body = respond.send_response(head, false).unwrap();
+                    body.send_data(bytes::Bytes::from_static(ANSWER.as_bytes()), true)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn a_stream_an_http2_upstream_refuses_unprocessed_is_sent_again_within_its_attempt() {
+    let (addr, streams) = refusing_h2c(1).await;
+    let base = format!("http://{addr}");
+    let h = start_with(|cfg, _| {
+        cfg.server.threads = 1;
+        let mut c = channel("h2c", &base, &[]);
+        c.models = Models::Map([("refused-once".to_string(), "m".to_string())].into());
+        c.http_version = UpstreamHttp::Http2;
+        cfg.channels = vec![c];
+    })
+    .await;
+
+    let r = h
+        .post(
+            "/v1/chat/completions",
+            &body_for("chat", "refused-once", false),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "Hi", "{v}");
+    let row = h.row(&id).await;
+    assert_eq!(row["outcome"], "completed", "{row:#}");
+    let attempts = row["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "the same attempt, no failover: {row:#}");
+    assert!(attempts[0]["error_class"].is_null(), "{row:#}");
+    assert_eq!(
+        streams.load(Ordering::SeqCst),
+        2,
+        "refused once, then answered"
+    );
+    h.stop().await;
+}
