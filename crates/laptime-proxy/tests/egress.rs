@@ -778,15 +778,10 @@ async fn an_http2_upstream_taking_one_stream_at_a_time_gets_a_connection_per_ans
     h.stop().await;
 }
 
-#[tokio::test]
-async fn past_an_http2_upstreams_stream_limit_answers_go_over_another_connection_not_wait() {
-    // Two streams per connection, answers that take 320 ms: a third answer on a connection
-    // would wait for one of them, and the wait would look like the upstream's time to answer.
-    let (h, sim) = h2c_taking(2, "sim-long").await;
-
-    // At once on a new gateway: the first connection's settings are waited for.
-    let rows = answered_at_once(&h, &["limited"; 6]).await;
-    for row in &rows {
+/// Whole timelines, none of which waited for a stream: the sim's `sim-long` answers take
+/// 320 ms, so an answer queued behind another would reach its headers that much later.
+fn none_waited(rows: &[Value]) {
+    for row in rows {
         whole_timeline(row);
         let headers = row["other"]["timing"]["upstream_headers_ms"]
             .as_f64()
@@ -796,6 +791,16 @@ async fn past_an_http2_upstreams_stream_limit_answers_go_over_another_connection
             "an answer waited for a stream ({headers} ms to headers): {row:#}"
         );
     }
+}
+
+#[tokio::test]
+async fn past_an_http2_upstreams_stream_limit_answers_go_over_another_connection_not_wait() {
+    // Two streams per connection, answers that take 320 ms: a third answer on a connection
+    // would wait for one of them, and the wait would look like the upstream's time to answer.
+    let (h, sim) = h2c_taking(2, "sim-long").await;
+
+    // At once on a new gateway: the first connection's settings are waited for.
+    none_waited(&answered_at_once(&h, &["limited"; 6]).await);
     let stats = sim.stats();
     assert_eq!((stats.requests, stats.http2_requests), (6, 6), "{stats:?}");
     assert_eq!(stats.open_connections, 3, "six streams, two per connection");
@@ -821,17 +826,7 @@ async fn over_tls_an_auto_channel_reads_the_upstreams_stream_limit_and_never_sen
     })
     .await;
 
-    let rows = answered_at_once(&h, &["limited"; 6]).await;
-    for row in &rows {
-        whole_timeline(row);
-        let headers = row["other"]["timing"]["upstream_headers_ms"]
-            .as_f64()
-            .unwrap();
-        assert!(
-            headers < 150.0,
-            "waited for a stream ({headers} ms): {row:#}"
-        );
-    }
+    none_waited(&answered_at_once(&h, &["limited"; 6]).await);
     assert_eq!(sim.stats().http2_requests, 6);
     assert_eq!(
         front.handshakes.load(Ordering::SeqCst),
