@@ -305,9 +305,11 @@ impl Lanes {
         }
     }
 
-    /// Once a connection came up HTTP/1.1 (`auto` over TLS, an upstream whose ALPN picks it),
-    /// one pool serves the upstream, first in line: the lanes a burst opened before that was
-    /// known are dropped once idle, and their idle connections close with them.
+    /// Once a connection came up HTTP/1.1 (`auto` over TLS, an upstream whose ALPN picks it,
+    /// perhaps after it spoke HTTP/2 before), one pool serves the upstream, first in line: the
+    /// other lanes are dropped once idle, and their idle connections close with them. (No
+    /// request is left waiting on a dropped lane: requests wait only on a lane whose connection
+    /// is coming up, and are woken when it is up or its opening request ends.)
     fn forget_spare_http1_lanes(&mut self) {
         let Some(http1) = self.lanes.iter().position(|l| l.state.limit() == UNLIMITED) else {
             return;
