@@ -67,6 +67,8 @@ struct Shared {
     http2_requests: AtomicU64,
     streams_completed: AtomicU64,
     streams_dropped: AtomicU64,
+    answers_playing: AtomicU64,
+    peak_answers_playing: AtomicU64,
     open_connections: AtomicU64,
     next_id: AtomicU64,
     log: Mutex<VecDeque<SimRequest>>,
@@ -91,6 +93,10 @@ pub struct SimStats {
     /// Scripted answers dropped before their schedule finished: the client (or gateway) went
     /// away, or a stall was ended by the client.
     pub streams_dropped: u64,
+    /// The most scripted answers ever playing at once (from their start to their end or
+    /// drop): answers a client sent at once that all play at once waited for none other.
+    #[serde(default)]
+    pub peak_answers_playing: u64,
     /// Accepted TCP connections not yet closed.
     pub open_connections: u64,
     /// Files held (uploaded, or made by batches).
@@ -166,6 +172,7 @@ impl Sim {
             http2_requests: s.http2_requests.load(Ordering::Relaxed),
             streams_completed: s.streams_completed.load(Ordering::Relaxed),
             streams_dropped: s.streams_dropped.load(Ordering::Relaxed),
+            peak_answers_playing: s.peak_answers_playing.load(Ordering::Relaxed),
             open_connections: s.open_connections.load(Ordering::Relaxed),
             files_held: n(files),
             file_bytes_held: n(file_bytes),
@@ -221,7 +228,7 @@ impl Sim {
 
 /// Counts one scripted answer exactly once: completed when [`PlayGuard::finish`] is called,
 /// dropped if the guard is dropped first (hyper drops the body, or the response future, when
-/// the client goes away).
+/// the client goes away); playing from its start until either.
 struct PlayGuard {
     sim: Sim,
     finished: bool,
@@ -229,31 +236,33 @@ struct PlayGuard {
 
 impl PlayGuard {
     fn new(sim: Sim) -> Self {
+        let s = &sim.shared;
+        let playing = s.answers_playing.fetch_add(1, Ordering::Relaxed) + 1;
+        s.peak_answers_playing.fetch_max(playing, Ordering::Relaxed);
         PlayGuard {
             sim,
             finished: false,
         }
     }
 
-    fn finish(&mut self) {
+    /// Counts the answer as `ended` (completed or dropped), once.
+    fn end(&mut self, ended: fn(&Shared) -> &AtomicU64) {
         if !self.finished {
             self.finished = true;
-            self.sim
-                .shared
-                .streams_completed
-                .fetch_add(1, Ordering::Relaxed);
+            let s = &self.sim.shared;
+            ended(s).fetch_add(1, Ordering::Relaxed);
+            s.answers_playing.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    fn finish(&mut self) {
+        self.end(|s| &s.streams_completed);
     }
 }
 
 impl Drop for PlayGuard {
     fn drop(&mut self) {
-        if !self.finished {
-            self.sim
-                .shared
-                .streams_dropped
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        self.end(|s| &s.streams_dropped);
     }
 }
 
@@ -531,6 +540,7 @@ pub(crate) fn stats_json(s: SimStats) -> String {
         "http2_requests": s.http2_requests,
         "streams_completed": s.streams_completed,
         "streams_dropped": s.streams_dropped,
+        "peak_answers_playing": s.peak_answers_playing,
         "open_connections": s.open_connections,
         "files_held": s.files_held,
         "file_bytes_held": s.file_bytes_held,
