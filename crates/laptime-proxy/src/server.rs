@@ -466,6 +466,7 @@ pub async fn run_retention(app: &Arc<App>) -> Option<usize> {
     }
     let cutoff = now - days * 86_400_000_000;
     let deleted = app.store.delete_older_than(cutoff, RETENTION_BATCH).await;
+    pack_one_finished_day(app, now).await;
     match deleted {
         Ok(n) => {
             if n > 0 {
@@ -477,6 +478,22 @@ pub async fn run_retention(app: &Arc<App>) -> Option<usize> {
             tracing::error!(error = %e, "retention pass failed");
             None
         }
+    }
+}
+
+/// Packs the request indexes of one finished day (PostgreSQL; see
+/// `laptime_store::pg::compact`), and says what it saved.
+async fn pack_one_finished_day(app: &Arc<App>, now: i64) {
+    match app.store.pack_one_finished_day(now).await {
+        Ok(None) => {}
+        Ok(Some(p)) => tracing::info!(
+            partition = %p.partition,
+            index_mb_before = p.before_bytes / 1_000_000,
+            index_mb_after = p.after_bytes / 1_000_000,
+            took_ms = p.took.as_millis() as u64,
+            "retention pass: a finished day's request indexes packed"
+        ),
+        Err(e) => tracing::warn!(error = %e, "packing a finished day's request indexes failed"),
     }
 }
 

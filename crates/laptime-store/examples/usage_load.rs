@@ -10,7 +10,10 @@
 //! `postgres://postgres@127.0.0.1/test?options=-c%20search_path%3Dload`; `--instances N` with
 //! `--postgres` loads through N recorders at once, as N gateways would; `--rate N` sends N
 //! records a second in all, each created at the moment it is sent (as a gateway's are), instead
-//! of the last 24 h as fast as the recorder takes them; `--retention` times,
+//! of the last 24 h as fast as the recorder takes them; `--pack` packs the request indexes of
+//! every day of the load after it (PostgreSQL), as retention passes do once each day has
+//! ended, so that the sizes and times after it are those of a store whose days are all
+//! packed; `--retention` times,
 //! after the queries, the deletion of the load's oldest hour; `--workspace ID` the workspace of
 //! every record, default `ws_load`, where the gateway makes ids of 19 characters, `ws_` and 16
 //! hex digits, which every request row, its indexes and the rollups hold; `--key ID` the key id
@@ -75,6 +78,7 @@ struct Args {
     instances: usize,
     exact: bool,
     retention: bool,
+    pack: bool,
     workspace: String,
     key: String,
     /// Records per second in real time (`--rate`), or `None` for the 24 h as fast as taken.
@@ -92,6 +96,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
         instances: 1,
         exact: true,
         retention: false,
+        pack: false,
         workspace: "ws_load".to_string(),
         key: "key_load".to_string(),
         rate: None,
@@ -109,6 +114,7 @@ fn args() -> Result<Args, Box<dyn Error>> {
             "--instances" => a.instances = value()?.parse::<usize>()?.max(1),
             "--no-exact" => a.exact = false,
             "--retention" => a.retention = true,
+            "--pack" => a.pack = true,
             "--workspace" => a.workspace = value()?,
             "--key" => a.key = value()?,
             "--rate" => a.rate = Some(value()?.parse::<f64>()?).filter(|r| *r > 0.0),
@@ -475,6 +481,18 @@ async fn main() -> Result<(), Box<dyn Error>> {
                 "WAL written during the load: {:.1} MB, {:.0} B per record",
                 bytes as f64 / 1e6,
                 bytes as f64 / a.rows.max(1) as f64
+            );
+        }
+    }
+    if a.pack {
+        // As if every day of the load had ended: a store in its steady state.
+        while let Some(p) = store.pack_one_finished_day(now + 2 * DAY_US).await? {
+            println!(
+                "packed {}: indexes {:.1} → {:.1} MB in {:.1} s",
+                p.partition,
+                p.before_bytes as f64 / 1e6,
+                p.after_bytes as f64 / 1e6,
+                p.took.as_secs_f64()
             );
         }
     }

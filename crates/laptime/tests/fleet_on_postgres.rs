@@ -3,7 +3,9 @@
 //! B is refused by A (within the principal cache's second, proved under paused time in
 //! laptime-proxy's auth tests), and `usage` answers the same from both. Both start on an
 //! empty database at once: both come up, the migrations are applied once, one admin token is
-//! made. Real binaries, real sockets, the real PostgreSQL server (a schema of its own).
+//! made. A store outage under load loses nothing; a retention pass packs a finished day's
+//! request indexes. Real binaries, real sockets, the real PostgreSQL server (a schema of its
+//! own).
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
@@ -386,4 +388,85 @@ async fn a_store_outage_of_five_seconds_under_200_requests_per_second_loses_noth
         .await
         .unwrap();
     assert_eq!(usage.total.requests, total as u64);
+}
+
+/// A gateway's retention pass packs the request indexes of a day that has ended (rebuilt full,
+/// marked done) and leaves the day still being written alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_retention_pass_packs_a_finished_days_request_indexes() {
+    let schema = PgSchema::create().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("a.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\n\n\
+             [store]\nurl = {:?}\nretention_interval_s = 1\n\n\
+             [[channels]]\nname = \"sim\"\nprovider = \"sim\"\nmodels = [\"sim-fast\"]\n",
+            dir.path().join("a"),
+            schema.url()
+        ),
+    )
+    .unwrap();
+    let gw = start_with(&cfg);
+    let http = reqwest::Client::new();
+    assert_eq!(chat(&http, &gw.base, TOKEN).await.status(), 200);
+
+    // A day three days back, as the store names and bounds its partitions.
+    let config: tokio_postgres::Config = schema.url().parse().unwrap();
+    let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let day_us: i64 = 86_400_000_000;
+    let now = time::OffsetDateTime::now_utc();
+    let day = now.unix_timestamp() / 86_400 - 3;
+    let date = (now - time::Duration::days(3)).date();
+    let old = format!(
+        "requests_p{:04}{:02}{:02}",
+        date.year(),
+        u8::from(date.month()),
+        date.day()
+    );
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {old} PARTITION OF requests FOR VALUES FROM ({}) TO ({})",
+            day * day_us,
+            (day + 1) * day_us
+        ))
+        .await
+        .unwrap();
+
+    let comment = |table: String| {
+        let client = &client;
+        async move {
+            client
+                .query_one(
+                    "SELECT obj_description(to_regclass($1), 'pg_class')",
+                    &[&table],
+                )
+                .await
+                .unwrap()
+                .get::<_, Option<String>>(0)
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while comment(old.clone()).await.is_none() {
+        assert!(Instant::now() < deadline, "{old} was never packed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        comment(old.clone()).await.as_deref(),
+        Some("laptime: indexes packed")
+    );
+    let today = client
+        .query_one(
+            "SELECT string_agg(obj_description(c.oid, 'pg_class'), ',')
+             FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = 'requests'::regclass AND c.relname <> $1",
+            &[&old],
+        )
+        .await
+        .unwrap()
+        .get::<_, Option<String>>(0);
+    assert_eq!(today, None, "only the finished day is packed");
+    drop(gw);
 }

@@ -10,6 +10,7 @@
 //! - [`rollups`]: the shared rollups, per minute and per hour, folded into by every batch.
 //! - [`usage`]: the usage API's reads from the shared rollups (whole hours from the hour tier).
 //! - [`auth`]: workspaces and hashed tokens.
+//! - [`compact`]: a finished day's request indexes rebuilt full, once.
 //!
 //! Reads take a connection from a bounded pool (deadpool) and never wait longer than
 //! [`POOL_WAIT`] for one; the recorder writes on its own connection (see
@@ -18,6 +19,7 @@
 pub mod affinity;
 pub mod auth;
 pub mod budgets;
+pub mod compact;
 mod copy;
 pub mod instances;
 pub mod limits;
@@ -116,6 +118,15 @@ impl Pg {
         self.partitions.lock().await.forget();
         affinity::delete_older_than(&c, cutoff_us).await?;
         Ok(n)
+    }
+
+    /// See [`compact::pack_one_finished_day`].
+    pub(crate) async fn pack_one_finished_day(
+        &self,
+        now_us: i64,
+    ) -> Result<Option<compact::Packed>> {
+        let mut c = self.client().await?;
+        compact::pack_one_finished_day(&mut c, now_us).await
     }
 }
 
