@@ -816,14 +816,26 @@ pub async fn delete_older_than(
         if (day + 1).saturating_mul(DAY_US) > cutoff_us {
             continue;
         }
+        // Instances run retention on their own clocks, and all at once after a fleet starts:
+        // each day is counted and dropped by whichever comes first, the others find it gone.
         let tx = c.transaction().await?;
-        let n: i64 = tx
-            .query_one(&format!("SELECT count(*) FROM {name}"), &[])
+        tx.batch_execute(
+            "SELECT pg_advisory_xact_lock(hashtext('laptime retention ' || current_schema()))",
+        )
+        .await?;
+        let exists: bool = tx
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
             .await?
             .try_get(0)?;
-        tx.batch_execute(&format!("DROP TABLE {name}")).await?;
+        if exists {
+            let n: i64 = tx
+                .query_one(&format!("SELECT count(*) FROM {name}"), &[])
+                .await?
+                .try_get(0)?;
+            tx.batch_execute(&format!("DROP TABLE {name}")).await?;
+            deleted += n.max(0) as u64;
+        }
         tx.commit().await?;
-        deleted += n.max(0) as u64;
     }
     loop {
         let n = c
@@ -1137,5 +1149,37 @@ mod tests {
         assert_eq!(partition_day("requests_p2026120"), None);
         assert_eq!(partition_day("requests_p20261301"), None);
         assert_eq!(partition_day("requests"), None);
+    }
+
+    /// Two instances running retention at once (as a fleet started together does) both
+    /// finish, and between them count every request they delete once.
+    #[tokio::test]
+    async fn two_instances_running_retention_at_once_both_finish_and_count_each_request_once() {
+        let schema = crate::testing::PgSchema::create().await.unwrap();
+        let a = crate::Store::open_postgres(schema.url()).await.unwrap();
+        let b = crate::Store::open_postgres(schema.url()).await.unwrap();
+        let first = 20_000;
+        let records: Vec<RequestRecord> = (0..8 * 40)
+            .map(|i| {
+                let at = (first + i / 40) * DAY_US + (i % 40) * 60_000_000;
+                crate::records::tests::sample(&format!("r{i}"), "ws", at)
+            })
+            .collect();
+        a.insert_batch(records).await.unwrap();
+        // Seven whole days go, and the eighth day's first half.
+        let cutoff = (first + 7) * DAY_US + 20 * 60_000_000;
+        let (da, db) = tokio::join!(
+            a.delete_older_than(cutoff, 7),
+            b.delete_older_than(cutoff, 7)
+        );
+        let (da, db) = (da.unwrap(), db.unwrap());
+        assert_eq!(da + db, 7 * 40 + 20, "{da} + {db}");
+        assert_eq!(
+            a.recent("ws", Default::default(), None, 100)
+                .await
+                .unwrap()
+                .len(),
+            20
+        );
     }
 }
