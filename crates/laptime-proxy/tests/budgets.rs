@@ -60,10 +60,7 @@ async fn chat(h: &Harness, token: &str, model: &str, stream: bool) -> reqwest::R
 async fn spend_one(h: &Harness, token: &str) -> Value {
     let r = chat(h, token, "sim-fast", false).await;
     assert_eq!(r.status(), 200);
-    let id = r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&r);
     r.text().await.unwrap();
     let row = h.row(&id).await;
     laptime_proxy::server::refresh_budgets(&h.app)
@@ -107,10 +104,7 @@ async fn a_hard_budget_spent_exactly_refuses_the_next_request_and_a_stream_in_fl
         .parse()
         .unwrap();
     assert!((1..=86_400).contains(&retry), "until the day ends: {retry}");
-    let id = refused.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&refused);
     let v: Value = refused.json().await.unwrap();
     let message = v["error"]["message"].as_str().unwrap();
     assert!(

@@ -45,10 +45,7 @@ async fn priced_gateway() -> Harness {
 /// Sends `body` to `path` and reads the whole answer; returns the request id.
 async fn call(h: &Harness, path: &str, body: &Value) -> String {
     let r = h.post(path, body).await;
-    let id = r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&r);
     r.text().await.unwrap();
     id
 }

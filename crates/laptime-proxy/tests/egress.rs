@@ -270,13 +270,6 @@ fn serving(name: &str, base: &str, models: &[&str]) -> ChannelConfig {
 }
 
 /// The request id the gateway answered with.
-fn request_id(r: &reqwest::Response) -> String {
-    r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
 /// Streams a Chat request for `model`: (status, body, request id).
 async fn chat(h: &Harness, model: &str) -> (u16, String, String) {
     let r = h

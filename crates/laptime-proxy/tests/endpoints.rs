@@ -7,6 +7,7 @@
 #![expect(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
 
 pub mod common;
+use common::request_id;
 
 use laptime_proxy::config::{ChannelConfig, Models, Provider};
 use laptime_store::auth;
@@ -79,13 +80,6 @@ async fn gateway() -> common::Harness {
         &KEYS,
     )
     .await
-}
-
-fn request_id(r: &reqwest::Response) -> String {
-    r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string()
 }
 
 /// A `multipart/form-data` body of text fields and one file.

@@ -33,10 +33,7 @@ async fn chat_stream(
     }
     let r = h.post("/v1/chat/completions", &body).await;
     assert_eq!(r.status(), 200);
-    let id = r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&r);
     let text = r.text().await.unwrap();
     assert!(text.contains("data: [DONE]"), "{text}");
     id

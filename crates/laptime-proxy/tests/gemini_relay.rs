@@ -56,13 +56,6 @@ async fn direct(h: &Harness, path: &str, body: &Value) -> String {
     resp.text().await.unwrap()
 }
 
-fn request_id(resp: &reqwest::Response) -> String {
-    resp.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
 /// The row's marks against the script's instants (ms from the sim's arrival, which is after
 /// t0): none is early, and the gaps between them are the script's, within what a loaded machine
 /// adds to two local hops.

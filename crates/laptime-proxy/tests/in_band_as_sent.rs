@@ -25,10 +25,7 @@ fn comment_in(client_bytes: &str) -> Option<String> {
 /// the body the client got.
 async fn call(h: &Harness, body: &Value) -> (String, Option<String>, String) {
     let r = h.post("/v1/chat/completions", body).await;
-    let id = r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&r);
     let timing = r
         .headers()
         .get("server-timing")

@@ -104,13 +104,6 @@ async fn scrape_settled(h: &Harness, requests: f64) -> (String, Vec<Sample>) {
     panic!("the metrics never counted {requests} requests");
 }
 
-fn request_id(resp: &reqwest::Response) -> String {
-    resp.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
 #[tokio::test]
 async fn every_metric_is_exposed_with_the_right_counts_labels_and_buckets() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

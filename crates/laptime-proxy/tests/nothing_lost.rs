@@ -33,12 +33,7 @@ async fn a_store_locked_for_15_s_under_load_loses_no_record_and_stores_each_once
             .await
             .unwrap();
         assert_eq!(r.status(), 200);
-        ids.push(
-            r.headers()["x-laptime-request-id"]
-                .to_str()
-                .unwrap()
-                .to_string(),
-        );
+        ids.push(common::request_id(&r));
         r.bytes().await.unwrap();
         if readyz_while_locked.is_none() && locked_at.elapsed() > Duration::from_secs(12) {
             let r = h.http.get(h.url("/readyz")).send().await.unwrap();

@@ -39,10 +39,7 @@ async fn streamed_bytes_are_the_upstream_bytes_plus_one_comment_before_the_termi
             "text/event-stream",
             "{dialect}"
         );
-        let id = resp.headers()["x-laptime-request-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
+        let id = request_id(&resp);
         let text = resp.text().await.unwrap();
         let (without, comment, after) = cut_comment(&text);
         assert_eq!(
@@ -110,10 +107,7 @@ async fn with_observation_off_the_bytes_pass_blind_and_the_row_says_so() {
             .unwrap();
         let resp = h.post(path_for(dialect), &body).await;
         assert_eq!(resp.status(), 200, "{dialect}");
-        let id = resp.headers()["x-laptime-request-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
+        let id = request_id(&resp);
         assert_eq!(
             unnumbered(&resp.text().await.unwrap()),
             unnumbered(&direct),
@@ -148,10 +142,7 @@ async fn non_streamed_answers_are_relayed_whole_with_server_timing() {
         let direct = direct.bytes().await.unwrap();
         let resp = h.post(path_for(dialect), &body).await;
         assert_eq!(resp.status(), 200);
-        let id = resp.headers()["x-laptime-request-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
+        let id = request_id(&resp);
         let timing = resp.headers()["server-timing"]
             .to_str()
             .unwrap()
@@ -237,10 +228,7 @@ async fn a_refused_upstream_connection_is_a_502_with_null_ttft_and_upstream() {
             .post(path_for(dialect), &body_for(dialect, "dead-model", true))
             .await;
         assert_eq!(resp.status(), 502, "{dialect}");
-        let id = resp.headers()["x-laptime-request-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
+        let id = request_id(&resp);
         let err: Value = resp.json().await.unwrap();
         if dialect == "messages" {
             assert_eq!(err["type"], "error");
@@ -270,10 +258,7 @@ async fn a_close_without_terminal_event_is_told_in_band_and_recorded_as_closed_e
         let mut body = body_for(dialect, "sim-fast", true);
         body["laptime_sim"] = json!({"text_tokens": 5, "end": "close"});
         let resp = h.post(path_for(dialect), &body).await;
-        let id = resp.headers()["x-laptime-request-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
+        let id = request_id(&resp);
         let text = resp.text().await.unwrap();
         assert!(
             !text.contains("x-laptime-timing"),
@@ -302,10 +287,7 @@ async fn an_upstream_reset_is_told_in_band_and_recorded() {
     let mut body = body_for("chat", "sim-fast", true);
     body["laptime_sim"] = json!({"text_tokens": 5, "end": "reset"});
     let resp = h.post(path_for("chat"), &body).await;
-    let id = resp.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&resp);
     // The client must see the break: the dialect's error event ends the stream.
     let text = resp.text().await.unwrap();
     let last = text.trim_end().rsplit("\n\n").next().unwrap();
@@ -325,10 +307,7 @@ async fn a_client_leaving_mid_stream_is_cancelled_and_the_upstream_call_is_dropp
         let mut resp = h
             .post(path_for(dialect), &body_for(dialect, "sim-trace-c", true))
             .await;
-        let id = resp.headers()["x-laptime-request-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
+        let id = request_id(&resp);
         // Wait for real output, then go away.
         let mut seen = String::new();
         while !seen.contains("delta") {
@@ -417,10 +396,7 @@ async fn bad_input_gets_the_dialects_error_shape_and_a_row() {
         }
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status(), status, "{dialect} {status}");
-        let id = resp.headers()["x-laptime-request-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
+        let id = request_id(&resp);
         let err: Value = resp.json().await.unwrap();
         let message = if dialect == "messages" {
             assert_eq!(err["type"], "error", "{err}");
@@ -474,10 +450,7 @@ async fn nothing_in_the_request_can_redirect_the_upstream_and_the_body_goes_as_s
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let resp_id = resp.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let resp_id = request_id(&resp);
     assert_eq!(
         resp.headers()["x-sim-body-sha256"].to_str().unwrap(),
         hex::encode(Sha256::digest(raw))
@@ -555,12 +528,7 @@ async fn the_request_log_lists_newest_first_and_validates_limit() {
         let resp = h
             .post("/v1/chat/completions", &body_for("chat", "sim-fast", false))
             .await;
-        ids.push(
-            resp.headers()["x-laptime-request-id"]
-                .to_str()
-                .unwrap()
-                .to_string(),
-        );
+        ids.push(request_id(&resp));
         let _ = resp.bytes().await;
     }
     h.row(ids.last().unwrap()).await;
@@ -622,12 +590,7 @@ async fn a_stream_still_open_when_the_drain_time_ends_is_told_in_band_and_record
         // 100 deltas at 5 a second: 20 s, far past the drain time.
         body["laptime_sim"] = json!({"text_tokens": 100, "tokens_per_s": 5});
         let mut resp = h.post(path_for(dialect), &body).await;
-        ids.push(
-            resp.headers()["x-laptime-request-id"]
-                .to_str()
-                .unwrap()
-                .to_string(),
-        );
+        ids.push(request_id(&resp));
         let first = resp.chunk().await.unwrap().expect("the stream is open");
         open.push((dialect, resp, String::from_utf8_lossy(&first).to_string()));
     }

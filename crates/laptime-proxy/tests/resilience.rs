@@ -73,13 +73,6 @@ fn route(model: &str, tweak: impl FnOnce(&mut TimeoutsConfig)) -> RouteConfig {
     }
 }
 
-fn id_of(r: &reqwest::Response) -> String {
-    r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
 #[tokio::test]
 async fn a_refused_connection_fails_over_and_the_answer_is_timed_from_the_winning_attempt() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -95,7 +88,7 @@ async fn a_refused_connection_fails_over_and_the_answer_is_timed_from_the_winnin
             .post(path_for(dialect), &body_for(dialect, "m", true))
             .await;
         assert_eq!(resp.status(), 200, "{dialect}");
-        let id = id_of(&resp);
+        let id = request_id(&resp);
         let text = resp.text().await.unwrap();
         assert_eq!(text.matches(": x-laptime-timing").count(), 1);
         let row = h.row(&id).await;
@@ -139,7 +132,7 @@ async fn a_retryable_status_fails_over_and_retry_after_cools_the_channel_down() 
         .post(path_for("chat"), &body_for("chat", "m", false))
         .await;
     assert_eq!(resp.status(), 200);
-    let row = h.row(&id_of(&resp)).await;
+    let row = h.row(&request_id(&resp)).await;
     let a = row["attempts"].as_array().unwrap();
     assert_eq!(a.len(), 2);
     assert_eq!(
@@ -151,7 +144,7 @@ async fn a_retryable_status_fails_over_and_retry_after_cools_the_channel_down() 
     let resp = h
         .post(path_for("chat"), &body_for("chat", "m", false))
         .await;
-    let row = h.row(&id_of(&resp)).await;
+    let row = h.row(&request_id(&resp)).await;
     assert_eq!(row["attempts"].as_array().unwrap().len(), 1);
     assert_eq!(row["channel"], "backup");
     assert_eq!(row["failover_count"], 0);
@@ -173,7 +166,7 @@ async fn the_headers_deadline_fails_over_and_when_every_channel_misses_it_the_an
         .post(path_for("messages"), &body_for("messages", "m", true))
         .await;
     assert_eq!(resp.status(), 200);
-    let row = h.row(&id_of(&resp)).await;
+    let row = h.row(&request_id(&resp)).await;
     let a = row["attempts"].as_array().unwrap();
     assert_eq!(a[0]["error_class"], "timeout");
     assert_eq!(row["outcome"], "completed");
@@ -182,7 +175,7 @@ async fn the_headers_deadline_fails_over_and_when_every_channel_misses_it_the_an
         .post(path_for("chat"), &body_for("chat", "only-stall", false))
         .await;
     assert_eq!(resp.status(), 504);
-    let row = h.row(&id_of(&resp)).await;
+    let row = h.row(&request_id(&resp)).await;
     assert_eq!(
         (row["outcome"].as_str(), row["timeout_kind"].as_str()),
         (Some("timeout"), Some("headers"))
@@ -205,7 +198,7 @@ async fn after_the_commit_point_a_missed_deadline_is_an_in_band_error_event_neve
         let mut body = body_for(dialect, "sim-fast", true);
         body["laptime_sim"] = json!({"text_tokens": 2, "end": "stall"});
         let resp = h.post(path_for(dialect), &body).await;
-        let id = id_of(&resp);
+        let id = request_id(&resp);
         let text = resp.text().await.unwrap();
         let row = h.row(&id).await;
         assert_eq!(
@@ -245,7 +238,7 @@ async fn after_the_commit_point_a_missed_deadline_is_an_in_band_error_event_neve
     body["laptime_sim"] =
         json!({"heartbeat_ms": 50, "first_event_ms": 5000, "first_text_ms": 5000});
     let resp = h.post(path_for("messages"), &body).await;
-    let id = id_of(&resp);
+    let id = request_id(&resp);
     let text = resp.text().await.unwrap();
     let row = h.row(&id).await;
     assert_eq!(row["timeout_kind"], "first_event", "{row}");
@@ -324,13 +317,16 @@ async fn a_failing_channel_is_ejected_then_probed_once_after_its_back_off() {
             .post(path_for("chat"), &body_for("chat", "m", false))
             .await;
         assert_eq!(resp.status(), 200);
-        assert_eq!(attempts(&h.row(&id_of(&resp)).await), ["flaky", "backup"]);
+        assert_eq!(
+            attempts(&h.row(&request_id(&resp)).await),
+            ["flaky", "backup"]
+        );
     }
     // Open: passed over without an attempt.
     let resp = h
         .post(path_for("chat"), &body_for("chat", "m", false))
         .await;
-    assert_eq!(attempts(&h.row(&id_of(&resp)).await), ["backup"]);
+    assert_eq!(attempts(&h.row(&request_id(&resp)).await), ["backup"]);
     let circuit = |h: &Harness| {
         let req = h
             .http
@@ -374,7 +370,10 @@ async fn a_failing_channel_is_ejected_then_probed_once_after_its_back_off() {
     let resp = h
         .post(path_for("chat"), &body_for("chat", "m", false))
         .await;
-    assert_eq!(attempts(&h.row(&id_of(&resp)).await), ["flaky", "backup"]);
+    assert_eq!(
+        attempts(&h.row(&request_id(&resp)).await),
+        ["flaky", "backup"]
+    );
     assert_eq!(circuit(&h).await, "open");
     h.stop().await;
 }
@@ -418,7 +417,7 @@ async fn a_cache_hit_replays_the_same_bytes_without_an_upstream_call_and_reads_b
                 hit.headers().get("server-timing").is_none(),
                 "no upstream figures on a hit"
             );
-            let id = id_of(&hit);
+            let id = request_id(&hit);
             let hit_text = hit.text().await.unwrap();
             assert_eq!(
                 upstream_calls(&h).await,
@@ -510,7 +509,7 @@ async fn a_slow_primary_is_hedged_and_the_hedge_wins_with_the_loser_closed() {
             .post(path_for(dialect), &body_for(dialect, "m", true))
             .await;
         assert_eq!(resp.status(), 200);
-        let id = id_of(&resp);
+        let id = request_id(&resp);
         let text = resp.text().await.unwrap();
         let (_, comment, _) = cut_comment(&text);
         assert!(comment.ends_with("hedge=hedge"), "{comment}");
@@ -564,7 +563,7 @@ async fn a_fast_primary_wins_and_a_hedge_sent_too_late_is_cancelled() {
     let h = start_with(hedged("sim-trace-b", "sim-trace-a", 50, 1.0)).await;
     let before = h.sim_stats().await;
     let mut resp = h.post(path_for("chat"), &body_for("chat", "m", true)).await;
-    let id = id_of(&resp);
+    let id = request_id(&resp);
     // Read until the answer's text starts, then leave (sim-trace-b runs for 10 s).
     let mut seen = String::new();
     while !seen.contains("\"content\":\"") || seen.matches("content").count() < 3 {
@@ -594,7 +593,7 @@ async fn a_fast_primary_wins_and_a_hedge_sent_too_late_is_cancelled() {
     let resp = h2
         .post(path_for("messages"), &body_for("messages", "m", true))
         .await;
-    let id = id_of(&resp);
+    let id = request_id(&resp);
     resp.bytes().await.unwrap();
     let row = h2.row(&id).await;
     assert_eq!(row["hedge"], "none");
@@ -615,7 +614,7 @@ async fn the_hedge_budget_bounds_the_share_of_hedged_requests() {
         // The head is enough: the race is decided before it is sent. Leaving early keeps the
         // unhedged (20 s) answers from running out.
         let resp = h.post(path_for("chat"), &body_for("chat", "m", true)).await;
-        let id = id_of(&resp);
+        let id = request_id(&resp);
         drop(resp);
         if h.row(&id).await["hedge"] != "none" {
             hedged_n += 1;
@@ -671,7 +670,7 @@ async fn the_fault_matrix_in_every_dialect() {
                 .post(path_for(dialect), &body_for(dialect, model, true))
                 .await;
             assert_eq!(resp.status(), 200, "{dialect} {model}");
-            let id = id_of(&resp);
+            let id = request_id(&resp);
             let text = resp.text().await.unwrap();
             assert_eq!(text.matches(": x-laptime-timing").count(), 1);
             let row = h.row(&id).await;
@@ -689,7 +688,7 @@ async fn the_fault_matrix_in_every_dialect() {
         body["laptime_sim"] = json!({"first_event_ms": 5000, "first_text_ms": 5000});
         let resp = h.post(path_for(dialect), &body).await;
         assert_eq!(resp.status(), 200);
-        let id = id_of(&resp);
+        let id = request_id(&resp);
         let text = resp.text().await.unwrap();
         assert!(text.contains("timeout"), "{dialect}: {text}");
         let row = h.row(&id).await;
@@ -707,7 +706,7 @@ async fn the_fault_matrix_in_every_dialect() {
         let mut body = body_for(dialect, "sim-fast", true);
         body["laptime_sim"] = json!({"text_tokens": 3, "end": "reset"});
         let resp = h.post(path_for(dialect), &body).await;
-        let id = id_of(&resp);
+        let id = request_id(&resp);
         let text = resp.text().await.unwrap();
         let last = text.trim_end().rsplit("\n\n").next().unwrap();
         assert!(
@@ -937,7 +936,7 @@ async fn before_the_last_candidate_stream_deadlines_and_early_error_events_fail_
             .post(path_for(dialect), &body_for(dialect, &model, true))
             .await;
         assert_eq!(resp.status(), 200, "{dialect} {model}");
-        let id = id_of(&resp);
+        let id = request_id(&resp);
         let text = resp.text().await.unwrap();
         // Only the backup's stream reached the client: its bytes, one preamble, no error.
         let direct = h
@@ -1013,7 +1012,7 @@ async fn a_race_winner_that_then_misses_its_first_output_fails_over_on_a_hedged_
     .await;
     let resp = h.post(path_for("chat"), &body_for("chat", "m", true)).await;
     assert_eq!(resp.status(), 200);
-    let id = id_of(&resp);
+    let id = request_id(&resp);
     let text = resp.text().await.unwrap();
     assert!(
         !text.contains("\"c1\"") && !text.contains("timeout"),
@@ -1075,7 +1074,7 @@ async fn the_connect_timeout_fails_over_and_alone_is_a_504_of_kind_connect() {
     .await;
     let resp = h.post(path_for("chat"), &body_for("chat", "m", true)).await;
     assert_eq!(resp.status(), 200);
-    let row = h.row(&id_of(&resp)).await;
+    let row = h.row(&request_id(&resp)).await;
     let a = row["attempts"].as_array().unwrap();
     assert_eq!(
         (a[0]["channel"].as_str(), a[0]["error_class"].as_str()),
@@ -1094,7 +1093,7 @@ async fn the_connect_timeout_fails_over_and_alone_is_a_504_of_kind_connect() {
         )
         .await;
     assert_eq!(resp.status(), 504);
-    let row = h.row(&id_of(&resp)).await;
+    let row = h.row(&request_id(&resp)).await;
     assert_eq!(
         (
             row["outcome"].as_str(),
@@ -1122,7 +1121,7 @@ async fn a_tls_failure_fails_over_to_the_next_channel() {
             .post(path_for(dialect), &body_for(dialect, "m", true))
             .await;
         assert_eq!(resp.status(), 200, "{dialect}");
-        let row = h.row(&id_of(&resp)).await;
+        let row = h.row(&request_id(&resp)).await;
         let a = row["attempts"].as_array().unwrap();
         assert_eq!(
             (a[0]["channel"].as_str(), a[0]["error_class"].as_str()),

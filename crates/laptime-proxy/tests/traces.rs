@@ -180,10 +180,7 @@ async fn call(h: &Harness, body: &Value, traceparent: Option<&str>) -> (String, 
     }
     let resp = req.send().await.unwrap();
     assert_eq!(resp.status(), 200);
-    let id = resp.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&resp);
     (id, resp.text().await.unwrap())
 }
 
@@ -590,10 +587,7 @@ async fn a_failed_request_is_an_error_span() {
         .send()
         .await
         .unwrap();
-    let id = resp.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&resp);
     let _ = resp.text().await;
     let r = record(&h, &id).await;
     assert_eq!(r.outcome.as_str(), "upstream_closed_early");

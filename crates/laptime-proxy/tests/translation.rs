@@ -154,10 +154,7 @@ async fn every_client_dialect_streams_from_every_other_with_its_own_events_and_t
             let model = format!("via-{upstream}");
             let r = call(&h, client, upstream, true, &body(client, &model, true)).await;
             assert_eq!(r.status(), 200, "{pair}");
-            let id = r.headers()["x-laptime-request-id"]
-                .to_str()
-                .unwrap()
-                .to_string();
+            let id = common::request_id(&r);
             let text = r.text().await.unwrap();
             assert_eq!(stream_text(client, &text), want, "{pair}: text\n{text}");
             if client == "gemini" {
@@ -234,10 +231,7 @@ async fn whole_answers_are_translated_with_server_timing() {
             let r = call(&h, client, upstream, false, &body(client, &model, false)).await;
             assert_eq!(r.status(), 200, "{pair}");
             assert!(r.headers().contains_key("server-timing"), "{pair}");
-            let id = r.headers()["x-laptime-request-id"]
-                .to_str()
-                .unwrap()
-                .to_string();
+            let id = common::request_id(&r);
             let v: Value = r.json().await.unwrap();
             assert_eq!(body_text(client, &v), want, "{pair}: {v}");
             // The model the upstream answered as, as an untranslated answer shows it.
@@ -373,10 +367,7 @@ async fn a_refusal_of_the_request_keeps_its_kind_through_translation() {
                 let script = json!({"end": "status", "status": 400, "refusal": refusal});
                 let b = scripted(client, upstream, false, script);
                 let r = call(&h, client, upstream, false, &b).await;
-                let id = r.headers()["x-laptime-request-id"]
-                    .to_str()
-                    .unwrap()
-                    .to_string();
+                let id = common::request_id(&r);
                 assert_eq!(r.status(), 400, "{pair}");
                 let v: Value = r.json().await.unwrap();
                 match client {
@@ -404,10 +395,7 @@ async fn a_refusal_of_the_request_keeps_its_kind_through_translation() {
 async fn streamed(h: &Harness, client: &str, upstream: &str, script: Value) -> (String, String) {
     let b = scripted(client, upstream, true, script);
     let r = call(h, client, upstream, true, &b).await;
-    let id = r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = common::request_id(&r);
     (id, r.text().await.unwrap())
 }
 
@@ -508,10 +496,7 @@ async fn other_clients_reach_a_provider_gemini_channel_and_a_gemini_client_may_a
         )
         .await;
         assert_eq!(r.status(), 200, "{client} → provider gemini");
-        let id = r.headers()["x-laptime-request-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
+        let id = common::request_id(&r);
         let text = r.text().await.unwrap();
         assert!(!stream_text(client, &text).is_empty(), "{client}:\n{text}");
         let row = h.row(&id).await;

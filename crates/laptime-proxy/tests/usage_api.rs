@@ -86,12 +86,7 @@ async fn traffic(h: &Harness, token: &str, n: usize) -> Vec<String> {
             .send()
             .await
             .unwrap();
-        ids.push(
-            r.headers()["x-laptime-request-id"]
-                .to_str()
-                .unwrap()
-                .to_string(),
-        );
+        ids.push(request_id(&r));
         r.bytes().await.unwrap();
     }
     ids
@@ -606,10 +601,7 @@ async fn rest_and_graphql_return_the_shape_region_trace_last_output_judgements_a
         .send()
         .await
         .unwrap();
-    let id = r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&r);
     let text = r.text().await.unwrap();
     let sent = text
         .lines()
@@ -695,10 +687,7 @@ async fn rest_and_graphql_return_the_shape_region_trace_last_output_judgements_a
     let cut = json!({"model": "sim-fast", "stream": true, "messages": [{"role": "user", "content": "hi"}],
         "laptime_sim": {"first_text_ms": 20, "text_tokens": 6, "tokens_per_s": 200, "cut_after": 2, "end": "close"}});
     let r = h.post("/v1/chat/completions", &cut).await;
-    let id = r.headers()["x-laptime-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&r);
     let text = r.text().await.unwrap();
     assert!(!text.contains("x-laptime-timing"), "{text}");
     let row = h.row(&id).await;

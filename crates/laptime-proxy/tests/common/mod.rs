@@ -215,6 +215,14 @@ impl Harness {
     }
 }
 
+/// The id the gateway gave a request, from its answer's `x-laptime-request-id`.
+pub fn request_id(r: &reqwest::Response) -> String {
+    r.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
 pub fn body_for(dialect: &str, model: &str, stream: bool) -> Value {
     match dialect {
         "chat" => serde_json::json!({
