@@ -126,7 +126,7 @@ impl Pg {
         now_us: i64,
     ) -> Result<Option<compact::Packed>> {
         let mut c = self.client().await?;
-        compact::pack_one_finished_day(&mut c, now_us).await
+        compact::pack_one_finished_day(&mut c, now_us, compact::PASS_LIMIT).await
     }
 }
 
