@@ -12,11 +12,10 @@
 //!
 //! How: `REINDEX TABLE CONCURRENTLY`, so reads and the odd late write go on while it runs (it
 //! waits for transactions older than itself, in the whole database, to end; a pass gives up
-//! after [`PASS_LIMIT`]), then `ANALYZE`. One instance at a
-//! time packs (a session advisory lock, tried, never waited for); the newest unpacked day
-//! first, since it will be kept longest; a table comment marks a day done. A rebuild cut short
-//! (a restart, a lost connection) leaves invalid indexes behind, which the next pass on that
-//! day drops before it starts.
+//! after [`PASS_LIMIT`]), then `ANALYZE`. One instance at a time packs (a session advisory
+//! lock, tried, never waited for); the newest unpacked day first, since it will be kept
+//! longest; a table comment marks a day done. A rebuild cut short (the limit, a restart, a lost
+//! connection) leaves invalid indexes behind, which the next pass on that day drops first.
 
 use std::time::Duration;
 
