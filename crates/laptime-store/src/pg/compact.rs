@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use deadpool_postgres::ClientWrapper;
 
-use super::records::{partition_day, DAY_US};
+use super::records::{day_partitions, DAY_US};
 use crate::Result;
 
 /// How long after its day ends a partition is packed: late records of the day (batches the
@@ -124,33 +124,17 @@ async fn pack(c: &mut ClientWrapper, partition: String) -> Result<Packed> {
 }
 
 /// The newest request partition whose day ended [`GRACE_US`] before `now_us`, not yet marked
-/// packed. Its name is one [`partition_day`] reads, so it is safe in SQL as it is.
+/// packed.
 async fn newest_unpacked(c: &ClientWrapper, now_us: i64) -> Result<Option<String>> {
-    let rows = c
-        .query(
-            "SELECT child.relname::text, obj_description(child.oid, 'pg_class')
-             FROM pg_inherits i
-             JOIN pg_class child ON child.oid = i.inhrelid
-             JOIN pg_class parent ON parent.oid = i.inhparent
-             WHERE parent.relname = 'requests'
-               AND parent.relnamespace = current_schema()::regnamespace",
-            &[],
-        )
-        .await?;
-    let mut newest: Option<(i64, String)> = None;
-    for row in rows {
-        let name: String = row.try_get(0)?;
-        let comment: Option<String> = row.try_get(1)?;
-        let Some(day) = partition_day(&name) else {
-            continue;
-        };
-        let ended = (day + 1).saturating_mul(DAY_US).saturating_add(GRACE_US) <= now_us;
-        let packed = comment.as_deref() == Some(MARK);
-        if ended && !packed && newest.as_ref().is_none_or(|(d, _)| day > *d) {
-            newest = Some((day, name));
-        }
-    }
-    Ok(newest.map(|(_, name)| name))
+    let newest = day_partitions(c)
+        .await?
+        .into_iter()
+        .filter(|(day, _, comment)| {
+            let ended = (day + 1).saturating_mul(DAY_US).saturating_add(GRACE_US) <= now_us;
+            ended && comment.as_deref() != Some(MARK)
+        })
+        .max_by_key(|(day, _, _)| *day);
+    Ok(newest.map(|(_, name, _)| name))
 }
 
 /// The indexes of `partition` that are valid (or, with `valid` false, those a rebuild cut short
@@ -216,6 +200,28 @@ mod tests {
     /// The day after `DAY` is whole once its grace has passed.
     fn after_grace() -> i64 {
         (DAY + 1) * DAY_US + GRACE_US
+    }
+
+    /// One pass at `now_us`: the partition it packed.
+    async fn pass(c: &mut ClientWrapper, now_us: i64) -> Option<String> {
+        let packed = pack_one_finished_day(c, now_us, PASS_LIMIT).await.unwrap();
+        packed.map(|p| p.partition)
+    }
+
+    /// Whether another session can take the packing lock at once (it lets go again).
+    async fn lock_is_free(other: &tokio_postgres::Client) -> bool {
+        let taken: bool = other
+            .query_one(&format!("SELECT pg_try_advisory_lock({LOCK_KEY})"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        if taken {
+            other
+                .batch_execute(&format!("SELECT pg_advisory_unlock({LOCK_KEY})"))
+                .await
+                .unwrap();
+        }
+        taken
     }
 
     /// A finished day's indexes are rebuilt full, once, and cleared of what a rebuild cut short
@@ -288,12 +294,7 @@ mod tests {
             assert_eq!(got.as_ref().map(|g| &g.request_id), Some(&r.request_id));
         }
         // Done once: the next pass finds no day due, and a late record still goes in.
-        assert_eq!(
-            pack_one_finished_day(&mut c, after_grace(), PASS_LIMIT)
-                .await
-                .unwrap(),
-            None
-        );
+        assert_eq!(pass(&mut c, after_grace()).await, None);
         store
             .insert_batch(vec![sample("late", "ws", DAY * DAY_US + 7)])
             .await
@@ -308,12 +309,7 @@ mod tests {
         let (schema, store, mut c) = store().await;
         store.insert_batch(interleaved(100)).await.unwrap();
         let within = (DAY + 1) * DAY_US + GRACE_US - 1;
-        assert_eq!(
-            pack_one_finished_day(&mut c, within, PASS_LIMIT)
-                .await
-                .unwrap(),
-            None
-        );
+        assert_eq!(pass(&mut c, within).await, None);
 
         let config: tokio_postgres::Config = schema.url().parse().unwrap();
         let other = crate::pg::connect(&config).await.unwrap();
@@ -321,30 +317,14 @@ mod tests {
             .batch_execute(&format!("SELECT pg_advisory_lock({LOCK_KEY})"))
             .await
             .unwrap();
-        assert_eq!(
-            pack_one_finished_day(&mut c, after_grace(), PASS_LIMIT)
-                .await
-                .unwrap(),
-            None
-        );
+        assert_eq!(pass(&mut c, after_grace()).await, None);
         other
             .batch_execute(&format!("SELECT pg_advisory_unlock({LOCK_KEY})"))
             .await
             .unwrap();
-        let packed = pack_one_finished_day(&mut c, after_grace(), PASS_LIMIT)
-            .await
-            .unwrap();
-        assert_eq!(
-            packed.map(|p| p.partition).as_deref(),
-            Some("requests_p20241004")
-        );
-        // The pass let go of its lock: another session takes it at once.
-        let taken: bool = other
-            .query_one(&format!("SELECT pg_try_advisory_lock({LOCK_KEY})"), &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert!(taken);
+        let packed = pass(&mut c, after_grace()).await;
+        assert_eq!(packed.as_deref(), Some("requests_p20241004"));
+        assert!(lock_is_free(&other).await, "the pass let go of its lock");
     }
 
     /// A pass held up by an older transaction (a backup's, say) gives up at its limit, lets go
@@ -381,24 +361,13 @@ mod tests {
         // The cut rebuild left its two new indexes behind, invalid.
         assert_eq!(texts(&c, invalid).await, ["2"]);
         older.batch_execute("COMMIT").await.unwrap();
-        let taken: bool = older
-            .query_one(&format!("SELECT pg_try_advisory_lock({LOCK_KEY})"), &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert!(taken, "the cut pass let go of its lock");
-        older
-            .batch_execute(&format!("SELECT pg_advisory_unlock({LOCK_KEY})"))
-            .await
-            .unwrap();
-
-        let packed = pack_one_finished_day(&mut c, after_grace(), PASS_LIMIT)
-            .await
-            .unwrap();
-        assert_eq!(
-            packed.map(|p| p.partition).as_deref(),
-            Some("requests_p20241004")
+        assert!(
+            lock_is_free(&older).await,
+            "the cut pass let go of its lock"
         );
+
+        let packed = pass(&mut c, after_grace()).await;
+        assert_eq!(packed.as_deref(), Some("requests_p20241004"));
         assert_eq!(texts(&c, invalid).await, ["0"]);
     }
 }

@@ -787,6 +787,32 @@ pub async fn get(
     }
 }
 
+/// The request partitions of days, as (day, name, comment). A name is one [`partition_day`]
+/// reads, so it is safe in SQL as it is.
+pub(crate) async fn day_partitions(
+    c: &deadpool_postgres::ClientWrapper,
+) -> Result<Vec<(i64, String, Option<String>)>> {
+    let rows = c
+        .query(
+            "SELECT child.relname::text, obj_description(child.oid, 'pg_class')
+             FROM pg_inherits i
+             JOIN pg_class child ON child.oid = i.inhrelid
+             JOIN pg_class parent ON parent.oid = i.inhparent
+             WHERE parent.relname = 'requests'
+               AND parent.relnamespace = current_schema()::regnamespace",
+            &[],
+        )
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let name: String = row.try_get(0)?;
+        if let Some(day) = partition_day(&name) {
+            out.push((day, name, row.try_get(1)?));
+        }
+    }
+    Ok(out)
+}
+
 /// Retention: drops the partitions of days wholly before `cutoff_us`, deletes the older rows
 /// left in the partition holding it in transactions of at most `batch` rows, and the rollups
 /// of every minute that ends at or before it (see [`super::rollups::delete_before`]); returns
@@ -798,21 +824,7 @@ pub async fn delete_older_than(
 ) -> Result<usize> {
     let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
     let mut deleted: u64 = 0;
-    let partitions = c
-        .query(
-            "SELECT child.relname FROM pg_inherits i
-             JOIN pg_class child ON child.oid = i.inhrelid
-             JOIN pg_class parent ON parent.oid = i.inhparent
-             WHERE parent.relname = 'requests'
-               AND parent.relnamespace = current_schema()::regnamespace",
-            &[],
-        )
-        .await?;
-    for row in partitions {
-        let name: String = row.try_get(0)?;
-        let Some(day) = partition_day(&name) else {
-            continue;
-        };
+    for (day, name, _) in day_partitions(c).await? {
         if (day + 1).saturating_mul(DAY_US) > cutoff_us {
             continue;
         }
