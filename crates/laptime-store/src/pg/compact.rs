@@ -340,7 +340,9 @@ mod tests {
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM names")
             .await
             .unwrap();
-        let cut = pack_one_finished_day(&mut c, after_grace(), Duration::from_millis(300)).await;
+        // Long enough for the rebuild to reach its wait (past making its new indexes) on a
+        // busy machine, short for a test.
+        let cut = pack_one_finished_day(&mut c, after_grace(), Duration::from_secs(2)).await;
         match cut {
             Err(crate::StoreError::Postgres(e)) => {
                 assert_eq!(
