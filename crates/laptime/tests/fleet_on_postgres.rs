@@ -26,13 +26,18 @@ fn start_with(config: &Path) -> fleet::Running {
 }
 
 fn config_file(dir: &Path, name: &str, url: &str) -> std::path::PathBuf {
+    config_file_with(dir, name, url, "")
+}
+
+/// A gateway's config on the store at `url`, with `store` lines added to its `[store]`.
+fn config_file_with(dir: &Path, name: &str, url: &str, store: &str) -> std::path::PathBuf {
     let data = dir.join(name);
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {data:?}\n\n\
-             [store]\nurl = {url:?}\n\n\
+             [store]\nurl = {url:?}\n{store}\n\
              [[channels]]\nname = \"sim\"\nprovider = \"sim\"\nmodels = [\"sim-fast\"]\n"
         ),
     )
@@ -396,18 +401,7 @@ async fn a_store_outage_of_five_seconds_under_200_requests_per_second_loses_noth
 async fn the_retention_pass_packs_a_finished_days_request_indexes() {
     let schema = PgSchema::create().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("a.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\n\n\
-             [store]\nurl = {:?}\nretention_interval_s = 1\n\n\
-             [[channels]]\nname = \"sim\"\nprovider = \"sim\"\nmodels = [\"sim-fast\"]\n",
-            dir.path().join("a"),
-            schema.url()
-        ),
-    )
-    .unwrap();
+    let cfg = config_file_with(dir.path(), "a", schema.url(), "retention_interval_s = 1\n");
     let gw = start_with(&cfg);
     let http = reqwest::Client::new();
     assert_eq!(chat(&http, &gw.base, TOKEN).await.status(), 200);
