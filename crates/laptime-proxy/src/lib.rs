@@ -86,7 +86,7 @@ pub struct App {
     /// Shares channel health through Redis (absent without `[shared] redis_url`); a reload
     /// hands it the new channels.
     fleet: Option<shared::Fleet>,
-    pub auth: Authenticator,
+    pub auth: Arc<Authenticator>,
     /// The ways out built at start (a file or proxy problem stops the start): the default one
     /// is what channels without a proxy or files of their own use; each channel holds its own
     /// (rebuilt, files read again, by a reload). Each serving thread has its own clients along

@@ -186,7 +186,7 @@ impl Gateway {
             reload_source: std::sync::OnceLock::new(),
             reloading: tokio::sync::Mutex::new(()),
             fleet,
-            auth: Authenticator::new(store.clone()),
+            auth: Arc::new(Authenticator::new(store.clone())),
             affinity: Arc::new(crate::affinity::Affinity::new(store.clone())),
             egress,
             memory_upstream: memory.map(attempt::memory_client),
@@ -217,6 +217,7 @@ impl Gateway {
         }
         let retention = tokio::spawn(retention_job(app.clone()));
         tokio::spawn(budget_job(Arc::downgrade(&app)));
+        tokio::spawn(crate::auth::watch_epoch(Arc::downgrade(&app.auth)));
         Ok(Gateway {
             app,
             recorder_task,

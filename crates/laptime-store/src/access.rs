@@ -42,6 +42,16 @@ impl Store {
         }
     }
 
+    /// The auth epoch ([`auth::epoch`]): unchanged means no token, workspace or limit changed
+    /// since it was last read, by this process or any other. Off the request path (the gateway
+    /// polls it), so on the blocking pool.
+    pub async fn auth_epoch(&self) -> Result<i64> {
+        match &self.backend {
+            Backend::Sqlite(_) => self.blocking(|c| auth::epoch(c)).await,
+            Backend::Postgres(pg) => pg::auth::epoch(&pg.client().await?).await,
+        }
+    }
+
     /// Whether the database can be written (for `/readyz`): takes the write lock, reads the
     /// schema version and rolls back, writing nothing. `SELECT 1` would not touch the file at
     /// all, and a read never waits in WAL mode, so neither would see another process holding

@@ -263,6 +263,13 @@ pub fn bootstrap(
     insert_token(conn, &ws, Scope::Admin, None, token, now_us).map(Some)
 }
 
+/// The auth epoch: a number that moves with every change to tokens, workspaces or limits, made
+/// by any process (triggers of schema v20). While it stays, every principal read from the store
+/// is still what [`authenticate`] would read.
+pub fn epoch(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("SELECT n FROM auth_epoch", [], |r| r.get(0))?)
+}
+
 /// Looks a presented token up. Unknown, malformed and revoked tokens are all `None`.
 pub fn authenticate(conn: &Connection, token: &str) -> Result<Option<Principal>> {
     if !looks_like_token(token) {

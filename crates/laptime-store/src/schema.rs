@@ -174,6 +174,14 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
         done: Some(requests_lean),
     },
+    // 20: a number every change to tokens, workspaces or limits moves ([`crate::auth::epoch`]),
+    // so a gateway trusts the principals it remembers for as long as the number stays.
+    Migration {
+        sql: V20,
+        step: None,
+        after: None,
+        done: None,
+    },
 ];
 
 const V1: &str = r#"
@@ -572,6 +580,35 @@ pub(crate) const V16: &str = r#"
 pub(crate) const V18: &str = r#"
     DROP INDEX IF EXISTS requests_ws_model;
     DROP INDEX IF EXISTS requests_ws_channel;
+"#;
+
+/// The auth epoch: one row whose number triggers move with every change to what a principal is
+/// read from (tokens, workspaces, limits), made by any process: the gateway, the CLI, another
+/// instance.
+const V20: &str = r#"
+    CREATE TABLE IF NOT EXISTS auth_epoch (
+        only_row INTEGER PRIMARY KEY CHECK (only_row = 1),
+        n INTEGER NOT NULL
+    );
+    INSERT OR IGNORE INTO auth_epoch (only_row, n) VALUES (1, 0);
+    CREATE TRIGGER IF NOT EXISTS tokens_insert_epoch AFTER INSERT ON tokens
+        BEGIN UPDATE auth_epoch SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS tokens_update_epoch AFTER UPDATE ON tokens
+        BEGIN UPDATE auth_epoch SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS tokens_delete_epoch AFTER DELETE ON tokens
+        BEGIN UPDATE auth_epoch SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS workspaces_insert_epoch AFTER INSERT ON workspaces
+        BEGIN UPDATE auth_epoch SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS workspaces_update_epoch AFTER UPDATE ON workspaces
+        BEGIN UPDATE auth_epoch SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS workspaces_delete_epoch AFTER DELETE ON workspaces
+        BEGIN UPDATE auth_epoch SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS limits_insert_epoch AFTER INSERT ON limits
+        BEGIN UPDATE auth_epoch SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS limits_update_epoch AFTER UPDATE ON limits
+        BEGIN UPDATE auth_epoch SET n = n + 1; END;
+    CREATE TRIGGER IF NOT EXISTS limits_delete_epoch AFTER DELETE ON limits
+        BEGIN UPDATE auth_epoch SET n = n + 1; END;
 "#;
 
 /// The columns of `requests` since v19, in the order of [`crate::records::COLUMNS`]. The names

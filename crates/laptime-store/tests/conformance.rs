@@ -1873,6 +1873,84 @@ async fn workspaces_and_tokens_behave_the_same_in_both_stores() {
     }
 }
 
+/// Runs `sql` on a connection of its own, as another process sharing the store would.
+async fn elsewhere(b: &Backend, sql: &str) {
+    match &b._schema {
+        None => b.store.with_conn(|c| Ok(c.execute_batch(sql)?)).unwrap(),
+        Some(schema) => {
+            let (client, conn) = tokio_postgres::connect(schema.url(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            let conn = tokio::spawn(conn);
+            client.batch_execute(sql).await.unwrap();
+            drop(client);
+            conn.await.unwrap().unwrap();
+        }
+    }
+}
+
+/// Every change a principal is read from moves the auth epoch, whichever call or process makes
+/// it (the gateway trusts what it remembers while the epoch stays); reads and request records
+/// leave it.
+#[tokio::test]
+async fn the_auth_epoch_moves_with_every_change_to_tokens_workspaces_and_limits() {
+    use laptime_core::limit::Limits;
+    const NOW: i64 = 1_700_000_000_000_000;
+    for b in backends().await {
+        let name = b.name;
+        let s = &b.store;
+        let mut last = s.auth_epoch().await.unwrap();
+        let mut moved = |now: i64, what: &str| {
+            assert!(now > last, "{name}: {what} moves the epoch");
+            last = now;
+        };
+        let admin = s.bootstrap(None, NOW).await.unwrap().unwrap();
+        moved(s.auth_epoch().await.unwrap(), "bootstrap");
+        let team = s.create_workspace("team", None, NOW).await.unwrap();
+        moved(s.auth_epoch().await.unwrap(), "a new workspace");
+        let tok = s
+            .create_token("team", Scope::Proxy, None, NOW)
+            .await
+            .unwrap();
+        moved(s.auth_epoch().await.unwrap(), "a new token");
+        s.set_workspace_group("team", Some("batch".into()))
+            .await
+            .unwrap();
+        moved(s.auth_epoch().await.unwrap(), "a workspace's group");
+        let limits = Limits {
+            rpm: Some(60),
+            tpm: None,
+            concurrent: None,
+        };
+        s.set_limits(&team.id, None, limits, NOW).await.unwrap();
+        moved(s.auth_epoch().await.unwrap(), "a workspace's limits");
+        s.set_limits(&team.id, Some(&tok.key_id), limits, NOW)
+            .await
+            .unwrap();
+        moved(s.auth_epoch().await.unwrap(), "a token's limits");
+        s.set_limits(&team.id, Some(&tok.key_id), Limits::default(), NOW)
+            .await
+            .unwrap();
+        moved(s.auth_epoch().await.unwrap(), "a token's limits removed");
+        assert!(s.revoke_token(&team.id, &tok.key_id, NOW).await.unwrap());
+        moved(s.auth_epoch().await.unwrap(), "a revocation");
+        elsewhere(&b, "UPDATE tokens SET scope = 'read' WHERE scope = 'admin'").await;
+        moved(
+            s.auth_epoch().await.unwrap(),
+            "a change made on another connection",
+        );
+
+        // Reads and records leave it.
+        assert!(s.authenticate(&admin.token).await.unwrap().is_some());
+        s.list_tokens(&team.id).await.unwrap();
+        s.list_limits(None).await.unwrap();
+        s.insert_batch(vec![plain("r1", &team.id, NOW, Some("m"))])
+            .await
+            .unwrap();
+        assert_eq!(s.auth_epoch().await.unwrap(), last, "{name}");
+    }
+}
+
 #[tokio::test]
 async fn limits_of_workspaces_and_tokens_reach_the_principal_in_both_stores() {
     use laptime_core::limit::{Applicable, Limits};

@@ -149,6 +149,12 @@ pub async fn bootstrap(
     Ok(Some(made))
 }
 
+/// The auth epoch, as [`crate::auth::epoch`] (triggers of schema v15).
+pub async fn epoch(c: &impl GenericClient) -> Result<i64> {
+    let stmt = c.prepare_cached("SELECT n FROM auth_epoch").await?;
+    Ok(c.query_one(&stmt, &[]).await?.try_get(0)?)
+}
+
 pub async fn authenticate(c: &impl GenericClient, token: &str) -> Result<Option<Principal>> {
     if !looks_like_token(token) {
         return Ok(None);

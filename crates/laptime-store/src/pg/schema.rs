@@ -82,6 +82,7 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
     },
     sql(V14),
+    sql(V15),
 ];
 
 /// The schema version this build writes.
@@ -473,6 +474,29 @@ const V14: &str = r#"
         SELECT floor(extract(epoch FROM now()) / 3600)::int8 * 3600000000
         WHERE NOT EXISTS (SELECT 1 FROM hour_folds);
     ALTER TABLE rollups SET (fillfactor = 85);
+"#;
+
+/// The auth epoch, as SQLite's v20: one row that a statement trigger on tokens, workspaces and
+/// limits moves with every change, whichever instance or tool makes it. The function keeps the
+/// schema it was made in, so a change made with another `search_path` moves this schema's row.
+const V15: &str = r#"
+    CREATE TABLE IF NOT EXISTS auth_epoch (
+        only_row BOOLEAN PRIMARY KEY DEFAULT true CHECK (only_row),
+        n BIGINT NOT NULL
+    );
+    INSERT INTO auth_epoch (n) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM auth_epoch);
+    CREATE OR REPLACE FUNCTION auth_epoch_moves() RETURNS trigger LANGUAGE plpgsql
+        SET search_path FROM CURRENT
+        AS $$ BEGIN UPDATE auth_epoch SET n = n + 1; RETURN NULL; END $$;
+    DROP TRIGGER IF EXISTS tokens_auth_epoch ON tokens;
+    CREATE TRIGGER tokens_auth_epoch AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tokens
+        FOR EACH STATEMENT EXECUTE FUNCTION auth_epoch_moves();
+    DROP TRIGGER IF EXISTS workspaces_auth_epoch ON workspaces;
+    CREATE TRIGGER workspaces_auth_epoch AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+        ON workspaces FOR EACH STATEMENT EXECUTE FUNCTION auth_epoch_moves();
+    DROP TRIGGER IF EXISTS limits_auth_epoch ON limits;
+    CREATE TRIGGER limits_auth_epoch AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON limits
+        FOR EACH STATEMENT EXECUTE FUNCTION auth_epoch_moves();
 "#;
 
 /// The SQL that rewrites every request row into v13's forms: one `ALTER TABLE`, so one rewrite
