@@ -209,6 +209,11 @@ class Gateway:
         # request has a failover candidate (and a stream one that could continue it).
         if os.environ.get("BENCH_SECOND_CHANNEL") == "1":
             channels += channels.replace('name = "sim"', 'name = "sim-2"') + "priority = 1\n"
+        # BENCH_STORE_URL=postgres://…: the gateway's store is that PostgreSQL database (each
+        # gateway of a run shares it) instead of its own SQLite file.
+        store_url = os.environ.get("BENCH_STORE_URL")
+        if store_url and "[store]" not in extra:
+            extra = f'[store]\nurl = "{store_url}"\n' + extra
         # `extra`: further sections (TOML), e.g. `[store]` or `[shared]`.
         self.config.write_text("[server]\n" + server + channels + ("\n" + extra if extra else ""))
         self.proc = spawn([str(BIN), "serve", "--config", str(self.config), "--listen",
@@ -568,6 +573,7 @@ def write_result(args, group: str, figures: dict, notes: list[str] | None = None
                  extra: dict | None = None, state: dict | None = None) -> Path:
     doc = {"group": group, "rep": args.rep, "machine": state or machine_state(),
            "upstream_http": os.environ.get("BENCH_UPSTREAM_HTTP", "auto"),
+           "store": "postgres" if os.environ.get("BENCH_STORE_URL") else "sqlite",
            "machine_after": machine_state(), "figures": figures, "notes": notes or []}
     if extra:
         doc.update(extra)
