@@ -303,43 +303,68 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_revocation_made_by_another_process_applies_when_the_remembered_principal_expires() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_dir(dir.path()).unwrap();
-        let now = crate::clock::now_unix_us();
-        let t = store
-            .with_conn(|c| auth::bootstrap(c, None, now))
-            .unwrap()
-            .unwrap();
+        // No epoch read (no watcher): a remembered principal is trusted for FRESH_FOR only.
+        let (_dir, store, now, t, t2) = store_with_tokens();
         let a = Authenticator::new(store.clone());
-        let mut h = HeaderMap::new();
-        h.insert(
-            "authorization",
-            format!("Bearer {}", t.token).parse().unwrap(),
-        );
-        assert!(a.authenticate(&h).await.is_ok());
+        assert!(a.authenticate(&bearer(&t.token)).await.is_ok());
         // As the CLI would: straight in the store, so this gateway is not told.
         let revoked = store
             .with_conn(|c| laptime_store::manage::revoke_token(c, &t.workspace.id, &t.key_id, now))
             .unwrap();
         assert!(revoked);
         tokio::time::advance(FRESH_FOR - Duration::from_millis(1)).await;
-        assert!(a.authenticate(&h).await.is_ok(), "remembered for FRESH_FOR");
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(a.authenticate(&h).await, Err(AuthFailure::Invalid));
-        // A change made through this gateway applies on the next request.
-        let t2 = store
-            .with_conn(|c| auth::create_token(c, "default", auth::Scope::Read, now))
-            .unwrap();
-        h.insert(
-            "authorization",
-            format!("Bearer {}", t2.token).parse().unwrap(),
+        assert!(
+            a.authenticate(&bearer(&t.token)).await.is_ok(),
+            "remembered for FRESH_FOR"
         );
-        assert!(a.authenticate(&h).await.is_ok());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(
+            a.authenticate(&bearer(&t.token)).await,
+            Err(AuthFailure::Invalid)
+        );
+        // A change made through this gateway applies on the next request.
+        assert!(a.authenticate(&bearer(&t2.token)).await.is_ok());
         store
             .with_conn(|c| laptime_store::manage::revoke_token(c, &t.workspace.id, &t2.key_id, now))
             .unwrap();
         a.forget_all();
-        assert_eq!(a.authenticate(&h).await, Err(AuthFailure::Invalid));
+        assert_eq!(
+            a.authenticate(&bearer(&t2.token)).await,
+            Err(AuthFailure::Invalid)
+        );
+    }
+
+    /// A store with its bootstrap admin token and a read token of the same workspace, and the
+    /// wall-clock time they were made at.
+    fn store_with_tokens() -> (
+        tempfile::TempDir,
+        Store,
+        i64,
+        auth::NewToken,
+        auth::NewToken,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        let now = crate::clock::now_unix_us();
+        let admin = store
+            .with_conn(|c| auth::bootstrap(c, None, now))
+            .unwrap()
+            .unwrap();
+        let read = store
+            .with_conn(|c| auth::create_token(c, "default", auth::Scope::Read, now))
+            .unwrap();
+        (dir, store, now, admin, read)
+    }
+
+    /// Revokes `t` straight in the store with the trigger that would move the epoch dropped:
+    /// only a lookup can tell it is revoked.
+    fn revoke_unseen_by_the_epoch(store: &Store, t: &auth::NewToken, now: i64) {
+        store
+            .with_conn(|c| {
+                c.execute_batch("DROP TRIGGER IF EXISTS tokens_update_epoch")?;
+                laptime_store::manage::revoke_token(c, &t.workspace.id, &t.key_id, now)
+            })
+            .unwrap();
     }
 
     fn bearer(t: &str) -> HeaderMap {
@@ -354,24 +379,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn while_the_epoch_stays_a_known_token_is_not_looked_up_again_for_up_to_a_minute() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_dir(dir.path()).unwrap();
-        let now = crate::clock::now_unix_us();
-        let t = store
-            .with_conn(|c| auth::bootstrap(c, None, now))
-            .unwrap()
-            .unwrap();
+        let (_dir, store, now, t, _) = store_with_tokens();
         let a = Authenticator::new(store.clone());
         read_epoch(&a, &store).await;
         assert!(a.authenticate(&bearer(&t.token)).await.is_ok());
         // A revocation the epoch cannot see (its trigger dropped): a lookup would refuse the
         // token, so every acceptance below was answered from memory.
-        store
-            .with_conn(|c| {
-                c.execute_batch("DROP TRIGGER tokens_update_epoch")?;
-                laptime_store::manage::revoke_token(c, &t.workspace.id, &t.key_id, now)
-            })
-            .unwrap();
+        revoke_unseen_by_the_epoch(&store, &t, now);
         let reads = (REMEMBER_AT_MOST.as_millis() / EPOCH_EVERY.as_millis()) as u32;
         for i in 1..reads {
             tokio::time::advance(EPOCH_EVERY).await;
@@ -393,16 +407,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_change_made_elsewhere_applies_at_the_next_epoch_read_and_without_reads_after_fresh_for(
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_dir(dir.path()).unwrap();
-        let now = crate::clock::now_unix_us();
-        let admin = store
-            .with_conn(|c| auth::bootstrap(c, None, now))
-            .unwrap()
-            .unwrap();
-        let t = store
-            .with_conn(|c| auth::create_token(c, "default", auth::Scope::Read, now))
-            .unwrap();
+        let (_dir, store, now, admin, t) = store_with_tokens();
         let a = Authenticator::new(store.clone());
         read_epoch(&a, &store).await;
         assert!(a.authenticate(&bearer(&t.token)).await.is_ok());
@@ -424,12 +429,7 @@ mod tests {
         assert!(a.authenticate(&bearer(&admin.token)).await.is_ok());
         // The epoch no longer read (a store that stopped answering it): the last read vouches
         // for FRESH_FOR, then a known token is looked up again, as without the epoch.
-        store
-            .with_conn(|c| {
-                c.execute_batch("DROP TRIGGER tokens_update_epoch")?;
-                laptime_store::manage::revoke_token(c, &admin.workspace.id, &admin.key_id, now)
-            })
-            .unwrap();
+        revoke_unseen_by_the_epoch(&store, &admin, now);
         tokio::time::advance(FRESH_FOR - Duration::from_millis(1)).await;
         assert!(a.authenticate(&bearer(&admin.token)).await.is_ok());
         tokio::time::advance(Duration::from_millis(1)).await;
@@ -442,25 +442,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_epoch_watcher_vouches_for_known_tokens_and_applies_a_change_made_elsewhere_within_one_read(
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_dir(dir.path()).unwrap();
-        let now = crate::clock::now_unix_us();
-        let t = store
-            .with_conn(|c| auth::bootstrap(c, None, now))
-            .unwrap()
-            .unwrap();
+        let (_dir, store, now, t, _) = store_with_tokens();
         let a = std::sync::Arc::new(Authenticator::new(store.clone()));
         let watcher = tokio::spawn(watch_epoch(std::sync::Arc::downgrade(&a)));
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(a.authenticate(&bearer(&t.token)).await.is_ok());
         // Revoked where the epoch cannot see it: a lookup would refuse the token, so it is
         // accepted from memory, long past FRESH_FOR, because the watcher keeps reading.
-        store
-            .with_conn(|c| {
-                c.execute_batch("DROP TRIGGER tokens_update_epoch")?;
-                laptime_store::manage::revoke_token(c, &t.workspace.id, &t.key_id, now)
-            })
-            .unwrap();
+        revoke_unseen_by_the_epoch(&store, &t, now);
         tokio::time::sleep(FRESH_FOR * 3).await;
         assert!(a.authenticate(&bearer(&t.token)).await.is_ok());
         // Any change the epoch sees (here the workspace's group, straight in the store) forgets
@@ -490,22 +479,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_store_that_cannot_be_read_keeps_known_tokens_working_for_a_bounded_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_dir(dir.path()).unwrap();
-        let now = crate::clock::now_unix_us();
-        let known = store
-            .with_conn(|c| auth::bootstrap(c, None, now))
-            .unwrap()
-            .unwrap();
-        let unseen = store
-            .with_conn(|c| auth::create_token(c, "default", auth::Scope::Read, now))
-            .unwrap();
+        let (_dir, store, _, known, unseen) = store_with_tokens();
         let a = Authenticator::new(store.clone());
-        let bearer = |t: &str| {
-            let mut h = HeaderMap::new();
-            h.insert("authorization", format!("Bearer {t}").parse().unwrap());
-            h
-        };
         assert!(a.authenticate(&bearer(&known.token)).await.is_ok());
         // Every lookup fails from now on, as with a store that is down.
         store
