@@ -479,6 +479,9 @@ const V14: &str = r#"
 /// The auth epoch, as SQLite's v20: one row that a statement trigger on tokens, workspaces and
 /// limits moves with every change, whichever instance or tool makes it. The function keeps the
 /// schema it was made in, so a change made with another `search_path` moves this schema's row.
+/// A row, not a sequence: a sequence moves before the change commits, and a gateway that read
+/// it then and looked a token up before the commit would keep the old principal with nothing
+/// left to move; the row's new number is seen with the change, at its commit.
 const V15: &str = r#"
     CREATE TABLE IF NOT EXISTS auth_epoch (
         only_row BOOLEAN PRIMARY KEY DEFAULT true CHECK (only_row),
