@@ -5,7 +5,9 @@
 //! instance of a fleet) moves the store's auth epoch (triggers on the tables a principal is read
 //! from), which [`watch_epoch`] reads every [`EPOCH_EVERY`]: a moved epoch forgets every
 //! principal, so such a change applies within about [`EPOCH_EVERY`], and never later than
-//! [`FRESH_FOR`]. Only valid tokens are remembered: a new token works at once.
+//! [`FRESH_FOR`]. Only valid tokens are remembered: a new token works at once. While the epoch
+//! cannot be read, a known token is taken as remembered (for at most
+//! [`STALE_IF_UNREADABLE_FOR`]) without a lookup that would wait on a store not answering.
 //!
 //! Why the epoch and not only a short memory: a token used less often than the memory lasts was
 //! looked up on every request, and the lookup waits on the store on the request path (0.25–0.35
@@ -23,10 +25,10 @@ use laptime_store::auth::{self, Principal};
 use laptime_store::Store;
 use tokio::time::Instant;
 
-/// How long a looked-up principal is trusted without asking the store again when the epoch is
-/// not known to be current (no [`watch_epoch`] running, or its reads failing): then this is how
-/// late a change made elsewhere may apply. While the epoch is read, a read of it at most this
-/// old vouches for every principal remembered since.
+/// How long a looked-up principal is trusted without asking the store again when no read of
+/// the epoch vouches for it (no [`watch_epoch`] running): then this is how late a change made
+/// elsewhere may apply. While the epoch is read, a read of it at most this old vouches for
+/// every principal remembered since.
 pub const FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// How often [`watch_epoch`] reads the store's auth epoch: one indexed read of one row.
@@ -83,6 +85,8 @@ struct Memory {
     remembered: HashMap<[u8; 32], Remembered>,
     /// The auth epoch last read, and when the read that found it began.
     epoch: Option<(i64, Instant)>,
+    /// The last read of the epoch failed: the store is not answering.
+    unreadable: bool,
 }
 
 struct Remembered {
@@ -152,6 +156,20 @@ impl Authenticator {
             self.forget_all_in(&mut m);
         }
         m.epoch = Some((epoch, began));
+        m.unreadable = false;
+    }
+
+    /// Takes a read of the epoch that failed: until one succeeds, a known token is not looked
+    /// up (the lookup would wait on a store that is not answering, up to its pool's wait, on
+    /// the request path) but taken as remembered, within [`STALE_IF_UNREADABLE_FOR`].
+    pub fn epoch_unreadable(&self) {
+        if let Ok(mut m) = self.memory.write() {
+            m.unreadable = true;
+        }
+    }
+
+    fn store_unreadable(&self) -> bool {
+        self.memory.read().is_ok_and(|m| m.unreadable)
     }
 
     /// The principal remembered for `hash` if it was looked up less than `within` ago, or, while
@@ -222,6 +240,11 @@ impl Authenticator {
         if let Some(p) = self.recall(&hash, FRESH_FOR) {
             return Ok(p);
         }
+        if self.store_unreadable() {
+            if let Some(p) = self.recall(&hash, STALE_IF_UNREADABLE_FOR) {
+                return Ok(p);
+            }
+        }
         // Read before the lookup: a change that lands during it makes this result stale.
         let generation = self.generation.load(Ordering::SeqCst);
         // Inline, not on a blocking thread: the lookup is one indexed read of a WAL database
@@ -246,7 +269,8 @@ impl Authenticator {
 
 /// Reads the store's auth epoch every [`EPOCH_EVERY`] into `auth` until `auth` is dropped. A
 /// failing read is said once per change of state; meanwhile nothing vouches for remembered
-/// principals, so lookups (and their stale-if-unreadable rule) apply as without the epoch.
+/// principals: a known token is taken as remembered within [`STALE_IF_UNREADABLE_FOR`] without
+/// a lookup, and an unknown one is looked up (and refused as the gateway's fault if that fails).
 pub async fn watch_epoch(auth: std::sync::Weak<Authenticator>) {
     let mut every = tokio::time::interval(EPOCH_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -264,10 +288,11 @@ pub async fn watch_epoch(auth: std::sync::Weak<Authenticator>) {
                 }
             }
             Err(e) if !failing => {
+                auth.epoch_unreadable();
                 failing = true;
-                tracing::warn!(error = %e, "the auth epoch could not be read; known tokens are looked up again every {FRESH_FOR:?}");
+                tracing::warn!(error = %e, "the store's auth epoch could not be read; known tokens are taken as last looked up, for at most {STALE_IF_UNREADABLE_FOR:?}");
             }
-            Err(_) => {}
+            Err(_) => auth.epoch_unreadable(),
         }
     }
 }
@@ -475,6 +500,37 @@ mod tests {
         drop(a);
         tokio::time::sleep(EPOCH_EVERY * 2).await;
         assert!(watcher.is_finished());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_the_epoch_cannot_be_read_a_known_token_is_taken_as_remembered_without_a_lookup()
+    {
+        let (_dir, store, now, t, unseen) = store_with_tokens();
+        let a = std::sync::Arc::new(Authenticator::new(store.clone()));
+        let _watcher = tokio::spawn(watch_epoch(std::sync::Arc::downgrade(&a)));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(a.authenticate(&bearer(&t.token)).await.is_ok());
+        let looked_up = Instant::now();
+        // Only a lookup can tell `t` is revoked; and the epoch can no longer be read.
+        revoke_unseen_by_the_epoch(&store, &t, now);
+        store
+            .with_conn(|c| Ok(c.execute_batch("ALTER TABLE auth_epoch RENAME TO auth_epoch_gone")?))
+            .unwrap();
+        tokio::time::sleep(FRESH_FOR * 3).await;
+        assert!(
+            a.authenticate(&bearer(&t.token)).await.is_ok(),
+            "taken as remembered: no lookup"
+        );
+        assert!(
+            a.authenticate(&bearer(&unseen.token)).await.is_ok(),
+            "a token never seen is still looked up"
+        );
+        tokio::time::sleep_until(looked_up + STALE_IF_UNREADABLE_FOR).await;
+        assert_eq!(
+            a.authenticate(&bearer(&t.token)).await,
+            Err(AuthFailure::Invalid),
+            "for a bounded time only, then looked up"
+        );
     }
 
     #[tokio::test(start_paused = true)]
