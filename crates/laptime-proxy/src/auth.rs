@@ -34,6 +34,10 @@ pub const FRESH_FOR: Duration = Duration::from_secs(1);
 /// How often [`watch_epoch`] reads the store's auth epoch: one indexed read of one row.
 pub const EPOCH_EVERY: Duration = Duration::from_millis(250);
 
+/// How long a read of the epoch may take before it counts as failed: a store that hangs (a
+/// network blip, a server stopped) is then known to be away without waiting on it.
+pub const EPOCH_READ_LIMIT: Duration = Duration::from_millis(500);
+
 /// The longest a principal is used without a lookup, even while the epoch stays: a bound on
 /// how long a change the epoch cannot see (the tables edited with their triggers dropped) is
 /// served. A token in use is then looked up once a minute instead of once a second.
@@ -279,7 +283,12 @@ pub async fn watch_epoch(auth: std::sync::Weak<Authenticator>) {
         every.tick().await;
         let Some(auth) = auth.upgrade() else { return };
         let began = Instant::now();
-        match auth.store.auth_epoch().await {
+        let read = tokio::time::timeout(EPOCH_READ_LIMIT, auth.store.auth_epoch()).await;
+        match read.unwrap_or_else(|_| {
+            Err(laptime_store::StoreError::Unavailable(format!(
+                "no answer within {EPOCH_READ_LIMIT:?}"
+            )))
+        }) {
             Ok(epoch) => {
                 auth.epoch_read(epoch, began);
                 if failing {
@@ -531,6 +540,53 @@ mod tests {
             Err(AuthFailure::Invalid),
             "for a bounded time only, then looked up"
         );
+    }
+
+    /// Real time and the real PostgreSQL: a read that hangs (a lock held by another session)
+    /// is what a network blip looks like, and only a real server makes it.
+    #[tokio::test]
+    async fn an_epoch_read_that_hangs_counts_as_failed_and_known_tokens_are_not_looked_up() {
+        let schema = laptime_store::testing::PgSchema::create().await.unwrap();
+        let store = Store::open_postgres(schema.url()).await.unwrap();
+        let now = crate::clock::now_unix_us();
+        let t = store.bootstrap(None, now).await.unwrap().unwrap();
+        let a = std::sync::Arc::new(Authenticator::new(store.clone()));
+        let _watcher = tokio::spawn(watch_epoch(std::sync::Arc::downgrade(&a)));
+        // After the watcher's first read, which forgets whatever was remembered before it.
+        for _ in 0..100 {
+            if a.memory.read().unwrap().epoch.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(a.authenticate(&bearer(&t.token)).await.is_ok());
+        let (other, conn) = tokio_postgres::connect(schema.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        // Only a lookup can tell `t` is revoked.
+        other
+            .batch_execute("DROP TRIGGER tokens_auth_epoch ON tokens")
+            .await
+            .unwrap();
+        assert!(store
+            .revoke_token(&t.workspace.id, &t.key_id, now)
+            .await
+            .unwrap());
+        other
+            .batch_execute("BEGIN; LOCK TABLE auth_epoch IN ACCESS EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        // Past FRESH_FOR nothing vouches for `t`; the hung reads have counted as failed.
+        tokio::time::sleep(FRESH_FOR + EPOCH_READ_LIMIT * 2).await;
+        // A lookup would wait behind the lock (and then refuse the revoked token).
+        let answer =
+            tokio::time::timeout(Duration::from_secs(5), a.authenticate(&bearer(&t.token))).await;
+        assert!(
+            matches!(answer, Ok(Ok(_))),
+            "taken as remembered, not looked up: {answer:?}"
+        );
+        other.batch_execute("ROLLBACK").await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
