@@ -172,22 +172,21 @@ impl Authenticator {
         }
     }
 
-    fn store_unreadable(&self) -> bool {
-        self.memory.read().is_ok_and(|m| m.unreadable)
-    }
-
-    /// The principal remembered for `hash` if it was looked up less than `within` ago, or, while
+    /// The principal remembered for `hash` if it was looked up less than `within` ago; or, while
     /// a read of the epoch less than [`FRESH_FOR`] old found it unmoved, less than
-    /// [`REMEMBER_AT_MOST`] ago.
+    /// [`REMEMBER_AT_MOST`] ago; or, while the last read of the epoch failed, less than
+    /// [`STALE_IF_UNREADABLE_FOR`] ago.
     fn recall(&self, hash: &[u8; 32], within: Duration) -> Option<Principal> {
         let generation = self.generation.load(Ordering::SeqCst);
         let m = self.memory.read().ok()?;
         let r = m.remembered.get(hash)?;
+        let age = r.at.elapsed();
         let vouched = m
             .epoch
             .is_some_and(|(_, began)| began.elapsed() < FRESH_FOR)
-            && r.at.elapsed() < REMEMBER_AT_MOST;
-        let fresh = r.at.elapsed() < within || vouched;
+            && age < REMEMBER_AT_MOST;
+        let away = m.unreadable && age < STALE_IF_UNREADABLE_FOR;
+        let fresh = age < within || vouched || away;
         (r.generation == generation && fresh).then(|| r.principal.clone())
     }
 
@@ -243,11 +242,6 @@ impl Authenticator {
         let hash = auth::hash_token(token);
         if let Some(p) = self.recall(&hash, FRESH_FOR) {
             return Ok(p);
-        }
-        if self.store_unreadable() {
-            if let Some(p) = self.recall(&hash, STALE_IF_UNREADABLE_FOR) {
-                return Ok(p);
-            }
         }
         // Read before the lookup: a change that lands during it makes this result stale.
         let generation = self.generation.load(Ordering::SeqCst);
