@@ -38,7 +38,10 @@ impl Store {
     pub async fn authenticate(&self, token: &str) -> Result<Option<Principal>> {
         match &self.backend {
             Backend::Sqlite(_) => self.run(|c| auth::authenticate(c, token)),
-            Backend::Postgres(pg) => pg::auth::authenticate(&pg.client().await?, token).await,
+            Backend::Postgres(pg) => {
+                pg.with(async |c| pg::auth::authenticate(c, token).await)
+                    .await
+            }
         }
     }
 
@@ -48,7 +51,7 @@ impl Store {
     pub async fn auth_epoch(&self) -> Result<i64> {
         match &self.backend {
             Backend::Sqlite(_) => self.blocking(|c| auth::epoch(c)).await,
-            Backend::Postgres(pg) => pg::auth::epoch(&pg.client().await?).await,
+            Backend::Postgres(pg) => pg.with(async |c| pg::auth::epoch(c).await).await,
         }
     }
 
@@ -59,10 +62,10 @@ impl Store {
     /// timeout; `/readyz` bounds it tighter.
     pub async fn ping(&self) -> bool {
         if let Backend::Postgres(pg) = &self.backend {
-            return match pg.client().await {
-                Ok(c) => c.query_one("SELECT 1", &[]).await.is_ok(),
-                Err(_) => false,
-            };
+            return pg
+                .with(async |c| Ok(c.query_one("SELECT 1", &[]).await?))
+                .await
+                .is_ok();
         }
         self.blocking(|c| {
             // Dropped without commit: rolled back, so the pooled connection comes back clean.
@@ -77,7 +80,7 @@ impl Store {
     /// opened).
     pub async fn schema_version(&self) -> Result<i64> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::schema::applied(&pg.client().await?).await;
+            return pg.with(async |c| pg::schema::applied(c).await).await;
         }
         self.blocking(|c| Ok(c.pragma_query_value(None, "user_version", |r| r.get(0))?))
             .await
@@ -95,7 +98,9 @@ impl Store {
     /// [`auth::bootstrap`]).
     pub async fn bootstrap(&self, given: Option<String>, now_us: i64) -> Result<Option<NewToken>> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::auth::bootstrap(&mut pg.client().await?, given.as_deref(), now_us).await;
+            return pg
+                .with(async |c| pg::auth::bootstrap(c, given.as_deref(), now_us).await)
+                .await;
         }
         self.blocking(move |c| auth::bootstrap(c, given.as_deref(), now_us))
             .await
@@ -104,7 +109,9 @@ impl Store {
     /// A workspace by name or id.
     pub async fn find_workspace(&self, name_or_id: &str) -> Result<Option<Workspace>> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::auth::find_workspace(&pg.client().await?, name_or_id).await;
+            return pg
+                .with(async |c| pg::auth::find_workspace(c, name_or_id).await)
+                .await;
         }
         let name = name_or_id.to_string();
         self.blocking(move |c| auth::find_workspace(c, &name)).await
@@ -119,7 +126,7 @@ impl Store {
 
     pub async fn list_workspaces(&self) -> Result<Vec<Workspace>> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::auth::list_workspaces(&pg.client().await?).await;
+            return pg.with(async |c| pg::auth::list_workspaces(c).await).await;
         }
         self.blocking(|c| manage::list_workspaces(c)).await
     }
@@ -132,15 +139,18 @@ impl Store {
         now_us: i64,
     ) -> Result<Workspace> {
         if let Backend::Postgres(pg) = &self.backend {
-            let mut c = pg.client().await?;
-            let tx = c.transaction().await?;
-            let ws = pg::auth::create_workspace(&tx, name, now_us).await?;
-            let ws = match group {
-                Some(g) => pg::auth::set_workspace_group(&tx, &ws.id, Some(&g)).await?,
-                None => ws,
-            };
-            tx.commit().await?;
-            return Ok(ws);
+            return pg
+                .with(async |c| {
+                    let tx = c.transaction().await?;
+                    let ws = pg::auth::create_workspace(&tx, name, now_us).await?;
+                    let ws = match group {
+                        Some(g) => pg::auth::set_workspace_group(&tx, &ws.id, Some(&g)).await?,
+                        None => ws,
+                    };
+                    tx.commit().await?;
+                    Ok(ws)
+                })
+                .await;
         }
         let name = name.to_string();
         self.blocking(move |c| {
@@ -160,8 +170,9 @@ impl Store {
         group: Option<String>,
     ) -> Result<Workspace> {
         if let Backend::Postgres(pg) = &self.backend {
-            let c = pg.client().await?;
-            return pg::auth::set_workspace_group(&c, workspace, group.as_deref()).await;
+            return pg
+                .with(async |c| pg::auth::set_workspace_group(c, workspace, group.as_deref()).await)
+                .await;
         }
         let workspace = workspace.to_string();
         self.blocking(move |c| auth::set_workspace_group(c, &workspace, group.as_deref()))
@@ -177,8 +188,11 @@ impl Store {
         now_us: i64,
     ) -> Result<NewToken> {
         if let Backend::Postgres(pg) = &self.backend {
-            let c = pg.client().await?;
-            return pg::auth::create_token(&c, workspace, scope, group.as_deref(), now_us).await;
+            return pg
+                .with(async |c| {
+                    pg::auth::create_token(c, workspace, scope, group.as_deref(), now_us).await
+                })
+                .await;
         }
         let workspace = workspace.to_string();
         self.blocking(move |c| {
@@ -190,7 +204,9 @@ impl Store {
     /// The tokens of a workspace (never their values).
     pub async fn list_tokens(&self, workspace_id: &str) -> Result<Vec<TokenInfo>> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::auth::list_tokens(&pg.client().await?, workspace_id).await;
+            return pg
+                .with(async |c| pg::auth::list_tokens(c, workspace_id).await)
+                .await;
         }
         let ws = workspace_id.to_string();
         self.blocking(move |c| manage::list_tokens(c, &ws)).await
@@ -204,8 +220,9 @@ impl Store {
         now_us: i64,
     ) -> Result<bool> {
         if let Backend::Postgres(pg) = &self.backend {
-            let c = pg.client().await?;
-            return pg::auth::revoke_token(&c, workspace_id, key_id, now_us).await;
+            return pg
+                .with(async |c| pg::auth::revoke_token(c, workspace_id, key_id, now_us).await)
+                .await;
         }
         let (ws, key) = (workspace_id.to_string(), key_id.to_string());
         self.blocking(move |c| manage::revoke_token(c, &ws, &key, now_us))
@@ -222,8 +239,9 @@ impl Store {
         now_us: i64,
     ) -> Result<()> {
         if let Backend::Postgres(pg) = &self.backend {
-            let c = pg.client().await?;
-            return pg::limits::set(&c, workspace_id, key_id, limits, now_us).await;
+            return pg
+                .with(async |c| pg::limits::set(c, workspace_id, key_id, limits, now_us).await)
+                .await;
         }
         let (ws, key) = (workspace_id.to_string(), key_id.map(str::to_string));
         self.blocking(move |c| crate::limits::set(c, &ws, key.as_deref(), limits, now_us))
@@ -241,8 +259,11 @@ impl Store {
         now_us: i64,
     ) -> Result<()> {
         if let Backend::Postgres(pg) = &self.backend {
-            let c = pg.client().await?;
-            return pg::budgets::set(&c, workspace_id, key_id, period, budget, now_us).await;
+            return pg
+                .with(async |c| {
+                    pg::budgets::set(c, workspace_id, key_id, period, budget, now_us).await
+                })
+                .await;
         }
         let (ws, key) = (workspace_id.to_string(), key_id.map(str::to_string));
         self.blocking(move |c| crate::budgets::set(c, &ws, key.as_deref(), period, budget, now_us))
@@ -258,7 +279,9 @@ impl Store {
     ) -> Result<Vec<BudgetRow>> {
         let zone = self.budget_zone.clone();
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::budgets::list(&pg.client().await?, workspace_id, now_us, &zone).await;
+            return pg
+                .with(async |c| pg::budgets::list(c, workspace_id, now_us, &zone).await)
+                .await;
         }
         let ws = workspace_id.map(str::to_string);
         self.blocking(move |c| crate::budgets::list(c, ws.as_deref(), now_us, &zone))
@@ -274,7 +297,9 @@ impl Store {
     ) -> Result<Vec<crate::budgets::SpendRow>> {
         let zone = self.budget_zone.clone();
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::budgets::spend(&pg.client().await?, workspace_id, now_us, &zone).await;
+            return pg
+                .with(async |c| pg::budgets::spend(c, workspace_id, now_us, &zone).await)
+                .await;
         }
         let ws = workspace_id.map(str::to_string);
         self.blocking(move |c| crate::budgets::spend(c, ws.as_deref(), now_us, &zone))
@@ -286,7 +311,9 @@ impl Store {
     pub async fn prune_spend(&self, now_us: i64) -> Result<usize> {
         let zone = self.budget_zone.clone();
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::budgets::prune(&pg.client().await?, now_us, &zone).await;
+            return pg
+                .with(async |c| pg::budgets::prune(c, now_us, &zone).await)
+                .await;
         }
         self.blocking(move |c| crate::budgets::prune(c, now_us, &zone))
             .await
@@ -295,7 +322,9 @@ impl Store {
     /// The stored limits of one workspace (and its tokens), or of every workspace.
     pub async fn list_limits(&self, workspace_id: Option<&str>) -> Result<Vec<LimitRow>> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::limits::list(&pg.client().await?, workspace_id).await;
+            return pg
+                .with(async |c| pg::limits::list(c, workspace_id).await)
+                .await;
         }
         let ws = workspace_id.map(str::to_string);
         self.blocking(move |c| crate::limits::list(c, ws.as_deref()))
@@ -332,7 +361,9 @@ impl Store {
         request_id: &str,
     ) -> Result<Option<RequestRecord>> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::records::get(&pg.client().await?, workspace_id, request_id).await;
+            return pg
+                .with(async |c| pg::records::get(c, workspace_id, request_id).await)
+                .await;
         }
         let (ws, id) = (workspace_id.to_string(), request_id.to_string());
         self.blocking(move |c| records::get(c, &ws, &id)).await
@@ -347,20 +378,25 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<RequestRecord>> {
         if let Backend::Postgres(pg) = &self.backend {
-            let mut c = pg.client().await?;
-            if filter == UsageFilter::default() {
-                return pg::usage::recent_filtered(&c, workspace_id, &filter, window, limit).await;
-            }
-            let tx = c
-                .build_transaction()
-                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await?;
-            let rows =
-                pg::usage::recent_filtered(&tx, workspace_id, &filter, window, limit).await?;
-            tx.commit().await?;
-            return Ok(rows);
+            return pg
+                .with(async |c| {
+                    if filter == UsageFilter::default() {
+                        return pg::usage::recent_filtered(c, workspace_id, &filter, window, limit)
+                            .await;
+                    }
+                    let tx = c
+                        .build_transaction()
+                        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                        .read_only(true)
+                        .start()
+                        .await?;
+                    let rows =
+                        pg::usage::recent_filtered(&tx, workspace_id, &filter, window, limit)
+                            .await?;
+                    tx.commit().await?;
+                    Ok(rows)
+                })
+                .await;
         }
         let ws = workspace_id.to_string();
         self.blocking(move |c| usage::recent_filtered(c, &ws, &filter, window, limit))
@@ -376,8 +412,11 @@ impl Store {
         group_by: Vec<GroupDim>,
     ) -> Result<UsageResult> {
         if let Backend::Postgres(pg) = &self.backend {
-            let c = pg.client().await?;
-            return pg::usage::usage(&c, workspace_id, (from_us, to_us), &filter, &group_by).await;
+            return pg
+                .with(async |c| {
+                    pg::usage::usage(c, workspace_id, (from_us, to_us), &filter, &group_by).await
+                })
+                .await;
         }
         let ws = workspace_id.to_string();
         self.blocking(move |c| usage::usage(c, &ws, from_us, to_us, &filter, &group_by))
@@ -416,8 +455,9 @@ impl Store {
         placements: Vec<Placement>,
     ) -> Result<()> {
         if let Backend::Postgres(pg) = &self.backend {
-            let mut c = pg.client().await?;
-            return pg::affinity::put(&mut c, workspace_id, &placements).await;
+            return pg
+                .with(async |c| pg::affinity::put(c, workspace_id, &placements).await)
+                .await;
         }
         let ws = workspace_id.to_string();
         self.blocking(move |c| affinity::put(c, &ws, &placements))
@@ -433,8 +473,9 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<String>> {
         if let Backend::Postgres(pg) = &self.backend {
-            let c = pg.client().await?;
-            return pg::affinity::placed(&c, workspace_id, channel, kind, limit).await;
+            return pg
+                .with(async |c| pg::affinity::placed(c, workspace_id, channel, kind, limit).await)
+                .await;
         }
         let (ws, ch) = (workspace_id.to_string(), channel.to_string());
         self.blocking(move |c| affinity::placed(c, &ws, &ch, kind, limit))
@@ -448,7 +489,9 @@ impl Store {
         object_id: &str,
     ) -> Result<Option<Placement>> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::affinity::get(&pg.client().await?, workspace_id, object_id).await;
+            return pg
+                .with(async |c| pg::affinity::get(c, workspace_id, object_id).await)
+                .await;
         }
         let (ws, id) = (workspace_id.to_string(), object_id.to_string());
         self.blocking(move |c| affinity::get(c, &ws, &id)).await
@@ -459,7 +502,7 @@ impl Store {
     /// Replaces this instance's heartbeat (see [`instances::put`]).
     pub async fn put_heartbeat(&self, beat: laptime_core::fleet::Heartbeat) -> Result<()> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::instances::put(&pg.client().await?, &beat).await;
+            return pg.with(async |c| pg::instances::put(c, &beat).await).await;
         }
         self.blocking(move |c| instances::put(c, &beat)).await
     }
@@ -470,7 +513,9 @@ impl Store {
         since_us: i64,
     ) -> Result<Vec<laptime_core::fleet::Heartbeat>> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::instances::since(&pg.client().await?, since_us).await;
+            return pg
+                .with(async |c| pg::instances::since(c, since_us).await)
+                .await;
         }
         self.blocking(move |c| instances::since(c, since_us)).await
     }
@@ -478,7 +523,9 @@ impl Store {
     /// Removes an instance's heartbeat (it is shutting down).
     pub async fn forget_heartbeat(&self, instance: &str) -> Result<()> {
         if let Backend::Postgres(pg) = &self.backend {
-            return pg::instances::forget(&pg.client().await?, instance).await;
+            return pg
+                .with(async |c| pg::instances::forget(c, instance).await)
+                .await;
         }
         let instance = instance.to_string();
         self.blocking(move |c| instances::forget(c, &instance))

@@ -14,7 +14,8 @@
 //!
 //! Reads take a connection from a bounded pool (deadpool) and never wait longer than
 //! [`POOL_WAIT`] for one; the recorder writes on its own connection (see
-//! [`crate::recorder`]), so reads never queue behind a batch.
+//! [`crate::recorder`]), so reads never queue behind a batch. A connection goes back to the
+//! pool only when the operation it was lent for finished (see [`Pg::with`]).
 
 pub mod affinity;
 pub mod auth;
@@ -78,9 +79,30 @@ impl Pg {
         location(&self.config)
     }
 
-    /// A pooled connection.
-    pub(crate) async fn client(&self) -> Result<Object> {
+    /// A pooled connection, returned to the pool when dropped whatever it is doing: for
+    /// this module's tests. Everything else goes through [`Pg::with`].
+    async fn client(&self) -> Result<Object> {
         pooled(&self.pool).await
+    }
+
+    /// Runs `op` on a pooled connection, which goes back to the pool when `op` has finished.
+    /// If the future is dropped before (its caller timed out or went away), the connection may
+    /// still be running a statement on the server: back in the pool, it would make the next
+    /// caller wait behind that statement (behind a lock, for as long as it is held). So it is
+    /// taken out of the pool, its statement cancelled, and closed (see [`Lease`]).
+    pub(crate) async fn with<T>(
+        &self,
+        op: impl AsyncFnOnce(&mut Object) -> Result<T>,
+    ) -> Result<T> {
+        let mut lease = Lease(Some(self.client().await?));
+        let Some(object) = lease.0.as_mut() else {
+            return Err(StoreError::Unavailable(
+                "a lease without its connection".into(),
+            ));
+        };
+        let out = op(object).await;
+        drop(lease.0.take());
+        out
     }
 
     /// A pool of one connection, for the recorder's writer: made on its own runtime when
@@ -95,9 +117,9 @@ impl Pg {
         batch: &[laptime_core::timeline::RequestRecord],
         zone: &laptime_core::limit::Zone,
     ) -> Result<()> {
-        let mut c = self.client().await?;
         let mut known = self.partitions.lock().await;
-        records::insert_batch(&mut c, &mut known, batch, zone).await
+        self.with(async |c| records::insert_batch(c, &mut known, batch, zone).await)
+            .await
     }
 
     /// See [`records::insert_absent`].
@@ -106,18 +128,20 @@ impl Pg {
         batch: &[laptime_core::timeline::RequestRecord],
         zone: &laptime_core::limit::Zone,
     ) -> Result<Vec<String>> {
-        let mut c = self.client().await?;
         let mut known = self.partitions.lock().await;
-        records::insert_absent(&mut c, &mut known, batch, zone).await
+        self.with(async |c| records::insert_absent(c, &mut known, batch, zone).await)
+            .await
     }
 
     /// Retention (see [`records::delete_older_than`]); the partitions dropped are forgotten.
     pub(crate) async fn delete_older_than(&self, cutoff_us: i64, batch: usize) -> Result<usize> {
-        let mut c = self.client().await?;
-        let n = records::delete_older_than(&mut c, cutoff_us, batch).await?;
-        self.partitions.lock().await.forget();
-        affinity::delete_older_than(&c, cutoff_us).await?;
-        Ok(n)
+        self.with(async |c| {
+            let n = records::delete_older_than(c, cutoff_us, batch).await?;
+            self.partitions.lock().await.forget();
+            affinity::delete_older_than(c, cutoff_us).await?;
+            Ok(n)
+        })
+        .await
     }
 
     /// See [`compact::pack_one_finished_day`].
@@ -125,8 +149,33 @@ impl Pg {
         &self,
         now_us: i64,
     ) -> Result<Option<compact::Packed>> {
-        let mut c = self.client().await?;
-        compact::pack_one_finished_day(&mut c, now_us, compact::PASS_LIMIT).await
+        self.with(async |c| compact::pack_one_finished_day(c, now_us, compact::PASS_LIMIT).await)
+            .await
+    }
+}
+
+/// A connection lent by [`Pg::with`]: still held when dropped means its operation did not
+/// finish, so the connection leaves the pool for good and the statement it may be running is
+/// cancelled (a cancel request on a connection of its own, as PostgreSQL's protocol has it).
+/// Closing alone would not stop the statement: the server notices a closed client only when
+/// the statement next writes to it.
+struct Lease(Option<Object>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let Some(object) = self.0.take() else {
+            return;
+        };
+        let client = Object::take(object);
+        let cancel = client.cancel_token();
+        drop(client);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = cancel.cancel_query(NoTls).await {
+                    tracing::debug!(error = %e, "cancelling an abandoned statement");
+                }
+            });
+        }
     }
 }
 
@@ -234,5 +283,58 @@ mod tests {
         assert!(check_url("mysql://x").is_err());
         let bad = check_url("postgres://app:pw@127.0.0.1:notaport/db").unwrap_err();
         assert!(!bad.contains("pw@"), "{bad}");
+    }
+
+    /// A read dropped while its statement waits (here on a lock another session holds) does
+    /// not go back to the pool: the next read is answered at once, not behind it, and the
+    /// abandoned statement is cancelled on the server rather than left waiting.
+    #[tokio::test]
+    async fn a_read_dropped_mid_statement_neither_delays_the_next_nor_keeps_running() {
+        let schema = crate::testing::PgSchema::create().await.unwrap();
+        let pg = Pg::connect(schema.url()).await.unwrap();
+        let locker = connect(&Config::from_str(schema.url()).unwrap())
+            .await
+            .unwrap();
+        locker
+            .batch_execute("BEGIN; LOCK TABLE auth_epoch IN ACCESS EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        let locker_pid: i32 = locker
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let blocked = "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))";
+
+        let read = pg.with(async |c| auth::epoch(c).await);
+        let abandoned = tokio::time::timeout(Duration::from_millis(300), read).await;
+        assert!(
+            abandoned.is_err(),
+            "the read waits on the lock until dropped"
+        );
+
+        // The pool's one connection was the abandoned read's: given back, this would wait
+        // behind the lock.
+        let next = pg.with(async |c| Ok(c.query_one("SELECT 41 + 1", &[]).await?.get::<_, i32>(0)));
+        let answered = tokio::time::timeout(Duration::from_secs(5), next).await;
+        assert_eq!(answered.expect("answered, not queued").unwrap(), 42);
+
+        let since = tokio::time::Instant::now();
+        loop {
+            let waiting: i64 = locker
+                .query_one(blocked, &[&locker_pid])
+                .await
+                .unwrap()
+                .get(0);
+            if waiting == 0 {
+                break;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(5),
+                "the abandoned statement still waits on the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        locker.batch_execute("COMMIT").await.unwrap();
     }
 }
