@@ -12,8 +12,10 @@
 //! crash between the end of a request and the commit of its record does not lose it.
 //!
 //! The journal is written by its own thread ([`JournalWriter`]), never by the request path:
-//! every `[server] inflight_snapshot_ms` when something changed, to a temporary file renamed over
-//! the journal, so a crash mid-write leaves the previous snapshot whole. It is not synced: it
+//! every `[server] inflight_snapshot_ms` when something changed, it appends the entries that
+//! changed and a line for each that left; now and then it is rewritten whole, to a temporary
+//! file renamed over it. A crash mid-append leaves at most the last line torn, which a reader
+//! skips; a crash mid-rewrite leaves the previous journal whole. It is not synced: it
 //! covers the gateway process dying (killed, crashed, out of memory), not the machine losing
 //! power. A request that starts and ends within one interval may never be in a snapshot, so a
 //! crash in the few milliseconds before its record is committed still loses it.
@@ -42,8 +44,11 @@ pub const SHARDS: usize = 16;
 /// reached its client: the gateway failed it (the client saw its connection close).
 pub const UNANSWERED_STATUS: u16 = 500;
 
-/// The first line of a journal: what wrote it, so another format is never misread.
-const JOURNAL_FORMAT: &str = "laptime-inflight-1";
+/// The first line of a journal: what wrote it, so another format is never misread. Version 2
+/// appends: a request's line may come again (the last one holds), and a `gone` line says it
+/// left. A version-1 journal (one line per entry) reads the same way.
+const JOURNAL_FORMAT: &str = "laptime-inflight-2";
+const JOURNAL_FORMAT_V1: &str = "laptime-inflight-1";
 
 /// Whether an entry's request is still running or only waits for its record's commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -639,33 +644,128 @@ fn write_lines<'a>(path: &Path, lines: impl Iterator<Item = &'a [u8]>) -> std::i
     std::fs::rename(&tmp, path)
 }
 
-/// The journal writer's lines of the last snapshot, by each entry's change number. An entry
-/// that has not changed since is written from here rather than serialised again: serialising
-/// every entry at every interval took 4 % of a gateway's CPU with 300 paced streams open (a
-/// stream's entry changes a handful of times in its life, and is written ten times a second).
-#[derive(Debug, Default)]
+/// The journal writer's state: the lines of the last snapshot, by each entry's change number,
+/// and the journal it appends to. An entry that has not changed since is written from here
+/// rather than serialised again: serialising every entry at every interval took 4 % of a
+/// gateway's CPU with 300 paced streams open (a stream's entry changes a handful of times in
+/// its life, and is written ten times a second). And only what changed is written: rewriting
+/// the whole journal at every interval (a new file, renamed over the old one) took most of the
+/// writer's time there, the rename alone a fifth of it.
+#[derive(Debug)]
 struct JournalLines {
     lines: HashMap<u64, Vec<u8>>,
+    appending: Option<Appending>,
+    /// The journal is rewritten whole once its size is over `rewrite_factor` times its live
+    /// lines plus `rewrite_slack` bytes.
+    rewrite_factor: u64,
+    rewrite_slack: u64,
+}
+
+/// The journal file as the writer left it: open for appending, with the change number of each
+/// request's last line in it and its size.
+#[derive(Debug)]
+struct Appending {
+    file: std::fs::File,
+    written: HashMap<String, u64>,
+    bytes: u64,
+}
+
+/// See [`JournalLines::rewrite_factor`]: 4 keeps a journal under five times what it must hold,
+/// and rewrites it about every 2 s with 300 paced streams open.
+const REWRITE_FACTOR: u64 = 4;
+const REWRITE_SLACK: u64 = 1 << 20;
+
+impl Default for JournalLines {
+    fn default() -> Self {
+        JournalLines {
+            lines: HashMap::new(),
+            appending: None,
+            rewrite_factor: REWRITE_FACTOR,
+            rewrite_slack: REWRITE_SLACK,
+        }
+    }
 }
 
 impl JournalLines {
-    /// Writes `entries` as the journal at `path`, as [`write_journal`] does; the lines of
-    /// entries not in `entries` are forgotten.
+    /// Brings the journal at `path` to `entries`: appends the line of each entry that changed
+    /// since the last write and a `gone` line for each that left, or, the first time, after a
+    /// failed write and once appends have made it large, rewrites it whole as
+    /// [`write_journal`] does. An append is one write at the end: a crash in it leaves at most
+    /// its last line torn, which a reader skips (that entry's earlier line stands).
     fn write(&mut self, path: &Path, entries: &[(u64, Entry)]) -> std::io::Result<()> {
         let mut kept = HashMap::with_capacity(entries.len());
+        let mut live = 0;
         for (change, e) in entries {
             let line = match self.lines.remove(change) {
                 Some(line) => line,
                 None => line_of(e)?,
             };
+            live += line.len() as u64;
             kept.insert(*change, line);
         }
         self.lines = kept;
+        let result = match self.appending.take() {
+            Some(a) if a.bytes <= self.rewrite_factor * live + self.rewrite_slack => {
+                self.append(a, entries)
+            }
+            _ => self.rewrite(path, entries),
+        };
+        self.appending = Some(result?);
+        Ok(())
+    }
+
+    fn append(&self, mut a: Appending, entries: &[(u64, Entry)]) -> std::io::Result<Appending> {
+        let mut out = Vec::new();
+        let mut written = HashMap::with_capacity(entries.len());
+        for (change, e) in entries {
+            let id = &e.record().request_id;
+            let (id, last) = a
+                .written
+                .remove_entry(id)
+                .map_or_else(|| (id.clone(), None), |(id, last)| (id, Some(last)));
+            if last != Some(*change) {
+                if let Some(line) = self.lines.get(change) {
+                    out.extend_from_slice(line);
+                }
+            }
+            written.insert(id, *change);
+        }
+        for id in a.written.keys() {
+            out.extend(serde_json::to_vec(&Gone { gone: id }).map_err(std::io::Error::other)?);
+            out.push(b'\n');
+        }
+        if !out.is_empty() {
+            a.file.write_all(&out)?;
+            a.bytes += out.len() as u64;
+        }
+        a.written = written;
+        Ok(a)
+    }
+
+    fn rewrite(&self, path: &Path, entries: &[(u64, Entry)]) -> std::io::Result<Appending> {
         let lines = entries
             .iter()
             .filter_map(|(change, _)| self.lines.get(change).map(Vec::as_slice));
-        write_lines(path, lines)
+        write_lines(path, lines)?;
+        let file = std::fs::OpenOptions::new().append(true).open(path)?;
+        let bytes = file.metadata()?.len();
+        let written = entries
+            .iter()
+            .map(|(change, e)| (e.record().request_id.clone(), *change))
+            .collect();
+        Ok(Appending {
+            file,
+            written,
+            bytes,
+        })
     }
+}
+
+/// The line that says an entry left the registry (its record was committed, or it recorded
+/// nothing).
+#[derive(Serialize, Deserialize)]
+struct Gone<S> {
+    gone: S,
 }
 
 /// What a journal held.
@@ -676,7 +776,8 @@ pub struct Journal {
     pub unreadable: usize,
 }
 
-/// Reads the journal at `path`, at most `max_entries` of it; `None` when there is none.
+/// Reads the journal at `path`, at most `max_entries` entries of it; `None` when there is none.
+/// A request's last line holds, and a `gone` line removes it.
 pub fn read_journal(path: &Path, max_entries: usize) -> std::io::Result<Option<Journal>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -685,26 +786,43 @@ pub fn read_journal(path: &Path, max_entries: usize) -> std::io::Result<Option<J
     };
     let mut lines = text.lines();
     let mut journal = Journal::default();
-    if lines.next() != Some(JOURNAL_FORMAT) {
+    if !matches!(lines.next(), Some(JOURNAL_FORMAT | JOURNAL_FORMAT_V1)) {
         journal.unreadable = text.lines().count();
         return Ok(Some(journal));
     }
+    let mut entries: Vec<Option<Entry>> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
     for line in lines.filter(|l| !l.trim().is_empty()) {
-        if journal.entries.len() == max_entries {
-            journal.unreadable += 1;
-            continue;
-        }
         match serde_json::from_str::<LineIn>(line) {
-            Ok(l) => journal.entries.push(match l.state {
-                State::Running => Entry::Running {
-                    record: Arc::new(l.record),
-                    answered: l.answered,
-                },
-                State::Finished => Entry::Finished(Arc::new(l.record)),
-            }),
-            Err(_) => journal.unreadable += 1,
+            Ok(l) => {
+                let id = l.record.request_id.clone();
+                let entry = match l.state {
+                    State::Running => Entry::Running {
+                        record: Arc::new(l.record),
+                        answered: l.answered,
+                    },
+                    State::Finished => Entry::Finished(Arc::new(l.record)),
+                };
+                if let Some(&i) = at.get(&id) {
+                    entries[i] = Some(entry);
+                } else if at.len() < max_entries {
+                    at.insert(id, entries.len());
+                    entries.push(Some(entry));
+                } else {
+                    journal.unreadable += 1;
+                }
+            }
+            Err(_) => match serde_json::from_str::<Gone<String>>(line) {
+                Ok(g) => {
+                    if let Some(i) = at.remove(&g.gone) {
+                        entries[i] = None;
+                    }
+                }
+                Err(_) => journal.unreadable += 1,
+            },
         }
     }
+    journal.entries = entries.into_iter().flatten().collect();
     Ok(Some(journal))
 }
 
@@ -1121,8 +1239,25 @@ mod tests {
         );
     }
 
+    /// What a journal holds, in an order that does not depend on how it was written.
+    fn read_back(path: &Path) -> Vec<(State, Option<u16>, RequestRecord)> {
+        let journal = read_journal(path, 100).unwrap().unwrap();
+        assert_eq!(journal.unreadable, 0);
+        let mut out: Vec<_> = journal
+            .entries
+            .iter()
+            .map(|e| (e.state(), e.status(), e.record().clone()))
+            .collect();
+        out.sort_by(|a, b| a.2.request_id.cmp(&b.2.request_id));
+        out
+    }
+
+    fn size(path: &Path) -> u64 {
+        std::fs::metadata(path).unwrap().len()
+    }
+
     #[test]
-    fn the_writers_kept_lines_give_the_journal_a_fresh_serialisation_gives() {
+    fn the_appended_journal_reads_back_as_a_fresh_one_and_grows_by_what_changed_only() {
         let dir = tempfile::tempdir().unwrap();
         let (kept, fresh) = (dir.path().join("kept"), dir.path().join("fresh"));
         let reg = Inflight::new(10);
@@ -1134,9 +1269,10 @@ mod tests {
         let same = |lines: &mut JournalLines| {
             lines.write(&kept, &reg.numbered_snapshot()).unwrap();
             write_journal(&fresh, &reg.snapshot()).unwrap();
-            std::fs::read(&kept).unwrap() == std::fs::read(&fresh).unwrap()
+            read_back(&kept) == read_back(&fresh)
         };
         assert!(same(&mut lines));
+        assert_eq!(size(&kept), size(&fresh), "the first write is whole");
         // Every kind of change: an update of each kind, a finish, a removal, a new entry.
         let mut slots = slots.into_iter();
         let (a, b, c, d) = (
@@ -1145,6 +1281,7 @@ mod tests {
             slots.next().unwrap(),
             slots.next().unwrap(),
         );
+        let before = size(&kept);
         a.answered(200);
         b.stream_marks(&Marks {
             first_byte: ms(10),
@@ -1162,6 +1299,14 @@ mod tests {
             4,
             "the removed entry's line is forgotten"
         );
+        // Appended: the four changed entries' lines and the removed one's `gone` line.
+        let changed: u64 = reg
+            .numbered_snapshot()
+            .iter()
+            .map(|(change, _)| lines.lines[change].len() as u64)
+            .sum();
+        let gone = serde_json::to_vec(&Gone { gone: "req_k4" }).unwrap().len() as u64 + 1;
+        assert_eq!(size(&kept) - before, changed + gone);
         let journal = read_journal(&kept, 10).unwrap().unwrap();
         let status = |id: &str| {
             journal
@@ -1171,11 +1316,81 @@ mod tests {
                 .and_then(Entry::status)
         };
         assert_eq!((status("req_k1"), status("req_k3")), (Some(200), Some(429)));
-        // Nothing changed: every line is the one kept.
-        let before = lines.lines.clone();
+        // Nothing changed: nothing appended, every line is the one kept.
+        let (kept_lines, at) = (lines.lines.clone(), size(&kept));
         assert!(same(&mut lines));
-        assert_eq!(lines.lines, before);
+        assert_eq!((&lines.lines, size(&kept)), (&kept_lines, at));
+        // One change: one line.
+        a.answered(201);
+        assert!(same(&mut lines));
+        let a_line = reg
+            .numbered_snapshot()
+            .iter()
+            .find(|(_, e)| e.record().request_id == "req_k1")
+            .map(|(change, _)| lines.lines[change].len() as u64)
+            .unwrap();
+        assert_eq!(size(&kept) - at, a_line);
         drop((a, b, e, handed));
+    }
+
+    #[test]
+    fn an_appended_journal_is_rewritten_whole_once_it_outgrows_its_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        let reg = Inflight::new(10);
+        let slot = reg.open(&pending("req_r", "ws")).unwrap();
+        let _other = reg.open(&pending("req_s", "ws")).unwrap();
+        let mut lines = JournalLines {
+            rewrite_factor: 2,
+            rewrite_slack: 0,
+            ..JournalLines::default()
+        };
+        lines.write(&path, &reg.numbered_snapshot()).unwrap();
+        let whole = size(&path);
+        let mut sizes = Vec::new();
+        for status in 200..206 {
+            slot.answered(status);
+            lines.write(&path, &reg.numbered_snapshot()).unwrap();
+            sizes.push(size(&path));
+            assert_eq!(read_back(&path)[0].1, Some(status));
+        }
+        // Each change appends one line until the journal is over twice its live lines; the
+        // next write rewrites it at its live size again.
+        assert!(sizes[0] > whole && sizes[1] > sizes[0], "{sizes:?}");
+        let rewritten = sizes.windows(2).position(|w| w[1] < w[0]).unwrap();
+        let head = JOURNAL_FORMAT.len() as u64 + 1;
+        let live: u64 = lines.lines.values().map(|l| l.len() as u64).sum();
+        assert!(sizes[rewritten] > 2 * live, "{sizes:?}");
+        assert_eq!(sizes[rewritten + 1], head + live, "{sizes:?}");
+    }
+
+    #[test]
+    fn a_torn_last_append_leaves_the_earlier_lines_and_version_one_journals_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        let reg = Inflight::new(10);
+        let slot = reg.open(&pending("req_t", "ws")).unwrap();
+        let mut lines = JournalLines::default();
+        lines.write(&path, &reg.numbered_snapshot()).unwrap();
+        slot.answered(200);
+        lines.write(&path, &reg.numbered_snapshot()).unwrap();
+        // A crash in the middle of the next append.
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        let whole = text.len();
+        text.push_str("{\"state\":\"finished\",\"rec");
+        std::fs::write(&path, &text).unwrap();
+        let back = read_journal(&path, 10).unwrap().unwrap();
+        assert_eq!(back.unreadable, 1);
+        assert_eq!(back.entries.len(), 1);
+        assert_eq!(back.entries[0].status(), Some(200));
+        // What a build before appends wrote: one line per entry under the first version.
+        let v1 = text[..whole].replacen(JOURNAL_FORMAT, JOURNAL_FORMAT_V1, 1);
+        let last = v1.lines().last().unwrap();
+        std::fs::write(&path, format!("{JOURNAL_FORMAT_V1}\n{last}\n")).unwrap();
+        let back = read_journal(&path, 10).unwrap().unwrap();
+        assert_eq!((back.entries.len(), back.unreadable), (1, 0));
+        assert_eq!(back.entries[0].status(), Some(200));
+        drop(slot);
     }
 
     #[test]
