@@ -94,14 +94,10 @@ impl Pg {
         &self,
         op: impl AsyncFnOnce(&mut Object) -> Result<T>,
     ) -> Result<T> {
-        let mut lease = Lease(Some(self.client().await?));
-        let Some(object) = lease.0.as_mut() else {
-            return Err(StoreError::Unavailable(
-                "a lease without its connection".into(),
-            ));
-        };
-        let out = op(object).await;
-        drop(lease.0.take());
+        let mut lease = Lease(None);
+        let out = op(lease.0.insert(self.client().await?)).await;
+        // Finished: back to the pool.
+        lease.0 = None;
         out
     }
 
