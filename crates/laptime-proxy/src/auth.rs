@@ -290,12 +290,13 @@ pub async fn watch_epoch(auth: std::sync::Weak<Authenticator>) {
                     tracing::info!("the auth epoch is read again");
                 }
             }
-            Err(e) if !failing => {
+            Err(e) => {
                 auth.epoch_unreadable();
-                failing = true;
-                tracing::warn!(error = %e, "the store's auth epoch could not be read; known tokens are taken as last looked up, for at most {STALE_IF_UNREADABLE_FOR:?}");
+                if !failing {
+                    failing = true;
+                    tracing::warn!(error = %e, "the store's auth epoch could not be read; known tokens are taken as last looked up, for at most {STALE_IF_UNREADABLE_FOR:?}");
+                }
             }
-            Err(_) => auth.epoch_unreadable(),
         }
     }
 }
