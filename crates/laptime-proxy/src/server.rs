@@ -482,19 +482,22 @@ pub async fn run_retention(app: &Arc<App>) -> Option<usize> {
     }
 }
 
-/// Packs the request indexes of one finished day (PostgreSQL; see
+/// Packs the requests of one finished day into blocks (PostgreSQL; see
 /// `laptime_store::pg::compact`), and says what it saved.
 async fn pack_one_finished_day(app: &Arc<App>, now: i64) {
     match app.store.pack_one_finished_day(now).await {
         Ok(None) => {}
         Ok(Some(p)) => tracing::info!(
             partition = %p.partition,
-            index_mb_before = p.before_bytes / 1_000_000,
-            index_mb_after = p.after_bytes / 1_000_000,
+            requests = p.requests,
+            blocks = p.blocks,
+            partition_mb_before = p.before_bytes / 1_000_000,
+            partition_mb_after = p.after_bytes / 1_000_000,
+            rewritten = p.rewritten,
             took_ms = p.took.as_millis() as u64,
-            "retention pass: a finished day's request indexes packed"
+            "retention pass: a finished day's requests packed into blocks"
         ),
-        Err(e) => tracing::warn!(error = %e, "packing a finished day's request indexes failed"),
+        Err(e) => tracing::warn!(error = %e, "packing a finished day's requests failed"),
     }
 }
 

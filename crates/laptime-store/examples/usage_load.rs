@@ -10,8 +10,8 @@
 //! `postgres://postgres@127.0.0.1/test?options=-c%20search_path%3Dload`; `--instances N` with
 //! `--postgres` loads through N recorders at once, as N gateways would; `--rate N` sends N
 //! records a second in all, each created at the moment it is sent (as a gateway's are), instead
-//! of the last 24 h as fast as the recorder takes them; `--pack` packs the request indexes of
-//! every day of the load after it (PostgreSQL), as retention passes do once each day has
+//! of the last 24 h as fast as the recorder takes them; `--pack` packs the requests of
+//! every day of the load into blocks after it (PostgreSQL), as retention passes do once each day has
 //! ended, so that the sizes and times after it are those of a store whose days are all
 //! packed; `--retention` times,
 //! after the queries, the deletion of the load's oldest hour; `--workspace ID` the workspace of
@@ -488,10 +488,13 @@ async fn main() -> Result<(), Box<dyn Error>> {
         // As if every day of the load had ended: a store in its steady state.
         while let Some(p) = store.pack_one_finished_day(now + 2 * DAY_US).await? {
             println!(
-                "packed {}: indexes {:.1} → {:.1} MB in {:.1} s",
+                "packed {}: {} requests into {} blocks, partition {:.1} → {:.1} MB{} in {:.1} s",
                 p.partition,
+                p.requests,
+                p.blocks,
                 p.before_bytes as f64 / 1e6,
                 p.after_bytes as f64 / 1e6,
+                if p.rewritten { "" } else { " (not rewritten)" },
                 p.took.as_secs_f64()
             );
         }

@@ -56,6 +56,17 @@ pub fn pg_id_of(v: &[u8]) -> Option<String> {
     }
 }
 
+/// The time (µs since the epoch, to the millisecond) an id the gateway made begins with;
+/// `None` for any other id.
+pub fn made_at_us(id: &str) -> Option<i64> {
+    let b = bytes_of(id)?;
+    let mut ms = [0_u8; 8];
+    ms[2..].copy_from_slice(b.get(..6)?);
+    i64::try_from(u64::from_be_bytes(ms))
+        .ok()?
+        .checked_mul(1000)
+}
+
 /// The 16 bytes of an id the gateway made; `None` for any other, which is kept as text (an
 /// upper-case hex digit too, so that the text reads back as it was written).
 fn bytes_of(id: &str) -> Option<[u8; 16]> {
@@ -71,6 +82,16 @@ fn bytes_of(id: &str) -> Option<[u8; 16]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gateway_id_tells_the_millisecond_it_was_made_and_no_other_id_does() {
+        assert_eq!(
+            made_at_us("req_0190f3a2b4c5d6e7f8091a2b3c4d5e6f"),
+            Some(0x0190_f3a2_b4c5 * 1000)
+        );
+        assert_eq!(made_at_us("req_0190F3A2B4C5D6E7F8091A2B3C4D5E6F"), None);
+        assert_eq!(made_at_us("imported-1"), None);
+    }
 
     #[test]
     fn gateway_ids_take_sixteen_bytes_and_every_id_reads_back_as_written() {

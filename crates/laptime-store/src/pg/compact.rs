@@ -1,21 +1,22 @@
-//! Packs the request indexes of a day that has ended: one day's partition per pass, rebuilt
-//! full.
+//! Packs a day that has ended: its requests into blocks ([`super::blocks`]), then its
+//! partition rewritten with only the rows that stay rows; one day per pass.
 //!
-//! Why: a day's indexes grow as its requests arrive, and with several gateways writing at once
-//! their ids and times interleave, so B-tree inserts land inside pages and split them at half
-//! instead of filling the right edge. Measured at 10 M requests, two instances: the primary key
-//! 74 B and the workspace index 61 B a request, against 50 and 41 B with one writer. A finished
-//! day takes (almost) no more inserts, so its indexes can be rebuilt once, full
-//! (`fillfactor = 100`), and stay packed until retention drops the day. A late record for it
-//! (an import, a recorder catching up) still goes in; it splits a full page, which costs that
-//! page's room and nothing else.
+//! Why: a finished day takes (almost) no more writes, and its requests as rows with their two
+//! indexes took 301 B each at 10 M requests, as blocks a fraction of it (see the README's
+//! sizing). Deleting the packed rows alone would free nothing: a partition keeps its pages
+//! until it is rewritten, and an old day gets no new rows to reuse them.
 //!
-//! How: `REINDEX TABLE CONCURRENTLY`, so reads and the odd late write go on while it runs (it
-//! waits for transactions older than itself, in the whole database, to end; a pass gives up
-//! after [`PASS_LIMIT`]), then `ANALYZE`. One instance at a time packs (a session advisory
-//! lock, tried, never waited for); the newest unpacked day first, since it will be kept
-//! longest; a table comment marks a day done. A rebuild cut short (the limit, a restart, a lost
-//! connection) leaves invalid indexes behind, which the next pass on that day drops first.
+//! How: one transaction takes the partition's `SHARE` lock (writers of that day wait, readers
+//! go on), packs its rows into blocks, deletes them and marks the day [`PACKED`]: a reader sees
+//! the rows or the blocks, never both nor neither. Then `VACUUM FULL` rewrites the partition
+//! (its `ACCESS EXCLUSIVE` lock makes readers of that day wait for a rewrite of the few rows
+//! left; it gives up after [`LOCK_WAIT`] behind others), and `ANALYZE`. The rewrite would have
+//! to keep the deleted rows while a transaction older than the pack could still read them, so
+//! the pass first waits (up to [`LOCK_WAIT`]) for those to end, and leaves the rewrite to the
+//! next pass when they do not; one that dropped the rows marks the day [`DONE`]. One instance at
+//! a time packs (a session advisory lock, tried, never waited for), the newest day not done
+//! first, since it will be kept longest. A day an older build marked (its indexes rebuilt) is
+//! packed as any other; invalid indexes its cut rebuilds left are dropped first.
 
 use std::time::Duration;
 
@@ -28,32 +29,44 @@ use crate::Result;
 /// recorder retries, clocks a little behind) have come by then.
 pub const GRACE_US: i64 = 3_600_000_000;
 
-/// The comment on a partition whose indexes are packed.
-const MARK: &str = "laptime: indexes packed";
+/// The comment on a partition whose rows are packed into blocks, not rewritten yet.
+const PACKED: &str = "laptime: blocks";
+
+/// The comment on a partition packed and rewritten.
+const DONE: &str = "laptime: blocks, rewritten";
 
 /// The advisory lock one packing instance holds (per schema, so stores sharing a database do
 /// not wait on each other).
 const LOCK_KEY: &str = "hashtext('laptime pack ' || current_schema())";
 
-/// One day's partition packed.
+/// One day packed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Packed {
     /// The partition (`requests_pYYYYMMDD`).
     pub partition: String,
-    /// Its indexes' bytes before and after.
+    /// Requests moved into blocks, and the blocks they went into (0 and 0 when an earlier pass
+    /// packed the day and this one rewrote its partition).
+    pub requests: u64,
+    pub blocks: u64,
+    /// The partition's bytes (rows and indexes) before and after.
     pub before_bytes: i64,
     pub after_bytes: i64,
+    /// Whether the rewrite left only the rows that stay (else the next pass rewrites again).
+    pub rewritten: bool,
     pub took: Duration,
 }
 
-/// How long one pass may take before it gives up (a `statement_timeout` on each statement). A
-/// concurrent rebuild waits for every older transaction in the database, and a backup's can
-/// last hours; retention must not wait with it. A day of 5.8 M requests took 7.7 s here.
+/// How long one pass may take before it gives up (a `statement_timeout` on each statement):
+/// retention must not wait behind it. A day of 5.8 M rows took 7.7 s to reindex here.
 pub const PASS_LIMIT: Duration = Duration::from_secs(600);
 
-/// Packs the newest day's partition that ended [`GRACE_US`] before `now_us` and is not packed
+/// How long a statement of the pass waits for a lock: the pack for the day's writers, the
+/// rewrite for its readers (while it waits, new readers of the day queue behind it).
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// Packs the newest day's partition that ended [`GRACE_US`] before `now_us` and is not done
 /// yet; `None` when there is none, or another instance is packing. Each statement gives up
-/// after `limit` (an error; what a cut rebuild left, the next pass drops).
+/// after `limit` (an error; the next pass goes on from what this one committed).
 pub async fn pack_one_finished_day(
     c: &mut ClientWrapper,
     now_us: i64,
@@ -81,72 +94,138 @@ async fn pack_newest(
     now_us: i64,
     limit: Duration,
 ) -> Result<Option<Packed>> {
-    let Some(partition) = newest_unpacked(c, now_us).await? else {
+    let Some((partition, comment)) = newest_due(c, now_us).await? else {
         return Ok(None);
     };
-    c.batch_execute(&format!("SET statement_timeout = {}", limit.as_millis()))
-        .await?;
-    let packed = pack(c, partition).await;
-    // Back to the session's own (the store URL's options may set one).
-    let reset = c.batch_execute("RESET statement_timeout").await;
+    c.batch_execute(&format!(
+        "SET statement_timeout = {}; SET lock_timeout = {}",
+        limit.as_millis(),
+        LOCK_WAIT.min(limit).as_millis()
+    ))
+    .await?;
+    let packed = pack(c, partition, comment, LOCK_WAIT.min(limit)).await;
+    // Back to the session's own (the store URL's options may set them).
+    let reset = c
+        .batch_execute("RESET statement_timeout; RESET lock_timeout")
+        .await;
     let packed = packed?;
     reset?;
     Ok(Some(packed))
 }
 
-async fn pack(c: &mut ClientWrapper, partition: String) -> Result<Packed> {
+async fn pack(
+    c: &mut ClientWrapper,
+    partition: String,
+    comment: Option<String>,
+    wait: Duration,
+) -> Result<Packed> {
     let started = tokio::time::Instant::now();
-    for invalid in indexes(c, &partition, false).await? {
+    for invalid in invalid_indexes(c, &partition).await? {
         c.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {invalid}"))
             .await?;
     }
-    let before_bytes = indexes_size(c, &partition).await?;
-    for index in indexes(c, &partition, true).await? {
-        c.batch_execute(&format!("ALTER INDEX {index} SET (fillfactor = 100)"))
+    let before_bytes = size(c, &partition).await?;
+    let (requests, blocks, settled) = if comment.as_deref() == Some(PACKED) {
+        (0, 0, true)
+    } else {
+        let tx = c.transaction().await?;
+        tx.batch_execute(&format!("LOCK TABLE {partition} IN SHARE MODE"))
+            .await?;
+        let (requests, blocks) = super::blocks::pack_partition(&tx, &partition).await?;
+        tx.batch_execute(&format!("COMMENT ON TABLE {partition} IS '{PACKED}'"))
+            .await?;
+        let xid: i64 = tx
+            .query_one("SELECT txid_current()", &[])
+            .await?
+            .try_get(0)?;
+        tx.commit().await?;
+        (requests, blocks, older_ended(c, xid, wait).await?)
+    };
+    let rewritten = settled && rewrite(c, &partition).await?;
+    if rewritten {
+        c.batch_execute(&format!("COMMENT ON TABLE {partition} IS '{DONE}'"))
             .await?;
     }
-    // Not in a transaction: the server refuses `CONCURRENTLY` inside one.
-    c.batch_execute(&format!("REINDEX TABLE CONCURRENTLY {partition}"))
-        .await?;
-    // The rebuild sets the partition's row count; with that count and no column statistics
-    // (autovacuum's analyze not come yet) the planner took a workspace's millions of rows for
-    // a few hundred and sorted them all: a log probe went from 0.8 ms to 4.1 s at 10 M.
-    c.batch_execute(&format!("ANALYZE {partition}")).await?;
-    c.batch_execute(&format!("COMMENT ON TABLE {partition} IS '{MARK}'"))
-        .await?;
-    let after_bytes = indexes_size(c, &partition).await?;
+    let after_bytes = size(c, &partition).await?;
     Ok(Packed {
         partition,
+        requests,
+        blocks,
         before_bytes,
         after_bytes,
+        rewritten,
         took: started.elapsed(),
     })
 }
 
-/// The newest request partition whose day ended [`GRACE_US`] before `now_us`, not yet marked
-/// packed.
-async fn newest_unpacked(c: &ClientWrapper, now_us: i64) -> Result<Option<String>> {
+/// Rewrites `partition` (`VACUUM FULL`, then `ANALYZE`); whether it then holds only the rows
+/// that stay.
+async fn rewrite(c: &ClientWrapper, partition: &str) -> Result<bool> {
+    // Not in a transaction: the server refuses `VACUUM` inside one.
+    c.batch_execute(&format!("VACUUM FULL {partition}")).await?;
+    // Without statistics (autovacuum's analyze not come yet) the planner takes a rewritten
+    // partition's row count for what it holds, and has planned scans of millions of rows.
+    c.batch_execute(&format!("ANALYZE {partition}")).await?;
+    // What stays a row takes well under 1 KiB; a rewrite that kept the deleted rows, far more.
+    Ok(c.query_one(
+        &format!(
+            "SELECT pg_relation_size($1::text::regclass)
+                        <= 16384 + 1024 * (SELECT count(*) FROM {partition})"
+        ),
+        &[&partition],
+    )
+    .await?
+    .try_get(0)?)
+}
+
+/// Whether every transaction of the database that could still read what transaction `xid`
+/// deleted has ended, waiting up to `wait` for them: a rewrite before would copy every
+/// deleted row (a day's) for them, and free nothing.
+async fn older_ended(c: &ClientWrapper, xid: i64, wait: Duration) -> Result<bool> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let stmt = c
+        .prepare(
+            "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity
+                WHERE datname = current_database() AND pid <> pg_backend_pid()
+                  AND backend_xmin IS NOT NULL
+                  AND age(backend_xmin) >= age(($1 % 4294967296)::text::xid))",
+        )
+        .await?;
+    loop {
+        if c.query_one(&stmt, &[&xid]).await?.try_get(0)? {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The newest request partition whose day ended [`GRACE_US`] before `now_us`, not done yet,
+/// with its comment.
+async fn newest_due(c: &ClientWrapper, now_us: i64) -> Result<Option<(String, Option<String>)>> {
     let newest = day_partitions(c)
         .await?
         .into_iter()
         .filter(|(day, _, comment)| {
             let ended = (day + 1).saturating_mul(DAY_US).saturating_add(GRACE_US) <= now_us;
-            ended && comment.as_deref() != Some(MARK)
+            ended && comment.as_deref() != Some(DONE)
         })
         .max_by_key(|(day, _, _)| *day);
-    Ok(newest.map(|(_, name, _)| name))
+    Ok(newest.map(|(_, name, comment)| (name, comment)))
 }
 
-/// The indexes of `partition` that are valid (or, with `valid` false, those a rebuild cut short
-/// left behind), as quoted identifiers.
-async fn indexes(c: &ClientWrapper, partition: &str, valid: bool) -> Result<Vec<String>> {
+/// The indexes of `partition` that a cut `REINDEX CONCURRENTLY` (of an older build's pass) left
+/// invalid, as quoted identifiers.
+async fn invalid_indexes(c: &ClientWrapper, partition: &str) -> Result<Vec<String>> {
     let rows = c
         .query(
             "SELECT quote_ident(ic.relname::text) FROM pg_index x
              JOIN pg_class ic ON ic.oid = x.indexrelid
-             WHERE x.indrelid = $1::text::regclass AND x.indisvalid = $2
+             WHERE x.indrelid = $1::text::regclass AND NOT x.indisvalid
              ORDER BY 1",
-            &[&partition, &valid],
+            &[&partition],
         )
         .await?;
     rows.iter()
@@ -154,26 +233,29 @@ async fn indexes(c: &ClientWrapper, partition: &str, valid: bool) -> Result<Vec<
         .collect()
 }
 
-async fn indexes_size(c: &ClientWrapper, partition: &str) -> Result<i64> {
-    Ok(
-        c.query_one("SELECT pg_indexes_size($1::text::regclass)", &[&partition])
-            .await?
-            .try_get(0)?,
+/// A partition's bytes, rows and indexes.
+async fn size(c: &ClientWrapper, partition: &str) -> Result<i64> {
+    Ok(c.query_one(
+        "SELECT pg_total_relation_size($1::text::regclass)",
+        &[&partition],
     )
+    .await?
+    .try_get(0)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::records::tests::sample;
+    use crate::usage::{GroupDim, UsageFilter};
     use crate::Store;
-    use laptime_core::timeline::RequestRecord;
+    use laptime_core::timeline::{Outcome, RequestRecord};
 
     /// A day well in the past (2024-10-04), so the store's own clock plays no part.
     const DAY: i64 = 20_000;
 
     /// `n` records of `DAY` whose ids do not arrive in their order, as several writers' ids do
-    /// not: the primary key's inserts land inside its pages.
+    /// not, and are not ids the gateway makes.
     fn interleaved(n: i64) -> Vec<RequestRecord> {
         (0..n)
             .map(|i| {
@@ -183,6 +265,116 @@ mod tests {
             .collect()
     }
 
+    /// An id the gateway would make at `created` (µs), `i` for the rest.
+    fn made_at(created: i64, i: i64) -> String {
+        format!("req_{:012x}{:020x}", created / 1000, i)
+    }
+
+    /// `n` records of `DAY`, two to a microsecond, of two workspaces, with models, outcomes,
+    /// statuses and stream flags to filter on; among them some that stay rows: ids the
+    /// gateway did not make, ids made an hour from their request's time, no workspace.
+    fn day(n: i64) -> Vec<RequestRecord> {
+        (0..n)
+            .map(|i| {
+                let created = DAY * DAY_US + (i / 2) * 8_000_000 + 17;
+                let id = match i {
+                    i if i % 101 == 0 => format!("imported-{i}"),
+                    i if i % 307 == 0 => made_at(created + 3_600_000_000, i),
+                    i => made_at(created, i),
+                };
+                let ws = if i % 7 == 0 { "other" } else { "ws" };
+                let mut r = sample(&id, ws, created);
+                r.model = Some(format!("m{}", i % 5));
+                r.stream = i % 2 == 0;
+                if i % 97 == 0 {
+                    r.outcome = Outcome::Timeout;
+                }
+                if i % 53 == 0 {
+                    r.status = 500;
+                    r.outcome = Outcome::UpstreamError;
+                }
+                if i % 211 == 0 {
+                    r.workspace_id = None;
+                }
+                r.tokens.output = Some(i as u64 % 300);
+                r
+            })
+            .collect()
+    }
+
+    /// Whether blocks may hold `r` (see [`super::super::blocks`]).
+    fn packable(r: &RequestRecord) -> bool {
+        r.workspace_id.is_some()
+            && crate::stored_id::made_at_us(&r.request_id)
+                .is_some_and(|t| (t - r.created_at_us).abs() <= super::super::blocks::ID_SLACK_US)
+    }
+
+    fn filters() -> Vec<UsageFilter> {
+        vec![
+            UsageFilter::default(),
+            UsageFilter {
+                model: Some("m3".into()),
+                ..UsageFilter::default()
+            },
+            UsageFilter {
+                outcome: Some("timeout".into()),
+                ..UsageFilter::default()
+            },
+            UsageFilter {
+                status: Some(500),
+                ..UsageFilter::default()
+            },
+            UsageFilter {
+                stream: Some(false),
+                model: Some("m1".into()),
+                ..UsageFilter::default()
+            },
+        ]
+    }
+
+    /// Every read of `ids` and of the log and usage of `DAY` that packing must leave as it is.
+    async fn reads(store: &Store, ids: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        let mid = DAY * DAY_US + 40_000_000_000;
+        for ws in ["ws", "other"] {
+            for filter in filters() {
+                for (window, limit) in [
+                    (None, 50),
+                    (None, 3_000),
+                    (None, 30_000),
+                    (Some((DAY * DAY_US, mid)), 700),
+                    (Some((mid - 600_000_000, mid + 17)), 30_000),
+                ] {
+                    let got = store
+                        .recent(ws, filter.clone(), window, limit)
+                        .await
+                        .unwrap();
+                    out.push(format!("{ws} {filter:?} {window:?} {limit}: {got:?}"));
+                }
+            }
+            let usage = store
+                .usage(
+                    ws,
+                    (DAY * DAY_US, (DAY + 1) * DAY_US),
+                    UsageFilter::default(),
+                    vec![GroupDim::Model],
+                )
+                .await
+                .unwrap();
+            // Counts and tokens (a sketch's float sum depends on the order it was merged in).
+            let sums = |r: &laptime_core::rollup::Rollup| {
+                (r.requests, r.errors, r.input_tokens, r.output_tokens)
+            };
+            let groups: Vec<_> = usage.groups.iter().map(|(k, r)| (k, sums(r))).collect();
+            out.push(format!("{ws} usage: {:?} {groups:?}", sums(&usage.total)));
+            for id in ids {
+                let got = store.record(ws, id).await.unwrap();
+                out.push(format!("{ws} {id}: {got:?}"));
+            }
+        }
+        out
+    }
+
     async fn store() -> (crate::testing::PgSchema, Store, deadpool_postgres::Object) {
         let schema = crate::testing::PgSchema::create().await.unwrap();
         let store = Store::open_postgres(schema.url()).await.unwrap();
@@ -190,22 +382,18 @@ mod tests {
         (schema, store, c)
     }
 
-    async fn texts(c: &ClientWrapper, sql: &str) -> Vec<String> {
-        let rows = c.query(sql, &[]).await.unwrap();
-        rows.iter().map(|r| r.get::<_, String>(0)).collect()
+    async fn count(c: &ClientWrapper, sql: &str) -> i64 {
+        c.query_one(sql, &[]).await.unwrap().get(0)
     }
-
-    const PKEY_BYTES: &str = "SELECT pg_relation_size('requests_p20241004_pkey')::text";
 
     /// The day after `DAY` is whole once its grace has passed.
     fn after_grace() -> i64 {
         (DAY + 1) * DAY_US + GRACE_US
     }
 
-    /// One pass at `now_us`: the partition it packed.
-    async fn pass(c: &mut ClientWrapper, now_us: i64) -> Option<String> {
-        let packed = pack_one_finished_day(c, now_us, PASS_LIMIT).await.unwrap();
-        packed.map(|p| p.partition)
+    /// One pass at `now_us`.
+    async fn pass(c: &mut ClientWrapper, now_us: i64) -> Option<Packed> {
+        pack_one_finished_day(c, now_us, PASS_LIMIT).await.unwrap()
     }
 
     /// Whether another session can take the packing lock at once (it lets go again).
@@ -224,82 +412,165 @@ mod tests {
         taken
     }
 
-    /// A finished day's indexes are rebuilt full, once, and cleared of what a rebuild cut short
-    /// left; its rows read back as before, and the day still being written is left alone.
+    const ROWS: &str = "SELECT count(*) FROM requests_p20241004";
+    const BLOCKED: &str = "SELECT COALESCE(sum(n), 0)::int8 FROM request_blocks";
+
+    /// A finished day goes into blocks once (what must stay rows stays), its partition shrinks,
+    /// and every read of it answers as before: each log filter and window, usage, each id,
+    /// another workspace's id. The day still being written is left alone.
     #[tokio::test]
-    async fn a_finished_days_indexes_are_packed_once_and_its_rows_read_the_same() {
+    async fn a_finished_day_packed_into_blocks_reads_back_as_its_rows_did() {
         let (_schema, store, mut c) = store().await;
-        let mut records = interleaved(20_000);
+        let mut records = day(6_000);
         records.push(sample("today", "ws", (DAY + 1) * DAY_US + 5));
         store.insert_batch(records.clone()).await.unwrap();
-        let before = store
-            .recent("ws", Default::default(), None, 50)
-            .await
-            .unwrap();
-        // A unique index built concurrently over duplicates fails and stays, invalid, as a
-        // `REINDEX CONCURRENTLY` that was cut short leaves its new indexes.
-        let failed = c
-            .batch_execute(
-                "CREATE UNIQUE INDEX CONCURRENTLY requests_p20241004_ccnew
-                 ON requests_p20241004 (workspace_id)",
-            )
-            .await;
-        assert!(failed.is_err());
-        let invalid = "SELECT ic.relname::text FROM pg_index x JOIN pg_class ic
-                       ON ic.oid = x.indexrelid
-                       WHERE x.indrelid = 'requests_p20241004'::regclass AND NOT x.indisvalid";
-        assert_eq!(texts(&c, invalid).await, ["requests_p20241004_ccnew"]);
+        let ids: Vec<String> = [0, 1, 2, 7, 101, 307, 422, 1_023, 1_024, 3_001, 5_998, 5_999]
+            .iter()
+            .map(|i| records[*i].request_id.clone())
+            .chain([
+                "today".to_string(),
+                "req_00000000000000000000000000000000".into(),
+            ])
+            .collect();
+        let before = reads(&store, &ids).await;
 
-        let pkey_before = texts(&c, PKEY_BYTES).await;
-        let packed = pack_one_finished_day(&mut c, after_grace(), PASS_LIMIT)
-            .await
-            .unwrap()
-            .unwrap();
+        let packed = pass(&mut c, after_grace()).await.unwrap();
+        let packed_n = records.iter().filter(|r| packable(r)).count() as i64;
+        assert!(packed_n > 5_000 && packed_n < 6_000, "{packed_n}");
         assert_eq!(packed.partition, "requests_p20241004");
-        assert!(packed.after_bytes < packed.before_bytes, "{packed:?}");
-        // The primary key's pages, split at half, are packed full (1.14 MB → 0.75 MB).
-        let pkey_after = texts(&c, PKEY_BYTES).await;
-        assert!(
-            pkey_after[0].parse::<i64>().unwrap() * 10 < pkey_before[0].parse::<i64>().unwrap() * 7,
-            "{pkey_before:?} → {pkey_after:?}"
+        assert_eq!(packed.requests as i64, packed_n);
+        // Two workspaces: a block of 512 each, and each one's last part.
+        let per_ws = |ws: &str| {
+            records
+                .iter()
+                .filter(|r| packable(r) && r.workspace_id.as_deref() == Some(ws))
+                .count() as u64
+        };
+        assert_eq!(
+            packed.blocks,
+            per_ws("ws").div_ceil(512) + per_ws("other").div_ceil(512)
         );
-        assert!(texts(&c, invalid).await.is_empty());
-        let analyzed = "SELECT count(*)::text FROM pg_stats WHERE schemaname = current_schema()
-                        AND tablename = 'requests_p20241004' AND attname = 'workspace_id'";
-        assert_eq!(texts(&c, analyzed).await, ["1"]);
-        let options = "SELECT ic.relname::text || ' ' || ic.reloptions::text FROM pg_index x
-                       JOIN pg_class ic ON ic.oid = x.indexrelid
-                       WHERE x.indrelid = 'requests_p20241004'::regclass ORDER BY 1";
-        let options = texts(&c, options).await;
-        assert_eq!(options.len(), 2, "{options:?}");
-        assert!(
-            options.iter().all(|o| o.ends_with("{fillfactor=100}")),
-            "{options:?}"
+        assert!(packed.rewritten, "{packed:?}");
+        assert!(packed.after_bytes * 5 < packed.before_bytes, "{packed:?}");
+        assert_eq!(count(&c, ROWS).await, 6_000 - packed_n);
+        assert_eq!(count(&c, BLOCKED).await, packed_n);
+        assert_eq!(
+            count(&c, "SELECT count(*) FROM requests_p20241005").await,
+            1,
+            "the day still written"
         );
-        let untouched =
-            "SELECT count(*)::text FROM pg_class WHERE relname LIKE 'requests_p20241005%'
-                         AND relnamespace = current_schema()::regnamespace
-                         AND reloptions IS NOT NULL";
-        assert_eq!(texts(&c, untouched).await, ["0"]);
 
+        let after = reads(&store, &ids).await;
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(b, a);
+        }
+        assert_eq!(before.len(), after.len());
+        // Done once: the next pass finds no day due.
+        assert_eq!(pass(&mut c, after_grace()).await, None);
+    }
+
+    /// A record for a request a block holds replaces it, stored once, with the rollups of its
+    /// minute rebuilt as if it had been written over a row; a replayed one that is stored
+    /// already (in a block) is left as it is; a new record of the packed day goes in beside the
+    /// blocks. Every read then answers as that of a store that never packed.
+    #[tokio::test]
+    async fn late_records_for_a_packed_day_are_stored_once_with_their_rollups_right() {
+        let (_schema, store, mut c) = store().await;
+        let (_plain_schema, plain, _) = self::store().await;
+        let records = day(3_000);
+        store.insert_batch(records.clone()).await.unwrap();
+        plain.insert_batch(records.clone()).await.unwrap();
+        assert!(pass(&mut c, after_grace()).await.unwrap().requests > 2_000);
+
+        let mut replaced = records[1_234].clone();
+        assert!(packable(&replaced));
+        replaced.model = Some("m-late".into());
+        replaced.tokens.output = Some(999);
+        let created = DAY * DAY_US + 20_000_000_000 + 3;
+        let fresh = sample(&made_at(created, 77_777), "ws", created);
+        for s in [&store, &plain] {
+            // Alone (the fast path finds it in a block), then again with a new one.
+            s.insert_batch(vec![replaced.clone()]).await.unwrap();
+            s.insert_batch(vec![replaced.clone(), fresh.clone()])
+                .await
+                .unwrap();
+        }
+        assert_eq!(count(&c, BLOCKED).await + count(&c, ROWS).await, 3_001);
+        let replayed = records[2_001].clone();
+        assert!(packable(&replayed));
+        let newer = sample(&made_at(created + 9, 88_888), "ws", created + 9);
+        for s in [&store, &plain] {
+            let written = s
+                .insert_absent(vec![replayed.clone(), newer.clone()])
+                .await
+                .unwrap();
+            assert_eq!(written, vec![newer.request_id.clone()]);
+        }
+        let ids =
+            [&replaced, &fresh, &replayed, &newer, &records[1_235]].map(|r| r.request_id.clone());
+        assert_eq!(
+            store.record("ws", &replaced.request_id).await.unwrap(),
+            Some(replaced.clone())
+        );
+        let (got, want) = (reads(&store, &ids).await, reads(&plain, &ids).await);
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g, w);
+        }
+        assert_eq!(count(&c, BLOCKED).await + count(&c, ROWS).await, 3_002);
+    }
+
+    /// Retention through a packed day counts and deletes each request before its cutoff once,
+    /// through the middle of a block, and keeps the rest readable.
+    #[tokio::test]
+    async fn retention_cuts_through_a_block_and_counts_each_request_once() {
+        let (_schema, store, mut c) = store().await;
+        let records = day(4_000);
+        store.insert_batch(records.clone()).await.unwrap();
+        pass(&mut c, after_grace()).await.unwrap();
+        let cutoff = records[1_300].created_at_us;
+        let before = records.iter().filter(|r| r.created_at_us < cutoff).count();
+        assert_eq!(store.delete_older_than(cutoff, 100).await.unwrap(), before);
+        let kept = store
+            .recent("ws", UsageFilter::default(), None, 10_000)
+            .await
+            .unwrap();
+        let want: Vec<&String> = records
+            .iter()
+            .rev()
+            .filter(|r| r.created_at_us >= cutoff && r.workspace_id.as_deref() == Some("ws"))
+            .map(|r| &r.request_id)
+            .collect();
+        let mut kept: Vec<&String> = kept.iter().map(|r| &r.request_id).collect();
+        let mut want = want;
+        kept.sort();
+        want.sort();
+        assert_eq!(kept, want);
         assert_eq!(
             store
-                .recent("ws", Default::default(), None, 50)
+                .record("ws", &records[1_299].request_id)
                 .await
                 .unwrap(),
-            before
+            None
         );
-        for r in [&records[0], &records[12_345], &records[19_999]] {
-            let got = store.record("ws", &r.request_id).await.unwrap();
-            assert_eq!(got.as_ref().map(|g| &g.request_id), Some(&r.request_id));
-        }
-        // Done once: the next pass finds no day due, and a late record still goes in.
-        assert_eq!(pass(&mut c, after_grace()).await, None);
-        store
-            .insert_batch(vec![sample("late", "ws", DAY * DAY_US + 7)])
+        assert!(store
+            .record("ws", &records[1_301].request_id)
             .await
-            .unwrap();
-        assert!(store.record("ws", "late").await.unwrap().is_some());
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            count(&c, BLOCKED).await + count(&c, ROWS).await,
+            (4_000 - before) as i64
+        );
+        // The whole day: its partition goes, with its blocks.
+        let rest = 4_000 - before;
+        assert_eq!(
+            store
+                .delete_older_than((DAY + 1) * DAY_US, 100)
+                .await
+                .unwrap(),
+            rest
+        );
+        assert_eq!(count(&c, "SELECT count(*) FROM request_blocks").await, 0);
     }
 
     /// A day is packed only once its grace has passed, and by one instance at a time: one that
@@ -322,54 +593,42 @@ mod tests {
             .batch_execute(&format!("SELECT pg_advisory_unlock({LOCK_KEY})"))
             .await
             .unwrap();
-        let packed = pass(&mut c, after_grace()).await;
-        assert_eq!(packed.as_deref(), Some("requests_p20241004"));
+        let packed = pass(&mut c, after_grace()).await.unwrap();
+        assert_eq!(packed.partition, "requests_p20241004");
+        // Ids the gateway did not make stay rows.
+        assert_eq!((packed.requests, packed.blocks), (0, 0));
         assert!(lock_is_free(&other).await, "the pass let go of its lock");
     }
 
-    /// A pass held up by an older transaction (a backup's, say) gives up at its limit, lets go
-    /// of its lock and its timeout; once that transaction ends, the next pass drops what the
-    /// cut rebuild left and packs the day.
+    /// A transaction older than the pack still reads the day's rows after it, so the pass
+    /// leaves the rewrite (which would keep them all) once it has waited its limit; once that
+    /// transaction ends, the next pass rewrites the partition without packing again.
     #[tokio::test]
-    async fn a_pass_held_up_by_an_older_transaction_gives_up_at_its_limit_and_the_next_packs() {
+    async fn a_rewrite_an_older_transaction_holds_back_is_done_by_the_next_pass() {
         let (schema, store, mut c) = store().await;
-        store.insert_batch(interleaved(1_000)).await.unwrap();
+        store.insert_batch(day(1_000)).await.unwrap();
         let config: tokio_postgres::Config = schema.url().parse().unwrap();
         let older = crate::pg::connect(&config).await.unwrap();
         older
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM names")
             .await
             .unwrap();
-        // Long enough for the rebuild to reach its wait (past making its new indexes) on a
-        // busy machine, short for a test.
-        let cut = pack_one_finished_day(&mut c, after_grace(), Duration::from_secs(2)).await;
-        match cut {
-            Err(crate::StoreError::Postgres(e)) => {
-                assert_eq!(
-                    e.code(),
-                    Some(&tokio_postgres::error::SqlState::QUERY_CANCELED)
-                )
-            }
-            other => panic!("{other:?}"),
-        }
-        let timeout: String = c
-            .query_one("SHOW statement_timeout", &[])
+        let first = pack_one_finished_day(&mut c, after_grace(), Duration::from_secs(1))
             .await
             .unwrap()
-            .get(0);
-        assert_eq!(timeout, "0");
-        let invalid = "SELECT count(*)::text FROM pg_index x
-                       WHERE x.indrelid = 'requests_p20241004'::regclass AND NOT x.indisvalid";
-        // The cut rebuild left its two new indexes behind, invalid.
-        assert_eq!(texts(&c, invalid).await, ["2"]);
+            .unwrap();
+        assert!(first.requests > 900 && !first.rewritten, "{first:?}");
+        let seen: i64 = older.query_one(ROWS, &[]).await.unwrap().get(0);
+        assert_eq!(seen, 1_000);
+        let blocks: i64 = older.query_one(BLOCKED, &[]).await.unwrap().get(0);
+        assert_eq!(blocks, 0);
         older.batch_execute("COMMIT").await.unwrap();
-        assert!(
-            lock_is_free(&older).await,
-            "the cut pass let go of its lock"
-        );
 
-        let packed = pass(&mut c, after_grace()).await;
-        assert_eq!(packed.as_deref(), Some("requests_p20241004"));
-        assert_eq!(texts(&c, invalid).await, ["0"]);
+        let second = pass(&mut c, after_grace()).await.unwrap();
+        assert_eq!((second.requests, second.blocks), (0, 0));
+        assert!(second.rewritten, "{second:?}");
+        assert!(second.after_bytes * 5 < second.before_bytes, "{second:?}");
+        assert_eq!(pass(&mut c, after_grace()).await, None);
+        assert_eq!(count(&c, BLOCKED).await, first.requests as i64);
     }
 }

@@ -9,7 +9,8 @@
 //! ([`super::records::insert_batch`]), which stores each request once. So the primary key keeps
 //! every request stored exactly once whichever path wrote it; this one only skips the per-row
 //! conflict check (and the `RETURNING` list) that the common case, a batch of new requests,
-//! does not need.
+//! does not need. A request a block holds is not in the key: after its `COPY` the batch asks
+//! the blocks of its time, and goes the same way when one holds a request of it.
 
 use std::collections::HashMap;
 
@@ -33,7 +34,8 @@ use laptime_core::rollup::Rollup;
 pub(super) enum Copied {
     /// Every row, its rollups and its spend are committed.
     Written,
-    /// A row's request is stored already (or repeats in the batch): nothing was written.
+    /// A row's request is stored already (as a row or in a block, see [`super::blocks`]) or
+    /// repeats in the batch: nothing was written.
     Stored,
 }
 
@@ -56,6 +58,11 @@ pub(super) async fn write(
             return Ok(Copied::Stored);
         }
         Err(e) => return Err(e),
+    }
+    // The insert holds its days' partitions: a day packed before shows its blocks now.
+    if !super::blocks::held(&tx, records).await?.is_empty() {
+        tx.rollback().await?;
+        return Ok(Copied::Stored);
     }
     merge_into(&tx, delta, keys).await?;
     super::budgets::apply(&tx, &crate::budgets::delta(records, &[], zone)).await?;

@@ -19,6 +19,7 @@
 
 pub mod affinity;
 pub mod auth;
+mod blocks;
 pub mod budgets;
 pub mod compact;
 mod copy;

@@ -39,7 +39,7 @@ pub const DAY_US: i64 = 86_400_000_000;
 /// packed fields. Rows written before schema v9 hold each field in its column and no packed
 /// value; newer rows hold only [`COLUMNS`], and NULL in the others (a bit of the row's null
 /// map each).
-const READ_COLUMNS: [&str; 63] = [
+pub(super) const READ_COLUMNS: [&str; 63] = [
     "request_id",
     "created_at_us",
     "workspace_id",
@@ -136,10 +136,15 @@ pub(super) const COLUMNS: [&str; 22] = [
     "instance_code",
 ];
 
-/// `SELECT <every column> FROM requests` (the workspace as its text), then the names of the set
-/// a row refers to and the texts of its key and instance codes ([`super::names`], read by
-/// [`from_row`]).
+/// `SELECT <every column> FROM requests`: see [`select_list`].
 pub(crate) fn select() -> String {
+    format!("SELECT {} FROM requests", select_list())
+}
+
+/// Every column of a row (the workspace as its text), then the names of the set it refers to
+/// and the texts of its key and instance codes ([`super::names`], read by [`from_row`]), of a
+/// table named `requests`: the rows, or the rows of blocks ([`super::blocks::source`]).
+pub(crate) fn select_list() -> String {
     let columns: Vec<String> = READ_COLUMNS
         .iter()
         .map(|c| match *c {
@@ -148,7 +153,7 @@ pub(crate) fn select() -> String {
         })
         .collect();
     format!(
-        "SELECT {}, {}, {}, {} FROM requests",
+        "{}, {}, {}, {}",
         columns.join(", "),
         names::SET_NAMES,
         names::text_of("key_code"),
@@ -161,6 +166,8 @@ pub(crate) fn select() -> String {
 const SET_NAMES: usize = READ_COLUMNS.len();
 const KEY_CODE: usize = SET_NAMES + 1;
 const INSTANCE_CODE: usize = SET_NAMES + 2;
+/// The position of `seq` in a row of a query that reads it after [`select_list`].
+pub(super) const SEQ: usize = SET_NAMES + 3;
 
 /// One value of a row, typed as its column; text borrowed from the record where it can be.
 pub(super) enum Val<'a> {
@@ -518,7 +525,7 @@ impl Partitions {
 }
 
 /// The partition name of `day`: `requests_p20261201`.
-fn partition_name(day: i64) -> String {
+pub(super) fn partition_name(day: i64) -> String {
     let date = time::OffsetDateTime::from_unix_timestamp(day.saturating_mul(86_400))
         .map(|t| t.date())
         .unwrap_or(time::Date::MIN);
@@ -662,6 +669,8 @@ async fn write_replacing(
     zone: &Zone,
 ) -> Result<()> {
     let tx = c.transaction().await?;
+    super::blocks::lock_days(&tx, records).await?;
+    super::blocks::unpack_holding(&tx, records).await?;
     let (records, inserted) = dedup_and_insert(&tx, records, sets).await?;
     let mut rebuild: HashSet<RollupKey> = HashSet::new();
     let mut olds = Vec::new();
@@ -737,10 +746,13 @@ async fn write_absent(
     zone: &Zone,
 ) -> Result<Vec<String>> {
     let tx = c.transaction().await?;
+    super::blocks::lock_days(&tx, records).await?;
+    let held = super::blocks::held(&tx, records).await?;
     let mut seen = HashSet::new();
     let first: Vec<RequestRecord> = records
         .iter()
         .filter(|r| seen.insert((r.request_id.as_str(), r.created_at_us)))
+        .filter(|r| !held.contains(&(crate::stored_id::pg_key(&r.request_id), r.created_at_us)))
         .cloned()
         .collect();
     let inserted = insert_rows(&tx, &first, sets).await?;
@@ -781,10 +793,12 @@ pub async fn get(
     );
     let stmt = c.prepare_cached(&sql).await?;
     let id = crate::stored_id::pg_key(request_id);
-    match c.query_opt(&stmt, &[&workspace_id, &id]).await? {
-        Some(row) => Ok(Some(from_row(&row)?)),
-        None => Ok(None),
-    }
+    let row = match c.query_opt(&stmt, &[&workspace_id, &id]).await? {
+        Some(row) => Some(from_row(&row)?),
+        None => None,
+    };
+    let block = super::blocks::get(c, workspace_id, request_id).await?;
+    Ok(row.into_iter().chain(block).max_by_key(|r| r.created_at_us))
 }
 
 /// The request partitions of days, as (day, name, comment). A name is one [`partition_day`]
@@ -813,10 +827,11 @@ pub(crate) async fn day_partitions(
     Ok(out)
 }
 
-/// Retention: drops the partitions of days wholly before `cutoff_us`, deletes the older rows
-/// left in the partition holding it in transactions of at most `batch` rows, and the rollups
-/// of every minute that ends at or before it (see [`super::rollups::delete_before`]); returns
-/// how many records went.
+/// Retention: drops the partitions of days wholly before `cutoff_us` with their blocks, takes a
+/// block across it back into rows and deletes those before it ([`super::blocks`]), deletes the
+/// older rows left in the partition holding it in transactions of at most `batch` rows, and the
+/// rollups of every minute that ends at or before it (see [`super::rollups::delete_before`]);
+/// returns how many records went.
 pub async fn delete_older_than(
     c: &mut deadpool_postgres::ClientWrapper,
     cutoff_us: i64,
@@ -845,10 +860,23 @@ pub async fn delete_older_than(
                 .await?
                 .try_get(0)?;
             tx.batch_execute(&format!("DROP TABLE {name}")).await?;
-            deleted += n.max(0) as u64;
+            let from = day.saturating_mul(DAY_US);
+            let blocks: i64 = tx
+                .query_one(
+                    "WITH gone AS (DELETE FROM request_blocks
+                                   WHERE last_us >= $1 AND last_us < $2 RETURNING n)
+                     SELECT COALESCE(sum(n), 0)::int8 FROM gone",
+                    &[&from, &from.saturating_add(DAY_US)],
+                )
+                .await?
+                .try_get(0)?;
+            deleted += n.max(0) as u64 + blocks.max(0) as u64;
         }
         tx.commit().await?;
     }
+    let tx = c.transaction().await?;
+    deleted += super::blocks::delete_before(&tx, cutoff_us).await?;
+    tx.commit().await?;
     loop {
         let n = c
             .execute(

@@ -83,6 +83,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     sql(V14),
     sql(V15),
+    sql(V16),
 ];
 
 /// The schema version this build writes.
@@ -500,6 +501,46 @@ const V15: &str = r#"
     DROP TRIGGER IF EXISTS limits_auth_epoch ON limits;
     CREATE TRIGGER limits_auth_epoch AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON limits
         FOR EACH STATEMENT EXECUTE FUNCTION auth_epoch_moves();
+"#;
+
+/// Finished days of the request log as blocks ([`super::blocks`]): a row per 512 requests of a
+/// workspace, each column of a request row as an array (but the workspace, the block's own),
+/// with `seq`, and the first and last request's order to find a block by. Not partitioned: a
+/// day is a few hundred blocks to a few thousand, which retention deletes as cheaply as it
+/// would drop them. The primary key serves the log's reads (a workspace's blocks newest
+/// first), `last_us` the writers' and retention's (the blocks that reach a time).
+const V16: &str = r#"
+    CREATE TABLE IF NOT EXISTS request_blocks (
+        workspace_id INTEGER NOT NULL,
+        first_us BIGINT NOT NULL,
+        first_seq BIGINT NOT NULL,
+        last_us BIGINT NOT NULL,
+        n INTEGER NOT NULL,
+        request_id BYTEA[] NOT NULL,
+        created_at_us BIGINT[] NOT NULL,
+        model TEXT[] NOT NULL,
+        provider TEXT[] NOT NULL,
+        channel TEXT[] NOT NULL,
+        grp TEXT[] NOT NULL,
+        dialect TEXT[] NOT NULL,
+        stream BOOLEAN[] NOT NULL,
+        status INTEGER[] NOT NULL,
+        outcome SMALLINT[] NOT NULL,
+        classification SMALLINT[] NOT NULL,
+        endpoint TEXT[] NOT NULL,
+        input_tokens BIGINT[] NOT NULL,
+        max_output_tokens BIGINT[] NOT NULL,
+        reasoning_effort TEXT[] NOT NULL,
+        tool_count BIGINT[] NOT NULL,
+        region TEXT[] NOT NULL,
+        packed BYTEA[] NOT NULL,
+        name_set INTEGER[] NOT NULL,
+        key_code INTEGER[] NOT NULL,
+        instance_code INTEGER[] NOT NULL,
+        seq BIGINT[] NOT NULL,
+        PRIMARY KEY (workspace_id, first_us, first_seq)
+    );
+    CREATE INDEX IF NOT EXISTS request_blocks_last ON request_blocks (last_us);
 "#;
 
 /// The SQL that rewrites every request row into v13's forms: one `ALTER TABLE`, so one rewrite

@@ -11,7 +11,7 @@ use laptime_core::timeline::RequestRecord;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::records::{from_row, select};
+use super::records::{from_row, select_list, SEQ};
 use super::rollups::FOLDED_BEFORE;
 use crate::rollups::{floor_hour, Tier, HOUR_US};
 use crate::usage::{
@@ -301,7 +301,8 @@ pub async fn recent_filtered(
             .await?
             .map(|r| r.try_get(0))
             .transpose()?;
-        let (probed, left) = guide::probe(window, boundary);
+        let in_blocks = super::blocks::probe(c, workspace_id, window, look).await?;
+        let (probed, left) = guide::probe(window, boundary.max(in_blocks));
         let before = out.len();
         recent_rows(
             c,
@@ -393,7 +394,8 @@ async fn walk(
 }
 
 /// Appends the newest records of a workspace matching `filter` within `window` to `out`, at
-/// most `limit`, walking the workspace's index newest first.
+/// most `limit`: those of rows, walking the workspace's index newest first, merged with those
+/// of blocks ([`super::blocks::recent`]) that could be newer than the `limit`-th row.
 async fn recent_rows(
     c: &impl GenericClient,
     workspace_id: &str,
@@ -402,36 +404,54 @@ async fn recent_rows(
     limit: u32,
     out: &mut Vec<RequestRecord>,
 ) -> Result<()> {
-    let mut sql = format!(
-        "{} WHERE true{}",
-        select(),
-        super::names::code_equals("workspace_id", "$1")
-    );
-    let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(workspace_id.to_string())];
-    if let Some((from, to)) = window {
-        values.push(Box::new(from));
-        values.push(Box::new(to));
-        sql.push_str(" AND created_at_us >= $2 AND created_at_us < $3");
-    }
+    let (from, to) = window.unwrap_or((i64::MIN, i64::MAX));
+    let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![
+        Box::new(workspace_id.to_string()),
+        Box::new(from),
+        Box::new(to),
+    ];
+    let mut conditions = String::from(" AND created_at_us >= $2 AND created_at_us < $3");
     let filters = push_filter(
         filter,
         Absent::Null,
-        &mut sql,
+        &mut conditions,
         values.len(),
         '$',
         NameForm::PgSets,
     );
     values.extend(filters.into_iter().map(bound));
-    values.push(Box::new(i64::from(limit)));
-    sql.push_str(&format!(
-        " ORDER BY created_at_us DESC, seq DESC LIMIT ${}",
-        values.len()
-    ));
-    let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as _).collect();
+    let sql = format!(
+        "SELECT {}, requests.seq FROM requests WHERE true{}{} \
+         ORDER BY created_at_us DESC, seq DESC LIMIT ${}",
+        select_list(),
+        super::names::code_equals("workspace_id", "$1"),
+        conditions,
+        values.len() + 1
+    );
     let stmt = c.prepare_cached(&sql).await?;
-    for row in c.query(&stmt, &params).await? {
-        out.push(from_row(&row)?);
+    let mut found = Vec::new();
+    {
+        let limit = i64::from(limit);
+        let mut params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as _).collect();
+        params.push(&limit);
+        for row in c.query(&stmt, &params).await? {
+            found.push((from_row(&row)?, row.try_get::<_, i64>(SEQ)?));
+        }
     }
+    // Blocks that end before the `limit`-th row hold nothing the answer keeps.
+    let reach = match limit.checked_sub(1).and_then(|i| found.get(i as usize)) {
+        Some((r, _)) => from.max(r.created_at_us),
+        None => from,
+    };
+    let q = super::blocks::Query {
+        conditions: &conditions,
+        values: &values,
+        window: (reach, to),
+        limit,
+    };
+    super::blocks::recent(c, &q, &mut found).await?;
+    found.sort_by_key(|(r, seq)| std::cmp::Reverse((r.created_at_us, *seq)));
+    out.extend(found.into_iter().take(limit as usize).map(|(r, _)| r));
     Ok(())
 }
 
