@@ -729,7 +729,9 @@ impl Raw {
             Raw::Postgres(c) => {
                 let r = c
                     .query_one(
-                        "SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM rollups),
+                        "SELECT (SELECT count(*) FROM requests)
+                                + (SELECT coalesce(sum(n), 0) FROM request_blocks)::int8,
+                            (SELECT count(*) FROM rollups),
                             (SELECT coalesce(sum(length(data)), 0)::int8 FROM rollups),
                             (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::int8
                                FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace
@@ -820,12 +822,18 @@ impl Raw {
                 let stored = "COALESCE((SELECT code FROM names WHERE name = ?1), ?1)";
                 Ok(c.query_row(&format!("{sql} {stored}"), [ws], |r| r.get(0))?)
             })?,
-            // PostgreSQL's too, from its own names table.
+            // PostgreSQL's too, from its own names table; a packed day's are in blocks.
             Raw::Postgres(c) => {
                 let stored = "(SELECT id FROM names WHERE value = $1)";
-                c.query_one(&format!("{sql} {stored}"), &[&ws])
-                    .await?
-                    .get(0)
+                let blocks = format!(
+                    "SELECT max(last_us) FROM request_blocks WHERE workspace_id = {stored}"
+                );
+                c.query_one(
+                    &format!("SELECT GREATEST(({sql} {stored}), ({blocks}))"),
+                    &[&ws],
+                )
+                .await?
+                .get(0)
             }
         })
     }
@@ -840,7 +848,7 @@ async fn query(
 ) -> Result<(), Box<dyn Error>> {
     let (rows, rollups, rollup_bytes, db_bytes, request_bytes) = raw.sizes().await?;
     println!(
-        "store: {rows} rows, {rollups} rollup rows ({:.1} MB of rollups, {:.0} B each), database {:.0} MB ({:.2} GB per million rows){}",
+        "store: {rows} requests, {rollups} rollup rows ({:.1} MB of rollups, {:.0} B each), database {:.0} MB ({:.2} GB per million rows){}",
         rollup_bytes as f64 / 1e6,
         rollup_bytes as f64 / rollups.max(1) as f64,
         db_bytes as f64 / 1e6,
