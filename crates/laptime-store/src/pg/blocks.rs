@@ -355,12 +355,28 @@ pub(super) async fn held(
     let (Some(first), Some(last)) = (times.clone().min(), times.max()) else {
         return Ok(HashSet::new());
     };
+    // A block lies within a day: one that reaches `first` ends before a day after `last`.
+    let before = last.saturating_add(DAY_US);
+    // Asked first without the batch's ids: binding them cost 3 ms a batch of 8,000, and a
+    // batch of the current day meets no block.
+    let any = c
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM request_blocks
+                            WHERE last_us >= $1 AND last_us < $2 AND first_us <= $3)",
+        )
+        .await?;
+    if !c
+        .query_one(&any, &[&first, &before, &last])
+        .await?
+        .try_get::<_, bool>(0)?
+    {
+        return Ok(HashSet::new());
+    }
     let ids: Vec<Vec<u8>> = records
         .iter()
         .map(|r| crate::stored_id::pg_key(&r.request_id))
         .collect();
     let created: Vec<i64> = records.iter().map(|r| r.created_at_us).collect();
-    // A block lies within a day: one that reaches `first` ends before a day after `last`.
     let stmt = c
         .prepare_cached(
             "SELECT u.id, u.created FROM request_blocks b
@@ -370,7 +386,6 @@ pub(super) async fn held(
                AND (u.id, u.created) IN (SELECT * FROM unnest($4::bytea[], $5::int8[]))",
         )
         .await?;
-    let before = last.saturating_add(DAY_US);
     c.query(&stmt, &[&first, &before, &last, &ids, &created])
         .await?
         .iter()
