@@ -438,9 +438,8 @@ impl Store {
         .await
     }
 
-    /// Packs the request indexes of one day that has ended (see [`pg::compact`]); `None` when
-    /// no day is due. PostgreSQL only: SQLite's indexes are written by one process, which met
-    /// the size target without it.
+    /// Packs the requests of one day that has ended into blocks (see [`pg::compact`]); `None`
+    /// when no day is due. PostgreSQL only: SQLite met the size target without it.
     pub async fn pack_one_finished_day(&self, now_us: i64) -> Result<Option<pg::compact::Packed>> {
         match &self.backend {
             Backend::Postgres(pg) => pg.pack_one_finished_day(now_us).await,

@@ -3,8 +3,8 @@
 //! B is refused by A (within the principal cache's second, proved under paused time in
 //! laptime-proxy's auth tests), and `usage` answers the same from both. Both start on an
 //! empty database at once: both come up, the migrations are applied once, one admin token is
-//! made. A store outage under load loses nothing; a retention pass packs a finished day's
-//! request indexes. Real binaries, real sockets, the real PostgreSQL server (a schema of its
+//! made. A store outage under load loses nothing; a retention pass packs a finished day into
+//! blocks, which read back. Real binaries, real sockets, the real PostgreSQL server (a schema of its
 //! own).
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
@@ -399,18 +399,26 @@ async fn a_store_outage_of_five_seconds_under_200_requests_per_second_loses_noth
     assert_eq!(usage.total.requests, total as u64);
 }
 
-/// A gateway's retention pass packs the request indexes of a day that has ended (rebuilt full,
-/// marked done) and leaves the day still being written alone.
+/// A gateway's retention pass packs a day that has ended into blocks (its partition rewritten,
+/// marked done), leaves the day still being written alone, and the request log reads a packed
+/// request back as it was.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_retention_pass_packs_a_finished_days_request_indexes() {
+async fn the_retention_pass_packs_a_finished_day_into_blocks_that_read_back() {
     let schema = PgSchema::create().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file_with(dir.path(), "a", schema.url(), "retention_interval_s = 1\n");
     let gw = start_with(&cfg);
     let http = reqwest::Client::new();
-    assert_eq!(chat(&http, &gw.base, TOKEN).await.status(), 200);
+    let resp = chat(&http, &gw.base, TOKEN).await;
+    assert_eq!(resp.status(), 200);
+    let id = resp.headers()["x-laptime-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let served = stored(&http, format!("{}/api/requests/{id}", gw.base)).await;
 
-    // A day three days back, as the store names and bounds its partitions.
+    // The same request three days back (the time in its id with it), in that day's partition,
+    // made in one transaction so that no pass finds the day empty first.
     let config: tokio_postgres::Config = schema.url().parse().unwrap();
     let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
@@ -424,14 +432,26 @@ async fn the_retention_pass_packs_a_finished_days_request_indexes() {
         u8::from(date.month()),
         date.day()
     );
+    let shift = 3 * day_us;
     client
         .batch_execute(&format!(
-            "CREATE TABLE {old} PARTITION OF requests FOR VALUES FROM ({}) TO ({})",
+            "BEGIN;
+             CREATE TABLE {old} PARTITION OF requests FOR VALUES FROM ({}) TO ({});
+             CREATE TEMP TABLE moved AS SELECT * FROM requests;
+             UPDATE moved SET created_at_us = created_at_us - {shift},
+                 request_id = '\\x00'::bytea
+                     || substring(int8send(('x' || encode(substring(request_id FROM 2 FOR 6),
+                            'hex'))::bit(48)::int8 - {shift} / 1000) FROM 3 FOR 6)
+                     || substring(request_id FROM 8);
+             INSERT INTO requests SELECT * FROM moved;
+             COMMIT;",
             day * day_us,
             (day + 1) * day_us
         ))
         .await
         .unwrap();
+    let ms = i64::from_str_radix(&id[4..16], 16).unwrap() - shift / 1000;
+    let moved = format!("req_{ms:012x}{}", &id[16..]);
 
     let comment = |table: String| {
         let client = &client;
@@ -447,14 +467,24 @@ async fn the_retention_pass_packs_a_finished_days_request_indexes() {
         }
     };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while comment(old.clone()).await.is_none() {
+    while comment(old.clone()).await.as_deref() != Some("laptime: blocks, rewritten") {
         assert!(Instant::now() < deadline, "{old} was never packed");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let count = |sql: String| {
+        let client = &client;
+        async move { client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    assert_eq!(count(format!("SELECT count(*) FROM {old}")).await, 0);
     assert_eq!(
-        comment(old.clone()).await.as_deref(),
-        Some("laptime: indexes packed")
+        count("SELECT sum(n)::int8 FROM request_blocks".into()).await,
+        1
     );
+    let packed = stored(&http, format!("{}/api/requests/{moved}", gw.base)).await;
+    assert_eq!(packed["request_id"], moved.as_str(), "{packed}");
+    for field in ["model", "outcome", "output_tokens", "instance", "status"] {
+        assert_eq!(packed[field], served[field], "{field}: {packed} {served}");
+    }
     let today = client
         .query_one(
             "SELECT string_agg(obj_description(c.oid, 'pg_class'), ',')

@@ -2,10 +2,11 @@
 //! in the log's order (`created_at_us, seq`), in one row of `request_blocks` that holds an
 //! array for each column of a request row.
 //!
-//! Why: a request as a row pays fixed parts whatever it holds (a 24-byte header with its null
-//! map, a line pointer, an entry in each of two indexes): at 10 M requests the rows took 210 B
-//! a request, the primary key 50 B and the workspace index 41 B. A block pays them once for
-//! 512 requests, and its arrays, stored out of line, compress (see the README's sizing). Only
+//! Why: a request as a row pays fixed parts whatever it holds (a header of about 32 bytes with
+//! its null map, a line pointer, an entry in each of two indexes): at 10 M requests the rows
+//! took 210 B a request, the primary key 50 B and the workspace index 41 B. A block pays them
+//! once for 512 requests, and its arrays, stored out of line, compress (89 B a request at
+//! 10 M; see the README's sizing). Only
 //! days that have ended are packed ([`super::compact`]), each once, so blocks are written once
 //! and the blocks of a workspace never overlap in the log's order.
 //!

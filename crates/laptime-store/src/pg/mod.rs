@@ -10,7 +10,8 @@
 //! - [`rollups`]: the shared rollups, per minute and per hour, folded into by every batch.
 //! - [`usage`]: the usage API's reads from the shared rollups (whole hours from the hour tier).
 //! - [`auth`]: workspaces and hashed tokens.
-//! - [`compact`]: a finished day's request indexes rebuilt full, once.
+//! - [`blocks`]: finished days' requests as blocks of 512 per workspace, read with the rows.
+//! - [`compact`]: a finished day packed into blocks, once, its partition rewritten.
 //!
 //! Reads take a connection from a bounded pool (deadpool) and never wait longer than
 //! [`POOL_WAIT`] for one; the recorder writes on its own connection (see
