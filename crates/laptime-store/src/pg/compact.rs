@@ -519,6 +519,55 @@ mod tests {
         assert_eq!(count(&c, BLOCKED).await + count(&c, ROWS).await, 3_002);
     }
 
+    /// A writer that comes while its day is being packed waits for the packing (its insert
+    /// needs the lock the packer holds), then finds its request in a block: the replacement is
+    /// stored once and reads back.
+    #[tokio::test]
+    async fn a_replacement_written_while_its_day_is_packed_waits_and_is_stored_once() {
+        let (_schema, store, mut c) = store().await;
+        let watcher = store.postgres().unwrap().client().await.unwrap();
+        let records = day(2_000);
+        store.insert_batch(records.clone()).await.unwrap();
+        let mut replaced = records[701].clone();
+        assert!(packable(&replaced));
+        replaced.model = Some("m-late".into());
+
+        // The packer's transaction, held open with the day packed.
+        let tx = c.transaction().await.unwrap();
+        tx.batch_execute("LOCK TABLE requests_p20241004 IN SHARE MODE")
+            .await
+            .unwrap();
+        let (packed, _) = super::super::blocks::pack_partition(&tx, "requests_p20241004")
+            .await
+            .unwrap();
+        assert!(packed > 1_800, "{packed}");
+        let writer = tokio::spawn({
+            let (store, r) = (store.clone(), replaced.clone());
+            async move { store.insert_batch(vec![r]).await }
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let waiting = "SELECT count(*) FROM pg_locks
+                       WHERE relation = 'requests_p20241004'::regclass AND NOT granted";
+        while count(&watcher, waiting).await == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the writer never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tx.commit().await.unwrap();
+        writer.await.unwrap().unwrap();
+
+        assert_eq!(
+            count(&watcher, BLOCKED).await + count(&watcher, ROWS).await,
+            2_000
+        );
+        assert_eq!(
+            store.record("ws", &replaced.request_id).await.unwrap(),
+            Some(replaced)
+        );
+    }
+
     /// Retention through a packed day counts and deletes each request before its cutoff once,
     /// through the middle of a block, and keeps the rest readable.
     #[tokio::test]
