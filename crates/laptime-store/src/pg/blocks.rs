@@ -174,6 +174,13 @@ fn newest_source(picked: &str, conditions: &str, limit: &str) -> String {
 
 const WORKSPACE: &str = "b.workspace_id = (SELECT id FROM names WHERE value = $1)";
 
+/// When the workspace (`$1`) has blocks, the time its newest one ends (a workspace's blocks
+/// never overlap, so the one that begins last), else NULL: one step down the primary key, for
+/// a statement over rows to say whether blocks could hold anything newer.
+pub(super) const NEWEST_END: &str = "(SELECT b.last_us FROM request_blocks b
+    WHERE b.workspace_id = (SELECT id FROM names WHERE value = $1)
+    ORDER BY b.first_us DESC, b.first_seq DESC LIMIT 1)";
+
 /// The condition on a workspace's blocks (`$1`) that they begin no earlier than the newest one
 /// that begins at or before `from` (a parameter): with those after it, the only ones that may
 /// hold a request from `from` on, a workspace's blocks never overlapping. A bound on `first_us`

@@ -519,6 +519,34 @@ mod tests {
         assert_eq!(count(&c, BLOCKED).await + count(&c, ROWS).await, 3_002);
     }
 
+    /// A block that ends at the very microsecond of the log's `limit`-th row still takes part:
+    /// its request there, written after that row, is the newer of the two.
+    #[tokio::test]
+    async fn the_log_reads_a_block_ending_at_its_last_rows_time_in_order() {
+        let (_schema, store, mut c) = store().await;
+        let at = |i: i64| DAY * DAY_US + i * 1_000_000;
+        // Rows that stay rows (ids the gateway did not make), one a second.
+        let rows: Vec<RequestRecord> = (0..60)
+            .map(|i| sample(&format!("imported-{i}"), "ws", at(i)))
+            .collect();
+        store.insert_batch(rows).await.unwrap();
+        // The 50th newest row is at 10 s; a request packed into a block, written later, there.
+        let packed = sample(&made_at(at(10), 1), "ws", at(10));
+        store.insert_batch(vec![packed.clone()]).await.unwrap();
+        let before = store
+            .recent("ws", UsageFilter::default(), None, 50)
+            .await
+            .unwrap();
+        assert_eq!(before[49].request_id, packed.request_id);
+
+        assert_eq!(pass(&mut c, after_grace()).await.unwrap().requests, 1);
+        let after = store
+            .recent("ws", UsageFilter::default(), None, 50)
+            .await
+            .unwrap();
+        assert_eq!(after, before);
+    }
+
     /// A writer that comes while its day is being packed waits for the packing (its insert
     /// needs the lock the packer holds), then finds its request in a block: the replacement is
     /// stored once and reads back.

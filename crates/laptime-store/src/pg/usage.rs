@@ -421,21 +421,24 @@ async fn recent_rows(
     );
     values.extend(filters.into_iter().map(bound));
     let sql = format!(
-        "SELECT {}, requests.seq FROM requests WHERE true{}{} \
+        "SELECT {}, requests.seq, {} FROM requests WHERE true{}{} \
          ORDER BY created_at_us DESC, seq DESC LIMIT ${}",
         select_list(),
+        super::blocks::NEWEST_END,
         super::names::code_equals("workspace_id", "$1"),
         conditions,
         values.len() + 1
     );
     let stmt = c.prepare_cached(&sql).await?;
     let mut found = Vec::new();
+    let mut newest_block_end = None;
     {
         let limit = i64::from(limit);
         let mut params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as _).collect();
         params.push(&limit);
         for row in c.query(&stmt, &params).await? {
             found.push((from_row(&row)?, row.try_get::<_, i64>(SEQ)?));
+            newest_block_end = Some(row.try_get::<_, Option<i64>>(SEQ + 1)?);
         }
     }
     // Blocks that end before the `limit`-th row hold nothing the answer keeps.
@@ -443,6 +446,15 @@ async fn recent_rows(
         Some((r, _)) => from.max(r.created_at_us),
         None => from,
     };
+    // Known from the rows' statement: the workspace has no block, or none reaching that far
+    // (the newest ends before the `limit`-th row). Asking the blocks anyway cost the log's
+    // newest 50 of the current day a round trip: 0.68 → 0.96 ms at 1 M.
+    let unreached =
+        |end: Option<i64>| end.is_none_or(|end| found.len() == limit as usize && end < reach);
+    if newest_block_end.is_some_and(unreached) {
+        out.extend(found.into_iter().map(|(r, _)| r));
+        return Ok(());
+    }
     let q = super::blocks::Query {
         conditions: &conditions,
         values: &values,
