@@ -360,7 +360,7 @@ pub(super) async fn held(
     records: &[RequestRecord],
 ) -> Result<HashSet<(Vec<u8>, i64)>> {
     let times = records.iter().map(|r| r.created_at_us);
-    let (Some(first), Some(last)) = (times.clone().min(), times.max()) else {
+    let (Some(first), Some(last)) = (times.clone().min(), times.clone().max()) else {
         return Ok(HashSet::new());
     };
     // A block lies within a day: one that reaches `first` ends before a day after `last`.
@@ -384,7 +384,7 @@ pub(super) async fn held(
         .iter()
         .map(|r| crate::stored_id::pg_key(&r.request_id))
         .collect();
-    let created: Vec<i64> = records.iter().map(|r| r.created_at_us).collect();
+    let created: Vec<i64> = times.collect();
     let stmt = c
         .prepare_cached(
             "SELECT u.id, u.created FROM request_blocks b
@@ -419,7 +419,7 @@ pub(super) async fn unpack_holding(tx: &Transaction<'_>, records: &[RequestRecor
 /// Takes every block that ends at or after `from` and begins before `to` back into rows (with
 /// `from == to`: those holding requests on both sides of it), in one statement, so that of two
 /// at once one takes a block.
-async fn unpack(c: &impl GenericClient, from: i64, to: i64) -> Result<u64> {
+async fn unpack(c: &impl GenericClient, from: i64, to: i64) -> Result<()> {
     let stmt = c
         .prepare_cached(&format!(
             "WITH gone AS (DELETE FROM request_blocks
@@ -433,7 +433,8 @@ async fn unpack(c: &impl GenericClient, from: i64, to: i64) -> Result<u64> {
         ))
         .await?;
     let before = to.saturating_add(DAY_US);
-    Ok(c.execute(&stmt, &[&from, &to, &before]).await?)
+    c.execute(&stmt, &[&from, &to, &before]).await?;
+    Ok(())
 }
 
 /// Retention of blocks: takes those holding requests on both sides of `cutoff_us` back into
@@ -441,11 +442,18 @@ async fn unpack(c: &impl GenericClient, from: i64, to: i64) -> Result<u64> {
 /// how many requests the deleted ones held.
 pub(super) async fn delete_before(c: &impl GenericClient, cutoff_us: i64) -> Result<u64> {
     unpack(c, cutoff_us, cutoff_us).await?;
+    delete_ending(c, i64::MIN, cutoff_us).await
+}
+
+/// Deletes the blocks whose last request lies in `[from, to)` (a day's, when its partition is
+/// dropped); returns how many requests they held.
+pub(super) async fn delete_ending(c: &impl GenericClient, from: i64, to: i64) -> Result<u64> {
     let n: i64 = c
         .query_one(
-            "WITH gone AS (DELETE FROM request_blocks WHERE last_us < $1 RETURNING n)
+            "WITH gone AS (DELETE FROM request_blocks
+                           WHERE last_us >= $1 AND last_us < $2 RETURNING n)
              SELECT COALESCE(sum(n), 0)::int8 FROM gone",
-            &[&cutoff_us],
+            &[&from, &to],
         )
         .await?
         .try_get(0)?;

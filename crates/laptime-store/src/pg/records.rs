@@ -861,16 +861,8 @@ pub async fn delete_older_than(
                 .try_get(0)?;
             tx.batch_execute(&format!("DROP TABLE {name}")).await?;
             let from = day.saturating_mul(DAY_US);
-            let blocks: i64 = tx
-                .query_one(
-                    "WITH gone AS (DELETE FROM request_blocks
-                                   WHERE last_us >= $1 AND last_us < $2 RETURNING n)
-                     SELECT COALESCE(sum(n), 0)::int8 FROM gone",
-                    &[&from, &from.saturating_add(DAY_US)],
-                )
-                .await?
-                .try_get(0)?;
-            deleted += n.max(0) as u64 + blocks.max(0) as u64;
+            let to = from.saturating_add(DAY_US);
+            deleted += n.max(0) as u64 + super::blocks::delete_ending(&tx, from, to).await?;
         }
         tx.commit().await?;
     }
