@@ -242,13 +242,28 @@ impl Inflight {
 
     /// Updates a running entry.
     fn update(&self, id: &str, f: impl FnOnce(&mut RequestRecord, &mut Option<u16>)) {
+        self.update_numbered(id, true, f);
+    }
+
+    /// Updates a running entry; `numbered` gives the update a change number of its own, which
+    /// the journal writer writes the entry again for. Without one the registry (and so the
+    /// read-back) sees the update, and the journal's line waits for the entry's next numbered
+    /// change.
+    fn update_numbered(
+        &self,
+        id: &str,
+        numbered: bool,
+        f: impl FnOnce(&mut RequestRecord, &mut Option<u16>),
+    ) {
         if let Some(Tracked {
             entry: Entry::Running { record, answered },
             change,
         }) = self.shard(id).get_mut(id)
         {
             f(Arc::make_mut(record), answered);
-            *change = self.next_change();
+            if numbered {
+                *change = self.next_change();
+            }
         }
     }
 
@@ -384,6 +399,16 @@ impl Slot {
     /// first-time marks is new or the last output moved on by a step.
     pub fn stream_marks(&self, m: &Marks) {
         self.registry.update(&self.id, |r, _| {
+            merge_stream_marks(&mut r.marks, stream_marks(m));
+        });
+    }
+
+    /// The last effective output moved on, and nothing else: a live page sees it at once, the
+    /// journal with the entry's next numbered change ([`Slot::stream_marks`] or its end).
+    /// Each journal line of a running entry is a serialisation of its whole record, which for
+    /// a stream's steps of output cost a quarter of what observing a paced stream costs.
+    pub fn live_output(&self, m: &Marks) {
+        self.registry.update_numbered(&self.id, false, |r, _| {
             merge_stream_marks(&mut r.marks, stream_marks(m));
         });
     }
@@ -1331,6 +1356,41 @@ mod tests {
             .unwrap();
         assert_eq!(size(&kept) - at, a_line);
         drop((a, b, e, handed));
+    }
+
+    #[test]
+    fn a_live_output_step_is_read_back_at_once_and_journaled_with_the_next_numbered_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let reg = Inflight::new(10);
+        let slot = reg.open(&pending("req_l1", "ws")).unwrap();
+        let mut m = Marks {
+            first_byte: ms(10),
+            last_effective: ms(20),
+            ..Marks::default()
+        };
+        slot.stream_marks(&m);
+        let mut lines = JournalLines::default();
+        lines.write(&path, &reg.numbered_snapshot()).unwrap();
+        let (at, journaled) = (size(&path), |path: &Path| {
+            let j = read_journal(path, 10).unwrap().unwrap();
+            j.entries[0].record().marks.last_effective
+        });
+        m.last_effective = ms(270);
+        slot.live_output(&m);
+        assert_eq!(reg.snapshot()[0].record().marks.last_effective, ms(270));
+        lines.write(&path, &reg.numbered_snapshot()).unwrap();
+        assert_eq!(size(&path), at, "no line for a live step alone");
+        assert_eq!(journaled(&path), ms(20));
+        // The next numbered change writes the entry as it is now, the live step included.
+        slot.answered(200);
+        lines.write(&path, &reg.numbered_snapshot()).unwrap();
+        assert!(size(&path) > at);
+        assert_eq!(journaled(&path), ms(270));
+        m.last_effective = ms(1300);
+        slot.stream_marks(&m);
+        lines.write(&path, &reg.numbered_snapshot()).unwrap();
+        assert_eq!(journaled(&path), ms(1300));
     }
 
     #[test]

@@ -142,11 +142,50 @@ pub struct ObservedBody<B> {
     /// The last effective output shown in the in-flight registry: it is told again when the
     /// output has moved on by `LIVE_OUTPUT_STEP`, so a live page sees a stream grow.
     shown_last_output: Option<Duration>,
+    /// The last effective output shown with a change the journal writes
+    /// (`JOURNAL_OUTPUT_STEP`).
+    journaled_last_output: Option<Duration>,
 }
 
 /// How far the last effective output moves on before the in-flight registry hears of it: at
 /// most four updates a second per stream, never one per event.
 const LIVE_OUTPUT_STEP: Duration = Duration::from_millis(250);
+
+/// How far it moves on before the in-flight journal writes the entry again for it alone: a
+/// request recorded after a crash may show its last output up to this much (plus the
+/// journal's interval) early. The journal writes the whole record each time, so a step of a
+/// second writes a stream's entry once a second instead of four times.
+const JOURNAL_OUTPUT_STEP: Duration = Duration::from_secs(1);
+
+/// What a chunk's marks tell the in-flight registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum News {
+    None,
+    /// The last output moved on by a live step: the registry hears it, the journal later.
+    Live,
+    /// A first-time mark, or the last output moved on by a journal step: the journal too.
+    Journaled,
+}
+
+/// `last` is the last effective output now; `shown` and `journaled` what the registry and the
+/// journal were last told.
+fn news(
+    new_mark: bool,
+    last: Option<Duration>,
+    shown: Option<Duration>,
+    journaled: Option<Duration>,
+) -> News {
+    let moved_by = |step: Duration, from: Option<Duration>| {
+        last.is_some_and(|at| from.is_none_or(|told| at >= told + step))
+    };
+    if new_mark || moved_by(JOURNAL_OUTPUT_STEP, journaled) {
+        News::Journaled
+    } else if moved_by(LIVE_OUTPUT_STEP, shown) {
+        News::Live
+    } else {
+        News::None
+    }
+}
 
 /// The client's bytes kept for a continuation: copied, so that a kept slice never holds a
 /// whole read buffer alive.
@@ -288,6 +327,7 @@ impl<B> ObservedBody<B> {
             sent: 0,
             shown_marks: 0,
             shown_last_output: None,
+            journaled_last_output: None,
         }
     }
 
@@ -372,6 +412,7 @@ impl<B> ObservedBody<B> {
             slot.stream_marks(self.obs.marks());
             self.shown_marks = crate::inflight::stream_mark_count(self.obs.marks());
             self.shown_last_output = self.obs.marks().last_effective;
+            self.journaled_last_output = self.shown_last_output;
         }
         self.committed = Some(Committed {
             finisher,
@@ -653,14 +694,23 @@ impl<B> ObservedBody<B> {
         let marks = self.obs.marks();
         let reached = crate::inflight::stream_mark_count(marks);
         let last = marks.last_effective;
-        let moved_on = last.is_some_and(|at| {
-            self.shown_last_output
-                .is_none_or(|shown| at >= shown + LIVE_OUTPUT_STEP)
-        });
-        if reached > self.shown_marks || moved_on {
-            self.shown_marks = reached;
-            self.shown_last_output = last;
-            slot.stream_marks(marks);
+        match news(
+            reached > self.shown_marks,
+            last,
+            self.shown_last_output,
+            self.journaled_last_output,
+        ) {
+            News::None => {}
+            News::Live => {
+                self.shown_last_output = last;
+                slot.live_output(marks);
+            }
+            News::Journaled => {
+                self.shown_marks = reached;
+                self.shown_last_output = last;
+                self.journaled_last_output = last;
+                slot.stream_marks(marks);
+            }
         }
     }
 
@@ -1151,5 +1201,43 @@ impl Drop for BufferedBody {
             }
             f.finish(ending);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Option<Duration> {
+        Some(Duration::from_millis(v))
+    }
+
+    #[test]
+    fn the_registry_hears_each_live_step_and_the_journal_each_second_or_new_mark() {
+        // A stream's output moving on every 50 ms for 2.5 s, its first text at 100 ms.
+        let (mut shown, mut journaled) = (None, None);
+        let mut told = Vec::new();
+        for at in (100..=2500).step_by(50) {
+            let n = news(at == 100, ms(at), shown, journaled);
+            match n {
+                News::None => {}
+                News::Live => shown = ms(at),
+                News::Journaled => (shown, journaled) = (ms(at), ms(at)),
+            }
+            if n != News::None {
+                told.push((at, n));
+            }
+        }
+        let at = |kind| {
+            told.iter()
+                .filter(|(_, n)| *n == kind)
+                .map(|(at, _)| *at)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(at(News::Journaled), [100, 1100, 2100]);
+        assert_eq!(at(News::Live), [350, 600, 850, 1350, 1600, 1850, 2350]);
+        // A first-time mark is journaled whatever the output did.
+        assert_eq!(news(true, ms(120), ms(100), ms(100)), News::Journaled);
+        assert_eq!(news(false, None, None, None), News::None);
     }
 }
