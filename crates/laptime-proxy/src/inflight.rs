@@ -403,10 +403,10 @@ impl Slot {
         });
     }
 
-    /// The last effective output moved on, and nothing else: a live page sees it at once, the
-    /// journal with the entry's next numbered change ([`Slot::stream_marks`] or its end).
-    /// Each journal line of a running entry is a serialisation of its whole record, which for
-    /// a stream's steps of output cost a quarter of what observing a paced stream costs.
+    /// The last effective output moved on, and nothing else: the in-flight list sees it at
+    /// once, the journal with the entry's next numbered change ([`Slot::stream_marks`] or its
+    /// end). A journal line serialises the whole record; writing one for every step of output
+    /// was a quarter of what observing a paced stream cost (benchmarks/README, item 13).
     pub fn live_output(&self, m: &Marks) {
         self.registry.update_numbered(&self.id, false, |r, _| {
             merge_stream_marks(&mut r.marks, stream_marks(m));
