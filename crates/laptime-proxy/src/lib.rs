@@ -60,6 +60,7 @@ pub mod server;
 pub mod shared;
 pub mod shared_cache;
 pub mod shared_limits;
+pub mod spread;
 pub mod strategy;
 pub mod traces;
 

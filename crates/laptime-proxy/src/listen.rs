@@ -26,6 +26,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::sync::{watch, Notify};
 
+use crate::spread::{Counted, Handed, Inbox, Place, Spread};
+
 /// File descriptors kept for everything but connections (listeners, the store, logs).
 const FD_RESERVE: u64 = 256;
 
@@ -373,22 +375,61 @@ fn own_head<B>(req: http::Request<B>) -> http::Request<B> {
     http::Request::from_parts(parts, body)
 }
 
-/// Accepts connections from `listener` and serves each with `router` until `stop`; then the
-/// connections finish their requests in flight (each closes when it is idle) and it returns.
+/// Where a serving thread accepts and receives its connections: the listening socket it
+/// shares with the others, and its place in the [`Spread`] over them.
+pub struct Accepting {
+    pub listener: tokio::net::TcpListener,
+    pub spread: Arc<Spread>,
+    /// This thread's index in `spread`.
+    pub me: usize,
+    pub inbox: Inbox,
+}
+
+/// Accepts connections from the shared listener, and takes those other threads hand over,
+/// serving each with `router` until `stop` (a connection accepted here may go to a thread
+/// that serves fewer); then the connections finish their requests in flight (each closes when
+/// it is idle) and it returns.
 pub async fn accept_until_stopped(
-    listener: tokio::net::TcpListener,
+    accepting: Accepting,
     router: axum::Router,
     connections: Arc<Connections>,
     protocols: Arc<Protocols>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let Accepting {
+        listener,
+        spread,
+        me,
+        mut inbox,
+    } = accepting;
     let mut serving = tokio::task::JoinSet::new();
     let mut accept_errors = AcceptErrors::default();
     let for_connections = stop.clone();
+    let serve = |tcp: tokio::net::TcpStream, admitted: Admitted, counted: Counted| {
+        let conn = serve_connection(
+            tcp,
+            router.clone(),
+            protocols.clone(),
+            admitted,
+            for_connections.clone(),
+        );
+        async move {
+            conn.await;
+            drop(counted);
+        }
+    };
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             Some(_) = serving.join_next(), if !serving.is_empty() => {}
+            Some(handed) = inbox.recv() => {
+                match tokio::net::TcpStream::from_std(handed.tcp) {
+                    Ok(tcp) => {
+                        serving.spawn(serve(tcp, handed.admitted, handed.counted));
+                    }
+                    Err(e) => tracing::debug!(error = %e, "a handed connection failed"),
+                }
+            }
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => {
                     let Some(admitted) = connections.admit() else {
@@ -397,21 +438,57 @@ pub async fn accept_until_stopped(
                         continue;
                     };
                     let _ = tcp.set_nodelay(true);
-                    let conn = serve_connection(
-                        tcp,
-                        router.clone(),
-                        protocols.clone(),
-                        admitted,
-                        for_connections.clone(),
-                    );
-                    serving.spawn(conn);
+                    let (tcp, admitted, counted) = match spread.place(me) {
+                        Place::Here(counted) => (tcp, admitted, counted),
+                        Place::There(counted) => {
+                            match hand_over(&spread, me, tcp, admitted, counted) {
+                                Some(kept) => kept,
+                                None => continue,
+                            }
+                        }
+                    };
+                    serving.spawn(serve(tcp, admitted, counted));
                 }
                 Err(e) => accept_errors.wait_after(e).await,
             },
         }
     }
     drop(listener);
+    // Connections handed over but not yet served close with the listener's backlog.
+    drop(inbox);
     while serving.join_next().await.is_some() {}
+}
+
+/// Hands a connection accepted here to the thread it was counted on. What comes back is to be
+/// served here, counted here: that thread is stopping. A socket that cannot leave this
+/// thread's runtime is closed (nothing was read from it yet).
+fn hand_over(
+    spread: &Arc<Spread>,
+    me: usize,
+    tcp: tokio::net::TcpStream,
+    admitted: Admitted,
+    counted: Counted,
+) -> Option<(tokio::net::TcpStream, Admitted, Counted)> {
+    let tcp = match tcp.into_std() {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            tracing::debug!(error = %e, "an accepted connection could not be handed over");
+            return None;
+        }
+    };
+    let handed = Handed {
+        tcp,
+        admitted,
+        counted,
+    };
+    let back = spread.hand(handed, me).err()?;
+    match tokio::net::TcpStream::from_std(back.tcp) {
+        Ok(tcp) => Some((tcp, back.admitted, back.counted)),
+        Err(e) => {
+            tracing::debug!(error = %e, "a connection handed back could not be served");
+            None
+        }
+    }
 }
 
 /// One connection, until it ends, is evicted or the server stops (both close it gracefully:
@@ -618,6 +695,86 @@ mod tests {
             "closed {idle:?} after the answer"
         );
         tokio::task::yield_now().await;
+        assert_eq!(connections.open(), 0);
+    }
+
+    /// Runs a serving thread's accept loop on a runtime of its own, as `server::serve` does;
+    /// each answer names the thread that served it.
+    fn serving_thread(
+        accepting: impl FnOnce() -> Accepting + Send + 'static,
+        connections: Arc<Connections>,
+        stop: watch::Receiver<bool>,
+    ) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let accepting = accepting();
+                let me = accepting.me.to_string();
+                let router =
+                    axum::Router::new().route("/", axum::routing::get(move || async move { me }));
+                let protocols = Arc::new(builder(Duration::from_secs(10)));
+                accept_until_stopped(accepting, router, connections, protocols, stop).await;
+            })
+        })
+    }
+
+    #[test]
+    fn connections_one_thread_accepts_are_served_half_by_the_other() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Thread 1 listens where nobody connects: it serves only what thread 0 hands it.
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (spread, inboxes) = Spread::new(2);
+        let connections = Connections::new(64);
+        let (stop_tx, stop) = watch::channel(false);
+        let threads: Vec<_> = inboxes
+            .into_iter()
+            .zip([listener, elsewhere])
+            .enumerate()
+            .map(|(me, (inbox, listener))| {
+                let spread = spread.clone();
+                let accepting = move || {
+                    listener.set_nonblocking(true).unwrap();
+                    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                    Accepting {
+                        listener,
+                        spread,
+                        me,
+                        inbox,
+                    }
+                };
+                serving_thread(accepting, connections.clone(), stop.clone())
+            })
+            .collect();
+        let mut clients: Vec<_> = (0..32)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        let mut served_by = [0_usize; 2];
+        for c in &mut clients {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0; 512];
+            while !got.ends_with(b"\r\n\r\n0") && !got.ends_with(b"\r\n\r\n1") {
+                let n = c.read(&mut buf).unwrap();
+                assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            served_by[usize::from(got.ends_with(b"1"))] += 1;
+        }
+        assert_eq!(served_by[0] + served_by[1], 32);
+        assert!(served_by[0].abs_diff(served_by[1]) <= 2, "{served_by:?}");
+        assert_eq!(spread.open(), served_by.to_vec());
+        drop(clients);
+        stop_tx.send(true).unwrap();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(spread.open(), vec![0, 0]);
         assert_eq!(connections.open(), 0);
     }
 

@@ -237,7 +237,9 @@ impl Gateway {
     /// worker processes of a classic proxy: a connection, its request, its upstream call and
     /// that call's pooled connection all run on one thread. On this kind of machine a wake-up
     /// from another thread costs more than the whole relay (measured in `benchmarks/`: the
-    /// added latency at concurrency 1 and the CPU per request both about halve).
+    /// added latency at concurrency 1 and the CPU per request both about halve). A thread that
+    /// serves more connections than another hands new ones over ([`crate::spread`]), once
+    /// per connection.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -258,10 +260,14 @@ impl Gateway {
         let mut serving = Vec::with_capacity(threads);
         let head_timeout = Duration::from_millis(server.header_read_timeout_ms);
         let protocols = Arc::new(crate::listen::builder(head_timeout));
-        for i in 0..threads {
+        let (spread, inboxes) = crate::spread::Spread::new(threads);
+        for (i, inbox) in inboxes.into_iter().enumerate() {
             let (done_tx, done_rx) = tokio::sync::oneshot::channel();
             let thread = Serving {
                 listener: listener.try_clone()?,
+                spread: spread.clone(),
+                me: i,
+                inbox,
                 router: router.clone(),
                 connections: self.app.connections.clone(),
                 protocols: protocols.clone(),
@@ -356,6 +362,9 @@ impl Gateway {
 /// What one serving thread serves with.
 struct Serving {
     listener: std::net::TcpListener,
+    spread: Arc<crate::spread::Spread>,
+    me: usize,
+    inbox: crate::spread::Inbox,
     router: axum::Router,
     connections: Arc<crate::listen::Connections>,
     protocols: Arc<crate::listen::Protocols>,
@@ -382,8 +391,14 @@ fn serve_thread(
         tokio::spawn(timer_floor());
         serving.listener.set_nonblocking(true)?;
         let listener = tokio::net::TcpListener::from_std(serving.listener)?;
-        let accepting = crate::listen::accept_until_stopped(
+        let accepting = crate::listen::Accepting {
             listener,
+            spread: serving.spread,
+            me: serving.me,
+            inbox: serving.inbox,
+        };
+        let accepting = crate::listen::accept_until_stopped(
+            accepting,
             serving.router,
             serving.connections,
             serving.protocols,
