@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use crate::classify::{
-    classify_body, classify_event, read_event_quick, EffectiveKind, EventClass, StopHint,
+    classify_body, classify_event, read_event_quick, EffectiveKind, EventClass, Repeats, StopHint,
 };
 use crate::estimate::OutputEstimate;
 use crate::sse::{SseItem, SseScanner};
@@ -82,6 +82,8 @@ pub struct StreamObserver {
     /// Every event is read with the full parse, never the byte path (the reference the byte
     /// path is tested and measured against).
     full_parse: bool,
+    /// A Chat stream's last text chunk, so that the next ones are read without a walk.
+    repeats: Repeats,
 }
 
 /// Whether the dialect's comment goes after its terminal event instead of before its terminal
@@ -165,6 +167,7 @@ impl StreamObserver {
             response_id: None,
             estimate: None,
             full_parse: false,
+            repeats: Repeats::default(),
         }
     }
 
@@ -222,14 +225,12 @@ impl StreamObserver {
         let dialect = self.dialect;
         let after = comment_follows_terminal(dialect);
         let no_comment = self.no_comment;
-        // The byte path is taken where it measured cheaper than serde's single pass: a Chat
-        // stream whose output is estimated (it saves the estimate's second parse) and
-        // Messages; for Responses, Gemini and Chat with usage it measured dearer
-        // (benchmarks/README.md, issue 16).
+        // The byte path is taken where it measured cheaper than serde's single pass: Chat
+        // (its text chunks mostly repeat the one before: `classify::repeat`) and Messages; for
+        // Responses and Gemini it measured dearer (benchmarks/README.md, issue 16).
         let full_parse = self.full_parse
             || match dialect {
-                Dialect::Messages => false,
-                Dialect::Chat => self.estimate.is_none(),
+                Dialect::Chat | Dialect::Messages => false,
                 Dialect::Responses | Dialect::Gemini => true,
             };
         let Self {
@@ -244,6 +245,7 @@ impl StreamObserver {
             malformed,
             response_id,
             estimate,
+            repeats,
             ..
         } = self;
         let mut malformed_here = false;
@@ -259,10 +261,10 @@ impl StreamObserver {
                 end,
             } => {
                 // The byte path decides most events; the rest are parsed in full.
-                let quick = if full_parse {
-                    None
-                } else {
-                    read_event_quick(dialect, event, data)
+                let quick = match dialect {
+                    _ if full_parse => None,
+                    Dialect::Chat => repeats.read_chat(data),
+                    _ => read_event_quick(dialect, event, data),
                 };
                 let c = match &quick {
                     Some(q) => q.classification,

@@ -356,3 +356,49 @@ proptest! {
         check_stream(*dialect, &[whole.as_bytes()]);
     }
 }
+
+/// A Chat text chunk with `text` (raw JSON, quotes included) as its content.
+fn chat_chunk(text: &str) -> String {
+    format!(
+        "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\
+         \"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{text}}},\
+         \"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1500))]
+
+    /// Chunks that repeat the one before but for their text (`classify::repeat`), with each
+    /// text mutated by an insert (quotes, escapes, structure that breaks out of the string):
+    /// the byte path reads each as the full parse does, counting output or not.
+    #[test]
+    fn chat_chunks_repeating_the_last_but_for_a_mutated_text_read_as_the_full_parse_does(
+        mutations in prop::collection::vec((0..INSERTS.len(), 0usize..6), 1..6),
+        estimating in any::<bool>(),
+    ) {
+        let mut stream = chat_chunk("\"Sure\"");
+        for (insert, at) in mutations {
+            let mut text = String::from("ab cd");
+            text.insert_str(at.min(text.len()), INSERTS[insert]);
+            stream.push_str(&chat_chunk(&format!("\"{text}\"")));
+            stream.push_str(&chat_chunk("\" again\""));
+        }
+        let chunks: Vec<&[u8]> = stream.split_inclusive("\n\n").map(str::as_bytes).collect();
+        let new = |full: bool| {
+            let o = StreamObserver::new(Dialect::Chat, Some(at(0)));
+            let o = if estimating { o.estimating_output() } else { o };
+            if full { o.with_full_parse() } else { o }
+        };
+        let (mut quick, mut full) = (new(false), new(true));
+        for (i, chunk) in chunks.iter().enumerate() {
+            let t = at(1 + i as u64);
+            prop_assert_eq!(quick.on_chunk(t, chunk), full.on_chunk(t, chunk), "chunk {}", i);
+            prop_assert_eq!(quick.summary(), full.summary(), "chunk {}", i);
+            prop_assert_eq!(quick.malformed(), full.malformed());
+        }
+        quick.on_end(at(99), BodyEnd::Eof);
+        full.on_end(at(99), BodyEnd::Eof);
+        prop_assert_eq!(quick.summary(), full.summary());
+    }
+}

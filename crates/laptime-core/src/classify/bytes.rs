@@ -166,6 +166,21 @@ impl<'a> Reader<'a> {
         self.value().map(drop)
     }
 
+    /// `text` as exactly one JSON string token (quotes included) and whether it holds an
+    /// escape; `None` when it is anything else, or a string [`Reader::string`] gives up on.
+    pub(super) fn whole_string(text: &'a str) -> Option<(&'a str, bool)> {
+        if !text.starts_with('"') {
+            return None;
+        }
+        let mut r = Reader {
+            text,
+            at: 0,
+            depth: 0,
+        };
+        let read = r.string()?;
+        (r.at == text.len()).then_some(read)
+    }
+
     /// A string value's raw text (quotes and escapes included) and whether it holds an escape;
     /// `None` when the value is not a string.
     pub(super) fn string_value(&mut self) -> Option<(&'a str, bool)> {

@@ -12,6 +12,8 @@
 mod bytes;
 pub(crate) use bytes::unquote;
 mod chat;
+mod repeat;
+pub(crate) use repeat::Repeats;
 mod gemini;
 mod messages;
 mod refusal;
