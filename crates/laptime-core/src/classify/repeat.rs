@@ -3,7 +3,7 @@
 //! Consecutive text chunks of one Chat stream are byte for byte the same but for the text: the
 //! same id, `created`, model, fingerprint, choice index and nulls around one string. The byte
 //! path walks every byte of each (about 0.9 µs for a 240-byte chunk, the largest part of what
-//! observing a fast stream costs the gateway: benchmarks/README.md, issue 16). A [`Repeat`]
+//! observing a fast stream cost the gateway: benchmarks/README.md, item 15). A [`Repeat`]
 //! keeps the last chunk the byte path read that has one output string, cut around that
 //! string. A chunk that starts and ends with the same bytes and holds exactly one valid JSON
 //! string between them is the same document with another string in that one place (JSON's
