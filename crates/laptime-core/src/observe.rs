@@ -437,7 +437,9 @@ pub fn whole_answer(dialect: Dialect, status: u16, end: BodyEnd, body: &[u8]) ->
     let summary = classify_body(dialect, body);
     let mut usage = UsageAcc::new(dialect);
     usage.apply(&summary.usage);
-    let valid_json = || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    // A body the dialect's parse read is JSON already; only one it could not read is walked.
+    let valid_json =
+        || summary.json || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
     let (outcome, error_class) = if end == BodyEnd::Error {
         (Outcome::UpstreamClosedEarly, Some(ErrorClass::BodyError))
     } else if let Some(class) = crate::classify::error_status_class(status, body) {
@@ -644,6 +646,12 @@ mod tests {
         assert_eq!(
             (w.outcome, w.error_class),
             (Outcome::UpstreamError, Some(ErrorClass::InvalidBody))
+        );
+        // JSON the dialect's parse cannot read is still JSON: not an invalid body.
+        let other_shape = whole_answer(Dialect::Chat, 200, BodyEnd::Eof, b"[1, 2]");
+        assert_eq!(
+            (other_shape.outcome, other_shape.error_class),
+            (Outcome::Completed, None)
         );
         let w = whole_answer(Dialect::Chat, 503, BodyEnd::Eof, b"{}");
         assert_eq!(w.error_class, Some(ErrorClass::UpstreamStatus5xx));

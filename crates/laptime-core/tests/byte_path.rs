@@ -214,15 +214,28 @@ fn at(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
-fn observer(dialect: Dialect) -> StreamObserver {
-    StreamObserver::new(dialect, Some(at(0))).estimating_output()
+fn observer(dialect: Dialect, estimating: bool) -> StreamObserver {
+    let o = StreamObserver::new(dialect, Some(at(0)));
+    if estimating {
+        o.estimating_output()
+    } else {
+        o
+    }
 }
 
 /// Feeds the same chunks to an observer on the byte path and one on the full parse and
-/// compares what they say after every chunk and at the end.
+/// compares what they say after every chunk and at the end; a Chat stream both with its
+/// output estimated and without (as when its upstream reports usage).
 fn check_stream(dialect: Dialect, chunks: &[&[u8]]) {
-    let mut quick = observer(dialect);
-    let mut full = observer(dialect).with_full_parse();
+    check_stream_as(dialect, chunks, true);
+    if dialect == Dialect::Chat {
+        check_stream_as(dialect, chunks, false);
+    }
+}
+
+fn check_stream_as(dialect: Dialect, chunks: &[&[u8]], estimating: bool) {
+    let mut quick = observer(dialect, estimating);
+    let mut full = observer(dialect, estimating).with_full_parse();
     for (i, chunk) in chunks.iter().enumerate() {
         let t = at(1 + i as u64);
         assert_eq!(
@@ -386,8 +399,7 @@ proptest! {
         }
         let chunks: Vec<&[u8]> = stream.split_inclusive("\n\n").map(str::as_bytes).collect();
         let new = |full: bool| {
-            let o = StreamObserver::new(Dialect::Chat, Some(at(0)));
-            let o = if estimating { o.estimating_output() } else { o };
+            let o = observer(Dialect::Chat, estimating);
             if full { o.with_full_parse() } else { o }
         };
         let (mut quick, mut full) = (new(false), new(true));

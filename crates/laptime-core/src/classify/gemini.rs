@@ -199,6 +199,7 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
     };
     let mut summary = BodySummary {
         error: is_object(parsed.error),
+        json: true,
         ..BodySummary::default()
     };
     if let Some(usage) = parsed
@@ -783,6 +784,7 @@ mod tests {
                 stop: Some(StopHint::Length),
                 error: false,
                 has_text: true,
+                json: true,
             }
         );
     }

@@ -187,6 +187,7 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
         return BodySummary::default();
     };
     let mut summary = BodySummary {
+        json: true,
         error: parsed.kind.as_deref() == Some("error") || is_object(parsed.error),
         stop: parsed.stop_reason.as_deref().map(stop_hint),
         ..BodySummary::default()
@@ -710,6 +711,7 @@ mod tests {
                 stop: Some(StopHint::Length),
                 error: false,
                 has_text: true,
+                json: true,
             }
         );
     }

@@ -192,6 +192,9 @@ pub struct BodySummary {
     pub error: bool,
     /// The body holds non-empty visible text (for text-delta counts of non-streamed answers).
     pub has_text: bool,
+    /// The body parsed as the dialect's answer or error, so it is valid JSON (`false` says
+    /// nothing: it may be JSON of another shape).
+    pub json: bool,
 }
 
 /// Summarises a whole non-streamed response body of the dialect.

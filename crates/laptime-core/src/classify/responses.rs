@@ -170,6 +170,7 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
     };
     let status = parsed.status.as_deref();
     let mut summary = BodySummary {
+        json: true,
         error: is_object(parsed.error) || status == Some("failed"),
         stop: match status {
             Some("completed") => Some(StopHint::Complete),
@@ -708,6 +709,7 @@ mod tests {
                 stop: Some(StopHint::Complete),
                 error: false,
                 has_text: true,
+                json: true,
             }
         );
     }
