@@ -11,7 +11,7 @@
 //!
 //! Not `SO_REUSEPORT` (one listening socket per thread, the kernel hashing connections over
 //! them): with it, a second gateway started on the same address would bind as well and
-//! silently take part of the traffic, where today it fails with "address in use".
+//! silently take part of the traffic, where it fails with "address in use" instead.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
