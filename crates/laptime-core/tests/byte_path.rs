@@ -391,9 +391,9 @@ proptest! {
         estimating in any::<bool>(),
     ) {
         let mut stream = chat_chunk("\"Sure\"");
-        for (insert, at) in mutations {
+        for (insert, pos) in mutations {
             let mut text = String::from("ab cd");
-            text.insert_str(at.min(text.len()), INSERTS[insert]);
+            text.insert_str(pos.min(text.len()), INSERTS[insert]);
             stream.push_str(&chat_chunk(&format!("\"{text}\"")));
             stream.push_str(&chat_chunk("\" again\""));
         }
