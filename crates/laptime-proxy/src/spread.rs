@@ -90,12 +90,7 @@ impl Spread {
 
     /// Counts a connection accepted by thread `me` where it should be served.
     pub fn place(self: &Arc<Self>, me: usize) -> Place {
-        let open: Vec<usize> = self
-            .lanes
-            .iter()
-            .map(|l| l.open.load(Ordering::Relaxed))
-            .collect();
-        let to = choose(&open, me);
+        let to = choose(&self.open(), me);
         let counted = self.count(to);
         if to == me {
             Place::Here(counted)
