@@ -24,13 +24,26 @@ use std::sync::Arc;
 use laptime_proxy::App;
 
 /// What the handlers of this crate share: the running gateway and the GraphQL schema (built
-/// once; the app and the principal are attached per request).
+/// once; the app and the principal are attached per request). One `Arc`, because axum clones a
+/// route's state for every request it serves, on every serving thread: one shared count to
+/// move, not one per field.
 #[derive(Clone)]
-pub struct ApiState {
+pub struct ApiState(Arc<Shared>);
+
+/// The fields of [`ApiState`].
+pub struct Shared {
     pub app: Arc<App>,
     pub schema: graphql::LaptimeSchema,
     /// `/readyz`'s store probe, shared so that probes do not pile up.
-    pub readiness: Arc<health::Readiness>,
+    pub readiness: health::Readiness,
+}
+
+impl std::ops::Deref for ApiState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl std::fmt::Debug for ApiState {
@@ -41,11 +54,11 @@ impl std::fmt::Debug for ApiState {
 
 impl ApiState {
     pub fn new(app: Arc<App>) -> ApiState {
-        ApiState {
+        ApiState(Arc::new(Shared {
             app,
             schema: graphql::schema(),
-            readiness: Arc::default(),
-        }
+            readiness: health::Readiness::default(),
+        }))
     }
 }
 

@@ -191,7 +191,7 @@ pub async fn list(
     Query(q): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
     require(&p, Scope::Read)?;
-    let app = s.app;
+    let app = s.app.clone();
     let limit = parse_limit(q.limit.as_deref(), "limit", DEFAULT_LIMIT)?;
     let filter = q.filter()?;
     let window = q.explicit_window()?;
@@ -222,7 +222,7 @@ pub async fn usage_report(
     Query(q): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
     require(&p, Scope::Read)?;
-    let app = s.app;
+    let app = s.app.clone();
     let (from, to) = q
         .window()
         .resolve(laptime_proxy::clock::now_unix_us())
@@ -309,7 +309,7 @@ pub async fn one(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     require(&p, Scope::Read)?;
-    let app = s.app;
+    let app = s.app.clone();
     match read(app.store.record(&p.workspace_id, &id).await)? {
         Some(r) => Ok(Json(RequestLogView::new(&r, &reading(&app.live().config))).into_response()),
         // Another workspace's id answers exactly like an id that does not exist.

@@ -6,6 +6,9 @@
 //! layer ([`authenticate`]), which looks the token up once and puts what it found in the
 //! request's extensions, so a route added to the table is authenticated by default; handlers
 //! check the scope they need. The tests walk this same table, so they cannot miss a route.
+//! The exception is [`Kind::Pipeline`], the dialects' own model calls: the pipeline looks the
+//! token up itself when no layer did, and the layer's per-request state, boxes and extension
+//! map were a few percent of such a call's CPU (benchmarks/README, item 17).
 //!
 //! How the layer answers a failure depends on the route's [`Kind`]: the proxy routes get an
 //! [`Authenticated`] whatever the outcome, because the pipeline records a refused call (with its
@@ -52,8 +55,11 @@ const METRICS_ROUTE: &str = "GET /metrics";
 /// What a route is, for the auth layer: who answers a refused token, and in which shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// A proxied model call: the pipeline records and answers the failure (dialect's shape).
+    /// A proxied call: the pipeline records and answers the failure (dialect's shape).
     Proxy,
+    /// A dialect's model call at its own path: as [`Kind::Proxy`], but without the layer, since
+    /// `pipeline::proxy` authenticates a request that reaches it unauthenticated.
+    Pipeline,
     /// JSON answered here as `{"error": {"message": …}}`.
     Rest,
     /// GraphQL answered here as `{"errors": [{"message": …}]}`.
@@ -123,7 +129,8 @@ pub const ENDPOINT_ROUTES: [(Method, &str); 22] = [
 ];
 
 fn endpoint_route(method: Method, path: &'static str) -> Route {
-    let handler = move |State(s): State<ApiState>, req: Request| endpoints::serve(s.app, req);
+    let handler =
+        move |State(s): State<ApiState>, req: Request| endpoints::serve(s.app.clone(), req);
     let handler = match method {
         Method::GET => get(handler),
         Method::DELETE => axum::routing::delete(handler),
@@ -141,8 +148,10 @@ fn proxy_route_at(dialect: Dialect, path: &'static str) -> Route {
     route(
         Method::POST,
         path,
-        Kind::Proxy,
-        post(move |State(s): State<ApiState>, req: Request| pipeline::proxy(s.app, dialect, req)),
+        Kind::Pipeline,
+        post(move |State(s): State<ApiState>, req: Request| {
+            pipeline::proxy(s.app.clone(), dialect, req)
+        }),
     )
 }
 
@@ -250,7 +259,7 @@ pub fn router(state: ApiState) -> axum::Router {
     let open = unauthenticated(&state.app.live().config);
     let mut router = axum::Router::new();
     for r in routes() {
-        let handler = if open.contains(&r.key().as_str()) {
+        let handler = if open.contains(&r.key().as_str()) || r.kind == Kind::Pipeline {
             r.handler
         } else {
             r.handler.route_layer(middleware::from_fn_with_state(
@@ -357,7 +366,9 @@ fn rejection(kind: Kind, failure: &AuthFailure) -> Response {
     };
     let mut response = match kind {
         Kind::Graphql => graphql::errors(status, message),
-        Kind::Rest | Kind::Proxy => rest::api_error(status, message).into_response(),
+        Kind::Rest | Kind::Proxy | Kind::Pipeline => {
+            rest::api_error(status, message).into_response()
+        }
     };
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(

@@ -110,14 +110,14 @@ async fn every_route_off_the_unauthenticated_list_answers_401_without_a_token() 
             );
             let message = match r.kind {
                 Kind::Graphql => &body["errors"][0]["message"],
-                Kind::Rest | Kind::Proxy => &body["error"]["message"],
+                Kind::Rest | Kind::Proxy | Kind::Pipeline => &body["error"]["message"],
             };
             assert!(
                 message.as_str().is_some_and(|m| !m.is_empty()),
                 "{}: {body}",
                 r.key()
             );
-            if r.kind != Kind::Proxy {
+            if !matches!(r.kind, Kind::Proxy | Kind::Pipeline) {
                 assert_eq!(h["www-authenticate"], "Bearer", "{}", r.key());
             }
         }
