@@ -139,15 +139,12 @@ fn endpoint_route(method: Method, path: &'static str) -> Route {
     route(method, path, Kind::Proxy, handler)
 }
 
-/// The route of a dialect served at one fixed path.
+/// The route of a dialect's model call at its own path. A gateway's serving threads answer
+/// these calls without the router (`laptime_proxy::listen::Front`), by the same function.
 fn proxy_route(dialect: Dialect) -> Route {
-    proxy_route_at(dialect, dialect.path())
-}
-
-fn proxy_route_at(dialect: Dialect, path: &'static str) -> Route {
     route(
         Method::POST,
-        path,
+        dialect.path(),
         Kind::Pipeline,
         post(move |State(s): State<ApiState>, req: Request| {
             pipeline::proxy(s.app.clone(), dialect, req)
@@ -160,10 +157,8 @@ pub fn routes() -> Vec<Route> {
     let endpoints = ENDPOINT_ROUTES
         .into_iter()
         .map(|(method, path)| endpoint_route(method, path));
-    let mut table = vec![
-        proxy_route(Dialect::Chat),
-        proxy_route(Dialect::Responses),
-        proxy_route(Dialect::Messages),
+    let mut table: Vec<Route> = pipeline::MODEL_CALLS.map(proxy_route).into();
+    table.extend([
         // Gemini's model calls and its other methods (`:embedContent`, `:countTokens`) share
         // the `{model}:{method}` paths.
         endpoint_route(Method::POST, GEMINI_ROUTES[0]),
@@ -249,7 +244,7 @@ pub fn routes() -> Vec<Route> {
         ),
         route(Method::GET, "/healthz", Kind::Rest, get(health::healthz)),
         route(Method::GET, "/readyz", Kind::Rest, get(health::readyz)),
-    ];
+    ]);
     table.extend(endpoints);
     table
 }
@@ -389,6 +384,23 @@ mod tests {
         for open in UNAUTHENTICATED.iter().chain([&METRICS_ROUTE]) {
             assert!(keys.iter().any(|k| k == open), "{open} is not a route");
         }
+    }
+
+    #[test]
+    fn the_pipeline_routes_are_the_model_calls_the_serving_threads_answer_directly() {
+        let table = routes();
+        let direct: Vec<String> = table
+            .iter()
+            .filter(|r| pipeline::model_call(&r.method, r.path).is_some())
+            .map(Route::key)
+            .collect();
+        let pipeline: Vec<String> = table
+            .iter()
+            .filter(|r| r.kind == Kind::Pipeline)
+            .map(Route::key)
+            .collect();
+        assert_eq!(direct, pipeline);
+        assert_eq!(direct.len(), pipeline::MODEL_CALLS.len());
     }
 
     #[test]

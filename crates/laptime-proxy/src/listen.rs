@@ -27,6 +27,35 @@ use hyper_util::server::conn::auto;
 use tokio::sync::{watch, Notify};
 
 use crate::spread::{Counted, Handed, Inbox, Place, Spread};
+use crate::App;
+
+/// What a connection's requests are answered by: the router, and the gateway whose dialects'
+/// model calls skip it ([`crate::pipeline::model_call`]; the router sends the same calls to
+/// the same function). Its matching, the service clones and the boxes of a routed request
+/// were about a tenth of a model call's CPU (benchmarks/README, item 17).
+#[derive(Clone)]
+pub struct Front {
+    pub router: axum::Router,
+    pub app: Option<Arc<App>>,
+}
+
+type Answer = Pin<Box<dyn Future<Output = axum::response::Response> + Send>>;
+
+impl Front {
+    /// Everything through `router`.
+    pub fn router(router: axum::Router) -> Front {
+        Front { router, app: None }
+    }
+
+    fn answer(&self, req: http::Request<axum::body::Body>) -> Answer {
+        let call = crate::pipeline::model_call(req.method(), req.uri().path());
+        if let (Some(app), Some(dialect)) = (&self.app, call) {
+            return Box::pin(crate::pipeline::proxy(app.clone(), dialect, req));
+        }
+        let routed = tower::ServiceExt::oneshot(self.router.clone(), req);
+        Box::pin(async move { routed.await.unwrap_or_else(|never| match never {}) })
+    }
+}
 
 /// File descriptors kept for everything but connections (listeners, the store, logs).
 const FD_RESERVE: u64 = 256;
@@ -386,12 +415,12 @@ pub struct Accepting {
 }
 
 /// Accepts connections from the shared listener, and takes those other threads hand over,
-/// serving each with `router` until `stop` (a connection accepted here may go to a thread
+/// serving each with `front` until `stop` (a connection accepted here may go to a thread
 /// that serves fewer); then the connections finish their requests in flight (each closes when
 /// it is idle) and it returns.
 pub async fn accept_until_stopped(
     accepting: Accepting,
-    router: axum::Router,
+    front: Front,
     connections: Arc<Connections>,
     protocols: Arc<Protocols>,
     mut stop: watch::Receiver<bool>,
@@ -408,7 +437,7 @@ pub async fn accept_until_stopped(
     let serve = |tcp: tokio::net::TcpStream, admitted: Admitted, counted: Counted| {
         let conn = serve_connection(
             tcp,
-            router.clone(),
+            front.clone(),
             protocols.clone(),
             admitted,
             for_connections.clone(),
@@ -495,7 +524,7 @@ fn hand_over(
 /// requests in flight finish first).
 async fn serve_connection<T>(
     io: T,
-    router: axum::Router,
+    front: Front,
     protocols: Arc<Protocols>,
     admitted: Admitted,
     mut stop: watch::Receiver<bool>,
@@ -505,10 +534,9 @@ async fn serve_connection<T>(
     let slot = admitted.slot.clone();
     let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let busy = Busy::enter(&slot);
-        let req = own_head(req);
-        let answer = tower::ServiceExt::oneshot(router.clone(), req.map(axum::body::Body::new));
+        let answer = front.answer(own_head(req).map(axum::body::Body::new));
         async move {
-            let response = answer.await?;
+            let response = answer.await;
             Ok::<_, std::convert::Infallible>(response.map(|body| Answering { body, _busy: busy }))
         }
     });
@@ -638,7 +666,8 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (stop_tx, stop) = watch::channel(false);
         let protocols = Arc::new(builder(Duration::from_secs(2)));
-        tokio::spawn(serve_connection(server, router, protocols, admitted, stop));
+        let front = Front::router(router);
+        tokio::spawn(serve_connection(server, front, protocols, admitted, stop));
         (client, connections, stop_tx)
     }
 
@@ -716,7 +745,8 @@ mod tests {
                 let router =
                     axum::Router::new().route("/", axum::routing::get(move || async move { me }));
                 let protocols = Arc::new(builder(Duration::from_secs(10)));
-                accept_until_stopped(accepting, router, connections, protocols, stop).await;
+                let front = Front::router(router);
+                accept_until_stopped(accepting, front, connections, protocols, stop).await;
             })
         })
     }

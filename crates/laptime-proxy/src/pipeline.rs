@@ -31,6 +31,19 @@ use crate::routing::Route;
 use crate::strategy::{self, Plan};
 use crate::App;
 
+/// The dialects whose model calls have a path of their own (a Gemini call names its model in
+/// the path, so the router matches it).
+pub const MODEL_CALLS: [Dialect; 3] = [Dialect::Chat, Dialect::Responses, Dialect::Messages];
+
+/// Which dialect's model call a request is, by its method and path: `POST` at the path of one
+/// of [`MODEL_CALLS`] (a query string aside, as the router matches).
+pub fn model_call(method: &http::Method, path: &str) -> Option<Dialect> {
+    if method != http::Method::POST {
+        return None;
+    }
+    MODEL_CALLS.into_iter().find(|d| d.path() == path)
+}
+
 /// Handles one proxied model call. An answer to a request that rate limits applied to carries
 /// the dialect's rate-limit headers for them, whatever its status (a refusal carries its own).
 pub async fn proxy(app: Arc<App>, dialect: Dialect, req: Request<AxumBody>) -> Response {
@@ -658,4 +671,30 @@ fn skips_cache(headers: &HeaderMap) -> bool {
                 "no-cache" | "no-store"
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_call_is_a_post_at_exactly_its_dialects_path() {
+        let post = http::Method::POST;
+        assert_eq!(
+            model_call(&post, "/v1/chat/completions"),
+            Some(Dialect::Chat)
+        );
+        assert_eq!(model_call(&post, "/v1/responses"), Some(Dialect::Responses));
+        assert_eq!(model_call(&post, "/v1/messages"), Some(Dialect::Messages));
+        assert_eq!(model_call(&http::Method::GET, "/v1/messages"), None);
+        for other in [
+            "/v1/chat/completions/",
+            "/v1/messages/count_tokens",
+            "/v1/responses/resp_1",
+            "/v1beta/models",
+            "/V1/messages",
+        ] {
+            assert_eq!(model_call(&post, other), None, "{other}");
+        }
+    }
 }

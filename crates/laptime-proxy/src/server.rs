@@ -230,7 +230,9 @@ impl Gateway {
     }
 
     /// Serves `router` (every serving thread gets a clone) on `listener` until `shutdown` resolves, then drains streams in flight for at most
-    /// the configured drain time and flushes the recorder.
+    /// the configured drain time and flushes the recorder. The dialects' model calls are
+    /// answered by [`crate::pipeline::proxy`] without the router ([`crate::listen::Front`]):
+    /// `router` is to send them there too (`laptime_api::router` does).
     ///
     /// Connections are served by `server.threads` threads (default: one per core), each with
     /// its own single-threaded runtime accepting from the same listening socket, like the
@@ -268,7 +270,10 @@ impl Gateway {
                 spread: spread.clone(),
                 me: i,
                 inbox,
-                router: router.clone(),
+                front: crate::listen::Front {
+                    router: router.clone(),
+                    app: Some(self.app.clone()),
+                },
                 connections: self.app.connections.clone(),
                 protocols: protocols.clone(),
             };
@@ -365,7 +370,7 @@ struct Serving {
     spread: Arc<crate::spread::Spread>,
     me: usize,
     inbox: crate::spread::Inbox,
-    router: axum::Router,
+    front: crate::listen::Front,
     connections: Arc<crate::listen::Connections>,
     protocols: Arc<crate::listen::Protocols>,
 }
@@ -399,7 +404,7 @@ fn serve_thread(
         };
         let accepting = crate::listen::accept_until_stopped(
             accepting,
-            serving.router,
+            serving.front,
             serving.connections,
             serving.protocols,
             stop,
