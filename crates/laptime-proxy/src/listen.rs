@@ -31,8 +31,8 @@ use crate::App;
 
 /// What a connection's requests are answered by: the router, and the gateway whose dialects'
 /// model calls skip it ([`crate::pipeline::model_call`]; the router sends the same calls to
-/// the same function). Its matching, the service clones and the boxes of a routed request
-/// were about a tenth of a model call's CPU (benchmarks/README, item 17).
+/// the same function). The router's matching, its service clones and the boxes of a routed
+/// request cost a model call about a tenth of its CPU (benchmarks/README, item 17).
 #[derive(Clone)]
 pub struct Front {
     pub router: axum::Router,
