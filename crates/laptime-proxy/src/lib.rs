@@ -104,8 +104,9 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Set when the drain time after SIGINT/SIGTERM is over: streams still open end in-band.
     pub drain_over: tokio::sync::watch::Sender<bool>,
-    /// Which unauthenticated refusals get a stored row.
-    pub unauthenticated_rows: Arc<record::RowSample>,
+    /// Where every request's finished record goes: the recorder, the metrics, the sample of
+    /// unauthenticated refusals given a row, affinity and traces.
+    pub sinks: Arc<record::Sinks>,
     /// Every open client connection, under the connection cap.
     pub connections: Arc<listen::Connections>,
     /// Bytes of request bodies held now, over every request in flight.

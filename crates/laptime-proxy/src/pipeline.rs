@@ -236,12 +236,8 @@ pub(crate) fn ingress(
     pending.trace_id = Some(trace.trace_id.clone());
     pending.span = Some(trace.span);
     pending.inflight = app.inflight.open(&pending);
-    let finisher = Finisher::new(pending, app.recorder.clone(), live.config.thresholds)
-        .with_metrics(app.metrics.clone())
-        .with_prices(live.prices.clone())
-        .with_affinity(app.affinity.clone())
-        .with_unauthenticated_sample(app.unauthenticated_rows.clone())
-        .with_traces(app.traces.clone());
+    let finisher = Finisher::sharing(pending, app.sinks.clone(), live.config.thresholds)
+        .with_prices(live.prices.clone());
     (finisher, trace)
 }
 

@@ -191,22 +191,44 @@ impl Ending {
 #[derive(Debug)]
 pub struct Finisher {
     pub pending: Box<Pending>,
-    recorder: Recorder,
+    /// Shared by every request of the gateway ([`App::sinks`](crate::App::sinks)).
+    sinks: Arc<Sinks>,
     thresholds: Thresholds,
-    /// Observes the finished record (absent in tests that build a finisher alone).
-    metrics: Option<Arc<Metrics>>,
     /// Held so the channel counts this request in flight until it is done.
     _inflight: Option<InflightGuard>,
-    /// Rows of requests without a principal are sampled: anyone who can reach the port makes
-    /// them (and no workspace can read them).
-    unauthenticated: Option<Arc<RowSample>>,
     /// What requests cost (absent in tests that build a finisher alone: every billed request
     /// is then unpriced).
     prices: Option<Arc<PriceTable>>,
+}
+
+/// Where finished records go. One per gateway, which each request holds by one reference: a
+/// reference to each of them was a count that every serving thread moved twice per request
+/// (benchmarks/README, item 17).
+#[derive(Debug, Clone)]
+pub struct Sinks {
+    pub recorder: Recorder,
+    /// Observes the finished record (absent in tests that build a finisher alone).
+    pub metrics: Option<Arc<Metrics>>,
+    /// Rows of requests without a principal are sampled: anyone who can reach the port makes
+    /// them (and no workspace can read them).
+    pub unauthenticated: Option<Arc<RowSample>>,
     /// Where the objects an answer names are remembered.
-    affinity: Option<Arc<crate::affinity::Affinity>>,
+    pub affinity: Option<Arc<crate::affinity::Affinity>>,
     /// Exports the request's spans (absent when no OTLP endpoint is configured).
-    traces: Option<crate::traces::Traces>,
+    pub traces: Option<crate::traces::Traces>,
+}
+
+impl Sinks {
+    /// The recorder alone.
+    pub fn new(recorder: Recorder) -> Sinks {
+        Sinks {
+            recorder,
+            metrics: None,
+            unauthenticated: None,
+            affinity: None,
+            traces: None,
+        }
+    }
 }
 
 /// Requests without a principal (unauthenticated refusals) given a row at most, per second;
@@ -246,22 +268,23 @@ impl RowSample {
 
 impl Finisher {
     pub fn new(pending: Pending, recorder: Recorder, thresholds: Thresholds) -> Self {
+        Finisher::sharing(pending, Arc::new(Sinks::new(recorder)), thresholds)
+    }
+
+    /// A finisher whose record goes to the gateway's `sinks`.
+    pub fn sharing(pending: Pending, sinks: Arc<Sinks>, thresholds: Thresholds) -> Self {
         Finisher {
             pending: Box::new(pending),
-            recorder,
+            sinks,
             thresholds,
-            metrics: None,
             _inflight: None,
-            unauthenticated: None,
             prices: None,
-            affinity: None,
-            traces: None,
         }
     }
 
     /// Remembers the objects the answer names in `affinity` when the request is finished.
     pub fn with_affinity(mut self, affinity: Arc<crate::affinity::Affinity>) -> Self {
-        self.affinity = Some(affinity);
+        Arc::make_mut(&mut self.sinks).affinity = Some(affinity);
         self
     }
 
@@ -273,19 +296,19 @@ impl Finisher {
 
     /// Samples the row if this request turns out to be an unauthenticated refusal.
     pub fn with_unauthenticated_sample(mut self, sample: Arc<RowSample>) -> Self {
-        self.unauthenticated = Some(sample);
+        Arc::make_mut(&mut self.sinks).unauthenticated = Some(sample);
         self
     }
 
     /// Observes the record into `metrics` when it is finished.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = Some(metrics);
+        Arc::make_mut(&mut self.sinks).metrics = Some(metrics);
         self
     }
 
     /// Offers the record's spans to `traces` when it is finished (never waits).
     pub fn with_traces(mut self, traces: Option<crate::traces::Traces>) -> Self {
-        self.traces = traces;
+        Arc::make_mut(&mut self.sinks).traces = traces;
         self
     }
 
@@ -323,25 +346,26 @@ impl Finisher {
             };
             ticket.settle(used, t0 + handler_done);
         }
-        if let Some(m) = &self.metrics {
+        let sinks = &*self.sinks;
+        if let Some(m) = &sinks.metrics {
             m.observe(&record);
         }
         // Keyed on the missing workspace, not the 401: a caller who leaves before reading its
         // refusal is sampled too.
         let sampled_out = record.workspace_id.is_none()
-            && self.unauthenticated.as_ref().is_some_and(|s| !s.admit(t0));
+            && sinks.unauthenticated.as_ref().is_some_and(|s| !s.admit(t0));
         if sampled_out {
-            if let Some(m) = &self.metrics {
+            if let Some(m) = &sinks.metrics {
                 m.count_sampled_out();
             }
             return;
         }
-        if let (Some(traces), Some(span)) = (&self.traces, span) {
+        if let (Some(traces), Some(span)) = (&sinks.traces, span) {
             traces.offer(&record, span);
         }
         // Handed over before it is queued: the recorder may write it at once.
         let handed = slot.map(|s| s.finished(&record));
-        if !self.recorder.record(record) {
+        if !sinks.recorder.record(record) {
             if let Some(h) = handed {
                 h.not_queued();
             }
@@ -356,7 +380,7 @@ impl Finisher {
         let p = &mut self.pending;
         let objects = std::mem::take(&mut p.objects);
         let (Some(affinity), Some(ws), Some(channel)) =
-            (&self.affinity, &p.workspace_id, &p.channel)
+            (&self.sinks.affinity, &p.workspace_id, &p.channel)
         else {
             return;
         };

@@ -181,13 +181,23 @@ impl Gateway {
         )
         .map_err(StartError)?
         .unzip();
+        let affinity = Arc::new(crate::affinity::Affinity::new(store.clone()));
+        let sinks = Arc::new(crate::record::Sinks {
+            recorder: recorder.clone(),
+            metrics: Some(metrics.clone()),
+            unauthenticated: Some(Arc::new(crate::record::RowSample::new(
+                crate::record::UNAUTHENTICATED_ROWS_PER_S,
+            ))),
+            affinity: Some(affinity.clone()),
+            traces: traces.clone(),
+        });
         let app = Arc::new(App {
             live: std::sync::RwLock::new(Arc::new(live)),
             reload_source: std::sync::OnceLock::new(),
             reloading: tokio::sync::Mutex::new(()),
             fleet,
             auth: Arc::new(Authenticator::new(store.clone())),
-            affinity: Arc::new(crate::affinity::Affinity::new(store.clone())),
+            affinity,
             egress,
             memory_upstream: memory.map(attempt::memory_client),
             recorder,
@@ -197,9 +207,7 @@ impl Gateway {
             body_budget,
             connections,
             drain_over: tokio::sync::watch::Sender::new(false),
-            unauthenticated_rows: Arc::new(crate::record::RowSample::new(
-                crate::record::UNAUTHENTICATED_ROWS_PER_S,
-            )),
+            sinks,
             hedge_requests: std::sync::atomic::AtomicU64::new(0),
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
             limiter: Arc::new(limiter),
