@@ -120,8 +120,6 @@ pub struct App {
     pub budgets: budgets::BudgetBook,
     /// Which channel holds each provider object a workspace created.
     pub affinity: Arc<affinity::Affinity>,
-    /// Exports each finished request's spans (absent without `[telemetry] otlp_endpoint`).
-    pub traces: Option<traces::Traces>,
     /// This instance's name and the fleet's in-flight heartbeats as last read.
     pub instances: heartbeat::Instances,
 }

@@ -214,7 +214,7 @@ pub struct Sinks {
     pub unauthenticated: Option<Arc<RowSample>>,
     /// Where the objects an answer names are remembered.
     pub affinity: Option<Arc<crate::affinity::Affinity>>,
-    /// Exports the request's spans (absent when no OTLP endpoint is configured).
+    /// Exports the request's spans (absent without `[telemetry] otlp_endpoint`).
     pub traces: Option<crate::traces::Traces>,
 }
 

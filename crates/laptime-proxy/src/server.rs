@@ -189,7 +189,7 @@ impl Gateway {
                 crate::record::UNAUTHENTICATED_ROWS_PER_S,
             ))),
             affinity: Some(affinity.clone()),
-            traces: traces.clone(),
+            traces,
         });
         let app = Arc::new(App {
             live: std::sync::RwLock::new(Arc::new(live)),
@@ -212,7 +212,6 @@ impl Gateway {
             hedges_sent: std::sync::atomic::AtomicU64::new(0),
             limiter: Arc::new(limiter),
             budgets: crate::budgets::BudgetBook::new(),
-            traces,
             instances: crate::heartbeat::Instances::new(config.server.instance.as_deref()),
         });
         let via = crate::heartbeat::Via::of(&config.shared).map_err(StartError)?;
