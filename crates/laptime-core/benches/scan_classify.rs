@@ -12,7 +12,8 @@
 //! leaves. `observe_20` is a whole stream of 20 text deltas per dialect (plus its envelopes,
 //! usage and terminal; one event per read) through a `StreamObserver`, on the byte path and
 //! with every event parsed in full (`full_20`); the Chat stream has no usage, so its output is
-//! counted with the tokenizer, as for a client that did not ask for usage.
+//! counted with the tokenizer, as for a client that did not ask for usage. `whole_bytes` and
+//! `whole_full` summarise one whole (non-streamed) answer, byte path first or full parse alone.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -431,5 +432,62 @@ mod full_20 {
     #[divan::bench]
     fn gemini(bencher: Bencher) {
         bench_stream(bencher, Dialect::Gemini, true);
+    }
+}
+
+/// A whole (non-streamed) answer of each dialect with a byte path for them: the translation
+/// fixtures (`*_body_max_tokens.json`: text, usage, a stop reason).
+fn whole_answer(dialect: Dialect) -> &'static [u8] {
+    match dialect {
+        Dialect::Messages => {
+            include_bytes!("../src/translate/stream/fixtures/messages_body_max_tokens.json")
+        }
+        _ => include_bytes!("../src/translate/stream/fixtures/chat_body_max_tokens.json"),
+    }
+}
+
+fn bench_whole(bencher: Bencher, dialect: Dialect, full: bool) {
+    use laptime_core::classify::{classify_body, read_body_quick};
+    let body = whole_answer(dialect);
+    let summarise = |body: &[u8]| match full {
+        true => classify_body(dialect, body),
+        false => read_body_quick(dialect, body).unwrap_or_else(|| classify_body(dialect, body)),
+    };
+    // The byte path decides these answers, and as the full parse does.
+    assert_eq!(
+        read_body_quick(dialect, body),
+        Some(classify_body(dialect, body))
+    );
+    assert!(summarise(body).has_text && summarise(body).stop.is_some());
+    bencher.bench_local(|| summarise(black_box(body)));
+}
+
+/// A whole answer summarised as the gateway does: the byte path first.
+mod whole_bytes {
+    use super::*;
+
+    #[divan::bench]
+    fn chat(bencher: Bencher) {
+        bench_whole(bencher, Dialect::Chat, false);
+    }
+
+    #[divan::bench]
+    fn messages(bencher: Bencher) {
+        bench_whole(bencher, Dialect::Messages, false);
+    }
+}
+
+/// The same answers with the full parse alone.
+mod whole_full {
+    use super::*;
+
+    #[divan::bench]
+    fn chat(bencher: Bencher) {
+        bench_whole(bencher, Dialect::Chat, true);
+    }
+
+    #[divan::bench]
+    fn messages(bencher: Bencher) {
+        bench_whole(bencher, Dialect::Messages, true);
     }
 }

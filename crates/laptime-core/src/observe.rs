@@ -12,7 +12,8 @@
 use std::time::Duration;
 
 use crate::classify::{
-    classify_body, classify_event, read_event_quick, EffectiveKind, EventClass, Repeats, StopHint,
+    classify_body, classify_event, read_body_quick, read_event_quick, EffectiveKind, EventClass,
+    Repeats, StopHint,
 };
 use crate::estimate::OutputEstimate;
 use crate::sse::{SseItem, SseScanner};
@@ -434,7 +435,7 @@ fn is_json(data: &str) -> bool {
 /// JSON (an HTML page from a proxy, JSON cut short) is an upstream error; a length or content
 /// filter stop is incomplete; anything else completed.
 pub fn whole_answer(dialect: Dialect, status: u16, end: BodyEnd, body: &[u8]) -> WholeAnswer {
-    let summary = classify_body(dialect, body);
+    let summary = read_body_quick(dialect, body).unwrap_or_else(|| classify_body(dialect, body));
     let mut usage = UsageAcc::new(dialect);
     usage.apply(&summary.usage);
     // A body the dialect's parse read is JSON already; only one it could not read is walked.

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use laptime_core::classify::{classify_event, read_event_quick};
+use laptime_core::classify::{classify_body, classify_event, read_body_quick, read_event_quick};
 use laptime_core::observe::{BodyEnd, StreamObserver};
 use laptime_core::sse::{SseItem, SseScanner};
 use laptime_core::Dialect;
@@ -412,5 +412,156 @@ proptest! {
         quick.on_end(at(99), BodyEnd::Eof);
         full.on_end(at(99), BodyEnd::Eof);
         prop_assert_eq!(quick.summary(), full.summary());
+    }
+}
+
+// === whole answers ===
+
+/// Whole (non-streamed) answers of the dialects with a byte path for them: the translation
+/// fixtures and hand-written ones with the cases a shortcut gets wrong.
+fn bodies() -> Vec<(Dialect, String)> {
+    let fixture = |d, s: &str| (d, s.to_owned());
+    let chat = |s: &str| (Dialect::Chat, s.to_owned());
+    let messages = |s: &str| (Dialect::Messages, s.to_owned());
+    vec![
+        fixture(
+            Dialect::Chat,
+            include_str!("../src/translate/stream/fixtures/chat_body_max_tokens.json"),
+        ),
+        fixture(
+            Dialect::Chat,
+            include_str!("../src/translate/stream/fixtures/chat_body_parallel.json"),
+        ),
+        fixture(
+            Dialect::Chat,
+            include_str!("../src/translate/stream/fixtures/chat_body_reasoning.json"),
+        ),
+        fixture(
+            Dialect::Messages,
+            include_str!("../src/translate/stream/fixtures/messages_body_max_tokens.json"),
+        ),
+        fixture(
+            Dialect::Messages,
+            include_str!("../src/translate/stream/fixtures/messages_body_parallel.json"),
+        ),
+        fixture(
+            Dialect::Messages,
+            include_str!("../src/translate/stream/fixtures/messages_body_reasoning.json"),
+        ),
+        chat(
+            r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello \"usage\": {\"completion_tokens\": 9}","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}"#,
+        ),
+        chat(
+            r#"{"choices":[{"index":0,"message":{"content":""},"finish_reason":"length"},{"index":1,"message":{"content":"b"},"finish_reason":"stop"}]}"#,
+        ),
+        chat(
+            r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+        ),
+        chat(
+            r#"{"choices":[{"message":{"content":[{"type":"thinking","thinking":[{"type":"text","text":"hm"}]},{"type":"text","text":"42"}]},"finish_reason":"stop"}]}"#,
+        ),
+        chat(
+            r#"{"choices":[{"message":{"content":"x"},"finish_reason":"content_filter"}],"usage":{"prompt_tokens":-1,"completion_tokens":3.0}}"#,
+        ),
+        chat(r#"{"choices":null,"usage":null,"error":null}"#),
+        chat(
+            r#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#,
+        ),
+        chat(r#"{"error":"flat"}"#),
+        chat(r#"{"choices":[{"message":{"content":"a"},"finish_reason":"st\u006fp"}]}"#),
+        chat(
+            r#"{"choices":[{"message":"odd"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}"#,
+        ),
+        chat(r#"{"choices":[{"message":{"content":"a","content":"b"}}]}"#),
+        chat(
+            r#"  {"choices" : [ {"message" : {"content" : "x" } } ] , "pad" : [1, {"a": null}] }  "#,
+        ),
+        chat("[1, 2]"),
+        messages(
+            r#"{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Hi \"type\":\"error\""}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":2}}"#,
+        ),
+        messages(
+            r#"{"type":"message","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"tool_use","id":"t","name":"f","input":{"text":"not text"}}],"stop_reason":"tool_use"}"#,
+        ),
+        messages(
+            r#"{"type":"message","content":[{"type":"text","text":""}],"stop_reason":"max_tokens","usage":{"input_tokens":1,"output_tokens":"many"}}"#,
+        ),
+        messages(
+            r#"{"type":"message","content":[{"text":"x","type":"text"}],"stop_reason":"refusal"}"#,
+        ),
+        messages(r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#),
+        messages(
+            r#"{"type":"message","content":null,"stop_reason":null,"usage":null,"error":null}"#,
+        ),
+        messages(r#"{"type":"message","content":[{"type":"t\u0065xt","text":"x"}]}"#),
+        messages(r#"{"type":"message","content":[{"type":"text","text":"x","text":"y"}]}"#),
+        messages(r#"{"type":"message","content":"flat"}"#),
+    ]
+}
+
+/// Checks one body; whether the byte path decided it.
+fn check_body(dialect: Dialect, body: &str) -> bool {
+    let Some(quick) = read_body_quick(dialect, body.as_bytes()) else {
+        return false;
+    };
+    assert_eq!(
+        quick,
+        classify_body(dialect, body.as_bytes()),
+        "{dialect:?} {body}"
+    );
+    assert!(
+        serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok(),
+        "the byte path decided invalid JSON: {body}"
+    );
+    true
+}
+
+#[test]
+fn the_byte_path_summarises_every_corpus_answer_as_the_full_parse_does() {
+    let mut decided = std::collections::HashMap::<Dialect, (usize, usize)>::new();
+    for (dialect, body) in bodies() {
+        let seen = decided.entry(dialect).or_default();
+        seen.1 += 1;
+        if check_body(dialect, &body) {
+            seen.0 += 1;
+        }
+        // Every cut of it too: JSON cut short is never summarised as a whole answer.
+        for cut in 1..body.len() {
+            if body.is_char_boundary(cut) {
+                check_body(dialect, &body[..cut]);
+            }
+        }
+    }
+    // Not vacuous: the byte path decides most answers of both dialects (it leaves escapes,
+    // duplicates and odd shapes to the full parse).
+    for (dialect, (quick, all)) in decided {
+        eprintln!("{dialect:?}: {quick} of {all} answers decided on the byte path");
+        assert!(quick * 3 > all * 2, "{dialect:?}: {quick} of {all} decided");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn mutated_answers_get_the_same_summary_on_both_paths(
+        pick in any::<prop::sample::Index>(),
+        at_byte in any::<prop::sample::Index>(),
+        insert in 0..INSERTS.len(),
+        cut in 0usize..4,
+    ) {
+        let all = bodies();
+        let (dialect, body) = pick.get(&all);
+        let mut pos = at_byte.index(body.len() + 1);
+        while !body.is_char_boundary(pos) {
+            pos -= 1;
+        }
+        let mut mutated = body.clone();
+        mutated.insert_str(pos, INSERTS[insert]);
+        let end = (pos + INSERTS[insert].len() + cut).min(mutated.len());
+        if cut > 0 && mutated.is_char_boundary(end) {
+            mutated.replace_range(pos + INSERTS[insert].len()..end, "");
+        }
+        check_body(*dialect, &mutated);
     }
 }

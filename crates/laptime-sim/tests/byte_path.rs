@@ -106,3 +106,36 @@ proptest! {
         check(DIALECTS[dialect], &chunks);
     }
 }
+
+/// The sim's whole (non-streamed) answers: every preset's that sends its body whole, in Chat
+/// and Messages (the dialects with a byte path for whole answers), is summarised on the byte
+/// path, as the full parse does.
+#[test]
+fn every_presets_whole_answer_reads_the_same_on_both_paths() {
+    use laptime_core::classify::{classify_body, read_body_quick};
+    use laptime_sim::End;
+    let mut bodies = 0;
+    for preset in streamed_presets() {
+        let script = laptime_sim::preset(preset).unwrap();
+        if matches!(script.end, End::Close | End::Reset | End::Stall) {
+            continue; // half a body: the byte path must leave it, as the cut tests check
+        }
+        for dialect in [Dialect::Chat, Dialect::Messages] {
+            let schedule = laptime_sim::schedule(dialect, &script, preset, (false, true), 0);
+            let body: Vec<u8> = schedule
+                .steps
+                .iter()
+                .flat_map(|s| s.bytes.to_vec())
+                .collect();
+            let quick = read_body_quick(dialect, &body);
+            assert_eq!(
+                quick,
+                Some(classify_body(dialect, &body)),
+                "{preset} {dialect:?}: {}",
+                String::from_utf8_lossy(&body)
+            );
+            bodies += 1;
+        }
+    }
+    assert!(bodies >= 12, "{bodies} answers");
+}

@@ -1,4 +1,4 @@
-//! The byte path's reader: one validating pass over an event's JSON, without serde, that hands
+//! The byte path's reader: one validating pass over an event's (or a whole answer's) JSON, without serde, that hands
 //! a classifier only the values it reads (as their raw text, what a serde `RawValue` holds) and
 //! skips the rest.
 //!
@@ -152,6 +152,19 @@ impl<'a> Reader<'a> {
             return Some(true);
         }
         Some(false)
+    }
+
+    /// A `JsonStr` field: `null` is absent, a string without escapes is its text; anything else
+    /// (an escape, another type) is left to the full parse.
+    pub(super) fn plain_str(&mut self) -> Option<Option<&'a str>> {
+        if self.null()? {
+            return Some(None);
+        }
+        let (raw, escaped) = self.string_value()?;
+        if escaped {
+            return None;
+        }
+        Some(Some(raw.get(1..raw.len() - 1)?))
     }
 
     /// Any value, validated: its raw text, or `None` when it is `null` (as serde reads an

@@ -121,14 +121,7 @@ fn quick_choice<'a>(r: &mut Reader<'a>, seen: &mut Seen, texts: &mut Texts<'a>) 
         }
         "finish_reason" => {
             fields.first(1)?;
-            if r.null()? {
-                return Some(());
-            }
-            let (raw, escaped) = r.string_value()?;
-            if escaped {
-                return None;
-            }
-            stop = Some(stop_hint(raw.get(1..raw.len() - 1)?));
+            stop = r.plain_str()?.map(stop_hint);
             Some(())
         }
         _ => r.skip(),
@@ -267,6 +260,76 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
         }
     }
     summary
+}
+
+/// The byte path for a whole answer (see [`super::bytes`]): the summary [`body`] gives, from
+/// one pass without serde, or `None` where [`body`] must decide (a choice of an odd shape, an
+/// escaped finish reason, a duplicate field, JSON the reader does not read). A body it decides
+/// is valid JSON.
+pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
+    let mut fields = Once::default();
+    let mut summary = BodySummary {
+        json: true,
+        ..BodySummary::default()
+    };
+    Reader::document(body, |r, key| match key {
+        "choices" => {
+            fields.first(0)?;
+            if r.null()? {
+                return Some(());
+            }
+            r.array(|r| quick_body_choice(r, &mut summary))
+        }
+        "usage" => {
+            fields.first(1)?;
+            if let Some(raw) = r.raw()? {
+                // As the full parse: usage of another shape is no usage, not a failed body.
+                if let Ok(usage) = serde_json::from_str::<ChatUsage>(raw) {
+                    summary.usage = usage.report();
+                }
+            }
+            Some(())
+        }
+        "error" => {
+            fields.first(2)?;
+            summary.error = r.raw()?.is_some_and(|raw| raw.starts_with('{'));
+            Some(())
+        }
+        _ => r.skip(),
+    })?;
+    Some(summary)
+}
+
+/// One `choices[]` element of a whole answer, for [`quick_body`]: its stop and its text.
+fn quick_body_choice(r: &mut Reader<'_>, summary: &mut BodySummary) -> Option<()> {
+    let mut fields = Once::default();
+    r.object(|r, key| match key {
+        "message" => {
+            fields.first(0)?;
+            if r.null()? {
+                return Some(());
+            }
+            let mut message = Once::default();
+            r.object(|r, key| match key {
+                "content" => {
+                    message.first(0)?;
+                    if let Some(raw) = r.raw()? {
+                        summary.has_text |= content_output(raw).text;
+                    }
+                    Some(())
+                }
+                _ => r.skip(),
+            })
+        }
+        "finish_reason" => {
+            fields.first(1)?;
+            if let Some(reason) = r.plain_str()? {
+                summary.stop = merge_stop(summary.stop, stop_hint(reason));
+            }
+            Some(())
+        }
+        _ => r.skip(),
+    })
 }
 
 /// `finish_reason` → stop hint: `length` and `content_filter` cut the answer short; every other

@@ -91,7 +91,7 @@ pub(super) fn quick<'a>(event: Option<&'a str>, data: &'a str) -> Option<Classif
     Reader::document(data, |r, key| match key {
         "type" => {
             fields.first(0)?;
-            kind = quick_str(r)?;
+            kind = r.plain_str()?;
             Some(())
         }
         "message" => {
@@ -128,19 +128,6 @@ pub(super) fn quick<'a>(event: Option<&'a str>, data: &'a str) -> Option<Classif
     ))
 }
 
-/// A `JsonStr` field: `null` is absent, a string without escapes is its text; anything else is
-/// left to the full parse.
-fn quick_str<'a>(r: &mut Reader<'a>) -> Option<Option<&'a str>> {
-    if r.null()? {
-        return Some(None);
-    }
-    let (raw, escaped) = r.string_value()?;
-    if escaped {
-        return None;
-    }
-    Some(Some(raw.get(1..raw.len() - 1)?))
-}
-
 /// A `delta` object, for [`quick`].
 fn quick_delta<'a>(r: &mut Reader<'a>) -> Option<DeltaText<'a>> {
     let mut fields = Once::default();
@@ -149,12 +136,12 @@ fn quick_delta<'a>(r: &mut Reader<'a>) -> Option<DeltaText<'a>> {
         let (bit, field) = match key {
             "type" => {
                 fields.first(0)?;
-                d.kind = quick_str(r)?;
+                d.kind = r.plain_str()?;
                 return Some(());
             }
             "stop_reason" => {
                 fields.first(1)?;
-                d.stop_reason = quick_str(r)?;
+                d.stop_reason = r.plain_str()?;
                 return Some(());
             }
             "text" => (2, &mut d.text),
@@ -205,6 +192,74 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
         .iter()
         .any(|block| block.kind.as_deref() == Some("text") && nonempty_str(block.text));
     summary
+}
+
+/// The byte path for a whole answer (see [`super::bytes`]): the summary [`body`] gives, from
+/// one pass without serde, or `None` where [`body`] must decide (a content block of an odd
+/// shape, an escaped `type` or stop reason, a duplicate field, JSON the reader does not read).
+/// A body it decides is valid JSON.
+pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
+    let mut fields = Once::default();
+    let mut kind = None;
+    let mut summary = BodySummary {
+        json: true,
+        ..BodySummary::default()
+    };
+    Reader::document(body, |r, key| match key {
+        "type" => {
+            fields.first(0)?;
+            kind = r.plain_str()?;
+            Some(())
+        }
+        "error" => {
+            fields.first(1)?;
+            summary.error |= r.raw()?.is_some_and(|raw| raw.starts_with('{'));
+            Some(())
+        }
+        "stop_reason" => {
+            fields.first(2)?;
+            summary.stop = r.plain_str()?.map(stop_hint);
+            Some(())
+        }
+        "content" => {
+            fields.first(3)?;
+            if r.null()? {
+                return Some(());
+            }
+            r.array(|r| {
+                let mut block = Once::default();
+                let (mut text_block, mut text) = (false, false);
+                r.object(|r, key| match key {
+                    "type" => {
+                        block.first(0)?;
+                        text_block = r.plain_str()? == Some("text");
+                        Some(())
+                    }
+                    "text" => {
+                        block.first(1)?;
+                        text = nonempty(r.raw()?);
+                        Some(())
+                    }
+                    _ => r.skip(),
+                })?;
+                summary.has_text |= text_block && text;
+                Some(())
+            })
+        }
+        "usage" => {
+            fields.first(4)?;
+            if let Some(raw) = r.raw()? {
+                // As the full parse: usage of another shape is no usage, not a failed body.
+                if let Ok(usage) = serde_json::from_str::<MessagesUsage>(raw) {
+                    summary.usage = usage.report();
+                }
+            }
+            Some(())
+        }
+        _ => r.skip(),
+    })?;
+    summary.error |= kind == Some("error");
+    Some(summary)
 }
 
 // === wire shapes (only the fields classification reads) ===
