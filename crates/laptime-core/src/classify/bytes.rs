@@ -1,6 +1,6 @@
-//! The byte path's reader: one validating pass over an event's (or a whole answer's) JSON, without serde, that hands
-//! a classifier only the values it reads (as their raw text, what a serde `RawValue` holds) and
-//! skips the rest.
+//! The byte path's reader: one validating pass over an event's (or a whole answer's) JSON,
+//! without serde, that hands a classifier only the values it reads (as their raw text, what a
+//! serde `RawValue` holds) and skips the rest.
 //!
 //! It accepts a strict subset of what `serde_json` accepts, and it gives up (`None`) on anything
 //! it would not decide exactly as the full parse does: JSON that is invalid or that it does not
