@@ -442,6 +442,9 @@ fn whole_answer(dialect: Dialect) -> &'static [u8] {
         Dialect::Messages => {
             include_bytes!("../src/translate/stream/fixtures/messages_body_max_tokens.json")
         }
+        Dialect::Responses => {
+            include_bytes!("../src/translate/stream/fixtures/responses_body_max_tokens.json")
+        }
         _ => include_bytes!("../src/translate/stream/fixtures/chat_body_max_tokens.json"),
     }
 }
@@ -475,6 +478,11 @@ mod whole_bytes {
     fn messages(bencher: Bencher) {
         bench_whole(bencher, Dialect::Messages, false);
     }
+
+    #[divan::bench]
+    fn responses(bencher: Bencher) {
+        bench_whole(bencher, Dialect::Responses, false);
+    }
 }
 
 /// The same answers with the full parse alone.
@@ -489,5 +497,10 @@ mod whole_full {
     #[divan::bench]
     fn messages(bencher: Bencher) {
         bench_whole(bencher, Dialect::Messages, true);
+    }
+
+    #[divan::bench]
+    fn responses(bencher: Bencher) {
+        bench_whole(bencher, Dialect::Responses, true);
     }
 }

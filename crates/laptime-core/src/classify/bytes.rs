@@ -167,6 +167,27 @@ impl<'a> Reader<'a> {
         Some(Some(raw.get(1..raw.len() - 1)?))
     }
 
+    /// One `{"type": …, "text": …}` object (an Anthropic content block, a Responses content
+    /// part), other fields skipped: whether its type is `kind` and its text a non-empty string.
+    pub(super) fn text_of_kind(&mut self, kind: &str) -> Option<bool> {
+        let mut fields = Once::default();
+        let (mut is_kind, mut text) = (false, false);
+        self.object(|r, key| match key {
+            "type" => {
+                fields.first(0)?;
+                is_kind = r.plain_str()? == Some(kind);
+                Some(())
+            }
+            "text" => {
+                fields.first(1)?;
+                text = nonempty(r.raw()?);
+                Some(())
+            }
+            _ => r.skip(),
+        })?;
+        Some(is_kind && text)
+    }
+
     /// Any value, validated: its raw text, or `None` when it is `null` (as serde reads an
     /// `Option<&RawValue>`).
     pub(super) fn raw(&mut self) -> Option<Option<&'a str>> {

@@ -227,22 +227,7 @@ pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
                 return Some(());
             }
             r.array(|r| {
-                let mut block = Once::default();
-                let (mut text_block, mut text) = (false, false);
-                r.object(|r, key| match key {
-                    "type" => {
-                        block.first(0)?;
-                        text_block = r.plain_str()? == Some("text");
-                        Some(())
-                    }
-                    "text" => {
-                        block.first(1)?;
-                        text = nonempty(r.raw()?);
-                        Some(())
-                    }
-                    _ => r.skip(),
-                })?;
-                summary.has_text |= text_block && text;
+                summary.has_text |= r.text_of_kind("text")?;
                 Some(())
             })
         }

@@ -199,14 +199,14 @@ pub struct BodySummary {
 
 /// Summarises a whole non-streamed body with the byte path: the same [`BodySummary`] as
 /// [`classify_body`], or `None` when the body is one the full parse must decide (or its
-/// dialect has no byte path for whole answers: Responses and Gemini). A body it decides is
-/// valid JSON.
+/// dialect has no byte path for whole answers: Gemini). A body it decides is valid JSON.
 pub fn read_body_quick(dialect: Dialect, body: &[u8]) -> Option<BodySummary> {
     let body = std::str::from_utf8(body).ok()?;
     match dialect {
         Dialect::Chat => chat::quick_body(body),
+        Dialect::Responses => responses::quick_body(body),
         Dialect::Messages => messages::quick_body(body),
-        Dialect::Responses | Dialect::Gemini => None,
+        Dialect::Gemini => None,
     }
 }
 

@@ -169,23 +169,14 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
         return BodySummary::default();
     };
     let status = parsed.status.as_deref();
+    let reason = parsed
+        .incomplete_details
+        .as_ref()
+        .and_then(|d| d.reason.as_deref());
     let mut summary = BodySummary {
         json: true,
         error: is_object(parsed.error) || status == Some("failed"),
-        stop: match status {
-            Some("completed") => Some(StopHint::Complete),
-            // A body has no terminal event to say "incomplete": an unknown reason is still a
-            // cut-short answer.
-            Some("incomplete") => Some(
-                parsed
-                    .incomplete_details
-                    .as_ref()
-                    .and_then(|d| d.reason.as_deref())
-                    .and_then(incomplete_stop)
-                    .unwrap_or(StopHint::Length),
-            ),
-            _ => None,
-        },
+        stop: body_stop(status, reason),
         ..BodySummary::default()
     };
     if let Some(usage) = parsed
@@ -204,6 +195,97 @@ pub(super) fn body(body: &[u8]) -> BodySummary {
         .flatten()
         .any(|part| part.kind.as_deref() == Some("output_text") && nonempty_str(part.text));
     summary
+}
+
+/// A whole answer's stop, by its `status` and `incomplete_details.reason`.
+fn body_stop(status: Option<&str>, reason: Option<&str>) -> Option<StopHint> {
+    match status {
+        Some("completed") => Some(StopHint::Complete),
+        // A body has no terminal event to say "incomplete": an unknown reason is still a
+        // cut-short answer.
+        Some("incomplete") => Some(reason.and_then(incomplete_stop).unwrap_or(StopHint::Length)),
+        _ => None,
+    }
+}
+
+/// The byte path for a whole answer (see [`super::bytes`]): the summary [`body`] gives, from
+/// one pass without serde, or `None` where [`body`] must decide (an output item or content
+/// part of an odd shape, an escaped status, type or reason, a duplicate field, JSON the reader
+/// does not read). A body it decides is valid JSON.
+pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
+    let mut fields = Once::default();
+    let (mut status, mut reason) = (None, None);
+    let mut summary = BodySummary {
+        json: true,
+        ..BodySummary::default()
+    };
+    Reader::document(body, |r, key| match key {
+        "status" => {
+            fields.first(0)?;
+            status = r.plain_str()?;
+            Some(())
+        }
+        "incomplete_details" => {
+            fields.first(1)?;
+            if r.null()? {
+                return Some(());
+            }
+            let mut details = Once::default();
+            r.object(|r, key| match key {
+                "reason" => {
+                    details.first(0)?;
+                    reason = r.plain_str()?;
+                    Some(())
+                }
+                _ => r.skip(),
+            })
+        }
+        "error" => {
+            fields.first(2)?;
+            summary.error = r.raw()?.is_some_and(|raw| raw.starts_with('{'));
+            Some(())
+        }
+        "output" => {
+            fields.first(3)?;
+            if r.null()? {
+                return Some(());
+            }
+            r.array(|r| quick_output_item(r, &mut summary.has_text))
+        }
+        "usage" => {
+            fields.first(4)?;
+            if let Some(raw) = r.raw()? {
+                // As the full parse: usage of another shape is no usage, not a failed body.
+                if let Ok(usage) = serde_json::from_str::<ResponsesUsage>(raw) {
+                    summary.usage = usage.report();
+                }
+            }
+            Some(())
+        }
+        _ => r.skip(),
+    })?;
+    summary.error |= status == Some("failed");
+    summary.stop = body_stop(status, reason);
+    Some(summary)
+}
+
+/// One `output[]` item of a whole answer, for [`quick_body`]: whether its content holds
+/// non-empty `output_text`.
+fn quick_output_item(r: &mut Reader<'_>, has_text: &mut bool) -> Option<()> {
+    let mut fields = Once::default();
+    r.object(|r, key| match key {
+        "content" => {
+            fields.first(0)?;
+            if r.null()? {
+                return Some(());
+            }
+            r.array(|r| {
+                *has_text |= r.text_of_kind("output_text")?;
+                Some(())
+            })
+        }
+        _ => r.skip(),
+    })
 }
 
 // === wire shapes (only the fields classification reads) ===
