@@ -188,6 +188,19 @@ impl<'a> Reader<'a> {
         Some(is_kind && text)
     }
 
+    /// A value serde reads as `T` if it can, as the full parse reads a whole answer's usage:
+    /// `Some(None)` when it is `null` or of another shape (no usage, not a failed body), `None`
+    /// when the reader gives up.
+    pub(super) fn lenient<T: serde::de::DeserializeOwned>(&mut self) -> Option<Option<T>> {
+        Some(self.raw()?.and_then(|raw| serde_json::from_str(raw).ok()))
+    }
+
+    /// Whether the value (validated) is an object, as [`crate::wire::is_object`] reads serde's
+    /// raw value of an `Option` field (`null` is absent).
+    pub(super) fn is_object(&mut self) -> Option<bool> {
+        Some(self.raw()?.is_some_and(|raw| raw.starts_with('{')))
+    }
+
     /// Any value, validated: its raw text, or `None` when it is `null` (as serde reads an
     /// `Option<&RawValue>`).
     pub(super) fn raw(&mut self) -> Option<Option<&'a str>> {

@@ -282,17 +282,14 @@ pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
         }
         "usage" => {
             fields.first(1)?;
-            if let Some(raw) = r.raw()? {
-                // As the full parse: usage of another shape is no usage, not a failed body.
-                if let Ok(usage) = serde_json::from_str::<ChatUsage>(raw) {
-                    summary.usage = usage.report();
-                }
+            if let Some(usage) = r.lenient::<ChatUsage>()? {
+                summary.usage = usage.report();
             }
             Some(())
         }
         "error" => {
             fields.first(2)?;
-            summary.error = r.raw()?.is_some_and(|raw| raw.starts_with('{'));
+            summary.error = r.is_object()?;
             Some(())
         }
         _ => r.skip(),

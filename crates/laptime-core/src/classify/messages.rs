@@ -213,7 +213,7 @@ pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
         }
         "error" => {
             fields.first(1)?;
-            summary.error |= r.raw()?.is_some_and(|raw| raw.starts_with('{'));
+            summary.error |= r.is_object()?;
             Some(())
         }
         "stop_reason" => {
@@ -233,11 +233,8 @@ pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
         }
         "usage" => {
             fields.first(4)?;
-            if let Some(raw) = r.raw()? {
-                // As the full parse: usage of another shape is no usage, not a failed body.
-                if let Ok(usage) = serde_json::from_str::<MessagesUsage>(raw) {
-                    summary.usage = usage.report();
-                }
+            if let Some(usage) = r.lenient::<MessagesUsage>()? {
+                summary.usage = usage.report();
             }
             Some(())
         }

@@ -242,7 +242,7 @@ pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
         }
         "error" => {
             fields.first(2)?;
-            summary.error = r.raw()?.is_some_and(|raw| raw.starts_with('{'));
+            summary.error = r.is_object()?;
             Some(())
         }
         "output" => {
@@ -254,11 +254,8 @@ pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
         }
         "usage" => {
             fields.first(4)?;
-            if let Some(raw) = r.raw()? {
-                // As the full parse: usage of another shape is no usage, not a failed body.
-                if let Ok(usage) = serde_json::from_str::<ResponsesUsage>(raw) {
-                    summary.usage = usage.report();
-                }
+            if let Some(usage) = r.lenient::<ResponsesUsage>()? {
+                summary.usage = usage.report();
             }
             Some(())
         }
