@@ -543,7 +543,10 @@ def wrk(url_path: str, body: dict, *, duration: float, connections: int = 32,
 
 # === results ===
 
-def parse_args(doc: str, duration: float | None, **extra) -> argparse.Namespace:
+def parse_args(doc: str, duration: float | None, needs_bin: bool = True,
+               **extra) -> argparse.Namespace:
+    """The group's flags (`extra`: name=(type, default, help)). `needs_bin=False` for a script
+    that names its builds by flags (compare-builds) and checks them itself."""
     ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     if duration is not None:
@@ -555,7 +558,7 @@ def parse_args(doc: str, duration: float | None, **extra) -> argparse.Namespace:
         ap.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
                         help=f"{help_} (default {default})")
     a = ap.parse_args()
-    if not BIN.exists():
+    if needs_bin and not BIN.exists():
         raise SystemExit(f"{BIN} is missing: run benchmarks/build (or set LAPTIME_BIN)")
     return a
 
