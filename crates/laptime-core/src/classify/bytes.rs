@@ -195,6 +195,64 @@ impl<'a> Reader<'a> {
         Some(self.raw()?.and_then(|raw| serde_json::from_str(raw).ok()))
     }
 
+    /// A value `quick` reads whole if it can (a usage object of the plain shape, see
+    /// [`super::quick_usage`]), or else as [`Reader::lenient`] reads it.
+    pub(super) fn lenient_or<T: serde::de::DeserializeOwned>(
+        &mut self,
+        quick: impl FnOnce(&mut Self) -> Option<T>,
+    ) -> Option<Option<T>> {
+        if let Some(v) = self.attempt(quick) {
+            return Some(Some(v));
+        }
+        self.lenient()
+    }
+
+    /// An object `quick` reads whole if it can, or else serde's `T` of it: `None` (give up)
+    /// when it is not an object or serde cannot read it, as the event path reads a usage.
+    pub(super) fn strict_or<T: serde::de::DeserializeOwned>(
+        &mut self,
+        quick: impl FnOnce(&mut Self) -> Option<T>,
+    ) -> Option<T> {
+        if let Some(v) = self.attempt(quick) {
+            return Some(v);
+        }
+        let raw = self.raw()?.filter(|raw| raw.starts_with('{'))?;
+        serde_json::from_str(raw).ok()
+    }
+
+    /// `read` on a copy of the cursor, which moves on only if `read` decides.
+    fn attempt<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
+        let mut probe = Reader {
+            text: self.text,
+            at: self.at,
+            depth: self.depth,
+        };
+        let v = read(&mut probe)?;
+        *self = probe;
+        Some(v)
+    }
+
+    /// A token count where [`crate::wire::Count`] reads it plainly: `null` (not sent) or an
+    /// integer of digits alone that fits a `u64`. `None` (give up) for a sign, a fraction, an
+    /// exponent, a larger number or another type, which the caller leaves to serde.
+    pub(super) fn count(&mut self) -> Option<crate::wire::Count> {
+        if self.null()? {
+            return Some(crate::wire::Count(None));
+        }
+        let start = self.at;
+        if !self.bytes().get(start)?.is_ascii_digit() {
+            return None;
+        }
+        self.number()?;
+        let digits = self.text.get(start..self.at)?;
+        if !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        // Past `u64::MAX` serde reads a float (saturated by `Count`): the parse fails, and
+        // the caller leaves it to serde.
+        digits.parse().ok().map(|n| crate::wire::Count(Some(n)))
+    }
+
     /// Whether the value (validated) is an object, as [`crate::wire::is_object`] reads serde's
     /// raw value of an `Option` field (`null` is absent).
     pub(super) fn is_object(&mut self) -> Option<bool> {

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::bytes::{nonempty, Once, Reader};
+use super::quick_usage;
 use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint, Texts};
 use crate::wire::usage::ChatUsage;
 use crate::wire::{is_object, nonempty_str, raw_text, truthy, JsonStr};
@@ -80,8 +81,7 @@ pub(super) fn quick(data: &str) -> Option<(Classification, Texts<'_>)> {
             if r.null()? {
                 return Some(());
             }
-            let raw = r.raw()?.filter(|raw| raw.starts_with('{'))?;
-            usage = Some(serde_json::from_str::<ChatUsage>(raw).ok()?.report());
+            usage = Some(r.strict_or(quick_usage::chat)?.report());
             Some(())
         }
         // A non-null error ends the stream: the full parse reads it.
@@ -282,7 +282,7 @@ pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
         }
         "usage" => {
             fields.first(1)?;
-            if let Some(usage) = r.lenient::<ChatUsage>()? {
+            if let Some(usage) = r.lenient_or(quick_usage::chat)? {
                 summary.usage = usage.report();
             }
             Some(())

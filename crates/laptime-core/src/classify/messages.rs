@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::bytes::{nonempty, Once, Reader};
+use super::quick_usage;
 use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
 use crate::wire::usage::MessagesUsage;
 use crate::wire::{is_object, nonempty_str, raw_text, JsonStr};
@@ -112,8 +113,7 @@ pub(super) fn quick<'a>(event: Option<&'a str>, data: &'a str) -> Option<Classif
         "usage" => {
             fields.first(4)?;
             if !r.null()? {
-                let raw = r.raw()?.filter(|raw| raw.starts_with('{'))?;
-                usage = Some(serde_json::from_str::<MessagesUsage>(raw).ok()?);
+                usage = Some(r.strict_or(quick_usage::messages)?);
             }
             Some(())
         }
@@ -233,7 +233,7 @@ pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
         }
         "usage" => {
             fields.first(4)?;
-            if let Some(usage) = r.lenient::<MessagesUsage>()? {
+            if let Some(usage) = r.lenient_or(quick_usage::messages)? {
                 summary.usage = usage.report();
             }
             Some(())

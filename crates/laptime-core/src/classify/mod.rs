@@ -16,6 +16,7 @@ mod repeat;
 pub(crate) use repeat::Repeats;
 mod gemini;
 mod messages;
+mod quick_usage;
 mod refusal;
 mod responses;
 

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::bytes::{nonempty, Once, Reader};
+use super::quick_usage;
 use super::{BodySummary, Classification, EffectiveKind, EventClass, StopHint};
 use crate::wire::usage::ResponsesUsage;
 use crate::wire::{is_object, nonempty_str, raw_text, truthy, JsonStr};
@@ -254,7 +255,7 @@ pub(super) fn quick_body(body: &str) -> Option<BodySummary> {
         }
         "usage" => {
             fields.first(4)?;
-            if let Some(usage) = r.lenient::<ResponsesUsage>()? {
+            if let Some(usage) = r.lenient_or(quick_usage::responses)? {
                 summary.usage = usage.report();
             }
             Some(())

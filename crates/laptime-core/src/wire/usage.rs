@@ -9,33 +9,33 @@ use crate::usage::UsageReport;
 
 /// Chat `CompletionUsage`: `prompt_tokens` includes cached tokens, `completion_tokens` includes
 /// reasoning tokens.
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ChatUsage {
     #[serde(default)]
-    prompt_tokens: Count,
+    pub(crate) prompt_tokens: Count,
     #[serde(default)]
-    completion_tokens: Count,
-    prompt_tokens_details: Option<CacheDetails>,
-    completion_tokens_details: Option<ReasoningDetails>,
+    pub(crate) completion_tokens: Count,
+    pub(crate) prompt_tokens_details: Option<CacheDetails>,
+    pub(crate) completion_tokens_details: Option<ReasoningDetails>,
     /// DeepSeek's name for cached prompt tokens.
     #[serde(default)]
-    prompt_cache_hit_tokens: Count,
+    pub(crate) prompt_cache_hit_tokens: Count,
 }
 
 /// `prompt_tokens_details` (Chat) and `input_tokens_details` (Responses).
-#[derive(Deserialize, Clone, Copy)]
-struct CacheDetails {
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CacheDetails {
     #[serde(default)]
-    cached_tokens: Count,
+    pub(crate) cached_tokens: Count,
     #[serde(default)]
-    cache_write_tokens: Count,
+    pub(crate) cache_write_tokens: Count,
 }
 
 /// `completion_tokens_details` (Chat) and `output_tokens_details` (Responses).
-#[derive(Deserialize, Clone, Copy)]
-struct ReasoningDetails {
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ReasoningDetails {
     #[serde(default)]
-    reasoning_tokens: Count,
+    pub(crate) reasoning_tokens: Count,
 }
 
 impl ChatUsage {
@@ -61,14 +61,14 @@ impl ChatUsage {
 
 /// Responses `ResponseUsage`: `input_tokens` includes cached tokens, `output_tokens` includes
 /// reasoning.
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ResponsesUsage {
     #[serde(default)]
-    input_tokens: Count,
+    pub(crate) input_tokens: Count,
     #[serde(default)]
-    output_tokens: Count,
-    input_tokens_details: Option<CacheDetails>,
-    output_tokens_details: Option<ReasoningDetails>,
+    pub(crate) output_tokens: Count,
+    pub(crate) input_tokens_details: Option<CacheDetails>,
+    pub(crate) output_tokens_details: Option<ReasoningDetails>,
 }
 
 impl ResponsesUsage {
@@ -89,31 +89,31 @@ impl ResponsesUsage {
 
 /// Anthropic usage: `input_tokens` excludes cache reads and writes (normalised later, in
 /// `usage`); `message_delta` counts are cumulative and may revise the input side.
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct MessagesUsage {
     #[serde(default)]
-    input_tokens: Count,
+    pub(crate) input_tokens: Count,
     #[serde(default)]
-    cache_read_input_tokens: Count,
+    pub(crate) cache_read_input_tokens: Count,
     #[serde(default)]
-    cache_creation_input_tokens: Count,
+    pub(crate) cache_creation_input_tokens: Count,
     #[serde(default)]
-    output_tokens: Count,
-    output_tokens_details: Option<ThinkingDetails>,
-    cache_creation: Option<CacheCreation>,
+    pub(crate) output_tokens: Count,
+    pub(crate) output_tokens_details: Option<ThinkingDetails>,
+    pub(crate) cache_creation: Option<CacheCreation>,
 }
 
 /// Anthropic's split of `cache_creation_input_tokens` by cache lifetime.
-#[derive(Deserialize, Clone, Copy)]
-struct CacheCreation {
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CacheCreation {
     #[serde(default)]
-    ephemeral_1h_input_tokens: Count,
+    pub(crate) ephemeral_1h_input_tokens: Count,
 }
 
-#[derive(Deserialize, Clone, Copy)]
-struct ThinkingDetails {
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ThinkingDetails {
     #[serde(default)]
-    thinking_tokens: Count,
+    pub(crate) thinking_tokens: Count,
 }
 
 impl MessagesUsage {
@@ -136,7 +136,7 @@ impl MessagesUsage {
 /// outside the prompt. Its fields are side by side in one object, so one object is folded into
 /// the normalised terms here (input = prompt + tool-use prompt, output = candidates + thoughts);
 /// within a present object Google leaves zero counts out.
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct GeminiUsage {
     #[serde(default)]
