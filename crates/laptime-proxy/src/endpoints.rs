@@ -25,7 +25,7 @@ use http_body::{Body, Frame};
 use laptime_core::endpoint::{self, BodyKind, Call, Endpoint, ObjectKind};
 use laptime_core::observe::StreamSummary;
 use laptime_core::timeline::{ErrorClass, InBandCarrier, Outcome, RequestShape};
-use laptime_core::views::ms;
+use laptime_core::views::push_ms;
 use laptime_store::auth::Principal;
 use tokio::time::Instant;
 
@@ -752,7 +752,11 @@ fn relayed(
     {
         own.insert(
             "server-timing",
-            respond::header_value(&format!("upstream-headers;dur={}", ms(h))),
+            respond::header_value(&{
+                let mut timing = String::from("upstream-headers;dur=");
+                push_ms(&mut timing, h);
+                timing
+            }),
         );
         finisher.pending.in_band = InBandCarrier::ServerTimingHead;
     }

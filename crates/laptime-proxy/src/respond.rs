@@ -15,7 +15,7 @@ use laptime_core::dialect::google_status;
 use laptime_core::observe::{whole_answer, BodyEnd, StreamSummary};
 use laptime_core::timeline::{ErrorClass, InBandCarrier, Marks, Outcome};
 use laptime_core::translate::stream::{translate_body, translate_error, ClientStreamOptions};
-use laptime_core::views::{ms, upstream_ms};
+use laptime_core::views::push_ms;
 use laptime_core::Dialect;
 use serde_json::json;
 use tokio::time::Instant;
@@ -534,14 +534,13 @@ pub(crate) fn server_timing(
     upstream_done: Option<std::time::Duration>,
     start: std::time::Duration,
 ) -> Option<HeaderValue> {
-    let marks = Marks {
-        upstream_done,
-        ..*marks
-    };
-    let up = upstream_ms(&marks)?;
-    let mut timing = format!("upstream;dur={up}");
+    let up = laptime_core::timeline::between(marks.upstream_start, upstream_done)?;
+    let mut timing = String::with_capacity(64);
+    timing.push_str("upstream;dur=");
+    push_ms(&mut timing, up);
     if let Some(h) = marks.upstream_headers.and_then(|h| h.checked_sub(start)) {
-        timing.push_str(&format!(", upstream-headers;dur={}", ms(h)));
+        timing.push_str(", upstream-headers;dur=");
+        push_ms(&mut timing, h);
     }
     Some(header_value(&timing))
 }
