@@ -34,7 +34,7 @@ pub fn push_ms(out: &mut String, d: Duration) {
             b'0' + (frac / 10 % 10) as u8,
             b'0' + (frac % 10) as u8,
         ];
-        let keep = 4 - usize::from(frac % 10 == 0) - usize::from(frac % 100 == 0);
+        let keep = 4 - usize::from(frac.is_multiple_of(10)) - usize::from(frac.is_multiple_of(100));
         out.extend(digits[..keep].iter().map(|&b| char::from(b)));
     }
 }
