@@ -152,7 +152,16 @@ struct Tracked {
     change: u64,
 }
 
-type Shard = HashMap<String, Tracked>;
+/// An entry's cell: its request's slot updates it under the cell's own lock, without finding
+/// it in its shard (hashing the id and taking the shard's lock, half a dozen times a request).
+/// Lock order: a shard, then a cell in it; a slot takes only its cell's.
+type Cell = Arc<Mutex<Tracked>>;
+
+type Shard = HashMap<String, Cell>;
+
+fn lock_cell(cell: &Mutex<Tracked>) -> MutexGuard<'_, Tracked> {
+    cell.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The registry of one gateway process (in [`crate::App`]). Bounded: past `capacity` entries a
 /// new request is served but not tracked (counted in [`Inflight::untracked`]).
@@ -220,51 +229,23 @@ impl Inflight {
         }
         let record = Arc::new(partial(pending));
         let id = pending.request_id.clone();
-        let replaced = self.shard(&id).insert(
-            id.clone(),
-            Tracked {
-                entry: Entry::Running {
-                    record,
-                    answered: None,
-                },
-                change: self.next_change(),
+        let cell = Arc::new(Mutex::new(Tracked {
+            entry: Entry::Running {
+                record,
+                answered: None,
             },
-        );
+            change: self.next_change(),
+        }));
+        let replaced = self.shard(&id).insert(id.clone(), cell.clone());
         if replaced.is_some() {
             self.len.fetch_sub(1, Ordering::Relaxed);
         }
         Some(Slot {
             registry: self.clone(),
             id,
+            cell,
             handed_over: false,
         })
-    }
-
-    /// Updates a running entry.
-    fn update(&self, id: &str, f: impl FnOnce(&mut RequestRecord, &mut Option<u16>)) {
-        self.update_numbered(id, true, f);
-    }
-
-    /// Updates a running entry; `numbered` gives the update a change number of its own, which
-    /// the journal writer writes the entry again for. Without one the registry (and so the
-    /// read-back) sees the update, and the journal's line waits for the entry's next numbered
-    /// change.
-    fn update_numbered(
-        &self,
-        id: &str,
-        numbered: bool,
-        f: impl FnOnce(&mut RequestRecord, &mut Option<u16>),
-    ) {
-        if let Some(Tracked {
-            entry: Entry::Running { record, answered },
-            change,
-        }) = self.shard(id).get_mut(id)
-        {
-            f(Arc::make_mut(record), answered);
-            if numbered {
-                *change = self.next_change();
-            }
-        }
     }
 
     fn remove(&self, id: &str) {
@@ -301,7 +282,10 @@ impl Inflight {
         let mut out = Vec::with_capacity(self.len());
         for shard in self.shards.iter() {
             let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            out.extend(shard.values().map(|t| (t.change, t.entry.clone())));
+            out.extend(shard.values().map(|c| {
+                let t = lock_cell(c);
+                (t.change, t.entry.clone())
+            }));
         }
         out
     }
@@ -311,13 +295,12 @@ impl Inflight {
         let mut running = Running::default();
         for shard in self.shards.iter() {
             let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            for e in shard
-                .values()
-                .map(|t| &t.entry)
-                .filter(|e| e.state() == State::Running)
-            {
-                running.requests += 1;
-                running.streams += usize::from(e.record().stream);
+            for cell in shard.values() {
+                let t = lock_cell(cell);
+                if t.entry.state() == State::Running {
+                    running.requests += 1;
+                    running.streams += usize::from(t.entry.record().stream);
+                }
             }
         }
         running
@@ -328,13 +311,11 @@ impl Inflight {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            out.extend(
-                shard
-                    .values()
-                    .map(|t| &t.entry)
-                    .filter(|e| e.record().workspace_id.as_deref() == Some(workspace_id))
-                    .cloned(),
-            );
+            out.extend(shard.values().filter_map(|cell| {
+                let t = lock_cell(cell);
+                (t.entry.record().workspace_id.as_deref() == Some(workspace_id))
+                    .then(|| t.entry.clone())
+            }));
         }
         out.sort_by(|a, b| {
             (a.record().created_at_us, &a.record().request_id)
@@ -354,6 +335,7 @@ impl Inflight {
 pub struct Slot {
     registry: Arc<Inflight>,
     id: String,
+    cell: Cell,
     handed_over: bool,
 }
 
@@ -364,10 +346,37 @@ impl std::fmt::Debug for Slot {
 }
 
 impl Slot {
+    /// Updates the running entry.
+    fn update(&self, f: impl FnOnce(&mut RequestRecord, &mut Option<u16>)) {
+        self.update_numbered(true, f);
+    }
+
+    /// Updates the running entry; `numbered` gives the update a change number of its own,
+    /// which the journal writer writes the entry again for. Without one the registry (and so
+    /// the read-back) sees the update, and the journal's line waits for the entry's next
+    /// numbered change.
+    fn update_numbered(
+        &self,
+        numbered: bool,
+        f: impl FnOnce(&mut RequestRecord, &mut Option<u16>),
+    ) {
+        let mut t = lock_cell(&self.cell);
+        if let Tracked {
+            entry: Entry::Running { record, answered },
+            change,
+        } = &mut *t
+        {
+            f(Arc::make_mut(record), answered);
+            if numbered {
+                *change = self.registry.next_change();
+            }
+        }
+    }
+
     /// Copies what the pending record knows now into the entry (strings reuse the entry's
     /// buffers, so a repeated sync rarely allocates).
     pub fn sync(&self, p: &Pending) {
-        self.registry.update(&self.id, |r, _| {
+        self.update(|r, _| {
             r.workspace_id.clone_from(&p.workspace_id);
             r.key_id.clone_from(&p.key_id);
             r.model.clone_from(&p.model);
@@ -389,7 +398,7 @@ impl Slot {
 
     /// The client was sent a head with `status`.
     pub fn answered(&self, status: u16) {
-        self.registry.update(&self.id, |_, answered| {
+        self.update(|_, answered| {
             *answered = Some(status);
         });
     }
@@ -398,7 +407,7 @@ impl Slot {
     /// text, and the last effective output): a handful of calls per request, when one of the
     /// first-time marks is new or the last output moved on by a step.
     pub fn stream_marks(&self, m: &Marks) {
-        self.registry.update(&self.id, |r, _| {
+        self.update(|r, _| {
             merge_stream_marks(&mut r.marks, stream_marks(m));
         });
     }
@@ -408,7 +417,7 @@ impl Slot {
     /// end). A journal line serialises the whole record; writing one for every step of output
     /// was a quarter of what observing a paced stream cost (benchmarks/README, item 13).
     pub fn live_output(&self, m: &Marks) {
-        self.registry.update_numbered(&self.id, false, |r, _| {
+        self.update_numbered(false, |r, _| {
             merge_stream_marks(&mut r.marks, stream_marks(m));
         });
     }
@@ -417,8 +426,9 @@ impl Slot {
     /// recorder has written it.
     pub fn finished(mut self, record: &RequestRecord) -> Handed {
         self.handed_over = true;
-        if let Some(Tracked { entry: e, change }) = self.registry.shard(&self.id).get_mut(&self.id)
         {
+            let mut t = lock_cell(&self.cell);
+            let Tracked { entry: e, change } = &mut *t;
             let done = match e {
                 // Into the running record's own buffers: most of its strings are the same.
                 Entry::Running { record: kept, .. } => {
