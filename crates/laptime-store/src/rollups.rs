@@ -128,27 +128,68 @@ pub(crate) struct RollupKey {
 impl RollupKey {
     /// The key a record rolls up under; `None` for a record without a workspace.
     pub(crate) fn of(r: &RequestRecord) -> Option<RollupKey> {
-        let text = |v: &Option<String>| v.clone().unwrap_or_default();
-        let c = Comparison::of(r);
-        let name = |v: Option<&str>| v.unwrap_or_default().to_string();
+        let KeyOf {
+            workspace_id,
+            start_us,
+            model,
+            provider,
+            channel,
+            grp,
+            dialect,
+            stream,
+            status,
+            outcome,
+            classification,
+            endpoint,
+            effort,
+            tools,
+            max_output_bucket,
+            input_bucket,
+            region,
+        } = KeyOf::of(r)?;
         Some(RollupKey {
-            workspace_id: r.workspace_id.clone()?,
-            start_us: floor_minute(r.created_at_us),
-            model: text(&r.model),
-            provider: text(&r.provider),
-            channel: text(&r.channel),
-            grp: text(&r.group),
-            dialect: r.dialect.as_str().to_string(),
-            stream: r.stream,
-            status: r.status,
-            outcome: r.outcome.as_str().to_string(),
-            classification: r.classification.as_str().to_string(),
-            endpoint: r.exchange.endpoint.as_str().to_string(),
-            effort: name(c.effort.map(EffortClass::as_str)),
-            tools: c.tools_present.to_string(),
-            max_output_bucket: name(c.max_output.map(TokenBucket::as_str)),
-            input_bucket: name(c.input.map(TokenBucket::as_str)),
-            region: name(c.region),
+            workspace_id: workspace_id.to_string(),
+            start_us,
+            model: model.to_string(),
+            provider: provider.to_string(),
+            channel: channel.to_string(),
+            grp: grp.to_string(),
+            dialect: dialect.to_string(),
+            stream,
+            status,
+            outcome: outcome.to_string(),
+            classification: classification.to_string(),
+            endpoint: endpoint.to_string(),
+            effort: effort.to_string(),
+            tools: tools.to_string(),
+            max_output_bucket: max_output_bucket.to_string(),
+            input_bucket: input_bucket.to_string(),
+            region: region.to_string(),
+        })
+    }
+
+    /// Whether `r`'s key is this one, without building it ([`KeyOf`]).
+    fn is_of(&self, r: &RequestRecord) -> bool {
+        KeyOf::of(r).is_some_and(|k| {
+            k == KeyOf {
+                workspace_id: &self.workspace_id,
+                start_us: self.start_us,
+                model: &self.model,
+                provider: &self.provider,
+                channel: &self.channel,
+                grp: &self.grp,
+                dialect: &self.dialect,
+                stream: self.stream,
+                status: self.status,
+                outcome: &self.outcome,
+                classification: &self.classification,
+                endpoint: &self.endpoint,
+                effort: &self.effort,
+                tools: &self.tools,
+                max_output_bucket: &self.max_output_bucket,
+                input_bucket: &self.input_bucket,
+                region: &self.region,
+            }
         })
     }
 
@@ -219,14 +260,80 @@ pub(crate) fn by_hour<'a>(
     out
 }
 
-/// Rollups of a set of records, by key.
+/// A record's rollup key as borrowed text: what [`RollupKey::of`] builds, and what
+/// [`RollupKey::is_of`] compares with a key built before. Both destructure or build every
+/// field, so a dimension added to the key cannot be left out of either.
+#[derive(PartialEq)]
+struct KeyOf<'a> {
+    workspace_id: &'a str,
+    start_us: i64,
+    model: &'a str,
+    provider: &'a str,
+    channel: &'a str,
+    grp: &'a str,
+    dialect: &'a str,
+    stream: bool,
+    status: u16,
+    outcome: &'a str,
+    classification: &'a str,
+    endpoint: &'a str,
+    effort: &'a str,
+    tools: &'a str,
+    max_output_bucket: &'a str,
+    input_bucket: &'a str,
+    region: &'a str,
+}
+
+impl<'a> KeyOf<'a> {
+    fn of(r: &'a RequestRecord) -> Option<KeyOf<'a>> {
+        let text = |v: &'a Option<String>| v.as_deref().unwrap_or_default();
+        let c = Comparison::of(r);
+        Some(KeyOf {
+            workspace_id: r.workspace_id.as_deref()?,
+            start_us: floor_minute(r.created_at_us),
+            model: text(&r.model),
+            provider: text(&r.provider),
+            channel: text(&r.channel),
+            grp: text(&r.group),
+            dialect: r.dialect.as_str(),
+            stream: r.stream,
+            status: r.status,
+            outcome: r.outcome.as_str(),
+            classification: r.classification.as_str(),
+            endpoint: r.exchange.endpoint.as_str(),
+            effort: c.effort.map(EffortClass::as_str).unwrap_or_default(),
+            tools: if c.tools_present { "true" } else { "false" },
+            max_output_bucket: c.max_output.map(TokenBucket::as_str).unwrap_or_default(),
+            input_bucket: c.input.map(TokenBucket::as_str).unwrap_or_default(),
+            region: c.region.unwrap_or_default(),
+        })
+    }
+}
+
+/// Rollups of a set of records, by key. Most records of a batch share the key of the one
+/// before (one model, channel and status under steady traffic), so a record is first compared
+/// with that key, and a key is built (fourteen strings) and hashed only when it differs.
 pub(crate) fn aggregate<'a>(
     records: impl IntoIterator<Item = &'a RequestRecord>,
 ) -> HashMap<RollupKey, Rollup> {
     let mut out: HashMap<RollupKey, Rollup> = HashMap::new();
+    let mut last: Option<RollupKey> = None;
     for r in records {
-        if let Some(key) = RollupKey::of(r) {
-            out.entry(key).or_default().add(r);
+        if let Some(rollup) = last
+            .as_ref()
+            .filter(|k| k.is_of(r))
+            .and_then(|k| out.get_mut(k))
+        {
+            rollup.add(r);
+            continue;
+        }
+        last = RollupKey::of(r);
+        let Some(key) = &last else {
+            continue;
+        };
+        match out.get_mut(key) {
+            Some(rollup) => rollup.add(r),
+            None => out.entry(key.clone()).or_default().add(r),
         }
     }
     out
@@ -610,6 +717,58 @@ mod tests {
                 r
             })
             .collect()
+    }
+
+    #[test]
+    fn aggregate_keys_every_record_by_its_own_key_in_runs_and_alternations() {
+        // Runs of one key, keys alternating record by record, a minute boundary inside a run,
+        // a record without a workspace (no rollup) between two of one key, every dimension
+        // that the comparison with the key before reads changed once.
+        let mut records = Vec::new();
+        for i in 0..40 {
+            let mut r = sample(&format!("a{i}"), "ws", i * 5_000_000 + 7);
+            r.model = Some(
+                if i < 20 || i % 2 == 0 {
+                    "m-one"
+                } else {
+                    "m-two"
+                }
+                .into(),
+            );
+            r.status = if i % 7 == 6 { 502 } else { 200 };
+            records.push(r);
+        }
+        let mut bare = sample("bare", "ws", 7);
+        bare.workspace_id = None;
+        records.insert(3, bare);
+        let changes: [fn(&mut RequestRecord); 9] = [
+            |r| r.workspace_id = Some("ws-2".into()),
+            |r| r.provider = None,
+            |r| r.channel = Some("other".into()),
+            |r| r.group = Some("g".into()),
+            |r| r.dialect = laptime_core::Dialect::Chat,
+            |r| r.stream = false,
+            |r| r.outcome = Outcome::UpstreamError,
+            |r| r.classification = laptime_core::slow::Classification::Failed,
+            |r| r.region = Some("eu-west".into()),
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            for j in 0..2 {
+                let mut r = sample(&format!("c{i}-{j}"), "ws", 7);
+                if j == 1 {
+                    change(&mut r);
+                }
+                records.push(r);
+            }
+        }
+        let mut expected: HashMap<RollupKey, Rollup> = HashMap::new();
+        for r in &records {
+            if let Some(key) = RollupKey::of(r) {
+                expected.entry(key).or_default().add(r);
+            }
+        }
+        assert!(expected.len() > 12, "{} keys", expected.len());
+        assert_eq!(aggregate(&records), expected);
     }
 
     fn stored_store() -> (tempfile::TempDir, Connection) {
