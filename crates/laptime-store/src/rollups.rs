@@ -312,31 +312,35 @@ impl<'a> KeyOf<'a> {
 
 /// Rollups of a set of records, by key. Most records of a batch share the key of the one
 /// before (one model, channel and status under steady traffic), so a record is first compared
-/// with that key, and a key is built (fourteen strings) and hashed only when it differs.
+/// with that key and added to its rollup; only a record whose key differs builds its key
+/// (fourteen strings) and looks it up by hash.
 pub(crate) fn aggregate<'a>(
     records: impl IntoIterator<Item = &'a RequestRecord>,
 ) -> HashMap<RollupKey, Rollup> {
-    let mut out: HashMap<RollupKey, Rollup> = HashMap::new();
-    let mut last: Option<RollupKey> = None;
+    let mut rows: Vec<(RollupKey, Rollup)> = Vec::new();
+    let mut index: HashMap<RollupKey, usize> = HashMap::new();
+    let mut last: Option<usize> = None;
     for r in records {
-        if let Some(rollup) = last
-            .as_ref()
-            .filter(|k| k.is_of(r))
-            .and_then(|k| out.get_mut(k))
-        {
+        let same = last
+            .and_then(|i| rows.get_mut(i))
+            .filter(|(key, _)| key.is_of(r));
+        if let Some((_, rollup)) = same {
             rollup.add(r);
             continue;
         }
-        last = RollupKey::of(r);
-        let Some(key) = &last else {
-            continue;
-        };
-        match out.get_mut(key) {
-            Some(rollup) => rollup.add(r),
-            None => out.entry(key.clone()).or_default().add(r),
+        last = RollupKey::of(r).map(|key| match index.get(&key) {
+            Some(&i) => i,
+            None => {
+                index.insert(key.clone(), rows.len());
+                rows.push((key, Rollup::default()));
+                rows.len() - 1
+            }
+        });
+        if let Some((_, rollup)) = last.and_then(|i| rows.get_mut(i)) {
+            rollup.add(r);
         }
     }
-    out
+    rows.into_iter().collect()
 }
 
 /// The key's dimensions after the workspace (`?1`) and the start (`?2`).
