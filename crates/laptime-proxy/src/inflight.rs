@@ -4,12 +4,14 @@
 //!
 //! The request path touches the registry a handful of times per request (ingress, the end of
 //! each phase, each attempt's dispatch and head, the commit to a stream, the first byte, event,
-//! effective output and visible text, the end), each an O(1) update under one of [`SHARDS`]
-//! mutexes, never across I/O and never per SSE event. A reader (the journal writer, the
-//! read-back API) holds each shard only to copy its entries' `Arc`s; an update that meets a
-//! record still shared with such a snapshot copies it first. Once finished, an entry holds the finished
-//! record until the recorder says the batch holding it is done; only then is it forgotten, so a
-//! crash between the end of a request and the commit of its record does not lose it.
+//! effective output and visible text, the end), each an O(1) update under the mutex of the
+//! request's own entry, which its slot holds, never across I/O and never per SSE event; the
+//! entries are found by id in one of [`SHARDS`] maps only to open, read and remove them. A
+//! reader (the journal writer, the read-back API) holds each shard only to copy its entries'
+//! `Arc`s; an update that meets a record still shared with such a snapshot copies it first.
+//! Once finished, an entry holds the finished record until the recorder says the batch holding
+//! it is done; only then is it forgotten, so a crash between the end of a request and the
+//! commit of its record does not lose it.
 //!
 //! The journal is written by its own thread ([`JournalWriter`]), never by the request path:
 //! every `[server] inflight_snapshot_ms` when something changed, it appends the entries that
