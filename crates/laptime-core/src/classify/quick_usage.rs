@@ -15,6 +15,7 @@ use crate::wire::usage::{
     CacheCreation, CacheDetails, ChatUsage, MessagesUsage, ReasoningDetails, ResponsesUsage,
     ThinkingDetails,
 };
+use crate::wire::Count;
 
 /// A detail object: `null` is absent, an object is read by `read`.
 fn detail<'a, T>(
@@ -27,163 +28,122 @@ fn detail<'a, T>(
     read(r).map(Some)
 }
 
+/// An object whose fields named in `names` are read by `read` (given the name's index), each
+/// at most once; other fields are skipped.
+fn fields<'a, const N: usize>(
+    r: &mut Reader<'a>,
+    names: [&str; N],
+    mut read: impl FnMut(&mut Reader<'a>, usize) -> Option<()>,
+) -> Option<()> {
+    let mut once = Once::default();
+    r.object(|r, key| match names.iter().position(|name| *name == key) {
+        Some(i) => {
+            once.first(u8::try_from(i).ok()?)?;
+            read(r, i)
+        }
+        None => r.skip(),
+    })
+}
+
+/// An object of counts only, each in the slot of its name.
+fn counts<const N: usize>(r: &mut Reader<'_>, names: [&str; N]) -> Option<[Count; N]> {
+    let mut out = [Count::default(); N];
+    fields(r, names, |r, i| {
+        *out.get_mut(i)? = r.count()?;
+        Some(())
+    })?;
+    Some(out)
+}
+
 /// `prompt_tokens_details` (Chat) and `input_tokens_details` (Responses).
 fn cache_details(r: &mut Reader<'_>) -> Option<CacheDetails> {
-    let mut once = Once::default();
-    let mut d = CacheDetails::default();
-    r.object(|r, key| match key {
-        "cached_tokens" => {
-            once.first(0)?;
-            d.cached_tokens = r.count()?;
-            Some(())
-        }
-        "cache_write_tokens" => {
-            once.first(1)?;
-            d.cache_write_tokens = r.count()?;
-            Some(())
-        }
-        _ => r.skip(),
-    })?;
-    Some(d)
+    let [cached_tokens, cache_write_tokens] = counts(r, ["cached_tokens", "cache_write_tokens"])?;
+    Some(CacheDetails {
+        cached_tokens,
+        cache_write_tokens,
+    })
 }
 
 /// `completion_tokens_details` (Chat) and `output_tokens_details` (Responses).
 fn reasoning_details(r: &mut Reader<'_>) -> Option<ReasoningDetails> {
-    let mut once = Once::default();
-    let mut d = ReasoningDetails::default();
-    r.object(|r, key| match key {
-        "reasoning_tokens" => {
-            once.first(0)?;
-            d.reasoning_tokens = r.count()?;
-            Some(())
-        }
-        _ => r.skip(),
-    })?;
-    Some(d)
+    let [reasoning_tokens] = counts(r, ["reasoning_tokens"])?;
+    Some(ReasoningDetails { reasoning_tokens })
 }
 
 pub(super) fn chat(r: &mut Reader<'_>) -> Option<ChatUsage> {
-    let mut once = Once::default();
     let mut u = ChatUsage::default();
-    r.object(|r, key| match key {
-        "prompt_tokens" => {
-            once.first(0)?;
-            u.prompt_tokens = r.count()?;
-            Some(())
+    let names = [
+        "prompt_tokens",
+        "completion_tokens",
+        "prompt_tokens_details",
+        "completion_tokens_details",
+        "prompt_cache_hit_tokens",
+    ];
+    fields(r, names, |r, i| {
+        match i {
+            0 => u.prompt_tokens = r.count()?,
+            1 => u.completion_tokens = r.count()?,
+            2 => u.prompt_tokens_details = detail(r, cache_details)?,
+            3 => u.completion_tokens_details = detail(r, reasoning_details)?,
+            _ => u.prompt_cache_hit_tokens = r.count()?,
         }
-        "completion_tokens" => {
-            once.first(1)?;
-            u.completion_tokens = r.count()?;
-            Some(())
-        }
-        "prompt_tokens_details" => {
-            once.first(2)?;
-            u.prompt_tokens_details = detail(r, cache_details)?;
-            Some(())
-        }
-        "completion_tokens_details" => {
-            once.first(3)?;
-            u.completion_tokens_details = detail(r, reasoning_details)?;
-            Some(())
-        }
-        "prompt_cache_hit_tokens" => {
-            once.first(4)?;
-            u.prompt_cache_hit_tokens = r.count()?;
-            Some(())
-        }
-        _ => r.skip(),
+        Some(())
     })?;
     Some(u)
 }
 
 pub(super) fn responses(r: &mut Reader<'_>) -> Option<ResponsesUsage> {
-    let mut once = Once::default();
     let mut u = ResponsesUsage::default();
-    r.object(|r, key| match key {
-        "input_tokens" => {
-            once.first(0)?;
-            u.input_tokens = r.count()?;
-            Some(())
+    let names = [
+        "input_tokens",
+        "output_tokens",
+        "input_tokens_details",
+        "output_tokens_details",
+    ];
+    fields(r, names, |r, i| {
+        match i {
+            0 => u.input_tokens = r.count()?,
+            1 => u.output_tokens = r.count()?,
+            2 => u.input_tokens_details = detail(r, cache_details)?,
+            _ => u.output_tokens_details = detail(r, reasoning_details)?,
         }
-        "output_tokens" => {
-            once.first(1)?;
-            u.output_tokens = r.count()?;
-            Some(())
-        }
-        "input_tokens_details" => {
-            once.first(2)?;
-            u.input_tokens_details = detail(r, cache_details)?;
-            Some(())
-        }
-        "output_tokens_details" => {
-            once.first(3)?;
-            u.output_tokens_details = detail(r, reasoning_details)?;
-            Some(())
-        }
-        _ => r.skip(),
+        Some(())
     })?;
     Some(u)
 }
 
 pub(super) fn messages(r: &mut Reader<'_>) -> Option<MessagesUsage> {
-    let mut once = Once::default();
     let mut u = MessagesUsage::default();
-    r.object(|r, key| match key {
-        "input_tokens" => {
-            once.first(0)?;
-            u.input_tokens = r.count()?;
-            Some(())
-        }
-        "cache_read_input_tokens" => {
-            once.first(1)?;
-            u.cache_read_input_tokens = r.count()?;
-            Some(())
-        }
-        "cache_creation_input_tokens" => {
-            once.first(2)?;
-            u.cache_creation_input_tokens = r.count()?;
-            Some(())
-        }
-        "output_tokens" => {
-            once.first(3)?;
-            u.output_tokens = r.count()?;
-            Some(())
-        }
-        "output_tokens_details" => {
-            once.first(4)?;
-            u.output_tokens_details = detail(r, |r| {
-                let mut once = Once::default();
-                let mut d = ThinkingDetails::default();
-                r.object(|r, key| match key {
-                    "thinking_tokens" => {
-                        once.first(0)?;
-                        d.thinking_tokens = r.count()?;
-                        Some(())
-                    }
-                    _ => r.skip(),
+    let names = [
+        "input_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "output_tokens",
+        "output_tokens_details",
+        "cache_creation",
+    ];
+    fields(r, names, |r, i| {
+        match i {
+            0 => u.input_tokens = r.count()?,
+            1 => u.cache_read_input_tokens = r.count()?,
+            2 => u.cache_creation_input_tokens = r.count()?,
+            3 => u.output_tokens = r.count()?,
+            4 => {
+                u.output_tokens_details = detail(r, |r| {
+                    let [thinking_tokens] = counts(r, ["thinking_tokens"])?;
+                    Some(ThinkingDetails { thinking_tokens })
                 })?;
-                Some(d)
-            })?;
-            Some(())
-        }
-        "cache_creation" => {
-            once.first(5)?;
-            u.cache_creation = detail(r, |r| {
-                let mut once = Once::default();
-                let mut d = CacheCreation::default();
-                r.object(|r, key| match key {
-                    "ephemeral_1h_input_tokens" => {
-                        once.first(0)?;
-                        d.ephemeral_1h_input_tokens = r.count()?;
-                        Some(())
-                    }
-                    _ => r.skip(),
+            }
+            _ => {
+                u.cache_creation = detail(r, |r| {
+                    let [ephemeral_1h_input_tokens] = counts(r, ["ephemeral_1h_input_tokens"])?;
+                    Some(CacheCreation {
+                        ephemeral_1h_input_tokens,
+                    })
                 })?;
-                Some(d)
-            })?;
-            Some(())
+            }
         }
-        _ => r.skip(),
+        Some(())
     })?;
     Some(u)
 }
