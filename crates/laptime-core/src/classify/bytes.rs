@@ -188,15 +188,10 @@ impl<'a> Reader<'a> {
         Some(is_kind && text)
     }
 
-    /// A value serde reads as `T` if it can, as the full parse reads a whole answer's usage:
-    /// `Some(None)` when it is `null` or of another shape (no usage, not a failed body), `None`
-    /// when the reader gives up.
-    pub(super) fn lenient<T: serde::de::DeserializeOwned>(&mut self) -> Option<Option<T>> {
-        Some(self.raw()?.and_then(|raw| serde_json::from_str(raw).ok()))
-    }
-
     /// A value `quick` reads whole if it can (a usage object of the plain shape, see
-    /// [`super::quick_usage`]), or else as [`Reader::lenient`] reads it.
+    /// [`super::quick_usage`]), or else serde's `T` of it, as the full parse reads a whole
+    /// answer's usage: `Some(None)` when it is `null` or of another shape (no usage, not a
+    /// failed body), `None` when the reader gives up.
     pub(super) fn lenient_or<T: serde::de::DeserializeOwned>(
         &mut self,
         quick: impl FnOnce(&mut Self) -> Option<T>,
@@ -204,7 +199,7 @@ impl<'a> Reader<'a> {
         if let Some(v) = self.attempt(quick) {
             return Some(Some(v));
         }
-        self.lenient()
+        Some(self.raw()?.and_then(|raw| serde_json::from_str(raw).ok()))
     }
 
     /// An object `quick` reads whole if it can, or else serde's `T` of it: `None` (give up)
