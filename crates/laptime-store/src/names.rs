@@ -24,7 +24,7 @@
 //! store moved to codes (a moment `name_forms` kept); v19 rewrote every row with codes and
 //! cleared it ([`crate::wide`]).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension};
@@ -71,7 +71,9 @@ fn code_of(n: i64) -> Vec<u8> {
 
 /// The codes of the names a batch of records writes, found or given within its transaction.
 pub(crate) struct Codes {
-    /// Each name seen, with its code (`None`: stored as text, the table being full).
+    /// Each name seen, with its code (`None`: stored as text, the table being full). Looked up
+    /// about ten times a record: foldhash (seeded per process, as SipHash is) costs a fraction
+    /// of SipHash on these short strings.
     codes: HashMap<String, Option<Vec<u8>>>,
 }
 
@@ -138,7 +140,7 @@ fn find_or_add<'n>(
     tx: &Connection,
     names: impl IntoIterator<Item = &'n str>,
 ) -> rusqlite::Result<HashMap<String, Option<Vec<u8>>>> {
-    let mut codes = HashMap::new();
+    let mut codes = HashMap::default();
     let mut find = tx.prepare_cached("SELECT code FROM names WHERE name = ?1")?;
     let mut add = tx.prepare_cached("INSERT INTO names (code, name) VALUES (?1, ?2)")?;
     let mut count: Option<i64> = None;
