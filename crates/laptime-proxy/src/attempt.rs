@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Method, Request};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request};
 use hyper_util::client::legacy::Client;
 use laptime_core::observe::StreamObserver;
 use laptime_core::timeline::{self, ConnectionMarks, DeadlineKind, ErrorClass};
@@ -24,7 +24,7 @@ use crate::connect::{Connector, MemoryConnect};
 use crate::drive::{InlineExecutor, UpstreamBody};
 use crate::egress::open::{EgressConnector, EgressError, Opened};
 use crate::egress::Profile;
-use crate::ingress::SpanIds;
+use crate::ingress::{SpanIds, TRACEPARENT, TRACESTATE};
 use crate::lanes::{LaneState, StreamSlot, Upstream};
 use crate::model_health::ModelHealth;
 use crate::observe::{ObservedBody, StreamDeadlines, Until, WholeRead};
@@ -722,7 +722,17 @@ fn pool_builder() -> hyper_util::client::legacy::Builder {
 
 /// Client headers passed upstream as they are: the ones that change the answer's format or
 /// version. Everything else (including the client's credentials) stays here.
-const PASSED: [&str; 3] = ["anthropic-version", "anthropic-beta", "openai-beta"];
+const PASSED: [HeaderName; 3] = [
+    ANTHROPIC_VERSION,
+    HeaderName::from_static("anthropic-beta"),
+    HeaderName::from_static("openai-beta"),
+];
+
+// Header names by constant: a `&str` name is parsed and checked on every use.
+const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
+const API_KEY: HeaderName = HeaderName::from_static("api-key");
 
 const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
@@ -754,11 +764,11 @@ const TRACESTATE_MAX: usize = 512;
 /// `traceparent` whose trace id is the one sent (a client context that did not parse started a
 /// new trace, which its vendors' state does not describe).
 fn continued_tracestate<'h>(client: &'h HeaderMap, sent: &str) -> Option<&'h HeaderValue> {
-    let theirs = client.get("traceparent")?.to_str().ok()?.trim();
+    let theirs = client.get(TRACEPARENT)?.to_str().ok()?.trim();
     let same_trace = theirs
         .get(3..35)
         .is_some_and(|t| sent.get(3..35) == Some(t));
-    let state = client.get("tracestate")?;
+    let state = client.get(TRACESTATE)?;
     (same_trace && state.len() <= TRACESTATE_MAX).then_some(state)
 }
 
@@ -819,33 +829,33 @@ pub fn build_request(
         h.insert(http::header::ACCEPT, accept.clone());
     }
     for name in PASSED {
-        if let Some(v) = client_headers.get(name) {
+        if let Some(v) = client_headers.get(&name) {
             h.insert(name, v.clone());
         }
     }
-    h.insert("traceparent", header_value(traceparent));
+    h.insert(TRACEPARENT, header_value(traceparent));
     if let Some(state) = continued_tracestate(client_headers, traceparent) {
-        h.insert("tracestate", state.clone());
+        h.insert(TRACESTATE, state.clone());
     }
     for (name, value) in &channel.extra_headers {
         h.insert(name, value.clone());
     }
     if let Some(key) = key.and_then(|k| channel.keys.get(k)) {
         let (name, mut value) = match channel.provider {
-            Provider::Anthropic => ("x-api-key", header_value(key.expose())),
-            Provider::Gemini => ("x-goog-api-key", header_value(key.expose())),
-            Provider::AzureOpenai => ("api-key", header_value(key.expose())),
+            Provider::Anthropic => (X_API_KEY, header_value(key.expose())),
+            Provider::Gemini => (X_GOOG_API_KEY, header_value(key.expose())),
+            Provider::AzureOpenai => (API_KEY, header_value(key.expose())),
             Provider::Openai | Provider::OpenaiCompatible | Provider::Sim => (
-                "authorization",
+                http::header::AUTHORIZATION,
                 header_value(&format!("Bearer {}", key.expose())),
             ),
         };
         value.set_sensitive(true);
         h.insert(name, value);
     }
-    if call.dialect == Dialect::Messages && !h.contains_key("anthropic-version") {
+    if call.dialect == Dialect::Messages && !h.contains_key(&ANTHROPIC_VERSION) {
         h.insert(
-            "anthropic-version",
+            ANTHROPIC_VERSION,
             HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION),
         );
     }

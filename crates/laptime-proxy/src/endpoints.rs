@@ -680,7 +680,7 @@ async fn whole(
     let timing =
         respond::server_timing(&finisher.pending.marks, summary.marks.upstream_done, start);
     if let Some(timing) = timing {
-        extra.insert("server-timing", timing);
+        extra.insert(respond::SERVER_TIMING, timing);
         finisher.pending.in_band = InBandCarrier::ServerTiming;
     }
     let ending = Ending {
@@ -751,7 +751,7 @@ fn relayed(
         .and_then(|h| h.checked_sub(start))
     {
         own.insert(
-            "server-timing",
+            respond::SERVER_TIMING,
             respond::header_value(&{
                 let mut timing = String::from("upstream-headers;dur=");
                 push_ms(&mut timing, h);

@@ -2,6 +2,7 @@
 //! gateway needs (`model`, `stream`, `stream_options` and the request's shape). The body bytes
 //! themselves go upstream as the client sent them; only the model value may be spliced.
 
+use http::HeaderName;
 use laptime_core::timeline::RequestShape;
 use rand::RngCore;
 use serde::Deserialize;
@@ -120,6 +121,10 @@ impl SpanIds {
         traceparent(&self.trace_id, &attempt_span, self.sampled)
     }
 }
+
+/// The W3C trace context headers, by constant: a `&str` name is parsed on every use.
+pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 pub fn trace(client_traceparent: Option<&str>) -> Trace {
     let (trace_id, parent_span_id, sampled) = client_traceparent

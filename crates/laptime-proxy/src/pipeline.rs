@@ -232,7 +232,11 @@ pub(crate) fn ingress(
     let mut pending = Pending::new(t0, crate::clock::now_unix_us(), request_id, dialect);
     pending.region = live.config.server.region.clone();
     pending.instance = live.config.server.instance.clone();
-    let trace = ingress::trace(headers.get("traceparent").and_then(|v| v.to_str().ok()));
+    let trace = ingress::trace(
+        headers
+            .get(ingress::TRACEPARENT)
+            .and_then(|v| v.to_str().ok()),
+    );
     pending.trace_id = Some(trace.trace_id.clone());
     pending.span = Some(trace.span);
     pending.inflight = app.inflight.open(&pending);

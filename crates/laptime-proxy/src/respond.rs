@@ -270,6 +270,8 @@ pub fn relay_headers(upstream: &HeaderMap, out: &mut HeaderMap) {
 }
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-laptime-request-id");
+/// Named by constant: a `&str` name is parsed and checked on every insert.
+pub const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 /// The client fields a translated request left out (comma-separated JSON paths).
 pub const TRANSLATION_OMITTED: HeaderName =
     HeaderName::from_static("x-laptime-translation-omitted");
@@ -510,7 +512,7 @@ fn whole(
     }
     if let Some(timing) = server_timing(&finisher.pending.marks, summary.marks.upstream_done, start)
     {
-        extra.insert("server-timing", timing);
+        extra.insert(SERVER_TIMING, timing);
         finisher.pending.in_band = InBandCarrier::ServerTiming;
     }
     if let (Some((cache, key)), Outcome::Completed) = (store_in, judged.outcome) {
