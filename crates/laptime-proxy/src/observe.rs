@@ -487,11 +487,7 @@ impl<B> ObservedBody<B> {
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Option<DeadlineKind> {
         let d = self.deadlines?;
         if let Some(t) = self.timer.as_ref() {
-            let armed = self
-                .timer_waker
-                .as_ref()
-                .is_some_and(|w| w.will_wake(cx.waker()));
-            if armed && !t.is_elapsed() {
+            if self.timer_holds(cx) && !t.is_elapsed() {
                 return None;
             }
             if self.poll_timer(cx).is_pending() {
@@ -517,14 +513,17 @@ impl<B> ObservedBody<B> {
         let polled = t.as_mut().poll(cx);
         if polled.is_ready() || !registers {
             self.timer_waker = None;
-        } else if !self
-            .timer_waker
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
+        } else if !self.timer_holds(cx) {
             self.timer_waker = Some(cx.waker().clone());
         }
         polled
+    }
+
+    /// Whether the timer holds a waker of the task polling now.
+    fn timer_holds(&self, cx: &Context<'_>) -> bool {
+        self.timer_waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
     }
 
     /// Whether the drain time is over for a committed stream.
@@ -1241,6 +1240,55 @@ mod tests {
 
     fn ms(v: u64) -> Option<Duration> {
         Some(Duration::from_millis(v))
+    }
+
+    /// An upstream that never sends anything.
+    struct Silent;
+
+    impl Body for Silent {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_first_polled_without_budget_still_fires() {
+        let s = Duration::from_secs;
+        let obs = StreamObserver::new(Dialect::Chat, Some(Duration::ZERO));
+        let mut body = ObservedBody::held(Silent, Instant::now(), Dialect::Chat, obs)
+            .with_deadlines(StreamDeadlines {
+                first_event: s(30),
+                first_output: s(5),
+                idle: s(30),
+                progress: s(30),
+                total: s(60),
+            });
+        // Spend the task's budget: the timer's first poll then returns pending without
+        // registering the task, which must not be taken for a timer that will wake it.
+        for _ in 0..10_000 {
+            if !tokio::task::coop::has_budget_remaining() {
+                break;
+            }
+            tokio::task::coop::consume_budget().await;
+        }
+        assert!(!tokio::task::coop::has_budget_remaining());
+        let first = std::future::poll_fn(|cx| {
+            Poll::Ready(body.poll_until(cx, Until::FirstOutput).is_pending())
+        })
+        .await;
+        assert!(first);
+        let missed = tokio::time::timeout(s(600), body.read_until(Until::FirstOutput)).await;
+        let Ok(Err(e)) = missed else {
+            panic!("the first-output deadline did not end the read: {missed:?}");
+        };
+        assert_eq!(e.class, ErrorClass::Timeout);
+        assert_eq!(e.deadline, Some(DeadlineKind::FirstOutput));
     }
 
     #[test]
