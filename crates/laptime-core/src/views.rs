@@ -149,34 +149,40 @@ impl InBand {
         InBand::new(&r.marks, &r.tokens, r.hedge)
     }
 
+    /// Calls `f` with each `(name, value)` pair, absent values left out (never written as 0).
+    fn each_pair(&self, mut f: impl FnMut(&'static str, &dyn std::fmt::Display)) {
+        if let Some(v) = self.upstream_ms {
+            f("upstream_ms", &v);
+        }
+        if let Some(v) = self.ttft_ms {
+            f("ttft_ms", &v);
+        }
+        if let Some(v) = self.cached_tokens {
+            f("cached_tokens", &v);
+        }
+        if let Some(v) = self.cache_write_tokens {
+            f("cache_write_tokens", &v);
+        }
+        f("hedge", &self.hedge.as_str());
+    }
+
     /// `(name, value)` pairs, absent values left out (never written as 0).
     pub fn pairs(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::with_capacity(5);
-        if let Some(v) = self.upstream_ms {
-            out.push(("upstream_ms", v.to_string()));
-        }
-        if let Some(v) = self.ttft_ms {
-            out.push(("ttft_ms", v.to_string()));
-        }
-        if let Some(v) = self.cached_tokens {
-            out.push(("cached_tokens", v.to_string()));
-        }
-        if let Some(v) = self.cache_write_tokens {
-            out.push(("cache_write_tokens", v.to_string()));
-        }
-        out.push(("hedge", self.hedge.as_str().to_string()));
+        self.each_pair(|k, v| out.push((k, v.to_string())));
         out
     }
 
-    /// The SSE comment block, blank line included: `: x-laptime-timing k=v …\n\n`.
+    /// The SSE comment block, blank line included: `: x-laptime-timing k=v …\n\n`. Written
+    /// into one buffer: it goes once per stream, and a string per value was most of its cost.
     pub fn comment(&self) -> String {
-        let mut line = String::from(": x-laptime-timing");
-        for (k, v) in self.pairs() {
-            line.push(' ');
-            line.push_str(k);
-            line.push('=');
-            line.push_str(&v);
-        }
+        use std::fmt::Write as _;
+        let mut line = String::with_capacity(128);
+        line.push_str(": x-laptime-timing");
+        self.each_pair(|k, v| {
+            // Writing into a `String` cannot fail.
+            let _ = write!(line, " {k}={v}");
+        });
         line.push_str("\n\n");
         line
     }
