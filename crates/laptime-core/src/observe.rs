@@ -363,9 +363,11 @@ impl StreamObserver {
         tokens
     }
 
-    /// The values for the in-band comment and trailers, as of now.
+    /// The values for the in-band comment and trailers, as of now. They carry no output count,
+    /// so the estimate is not asked for one: that counts its held text (0.8 % of a gateway's
+    /// CPU under fast streams without usage, benchmarks/README.md item 21).
     pub fn inband(&self, hedge: Hedge) -> InBand {
-        InBand::new(&self.marks, &self.tokens(), hedge)
+        InBand::new(&self.marks, &self.usage.tokens(), hedge)
     }
 
     /// Everything of a Chat answer but its `[DONE]`: a finish reason, then the usage chunk.
