@@ -238,6 +238,8 @@ impl DrainWatch {
         if holds(self.waker.as_ref(), cx) && matches!(self.moved.has_changed(), Ok(false)) {
             return false;
         }
+        // Seen before the wait looks, so a value sent after it looked still shows as moved.
+        self.moved.mark_unchanged();
         // Out of budget, the wait answers pending without holding the waker.
         let registers = tokio::task::coop::has_budget_remaining();
         if self.wait.as_mut().poll(cx).is_ready() {
@@ -1362,6 +1364,22 @@ mod tests {
 
     fn wakes(c: &Counting) -> usize {
         c.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn a_drain_signal_that_moves_without_ending_the_drain_leaves_the_stream_waiting() {
+        let (tx, rx) = watch::channel(false);
+        let mut w = DrainWatch::new(rx);
+        let (count, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        assert!(!w.poll_over(&mut cx));
+        tx.send_replace(false);
+        assert!(!w.poll_over(&mut cx));
+        assert!(!w.poll_over(&mut cx));
+        let before = wakes(&count);
+        tx.send_replace(true);
+        assert!(wakes(&count) > before);
+        assert!(w.poll_over(&mut cx));
     }
 
     #[tokio::test]
