@@ -364,8 +364,8 @@ impl StreamObserver {
     }
 
     /// The values for the in-band comment and trailers, as of now. They carry no output count,
-    /// so the estimate is not asked for one: that counts its held text (0.8 % of a gateway's
-    /// CPU under fast streams without usage, benchmarks/README.md item 21).
+    /// so the estimate is not asked for one: that counts its held text (0.84 % of a gateway's
+    /// samples under fast streams without usage, benchmarks/README.md item 21).
     pub fn inband(&self, hedge: Hedge) -> InBand {
         InBand::new(&self.marks, &self.usage.tokens(), hedge)
     }
