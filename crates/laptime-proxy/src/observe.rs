@@ -1299,6 +1299,17 @@ mod tests {
         }
     }
 
+    /// Spends the task's coop budget, so that the next budgeted poll returns pending.
+    async fn spend_budget() {
+        for _ in 0..10_000 {
+            if !tokio::task::coop::has_budget_remaining() {
+                break;
+            }
+            tokio::task::coop::consume_budget().await;
+        }
+        assert!(!tokio::task::coop::has_budget_remaining());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_deadline_first_polled_without_budget_still_fires() {
         let s = Duration::from_secs;
@@ -1311,15 +1322,9 @@ mod tests {
                 progress: s(30),
                 total: s(60),
             });
-        // Spend the task's budget: the timer's first poll then returns pending without
-        // registering the task, which must not be taken for a timer that will wake it.
-        for _ in 0..10_000 {
-            if !tokio::task::coop::has_budget_remaining() {
-                break;
-            }
-            tokio::task::coop::consume_budget().await;
-        }
-        assert!(!tokio::task::coop::has_budget_remaining());
+        // The timer's first poll then returns pending without registering the task, which
+        // must not be taken for a timer that will wake it.
+        spend_budget().await;
         let first = std::future::poll_fn(|cx| {
             Poll::Ready(body.poll_until(cx, Until::FirstOutput).is_pending())
         })
@@ -1389,12 +1394,7 @@ mod tests {
         let mut w = DrainWatch::new(rx);
         let (count, waker) = counting();
         let mut cx = Context::from_waker(&waker);
-        for _ in 0..10_000 {
-            if !tokio::task::coop::has_budget_remaining() {
-                break;
-            }
-            tokio::task::coop::consume_budget().await;
-        }
+        spend_budget().await;
         assert!(!w.poll_over(&mut cx));
         tokio::task::yield_now().await;
         let before = wakes(&count);
