@@ -1322,8 +1322,8 @@ mod tests {
                 progress: s(30),
                 total: s(60),
             });
-        // The timer's first poll then returns pending without registering the task, which
-        // must not be taken for a timer that will wake it.
+        // With the budget spent, the timer's first poll returns pending without registering
+        // the task, which must not be taken for a timer that will wake it.
         spend_budget().await;
         let first = std::future::poll_fn(|cx| {
             Poll::Ready(body.poll_until(cx, Until::FirstOutput).is_pending())
