@@ -793,6 +793,9 @@ pub fn build_request(
         .filter(|p| p.forwards(req.uri()))
         .and_then(|p| p.proxy.as_ref()?.authorization().cloned());
     let h = req.headers_mut();
+    if let Some(host) = channel.http1_host() {
+        h.insert(http::header::HOST, host.clone());
+    }
     if let Some(auth) = proxy_auth {
         h.insert(http::header::PROXY_AUTHORIZATION, auth);
     }
@@ -963,6 +966,47 @@ mod tests {
             "00-a-b-01",
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_plain_http_channel_names_its_host_as_hyper_would_and_others_leave_it_to_the_client() {
+        let at = |base: &str| {
+            let cfg = ChannelConfig {
+                name: "c".into(),
+                provider: Provider::OpenaiCompatible,
+                base_url: Some(base.into()),
+                models: Models::List(vec!["m".into()]),
+                ..ChannelConfig::default()
+            };
+            Channel::from_config(&cfg, base.into(), &|_| None)
+        };
+        let host = |c: &Channel| {
+            let req = model_call(
+                c,
+                (Dialect::Chat, "m", true),
+                Bytes::new(),
+                &HeaderMap::new(),
+            );
+            req.headers().get(http::header::HOST).cloned()
+        };
+        assert_eq!(host(&at("http://127.0.0.1:9/v1")).unwrap(), "127.0.0.1:9");
+        assert_eq!(
+            host(&at("http://models.internal:80/v1")).unwrap(),
+            "models.internal"
+        );
+        assert_eq!(
+            host(&at("http://models.internal/v1")).unwrap(),
+            "models.internal"
+        );
+        assert_eq!(host(&at("http://[::1]:8000")).unwrap(), "[::1]:8000");
+        // Over TLS the connection's version is agreed per connection: hyper-util sets it.
+        assert_eq!(host(&at("https://api.example.com/v1")), None);
+        // h2c carries the authority as `:authority`.
+        let mut h2c = at("http://127.0.0.1:9/v1");
+        let mut profile = crate::egress::Profile::direct().unwrap();
+        profile.http = crate::config::UpstreamHttp::Http2;
+        h2c.egress = Some(Arc::new(profile));
+        assert_eq!(host(&h2c), None);
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct Channel {
     recent_first_event: Arc<Mutex<std::collections::VecDeque<u64>>>,
     /// Its way out (proxy, trust, client certificate); `None`: the gateway's default.
     pub egress: Option<Arc<crate::egress::Profile>>,
+    /// The `Host` of a plain `http://` base URL, made once: hyper-util's client formats it
+    /// from each HTTP/1 request's URI (0.73 % of the serving threads' samples under wrk fast
+    /// streams, benchmarks/README.md item 21). See [`Channel::http1_host`].
+    host: Option<http::HeaderValue>,
 }
 
 /// Samples kept for a channel's recent p95 time to first event.
@@ -68,6 +72,21 @@ impl std::fmt::Debug for Channel {
             .field("base_url", &self.base_url)
             .finish_non_exhaustive()
     }
+}
+
+/// The `Host` value of a plain `http://` base URL, as hyper-util's client writes it: the host,
+/// and the port unless it is 80.
+fn plain_http_host(base_url: &str) -> Option<http::HeaderValue> {
+    let uri: http::Uri = base_url.parse().ok()?;
+    if uri.scheme() != Some(&http::uri::Scheme::HTTP) {
+        return None;
+    }
+    let host = uri.host()?;
+    let value = match uri.port_u16() {
+        Some(80) | None => host.to_string(),
+        Some(port) => format!("{host}:{port}"),
+    };
+    http::HeaderValue::from_str(&value).ok()
 }
 
 /// A secret value whose Debug and Display never show it.
@@ -129,7 +148,19 @@ impl Channel {
             )),
             recent_first_event: Arc::default(),
             egress: None,
+            host: plain_http_host(&base_url),
         }
+    }
+
+    /// The `Host` header for a request to this channel when its connections are known to
+    /// speak HTTP/1 (plain `http://`, not h2c), else `None`: over TLS, ALPN picks the version
+    /// per connection, and over HTTP/2 the authority travels as `:authority`.
+    pub fn http1_host(&self) -> Option<&http::HeaderValue> {
+        let h2c = self
+            .egress
+            .as_deref()
+            .is_some_and(|p| p.http == crate::config::UpstreamHttp::Http2);
+        self.host.as_ref().filter(|_| !h2c)
     }
 
     /// Takes over the runtime state of `previous`, the channel of the same name a reload
