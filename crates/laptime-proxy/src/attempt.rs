@@ -999,6 +999,13 @@ mod tests {
             "models.internal"
         );
         assert_eq!(host(&at("http://[::1]:8000")).unwrap(), "[::1]:8000");
+        // A header the channel configures still wins.
+        let mut named = at("http://127.0.0.1:9/v1");
+        named.extra_headers.insert(
+            http::header::HOST,
+            HeaderValue::from_static("models.example"),
+        );
+        assert_eq!(host(&named).unwrap(), "models.example");
         // Over TLS the connection's version is agreed per connection: hyper-util sets it.
         assert_eq!(host(&at("https://api.example.com/v1")), None);
         // h2c carries the authority as `:authority`.
