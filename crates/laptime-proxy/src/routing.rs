@@ -55,9 +55,10 @@ pub struct Channel {
     recent_first_event: Arc<Mutex<std::collections::VecDeque<u64>>>,
     /// Its way out (proxy, trust, client certificate); `None`: the gateway's default.
     pub egress: Option<Arc<crate::egress::Profile>>,
-    /// The `Host` of a plain `http://` base URL, made once: hyper-util's client formats it
-    /// from each HTTP/1 request's URI (0.73 % of the serving threads' samples under wrk fast
-    /// streams, benchmarks/README.md item 21). See [`Channel::http1_host`].
+    /// The `Host` of a plain `http://` base URL, made once from the base URL the channel was
+    /// made with: hyper-util's client formats it from each HTTP/1 request's URI (0.67 % of the
+    /// serving threads' samples under wrk fast streams, benchmarks/README.md item 21). See
+    /// [`Channel::http1_host`].
     host: Option<http::HeaderValue>,
 }
 
