@@ -212,8 +212,8 @@ fn holds(waker: Option<&Waker>, cx: &Context<'_>) -> bool {
 /// The gateway's drain signal as one stream waits for it. The wait is polled again only when
 /// the signal has moved (an atomic read of the channel's version) or when another task polls
 /// the body: each poll of a pending wait takes the channel's shared lock and a unit of the
-/// task's budget, which on every read of every stream was about 1 % of a gateway's CPU under
-/// paced streams (benchmarks/README.md, item 21).
+/// task's budget, which on every read of every stream was 1.0–1.2 % of the serving threads'
+/// samples under paced streams (benchmarks/README.md, item 21).
 struct DrainWatch {
     /// Only read for whether the signal moved.
     moved: watch::Receiver<bool>,
