@@ -18,6 +18,8 @@ pub(super) struct Reader<'a> {
     text: &'a str,
     at: usize,
     depth: u8,
+    /// Where the key of the field being read starts.
+    key_at: usize,
 }
 
 /// Fields of one object already read, to give up on a duplicate (serde rejects a struct field
@@ -48,10 +50,36 @@ impl<'a> Reader<'a> {
             text,
             at: 0,
             depth: 0,
+            key_at: 0,
         };
         r.object(on_field)?;
         r.skip_ws();
         (r.at == text.len()).then_some(())
+    }
+
+    /// [`Reader::document`] from `at`, where a top-level field's key starts: for a `text` whose
+    /// bytes before `at` are those of a document read before up to one of its keys. JSON is
+    /// read from its start, so the same bytes are the same fields in the same state (read,
+    /// valid); only the rest needs reading.
+    pub(super) fn document_from(
+        text: &'a str,
+        at: usize,
+        on_field: impl FnMut(&mut Reader<'a>, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        let mut r = Reader {
+            text,
+            at,
+            depth: 1,
+            key_at: at,
+        };
+        r.fields(on_field)?;
+        r.skip_ws();
+        (r.at == text.len()).then_some(())
+    }
+
+    /// Where the key of the field `on_field` is reading starts (in the object read last).
+    pub(super) fn key_at(&self) -> usize {
+        self.key_at
     }
 
     fn bytes(&self) -> &'a [u8] {
@@ -82,7 +110,7 @@ impl<'a> Reader<'a> {
     /// An object; `on_field` reads each field's value (keys holding an escape give up).
     pub(super) fn object(
         &mut self,
-        mut on_field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+        on_field: impl FnMut(&mut Self, &'a str) -> Option<()>,
     ) -> Option<()> {
         if self.peek()? != b'{' {
             return None;
@@ -93,10 +121,16 @@ impl<'a> Reader<'a> {
             self.depth -= 1;
             return Some(());
         }
+        self.fields(on_field)
+    }
+
+    /// An object's fields from the first key on, through its closing brace.
+    fn fields(&mut self, mut on_field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         loop {
             if self.peek()? != b'"' {
                 return None;
             }
+            self.key_at = self.at;
             let (raw, escaped) = self.string()?;
             if escaped {
                 return None;
@@ -221,6 +255,7 @@ impl<'a> Reader<'a> {
             text: self.text,
             at: self.at,
             depth: self.depth,
+            key_at: self.key_at,
         };
         let v = read(&mut probe)?;
         *self = probe;
@@ -276,6 +311,7 @@ impl<'a> Reader<'a> {
             text,
             at: 0,
             depth: 0,
+            key_at: 0,
         };
         let read = r.string()?;
         (r.at == text.len()).then_some(read)

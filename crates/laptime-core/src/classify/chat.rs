@@ -64,13 +64,29 @@ pub(super) fn classify(data: &str) -> Classification {
 /// them). `None` for `[DONE]`, an `error`, content parts, and whatever the reader leaves to the
 /// full parse.
 pub(super) fn quick(data: &str) -> Option<(Classification, Texts<'_>)> {
+    quick_from(data, None).map(|(c, texts, _)| (c, texts))
+}
+
+/// [`quick`], read from `from` on when it is given: where the `choices` key of a chunk read
+/// before starts, the bytes before it the same in `data` (see [`Reader::document_from`]). Also
+/// where `data`'s own `choices` key starts, when no other field [`quick`] reads comes before it:
+/// the stream's next chunks may then skip what is before it ([`super::repeat::Repeats`]).
+pub(super) fn quick_from<'a>(
+    data: &'a str,
+    from: Option<usize>,
+) -> Option<(Classification, Texts<'a>, Option<usize>)> {
     let mut fields = Once::default();
     let mut seen = Seen::default();
     let mut texts = Texts::default();
     let mut usage = None;
-    Reader::document(data, |r, key| match key {
+    let mut choices_at = None;
+    let mut other_read = false;
+    let on_field = |r: &mut Reader<'a>, key: &'a str| match key {
         "choices" => {
             fields.first(0)?;
+            if !other_read {
+                choices_at = Some(r.key_at());
+            }
             if r.null()? {
                 return Some(());
             }
@@ -78,6 +94,7 @@ pub(super) fn quick(data: &str) -> Option<(Classification, Texts<'_>)> {
         }
         "usage" => {
             fields.first(1)?;
+            other_read = true;
             if r.null()? {
                 return Some(());
             }
@@ -87,10 +104,15 @@ pub(super) fn quick(data: &str) -> Option<(Classification, Texts<'_>)> {
         // A non-null error ends the stream: the full parse reads it.
         "error" => {
             fields.first(2)?;
+            other_read = true;
             r.null()?.then_some(())
         }
         _ => r.skip(),
-    })?;
+    };
+    match from {
+        None => Reader::document(data, on_field)?,
+        Some(at) => Reader::document_from(data, at, on_field)?,
+    }
     let class = seen
         .output
         .kind()
@@ -102,7 +124,7 @@ pub(super) fn quick(data: &str) -> Option<(Classification, Texts<'_>)> {
         terminal_frame: false,
         output: None,
     };
-    Some((c, texts))
+    Some((c, texts, choices_at))
 }
 
 /// One `choices[]` element, for [`quick`].
