@@ -26,7 +26,8 @@ use super::{Classification, QuickRead, Texts};
 
 /// Templates learned in a row without one being used, after which a stream stops learning: a
 /// provider whose chunks differ in more than their text (a per-chunk id or padding) would
-/// otherwise pay a copy of every chunk for nothing.
+/// otherwise pay a copy of every chunk for nothing. Also the envelopes a stream learns at most
+/// (a per-chunk id makes each one new).
 const MAX_UNUSED: u8 = 4;
 
 /// One Chat stream's template, its envelope, and whether each is still worth learning.
