@@ -333,10 +333,44 @@ def cpu_s(pids) -> float:
     return total / CLK_TCK
 
 
+def minor_faults(pids) -> int:
+    """Minor page faults of these processes (all their threads, dead ones included): each is a
+    page the process touched for the first time since it was mapped or last given back."""
+    total = 0
+    for pid in ([pids] if isinstance(pids, int) else pids):
+        total += int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+    return total
+
+
+def thread_ticks(pid: int) -> dict:
+    """CPU ticks (utime + stime) of each live thread of `pid`, by (tid, name)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+        except FileNotFoundError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[(tid, name)] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def thread_cpu_ms(before: dict, after: dict, n: int) -> dict:
+    """CPU ms per request of each kind of thread between two `thread_ticks` readings: the
+    serving threads (`laptime-serve-N`) summed as `serving`, the others by name."""
+    out = {}
+    for (tid, name), t in after.items():
+        kind = "serving" if name.startswith("laptime-serve") else name
+        out[kind] = out.get(kind, 0) + t - before.get((tid, name), 0)
+    return {k: v / CLK_TCK * 1000 / n for k, v in out.items() if v}
+
+
 def counters(pids) -> dict:
     """CPU seconds, read and write syscalls (/proc/PID/io syscr, syscw: every thread, dead
-    ones included) and context switches (live threads only) of these processes."""
-    c = {"cpu_s": cpu_s(pids), "syscr": 0, "syscw": 0, "ctxsw": 0}
+    ones included), context switches (live threads only) and minor page faults of these
+    processes."""
+    c = {"cpu_s": cpu_s(pids), "syscr": 0, "syscw": 0, "ctxsw": 0, "minflt": minor_faults(pids)}
     for pid in ([pids] if isinstance(pids, int) else pids):
         for line in Path(f"/proc/{pid}/io").read_text().splitlines():
             k, v = line.split(":")
