@@ -19,7 +19,7 @@ use laptime_core::translate::stream::{ClientStreamOptions, StreamTranslator};
 use laptime_core::Dialect;
 use tokio::time::Instant;
 
-use crate::config::{Provider, TimeoutsConfig};
+use crate::config::{Provider, TimeoutsConfig, UPSTREAM_IDLE_PER_THREAD};
 use crate::connect::{Connector, MemoryConnect};
 use crate::drive::{InlineExecutor, UpstreamBody};
 use crate::egress::open::{EgressConnector, EgressError, Opened};
@@ -665,35 +665,39 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 pub type HttpClient = Client<Connector, OutBody>;
 
-/// Idle connections kept per upstream host. Each holds its buffers and a task; without a cap a
-/// burst of N concurrent streams leaves N idle connections (and their memory) for 90 s.
-const IDLE_PER_UPSTREAM: usize = 128;
-
 /// A pooled upstream client going straight out (no proxy, the bundled and the operating
 /// system's roots): for tools that call a URL of their own.
 pub fn client(connect_timeout: Duration) -> Result<HttpClient, GatewayError> {
     let profile = Profile::direct()
         .map_err(|e| GatewayError::new(ErrorClass::Internal, format!("TLS setup failed: {e}")))?;
-    Ok(client_along(Arc::new(profile), connect_timeout))
+    Ok(client_along(
+        Arc::new(profile),
+        connect_timeout,
+        UPSTREAM_IDLE_PER_THREAD,
+    ))
 }
 
-/// The pooled upstream client of one way out ([`crate::egress::Profile`]).
-pub fn client_along(profile: Arc<Profile>, connect_timeout: Duration) -> HttpClient {
-    net_client(EgressConnector::new(profile, connect_timeout))
+/// The pooled upstream client of one way out ([`crate::egress::Profile`]), keeping at most
+/// `idle` idle connections per upstream.
+pub fn client_along(profile: Arc<Profile>, connect_timeout: Duration, idle: usize) -> HttpClient {
+    net_client(EgressConnector::new(profile, connect_timeout), idle)
 }
 
 /// The client of one lane ([`crate::lanes`]): its connections tell `lane` their upstream's
 /// limit of streams.
 pub fn lane_client(
     profile: Arc<Profile>,
-    connect_timeout: Duration,
+    (connect_timeout, idle): (Duration, usize),
     lane: Arc<LaneState>,
 ) -> HttpClient {
-    net_client(EgressConnector::new(profile, connect_timeout).telling(lane))
+    net_client(
+        EgressConnector::new(profile, connect_timeout).telling(lane),
+        idle,
+    )
 }
 
-fn net_client(connector: EgressConnector) -> HttpClient {
-    let mut builder = pool_builder();
+fn net_client(connector: EgressConnector, idle: usize) -> HttpClient {
+    let mut builder = pool_builder(idle);
     // Without a timer the pool never evicts: idle upstream connections (and their descriptors)
     // would stay for good after a burst.
     builder.pool_timer(hyper_util::rt::TokioTimer::new());
@@ -709,14 +713,17 @@ fn net_client(connector: EgressConnector) -> HttpClient {
 /// A client whose connections are in-process pipes opened by `open` (tests under paused time,
 /// where an eviction timer would only add wake-ups).
 pub fn memory_client(open: MemoryConnect) -> HttpClient {
-    pool_builder().build(Connector::Memory(open))
+    pool_builder(UPSTREAM_IDLE_PER_THREAD).build(Connector::Memory(open))
 }
 
-fn pool_builder() -> hyper_util::client::legacy::Builder {
+/// Idle connections wait up to 90 s for a call, at most `idle` of them per upstream: each
+/// holds its buffers and a task, and without a cap a burst of N concurrent streams would leave
+/// N of them (`server.upstream_idle_per_thread`).
+fn pool_builder(idle: usize) -> hyper_util::client::legacy::Builder {
     let mut builder = Client::builder(InlineExecutor);
     builder
         .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(IDLE_PER_UPSTREAM);
+        .pool_max_idle_per_host(idle);
     builder
 }
 

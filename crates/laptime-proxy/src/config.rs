@@ -116,6 +116,11 @@ fn default_effective_from() -> String {
     "1970-01-01".into()
 }
 
+/// `server.upstream_idle_per_thread` by default: a burst of 1,000 streams then leaves 256 idle
+/// connections on two threads, which kept RSS 15 s after it within 1.5× of idle; keeping
+/// them all took 2.1× (`benchmarks/README.md`, item 23).
+pub const UPSTREAM_IDLE_PER_THREAD: usize = 128;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
@@ -157,6 +162,12 @@ pub struct ServerConfig {
     pub instance: Option<String>,
     /// Connect timeout for upstream calls.
     pub connect_timeout_ms: u64,
+    /// Idle HTTP/1.1 connections each serving thread keeps to one upstream (scheme, host and
+    /// port) for later calls, up to 90 s each; a connection coming back past the cap is
+    /// closed. A burst of more calls at once than the threads keep opens the rest anew (and
+    /// over TLS shakes hands again); each kept one holds about 23 KB while idle
+    /// (`benchmarks/README.md`, item 23).
+    pub upstream_idle_per_thread: usize,
     /// Serve `GET /metrics` without a token (default: a `read` or `admin` token is needed).
     pub metrics_public: bool,
     /// Threads serving connections, each with its own runtime and upstream pool; 0 = one per
@@ -189,6 +200,7 @@ impl Default for ServerConfig {
             region: None,
             instance: None,
             connect_timeout_ms: 10_000,
+            upstream_idle_per_thread: UPSTREAM_IDLE_PER_THREAD,
             metrics_public: false,
             threads: 0,
             observe: true,

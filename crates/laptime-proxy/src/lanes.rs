@@ -229,17 +229,24 @@ pub struct Lanes {
     upstream: String,
     profile: Arc<Profile>,
     connect_timeout: Duration,
+    /// Idle connections each lane's client keeps (HTTP/1.1 ones, when TLS agreed on it).
+    idle: usize,
     lanes: Vec<Lane>,
     /// Every lane is full and no more may open: said once in the log until a lane has room.
     full: bool,
 }
 
 impl Lanes {
-    pub fn new(upstream: String, profile: Arc<Profile>, connect_timeout: Duration) -> Self {
+    pub fn new(
+        upstream: String,
+        profile: Arc<Profile>,
+        (connect_timeout, idle): (Duration, usize),
+    ) -> Self {
         Lanes {
             upstream,
             profile,
             connect_timeout,
+            idle,
             lanes: Vec::new(),
             full: false,
         }
@@ -268,8 +275,11 @@ impl Lanes {
             let mut limits = self.lanes.iter().rev().map(|l| l.state.limit());
             let known = limits.find(|&n| n != UNKNOWN).unwrap_or(UNKNOWN);
             let state = Arc::new(LaneState::with_limit(known));
-            let client =
-                attempt::lane_client(self.profile.clone(), self.connect_timeout, state.clone());
+            let client = attempt::lane_client(
+                self.profile.clone(),
+                (self.connect_timeout, self.idle),
+                state.clone(),
+            );
             self.lanes.push(Lane { client, state });
             return self.go(self.lanes.len() - 1);
         }
@@ -340,7 +350,14 @@ mod tests {
 
     fn lanes() -> Lanes {
         let profile = Arc::new(Profile::direct().unwrap());
-        Lanes::new("a.example:443".to_string(), profile, Duration::from_secs(1))
+        Lanes::new(
+            "a.example:443".to_string(),
+            profile,
+            (
+                Duration::from_secs(1),
+                crate::config::UPSTREAM_IDLE_PER_THREAD,
+            ),
+        )
     }
 
     fn go(lanes: &mut Lanes) -> Upstream {

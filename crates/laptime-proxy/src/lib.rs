@@ -150,19 +150,25 @@ struct CachedClient {
     /// snapshot's profile alive.
     own: std::sync::Arc<egress::Profile>,
     timeout: std::time::Duration,
+    /// Idle connections kept per upstream (`server.upstream_idle_per_thread`).
+    idle: usize,
     client: HttpClient,
     /// The lanes to each upstream that may answer over HTTP/2, by scheme and authority.
     lanes: std::collections::HashMap<(bool, http::uri::Authority), lanes::Lanes>,
 }
 
 impl CachedClient {
-    fn new(profile: &std::sync::Arc<egress::Profile>, timeout: std::time::Duration) -> Self {
+    fn new(
+        profile: &std::sync::Arc<egress::Profile>,
+        (timeout, idle): (std::time::Duration, usize),
+    ) -> Self {
         let own = std::sync::Arc::new(egress::Profile::clone(profile));
         CachedClient {
             profile: std::sync::Arc::downgrade(profile),
-            client: attempt::client_along(own.clone(), timeout),
+            client: attempt::client_along(own.clone(), timeout, idle),
             own,
             timeout,
+            idle,
             lanes: std::collections::HashMap::new(),
         }
     }
@@ -182,7 +188,7 @@ impl CachedClient {
                     // The host and port only: an authority may hold credentials.
                     let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
                     let upstream = format!("{}:{port}", authority.host());
-                    lanes::Lanes::new(upstream, self.own.clone(), self.timeout)
+                    lanes::Lanes::new(upstream, self.own.clone(), (self.timeout, self.idle))
                 })
                 .pick(),
             None => lanes::Pick::Go(lanes::Upstream {
@@ -237,7 +243,10 @@ impl App {
                 return c.upstream(uri);
             }
             forget_replaced(&mut clients);
-            let mut cached = CachedClient::new(profile, std::time::Duration::from_millis(ms));
+            // `[server]` is read at start only: every client of the process keeps one cap.
+            let idle = self.live().config.server.upstream_idle_per_thread;
+            let mut cached =
+                CachedClient::new(profile, (std::time::Duration::from_millis(ms), idle));
             let upstream = cached.upstream(uri);
             clients.insert((ms, profile.id), cached);
             upstream
@@ -266,7 +275,7 @@ mod tests {
         let replaced = Arc::new(egress::Profile::direct().unwrap());
         let mut clients = HashMap::new();
         for p in [&kept, &replaced] {
-            let cached = CachedClient::new(p, std::time::Duration::from_secs(1));
+            let cached = CachedClient::new(p, (std::time::Duration::from_secs(1), 128));
             clients.insert((1000, p.id), cached);
         }
         forget_replaced(&mut clients);
@@ -288,7 +297,7 @@ mod tests {
         };
         let mut auto = CachedClient::new(
             &Arc::new(egress::Profile::direct().unwrap()),
-            std::time::Duration::from_secs(1),
+            (std::time::Duration::from_secs(1), 128),
         );
         assert!(go(&mut auto, "http://127.0.0.1:8080/v1").slot.is_none());
         let held = [
@@ -309,7 +318,8 @@ mod tests {
         ] {
             let mut profile = egress::Profile::direct().unwrap();
             profile.http = http;
-            let mut c = CachedClient::new(&Arc::new(profile), std::time::Duration::from_secs(1));
+            let mut c =
+                CachedClient::new(&Arc::new(profile), (std::time::Duration::from_secs(1), 128));
             assert_eq!(go(&mut c, "http://127.0.0.1:8080/").slot.is_some(), plain);
             assert_eq!(go(&mut c, "https://a.example/").slot.is_some(), tls);
         }

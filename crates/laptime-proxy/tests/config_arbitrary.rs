@@ -20,6 +20,7 @@ const LINES: &[&str] = &[
     "drain_s = 30",
     "metrics_public = true",
     "threads = 2",
+    "upstream_idle_per_thread = 0",
     "recorder_queue = 0",
     "recorder_queue = 10",
     "retention_days = 7",
