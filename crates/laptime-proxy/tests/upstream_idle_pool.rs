@@ -73,3 +73,21 @@ async fn under_the_default_cap_every_connection_of_a_burst_stays_for_the_next() 
     assert_eq!(upstream_connections(&h).await, BURST);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn with_no_idle_connections_kept_each_call_closes_its_own() {
+    let h = keeping(0).await;
+    for _ in 0..3 {
+        burst(&h, 2).await;
+        let mut open = upstream_connections(&h).await;
+        for _ in 0..50 {
+            if open == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            open = upstream_connections(&h).await;
+        }
+        assert_eq!(open, 0, "a connection stayed open after its answer");
+    }
+    h.stop().await;
+}
