@@ -194,6 +194,11 @@ class Gateway:
         server = f'data_dir = "{self.data}"\ndrain_s = 2\n'
         if observe is not None:
             server += f"observe = {'true' if observe else 'false'}\n"
+        # BENCH_UPSTREAM_IDLE=N: each serving thread keeps N idle upstream connections
+        # (`server.upstream_idle_per_thread`; default 128).
+        idle = os.environ.get("BENCH_UPSTREAM_IDLE")
+        if idle:
+            server += f"upstream_idle_per_thread = {int(idle)}\n"
         # The strict format: one sim channel serving every model name, default routes. Pinned
         # to a dialect (`pin`), it serves `sim-fast` only (a `*` channel is never translated),
         # and every other client dialect is translated to it.
