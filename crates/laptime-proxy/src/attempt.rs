@@ -672,14 +672,16 @@ pub fn client(connect_timeout: Duration) -> Result<HttpClient, GatewayError> {
         .map_err(|e| GatewayError::new(ErrorClass::Internal, format!("TLS setup failed: {e}")))?;
     Ok(client_along(
         Arc::new(profile),
-        connect_timeout,
-        UPSTREAM_IDLE_PER_THREAD,
+        (connect_timeout, UPSTREAM_IDLE_PER_THREAD),
     ))
 }
 
 /// The pooled upstream client of one way out ([`crate::egress::Profile`]), keeping at most
 /// `idle` idle connections per upstream.
-pub fn client_along(profile: Arc<Profile>, connect_timeout: Duration, idle: usize) -> HttpClient {
+pub fn client_along(
+    profile: Arc<Profile>,
+    (connect_timeout, idle): (Duration, usize),
+) -> HttpClient {
     net_client(EgressConnector::new(profile, connect_timeout), idle)
 }
 

@@ -165,7 +165,7 @@ impl CachedClient {
         let own = std::sync::Arc::new(egress::Profile::clone(profile));
         CachedClient {
             profile: std::sync::Arc::downgrade(profile),
-            client: attempt::client_along(own.clone(), timeout, idle),
+            client: attempt::client_along(own.clone(), (timeout, idle)),
             own,
             timeout,
             idle,
@@ -275,7 +275,13 @@ mod tests {
         let replaced = Arc::new(egress::Profile::direct().unwrap());
         let mut clients = HashMap::new();
         for p in [&kept, &replaced] {
-            let cached = CachedClient::new(p, (std::time::Duration::from_secs(1), 128));
+            let cached = CachedClient::new(
+                p,
+                (
+                    std::time::Duration::from_secs(1),
+                    config::UPSTREAM_IDLE_PER_THREAD,
+                ),
+            );
             clients.insert((1000, p.id), cached);
         }
         forget_replaced(&mut clients);
@@ -297,7 +303,10 @@ mod tests {
         };
         let mut auto = CachedClient::new(
             &Arc::new(egress::Profile::direct().unwrap()),
-            (std::time::Duration::from_secs(1), 128),
+            (
+                std::time::Duration::from_secs(1),
+                config::UPSTREAM_IDLE_PER_THREAD,
+            ),
         );
         assert!(go(&mut auto, "http://127.0.0.1:8080/v1").slot.is_none());
         let held = [
@@ -318,8 +327,13 @@ mod tests {
         ] {
             let mut profile = egress::Profile::direct().unwrap();
             profile.http = http;
-            let mut c =
-                CachedClient::new(&Arc::new(profile), (std::time::Duration::from_secs(1), 128));
+            let mut c = CachedClient::new(
+                &Arc::new(profile),
+                (
+                    std::time::Duration::from_secs(1),
+                    config::UPSTREAM_IDLE_PER_THREAD,
+                ),
+            );
             assert_eq!(go(&mut c, "http://127.0.0.1:8080/").slot.is_some(), plain);
             assert_eq!(go(&mut c, "https://a.example/").slot.is_some(), tls);
         }
