@@ -50,7 +50,14 @@ impl Front {
     fn answer(&self, req: http::Request<axum::body::Body>) -> Answer {
         let call = crate::pipeline::model_call(req.method(), req.uri().path());
         if let (Some(app), Some(dialect)) = (&self.app, call) {
-            return Box::pin(crate::pipeline::proxy(app.clone(), dialect, req));
+            // Written into a box allocated first: `Box::pin(proxy(..))` copied the whole future
+            // (7 KiB, the size of its largest state) into its box on every model call; this
+            // way a call copies 7 KB less (`benchmarks/copies`, benchmarks/README.md item 24).
+            let boxed = Box::into_pin(Box::write(
+                Box::new_uninit(),
+                crate::pipeline::proxy(app.clone(), dialect, req),
+            ));
+            return boxed;
         }
         let routed = tower::ServiceExt::oneshot(self.router.clone(), req);
         Box::pin(async move { routed.await.unwrap_or_else(|never| match never {}) })
