@@ -53,6 +53,7 @@ impl Front {
             // Written into a box allocated first: `Box::pin(proxy(..))` copied the whole future
             // (7 KiB, the size of its largest state) into its box on every model call; this
             // way a call copies 7 KB less (`benchmarks/copies`, benchmarks/README.md item 24).
+            // Bound before it is returned, so that the box is typed by the future itself.
             let boxed = Box::into_pin(Box::write(
                 Box::new_uninit(),
                 crate::pipeline::proxy(app.clone(), dialect, req),

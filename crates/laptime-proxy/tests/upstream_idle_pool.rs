@@ -26,6 +26,20 @@ async fn upstream_connections(h: &Harness) -> u64 {
     h.sim_stats().await["open_connections"].as_u64().unwrap() - 1
 }
 
+/// Upstream connections once at most `left` remain open: a close reaches the sim when it reads
+/// the end of the connection, so this waits for it (bounded, 5 s).
+async fn closed_down_to(h: &Harness, left: u64) -> u64 {
+    let mut open = upstream_connections(h).await;
+    for _ in 0..50 {
+        if open <= left {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        open = upstream_connections(h).await;
+    }
+    open
+}
+
 /// A one-thread gateway keeping `idle` idle connections per upstream.
 async fn keeping(idle: usize) -> Harness {
     start_with(|cfg, _| {
@@ -40,16 +54,11 @@ async fn past_the_idle_cap_a_bursts_connections_close_and_the_kept_ones_carry_th
     let h = keeping(2).await;
     assert_eq!(upstream_connections(&h).await, 0);
     burst(&h, BURST).await;
-    // A close reaches the sim when it reads the end of the connection: wait for it, bounded.
-    let mut open = upstream_connections(&h).await;
-    for _ in 0..50 {
-        if open <= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        open = upstream_connections(&h).await;
-    }
-    assert_eq!(open, 2, "the cap's two stay open, the other four close");
+    assert_eq!(
+        closed_down_to(&h, 2).await,
+        2,
+        "the cap's two stay open, the other four close"
+    );
     let served = h.sim_stats().await["requests"].as_u64().unwrap();
     burst(&h, 2).await;
     let stats = h.sim_stats().await;
@@ -79,15 +88,11 @@ async fn with_no_idle_connections_kept_each_call_closes_its_own() {
     let h = keeping(0).await;
     for _ in 0..3 {
         burst(&h, 2).await;
-        let mut open = upstream_connections(&h).await;
-        for _ in 0..50 {
-            if open == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            open = upstream_connections(&h).await;
-        }
-        assert_eq!(open, 0, "a connection stayed open after its answer");
+        assert_eq!(
+            closed_down_to(&h, 0).await,
+            0,
+            "a connection stayed open after its answer"
+        );
     }
     h.stop().await;
 }
