@@ -29,6 +29,7 @@ use crate::lanes::{LaneState, StreamSlot, Upstream};
 use crate::model_health::ModelHealth;
 use crate::observe::{ObservedBody, StreamDeadlines, Until, WholeRead};
 use crate::outbody::OutBody;
+use crate::pool::{CallError, Http1Pool, Lease};
 use crate::respond::{header_value, GatewayError};
 use crate::routing::{
     Channel, InflightGuard, Route, LIMITED_KEY_COOL_DOWN_US, REFUSED_KEY_COOL_DOWN_US,
@@ -214,7 +215,7 @@ fn upstream_call(ctx: &AttemptCtx<'_>, route: &Route) -> UpstreamCall {
 const REFUSED_RESENDS: usize = 2;
 
 type Sent = Result<
-    Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
+    Result<(http::Response<hyper::body::Incoming>, Option<Lease>), CallError>,
     tokio::time::error::Elapsed,
 >;
 
@@ -236,10 +237,10 @@ async fn send<F: std::future::Future<Output = Upstream>>(
         let mut request = request;
         let mut resends = 0;
         loop {
-            let upstream = pick().await;
+            let mut upstream = pick().await;
             // A refused stream is over: its slot goes as the next one is taken.
-            slot = upstream.slot;
-            let sent = upstream.client.request(request).await;
+            slot = upstream.slot.take();
+            let sent = upstream.call(request).await;
             let refused = matches!(&sent, Err(e) if refused_stream(e));
             let copy = (refused && resends < REFUSED_RESENDS)
                 .then(&again)
@@ -338,7 +339,7 @@ pub async fn dispatch(
     let dispatched = Instant::now();
     let (sent, slot) = send(pick, request, again, dispatched + headers_deadline).await;
     let headers_at = ctx.now();
-    let response = match sent {
+    let (response, lease) = match sent {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             health.circuit_record(true);
@@ -410,7 +411,7 @@ pub async fn dispatch(
     }
     if fails {
         // Dropped unread: the connection closes instead of going back to the pool.
-        drop(response);
+        drop((response, lease));
         return Err(AttemptError {
             status: Some(status),
             headers_at: Some(headers_at),
@@ -425,7 +426,11 @@ pub async fn dispatch(
         });
     }
     let (parts, incoming) = response.into_parts();
-    let incoming = UpstreamBody::new(incoming, &parts.extensions).holding(slot);
+    let incoming = match lease {
+        Some(lease) => UpstreamBody::leased(incoming, lease),
+        None => UpstreamBody::new(incoming, &parts.extensions),
+    }
+    .holding(slot);
     let body = if streamed {
         // Marks are classified in the upstream's dialect, so they mean the same whatever the
         // client speaks.
@@ -489,7 +494,7 @@ pub async fn dispatch(
 fn call_failed(
     ctx: &AttemptCtx<'_>,
     channel: &str,
-    e: &hyper_util::client::legacy::Error,
+    e: &CallError,
     dispatched: Instant,
     at: Duration,
 ) -> AttemptError {
@@ -712,19 +717,29 @@ fn net_client(connector: EgressConnector, idle: usize) -> HttpClient {
     builder.build(Connector::Net(connector))
 }
 
-/// A client whose connections are in-process pipes opened by `open` (tests under paused time,
-/// where an eviction timer would only add wake-ups).
-pub fn memory_client(open: MemoryConnect) -> HttpClient {
-    pool_builder(UPSTREAM_IDLE_PER_THREAD).build(Connector::Memory(open))
+/// The serving thread's HTTP/1.1 connections along one way out ([`crate::pool`]), keeping at
+/// most `idle` idle per upstream.
+pub fn pool_along(profile: Arc<Profile>, (connect_timeout, idle): (Duration, usize)) -> Http1Pool {
+    let connector = Connector::Net(EgressConnector::new(profile, connect_timeout));
+    Http1Pool::new(connector, idle, Some(IDLE_TIMEOUT))
 }
 
-/// Idle connections wait up to 90 s for a call, at most `idle` of them per upstream: each
-/// holds its buffers and a task, and without a cap a burst of N concurrent streams would leave
-/// N of them (`server.upstream_idle_per_thread`).
+/// A pool whose connections are in-process pipes opened by `open` (tests under paused time,
+/// where an eviction timer would only add wake-ups).
+pub fn memory_client(open: MemoryConnect) -> Http1Pool {
+    Http1Pool::new(Connector::Memory(open), UPSTREAM_IDLE_PER_THREAD, None)
+}
+
+/// How long an idle upstream connection waits for a call: each holds its buffers and a task.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Idle connections wait up to [`IDLE_TIMEOUT`] for a call, at most `idle` of them per
+/// upstream: without a cap a burst of N concurrent streams would leave N of them
+/// (`server.upstream_idle_per_thread`).
 fn pool_builder(idle: usize) -> hyper_util::client::legacy::Builder {
     let mut builder = Client::builder(InlineExecutor);
     builder
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(IDLE_TIMEOUT)
         .pool_max_idle_per_host(idle);
     builder
 }
@@ -877,7 +892,7 @@ pub fn build_request(
 /// Classifies a failed upstream call: a connection that could not be opened says which step
 /// failed; after that, a TLS alert (a client certificate refused after a TLS 1.3 handshake),
 /// a timeout or the transport.
-pub fn classify_error(e: &hyper_util::client::legacy::Error) -> ErrorClass {
+pub fn classify_error(e: &CallError) -> ErrorClass {
     if let Some(g) = find_egress_error(e) {
         return g.class;
     }

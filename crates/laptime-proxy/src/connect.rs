@@ -1,7 +1,7 @@
 //! Upstream connections: TCP (and TLS, through the channel's proxy when it has one: see
 //! [`crate::egress`]) to a channel's URL, or in-process pipes for tests that run the whole
 //! request path under paused tokio time (no socket, so every deadline and mark is exact). Both
-//! go through the same pooled hyper client and the same attempt code.
+//! go through the same pool ([`crate::pool`]) and the same attempt code.
 
 use std::future::Future;
 use std::io;
@@ -15,7 +15,7 @@ use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
 use tokio::io::DuplexStream;
 
-use crate::egress::open::{EgressConnector, Stream};
+use crate::egress::open::{EgressConnector, Opened, Stream};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -75,6 +75,20 @@ impl tower_service::Service<Uri> for Connector {
                 let opened = open(&uri).map(|s| UpstreamIo::Memory(TokioIo::new(s)));
                 Box::pin(async move { opened.map_err(Into::into) })
             }
+        }
+    }
+}
+
+impl UpstreamIo {
+    /// How the connection was opened (none for a pipe), and whether it goes to a proxy that
+    /// takes requests in absolute form.
+    pub fn opened(&self) -> (Option<Opened>, bool) {
+        match self {
+            UpstreamIo::Net(s) => {
+                let (opened, forwards) = s.inner().opened();
+                (Some(opened), forwards)
+            }
+            UpstreamIo::Memory(_) => (None, false),
         }
     }
 }

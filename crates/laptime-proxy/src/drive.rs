@@ -10,12 +10,14 @@
 //! Nothing waits for more bytes than are already here, so no event is delayed. Between answers
 //! the connection's own task (the keeper) polls it, as hyper's would.
 //!
-//! Which connection an answer came over: each HTTP/1 connection gets a [`Driver`], named in its
-//! answers' extensions (hyper-util's `Connected::extra`). The connector announces it on this
-//! thread just before hyper-util, in the same poll, hands the connection's future to the
-//! client's executor ([`InlineExecutor`]), which takes the announcement. A future that comes
-//! without one (HTTP/2, where one connection carries many answers, or hyper-util's own
-//! background work) is spawned as it is.
+//! Which connection an answer came over: the serving thread's pool ([`crate::pool`]) opens its
+//! connections itself and leases each to the answer's body. A lane's client (hyper-util's) may
+//! agree on HTTP/1.1 too: each such connection gets a [`Driver`], named in its answers'
+//! extensions (hyper-util's `Connected::extra`). The connector announces it on this thread just
+//! before hyper-util, in the same poll, hands the connection's future to the client's executor
+//! ([`InlineExecutor`]), which takes the announcement. A future that comes without one (HTTP/2,
+//! where one connection carries many answers, or hyper-util's own background work) is spawned
+//! as it is.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -29,6 +31,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::Connected;
 
 use crate::lanes::StreamSlot;
+use crate::pool::Lease;
 
 type ConnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -85,12 +88,30 @@ impl Driver {
         Driver::poll_conn(&mut state, cx)
     }
 
-    fn claim(&self) {
+    /// A driver for a connection [`crate::pool`] opened, its keeper spawned.
+    pub(crate) fn keeping(conn: ConnFuture) -> Arc<Driver> {
+        let driver = Arc::new(Driver::default());
+        driver.clone().keep(conn);
+        driver
+    }
+
+    /// Takes `conn` and spawns the keeper that polls it between answers.
+    fn keep(self: Arc<Self>, conn: ConnFuture) {
+        self.lock().conn = Some(conn);
+        tokio::spawn(std::future::poll_fn(move |cx| self.poll_keeper(cx)));
+    }
+
+    /// Polls the connection in the caller's task (which has claimed it).
+    pub(crate) fn poll_inline(&self, cx: &mut Context<'_>) {
+        let _ = Driver::poll_conn(&mut self.lock(), cx);
+    }
+
+    pub(crate) fn claim(&self) {
         self.lock().claimed = true;
     }
 
     /// Hands the connection back to its keeper (and wakes it to take over the wake-ups).
-    fn release(&self) {
+    pub(crate) fn release(&self) {
         let keeper = {
             let mut state = self.lock();
             state.claimed = false;
@@ -135,15 +156,18 @@ where
             tokio::spawn(fut);
             return;
         };
-        driver.lock().conn = Some(Box::pin(fut));
-        tokio::spawn(std::future::poll_fn(move |cx| driver.poll_keeper(cx)));
+        driver.keep(Box::pin(fut));
     }
 }
 
 /// An upstream answer's body, read by polling its connection in the reader's task.
 pub struct UpstreamBody {
     inner: Incoming,
+    /// The connection of a lane's HTTP/1 answer (hyper-util's pooled client).
     driver: Option<Arc<Driver>>,
+    /// The connection of an answer [`crate::pool`] carried, back to the pool when the body
+    /// ends.
+    lease: Option<Lease>,
     /// The answer's stream on its lane, given back when the body ends.
     slot: Option<StreamSlot>,
 }
@@ -158,6 +182,18 @@ impl UpstreamBody {
         UpstreamBody {
             inner,
             driver,
+            lease: None,
+            slot: None,
+        }
+    }
+
+    /// The body of an answer that came over a leased connection (already claimed by the
+    /// call that got its head).
+    pub fn leased(inner: Incoming, lease: Lease) -> Self {
+        UpstreamBody {
+            inner,
+            driver: None,
+            lease: Some(lease),
             slot: None,
         }
     }
@@ -170,6 +206,7 @@ impl UpstreamBody {
 
     fn release(&mut self) {
         self.slot = None;
+        self.lease = None;
         if let Some(d) = self.driver.take() {
             d.release();
         }
@@ -180,6 +217,7 @@ impl std::fmt::Debug for UpstreamBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamBody")
             .field("inline", &self.driver.is_some())
+            .field("leased", &self.lease.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -193,10 +231,13 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
+        // Reads what the socket holds and decodes the next chunk into the body's channel;
+        // pending (with this task's waker registered) when nothing more is here yet.
         if let Some(d) = &this.driver {
-            // Reads what the socket holds and decodes the next chunk into the body's channel;
-            // pending (with this task's waker registered) when nothing more is here yet.
-            let _ = Driver::poll_conn(&mut d.lock(), cx);
+            d.poll_inline(cx);
+        }
+        if let Some(lease) = &this.lease {
+            lease.poll_inline(cx);
         }
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if matches!(polled, Poll::Ready(None | Some(Err(_)))) {

@@ -18,11 +18,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::{Request, Response};
+use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 use crate::attempt::{self, HttpClient};
 use crate::egress::settings::Said;
 use crate::egress::Profile;
+use crate::outbody::OutBody;
+use crate::pool::{CallError, Http1Pool, Lease};
 
 /// Streams a lane takes when its upstream sets no limit: RFC 9113 section 6.5.2 asks servers
 /// to allow no fewer than 100.
@@ -176,15 +180,38 @@ impl Drop for StreamSlot {
 /// A client to send one request with, and the stream it holds on its lane (none for a client
 /// without lanes).
 pub struct Upstream {
-    pub client: HttpClient,
+    pub client: Client,
     pub slot: Option<StreamSlot>,
 }
 
+/// Which client a call goes over.
+#[derive(Debug, Clone)]
+pub enum Client {
+    /// The serving thread's HTTP/1.1 connections to upstreams without lanes.
+    Http1(Http1Pool),
+    /// A lane's client (hyper-util's), which may speak HTTP/2; shared, since it is large.
+    Lane(Arc<HttpClient>),
+}
+
+impl Upstream {
+    /// Sends `req` and waits for the head; with the connection leased to the answer's body
+    /// when it came over the serving thread's HTTP/1.1 pool.
+    pub async fn call(
+        &self,
+        req: Request<OutBody>,
+    ) -> Result<(Response<Incoming>, Option<Lease>), CallError> {
+        match &self.client {
+            Client::Http1(pool) => pool.request(req).await.map(|(r, l)| (r, Some(l))),
+            Client::Lane(client) => client
+                .request(req)
+                .await
+                .map(|r| (r, None))
+                .map_err(CallError::Pooled),
+        }
+    }
+}
+
 /// What [`Lanes::pick`] gives: a client to send on, or a lane whose connection is opening.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "a pick is used at once and never stored; boxing the client would allocate for every request"
-)]
 pub enum Pick {
     Go(Upstream),
     /// Pick again once the lane's state moved on from `seen` ([`Wait::changed`]).
@@ -219,7 +246,7 @@ impl Drop for Wait {
 }
 
 struct Lane {
-    client: HttpClient,
+    client: Arc<HttpClient>,
     state: Arc<LaneState>,
 }
 
@@ -280,7 +307,10 @@ impl Lanes {
                 (self.connect_timeout, self.idle),
                 state.clone(),
             );
-            self.lanes.push(Lane { client, state });
+            self.lanes.push(Lane {
+                client: Arc::new(client),
+                state,
+            });
             return self.go(self.lanes.len() - 1);
         }
         self.say_when_full(true);
@@ -291,7 +321,7 @@ impl Lanes {
     fn go(&self, i: usize) -> Pick {
         let lane = &self.lanes[i];
         Pick::Go(Upstream {
-            client: lane.client.clone(),
+            client: Client::Lane(lane.client.clone()),
             slot: Some(StreamSlot::take(&lane.state)),
         })
     }

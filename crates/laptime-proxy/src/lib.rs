@@ -53,6 +53,7 @@ pub mod models;
 pub mod observe;
 pub mod outbody;
 pub mod pipeline;
+pub mod pool;
 pub mod record;
 pub mod respond;
 pub mod routing;
@@ -70,7 +71,6 @@ use laptime_store::auth::Principal;
 use laptime_store::recorder::Recorder;
 use laptime_store::Store;
 
-use crate::attempt::HttpClient;
 use crate::auth::Authenticator;
 use crate::config::DEFAULT_GROUP;
 use crate::metrics::Metrics;
@@ -95,7 +95,7 @@ pub struct App {
     pub egress: egress::Egress,
     /// In-process upstreams instead of the network, for tests under paused time: every attempt
     /// uses this client.
-    pub memory_upstream: Option<HttpClient>,
+    pub memory_upstream: Option<pool::Http1Pool>,
     pub recorder: Recorder,
     /// Every request from ingress until the store has its record (snapshotted to the journal).
     pub inflight: Arc<inflight::Inflight>,
@@ -152,7 +152,8 @@ struct CachedClient {
     timeout: std::time::Duration,
     /// Idle connections kept per upstream (`server.upstream_idle_per_thread`).
     idle: usize,
-    client: HttpClient,
+    /// The thread's HTTP/1.1 connections to upstreams without lanes.
+    pool: pool::Http1Pool,
     /// The lanes to each upstream that may answer over HTTP/2, by scheme and authority.
     lanes: std::collections::HashMap<(bool, http::uri::Authority), lanes::Lanes>,
 }
@@ -165,7 +166,7 @@ impl CachedClient {
         let own = std::sync::Arc::new(egress::Profile::clone(profile));
         CachedClient {
             profile: std::sync::Arc::downgrade(profile),
-            client: attempt::client_along(own.clone(), (timeout, idle)),
+            pool: attempt::pool_along(own.clone(), (timeout, idle)),
             own,
             timeout,
             idle,
@@ -192,7 +193,7 @@ impl CachedClient {
                 })
                 .pick(),
             None => lanes::Pick::Go(lanes::Upstream {
-                client: self.client.clone(),
+                client: lanes::Client::Http1(self.pool.clone()),
                 slot: None,
             }),
         }
@@ -232,7 +233,7 @@ impl App {
     ) -> lanes::Pick {
         if let Some(c) = &self.memory_upstream {
             return lanes::Pick::Go(lanes::Upstream {
-                client: c.clone(),
+                client: lanes::Client::Http1(c.clone()),
                 slot: None,
             });
         }

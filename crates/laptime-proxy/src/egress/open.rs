@@ -351,6 +351,11 @@ enum Transport {
 }
 
 impl Stream {
+    /// How it was opened, and whether it is plain HTTP to a proxy (requests in absolute form).
+    pub fn opened(&self) -> (Opened, bool) {
+        (self.opened, self.forward_proxy)
+    }
+
     /// What the pooled client is told about the connection (its steps ride along as the
     /// responses' extra).
     pub fn connected(&self) -> Connected {
