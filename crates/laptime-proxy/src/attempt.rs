@@ -357,9 +357,12 @@ pub async fn dispatch(
             });
         }
     };
-    let connection = response
-        .extensions()
-        .get::<Opened>()
+    // A lane's client puts how its connection was opened in the answer's extensions.
+    let opened = match &lease {
+        Some(lease) => lease.opened(),
+        None => response.extensions().get::<Opened>().copied(),
+    };
+    let connection = opened
         .map(|o| o.marks_for(ctx.t0, dispatched))
         .unwrap_or_default();
     let status = response.status().as_u16();

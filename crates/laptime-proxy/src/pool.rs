@@ -152,10 +152,7 @@ impl Http1Pool {
             };
             prepare(&mut req, &uri, conn.proxied);
             match conn.send(req).await {
-                Ok(mut response) => {
-                    if let Some(opened) = conn.opened {
-                        response.extensions_mut().insert(opened);
-                    }
+                Ok(response) => {
                     let lease = Lease {
                         conn: Some(conn),
                         key,
@@ -349,6 +346,11 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
+    /// How the connection was opened (none for a pipe).
+    pub fn opened(&self) -> Option<Opened> {
+        self.conn.as_ref().and_then(|c| c.opened)
+    }
+
     /// Polls the leased connection in the caller's task (what the body read from the socket
     /// is decoded into the body's channel).
     pub fn poll_inline(&self, cx: &mut Context<'_>) {

@@ -34,9 +34,10 @@ use crate::lanes::LaneState;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// When each step of opening a connection was done. The pooled client puts it in the
-/// extensions of every response on the connection, so an attempt tells its own new connection
-/// from an older one by when it was begun.
+/// When each step of opening a connection was done. Every answer on the connection carries it
+/// (in its lease, [`crate::pool::Lease::opened`], or a lane's client puts it in the answer's
+/// extensions), so an attempt tells its own new connection from an older one by when it was
+/// begun.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opened {
     pub began: Instant,
