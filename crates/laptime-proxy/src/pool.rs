@@ -468,7 +468,7 @@ mod tests {
     }
 
     /// An in-process upstream that answers every request on a connection with `200` and a
-    /// short body (but `/partial`); `accepted` counts its connections.
+    /// short body (but `/partial`, and `/once` closes); `accepted` counts its connections.
     fn upstream(accepted: Arc<std::sync::atomic::AtomicUsize>) -> crate::connect::MemoryConnect {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         Arc::new(move |_: &Uri| {
@@ -492,6 +492,10 @@ mod tests {
                             b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
                         };
                         if theirs.write_all(answer).await.is_err() {
+                            return;
+                        }
+                        // `/once`: the connection closes after the answer, unannounced.
+                        if head.starts_with(b"GET /once ") {
                             return;
                         }
                     }
@@ -547,6 +551,24 @@ mod tests {
             read_whole(response, lease).await;
         }
         assert_eq!(pool.idle(), 2, "the third is over the cap");
+    }
+
+    #[tokio::test]
+    async fn a_kept_connection_the_upstream_closed_does_not_lose_the_next_call() {
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let pool = pool(&accepted, 4);
+        let (response, lease) = pool
+            .request(request("http://upstream.test/once"))
+            .await
+            .unwrap();
+        assert_eq!(read_whole(response, lease).await, "ok");
+        // Whether or not its keeper has seen the close yet, the next call is answered.
+        for _ in 0..2 {
+            let (response, lease) = call(&pool).await;
+            assert_eq!(read_whole(response, lease).await, "ok");
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(pool.idle(), 1);
     }
 
     #[tokio::test(start_paused = true)]
