@@ -1,15 +1,16 @@
 //! A serving thread's HTTP/1.1 connections to its upstreams, and each call made on one.
 //!
-//! hyper-util's pooled client carried these calls before, and per call it locked its pool and
-//! cloned the pool key, raced a checkout against a connect in a boxed future, and spawned a task
-//! that put the connection back once hyper's dispatcher was idle again; the answer's head was
-//! read by the connection's own task and reached the caller one task switch later. A serving
-//! thread's calls never share a connection with another thread's (see `App::upstream_for`), so
-//! this pool is simpler: a call takes the newest idle connection to its upstream or opens one,
-//! polls the connection itself while it waits for the head ([`Conn::send`]), so that the
-//! request is written and the head read in the caller's own task, and holds a [`Lease`] that
-//! the answer's body ([`crate::drive::UpstreamBody`]) gives back when it ends. hyper still
-//! speaks HTTP/1.1 on each connection; HTTP/2 (a lane's, [`crate::lanes`]) stays hyper-util's.
+//! hyper-util's pooled client (the lanes' client, [`crate::lanes`]) is made for connections
+//! shared across threads: per call it locks its pool and clones the pool key, races a checkout
+//! against a connect in a boxed future, and spawns a task that puts the connection back once
+//! hyper's dispatcher is idle again; the answer's head is read by the connection's own task and
+//! reaches the caller one task switch later. A serving thread's calls never share a connection
+//! with another thread's (see `App::upstream_for`), so this pool is simpler: a call takes the
+//! newest idle connection to its upstream or opens one, polls the connection itself while it
+//! waits for the head (`Conn::send`), so that the request is written and the head read in the
+//! caller's own task, and holds a [`Lease`] that the answer's body
+//! ([`crate::drive::UpstreamBody`]) gives back when it ends. hyper speaks HTTP/1.1 on each
+//! connection.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -505,15 +506,22 @@ mod tests {
         })
     }
 
-    const URI: &str = "http://upstream.test/v1";
-
-    fn pool(accepted: &Arc<std::sync::atomic::AtomicUsize>, idle_cap: usize) -> Http1Pool {
+    /// A pool keeping `idle_cap` idle connections to the upstream above, and the count of the
+    /// connections it opened.
+    fn pool(idle_cap: usize) -> (Http1Pool, Arc<std::sync::atomic::AtomicUsize>) {
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let connector = Connector::Memory(upstream(accepted.clone()));
-        Http1Pool::new(connector, idle_cap, Some(Duration::from_secs(90)))
+        let pool = Http1Pool::new(connector, idle_cap, Some(Duration::from_secs(90)));
+        (pool, accepted)
     }
 
-    async fn call(pool: &Http1Pool) -> (Response<Incoming>, Lease) {
-        pool.request(request(URI)).await.unwrap()
+    fn opened(accepted: &std::sync::atomic::AtomicUsize) -> usize {
+        accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn call(pool: &Http1Pool, path: &str) -> (Response<Incoming>, Lease) {
+        let uri = format!("http://upstream.test{path}");
+        pool.request(request(&uri)).await.unwrap()
     }
 
     async fn read_whole(response: Response<Incoming>, lease: Lease) -> bytes::Bytes {
@@ -524,29 +532,23 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_whose_answer_was_read_carries_the_next_call() {
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let pool = pool(&accepted, 4);
+        let (pool, accepted) = pool(4);
         for _ in 0..3 {
-            let (response, lease) = call(&pool).await;
+            let (response, lease) = call(&pool, "/v1").await;
             assert_eq!(response.status(), 200);
             assert_eq!(read_whole(response, lease).await, "ok");
             assert_eq!(pool.idle(), 1);
         }
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(opened(&accepted), 1);
     }
 
     #[tokio::test]
     async fn an_answer_dropped_before_its_body_closes_its_connection_and_the_cap_bounds_the_kept() {
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let pool = pool(&accepted, 2);
-        let (unread, lease) = pool
-            .request(request("http://upstream.test/partial"))
-            .await
-            .unwrap();
-        drop((unread, lease));
+        let (pool, accepted) = pool(2);
+        drop(call(&pool, "/partial").await);
         assert_eq!(pool.idle(), 0, "a connection amid an answer is not kept");
-        let open: Vec<_> = futures_util::future::join_all((0..3).map(|_| call(&pool))).await;
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 4);
+        let open: Vec<_> = futures_util::future::join_all((0..3).map(|_| call(&pool, "/v1"))).await;
+        assert_eq!(opened(&accepted), 4);
         for (response, lease) in open {
             read_whole(response, lease).await;
         }
@@ -555,27 +557,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_kept_connection_the_upstream_closed_does_not_lose_the_next_call() {
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let pool = pool(&accepted, 4);
-        let (response, lease) = pool
-            .request(request("http://upstream.test/once"))
-            .await
-            .unwrap();
+        let (pool, accepted) = pool(4);
+        let (response, lease) = call(&pool, "/once").await;
         assert_eq!(read_whole(response, lease).await, "ok");
         // Whether or not its keeper has seen the close yet, the next call is answered.
         for _ in 0..2 {
-            let (response, lease) = call(&pool).await;
+            let (response, lease) = call(&pool, "/v1").await;
             assert_eq!(read_whole(response, lease).await, "ok");
         }
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(opened(&accepted), 2);
         assert_eq!(pool.idle(), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn idle_connections_go_once_the_idle_timeout_is_over() {
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let pool = pool(&accepted, 4);
-        let (response, lease) = call(&pool).await;
+        let (pool, _) = pool(4);
+        let (response, lease) = call(&pool, "/v1").await;
         read_whole(response, lease).await;
         assert_eq!(pool.idle(), 1);
         tokio::time::sleep(Duration::from_secs(89)).await;
