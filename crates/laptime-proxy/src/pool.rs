@@ -407,8 +407,9 @@ fn prepare(req: &mut Request<OutBody>, uri: &Uri, proxied: bool) {
     };
 }
 
-/// `host` or `host:port` (a port only when it is not the scheme's default).
-fn host_value(uri: &Uri) -> Option<HeaderValue> {
+/// The `Host` value of an absolute URI, as hyper-util's client writes it: `host`, or
+/// `host:port` when the port is not the scheme's default.
+pub(crate) fn host_value(uri: &Uri) -> Option<HeaderValue> {
     let authority = uri.authority()?;
     let default = if uri.scheme() == Some(&Scheme::HTTPS) {
         443

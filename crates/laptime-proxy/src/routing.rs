@@ -75,19 +75,13 @@ impl std::fmt::Debug for Channel {
     }
 }
 
-/// The `Host` value of a plain `http://` base URL, as hyper-util's client writes it: the host,
-/// and the port unless it is 80.
+/// The `Host` value of a plain `http://` base URL (made once: see [`crate::pool::host_value`]).
 fn plain_http_host(base_url: &str) -> Option<http::HeaderValue> {
     let uri: http::Uri = base_url.parse().ok()?;
     if uri.scheme() != Some(&http::uri::Scheme::HTTP) {
         return None;
     }
-    let host = uri.host()?;
-    let value = match uri.port_u16() {
-        Some(80) | None => host.to_string(),
-        Some(port) => format!("{host}:{port}"),
-    };
-    http::HeaderValue::from_str(&value).ok()
+    crate::pool::host_value(&uri)
 }
 
 /// A secret value whose Debug and Display never show it.
